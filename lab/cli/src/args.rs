@@ -1,0 +1,94 @@
+//! The command line as clap parses it: shapes and defaults only. Meaning is checked in
+//! [`crate::config`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const ABOUT: &str = "The fencing lab: proves, with real processes and a real PostgreSQL, that a \
+lease alone cannot stop a paused old holder from writing, and that a fencing token checked at the \
+resource does.";
+
+const LONG_ABOUT: &str =
+    "The fencing lab: proves, with real processes and a real PostgreSQL, that a \
+lease alone cannot stop a paused old holder from writing, and that a fencing token checked at the \
+resource does.
+
+A lease decides who may start; only a fencing token checked at the resource decides who may still \
+finish. Each experiment (F1, F2, …) injects one fault and checks one property; negative controls \
+run the same timeline against a resource with a known flaw and pass only if the flaw shows.
+
+Every run starts its own throwaway PostgreSQL cluster from the local server binaries (Unix socket \
+only, removed afterwards) and writes its evidence to a directory: output.txt (what the terminal \
+showed) and events.jsonl (every check and timeline step).
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the lab could not run, 130/143 interrupted.";
+
+#[derive(Debug, Parser)]
+#[command(name = "lab", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the experiments (all of them unless --only) and write the evidence.
+    #[command(
+        after_help = "Examples:\n  lab run\n  lab run --only F2,F3 --contenders 32\n  \
+                            lab run --only F1 --keep --evidence-dir /tmp/ev"
+    )]
+    Run(RunArgs),
+    /// List the experiments: id and what each one shows.
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Run only these experiments, in this order (comma-separated ids, see `lab list`).
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub only: Option<Vec<String>>,
+
+    /// Where the evidence goes (made if missing).
+    #[arg(long, value_name = "DIR", default_value = "evidence")]
+    pub evidence_dir: PathBuf,
+
+    /// Keep the cluster's directory (data, socket dir, server log) after the run. It is always
+    /// kept after a failing run.
+    #[arg(long)]
+    pub keep: bool,
+
+    /// The PostgreSQL server binaries to use (a directory holding initdb and postgres, version
+    /// 15 or newer). Default: found on PATH, via pg_config, or under /usr/lib/postgresql.
+    #[arg(long, value_name = "DIR")]
+    pub pg_bindir: Option<PathBuf>,
+
+    /// The cluster's port number. It names the Unix socket; it is a TCP port only with --tcp.
+    #[arg(long, default_value_t = harness::cluster::DEFAULT_PORT,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: u16,
+
+    /// Also listen on 127.0.0.1:PORT. Off by default: the lab needs no network.
+    #[arg(long)]
+    pub tcp: bool,
+
+    /// The TTL of a holder that renews in the background (F1, F3, F4, F5), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1500)]
+    pub ttl_ms: u64,
+
+    /// The short TTL of experiments that wait for expiry right after acquiring (F2), in ms.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub short_ttl_ms: u64,
+
+    /// How often a holder renews, in milliseconds. Must be below TTL minus margin.
+    #[arg(long, value_name = "MS", default_value_t = 400)]
+    pub renew_ms: u64,
+
+    /// The safety margin: the local deadline is TTL minus this, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 300)]
+    pub margin_ms: u64,
+
+    /// How many contenders race for the lease in F3.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub contenders: usize,
+}

@@ -1,0 +1,121 @@
+//! The resolved configuration: everything checked and found before any side effect but one
+//! (making the evidence directory, which is undone if the run cannot start).
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use harness::cluster::{ClusterConfig, PgBinaries};
+use scenarios::{Lab, Params, Scenario};
+
+use crate::args::RunArgs;
+
+/// A run, ready to go.
+pub struct Config {
+    pub scenarios: Vec<&'static dyn Scenario>,
+    pub params: Params,
+    pub cluster: ClusterConfig,
+    pub evidence_dir: PathBuf,
+    /// Whether this run made the evidence directory (and may remove it if it stays empty).
+    made_evidence_dir: bool,
+    pub keep: bool,
+    command_line: String,
+}
+
+/// Checks the arguments, finds the server binaries and makes sure the evidence directory can
+/// be written. Every error is one line that names the problem and the fix.
+pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
+    let scenarios = match &args.only {
+        Some(ids) => scenarios::select(ids).map_err(anyhow::Error::msg)?,
+        None => scenarios::ALL.to_vec(),
+    };
+    let params = Params {
+        ttl: Duration::from_millis(args.ttl_ms),
+        short_ttl: Duration::from_millis(args.short_ttl_ms),
+        renew: Duration::from_millis(args.renew_ms),
+        margin: Duration::from_millis(args.margin_ms),
+        contenders: args.contenders,
+        ..Params::default()
+    };
+    params.validate().map_err(anyhow::Error::msg)?;
+    let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
+    let cluster = ClusterConfig {
+        port: args.port,
+        listen_tcp: args.tcp,
+        max_connections: params.max_connections(),
+        ..ClusterConfig::new(bins)
+    };
+
+    let dir = args.evidence_dir;
+    let made_evidence_dir = !dir.exists();
+    if dir.exists() && !dir.is_dir() {
+        bail!(
+            "--evidence-dir {}: exists and is not a directory; pass a directory",
+            dir.display()
+        );
+    }
+    fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "--evidence-dir {}: cannot be made; pass a writable directory",
+            dir.display()
+        )
+    })?;
+    let probe = tempfile::Builder::new()
+        .prefix(".write-probe")
+        .tempfile_in(&dir);
+    if let Err(e) = probe {
+        if made_evidence_dir {
+            let _ = fs::remove_dir(&dir);
+        }
+        bail!(
+            "--evidence-dir {}: cannot be written ({e}); pass a writable directory",
+            dir.display()
+        );
+    }
+    Ok(Config {
+        scenarios,
+        params,
+        cluster,
+        evidence_dir: dir,
+        made_evidence_dir,
+        keep: args.keep,
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+    })
+}
+
+impl Config {
+    /// Undoes the one side effect of [`resolve`] when the run could not start.
+    pub fn remove_evidence_dir_if_made_and_empty(&self) {
+        if self.made_evidence_dir {
+            let _ = fs::remove_dir(&self.evidence_dir);
+        }
+    }
+
+    /// The lines at the top of the output: what ran, on what, with which parameters.
+    pub fn header_lines(&self, lab: &Lab) -> Vec<String> {
+        let p = &self.params;
+        let bins = lab.cluster.binaries();
+        vec![
+            format!(
+                "fencing lab {} — {}",
+                env!("CARGO_PKG_VERSION"),
+                self.command_line
+            ),
+            format!(
+                "PostgreSQL {} ({}), cluster {}",
+                bins.version,
+                bins.bindir.display(),
+                lab.cluster.root().display()
+            ),
+            format!(
+                "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={}",
+                p.ttl.as_millis(),
+                p.short_ttl.as_millis(),
+                p.renew.as_millis(),
+                p.margin.as_millis(),
+                p.contenders
+            ),
+        ]
+    }
+}

@@ -1,0 +1,145 @@
+//! `lab`, the fencing lab's command line. Two phases, like ripgrep's low/high args: clap parses
+//! ([`args`]), then [`config::resolve`] checks everything and finds everything (scenario ids,
+//! durations, server binaries, a writable evidence directory) before any side effect. Only then
+//! does a cluster start.
+//!
+//! Exit status: 0 every check passed; 1 a check failed; 2 the lab could not run (bad arguments,
+//! no PostgreSQL, an unwritable evidence directory, a cluster that would not start); 130 / 143
+//! interrupted by SIGINT / SIGTERM (the cluster is stopped on the way out).
+
+mod args;
+mod config;
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use harness::evidence::{JsonlReporter, Recorder, Reporter, TextReporter};
+use scenarios::Lab;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::args::{Cli, Command};
+use crate::config::Config;
+
+/// Exit status when the harness could not run.
+const EXIT_HARNESS: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::List => {
+            for s in scenarios::ALL {
+                println!("{}  {}", s.id(), s.title());
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Run(args) => match config::resolve(args) {
+            Ok(cfg) => run(cfg),
+            Err(e) => {
+                eprintln!("lab: {e:#}");
+                ExitCode::from(EXIT_HARNESS)
+            }
+        },
+    }
+}
+
+fn run(cfg: Config) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lab: failed to start the async runtime: {e}");
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    // The lab's own children (the postmaster, holders) are spawned from this thread, inside
+    // block_on: the parent-death signal fires when the spawning thread exits, and this one lives
+    // as long as the lab.
+    let code = runtime.block_on(run_lab(&cfg));
+    if code == ExitCode::from(EXIT_HARNESS) {
+        cfg.remove_evidence_dir_if_made_and_empty();
+    }
+    code
+}
+
+async fn run_lab(cfg: &Config) -> ExitCode {
+    let (mut sigint, mut sigterm) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("lab: failed to install the signal handlers: {e}");
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    let started = std::time::Instant::now();
+    let lab = tokio::select! {
+        lab = Lab::start(cfg.cluster.clone(), cfg.params.clone()) => lab,
+        _ = sigint.recv() => return ExitCode::from(130),
+        _ = sigterm.recv() => return ExitCode::from(143),
+    };
+    let mut lab = match lab {
+        Ok(lab) => lab,
+        Err(e) => {
+            eprintln!("lab: {e:#}");
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    let reporters: Vec<Box<dyn Reporter>> = vec![
+        Box::new(TextReporter::new(
+            true,
+            Some(cfg.evidence_dir.join("output.txt")),
+        )),
+        Box::new(JsonlReporter::new(cfg.evidence_dir.join("events.jsonl"))),
+    ];
+    let mut rec = Recorder::new(reporters);
+    rec.header(cfg.header_lines(&lab));
+
+    let interrupted = tokio::select! {
+        () = scenarios::run_all(&mut lab, &mut rec, &cfg.scenarios) => None,
+        _ = sigint.recv() => Some(("SIGINT", 130)),
+        _ = sigterm.recv() => Some(("SIGTERM", 143)),
+    };
+    if let Some((name, _)) = interrupted {
+        rec.interrupted(name);
+    }
+    let summary = match rec.finish() {
+        Ok(summary) => summary,
+        Err(e) => {
+            eprintln!(
+                "lab: failed to write the evidence into {}: {e}",
+                cfg.evidence_dir.display()
+            );
+            lab.cluster.keep_on_drop();
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    let secs = started.elapsed().as_secs_f64();
+    if !summary.all_passed() || cfg.keep {
+        lab.cluster.keep_on_drop();
+        eprintln!(
+            "lab: kept the cluster at {} (server log {}); it is stopped. To look inside: \
+             {} -D {} -k {} -p {} -c listen_addresses=''  (run as the directory's owner)",
+            lab.cluster.root().display(),
+            lab.cluster.log_path().display(),
+            lab.cluster.binaries().bin("postgres").display(),
+            lab.cluster.data_dir().display(),
+            lab.cluster.socket_dir().display(),
+            lab.cluster.port(),
+        );
+    }
+    drop(lab);
+    eprintln!(
+        "lab: evidence in {}; {:.1} s",
+        cfg.evidence_dir.display(),
+        secs
+    );
+    match interrupted {
+        Some((_, code)) => ExitCode::from(code),
+        None if summary.all_passed() => ExitCode::SUCCESS,
+        None => ExitCode::from(1),
+    }
+}

@@ -1,0 +1,39 @@
+-- The protected resource (SPEC §3.2) and the publish stand-in (SPEC §3.3), in database res26.
+-- The resource never reads the lease: it only remembers the highest token it has seen per scope.
+CREATE TABLE fence_floor (
+  scope      text PRIMARY KEY,
+  max_token  bigint NOT NULL
+);
+
+CREATE TABLE report_part (
+  scope       text,
+  part        text,
+  content     text NOT NULL,
+  writer      text NOT NULL,
+  token       bigint NOT NULL,
+  written_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (scope, part)
+);
+
+-- Every attempt, accepted or rejected. Written after the write's own transaction ended, so a
+-- rejected attempt's record survives the rollback of its write.
+CREATE TABLE write_attempt (
+  id        bigserial PRIMARY KEY,
+  scope     text NOT NULL,
+  part      text NOT NULL,
+  writer    text NOT NULL,
+  token     bigint NOT NULL,
+  mode      text NOT NULL,
+  accepted  boolean NOT NULL,
+  at        timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- A downstream system that cannot take a fencing token (SPEC §3.3). `source_token` is only read
+-- by the versioned variant, which rebuilds the fence at the business layer.
+CREATE TABLE publication (
+  business_key  text PRIMARY KEY,
+  content       text NOT NULL,
+  publisher     text NOT NULL,
+  source_token  bigint NOT NULL,
+  published_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);

@@ -1,0 +1,280 @@
+//! The lease store (SPEC §3.1): who may *start* work. Invariants I1 (at most one unexpired
+//! holder, by the database clock) and I2 (tokens strictly increase and are never reused).
+//!
+//! Each operation is ONE statement on an autocommit connection. Only the database clock decides
+//! expiry: `now()` inside an autocommit statement is the statement's own start time. Inside an
+//! explicit transaction `now()` is frozen at the transaction's start (experiment F2), which is why
+//! [`LeaseStore`] only ever runs these statements on a pool, never inside a transaction.
+//!
+//! The client keeps a *local deadline* for stopping early, from a monotonic clock read **before**
+//! the request is sent, plus `ttl - margin`. It never compares its wall clock with `expires_at`.
+//! The local deadline is an efficiency device only: safety comes from the resource's fence.
+
+use std::time::{Duration, Instant};
+
+use sqlx::{PgExecutor, PgPool, Row};
+
+use crate::{DbContext, Error, Result};
+
+/// One continuous holding of a lease: the token identifies it for ever (I2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub name: String,
+    pub holder: String,
+    pub token: i64,
+    pub ttl: Duration,
+    local_deadline: Instant,
+}
+
+impl Grant {
+    /// The monotonic instant after which the holder must stop starting new work.
+    pub fn local_deadline(&self) -> Instant {
+        self.local_deadline
+    }
+
+    /// True while the local deadline has not passed. Passing this check says nothing about
+    /// whether a write made a moment later is still safe: only the resource's fence says that.
+    pub fn locally_valid(&self) -> bool {
+        Instant::now() < self.local_deadline
+    }
+}
+
+/// Which clock a statement judges expiry by. The store always uses [`JudgedBy::Now`] on an
+/// autocommit connection; [`JudgedBy::ClockTimestamp`] exists to show (F2) what changes when
+/// the same statement runs inside a long transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JudgedBy {
+    /// `now()`: the start of the current transaction.
+    Now,
+    /// `clock_timestamp()`: the moment the function is called.
+    ClockTimestamp,
+}
+
+/// The lease row as the database sees it, read in one autocommit statement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRow {
+    pub holder: String,
+    pub token: i64,
+    /// `expires_at` as PostgreSQL prints it (`-infinity` once released).
+    pub expires_at: String,
+    /// `expires_at` in seconds since the epoch (`-inf` once released), for comparisons.
+    pub expires_epoch: f64,
+    /// `expires_at <= now()` at the moment of the read.
+    pub expired: bool,
+    /// `expires_at = '-infinity'`.
+    pub released: bool,
+    /// The database clock at the moment of the read.
+    pub db_now: String,
+}
+
+/// A client of the lease table. Cheap to clone; every call takes a connection from the pool
+/// and runs one autocommit statement.
+#[derive(Debug, Clone)]
+pub struct LeaseStore {
+    pool: PgPool,
+    margin: Duration,
+}
+
+impl LeaseStore {
+    /// `margin` is subtracted from every TTL to form the local deadline.
+    pub fn new(pool: PgPool, margin: Duration) -> Self {
+        LeaseStore { pool, margin }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn margin(&self) -> Duration {
+        self.margin
+    }
+
+    /// Takes the lease if it is absent, expired or released. `Some(grant)` carries a token one
+    /// greater than any issued before for this name (1 for a new name); `None` means it is held.
+    pub async fn acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
+        if ttl <= self.margin {
+            return Err(Error::Timing {
+                ttl_ms: ttl.as_millis(),
+                margin_ms: self.margin.as_millis(),
+            });
+        }
+        let sent = Instant::now();
+        let token = stmt::acquire(&self.pool, name, holder, ttl).await?;
+        Ok(token.map(|token| Grant {
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+            token,
+            ttl,
+            local_deadline: sent + (ttl - self.margin),
+        }))
+    }
+
+    /// Extends the holding identified by `grant` by its TTL, if it has not expired. An expired
+    /// lease is never renewed, even if nobody took it over: re-acquire and get a new token.
+    /// On success the local deadline moves (from a clock read before the request was sent).
+    pub async fn renew(&self, grant: &mut Grant) -> Result<bool> {
+        let sent = Instant::now();
+        let renewed = stmt::renew(&self.pool, grant, JudgedBy::Now).await?;
+        if renewed {
+            grant.local_deadline = sent + (grant.ttl - self.margin);
+        }
+        Ok(renewed)
+    }
+
+    /// Gives the lease up at once (`expires_at = '-infinity'`). The token never goes back.
+    /// `false` when this holding is no longer the lease's current one.
+    pub async fn release(&self, grant: &Grant) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE lease SET expires_at = '-infinity'
+              WHERE name = $1 AND holder = $2 AND token = $3",
+        )
+        .bind(&grant.name)
+        .bind(&grant.holder)
+        .bind(grant.token)
+        .execute(&self.pool)
+        .await
+        .op("release the lease")?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Reads the lease row and the database's verdict on it, in one statement.
+    pub async fn inspect(&self, name: &str) -> Result<Option<LeaseRow>> {
+        let row = sqlx::query(
+            "SELECT holder, token, expires_at::text, extract(epoch FROM expires_at)::float8,
+                    expires_at <= now(), expires_at = '-infinity'::timestamptz, now()::text
+               FROM lease WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .op("read the lease row")?;
+        Ok(row.map(|r| LeaseRow {
+            holder: r.get(0),
+            token: r.get(1),
+            expires_at: r.get(2),
+            expires_epoch: r.get(3),
+            expired: r.get(4),
+            released: r.get(5),
+            db_now: r.get(6),
+        }))
+    }
+
+    /// True when nobody holds the lease by the database clock (absent, expired or released).
+    pub async fn is_free(&self, name: &str) -> Result<bool> {
+        Ok(self.inspect(name).await?.is_none_or(|row| row.expired))
+    }
+
+    /// The database clock (`clock_timestamp()`), the one clock that decides expiry, as text.
+    pub async fn db_clock(&self) -> Result<String> {
+        sqlx::query_scalar("SELECT clock_timestamp()::text")
+            .fetch_one(&self.pool)
+            .await
+            .op("read the database clock")
+    }
+
+    /// The number of rows in the lease table.
+    pub async fn row_count(&self) -> Result<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM lease")
+            .fetch_one(&self.pool)
+            .await
+            .op("count the lease rows")
+    }
+}
+
+/// The lease statements themselves, runnable on any executor. [`LeaseStore`] runs them in
+/// autocommit; experiments run them inside a transaction to show why that is wrong.
+pub mod stmt {
+    use super::*;
+
+    /// The acquire statement. A returned row is the only success test: `RETURNING` yields a row
+    /// only for an inserted row or for a conflicting row the `WHERE` let the update through.
+    pub async fn acquire<'e>(
+        e: impl PgExecutor<'e>,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<i64>> {
+        sqlx::query_scalar(
+            "INSERT INTO lease AS l (name, holder, token, expires_at)
+             VALUES ($1, $2, 1, now() + make_interval(secs => $3::float8 / 1000))
+             ON CONFLICT (name) DO UPDATE
+                SET holder = EXCLUDED.holder,
+                    token = l.token + 1,
+                    expires_at = EXCLUDED.expires_at
+              WHERE l.expires_at <= now()
+             RETURNING l.token",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(millis(ttl))
+        .fetch_optional(e)
+        .await
+        .op("acquire the lease")
+    }
+
+    /// The renew statement: name and token identify the holding (I2 makes the token unique),
+    /// `expires_at > <clock>` refuses a renewal after expiry, and the holder guards against a
+    /// caller passing the wrong grant.
+    pub async fn renew<'e>(e: impl PgExecutor<'e>, grant: &Grant, clock: JudgedBy) -> Result<bool> {
+        let sql = match clock {
+            JudgedBy::Now => {
+                "UPDATE lease SET expires_at = now() + make_interval(secs => $4::float8 / 1000)
+                  WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now()"
+            }
+            JudgedBy::ClockTimestamp => {
+                "UPDATE lease
+                    SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000)
+                  WHERE name = $1 AND holder = $2 AND token = $3
+                    AND expires_at > clock_timestamp()"
+            }
+        };
+        let done = sqlx::query(sql)
+            .bind(&grant.name)
+            .bind(&grant.holder)
+            .bind(grant.token)
+            .bind(millis(grant.ttl))
+            .execute(e)
+            .await
+            .op("renew the lease")?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Both database clocks as one statement sees them.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Clocks {
+        /// `now()`: the start of the current transaction.
+        pub now: String,
+        /// `clock_timestamp()`: the moment of the call.
+        pub clock_timestamp: String,
+        /// `clock_timestamp() > now()`.
+        pub clock_passed_now: bool,
+    }
+
+    /// Reads `now()` and `clock_timestamp()` in one statement.
+    pub async fn clocks<'e>(e: impl PgExecutor<'e>) -> Result<Clocks> {
+        let r =
+            sqlx::query("SELECT now()::text, clock_timestamp()::text, clock_timestamp() > now()")
+                .fetch_one(e)
+                .await
+                .op("read the database clocks")?;
+        Ok(Clocks {
+            now: r.get(0),
+            clock_timestamp: r.get(1),
+            clock_passed_now: r.get(2),
+        })
+    }
+
+    /// Whether the lease looks expired judged by `now()` of the executor's transaction (`None`
+    /// when there is no row): the judgement every lease statement makes.
+    pub async fn expired_by_now<'e>(e: impl PgExecutor<'e>, name: &str) -> Result<Option<bool>> {
+        sqlx::query_scalar("SELECT expires_at <= now() FROM lease WHERE name = $1")
+            .bind(name)
+            .fetch_optional(e)
+            .await
+            .op("judge the lease by now()")
+    }
+
+    fn millis(d: Duration) -> f64 {
+        d.as_secs_f64() * 1000.0
+    }
+}

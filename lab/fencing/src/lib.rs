@@ -1,0 +1,54 @@
+//! The system under test: a lease store that issues fencing tokens, a resource that checks them,
+//! and a downstream side effect that cannot take one (SPEC §3).
+//!
+//! This crate is the fencing implementation a reader would copy into a service. It knows nothing
+//! of clusters, processes, scenarios or evidence: it takes connection pools and answers with
+//! plain values. All the SQL of the lab's system under test lives here, one module per store.
+//!
+//! - [`lease`]: `acquire` / `renew` / `release`, each one autocommit statement judged by the
+//!   database clock, plus the client's local deadline (SPEC §3.1, invariants I1 and I2).
+//! - [`resource`]: the protected report table with its four write modes, the scope's fence floor
+//!   and the `write_attempt` log (SPEC §3.2, invariant I3).
+//! - [`publish`]: the business-key publish stand-in and its versioned variant (SPEC §3.3).
+//! - [`schema`]: the two databases, their owner roles and embedded migrations.
+
+pub mod lease;
+pub mod publish;
+pub mod resource;
+pub mod schema;
+
+/// What can go wrong in the system under test. A refused lease or a rejected write is *not* an
+/// error: those are answers (`None`, `false`). Errors are failures to ask the question at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A statement could not be run or its result could not be read.
+    #[error("failed to {op}")]
+    Db {
+        op: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A migration could not be applied.
+    #[error("failed to apply the {database} schema")]
+    Migrate {
+        database: &'static str,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// The caller asked for a lease whose local deadline would already be past on arrival.
+    #[error("invalid lease timing: ttl {ttl_ms} ms must be greater than the safety margin {margin_ms} ms")]
+    Timing { ttl_ms: u128, margin_ms: u128 },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attaches the name of the operation to a database error.
+pub(crate) trait DbContext<T> {
+    fn op(self, op: &'static str) -> Result<T>;
+}
+
+impl<T> DbContext<T> for std::result::Result<T, sqlx::Error> {
+    fn op(self, op: &'static str) -> Result<T> {
+        self.map_err(|source| Error::Db { op, source })
+    }
+}

@@ -1,0 +1,315 @@
+//! The protected resource (SPEC §3.2): who may still *finish*. Invariant I3: within a scope the
+//! resource accepts writes with non-decreasing tokens; once it accepted token n, every later write
+//! with a token < n is rejected, whichever part it targets.
+//!
+//! The resource never reads the lease database. It remembers the highest token it has seen per
+//! scope in `fence_floor` (Chubby §2.4) and connects as a role that cannot reach `lease26`.
+//!
+//! [`WriteMode::FencedScope`] is the correct implementation. The other three modes are negative
+//! controls kept side by side so that the lab can show, in the same run, what each one lets
+//! through. Every attempt, accepted or rejected, is logged in `write_attempt` after the write's own
+//! transaction has ended, so the record of a rejected attempt survives its rollback.
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+
+use sqlx::{Acquire, PgConnection, PgPool, Row};
+
+use crate::{DbContext, Result};
+
+/// How the resource decides whether to accept a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WriteMode {
+    /// One transaction: `UPDATE fence_floor SET max_token = $t WHERE scope = $s AND max_token <=
+    /// $t`; no row → rollback, rejected; else upsert the part and commit. The UPDATE holds the
+    /// floor row's lock until commit, and under Read Committed a blocked writer re-evaluates its
+    /// `WHERE` on the newer row version: that is where the guarantee comes from.
+    FencedScope,
+    /// Negative control: the upsert compares only the existing row's token. A new row has
+    /// nothing to compare against, so a stale holder can still create parts (F7).
+    FencedRow,
+    /// Negative control: `SELECT max_token`, compare in the client, then update floor and data
+    /// in separate autocommit statements. The check is stale by the time of the write (F6a).
+    CheckThenWrite,
+    /// Negative control: a plain upsert, no token check at all (F5).
+    Unfenced,
+}
+
+impl WriteMode {
+    pub const ALL: [WriteMode; 4] = [
+        WriteMode::FencedScope,
+        WriteMode::FencedRow,
+        WriteMode::CheckThenWrite,
+        WriteMode::Unfenced,
+    ];
+
+    /// The mode's name on the command line, in `write_attempt.mode` and in the evidence.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteMode::FencedScope => "fenced-scope",
+            WriteMode::FencedRow => "fenced-row",
+            WriteMode::CheckThenWrite => "check-then-write",
+            WriteMode::Unfenced => "unfenced",
+        }
+    }
+}
+
+impl fmt::Display for WriteMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for WriteMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        WriteMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = WriteMode::ALL.iter().map(|m| m.as_str()).collect();
+                format!(
+                    "unknown write mode {s:?}; expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// One write request: `content` for `part` of `scope`, by `writer`, under fencing token `token`.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    pub scope: &'a str,
+    pub part: &'a str,
+    pub content: &'a str,
+    pub writer: &'a str,
+    pub token: i64,
+}
+
+/// A stored part of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub content: String,
+    pub writer: String,
+    pub token: i64,
+}
+
+/// One row of `write_attempt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub part: String,
+    pub writer: String,
+    pub token: i64,
+    pub mode: String,
+    pub accepted: bool,
+}
+
+/// The upsert every mode but fenced-row ends with.
+const UPSERT: &str = "INSERT INTO report_part AS r (scope, part, content, writer, token)
+                      VALUES ($1, $2, $3, $4, $5)
+                      ON CONFLICT (scope, part) DO UPDATE
+                         SET content = EXCLUDED.content, writer = EXCLUDED.writer,
+                             token = EXCLUDED.token, written_at = clock_timestamp()";
+
+/// The protected resource, reached through a pool that connects as the resource role.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pool: PgPool,
+}
+
+impl Resource {
+    pub fn new(pool: PgPool) -> Self {
+        Resource { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates the scope's floor row with `max_token = 0`, before any write (idempotent).
+    pub async fn setup_scope(&self, scope: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO fence_floor (scope, max_token) VALUES ($1, 0) ON CONFLICT DO NOTHING",
+        )
+        .bind(scope)
+        .execute(&self.pool)
+        .await
+        .op("create the scope's fence floor")?;
+        Ok(())
+    }
+
+    /// Writes `w` in `mode`; `true` when the resource accepted it.
+    pub async fn write(&self, w: &Write<'_>, mode: WriteMode) -> Result<bool> {
+        self.write_with_gap(w, mode, async {}).await
+    }
+
+    /// [`Resource::write`] with a test hook: `gap` is awaited between the check and the write
+    /// (inside the transaction for fenced-scope). Production code passes nothing (`async {}`).
+    pub async fn write_with_gap(
+        &self,
+        w: &Write<'_>,
+        mode: WriteMode,
+        gap: impl Future<Output = ()>,
+    ) -> Result<bool> {
+        let mut conn = self.pool.acquire().await.op("connect to the resource")?;
+        write_on(&mut conn, w, mode, gap).await
+    }
+
+    /// The scope's fence floor, `None` if the scope was never set up.
+    pub async fn floor(&self, scope: &str) -> Result<Option<i64>> {
+        sqlx::query_scalar("SELECT max_token FROM fence_floor WHERE scope = $1")
+            .bind(scope)
+            .fetch_optional(&self.pool)
+            .await
+            .op("read the fence floor")
+    }
+
+    /// The stored part, `None` if it was never written.
+    pub async fn part(&self, scope: &str, part: &str) -> Result<Option<Part>> {
+        let row = sqlx::query(
+            "SELECT content, writer, token FROM report_part WHERE scope = $1 AND part = $2",
+        )
+        .bind(scope)
+        .bind(part)
+        .fetch_optional(&self.pool)
+        .await
+        .op("read a report part")?;
+        Ok(row.map(|r| Part {
+            content: r.get(0),
+            writer: r.get(1),
+            token: r.get(2),
+        }))
+    }
+
+    /// Every logged attempt on `scope`, oldest first.
+    pub async fn attempts(&self, scope: &str) -> Result<Vec<Attempt>> {
+        let rows = sqlx::query(
+            "SELECT part, writer, token, mode, accepted FROM write_attempt WHERE scope = $1 ORDER BY id",
+        )
+        .bind(scope)
+        .fetch_all(&self.pool)
+        .await
+        .op("read the write attempts")?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Attempt {
+                part: r.get(0),
+                writer: r.get(1),
+                token: r.get(2),
+                mode: r.get(3),
+                accepted: r.get(4),
+            })
+            .collect())
+    }
+}
+
+/// Writes `w` in `mode` on a connection the caller owns (so that it can know the connection's
+/// backend pid, as F6 does), awaiting `gap` between the check and the write. The connection must
+/// not be inside a transaction. Returns whether the resource accepted the write.
+pub async fn write_on(
+    conn: &mut PgConnection,
+    w: &Write<'_>,
+    mode: WriteMode,
+    gap: impl Future<Output = ()>,
+) -> Result<bool> {
+    let accepted = match mode {
+        WriteMode::FencedScope => {
+            let mut tx = conn.begin().await.op("begin the write transaction")?;
+            let advanced = sqlx::query(
+                "UPDATE fence_floor SET max_token = $1 WHERE scope = $2 AND max_token <= $1",
+            )
+            .bind(w.token)
+            .bind(w.scope)
+            .execute(&mut *tx)
+            .await
+            .op("advance the fence floor")?
+            .rows_affected();
+            if advanced == 0 {
+                tx.rollback().await.op("roll back the rejected write")?;
+                false
+            } else {
+                gap.await;
+                upsert(&mut tx, w).await?;
+                tx.commit().await.op("commit the write")?;
+                true
+            }
+        }
+        WriteMode::FencedRow => {
+            // Check and write are one statement here; the hook runs just before it.
+            gap.await;
+            sqlx::query(
+                "INSERT INTO report_part AS r (scope, part, content, writer, token)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (scope, part) DO UPDATE
+                    SET content = EXCLUDED.content, writer = EXCLUDED.writer,
+                        token = EXCLUDED.token, written_at = clock_timestamp()
+                  WHERE r.token <= EXCLUDED.token",
+            )
+            .bind(w.scope)
+            .bind(w.part)
+            .bind(w.content)
+            .bind(w.writer)
+            .bind(w.token)
+            .execute(&mut *conn)
+            .await
+            .op("write the part (row-fenced)")?
+            .rows_affected()
+                == 1
+        }
+        WriteMode::CheckThenWrite => {
+            let floor: Option<i64> =
+                sqlx::query_scalar("SELECT max_token FROM fence_floor WHERE scope = $1")
+                    .bind(w.scope)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .op("read the fence floor")?;
+            if floor.is_some_and(|floor| floor <= w.token) {
+                gap.await;
+                sqlx::query("UPDATE fence_floor SET max_token = $1 WHERE scope = $2")
+                    .bind(w.token)
+                    .bind(w.scope)
+                    .execute(&mut *conn)
+                    .await
+                    .op("set the fence floor")?;
+                upsert(&mut *conn, w).await?;
+                true
+            } else {
+                false
+            }
+        }
+        WriteMode::Unfenced => {
+            gap.await;
+            upsert(&mut *conn, w).await?;
+            true
+        }
+    };
+    sqlx::query(
+        "INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(w.scope)
+    .bind(w.part)
+    .bind(w.writer)
+    .bind(w.token)
+    .bind(mode.as_str())
+    .bind(accepted)
+    .execute(&mut *conn)
+    .await
+    .op("log the write attempt")?;
+    Ok(accepted)
+}
+
+async fn upsert(conn: &mut PgConnection, w: &Write<'_>) -> Result<()> {
+    sqlx::query(UPSERT)
+        .bind(w.scope)
+        .bind(w.part)
+        .bind(w.content)
+        .bind(w.writer)
+        .bind(w.token)
+        .execute(conn)
+        .await
+        .op("write the part")?;
+    Ok(())
+}

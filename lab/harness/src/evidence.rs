@@ -1,0 +1,606 @@
+//! Evidence: scenarios emit typed [`Event`]s into a [`Recorder`]; separate [`Reporter`]s turn the
+//! one stream into the terminal output, `evidence/output.txt` and `evidence/events.jsonl`.
+//!
+//! The text format (SPEC §4 "Evidence"):
+//! ```text
+//! CASE F4 :: the paused old holder: …
+//!   ok   B acquired the lease, token=2 (expected=ACQUIRED token=2, actual=ACQUIRED token=2)
+//!   FAIL fence_floor after the run (expected=2, actual=1)
+//!   note A resumed: WRITE accepted=false token=1; RENEW_AFTER_WRITE ok=false
+//!   ok   negative control exposes: the unfenced resource accepted A's stale write (…)
+//! SUMMARY passed=86 failed=0
+//! ```
+//! A check passes only when `expected == actual`. A negative-control check passes only when the
+//! flaw it looks for really showed: a control that fails to expose its flaw is a FAIL, because
+//! it means the lab could no longer tell a broken resource from a correct one.
+//!
+//! Reporters must not decide outcomes; the recorder must not format text. Evidence files are
+//! written whole, through a temp file and a rename, so an interrupted run never leaves half a file.
+
+use std::fmt::{self, Display};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+/// What kind of check a [`Check`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckKind {
+    /// `expected == actual`.
+    Value,
+    /// A condition holds; `actual` says what was observed.
+    Condition,
+    /// The flaw the control looks for really showed.
+    NegativeControl,
+}
+
+/// One verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub case: String,
+    pub kind: CheckKind,
+    pub description: String,
+    pub expected: String,
+    pub actual: String,
+    pub passed: bool,
+}
+
+/// One step of a timeline: who did what, under which token, with what outcome, when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub case: String,
+    /// Monotonic time since the run started.
+    pub at: Duration,
+    pub actor: String,
+    pub action: String,
+    pub token: Option<i64>,
+    pub outcome: String,
+    /// The database's `clock_timestamp()` for the step, where the database was involved.
+    pub db_clock: Option<String>,
+}
+
+/// The run's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl Summary {
+    pub fn all_passed(&self) -> bool {
+        self.failed == 0
+    }
+}
+
+impl Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SUMMARY passed={} failed={}", self.passed, self.failed)
+    }
+}
+
+/// Everything a scenario can say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Free-form lines about the run itself (binaries, cluster, parameters).
+    Header {
+        lines: Vec<String>,
+    },
+    CaseStarted {
+        id: String,
+        title: String,
+    },
+    Check(Check),
+    Note {
+        case: String,
+        text: String,
+    },
+    Step(Step),
+    CaseFinished {
+        id: String,
+        elapsed: Duration,
+    },
+    /// The run was interrupted by a signal before it could finish.
+    Interrupted {
+        signal: String,
+    },
+    Finished(Summary),
+}
+
+/// A consumer of the event stream.
+pub trait Reporter: Send {
+    fn event(&mut self, event: &Event) -> io::Result<()>;
+    /// Called once after the last event: write files here.
+    fn finish(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Collects the events of one run and hands each to every reporter as it happens.
+pub struct Recorder {
+    started: Instant,
+    case: String,
+    case_started: Instant,
+    summary: Summary,
+    reporters: Vec<Box<dyn Reporter>>,
+    events: Vec<Event>,
+    errors: Vec<io::Error>,
+}
+
+impl Recorder {
+    pub fn new(reporters: Vec<Box<dyn Reporter>>) -> Self {
+        let now = Instant::now();
+        Recorder {
+            started: now,
+            case: String::new(),
+            case_started: now,
+            summary: Summary {
+                passed: 0,
+                failed: 0,
+            },
+            reporters,
+            events: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn emit(&mut self, event: Event) {
+        for r in &mut self.reporters {
+            if let Err(e) = r.event(&event) {
+                self.errors.push(e);
+            }
+        }
+        self.events.push(event);
+    }
+
+    pub fn header(&mut self, lines: Vec<String>) {
+        self.emit(Event::Header { lines });
+    }
+
+    /// Starts a case; the previous one, if any, ends.
+    pub fn case(&mut self, id: &str, title: &str) {
+        self.end_case();
+        self.case = id.to_owned();
+        self.case_started = Instant::now();
+        self.emit(Event::CaseStarted {
+            id: id.to_owned(),
+            title: title.to_owned(),
+        });
+    }
+
+    /// Ends the current case (a no-op when none is open).
+    pub fn end_case(&mut self) {
+        if !self.case.is_empty() {
+            let id = std::mem::take(&mut self.case);
+            self.emit(Event::CaseFinished {
+                id,
+                elapsed: self.case_started.elapsed(),
+            });
+        }
+    }
+
+    /// The id of the open case ("" outside cases).
+    pub fn current_case(&self) -> &str {
+        &self.case
+    }
+
+    /// A value check: passes when `expected == actual`. Returns whether it passed.
+    pub fn check<T: PartialEq + Display + ?Sized>(
+        &mut self,
+        description: impl Into<String>,
+        expected: &T,
+        actual: &T,
+    ) -> bool {
+        let passed = expected == actual;
+        self.verdict(
+            CheckKind::Value,
+            description.into(),
+            expected.to_string(),
+            actual.to_string(),
+            passed,
+        )
+    }
+
+    /// A condition check: passes when `holds`; `observed` says what was seen either way.
+    pub fn check_that(
+        &mut self,
+        description: impl Into<String>,
+        holds: bool,
+        observed: impl Display,
+    ) -> bool {
+        self.verdict(
+            CheckKind::Condition,
+            description.into(),
+            "holds".into(),
+            observed.to_string(),
+            holds,
+        )
+    }
+
+    /// A negative control: passes only when the flaw `flaw` really showed. `evidence` says what
+    /// was observed, shown or not.
+    pub fn expose(&mut self, flaw: impl Into<String>, shown: bool, evidence: impl Display) -> bool {
+        let actual = evidence.to_string();
+        self.verdict(
+            CheckKind::NegativeControl,
+            flaw.into(),
+            "the flaw shows".into(),
+            actual,
+            shown,
+        )
+    }
+
+    /// Records that the scenario could not complete: a failed check, so the run cannot pass.
+    pub fn abort(&mut self, error: &dyn Display) {
+        let actual = format!("{error:#}");
+        self.verdict(
+            CheckKind::Value,
+            "the scenario ran to its end".into(),
+            "completed".into(),
+            actual,
+            false,
+        );
+    }
+
+    fn verdict(
+        &mut self,
+        kind: CheckKind,
+        description: String,
+        expected: String,
+        actual: String,
+        passed: bool,
+    ) -> bool {
+        if passed {
+            self.summary.passed += 1;
+        } else {
+            self.summary.failed += 1;
+        }
+        let case = self.case.clone();
+        self.emit(Event::Check(Check {
+            case,
+            kind,
+            description,
+            expected,
+            actual,
+            passed,
+        }));
+        passed
+    }
+
+    pub fn note(&mut self, text: impl Into<String>) {
+        let case = self.case.clone();
+        self.emit(Event::Note {
+            case,
+            text: text.into(),
+        });
+    }
+
+    /// Records a timeline step at the current monotonic time.
+    pub fn step(
+        &mut self,
+        actor: &str,
+        action: &str,
+        token: Option<i64>,
+        outcome: impl Into<String>,
+        db_clock: Option<String>,
+    ) {
+        let step = Step {
+            case: self.case.clone(),
+            at: self.started.elapsed(),
+            actor: actor.to_owned(),
+            action: action.to_owned(),
+            token,
+            outcome: outcome.into(),
+            db_clock,
+        };
+        self.emit(Event::Step(step));
+    }
+
+    /// Records that a signal interrupted the run; the summary that follows cannot pass.
+    pub fn interrupted(&mut self, signal: &str) {
+        self.end_case();
+        self.summary.failed += 1;
+        self.emit(Event::Interrupted {
+            signal: signal.to_owned(),
+        });
+    }
+
+    pub fn summary(&self) -> Summary {
+        self.summary
+    }
+
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Ends the open case, emits the summary and lets every reporter write its files.
+    /// Returns the summary, or the first error a reporter hit along the way.
+    pub fn finish(mut self) -> io::Result<Summary> {
+        self.end_case();
+        let summary = self.summary;
+        self.emit(Event::Finished(summary));
+        for r in &mut self.reporters {
+            if let Err(e) = r.finish() {
+                self.errors.push(e);
+            }
+        }
+        match self.errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
+    }
+}
+
+/// Renders an event as the lines of the text output (no trailing newline), or `None`.
+pub fn render_text(event: &Event) -> Option<String> {
+    match event {
+        Event::Header { lines } => Some(
+            lines
+                .iter()
+                .map(|l| format!("# {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Event::CaseStarted { id, title } => Some(format!("CASE {id} :: {title}")),
+        Event::Check(c) => Some(render_check(c)),
+        Event::Note { text, .. } => Some(format!("  note {text}")),
+        Event::Step(_) | Event::CaseFinished { .. } => None,
+        Event::Interrupted { signal } => {
+            Some(format!("INTERRUPTED by {signal}: the run did not finish"))
+        }
+        Event::Finished(summary) => Some(summary.to_string()),
+    }
+}
+
+fn render_check(c: &Check) -> String {
+    let mark = if c.passed { "ok  " } else { "FAIL" };
+    match c.kind {
+        CheckKind::Condition => format!("  {mark} {} ({})", c.description, c.actual),
+        CheckKind::NegativeControl if c.passed => {
+            format!(
+                "  {mark} negative control exposes: {} ({})",
+                c.description, c.actual
+            )
+        }
+        CheckKind::NegativeControl => {
+            format!(
+                "  {mark} negative control did not expose: {} ({})",
+                c.description, c.actual
+            )
+        }
+        CheckKind::Value if c.expected.contains('\n') || c.actual.contains('\n') => {
+            let body = if c.passed {
+                c.actual.clone()
+            } else {
+                similar_asserts::SimpleDiff::from_str(&c.expected, &c.actual, "expected", "actual")
+                    .to_string()
+            };
+            let indented: Vec<String> = body.lines().map(|l| format!("       {l}")).collect();
+            format!("  {mark} {}\n{}", c.description, indented.join("\n"))
+        }
+        CheckKind::Value => {
+            format!(
+                "  {mark} {} (expected={}, actual={})",
+                c.description, c.expected, c.actual
+            )
+        }
+    }
+}
+
+/// Writes `bytes` to `path` whole: into a temp file beside it, then renamed over it.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The text output: each line to the terminal as it happens, and all of them to a file at the end.
+pub struct TextReporter {
+    terminal: bool,
+    file: Option<PathBuf>,
+    text: String,
+}
+
+impl TextReporter {
+    /// `terminal`: also print to stdout. `file`: where the whole text goes at the end.
+    pub fn new(terminal: bool, file: Option<PathBuf>) -> Self {
+        // Diffs are plain text, in the file and on the terminal alike.
+        console::set_colors_enabled(false);
+        TextReporter {
+            terminal,
+            file,
+            text: String::new(),
+        }
+    }
+}
+
+impl Reporter for TextReporter {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        if let Some(lines) = render_text(event) {
+            if self.terminal {
+                let mut out = io::stdout().lock();
+                writeln!(out, "{lines}")?;
+                out.flush()?;
+            }
+            self.text.push_str(&lines);
+            self.text.push('\n');
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        match &self.file {
+            Some(path) => write_atomically(path, self.text.as_bytes()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The machine-readable event log: one JSON object per line, every check and every timeline step.
+pub struct JsonlReporter {
+    file: PathBuf,
+    text: String,
+}
+
+impl JsonlReporter {
+    pub fn new(file: PathBuf) -> Self {
+        JsonlReporter {
+            file,
+            text: String::new(),
+        }
+    }
+}
+
+/// One event as a JSON value.
+pub fn event_json(event: &Event) -> serde_json::Value {
+    match event {
+        Event::Header { lines } => json!({"event": "header", "lines": lines}),
+        Event::CaseStarted { id, title } => {
+            json!({"event": "case_started", "case": id, "title": title})
+        }
+        Event::Check(c) => json!({
+            "event": "check",
+            "case": c.case,
+            "kind": match c.kind {
+                CheckKind::Value => "value",
+                CheckKind::Condition => "condition",
+                CheckKind::NegativeControl => "negative_control",
+            },
+            "description": c.description,
+            "expected": c.expected,
+            "actual": c.actual,
+            "passed": c.passed,
+        }),
+        Event::Note { case, text } => json!({"event": "note", "case": case, "text": text}),
+        Event::Step(s) => json!({
+            "event": "step",
+            "case": s.case,
+            "at_ms": s.at.as_secs_f64() * 1000.0,
+            "actor": s.actor,
+            "action": s.action,
+            "token": s.token,
+            "outcome": s.outcome,
+            "db_clock": s.db_clock,
+        }),
+        Event::CaseFinished { id, elapsed } => {
+            json!({"event": "case_finished", "case": id, "elapsed_ms": elapsed.as_secs_f64() * 1000.0})
+        }
+        Event::Interrupted { signal } => json!({"event": "interrupted", "signal": signal}),
+        Event::Finished(s) => json!({"event": "summary", "passed": s.passed, "failed": s.failed}),
+    }
+}
+
+impl Reporter for JsonlReporter {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        self.text.push_str(&event_json(event).to_string());
+        self.text.push('\n');
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        write_atomically(&self.file, self.text.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recorder() -> Recorder {
+        Recorder::new(Vec::new())
+    }
+
+    fn lines(r: &Recorder) -> Vec<String> {
+        r.events().iter().filter_map(render_text).collect()
+    }
+
+    #[test]
+    fn a_value_check_passes_only_when_expected_equals_actual() {
+        let mut r = recorder();
+        r.case("X1", "demo");
+        assert!(r.check("fence_floor", &2, &2));
+        assert!(!r.check("fence_floor after the run", &2, &1));
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 1,
+                failed: 1
+            }
+        );
+        assert_eq!(
+            lines(&r),
+            [
+                "CASE X1 :: demo",
+                "  ok   fence_floor (expected=2, actual=2)",
+                "  FAIL fence_floor after the run (expected=2, actual=1)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_negative_control_that_does_not_expose_its_flaw_is_a_failure() {
+        let mut r = recorder();
+        r.case("X2", "demo");
+        assert!(r.expose("stale write accepted", true, "A accepted=true"));
+        assert!(!r.expose("stale write accepted", false, "A accepted=false"));
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 1,
+                failed: 1
+            }
+        );
+        assert_eq!(
+            lines(&r)[1..],
+            [
+                "  ok   negative control exposes: stale write accepted (A accepted=true)",
+                "  FAIL negative control did not expose: stale write accepted (A accepted=false)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_multi_line_check_shows_a_diff() {
+        let mut r = recorder();
+        r.case("X3", "demo");
+        r.check("rows", "a\nb\nc", "a\nB\nc");
+        let text = lines(&r).join("\n");
+        assert!(text.contains("  FAIL rows\n"), "{text}");
+        assert!(text.contains("-b") && text.contains("+B"), "{text}");
+    }
+
+    #[test]
+    fn an_aborted_scenario_counts_as_a_failure() {
+        let mut r = recorder();
+        r.case("X4", "demo");
+        r.abort(&"failed to connect");
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 0,
+                failed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn evidence_files_are_replaced_whole() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("output.txt");
+        write_atomically(&path, b"first\n")?;
+        write_atomically(&path, b"second\n")?;
+        assert_eq!(std::fs::read_to_string(&path)?, "second\n");
+        assert_eq!(
+            std::fs::read_dir(dir.path())?.count(),
+            1,
+            "no temp file left beside it"
+        );
+        Ok(())
+    }
+}

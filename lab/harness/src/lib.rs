@@ -1,0 +1,14 @@
+//! The lab's harness: everything that is *not* the system under test and not a scenario.
+//!
+//! - [`cluster`]: a throwaway PostgreSQL cluster from the local server binaries, with its fault
+//!   verbs (`start`, `stop`, `restart_immediate`) and their post-conditions.
+//! - [`evidence`]: typed events (checks, notes, timeline steps) and the reporters that turn them
+//!   into the text output and the files in `evidence/`.
+//! - [`wait`]: waiting for a state by polling it with a deadline (never a fixed sleep).
+//!
+//! The harness must not know the fencing implementation: it never imports `fencing`, and it holds
+//! no SQL of the system under test (only the administration it needs to run a cluster).
+
+pub mod cluster;
+pub mod evidence;
+pub mod wait;

@@ -1,0 +1,145 @@
+//! F1 — the normal path, no fault injected: acquire → write → renew → release → the next holder
+//! acquires a greater token and writes. Property: the token advances only on acquire (a renew
+//! keeps it; one continuous holding is one token), release never moves it back (I2), and the
+//! resource's floor follows the tokens it accepted (I3).
+
+use anyhow::Context as _;
+use fencing::resource::{Write, WriteMode};
+use harness::evidence::Recorder;
+
+use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F1;
+
+impl Scenario for F1 {
+    fn id(&self) -> &'static str {
+        "F1"
+    }
+
+    fn title(&self) -> &'static str {
+        "normal path: acquire → write → renew → release → the next holder acquires a greater token and writes"
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let ttl = lab.params.ttl;
+            let a = lab.lease.acquire(LEASE, HOLDER_A, ttl).await?;
+            rec.step(
+                "holder-a",
+                "acquire",
+                a.as_ref().map(|g| g.token),
+                acquired(a.as_ref()),
+                None,
+            );
+            rec.check(
+                "holder-a acquires the lease, token=1",
+                "ACQUIRED token=1",
+                &acquired(a.as_ref()),
+            );
+            let mut a = a.context("holder-a could not acquire a fresh lease")?;
+
+            let write = |writer, content, token| Write {
+                scope: SCOPE,
+                part: SUMMARY,
+                content,
+                writer,
+                token,
+            };
+            let ok = lab
+                .resource
+                .write(
+                    &write(HOLDER_A, "rows=100(A)", a.token),
+                    WriteMode::FencedScope,
+                )
+                .await?;
+            rec.check(
+                "holder-a's write with token=1 is accepted",
+                "WRITE accepted=true token=1",
+                &wrote(ok, a.token),
+            );
+
+            let before = lab
+                .lease
+                .inspect(LEASE)
+                .await?
+                .context("the lease row vanished")?;
+            let renewed = lab.lease.renew(&mut a).await?;
+            let after = lab
+                .lease
+                .inspect(LEASE)
+                .await?
+                .context("the lease row vanished")?;
+            rec.step(
+                "holder-a",
+                "renew",
+                Some(a.token),
+                format!("ok={renewed}"),
+                Some(after.db_now.clone()),
+            );
+            rec.check(
+                "holder-a renews: ok, and the token is unchanged",
+                "RENEW ok=true token=1",
+                &format!("RENEW ok={renewed} token={}", after.token),
+            );
+            rec.check_that(
+                "the renew moved expires_at forward",
+                after.expires_epoch > before.expires_epoch,
+                format_args!("{} → {}", before.expires_at, after.expires_at),
+            );
+
+            let released = lab.lease.release(&a).await?;
+            let row = lab
+                .lease
+                .inspect(LEASE)
+                .await?
+                .context("the lease row vanished")?;
+            rec.step(
+                "holder-a",
+                "release",
+                Some(a.token),
+                format!("ok={released}"),
+                Some(row.db_now.clone()),
+            );
+            rec.check(
+                "holder-a releases: ok, expires_at = -infinity, token still 1",
+                "RELEASE ok=true expires_at=-infinity token=1",
+                &format!(
+                    "RELEASE ok={released} expires_at={} token={}",
+                    row.expires_at, row.token
+                ),
+            );
+
+            let b = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+            rec.step(
+                "holder-b",
+                "acquire",
+                b.as_ref().map(|g| g.token),
+                acquired(b.as_ref()),
+                None,
+            );
+            rec.check(
+                "holder-b acquires at once after the release, token=2",
+                "ACQUIRED token=2",
+                &acquired(b.as_ref()),
+            );
+            let b = b.context("holder-b could not acquire a released lease")?;
+            let ok = lab
+                .resource
+                .write(
+                    &write(HOLDER_B, "rows=101(B)", b.token),
+                    WriteMode::FencedScope,
+                )
+                .await?;
+            rec.check(
+                "holder-b's write with token=2 is accepted",
+                "WRITE accepted=true token=2",
+                &wrote(ok, b.token),
+            );
+
+            let floor = lab.resource.floor(SCOPE).await?;
+            rec.check("the resource's fence_floor", "2", &shown(floor));
+            Ok(())
+        })
+    }
+}

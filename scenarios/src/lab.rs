@@ -1,0 +1,183 @@
+//! The environment every scenario runs in: the embedded cluster with both databases provisioned,
+//! one pool per side (the lease side as `lease_svc`, the resource side as `resource_svc`), the
+//! stores of the system under test, and the run's parameters.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use fencing::lease::LeaseStore;
+use fencing::publish::Publisher;
+use fencing::resource::Resource;
+use fencing::schema::{self, Database};
+use harness::cluster::{Cluster, ClusterConfig};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+/// The run's parameters (SPEC §5 defaults). Validated before anything starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Params {
+    /// The TTL of a holder that must stay valid while it renews (F1, F3, F4, F5): 1500 ms.
+    pub ttl: Duration,
+    /// The TTL where a scenario waits for expiry soon after acquiring (F2): 500 ms.
+    pub short_ttl: Duration,
+    /// How often a holder renews in the background: 400 ms.
+    pub renew: Duration,
+    /// The local deadline is `ttl - margin` after the request was sent: 300 ms.
+    pub margin: Duration,
+    /// How many contenders race in F3: 16.
+    pub contenders: usize,
+    /// The longest a scenario waits for a state (e.g. expiry) before it fails.
+    pub wait_timeout: Duration,
+}
+
+/// The lease every scenario contends for.
+pub const LEASE: &str = "report-job";
+/// The scope every report part belongs to.
+pub const SCOPE: &str = "daily-report";
+pub const SUMMARY: &str = "summary";
+pub const DETAIL: &str = "detail";
+pub const HOLDER_A: &str = "holder-a";
+pub const HOLDER_B: &str = "holder-b";
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            ttl: Duration::from_millis(1500),
+            short_ttl: Duration::from_millis(500),
+            renew: Duration::from_millis(400),
+            margin: Duration::from_millis(300),
+            contenders: 16,
+            wait_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Params {
+    /// The most contenders F3 may start (each holds its own connection).
+    pub const MAX_CONTENDERS: usize = 500;
+
+    /// Checks that the durations make sense together; the message names the flag to fix.
+    pub fn validate(&self) -> Result<(), String> {
+        let ms = |d: Duration| d.as_millis();
+        if self.ttl.is_zero() || self.short_ttl.is_zero() {
+            return Err("--ttl-ms and --short-ttl-ms must be greater than 0".into());
+        }
+        if self.renew.is_zero() {
+            return Err("--renew-ms must be greater than 0".into());
+        }
+        for (flag, ttl) in [("--ttl-ms", self.ttl), ("--short-ttl-ms", self.short_ttl)] {
+            if self.margin >= ttl {
+                return Err(format!(
+                    "--margin-ms {} must be smaller than {flag} {}: the local deadline is ttl - margin",
+                    ms(self.margin),
+                    ms(ttl)
+                ));
+            }
+        }
+        if self.renew >= self.ttl - self.margin {
+            return Err(format!(
+                "--renew-ms {} must be smaller than --ttl-ms minus --margin-ms ({} ms), or renewals \
+                 cannot keep the lease",
+                ms(self.renew),
+                ms(self.ttl - self.margin)
+            ));
+        }
+        if !(2..=Self::MAX_CONTENDERS).contains(&self.contenders) {
+            return Err(format!(
+                "--contenders {} is out of range: a race needs 2 to {} contenders",
+                self.contenders,
+                Self::MAX_CONTENDERS
+            ));
+        }
+        Ok(())
+    }
+
+    /// The connections the cluster must allow for these parameters.
+    pub fn max_connections(&self) -> u32 {
+        (self.contenders as u32).max(16) + 64
+    }
+}
+
+/// The environment of a run. Dropping it stops the cluster (and removes it unless kept).
+pub struct Lab {
+    pub cluster: Cluster,
+    pub params: Params,
+    pub lease: LeaseStore,
+    pub resource: Resource,
+    pub publisher: Publisher,
+}
+
+impl Lab {
+    /// Starts a cluster, creates the roles and databases, applies the migrations and opens the
+    /// pools. Must be called from a thread that outlives the lab (see `harness::cluster`).
+    pub async fn start(cluster: ClusterConfig, params: Params) -> anyhow::Result<Lab> {
+        let cluster = Cluster::create(cluster)
+            .await
+            .context("failed to start the embedded PostgreSQL")?;
+        let mut admin = cluster
+            .admin()
+            .await
+            .context("failed to connect as the superuser")?;
+        schema::provision(&mut admin).await?;
+        let lease_pool = Self::pool(&cluster, Database::Lease).await?;
+        let resource_pool = Self::pool(&cluster, Database::Resource).await?;
+        schema::migrate(Database::Lease, &lease_pool).await?;
+        schema::migrate(Database::Resource, &resource_pool).await?;
+        Ok(Lab {
+            lease: LeaseStore::new(lease_pool, params.margin),
+            resource: Resource::new(resource_pool.clone()),
+            publisher: Publisher::new(resource_pool),
+            cluster,
+            params,
+        })
+    }
+
+    /// A pool that connects to `db` as its owner role.
+    pub async fn pool(cluster: &Cluster, db: Database) -> anyhow::Result<PgPool> {
+        PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(cluster.connect_options(db.name(), db.role()))
+            .await
+            .with_context(|| format!("failed to connect to {} as {}", db.name(), db.role()))
+    }
+
+    /// Empties every table and sets the scope's floor up at 0: each scenario starts here.
+    pub async fn reset(&mut self) -> anyhow::Result<()> {
+        schema::reset(Database::Lease, self.lease.pool()).await?;
+        schema::reset(Database::Resource, self.resource.pool()).await?;
+        self.resource.setup_scope(SCOPE).await?;
+        Ok(())
+    }
+
+    /// A lease client with its own single connection, already open (F3's contenders).
+    pub async fn own_lease_client(&self) -> anyhow::Result<LeaseStore> {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .connect_with(
+                self.cluster
+                    .connect_options(Database::Lease.name(), Database::Lease.role()),
+            )
+            .await
+            .context("failed to open a contender's connection")?;
+        Ok(LeaseStore::new(pool, self.params.margin))
+    }
+}
+
+/// How the evidence names an acquire's result: `ACQUIRED token=N` or `REFUSED`.
+pub fn acquired(grant: Option<&fencing::lease::Grant>) -> String {
+    match grant {
+        Some(g) => format!("ACQUIRED token={}", g.token),
+        None => "REFUSED".into(),
+    }
+}
+
+/// How the evidence names a write's result: `WRITE accepted=BOOL token=N`.
+pub fn wrote(accepted: bool, token: i64) -> String {
+    format!("WRITE accepted={accepted} token={token}")
+}
+
+/// An optional value as the evidence shows it: the value, or `none`.
+pub fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "none".into(), |v| v.to_string())
+}

@@ -1,0 +1,122 @@
+//! The experiments (SPEC §5). Each scenario lives in its own file, named after the fault it
+//! injects, with a `//!` that names the fault and the property checked. [`ALL`] is the one list
+//! that `lab list`, `lab run --only` and the tests read.
+//!
+//! A scenario talks to the system under test only through `fencing`'s stores, to the cluster and
+//! the holder processes only through the harness, and reports only through the [`Recorder`]. It
+//! never prints, never sleeps to wait for a state, and never calls kill(2) itself.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use harness::evidence::Recorder;
+
+mod f1_normal_path;
+mod f2_now_in_long_transaction;
+mod f3_concurrent_acquire;
+pub mod lab;
+mod preflight;
+
+pub use lab::{Lab, Params};
+
+/// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
+pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
+
+/// One experiment.
+pub trait Scenario: Sync {
+    /// `F1`, `F2`, …
+    fn id(&self) -> &'static str;
+    /// The CASE title: the fault and the property, in one line.
+    fn title(&self) -> &'static str;
+    /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a>;
+}
+
+/// Every scenario, in the order `./run.sh` runs them.
+pub const ALL: &[&dyn Scenario] = &[
+    &f1_normal_path::F1,
+    &f2_now_in_long_transaction::F2,
+    &f3_concurrent_acquire::F3,
+];
+
+/// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.
+pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
+    let known = || ALL.iter().map(|s| s.id()).collect::<Vec<_>>().join(", ");
+    if ids.is_empty() || ids.iter().all(|id| id.trim().is_empty()) {
+        return Err(format!(
+            "--only needs at least one scenario id (known: {})",
+            known()
+        ));
+    }
+    let mut chosen: Vec<&'static dyn Scenario> = Vec::new();
+    for id in ids {
+        let id = id.trim();
+        let scenario = ALL
+            .iter()
+            .copied()
+            .find(|s| s.id().eq_ignore_ascii_case(id))
+            .ok_or_else(|| {
+                format!(
+                    "unknown scenario id {id:?} in --only (known: {}; see `lab list`)",
+                    known()
+                )
+            })?;
+        if chosen.iter().any(|s| s.id() == scenario.id()) {
+            return Err(format!(
+                "scenario {} appears twice in --only; name each scenario once",
+                scenario.id()
+            ));
+        }
+        chosen.push(scenario);
+    }
+    Ok(chosen)
+}
+
+/// Runs the preflight and then each scenario on freshly emptied tables. A scenario that cannot
+/// complete is recorded as a failed check and the run goes on with the next one.
+pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
+    let all = std::iter::once(&preflight::P0 as &dyn Scenario).chain(scenarios.iter().copied());
+    for scenario in all {
+        rec.case(scenario.id(), scenario.title());
+        let outcome = match lab.reset().await {
+            Ok(()) => scenario.run(lab, rec).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            rec.abort(&format!("{e:#}"));
+        }
+        rec.end_case();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_ordered() {
+        let ids: Vec<_> = ALL.iter().map(|s| s.id()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(ids, sorted);
+    }
+
+    #[test]
+    fn select_rejects_unknown_empty_and_duplicate_ids() {
+        assert!(select(&["F9X".into()])
+            .unwrap_err()
+            .contains("unknown scenario id"));
+        assert!(select(&[]).unwrap_err().contains("at least one"));
+        assert!(select(&["".into()]).unwrap_err().contains("at least one"));
+        assert!(select(&["F1".into(), "f1".into()])
+            .unwrap_err()
+            .contains("twice"));
+        let ids: Vec<_> = select(&["f2".into(), "F1".into()])
+            .unwrap()
+            .iter()
+            .map(|s| s.id())
+            .collect();
+        assert_eq!(ids, ["F2", "F1"]);
+    }
+}
