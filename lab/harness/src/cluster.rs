@@ -144,7 +144,7 @@ impl PgBinaries {
             .flatten()
             .filter_map(|e| Self::probe(&e.path().join("bin")))
             .collect();
-        versioned.sort_by(|a, b| b.major.cmp(&a.major));
+        versioned.sort_by_key(|b| std::cmp::Reverse(b.major));
         candidates
             .iter()
             .filter_map(|dir| Self::probe(dir))
