@@ -32,6 +32,12 @@ pub trait Scenario: Sync {
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a>;
 }
 
+impl std::fmt::Debug for dyn Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.id())
+    }
+}
+
 /// Every scenario, in the order `./run.sh` runs them.
 pub const ALL: &[&dyn Scenario] = &[
     &f1_normal_path::F1,

@@ -64,7 +64,7 @@ pub struct RunArgs {
     pub pg_bindir: Option<PathBuf>,
 
     /// The cluster's port number. It names the Unix socket; it is a TCP port only with --tcp.
-    #[arg(long, default_value_t = harness::cluster::DEFAULT_PORT,
+    #[arg(long, allow_negative_numbers = true, default_value_t = harness::cluster::DEFAULT_PORT,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
 
@@ -73,22 +73,47 @@ pub struct RunArgs {
     pub tcp: bool,
 
     /// The TTL of a holder that renews in the background (F1, F3, F4, F5), in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1500)]
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        default_value_t = 1500
+    )]
     pub ttl_ms: u64,
 
     /// The short TTL of experiments that wait for expiry right after acquiring (F2), in ms.
-    #[arg(long, value_name = "MS", default_value_t = 500)]
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        default_value_t = 500
+    )]
     pub short_ttl_ms: u64,
 
     /// How often a holder renews, in milliseconds. Must be below TTL minus margin.
-    #[arg(long, value_name = "MS", default_value_t = 400)]
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        default_value_t = 400
+    )]
     pub renew_ms: u64,
 
     /// The safety margin: the local deadline is TTL minus this, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 300)]
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_negative_numbers = true,
+        default_value_t = 300
+    )]
     pub margin_ms: u64,
 
     /// How many contenders race for the lease in F3.
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value_t = 16
+    )]
     pub contenders: usize,
 }

@@ -13,6 +13,7 @@ mod config;
 use std::process::ExitCode;
 
 use clap::Parser as _;
+
 use harness::evidence::{JsonlReporter, Recorder, Reporter, TextReporter};
 use scenarios::Lab;
 use tokio::signal::unix::{signal, SignalKind};
@@ -24,7 +25,10 @@ use crate::config::Config;
 const EXIT_HARNESS: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match cli.command {
         Command::List => {
             for s in scenarios::ALL {
@@ -40,6 +44,25 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// clap's help and version go out as clap prints them; a usage error becomes one line on stderr
+/// (the problem and where to look for the fix) and exit status 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(EXIT_HARNESS);
+    }
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or("invalid arguments");
+    let problem = first.strip_prefix("error: ").unwrap_or(first);
+    eprintln!("lab: {problem}; see `lab --help` or `lab run --help`");
+    ExitCode::from(EXIT_HARNESS)
 }
 
 fn run(cfg: Config) -> ExitCode {

@@ -1,0 +1,227 @@
+//! The lease store's edge cases against a real PostgreSQL (SPEC §3.1): held vs expired vs
+//! released, renew after expiry refused, tokens never reused, the local deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use fencing::lease::{stmt, JudgedBy};
+use fencing::Error;
+
+const TTL: Duration = Duration::from_millis(1500);
+const SHORT: Duration = Duration::from_millis(300);
+
+#[tokio::test]
+async fn a_fresh_lease_is_granted_with_token_1_and_a_held_one_is_refused() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let a = db
+        .lease
+        .acquire("job", "a", TTL)
+        .await?
+        .expect("fresh lease");
+    assert_eq!((a.token, a.holder.as_str()), (1, "a"));
+    let before = db.lease.inspect("job").await?.expect("row");
+    assert!(
+        db.lease.acquire("job", "b", TTL).await?.is_none(),
+        "held lease must be refused"
+    );
+    assert!(
+        db.lease.acquire("job", "a", TTL).await?.is_none(),
+        "even to its own holder"
+    );
+    let after = db.lease.inspect("job").await?.expect("row");
+    assert_eq!(
+        (after.holder.as_str(), after.token, &after.expires_at),
+        ("a", 1, &before.expires_at)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_expired_lease_goes_to_the_next_holder_with_the_next_token() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let a = db
+        .lease
+        .acquire("job", "a", SHORT)
+        .await?
+        .expect("fresh lease");
+    db.until_free("job").await?;
+    let b = db
+        .lease
+        .acquire("job", "b", TTL)
+        .await?
+        .expect("expired lease");
+    assert_eq!(b.token, a.token + 1);
+    assert_eq!(db.lease.inspect("job").await?.expect("row").holder, "b");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_released_lease_is_free_at_once_and_its_token_never_goes_back() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let a = db
+        .lease
+        .acquire("job", "a", TTL)
+        .await?
+        .expect("fresh lease");
+    assert!(db.lease.release(&a).await?);
+    let row = db.lease.inspect("job").await?.expect("row");
+    assert!(row.released && row.expired, "{row:?}");
+    assert_eq!((row.expires_at.as_str(), row.token), ("-infinity", 1));
+    let b = db
+        .lease
+        .acquire("job", "b", TTL)
+        .await?
+        .expect("released lease");
+    assert_eq!(b.token, 2);
+    assert!(
+        !db.lease.release(&a).await?,
+        "a superseded holding cannot release"
+    );
+    assert!(
+        !db.lease.inspect("job").await?.expect("row").expired,
+        "b still holds it"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn renew_moves_the_expiry_and_keeps_the_token() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let mut a = db
+        .lease
+        .acquire("job", "a", TTL)
+        .await?
+        .expect("fresh lease");
+    let before = db.lease.inspect("job").await?.expect("row");
+    let deadline = a.local_deadline();
+    assert!(db.lease.renew(&mut a).await?);
+    let after = db.lease.inspect("job").await?.expect("row");
+    assert!(after.expires_epoch > before.expires_epoch);
+    assert_eq!((a.token, after.token), (1, 1));
+    assert!(
+        a.local_deadline() > deadline,
+        "a successful renew moves the local deadline"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn renew_after_expiry_is_refused_even_when_nobody_took_over() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let mut a = db
+        .lease
+        .acquire("job", "a", SHORT)
+        .await?
+        .expect("fresh lease");
+    db.until_free("job").await?;
+    let deadline = a.local_deadline();
+    assert!(!db.lease.renew(&mut a).await?);
+    assert_eq!(
+        a.local_deadline(),
+        deadline,
+        "a refused renew leaves the local deadline"
+    );
+    let row = db.lease.inspect("job").await?.expect("row");
+    assert!(
+        row.expired && row.holder == "a" && row.token == 1,
+        "{row:?}"
+    );
+    // Re-acquiring is the only way back, and it yields a new token.
+    assert_eq!(
+        db.lease
+            .acquire("job", "a", TTL)
+            .await?
+            .expect("expired")
+            .token,
+        2
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn renew_with_a_superseded_token_or_another_holder_name_is_refused() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let mut a = db
+        .lease
+        .acquire("job", "a", SHORT)
+        .await?
+        .expect("fresh lease");
+    db.until_free("job").await?;
+    let b = db
+        .lease
+        .acquire("job", "b", TTL)
+        .await?
+        .expect("expired lease");
+    assert!(
+        !db.lease.renew(&mut a).await?,
+        "token 1 was superseded by token 2"
+    );
+    let mut impostor = b.clone();
+    impostor.holder = "a".into();
+    assert!(
+        !db.lease.renew(&mut impostor).await?,
+        "holder must match too"
+    );
+    let mut b = b;
+    assert!(db.lease.renew(&mut b).await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_local_deadline_is_ttl_minus_margin_from_before_the_request() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let before = Instant::now();
+    let a = db
+        .lease
+        .acquire("job", "a", TTL)
+        .await?
+        .expect("fresh lease");
+    let after = Instant::now();
+    let span = TTL - common::MARGIN;
+    assert!(a.local_deadline() >= before + span && a.local_deadline() <= after + span);
+    assert!(a.locally_valid());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_ttl_not_above_the_margin_is_an_error_not_a_lease() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let err = db
+        .lease
+        .acquire("job", "a", common::MARGIN)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timing { .. }), "{err}");
+    assert!(
+        db.lease.inspect("job").await?.is_none(),
+        "nothing was written"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn inside_a_transaction_now_is_frozen_and_only_clock_timestamp_sees_expiry(
+) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let db = common::start().await?;
+    let a = db
+        .lease
+        .acquire("job", "a", SHORT)
+        .await?
+        .expect("fresh lease");
+    let mut conn = db.lease.pool().acquire().await?;
+    let mut t = conn.begin().await?;
+    let start = stmt::clocks(&mut *t).await?;
+    db.until_free("job").await?;
+    assert_eq!(stmt::clocks(&mut *t).await?.now, start.now);
+    assert_eq!(stmt::expired_by_now(&mut *t, "job").await?, Some(false));
+    assert!(stmt::acquire(&mut *t, "job", "b", TTL).await?.is_none());
+    assert!(!stmt::renew(&mut *t, &a, JudgedBy::ClockTimestamp).await?);
+    assert!(
+        stmt::renew(&mut *t, &a, JudgedBy::Now).await?,
+        "the stale now() revives it"
+    );
+    t.rollback().await?;
+    Ok(())
+}

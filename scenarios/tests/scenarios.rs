@@ -1,0 +1,47 @@
+//! Each scenario, run end to end against its own embedded cluster, must pass every check, and
+//! make exactly the number of checks it is known to make (a scenario that silently stopped
+//! checking something would otherwise still "pass").
+
+use harness::cluster::{ClusterConfig, PgBinaries};
+use harness::evidence::{render_text, Recorder};
+use scenarios::{Lab, Params};
+
+/// The preflight's checks, made before every selection.
+const PREFLIGHT_CHECKS: usize = 3;
+
+async fn run(id: &str, checks: usize) -> anyhow::Result<()> {
+    let params = Params::default();
+    let cluster = ClusterConfig {
+        max_connections: params.max_connections(),
+        ..ClusterConfig::new(PgBinaries::locate(None)?)
+    };
+    let mut lab = Lab::start(cluster, params).await?;
+    let mut rec = Recorder::new(Vec::new());
+    let selected = scenarios::select(&[id.to_owned()]).map_err(anyhow::Error::msg)?;
+    scenarios::run_all(&mut lab, &mut rec, &selected).await;
+    let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
+    let summary = rec.summary();
+    assert_eq!(summary.failed, 0, "{id} failed:\n{}", text.join("\n"));
+    assert_eq!(
+        summary.passed,
+        PREFLIGHT_CHECKS + checks,
+        "{id} made another number of checks:\n{}",
+        text.join("\n")
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_normal_path_passes() -> anyhow::Result<()> {
+    run("F1", 8).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_long_transaction_judges_by_its_start_and_equal_tokens_pass() -> anyhow::Result<()> {
+    run("F2", 13).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f3_exactly_one_contender_wins_a_free_lease() -> anyhow::Result<()> {
+    run("F3", 12).await
+}
