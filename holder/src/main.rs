@@ -1,4 +1,284 @@
-//! The holder binary: one lease holder as its own OS process (SPEC §4 "Holder process").
+//! The holder: one lease holder as its own OS process (SPEC §4 "Holder process").
 //!
-//! Placeholder: the holder arrives with issue 3.
-fn main() {}
+//! It acquires the lease, starts a background renewer on its own thread (named `renewer`),
+//! checks its local deadline, reports that it is at the write point, and waits for the go-line on
+//! stdin. On it, it writes at once — no re-check: that is the point where a real process can be
+//! paused — then stops the renewer, tries one renew, reports both results and exits with a status
+//! that says what happened (see `holder --help` and `holder_protocol::exit`).
+//!
+//! It knows nothing of scenarios or of how it is orchestrated: it speaks the line protocol of
+//! `holder-protocol` on stdin/stdout and nothing else. It never hangs: when stdin closes before
+//! the go-line, it exits without writing ([`exit::ORPHANED`]).
+
+use std::io::{self, BufRead, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use fencing::lease::{Grant, LeaseStore};
+use fencing::resource::{Resource, Write, WriteMode};
+use fencing::schema::Database;
+use holder_protocol::{exit, Event, Request, VERSION};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=1`; the holder answers \
+`HELLO version=1 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for `GO`.
+
+Exit status:
+  0  wrote (accepted) and the lease was still held afterwards
+  1  runtime failure (e.g. the database could not be reached)
+  2  bad arguments
+  3  lease lost: the renew after the write failed (whatever the write's outcome)
+  4  the write was rejected although the lease was still held
+  5  not acquired: the lease was held by someone else; nothing written
+  6  orphaned: stdin closed before the go-line; nothing written
+  7  protocol error: another version, or an unexpected line
+  8  the local deadline had passed at the write point; nothing written";
+
+/// One holder's parameters.
+#[derive(Debug, Parser)]
+#[command(name = "holder", version, about = "One lease holder process of the fencing lab.", after_help = AFTER_HELP)]
+struct Args {
+    /// The directory of the PostgreSQL Unix socket.
+    #[arg(long, value_name = "DIR")]
+    socket_dir: PathBuf,
+    /// The server's port number (names the socket file).
+    #[arg(long)]
+    port: u16,
+    /// The lease to hold.
+    #[arg(long, value_name = "NAME")]
+    lease: String,
+    /// This holder's id, e.g. holder-a.
+    #[arg(long, value_name = "ID")]
+    holder: String,
+    #[arg(long, value_name = "MS")]
+    ttl_ms: u64,
+    /// The background renewer's interval.
+    #[arg(long, value_name = "MS")]
+    renew_ms: u64,
+    /// The local deadline is ttl minus this.
+    #[arg(long, value_name = "MS")]
+    margin_ms: u64,
+    #[arg(long)]
+    scope: String,
+    #[arg(long)]
+    part: String,
+    /// What to write.
+    #[arg(long)]
+    content: String,
+    /// How the resource checks the token: fenced-scope, fenced-row, check-then-write, unfenced.
+    #[arg(long)]
+    mode: WriteMode,
+    /// Release the lease after the renew that follows the write.
+    #[arg(long)]
+    release: bool,
+}
+
+/// Writes one event line; an orchestrator that stopped listening ends the holder.
+fn emit(event: &Event) {
+    let mut out = io::stdout().lock();
+    if writeln!(out, "{event}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(exit::ORPHANED);
+    }
+}
+
+/// Reads one request line; `None` when stdin closed.
+fn read_request() -> Result<Option<Request>, String> {
+    let mut line = String::new();
+    match io::stdin().lock().read_line(&mut line) {
+        Ok(0) => Ok(None),
+        Ok(_) => Request::decode(&line).map(Some).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("failed to read stdin: {e}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    ExitCode::from(match run(&args) {
+        Ok(code) => code,
+        Err(message) => {
+            emit(&Event::Error { message });
+            exit::FAILURE
+        }
+    } as u8)
+}
+
+fn run(args: &Args) -> Result<i32, String> {
+    match read_request()? {
+        Some(Request::Hello { version }) if version == VERSION => {}
+        Some(other) => {
+            emit(&Event::Error {
+                message: format!("expected HELLO version={VERSION}, got {other}"),
+            });
+            return Ok(exit::PROTOCOL);
+        }
+        None => return Ok(exit::ORPHANED),
+    }
+    emit(&Event::Hello {
+        version: VERSION,
+        pid: std::process::id(),
+    });
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("failed to start a runtime: {e}"))?;
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let margin = Duration::from_millis(args.margin_ms);
+    let lease = rt
+        .block_on(store(args, Database::Lease))
+        .map(|pool| LeaseStore::new(pool, margin))?;
+    let resource = rt
+        .block_on(store(args, Database::Resource))
+        .map(Resource::new)?;
+
+    let grant = rt
+        .block_on(lease.acquire(&args.lease, &args.holder, ttl))
+        .map_err(|e| format!("{e:#}"))?;
+    let Some(grant) = grant else {
+        emit(&Event::Refused);
+        return Ok(exit::NOT_ACQUIRED);
+    };
+    let token = grant.token;
+    emit(&Event::Acquired { token });
+    let grant = Arc::new(Mutex::new(grant));
+    let renewer = Renewer::start(args, margin, grant.clone())?;
+
+    // The local-deadline check. From here to the write there is no other check: a pause here is
+    // invisible to this process.
+    let deadline = grant.lock().expect("grant lock").local_deadline();
+    let now = Instant::now();
+    if now >= deadline {
+        renewer.stop();
+        emit(&Event::DeadlinePassed { token });
+        return Ok(exit::DEADLINE_PASSED);
+    }
+    emit(&Event::AtWritePoint {
+        token,
+        deadline_left_ms: (deadline - now).as_millis() as u64,
+    });
+    match read_request()? {
+        Some(Request::Go) => {}
+        Some(other) => {
+            renewer.stop();
+            emit(&Event::Error {
+                message: format!("expected GO, got {other}"),
+            });
+            return Ok(exit::PROTOCOL);
+        }
+        None => {
+            renewer.stop();
+            return Ok(exit::ORPHANED);
+        }
+    }
+
+    let write = Write {
+        scope: &args.scope,
+        part: &args.part,
+        content: &args.content,
+        writer: &args.holder,
+        token,
+    };
+    let accepted = rt
+        .block_on(resource.write(&write, args.mode))
+        .map_err(|e| format!("{e:#}"))?;
+    emit(&Event::Write { accepted, token });
+    renewer.stop();
+    let mut held = grant.lock().expect("grant lock").clone();
+    let renewed = rt
+        .block_on(lease.renew(&mut held))
+        .map_err(|e| format!("{e:#}"))?;
+    emit(&Event::RenewAfterWrite { ok: renewed });
+    if args.release && renewed {
+        let released = rt
+            .block_on(lease.release(&held))
+            .map_err(|e| format!("{e:#}"))?;
+        emit(&Event::Released { ok: released });
+    }
+    Ok(match (accepted, renewed) {
+        (_, false) => exit::LEASE_LOST,
+        (false, true) => exit::REJECTED,
+        (true, true) => exit::WROTE,
+    })
+}
+
+/// A pool of one connection to `db` as its owner role.
+async fn store(args: &Args, db: Database) -> Result<sqlx::PgPool, String> {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options(args, db))
+        .await
+        .map_err(|e| format!("failed to connect to {} as {}: {e}", db.name(), db.role()))
+}
+
+fn options(args: &Args, db: Database) -> PgConnectOptions {
+    PgConnectOptions::new_without_pgpass()
+        .socket(&args.socket_dir)
+        .port(args.port)
+        .username(db.role())
+        .database(db.name())
+        .application_name(&args.holder)
+}
+
+/// The background renewer: its own thread (so that a frozen process visibly freezes it too),
+/// its own connection, renewing every `renew_ms` until stopped or refused.
+struct Renewer {
+    stop: mpsc::Sender<()>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Renewer {
+    fn start(args: &Args, margin: Duration, grant: Arc<Mutex<Grant>>) -> Result<Renewer, String> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let every = Duration::from_millis(args.renew_ms);
+        let opts = options(args, Database::Lease);
+        let thread = thread::Builder::new()
+            .name("renewer".into())
+            .spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    emit(&Event::Error {
+                        message: "the renewer could not start a runtime".into(),
+                    });
+                    return;
+                };
+                let pool = rt.block_on(PgPoolOptions::new().max_connections(1).connect_with(opts));
+                let Ok(pool) = pool else {
+                    emit(&Event::Error {
+                        message: "the renewer could not connect".into(),
+                    });
+                    return;
+                };
+                let lease = LeaseStore::new(pool, margin);
+                // The renew interval is a duration the timeline prescribes; a stop ends the wait.
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    let mut held = grant.lock().expect("grant lock").clone();
+                    let ok = rt.block_on(lease.renew(&mut held)).unwrap_or(false);
+                    if ok {
+                        *grant.lock().expect("grant lock") = held.clone();
+                    }
+                    emit(&Event::Renewed {
+                        ok,
+                        token: held.token,
+                    });
+                    if !ok {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| format!("failed to start the renewer thread: {e}"))?;
+        Ok(Renewer { stop, thread })
+    }
+
+    /// Stops the renewer and waits until its thread has ended.
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}

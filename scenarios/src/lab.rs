@@ -2,14 +2,16 @@
 //! one pool per side (the lease side as `lease_svc`, the resource side as `resource_svc`), the
 //! stores of the system under test, and the run's parameters.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use fencing::lease::LeaseStore;
 use fencing::publish::Publisher;
-use fencing::resource::Resource;
+use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
 use harness::cluster::{Cluster, ClusterConfig};
+use harness::holder::HolderSpec;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -101,6 +103,8 @@ impl Params {
 /// The environment of a run. Dropping it stops the cluster (and removes it unless kept).
 pub struct Lab {
     pub cluster: Cluster,
+    /// The holder binary the multi-process scenarios start.
+    pub holder_bin: PathBuf,
     pub params: Params,
     pub lease: LeaseStore,
     pub resource: Resource,
@@ -110,7 +114,11 @@ pub struct Lab {
 impl Lab {
     /// Starts a cluster, creates the roles and databases, applies the migrations and opens the
     /// pools. Must be called from a thread that outlives the lab (see `harness::cluster`).
-    pub async fn start(cluster: ClusterConfig, params: Params) -> anyhow::Result<Lab> {
+    pub async fn start(
+        cluster: ClusterConfig,
+        params: Params,
+        holder_bin: PathBuf,
+    ) -> anyhow::Result<Lab> {
         let cluster = Cluster::create(cluster)
             .await
             .context("failed to start the embedded PostgreSQL")?;
@@ -128,6 +136,7 @@ impl Lab {
             resource: Resource::new(resource_pool.clone()),
             publisher: Publisher::new(resource_pool),
             cluster,
+            holder_bin,
             params,
         })
     }
@@ -147,6 +156,31 @@ impl Lab {
         schema::reset(Database::Resource, self.resource.pool()).await?;
         self.resource.setup_scope(SCOPE).await?;
         Ok(())
+    }
+
+    /// How to start a holder process that writes `content` to the summary in `mode`.
+    pub fn holder_spec(
+        &self,
+        holder: &str,
+        content: &str,
+        mode: WriteMode,
+        release: bool,
+    ) -> HolderSpec {
+        HolderSpec {
+            bin: self.holder_bin.clone(),
+            socket_dir: self.cluster.socket_dir(),
+            port: self.cluster.port(),
+            lease: LEASE.into(),
+            holder: holder.into(),
+            ttl: self.params.ttl,
+            renew: self.params.renew,
+            margin: self.params.margin,
+            scope: SCOPE.into(),
+            part: SUMMARY.into(),
+            content: content.into(),
+            mode: mode.as_str().into(),
+            release,
+        }
     }
 
     /// A lease client with its own single connection, already open (F3's contenders).

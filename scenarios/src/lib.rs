@@ -14,7 +14,10 @@ use harness::evidence::Recorder;
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
+mod f4_paused_holder;
+mod f5_paused_holder_unfenced;
 pub mod lab;
+mod paused_holder;
 mod preflight;
 
 pub use lab::{Lab, Params};
@@ -43,6 +46,8 @@ pub const ALL: &[&dyn Scenario] = &[
     &f1_normal_path::F1,
     &f2_now_in_long_transaction::F2,
     &f3_concurrent_acquire::F3,
+    &f4_paused_holder::F4,
+    &f5_paused_holder_unfenced::F5,
 ];
 
 /// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.

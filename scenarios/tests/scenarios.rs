@@ -15,7 +15,8 @@ async fn run(id: &str, checks: usize) -> anyhow::Result<()> {
         max_connections: params.max_connections(),
         ..ClusterConfig::new(PgBinaries::locate(None)?)
     };
-    let mut lab = Lab::start(cluster, params).await?;
+    let holder = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
+    let mut lab = Lab::start(cluster, params, holder).await?;
     let mut rec = Recorder::new(Vec::new());
     let selected = scenarios::select(&[id.to_owned()]).map_err(anyhow::Error::msg)?;
     scenarios::run_all(&mut lab, &mut rec, &selected).await;

@@ -16,6 +16,7 @@ pub struct Config {
     pub scenarios: Vec<&'static dyn Scenario>,
     pub params: Params,
     pub cluster: ClusterConfig,
+    pub holder_bin: PathBuf,
     pub evidence_dir: PathBuf,
     /// Whether this run made the evidence directory (and may remove it if it stays empty).
     made_evidence_dir: bool,
@@ -40,6 +41,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
     };
     params.validate().map_err(anyhow::Error::msg)?;
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
+    let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
     let cluster = ClusterConfig {
         port: args.port,
         listen_tcp: args.tcp,
@@ -77,6 +79,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         scenarios,
         params,
         cluster,
+        holder_bin,
         evidence_dir: dir,
         made_evidence_dir,
         keep: args.keep,

@@ -100,7 +100,7 @@ async fn run_lab(cfg: &Config) -> ExitCode {
     };
     let started = std::time::Instant::now();
     let lab = tokio::select! {
-        lab = Lab::start(cfg.cluster.clone(), cfg.params.clone()) => lab,
+        lab = Lab::start(cfg.cluster.clone(), cfg.params.clone(), cfg.holder_bin.clone()) => lab,
         _ = sigint.recv() => return ExitCode::from(130),
         _ = sigterm.recv() => return ExitCode::from(143),
     };

@@ -284,9 +284,22 @@ impl Recorder {
         outcome: impl Into<String>,
         db_clock: Option<String>,
     ) {
+        self.step_at(Instant::now(), actor, action, token, outcome, db_clock);
+    }
+
+    /// Records a timeline step that happened at the monotonic instant `at`.
+    pub fn step_at(
+        &mut self,
+        at: Instant,
+        actor: &str,
+        action: &str,
+        token: Option<i64>,
+        outcome: impl Into<String>,
+        db_clock: Option<String>,
+    ) {
         let step = Step {
             case: self.case.clone(),
-            at: self.started.elapsed(),
+            at: at.saturating_duration_since(self.started),
             actor: actor.to_owned(),
             action: action.to_owned(),
             token,

@@ -11,4 +11,6 @@
 
 pub mod cluster;
 pub mod evidence;
+pub mod holder;
+pub mod process;
 pub mod wait;

@@ -1,0 +1,349 @@
+//! The line protocol between the orchestrator (the lab) and a holder process: the one place it is
+//! defined. Both sides encode and decode through these types; nothing else writes protocol text.
+//!
+//! One message per line, newline-delimited, `TAG key=value …`. The orchestrator speaks first:
+//! `HELLO version=N`; the holder answers `HELLO version=N pid=P` or, on a mismatch, reports an
+//! `ERROR` and exits with [`exit::PROTOCOL`]. Then the holder reports its progress as [`Event`]s
+//! and waits at the write point for [`Request::Go`].
+//!
+//! ```text
+//! lab → holder   HELLO version=1
+//! holder → lab   HELLO version=1 pid=4242
+//! holder → lab   ACQUIRED token=1
+//! holder → lab   AT_WRITE_POINT token=1 deadline_left_ms=1196
+//! holder → lab   RENEWED ok=true token=1          (from the background renewer, any time)
+//! lab → holder   GO
+//! holder → lab   WRITE accepted=false token=1
+//! holder → lab   RENEW_AFTER_WRITE ok=false
+//! ```
+
+use std::fmt;
+
+/// Bumped whenever a message changes shape.
+pub const VERSION: u32 = 1;
+
+/// The holder's exit statuses (documented in the holder's `--help`).
+pub mod exit {
+    /// It wrote (accepted) and its lease was still held afterwards.
+    pub const WROTE: i32 = 0;
+    /// A runtime failure (e.g. the database could not be reached).
+    pub const FAILURE: i32 = 1;
+    /// Bad command-line arguments.
+    pub const USAGE: i32 = 2;
+    /// Lease lost: the renew after the write failed (whatever the write's outcome).
+    pub const LEASE_LOST: i32 = 3;
+    /// The write was rejected although the lease was still held.
+    pub const REJECTED: i32 = 4;
+    /// The lease was held by someone else: nothing was written.
+    pub const NOT_ACQUIRED: i32 = 5;
+    /// The orchestrator went away (stdin closed) before the go-line: nothing was written.
+    pub const ORPHANED: i32 = 6;
+    /// The orchestrator spoke another protocol version or sent an unexpected line.
+    pub const PROTOCOL: i32 = 7;
+    /// The local deadline had passed at the write point: the holder gave up by itself.
+    pub const DEADLINE_PASSED: i32 = 8;
+
+    /// A name for an exit status, for the evidence.
+    pub fn name(code: i32) -> &'static str {
+        match code {
+            WROTE => "wrote",
+            FAILURE => "failure",
+            USAGE => "usage",
+            LEASE_LOST => "lease lost",
+            REJECTED => "rejected",
+            NOT_ACQUIRED => "not acquired",
+            ORPHANED => "orphaned",
+            PROTOCOL => "protocol error",
+            DEADLINE_PASSED => "deadline passed",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Orchestrator → holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The handshake: the orchestrator's protocol version.
+    Hello { version: u32 },
+    /// The go-line: write now, without re-checking anything.
+    Go,
+}
+
+/// Holder → orchestrator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake's answer.
+    Hello { version: u32, pid: u32 },
+    /// The lease was granted with this token.
+    Acquired { token: i64 },
+    /// The lease is held by someone else.
+    Refused,
+    /// A background renewal's result.
+    Renewed { ok: bool, token: i64 },
+    /// The local-deadline check passed; the holder waits for [`Request::Go`].
+    AtWritePoint { token: i64, deadline_left_ms: u64 },
+    /// The local deadline had passed at the write point; the holder will not write.
+    DeadlinePassed { token: i64 },
+    /// The write's result.
+    Write { accepted: bool, token: i64 },
+    /// The result of the one renew tried after the write.
+    RenewAfterWrite { ok: bool },
+    /// The result of the release (holders asked to release after writing).
+    Released { ok: bool },
+    /// Something went wrong; the holder exits next.
+    Error { message: String },
+}
+
+/// A line that is not a message of this protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a protocol line ({reason}): {line:?}")]
+pub struct DecodeError {
+    pub line: String,
+    pub reason: String,
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Request::Hello { version } => write!(f, "HELLO version={version}"),
+            Request::Go => f.write_str("GO"),
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Hello { version, pid } => write!(f, "HELLO version={version} pid={pid}"),
+            Event::Acquired { token } => write!(f, "ACQUIRED token={token}"),
+            Event::Refused => f.write_str("REFUSED"),
+            Event::Renewed { ok, token } => write!(f, "RENEWED ok={ok} token={token}"),
+            Event::AtWritePoint {
+                token,
+                deadline_left_ms,
+            } => {
+                write!(
+                    f,
+                    "AT_WRITE_POINT token={token} deadline_left_ms={deadline_left_ms}"
+                )
+            }
+            Event::DeadlinePassed { token } => write!(f, "DEADLINE_PASSED token={token}"),
+            Event::Write { accepted, token } => {
+                write!(f, "WRITE accepted={accepted} token={token}")
+            }
+            Event::RenewAfterWrite { ok } => write!(f, "RENEW_AFTER_WRITE ok={ok}"),
+            Event::Released { ok } => write!(f, "RELEASED ok={ok}"),
+            // The message is the rest of the line, with line breaks flattened.
+            Event::Error { message } => write!(f, "ERROR {}", message.replace(['\n', '\r'], " ")),
+        }
+    }
+}
+
+/// The fields of one line: its tag and its `key=value` pairs.
+struct Fields<'a> {
+    line: &'a str,
+    tag: &'a str,
+    rest: &'a str,
+}
+
+impl<'a> Fields<'a> {
+    fn parse(line: &'a str) -> Fields<'a> {
+        let line = line.trim_end_matches(['\n', '\r']);
+        let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
+        Fields { line, tag, rest }
+    }
+
+    fn err(&self, reason: impl Into<String>) -> DecodeError {
+        DecodeError {
+            line: self.line.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    fn get<T: std::str::FromStr>(&self, key: &str) -> Result<T, DecodeError> {
+        let raw = self
+            .rest
+            .split(' ')
+            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+            .ok_or_else(|| self.err(format!("missing {key}")))?;
+        raw.parse().map_err(|_| self.err(format!("bad {key}")))
+    }
+
+    /// Rejects lines with fields beyond `keys`.
+    fn only(&self, keys: &[&str]) -> Result<(), DecodeError> {
+        let n = self.rest.split(' ').filter(|s| !s.is_empty()).count();
+        if n == keys.len() {
+            Ok(())
+        } else {
+            Err(self.err(format!("expected the fields {keys:?}")))
+        }
+    }
+}
+
+impl Request {
+    pub fn decode(line: &str) -> Result<Request, DecodeError> {
+        let f = Fields::parse(line);
+        let req = match f.tag {
+            "HELLO" => {
+                f.only(&["version"])?;
+                Request::Hello {
+                    version: f.get("version")?,
+                }
+            }
+            "GO" => {
+                f.only(&[])?;
+                Request::Go
+            }
+            _ => return Err(f.err("unknown request")),
+        };
+        Ok(req)
+    }
+}
+
+impl Event {
+    pub fn decode(line: &str) -> Result<Event, DecodeError> {
+        let f = Fields::parse(line);
+        let event = match f.tag {
+            "HELLO" => {
+                f.only(&["version", "pid"])?;
+                Event::Hello {
+                    version: f.get("version")?,
+                    pid: f.get("pid")?,
+                }
+            }
+            "ACQUIRED" => {
+                f.only(&["token"])?;
+                Event::Acquired {
+                    token: f.get("token")?,
+                }
+            }
+            "REFUSED" => {
+                f.only(&[])?;
+                Event::Refused
+            }
+            "RENEWED" => {
+                f.only(&["ok", "token"])?;
+                Event::Renewed {
+                    ok: f.get("ok")?,
+                    token: f.get("token")?,
+                }
+            }
+            "AT_WRITE_POINT" => {
+                f.only(&["token", "deadline_left_ms"])?;
+                Event::AtWritePoint {
+                    token: f.get("token")?,
+                    deadline_left_ms: f.get("deadline_left_ms")?,
+                }
+            }
+            "DEADLINE_PASSED" => {
+                f.only(&["token"])?;
+                Event::DeadlinePassed {
+                    token: f.get("token")?,
+                }
+            }
+            "WRITE" => {
+                f.only(&["accepted", "token"])?;
+                Event::Write {
+                    accepted: f.get("accepted")?,
+                    token: f.get("token")?,
+                }
+            }
+            "RENEW_AFTER_WRITE" => {
+                f.only(&["ok"])?;
+                Event::RenewAfterWrite { ok: f.get("ok")? }
+            }
+            "RELEASED" => {
+                f.only(&["ok"])?;
+                Event::Released { ok: f.get("ok")? }
+            }
+            "ERROR" => Event::Error {
+                message: f.rest.to_owned(),
+            },
+            _ => return Err(f.err("unknown event")),
+        };
+        Ok(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_survives_a_round_trip() {
+        let events = [
+            Event::Hello {
+                version: VERSION,
+                pid: 4242,
+            },
+            Event::Acquired { token: 1 },
+            Event::Refused,
+            Event::Renewed { ok: true, token: 1 },
+            Event::AtWritePoint {
+                token: 1,
+                deadline_left_ms: 1196,
+            },
+            Event::DeadlinePassed { token: 3 },
+            Event::Write {
+                accepted: false,
+                token: 1,
+            },
+            Event::RenewAfterWrite { ok: false },
+            Event::Released { ok: true },
+            Event::Error {
+                message: "failed to connect: no such file".into(),
+            },
+        ];
+        for e in events {
+            assert_eq!(Event::decode(&format!("{e}\n")), Ok(e.clone()), "{e}");
+        }
+        for r in [Request::Hello { version: VERSION }, Request::Go] {
+            assert_eq!(Request::decode(&r.to_string()), Ok(r.clone()), "{r}");
+        }
+    }
+
+    #[test]
+    fn the_lines_read_as_the_evidence_quotes_them() {
+        assert_eq!(
+            Event::Write {
+                accepted: false,
+                token: 1
+            }
+            .to_string(),
+            "WRITE accepted=false token=1"
+        );
+        assert_eq!(
+            Event::RenewAfterWrite { ok: false }.to_string(),
+            "RENEW_AFTER_WRITE ok=false"
+        );
+    }
+
+    #[test]
+    fn malformed_lines_are_errors_not_guesses() {
+        for line in [
+            "",
+            "WRITE",
+            "WRITE accepted=maybe token=1",
+            "WRITE accepted=true",
+            "ACQUIRED token=1 extra=2",
+            "NOPE",
+            "GO now",
+        ] {
+            assert!(
+                Event::decode(line).is_err() || Request::decode(line).is_err(),
+                "{line:?}"
+            );
+        }
+        assert!(Event::decode("WRITE accepted=maybe token=1").is_err());
+        assert!(Request::decode("GO now").is_err());
+        assert!(Request::decode("HELLO").is_err());
+    }
+
+    #[test]
+    fn an_error_message_stays_on_one_line() {
+        let e = Event::Error {
+            message: "line one\nline two".into(),
+        };
+        assert_eq!(e.to_string(), "ERROR line one line two");
+    }
+}

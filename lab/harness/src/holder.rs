@@ -1,0 +1,352 @@
+//! Driving a holder process over its line protocol (`holder-protocol`): spawn it, shake hands,
+//! read its events with deadlines, send the go-line. A silent, crashed or misbehaving holder
+//! becomes an error that quotes its stderr — never a hang.
+//!
+//! The harness does not know the fencing implementation: the write mode travels as its name.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use holder_protocol::{exit, DecodeError, Event, Request, VERSION};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::ChildStdin;
+use tokio::sync::mpsc;
+
+use crate::process::{ChildProcess, ProcessError, ThreadState};
+
+/// How long a holder may stay silent when the lab expects it to speak.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Everything a holder process is started with.
+#[derive(Debug, Clone)]
+pub struct HolderSpec {
+    pub bin: PathBuf,
+    pub socket_dir: PathBuf,
+    pub port: u16,
+    pub lease: String,
+    pub holder: String,
+    pub ttl: Duration,
+    pub renew: Duration,
+    pub margin: Duration,
+    pub scope: String,
+    pub part: String,
+    pub content: String,
+    /// The resource's write mode, by name (`fenced-scope`, `unfenced`, …).
+    pub mode: String,
+    /// Release the lease after the renew that follows the write.
+    pub release: bool,
+}
+
+impl HolderSpec {
+    fn args(&self) -> Vec<OsString> {
+        let ms = |d: Duration| d.as_millis().to_string();
+        let mut args: Vec<OsString> = vec![
+            "--socket-dir".into(),
+            self.socket_dir.clone().into(),
+            "--port".into(),
+            self.port.to_string().into(),
+            "--lease".into(),
+            self.lease.clone().into(),
+            "--holder".into(),
+            self.holder.clone().into(),
+            "--ttl-ms".into(),
+            ms(self.ttl).into(),
+            "--renew-ms".into(),
+            ms(self.renew).into(),
+            "--margin-ms".into(),
+            ms(self.margin).into(),
+            "--scope".into(),
+            self.scope.clone().into(),
+            "--part".into(),
+            self.part.clone().into(),
+            "--content".into(),
+            self.content.clone().into(),
+            "--mode".into(),
+            self.mode.clone().into(),
+        ];
+        if self.release {
+            args.push("--release".into());
+        }
+        args
+    }
+}
+
+/// Finds the holder binary: `$LAB_HOLDER_BIN`, else beside the running executable (or one level
+/// up, for test executables in `target/*/deps`).
+pub fn locate_holder_bin() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("LAB_HOLDER_BIN") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "LAB_HOLDER_BIN={} is not a file; unset it or point it at a built holder",
+                path.display()
+            ))
+        };
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("failed to find the running executable: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    [dir.join("holder"), dir.join("../holder")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "the holder binary is missing beside {}: build it with `cargo build -p holder` \
+                 (./run.sh and scripts/test.sh do), or set LAB_HOLDER_BIN",
+                exe.display()
+            )
+        })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HolderError {
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    #[error(
+        "{name} said nothing for {after:?} while the lab waited for {what}; its stderr: {stderr}"
+    )]
+    Silent {
+        name: String,
+        what: String,
+        after: Duration,
+        stderr: String,
+    },
+    #[error("{name} exited ({status}) while the lab waited for {what}; its stderr: {stderr}")]
+    Exited {
+        name: String,
+        what: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{name} sent a line that is not the protocol: {source}; its stderr: {stderr}")]
+    Garbled {
+        name: String,
+        #[source]
+        source: DecodeError,
+        stderr: String,
+    },
+    #[error("{name} sent `{got}` while the lab waited for {what}")]
+    Unexpected {
+        name: String,
+        what: String,
+        got: String,
+    },
+    #[error("failed to send `{line}` to {name}")]
+    Send {
+        name: String,
+        line: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running holder process and the stream of its events.
+pub struct Holder {
+    process: ChildProcess,
+    stdin: Option<ChildStdin>,
+    events: mpsc::UnboundedReceiver<(Instant, Result<Event, DecodeError>)>,
+    stderr: Arc<Mutex<String>>,
+    renewals: Vec<(Instant, bool)>,
+    /// Events drained from the stream by [`Holder::drain_renewals`] that are not renewals.
+    pending: std::collections::VecDeque<(Instant, Result<Event, DecodeError>)>,
+    pid: u32,
+}
+
+impl Holder {
+    /// Starts a holder and shakes hands with it. Returns once it answered `HELLO` with this
+    /// protocol's version.
+    pub async fn spawn(spec: &HolderSpec) -> Result<Holder, HolderError> {
+        let mut process = ChildProcess::spawn(&spec.holder, &spec.bin, &spec.args())?;
+        let child = process.child_mut();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+        let (tx, events) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send((Instant::now(), Event::decode(&line))).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr_pipe.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .expect("stderr lock")
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let pid = process.pid();
+        let mut holder = Holder {
+            process,
+            stdin,
+            events,
+            stderr,
+            renewals: Vec::new(),
+            pending: Default::default(),
+            pid,
+        };
+        holder.send(Request::Hello { version: VERSION }).await?;
+        match holder.next("the HELLO handshake", EVENT_TIMEOUT).await? {
+            (_, Event::Hello { version, pid }) if version == VERSION && pid == holder.pid => {
+                Ok(holder)
+            }
+            (_, got) => {
+                Err(holder.unexpected("HELLO with this protocol version and its pid", &got))
+            }
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.process.name()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// What the holder wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr lock").trim().to_owned()
+    }
+
+    /// The background renewals seen so far: when each was reported and whether it succeeded.
+    pub fn renewals(&self) -> &[(Instant, bool)] {
+        &self.renewals
+    }
+
+    /// Sends one request line.
+    pub async fn send(&mut self, request: Request) -> Result<(), HolderError> {
+        let line = format!("{request}\n");
+        let name = self.name().to_owned();
+        let stdin = self.stdin.as_mut().ok_or_else(|| HolderError::Send {
+            name: name.clone(),
+            line: request.to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdin already closed"),
+        })?;
+        let sent = async {
+            stdin.write_all(line.as_bytes()).await?;
+            stdin.flush().await
+        };
+        sent.await.map_err(|source| HolderError::Send {
+            name,
+            line: request.to_string(),
+            source,
+        })
+    }
+
+    /// The next event other than a background renewal (those are recorded, see
+    /// [`Holder::renewals`]), with the monotonic instant it arrived. Waits at most `timeout`.
+    pub async fn next(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(Instant, Event), HolderError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let received = match self.pending.pop_front() {
+                Some(event) => Ok(Some(event)),
+                None => tokio::time::timeout_at(deadline, self.events.recv()).await,
+            };
+            match received {
+                Err(_) => {
+                    return Err(HolderError::Silent {
+                        name: self.name().to_owned(),
+                        what: what.to_owned(),
+                        after: timeout,
+                        stderr: self.stderr(),
+                    })
+                }
+                Ok(None) => {
+                    let status = match self.process.wait_exit(Duration::from_secs(5)).await {
+                        Ok(Some(s)) => describe(s.code()),
+                        _ => "closed its stdout".into(),
+                    };
+                    return Err(HolderError::Exited {
+                        name: self.name().to_owned(),
+                        what: what.to_owned(),
+                        status,
+                        stderr: self.stderr(),
+                    });
+                }
+                Ok(Some((_, Err(source)))) => {
+                    return Err(HolderError::Garbled {
+                        name: self.name().to_owned(),
+                        source,
+                        stderr: self.stderr(),
+                    })
+                }
+                Ok(Some((at, Ok(Event::Renewed { ok, .. })))) => self.renewals.push((at, ok)),
+                Ok(Some((at, Ok(event)))) => return Ok((at, event)),
+            }
+        }
+    }
+
+    /// Takes in the renewals reported so far without waiting; other events stay queued for
+    /// [`Holder::next`]. Returns all renewals seen so far.
+    pub fn drain_renewals(&mut self) -> &[(Instant, bool)] {
+        while let Ok(item) = self.events.try_recv() {
+            match item {
+                (at, Ok(Event::Renewed { ok, .. })) => self.renewals.push((at, ok)),
+                other => self.pending.push_back(other),
+            }
+        }
+        &self.renewals
+    }
+
+    /// An error for an event the lab did not expect at this point.
+    pub fn unexpected(&self, what: &str, got: &Event) -> HolderError {
+        HolderError::Unexpected {
+            name: self.name().to_owned(),
+            what: what.to_owned(),
+            got: got.to_string(),
+        }
+    }
+
+    /// See [`ChildProcess::freeze`].
+    pub async fn freeze(&mut self) -> Result<Vec<ThreadState>, HolderError> {
+        Ok(self.process.freeze().await?)
+    }
+
+    /// See [`ChildProcess::thaw`].
+    pub async fn thaw(&mut self) -> Result<Vec<ThreadState>, HolderError> {
+        Ok(self.process.thaw().await?)
+    }
+
+    /// Waits for the holder to exit; its exit code. A holder still running after `timeout` is
+    /// killed and reported as silent.
+    pub async fn exit_code(&mut self, timeout: Duration) -> Result<i32, HolderError> {
+        self.stdin = None;
+        match self.process.wait_exit(timeout).await {
+            Ok(Some(status)) => Ok(status.code().unwrap_or(-1)),
+            _ => {
+                self.process.kill().await;
+                Err(HolderError::Silent {
+                    name: self.name().to_owned(),
+                    what: "its exit".into(),
+                    after: timeout,
+                    stderr: self.stderr(),
+                })
+            }
+        }
+    }
+}
+
+/// An exit code with its meaning in the holder's protocol.
+pub fn describe(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit {c} ({})", exit::name(c)),
+        None => "killed by a signal".into(),
+    }
+}

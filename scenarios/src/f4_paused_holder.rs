@@ -1,0 +1,47 @@
+//! F4 — the paused old holder, fenced. The fault: holder A, a separate process, is frozen with
+//! SIGSTOP after its local-deadline check and before its write; its lease expires by the database
+//! clock; holder B takes over with token 2 and writes. A resumes and writes with token 1.
+//! Property (I2 + I3): the fenced-scope resource rejects A's stale write by its own floor, even
+//! though the lease was free when A resumed.
+
+use fencing::resource::WriteMode;
+use harness::evidence::Recorder;
+
+use crate::lab::{shown, wrote};
+use crate::paused_holder::{self, part_line, B_CONTENT};
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F4;
+
+impl Scenario for F4 {
+    fn id(&self) -> &'static str {
+        "F4"
+    }
+
+    fn title(&self) -> &'static str {
+        "the paused old holder: lease expires while A is frozen, B takes over, A resumes (fenced)"
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let r = paused_holder::run(lab, rec, WriteMode::FencedScope).await?;
+            rec.check(
+                "A's stale write is rejected by the resource",
+                "WRITE accepted=false token=1",
+                &wrote(r.a_accepted, 1),
+            );
+            rec.check(
+                "the final summary is B's",
+                &format!("{B_CONTENT} by holder-b token=2"),
+                &part_line(&r.summary),
+            );
+            rec.check("fence_floor after the run", "2", &shown(r.floor));
+            rec.check(
+                "write_attempt holds exactly one rejected attempt by A",
+                &1,
+                &r.a_rejections,
+            );
+            Ok(())
+        })
+    }
+}

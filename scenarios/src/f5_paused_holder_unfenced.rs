@@ -1,0 +1,48 @@
+//! F5 — negative control for F4: the same timeline, the same lease service, but the resource does
+//! not check tokens (unfenced). The flaw that must show: A's stale write is accepted and A's old
+//! result overwrites B's. If it does not show, the lab can no longer tell a fenced resource from
+//! an unfenced one, and that is a failure.
+
+use fencing::resource::WriteMode;
+use harness::evidence::Recorder;
+
+use crate::lab::{shown, HOLDER_A};
+use crate::paused_holder::{self, part_line, A_CONTENT};
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F5;
+
+impl Scenario for F5 {
+    fn id(&self) -> &'static str {
+        "F5"
+    }
+
+    fn title(&self) -> &'static str {
+        "negative control: the same timeline as F4 against an unfenced resource (mode=unfenced)"
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let r = paused_holder::run(lab, rec, WriteMode::Unfenced).await?;
+            let stale_won = r.a_accepted
+                && r.summary.as_ref().is_some_and(|p| {
+                    p.writer == HOLDER_A && p.token == 1 && p.content == A_CONTENT
+                });
+            rec.expose(
+                "without a token check at the resource, A's stale result overwrote B's",
+                stale_won,
+                format_args!(
+                    "A accepted={}; final summary = {}",
+                    r.a_accepted,
+                    part_line(&r.summary)
+                ),
+            );
+            rec.check(
+                "fence_floor after the run (the unfenced mode never reads it)",
+                "0",
+                &shown(r.floor),
+            );
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,262 @@
+//! The timeline F4 and F5 share (SPEC §5 F4): two independent holder processes; A is frozen with
+//! SIGSTOP between its local check and its write while its lease expires by the database clock;
+//! B takes over, writes, renews, releases and exits; then A is given the go-line and continued.
+//!
+//! The lease service must behave identically in both scenarios; those checks are made here. What
+//! differs — the resource's verdict on A's stale write — is returned for the scenario to judge.
+
+use std::time::Instant;
+
+use anyhow::bail;
+use fencing::resource::{Part, WriteMode};
+use harness::evidence::Recorder;
+use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+use harness::process::ThreadState;
+use holder_protocol::{exit, Event, Request};
+
+use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::Lab;
+
+/// What A's content and B's content are.
+pub const A_CONTENT: &str = "rows=200(A)";
+pub const B_CONTENT: &str = "rows=201(B)";
+
+/// What the resource made of the timeline.
+pub struct Resumed {
+    /// A's write after it resumed: accepted?
+    pub a_accepted: bool,
+    /// The final summary part.
+    pub summary: Option<Part>,
+    pub floor: Option<i64>,
+    /// Rejected attempts by holder-a in `write_attempt`.
+    pub a_rejections: usize,
+}
+
+/// The summary part as the evidence shows it: `content by writer token=N`.
+pub fn part_line(part: &Option<Part>) -> String {
+    shown(
+        part.as_ref()
+            .map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)),
+    )
+}
+
+/// Records a holder's event as a timeline step, with the database clock read when it arrived.
+async fn step(
+    lab: &Lab,
+    rec: &mut Recorder,
+    at: Instant,
+    actor: &str,
+    action: &str,
+    event: &Event,
+) {
+    let token = match event {
+        Event::Acquired { token }
+        | Event::AtWritePoint { token, .. }
+        | Event::Write { token, .. } => Some(*token),
+        _ => None,
+    };
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step_at(at, actor, action, token, event.to_string(), clock);
+}
+
+async fn lab_step(lab: &Lab, rec: &mut Recorder, action: &str, outcome: impl Into<String>) {
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step("lab", action, None, outcome, clock);
+}
+
+fn states(threads: &[ThreadState]) -> String {
+    let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();
+    letters.sort();
+    letters.dedup();
+    letters.join(",")
+}
+
+fn list(threads: &[ThreadState]) -> String {
+    threads
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs the shared timeline with both holders writing in `mode`.
+pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::Result<Resumed> {
+    let p = lab.params.clone();
+    let mut a = Holder::spawn(&lab.holder_spec(HOLDER_A, A_CONTENT, mode, false)).await?;
+    let (at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "acquire", &acquired).await;
+    rec.check(
+        format!("A (pid {}) acquires the lease, token=1", a.pid()),
+        "ACQUIRED token=1",
+        &acquired.to_string(),
+    );
+    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    step(
+        lab,
+        rec,
+        at,
+        "A",
+        "local-deadline check passed, waits at the write point",
+        &ready,
+    )
+    .await;
+    let Event::AtWritePoint {
+        token: 1,
+        deadline_left_ms,
+    } = ready
+    else {
+        bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
+    };
+    rec.note(format!(
+        "A passed its local-deadline check ({deadline_left_ms} ms left) and waits at the write point, resource mode={mode}"
+    ));
+
+    // The timeline prescribes this duration: 2×TTL of renewing in the background.
+    let hold = p.ttl * 2;
+    tokio::time::sleep(hold).await;
+    let row = lab.lease.inspect(LEASE).await?;
+    let renewals = a.drain_renewals().to_vec();
+    rec.check(
+        format!(
+            "A kept the lease by renewing while not paused (waited {} ms, TTL={} ms)",
+            hold.as_millis(),
+            p.ttl.as_millis()
+        ),
+        "holder-a token=1 unexpired",
+        &shown(row.map(|r| {
+            format!(
+                "{} token={} {}",
+                r.holder,
+                r.token,
+                if r.expired { "expired" } else { "unexpired" }
+            )
+        })),
+    );
+    rec.check_that(
+        "A's background renewer renewed, every time with success",
+        !renewals.is_empty() && renewals.iter().all(|(_, ok)| *ok),
+        format_args!(
+            "{} renewals, {} ok",
+            renewals.len(),
+            renewals.iter().filter(|(_, ok)| *ok).count()
+        ),
+    );
+
+    let frozen = a.freeze().await?;
+    lab_step(lab, rec, "SIGSTOP A", list(&frozen)).await;
+    rec.check(
+        "after SIGSTOP, /proc shows state T for A and every thread of A",
+        "T",
+        &states(&frozen),
+    );
+    rec.check_that(
+        "A's renewer thread is frozen with it",
+        frozen.iter().any(|t| t.name == "renewer" && t.state == 'T'),
+        format_args!("pid {}: {}", a.pid(), list(&frozen)),
+    );
+
+    let frozen_at = Instant::now();
+    let lease = &lab.lease;
+    harness::wait::until(
+        "A's lease is expired by the database clock",
+        p.wait_timeout,
+        || lease.is_free(LEASE),
+    )
+    .await?;
+    lab_step(lab, rec, "lease expired (database clock)", "").await;
+    rec.note(format!(
+        "the lease expired by the database clock {} ms after A was frozen",
+        frozen_at.elapsed().as_millis()
+    ));
+
+    let mut b = Holder::spawn(&lab.holder_spec(HOLDER_B, B_CONTENT, mode, true)).await?;
+    rec.check_that(
+        "A and B are two distinct processes",
+        a.pid() != b.pid(),
+        format_args!("A pid={}, B pid={}", a.pid(), b.pid()),
+    );
+    let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "B", "acquire", &acquired).await;
+    rec.check(
+        "B acquires the lease, token=2",
+        "ACQUIRED token=2",
+        &acquired.to_string(),
+    );
+    let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
+    if !matches!(ready, Event::AtWritePoint { token: 2, .. }) {
+        bail!(b.unexpected("AT_WRITE_POINT token=2", &ready));
+    }
+    b.send(Request::Go).await?;
+    for (what, expected) in [
+        ("B's write is accepted", "WRITE accepted=true token=2"),
+        ("B renews after its write", "RENEW_AFTER_WRITE ok=true"),
+        ("B releases the lease", "RELEASED ok=true"),
+    ] {
+        let (at, event) = b.next(what, EVENT_TIMEOUT).await?;
+        step(lab, rec, at, "B", what, &event).await;
+        rec.check(what, expected, &event.to_string());
+    }
+    let code = b.exit_code(EVENT_TIMEOUT).await?;
+    rec.check(
+        "B exits",
+        &describe(Some(exit::WROTE)),
+        &describe(Some(code)),
+    );
+
+    let row = lab.lease.inspect(LEASE).await?;
+    a.send(Request::Go).await?;
+    let thawed = a.thaw().await?;
+    lab_step(lab, rec, "go-line to A, SIGCONT A", list(&thawed)).await;
+    let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "write after resuming", &write).await;
+    let (at, renew) = a.next("A's renew after its write", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "renew after the write", &renew).await;
+    rec.note(format!("A resumed: {write}; {renew}"));
+    let Event::Write {
+        accepted: a_accepted,
+        token: 1,
+    } = write
+    else {
+        bail!(a.unexpected("WRITE … token=1", &write));
+    };
+    rec.check(
+        "A's renew after its write fails: its holding was superseded",
+        "RENEW_AFTER_WRITE ok=false",
+        &renew.to_string(),
+    );
+    let code = a.exit_code(EVENT_TIMEOUT).await?;
+    rec.check(
+        "A exits with its lease-lost status",
+        &describe(Some(exit::LEASE_LOST)),
+        &describe(Some(code)),
+    );
+    rec.check_that(
+        "the lease was free (released by B) when A resumed",
+        row.as_ref().is_some_and(|r| r.released),
+        format_args!(
+            "lease row: {}",
+            shown(
+                row.map(|r| format!("{} token={} expires_at={}", r.holder, r.token, r.expires_at))
+            )
+        ),
+    );
+
+    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
+    let floor = lab.resource.floor(SCOPE).await?;
+    let attempts = lab.resource.attempts(SCOPE).await?;
+    rec.note(format!(
+        "final summary = {}; fence_floor={}",
+        part_line(&summary),
+        shown(floor)
+    ));
+    let a_rejections = attempts
+        .iter()
+        .filter(|x| x.writer == HOLDER_A && !x.accepted)
+        .count();
+    Ok(Resumed {
+        a_accepted,
+        summary,
+        floor,
+        a_rejections,
+    })
+}
