@@ -39,10 +39,20 @@ async fn f1_normal_path_passes() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f2_long_transaction_judges_by_its_start_and_equal_tokens_pass() -> anyhow::Result<()> {
-    run("F2", 13).await
+    run("F2", 12).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f3_exactly_one_contender_wins_a_free_lease() -> anyhow::Result<()> {
     run("F3", 12).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f4_paused_holder_write_is_rejected_after_takeover() -> anyhow::Result<()> {
+    run("F4", 18).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f5_unfenced_resource_accepts_the_paused_holders_stale_write() -> anyhow::Result<()> {
+    run("F5", 16).await
 }

@@ -178,3 +178,58 @@ fn a_kept_cluster_stays_on_disk_stopped_and_named() -> anyhow::Result<()> {
     fs::remove_dir_all(&kept[0])?;
     Ok(())
 }
+
+/// The pids of live processes whose command line mentions `path` and `marker`.
+fn pids_mentioning(path: &Path, marker: &str) -> Vec<i32> {
+    let needle = path.to_string_lossy().into_owned();
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = String::from_utf8_lossy(&fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
+            (cmd.contains(&needle) && cmd.contains(marker)).then_some(pid)
+        })
+        .collect()
+}
+
+fn state_of(pid: i32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+fn poll(timeout: std::time::Duration, mut probe: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if probe() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    probe()
+}
+
+#[test]
+fn killing_the_lab_while_a_holder_is_frozen_leaves_no_process_behind() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--only", "F4", "--evidence-dir", ev.to_str().unwrap()])
+        .env("TMPDIR", sb.path("tmp"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let tmp = sb.path("tmp");
+    let frozen = poll(std::time::Duration::from_secs(60), || {
+        pids_mentioning(&tmp, "holder-a").into_iter().any(|pid| state_of(pid) == Some('T'))
+    });
+    assert!(frozen, "holder-a was never seen frozen");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(lab.id() as i32), nix::sys::signal::Signal::SIGKILL)?;
+    lab.wait()?;
+    let gone = poll(std::time::Duration::from_secs(10), || processes_mentioning(&tmp).is_empty());
+    assert!(gone, "left behind after SIGKILL of the lab: {:?}", processes_mentioning(&tmp));
+    // The killed lab could not remove its cluster directory; that is the next run's job (issue 6).
+    fs::remove_dir_all(&tmp)?;
+    Ok(())
+}

@@ -1,4 +1,6 @@
 //! A fresh embedded cluster with both databases provisioned, per test: tests share nothing.
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
 
 use std::time::Duration;
 

@@ -1,0 +1,106 @@
+//! The holder binary on its own, driven by the harness against a real cluster: the handshake,
+//! the normal path, and the ways it refuses to hang or to write when it should not.
+
+use std::time::Duration;
+
+use fencing::resource::{Resource, WriteMode};
+use fencing::schema::{self, Database};
+use harness::cluster::{Cluster, ClusterConfig, PgBinaries};
+use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
+use holder_protocol::{exit, Event, Request};
+use sqlx::postgres::PgPoolOptions;
+
+struct Env {
+    cluster: Cluster,
+    resource: Resource,
+}
+
+async fn env() -> anyhow::Result<Env> {
+    let cluster = Cluster::create(ClusterConfig::new(PgBinaries::locate(None)?)).await?;
+    schema::provision(&mut cluster.admin().await?).await?;
+    let mut res = None;
+    for db in [Database::Lease, Database::Resource] {
+        let pool = PgPoolOptions::new().max_connections(2).connect_with(cluster.connect_options(db.name(), db.role())).await?;
+        schema::migrate(db, &pool).await?;
+        res = Some(pool);
+    }
+    let resource = Resource::new(res.expect("resource pool"));
+    resource.setup_scope("s").await?;
+    Ok(Env { cluster, resource })
+}
+
+fn spec(env: &Env, holder: &str, release: bool) -> HolderSpec {
+    HolderSpec {
+        bin: env!("CARGO_BIN_EXE_holder").into(),
+        socket_dir: env.cluster.socket_dir(),
+        port: env.cluster.port(),
+        lease: "job".into(),
+        holder: holder.into(),
+        ttl: Duration::from_millis(1500),
+        renew: Duration::from_millis(400),
+        margin: Duration::from_millis(300),
+        scope: "s".into(),
+        part: "summary".into(),
+        content: format!("by {holder}"),
+        mode: WriteMode::FencedScope.as_str().into(),
+        release,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_acquires_waits_for_the_go_line_writes_renews_and_releases() -> anyhow::Result<()> {
+    let env = env().await?;
+    let mut h = Holder::spawn(&spec(&env, "holder-a", true)).await?;
+    assert_eq!(h.next("acquire", EVENT_TIMEOUT).await?.1, Event::Acquired { token: 1 });
+    assert!(matches!(h.next("write point", EVENT_TIMEOUT).await?.1, Event::AtWritePoint { token: 1, .. }));
+    assert!(env.resource.part("s", "summary").await?.is_none(), "nothing written before the go-line");
+    h.send(Request::Go).await?;
+    assert_eq!(h.next("write", EVENT_TIMEOUT).await?.1, Event::Write { accepted: true, token: 1 });
+    assert_eq!(h.next("renew", EVENT_TIMEOUT).await?.1, Event::RenewAfterWrite { ok: true });
+    assert_eq!(h.next("release", EVENT_TIMEOUT).await?.1, Event::Released { ok: true });
+    assert_eq!(describe(Some(h.exit_code(EVENT_TIMEOUT).await?)), describe(Some(exit::WROTE)));
+    assert_eq!(env.resource.part("s", "summary").await?.map(|p| p.content), Some("by holder-a".into()));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_orchestrator_goes_away_exits_without_writing() -> anyhow::Result<()> {
+    let env = env().await?;
+    let mut h = Holder::spawn(&spec(&env, "holder-a", false)).await?;
+    h.next("acquire", EVENT_TIMEOUT).await?;
+    h.next("write point", EVENT_TIMEOUT).await?;
+    // exit_code closes stdin first: the orchestrator is gone.
+    assert_eq!(describe(Some(h.exit_code(EVENT_TIMEOUT).await?)), describe(Some(exit::ORPHANED)));
+    assert!(env.resource.attempts("s").await?.is_empty(), "no write was attempted");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_refused_the_lease_exits_not_acquired() -> anyhow::Result<()> {
+    let env = env().await?;
+    let mut a = Holder::spawn(&spec(&env, "holder-a", false)).await?;
+    a.next("acquire", EVENT_TIMEOUT).await?;
+    let mut b = Holder::spawn(&spec(&env, "holder-b", false)).await?;
+    assert_eq!(b.next("acquire", EVENT_TIMEOUT).await?.1, Event::Refused);
+    assert_eq!(describe(Some(b.exit_code(EVENT_TIMEOUT).await?)), describe(Some(exit::NOT_ACQUIRED)));
+    Ok(())
+}
+
+#[test]
+fn a_holder_speaking_another_protocol_version_refuses_to_go_on() -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_holder"))
+        .args(["--socket-dir", "/nonexistent", "--port", "1", "--lease", "l", "--holder", "h"])
+        .args(["--ttl-ms", "1500", "--renew-ms", "400", "--margin-ms", "300", "--scope", "s"])
+        .args(["--part", "p", "--content", "c", "--mode", "fenced-scope"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    child.stdin.take().expect("stdin").write_all(b"HELLO version=999\n")?;
+    let out = child.wait_with_output()?;
+    assert_eq!(out.status.code(), Some(exit::PROTOCOL));
+    let line = String::from_utf8(out.stdout)?;
+    assert!(matches!(Event::decode(&line)?, Event::Error { .. }), "{line}");
+    Ok(())
+}
