@@ -20,7 +20,10 @@ async fn env() -> anyhow::Result<Env> {
     schema::provision(&mut cluster.admin().await?).await?;
     let mut res = None;
     for db in [Database::Lease, Database::Resource] {
-        let pool = PgPoolOptions::new().max_connections(2).connect_with(cluster.connect_options(db.name(), db.role())).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(cluster.connect_options(db.name(), db.role()))
+            .await?;
         schema::migrate(db, &pool).await?;
         res = Some(pool);
     }
@@ -48,18 +51,46 @@ fn spec(env: &Env, holder: &str, release: bool) -> HolderSpec {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_acquires_waits_for_the_go_line_writes_renews_and_releases() -> anyhow::Result<()> {
+async fn a_holder_acquires_waits_for_the_go_line_writes_renews_and_releases() -> anyhow::Result<()>
+{
     let env = env().await?;
     let mut h = Holder::spawn(&spec(&env, "holder-a", true)).await?;
-    assert_eq!(h.next("acquire", EVENT_TIMEOUT).await?.1, Event::Acquired { token: 1 });
-    assert!(matches!(h.next("write point", EVENT_TIMEOUT).await?.1, Event::AtWritePoint { token: 1, .. }));
-    assert!(env.resource.part("s", "summary").await?.is_none(), "nothing written before the go-line");
+    assert_eq!(
+        h.next("acquire", EVENT_TIMEOUT).await?.1,
+        Event::Acquired { token: 1 }
+    );
+    assert!(matches!(
+        h.next("write point", EVENT_TIMEOUT).await?.1,
+        Event::AtWritePoint { token: 1, .. }
+    ));
+    assert!(
+        env.resource.part("s", "summary").await?.is_none(),
+        "nothing written before the go-line"
+    );
     h.send(Request::Go).await?;
-    assert_eq!(h.next("write", EVENT_TIMEOUT).await?.1, Event::Write { accepted: true, token: 1 });
-    assert_eq!(h.next("renew", EVENT_TIMEOUT).await?.1, Event::RenewAfterWrite { ok: true });
-    assert_eq!(h.next("release", EVENT_TIMEOUT).await?.1, Event::Released { ok: true });
-    assert_eq!(describe(Some(h.exit_code(EVENT_TIMEOUT).await?)), describe(Some(exit::WROTE)));
-    assert_eq!(env.resource.part("s", "summary").await?.map(|p| p.content), Some("by holder-a".into()));
+    assert_eq!(
+        h.next("write", EVENT_TIMEOUT).await?.1,
+        Event::Write {
+            accepted: true,
+            token: 1
+        }
+    );
+    assert_eq!(
+        h.next("renew", EVENT_TIMEOUT).await?.1,
+        Event::RenewAfterWrite { ok: true }
+    );
+    assert_eq!(
+        h.next("release", EVENT_TIMEOUT).await?.1,
+        Event::Released { ok: true }
+    );
+    assert_eq!(
+        describe(Some(h.exit_code(EVENT_TIMEOUT).await?)),
+        describe(Some(exit::WROTE))
+    );
+    assert_eq!(
+        env.resource.part("s", "summary").await?.map(|p| p.content),
+        Some("by holder-a".into())
+    );
     Ok(())
 }
 
@@ -70,8 +101,14 @@ async fn a_holder_whose_orchestrator_goes_away_exits_without_writing() -> anyhow
     h.next("acquire", EVENT_TIMEOUT).await?;
     h.next("write point", EVENT_TIMEOUT).await?;
     // exit_code closes stdin first: the orchestrator is gone.
-    assert_eq!(describe(Some(h.exit_code(EVENT_TIMEOUT).await?)), describe(Some(exit::ORPHANED)));
-    assert!(env.resource.attempts("s").await?.is_empty(), "no write was attempted");
+    assert_eq!(
+        describe(Some(h.exit_code(EVENT_TIMEOUT).await?)),
+        describe(Some(exit::ORPHANED))
+    );
+    assert!(
+        env.resource.attempts("s").await?.is_empty(),
+        "no write was attempted"
+    );
     Ok(())
 }
 
@@ -82,7 +119,10 @@ async fn a_holder_refused_the_lease_exits_not_acquired() -> anyhow::Result<()> {
     a.next("acquire", EVENT_TIMEOUT).await?;
     let mut b = Holder::spawn(&spec(&env, "holder-b", false)).await?;
     assert_eq!(b.next("acquire", EVENT_TIMEOUT).await?.1, Event::Refused);
-    assert_eq!(describe(Some(b.exit_code(EVENT_TIMEOUT).await?)), describe(Some(exit::NOT_ACQUIRED)));
+    assert_eq!(
+        describe(Some(b.exit_code(EVENT_TIMEOUT).await?)),
+        describe(Some(exit::NOT_ACQUIRED))
+    );
     Ok(())
 }
 
@@ -91,16 +131,41 @@ fn a_holder_speaking_another_protocol_version_refuses_to_go_on() -> anyhow::Resu
     use std::io::Write as _;
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_holder"))
-        .args(["--socket-dir", "/nonexistent", "--port", "1", "--lease", "l", "--holder", "h"])
-        .args(["--ttl-ms", "1500", "--renew-ms", "400", "--margin-ms", "300", "--scope", "s"])
+        .args([
+            "--socket-dir",
+            "/nonexistent",
+            "--port",
+            "1",
+            "--lease",
+            "l",
+            "--holder",
+            "h",
+        ])
+        .args([
+            "--ttl-ms",
+            "1500",
+            "--renew-ms",
+            "400",
+            "--margin-ms",
+            "300",
+            "--scope",
+            "s",
+        ])
         .args(["--part", "p", "--content", "c", "--mode", "fenced-scope"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
-    child.stdin.take().expect("stdin").write_all(b"HELLO version=999\n")?;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"HELLO version=999\n")?;
     let out = child.wait_with_output()?;
     assert_eq!(out.status.code(), Some(exit::PROTOCOL));
     let line = String::from_utf8(out.stdout)?;
-    assert!(matches!(Event::decode(&line)?, Event::Error { .. }), "{line}");
+    assert!(
+        matches!(Event::decode(&line)?, Event::Error { .. }),
+        "{line}"
+    );
     Ok(())
 }

@@ -150,6 +150,21 @@ impl Lab {
             .with_context(|| format!("failed to connect to {} as {}", db.name(), db.role()))
     }
 
+    /// Replaces every pool with a fresh one, e.g. after a restart of the cluster, so that no
+    /// store hands out a connection to the server that is gone.
+    pub async fn reopen(&mut self) -> anyhow::Result<()> {
+        let lease_pool = Self::pool(&self.cluster, Database::Lease).await?;
+        let resource_pool = Self::pool(&self.cluster, Database::Resource).await?;
+        let old = [self.lease.pool().clone(), self.resource.pool().clone()];
+        self.lease = LeaseStore::new(lease_pool, self.params.margin);
+        self.resource = Resource::new(resource_pool.clone());
+        self.publisher = Publisher::new(resource_pool);
+        for pool in old {
+            pool.close().await;
+        }
+        Ok(())
+    }
+
     /// Empties every table and sets the scope's floor up at 0: each scenario starts here.
     pub async fn reset(&mut self) -> anyhow::Result<()> {
         schema::reset(Database::Lease, self.lease.pool()).await?;

@@ -16,6 +16,10 @@ mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
 mod f4_paused_holder;
 mod f5_paused_holder_unfenced;
+mod f6_interleavings;
+mod f7_fence_granularity;
+mod f8_database_crash;
+mod f9_unfenceable_side_effect;
 pub mod lab;
 mod paused_holder;
 mod preflight;
@@ -48,6 +52,10 @@ pub const ALL: &[&dyn Scenario] = &[
     &f3_concurrent_acquire::F3,
     &f4_paused_holder::F4,
     &f5_paused_holder_unfenced::F5,
+    &f6_interleavings::F6,
+    &f7_fence_granularity::F7,
+    &f8_database_crash::F8,
+    &f9_unfenceable_side_effect::F9,
 ];
 
 /// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.

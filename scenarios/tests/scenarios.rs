@@ -56,3 +56,24 @@ async fn f4_paused_holder_write_is_rejected_after_takeover() -> anyhow::Result<(
 async fn f5_unfenced_resource_accepts_the_paused_holders_stale_write() -> anyhow::Result<()> {
     run("F5", 16).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f6_blocked_writer_reevaluates_the_floor_while_check_then_write_regresses_it(
+) -> anyhow::Result<()> {
+    run("F6", 15).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f7_scope_fence_rejects_a_stale_write_to_an_untouched_part() -> anyhow::Result<()> {
+    run("F7", 4).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f8_tokens_and_floor_survive_a_crash_of_the_database() -> anyhow::Result<()> {
+    run("F8", 6).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f9_only_the_versioned_publish_keeps_the_newest_content() -> anyhow::Result<()> {
+    run("F9", 4).await
+}

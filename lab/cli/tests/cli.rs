@@ -188,7 +188,8 @@ fn pids_mentioning(path: &Path, marker: &str) -> Vec<i32> {
         .flatten()
         .filter_map(|e| {
             let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let cmd = String::from_utf8_lossy(&fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
+            let cmd = String::from_utf8_lossy(&fs::read(e.path().join("cmdline")).ok()?)
+                .replace('\0', " ");
             (cmd.contains(&needle) && cmd.contains(marker)).then_some(pid)
         })
         .collect()
@@ -215,20 +216,37 @@ fn killing_the_lab_while_a_holder_is_frozen_leaves_no_process_behind() -> anyhow
     let sb = Sandbox::new()?;
     let ev = sb.path("ev");
     let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["run", "--only", "F4", "--evidence-dir", ev.to_str().unwrap()])
+        .args([
+            "run",
+            "--only",
+            "F4",
+            "--evidence-dir",
+            ev.to_str().unwrap(),
+        ])
         .env("TMPDIR", sb.path("tmp"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()?;
     let tmp = sb.path("tmp");
     let frozen = poll(std::time::Duration::from_secs(60), || {
-        pids_mentioning(&tmp, "holder-a").into_iter().any(|pid| state_of(pid) == Some('T'))
+        pids_mentioning(&tmp, "holder-a")
+            .into_iter()
+            .any(|pid| state_of(pid) == Some('T'))
     });
     assert!(frozen, "holder-a was never seen frozen");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(lab.id() as i32), nix::sys::signal::Signal::SIGKILL)?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(lab.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )?;
     lab.wait()?;
-    let gone = poll(std::time::Duration::from_secs(10), || processes_mentioning(&tmp).is_empty());
-    assert!(gone, "left behind after SIGKILL of the lab: {:?}", processes_mentioning(&tmp));
+    let gone = poll(std::time::Duration::from_secs(10), || {
+        processes_mentioning(&tmp).is_empty()
+    });
+    assert!(
+        gone,
+        "left behind after SIGKILL of the lab: {:?}",
+        processes_mentioning(&tmp)
+    );
     // The killed lab could not remove its cluster directory; that is the next run's job (issue 6).
     fs::remove_dir_all(&tmp)?;
     Ok(())

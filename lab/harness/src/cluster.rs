@@ -418,6 +418,14 @@ impl Cluster {
         PgConnection::connect_with(&self.connect_options("postgres", SUPERUSER)).await
     }
 
+    /// A small superuser pool on the maintenance database, for observing the server.
+    pub async fn admin_pool(&self) -> Result<sqlx::PgPool, sqlx::Error> {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(self.connect_options("postgres", SUPERUSER))
+            .await
+    }
+
     /// Keep the directory (data, socket, log) after the cluster is dropped.
     pub fn keep_on_drop(&mut self) {
         self.keep = true;

@@ -12,5 +12,6 @@
 pub mod cluster;
 pub mod evidence;
 pub mod holder;
+pub mod observe;
 pub mod process;
 pub mod wait;

@@ -1,0 +1,256 @@
+//! F6 — interleavings at the resource, made deterministic with latches in the resource's test
+//! hook (the `gap` between check and write), never with sleeps.
+//!
+//! (a) check-then-write, the fault: A (token 1) checks the floor (0), passes and pauses; B (token
+//!     2) checks, writes floor 2 and new(B); A resumes and writes floor 1 and old(A). Negative
+//!     control: the floor regresses 2 → 1 and the old content wins.
+//! (b) fenced-scope, A first: A's conditional UPDATE advances the floor to 1 and pauses inside its
+//!     open transaction; B's UPDATE blocks on the floor row's lock — observed in
+//!     `pg_stat_activity` and `pg_blocking_pids` — until A commits; then B re-evaluates `1 <= 2`
+//!     on the new row version and is accepted.
+//! (c) fenced-scope, B first: B holds the floor at 2; A's UPDATE blocks, then re-evaluates
+//!     `2 <= 1` and is rejected.
+//! Property (I3): in both fenced orders the final content is B's, token 2, floor 2.
+
+use std::future::Future;
+
+use anyhow::Context as _;
+use fencing::resource::{self, Write, WriteMode};
+use harness::evidence::Recorder;
+use harness::holder::EVENT_TIMEOUT;
+use harness::observe;
+use tokio::sync::oneshot;
+
+use crate::lab::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
+use crate::paused_holder::part_line;
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F6;
+
+const OLD_A: &str = "old(A)";
+const NEW_B: &str = "new(B)";
+
+fn write(writer: &'static str) -> Write<'static> {
+    match writer {
+        HOLDER_A => Write {
+            scope: SCOPE,
+            part: SUMMARY,
+            content: OLD_A,
+            writer: HOLDER_A,
+            token: 1,
+        },
+        _ => Write {
+            scope: SCOPE,
+            part: SUMMARY,
+            content: NEW_B,
+            writer: HOLDER_B,
+            token: 2,
+        },
+    }
+}
+
+/// A gap that says when it is reached and then holds the writer until released (or until the
+/// release handle is dropped, so that an aborted scenario never leaves a writer stuck).
+fn latch() -> (
+    impl Future<Output = ()> + Send + 'static,
+    oneshot::Receiver<()>,
+    oneshot::Sender<()>,
+) {
+    let (reached_tx, reached) = oneshot::channel();
+    let (release, release_rx) = oneshot::channel::<()>();
+    let gap = async move {
+        let _ = reached_tx.send(());
+        let _ = release_rx.await;
+    };
+    (gap, reached, release)
+}
+
+async fn reached(what: &str, latch: oneshot::Receiver<()>) -> anyhow::Result<()> {
+    tokio::time::timeout(EVENT_TIMEOUT, latch)
+        .await
+        .with_context(|| format!("{what} never reached its gap"))?
+        .with_context(|| format!("{what} ended before its gap"))
+}
+
+impl Scenario for F6 {
+    fn id(&self) -> &'static str {
+        "F6"
+    }
+
+    fn title(&self) -> &'static str {
+        "interleavings at the resource, made deterministic with latches: check-then-write vs the fenced scope"
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            check_then_write(lab, rec).await?;
+            lab.reset().await?;
+            // A first: B (token 2) re-evaluates `1 <= 2` and is accepted.
+            fenced_scope(lab, rec, HOLDER_A, HOLDER_B, true).await?;
+            lab.reset().await?;
+            // B first: A (token 1) re-evaluates `2 <= 1` and is rejected.
+            fenced_scope(lab, rec, HOLDER_B, HOLDER_A, false).await?;
+            Ok(())
+        })
+    }
+}
+
+async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+    let (gap, at_gap, release) = latch();
+    let res = lab.resource.clone();
+    let a = tokio::spawn(async move {
+        res.write_with_gap(&write(HOLDER_A), WriteMode::CheckThenWrite, gap)
+            .await
+    });
+    reached("A's check-then-write", at_gap).await?;
+    rec.step("A", "read floor 0, check passed, paused", Some(1), "", None);
+    let b_ok = lab
+        .resource
+        .write(&write(HOLDER_B), WriteMode::CheckThenWrite)
+        .await?;
+    let floor_after_b = lab.resource.floor(SCOPE).await?;
+    rec.step("B", "check-then-write", Some(2), wrote(b_ok, 2), None);
+    let _ = release.send(());
+    let a_ok = a.await??;
+    rec.step("A", "resumed, wrote", Some(1), wrote(a_ok, 1), None);
+    let floor = lab.resource.floor(SCOPE).await?;
+    let part = lab.resource.part(SCOPE, SUMMARY).await?;
+    rec.note(format!(
+        "check-then-write: B accepted={b_ok}, A accepted={a_ok}, final {}, fence_floor={}",
+        part_line(&part),
+        shown(floor)
+    ));
+    let old_won = part
+        .as_ref()
+        .is_some_and(|p| p.writer == HOLDER_A && p.token == 1);
+    rec.expose(
+        "A's check was stale when it wrote: the old token overwrote the new result and fence_floor regressed 2 → 1",
+        a_ok && b_ok && floor_after_b == Some(2) && floor == Some(1) && old_won,
+        format_args!("fence_floor 0 → {} (B) → {} (A); final summary = {}", shown(floor_after_b), shown(floor), part_line(&part)),
+    );
+    Ok(())
+}
+
+/// `first` advances the floor and pauses inside its open transaction; `second` must block on the
+/// floor row's lock until `first` commits, then re-evaluate its condition on the new row version.
+async fn fenced_scope(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    first: &'static str,
+    second: &'static str,
+    second_accepted: bool,
+) -> anyhow::Result<()> {
+    let order = if first == HOLDER_A {
+        "A first"
+    } else {
+        "B first"
+    };
+    let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
+    let (f, s) = (name(first), name(second));
+    let admin = lab.cluster.admin_pool().await?;
+    let mut conn_first = lab.resource.pool().acquire().await?;
+    let mut conn_second = lab.resource.pool().acquire().await?;
+    let first_pid = observe::backend_pid(&mut conn_first).await?;
+    let second_pid = observe::backend_pid(&mut conn_second).await?;
+
+    let (gap, at_gap, release) = latch();
+    let first_task = tokio::spawn(async move {
+        resource::write_on(&mut conn_first, &write(first), WriteMode::FencedScope, gap).await
+    });
+    reached(&format!("{f}'s fenced write"), at_gap).await?;
+    let floor_token = write(first).token;
+    rec.step(
+        f,
+        "advanced the floor, paused in its open transaction",
+        Some(floor_token),
+        "",
+        None,
+    );
+    let second_task = tokio::spawn(async move {
+        resource::write_on(
+            &mut conn_second,
+            &write(second),
+            WriteMode::FencedScope,
+            async {},
+        )
+        .await
+    });
+    let blocked = harness::wait::until(
+        &format!("{s}'s UPDATE waits on a lock"),
+        lab.params.wait_timeout,
+        || async {
+            let act = observe::activity(&admin, second_pid).await?;
+            Ok::<_, sqlx::Error>(act.is_some_and(|a| a.wait_event_type.as_deref() == Some("Lock")))
+        },
+    )
+    .await;
+    let act = observe::activity(&admin, second_pid).await?;
+    let waiting_on = shown(act.as_ref().and_then(|a| a.wait_event_type.clone()));
+    rec.check(
+        format!("fenced-scope, {order}: {s}'s fence UPDATE waits on a lock (pg_stat_activity.wait_event_type)"),
+        "Lock",
+        &waiting_on,
+    );
+    blocked?;
+    let act = act.context("the second writer's backend vanished")?;
+    rec.note(format!(
+        "{s} (backend {second_pid}) waits: wait_event_type={waiting_on} wait_event={} query={:?}",
+        shown(act.wait_event.clone()),
+        act.query
+    ));
+    rec.check_that(
+        format!("fenced-scope, {order}: pg_blocking_pids({s}) names {f}'s backend"),
+        act.blocked_by.contains(&first_pid),
+        format_args!(
+            "pg_blocking_pids({second_pid}) = {:?}; {f}'s backend = {first_pid}",
+            act.blocked_by
+        ),
+    );
+    rec.check_that(
+        format!(
+            "fenced-scope, {order}: {s}'s write has not returned while {f}'s transaction is open"
+        ),
+        !second_task.is_finished(),
+        format_args!("{s}'s write task finished={}", second_task.is_finished()),
+    );
+    let _ = release.send(());
+    let first_ok = first_task.await??;
+    let second_ok = second_task.await??;
+    rec.step(
+        f,
+        "committed",
+        Some(write(first).token),
+        wrote(first_ok, write(first).token),
+        None,
+    );
+    rec.step(
+        s,
+        "re-evaluated on the new row version",
+        Some(write(second).token),
+        wrote(second_ok, write(second).token),
+        None,
+    );
+    rec.check(
+        format!("fenced-scope, {order}: {f}'s write"),
+        &wrote(true, write(first).token),
+        &wrote(first_ok, write(first).token),
+    );
+    rec.check(
+        format!("fenced-scope, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
+        &wrote(second_accepted, write(second).token),
+        &wrote(second_ok, write(second).token),
+    );
+    let part = lab.resource.part(SCOPE, SUMMARY).await?;
+    let floor = lab.resource.floor(SCOPE).await?;
+    rec.check(
+        format!("fenced-scope, {order}: the final summary"),
+        &format!("{NEW_B} by holder-b token=2"),
+        &part_line(&part),
+    );
+    rec.check(
+        format!("fenced-scope, {order}: fence_floor"),
+        "2",
+        &shown(floor),
+    );
+    Ok(())
+}

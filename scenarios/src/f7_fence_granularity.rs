@@ -1,0 +1,116 @@
+//! F7 — fence granularity. The fault: after B (token 2) rewrote `summary`, the old holder A
+//! (token 1) writes `detail`, a part B never touched. A row-level fence compares only the row
+//! being written, and a new row has nothing to compare against: the negative control (fenced-row)
+//! must accept A's write. The scope-level fence keeps one floor for everything the lease protects
+//! and rejects it (I3: "whichever part it targets").
+
+use anyhow::{ensure, Context as _};
+use fencing::resource::{Write, WriteMode};
+use harness::evidence::Recorder;
+
+use crate::lab::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F7;
+
+impl Scenario for F7 {
+    fn id(&self) -> &'static str {
+        "F7"
+    }
+
+    fn title(&self) -> &'static str {
+        "fence granularity: the old holder writes a part the new holder never touched (fenced-row vs fenced-scope)"
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            for mode in [WriteMode::FencedRow, WriteMode::FencedScope] {
+                lab.reset().await?;
+                let (b_ok, a_detail_ok) = timeline(lab, rec, mode).await?;
+                let label = mode.as_str().to_uppercase().replace('-', "_");
+                rec.note(format!(
+                    "{label}: B summary accepted={b_ok}, A(token=1) detail accepted={a_detail_ok}"
+                ));
+                rec.check(
+                    format!("{mode}: B's summary write with token=2"),
+                    &wrote(true, 2),
+                    &wrote(b_ok, 2),
+                );
+                match mode {
+                    WriteMode::FencedRow => rec.expose(
+                        "a row-level comparison only sees the row being written: a new row has no old token, so the old holder's write to detail succeeded",
+                        a_detail_ok,
+                        format_args!("A(token=1) detail accepted={a_detail_ok}"),
+                    ),
+                    _ => rec.check(
+                        format!("{mode}: A's write to detail with token=1 is rejected by the scope's floor"),
+                        &wrote(false, 1),
+                        &wrote(a_detail_ok, 1),
+                    ),
+                };
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A writes summary with token 1; the lease expires; B acquires token 2 and rewrites summary; A
+/// then writes detail with token 1. Returns (B's summary accepted, A's detail accepted).
+async fn timeline(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    mode: WriteMode,
+) -> anyhow::Result<(bool, bool)> {
+    let p = lab.params.clone();
+    let a = lab
+        .lease
+        .acquire(LEASE, HOLDER_A, p.short_ttl)
+        .await?
+        .context("holder-a could not acquire")?;
+    ensure!(
+        a.token == 1,
+        "holder-a got token {} on an empty lease table",
+        a.token
+    );
+    let w = |part, writer, content, token| Write {
+        scope: SCOPE,
+        part,
+        content,
+        writer,
+        token,
+    };
+    let a_ok = lab
+        .resource
+        .write(&w(SUMMARY, HOLDER_A, "summary(A)", 1), mode)
+        .await?;
+    ensure!(a_ok, "holder-a's first write with token 1 was rejected");
+    rec.step("A", "write summary", Some(1), wrote(a_ok, 1), None);
+    let lease = &lab.lease;
+    harness::wait::until(
+        "holder-a's lease is expired by the database clock",
+        p.wait_timeout,
+        || lease.is_free(LEASE),
+    )
+    .await?;
+    let b = lab
+        .lease
+        .acquire(LEASE, HOLDER_B, p.ttl)
+        .await?
+        .context("holder-b could not acquire")?;
+    ensure!(
+        b.token == 2,
+        "holder-b got token {} after one earlier grant",
+        b.token
+    );
+    let b_ok = lab
+        .resource
+        .write(&w(SUMMARY, HOLDER_B, "summary(B)", 2), mode)
+        .await?;
+    rec.step("B", "write summary", Some(2), wrote(b_ok, 2), None);
+    let a_detail_ok = lab
+        .resource
+        .write(&w(DETAIL, HOLDER_A, "detail(A)", 1), mode)
+        .await?;
+    rec.step("A", "write detail", Some(1), wrote(a_detail_ok, 1), None);
+    Ok((b_ok, a_detail_ok))
+}

@@ -1,0 +1,86 @@
+//! F9 — a side effect that cannot take a token. The fault: the old holder A (token 1) and the new
+//! holder B (token 2) both publish "the report is ready" downstream, in either order. Business-key
+//! idempotency keeps the *first arrival*: in the order A→B the stale content is kept — the
+//! negative control. The versioned publish carries the source token and keeps the highest: B's
+//! content in both orders (the fence rebuilt at the business layer).
+
+use harness::evidence::Recorder;
+
+use crate::lab::{shown, HOLDER_A, HOLDER_B};
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F9;
+
+const KEY: &str = "daily-report/2026-11-29";
+const A_STALE: &str = "A-stale";
+const B_FRESH: &str = "B-fresh";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    BusinessKey,
+    Versioned,
+}
+
+impl Scenario for F9 {
+    fn id(&self) -> &'static str {
+        "F9"
+    }
+
+    fn title(&self) -> &'static str {
+        "a side effect that cannot take a token: business-key publish vs versioned publish, in both orders"
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            rec.note("A publishes with token 1 (its holding was superseded), B with token 2");
+            let (b_ok, a_ok, kept) = publish(lab, Variant::BusinessKey, false).await?;
+            rec.check(
+                "business key, order B→A: A's duplicate is dropped, B's content kept",
+                &format!("B accepted=true, A accepted=false, kept {B_FRESH}"),
+                &format!("B accepted={b_ok}, A accepted={a_ok}, kept {kept}"),
+            );
+            let (b_ok, a_ok, kept) = publish(lab, Variant::BusinessKey, true).await?;
+            rec.note(format!(
+                "business key, order A→B: A accepted={a_ok}, B accepted={b_ok}, kept {kept}"
+            ));
+            rec.expose(
+                "idempotency keeps the first arrival, not the newest: the old holder's stale content was kept",
+                a_ok && !b_ok && kept == A_STALE,
+                format_args!("kept {kept}"),
+            );
+            for a_first in [true, false] {
+                let order = if a_first { "A→B" } else { "B→A" };
+                let (_, _, kept) = publish(lab, Variant::Versioned, a_first).await?;
+                rec.check(
+                    format!("versioned publish, order {order}: B's content is kept"),
+                    B_FRESH,
+                    &kept,
+                );
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Publishes A's and B's content in the given order on empty tables. Returns (B's publish stored,
+/// A's publish stored, the content kept).
+async fn publish(
+    lab: &mut Lab,
+    variant: Variant,
+    a_first: bool,
+) -> anyhow::Result<(bool, bool, String)> {
+    lab.reset().await?;
+    let p = &lab.publisher;
+    let mut stored = [false; 2];
+    let order: [(usize, &str, &str, i64); 2] =
+        [(0, HOLDER_A, A_STALE, 1), (1, HOLDER_B, B_FRESH, 2)];
+    let order = if a_first { order } else { [order[1], order[0]] };
+    for (i, who, content, token) in order {
+        stored[i] = match variant {
+            Variant::BusinessKey => p.publish(KEY, content, who, token).await?,
+            Variant::Versioned => p.publish_versioned(KEY, content, who, token).await?,
+        };
+    }
+    let kept = shown(p.published(KEY).await?.map(|x| x.content));
+    Ok((stored[1], stored[0], kept))
+}
