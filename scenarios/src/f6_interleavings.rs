@@ -72,6 +72,16 @@ async fn reached(what: &str, latch: oneshot::Receiver<()>) -> anyhow::Result<()>
         .with_context(|| format!("{what} ended before its gap"))
 }
 
+/// Awaits a write that must finish now that nothing should hold it; a write that stays blocked
+/// (e.g. on a lock its own scenario holds) becomes an error instead of a hang.
+async fn finishes<T>(what: &str, write: impl Future<Output = T>) -> anyhow::Result<T> {
+    tokio::time::timeout(EVENT_TIMEOUT, write)
+        .await
+        .with_context(|| {
+            format!("{what} did not return within {EVENT_TIMEOUT:?}: is it blocked on a lock?")
+        })
+}
+
 impl Scenario for F6 {
     fn id(&self) -> &'static str {
         "F6"
@@ -111,7 +121,7 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
     let floor_after_b = lab.resource.floor(SCOPE).await?;
     rec.step("B", "check-then-write", Some(2), wrote(b_ok, 2), None);
     let _ = release.send(());
-    let a_ok = a.await??;
+    let a_ok = finishes("A's write", a).await???;
     rec.step("A", "resumed, wrote", Some(1), wrote(a_ok, 1), None);
     let floor = lab.resource.floor(SCOPE).await?;
     let part = lab.resource.part(SCOPE, SUMMARY).await?;
@@ -214,8 +224,8 @@ async fn fenced_scope(
         format_args!("{s}'s write task finished={}", second_task.is_finished()),
     );
     let _ = release.send(());
-    let first_ok = first_task.await??;
-    let second_ok = second_task.await??;
+    let first_ok = finishes(&format!("{f}'s write"), first_task).await???;
+    let second_ok = finishes(&format!("{s}'s write"), second_task).await???;
     rec.step(
         f,
         "committed",
