@@ -114,9 +114,8 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
     });
     reached("A's check-then-write", at_gap).await?;
     rec.step("A", "read floor 0, check passed, paused", Some(1), "", None);
-    let b_write = lab
-        .resource
-        .write(&write(HOLDER_B), WriteMode::CheckThenWrite);
+    let b = write(HOLDER_B);
+    let b_write = lab.resource.write(&b, WriteMode::CheckThenWrite);
     let b_ok = finishes("B's write", b_write).await??;
     let floor_after_b = lab.resource.floor(SCOPE).await?;
     rec.step("B", "check-then-write", Some(2), wrote(b_ok, 2), None);
