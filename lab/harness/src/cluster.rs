@@ -245,6 +245,8 @@ impl Cluster {
             .tempdir()
             .map_err(io_err("make the cluster's temp directory"))?;
         let root = dir.path().to_owned();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
+            .map_err(io_err("restrict the cluster directory to 0700"))?;
         let mut cluster = Cluster {
             cfg,
             dir: Some(dir),
