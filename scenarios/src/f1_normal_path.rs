@@ -5,9 +5,9 @@
 
 use anyhow::Context as _;
 use fencing::resource::{Write, WriteMode};
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
 
 pub struct F1;
@@ -26,6 +26,7 @@ impl Scenario for F1 {
             let ttl = lab.params.ttl;
             let a = lab.lease.acquire(LEASE, HOLDER_A, ttl).await?;
             rec.step(
+                acquire_mark(a.as_ref()),
                 "holder-a",
                 "acquire",
                 a.as_ref().map(|g| g.token),
@@ -71,6 +72,7 @@ impl Scenario for F1 {
                 .await?
                 .context("the lease row vanished")?;
             rec.step(
+                Mark::Renewed,
                 "holder-a",
                 "renew",
                 Some(a.token),
@@ -95,6 +97,7 @@ impl Scenario for F1 {
                 .await?
                 .context("the lease row vanished")?;
             rec.step(
+                Mark::Released,
                 "holder-a",
                 "release",
                 Some(a.token),
@@ -112,6 +115,7 @@ impl Scenario for F1 {
 
             let b = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
             rec.step(
+                acquire_mark(b.as_ref()),
                 "holder-b",
                 "acquire",
                 b.as_ref().map(|g| g.token),

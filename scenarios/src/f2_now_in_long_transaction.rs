@@ -13,7 +13,7 @@
 use anyhow::Context as _;
 use fencing::lease::{stmt, JudgedBy};
 use fencing::resource::{Write, WriteMode};
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 use sqlx::Connection;
 
 use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
@@ -51,6 +51,7 @@ impl Scenario for F2 {
             let t_start = stmt::clocks(&mut *t).await?;
             let valid_at_start = stmt::expired_by_now(&mut *t, LEASE).await? == Some(false);
             rec.step(
+                Mark::Info,
                 "T",
                 "begin",
                 None,
@@ -96,7 +97,8 @@ impl Scenario for F2 {
             .await?;
             let clock = lab.lease.db_clock().await?;
             rec.step(
-                "lab",
+                Mark::LeaseExpired,
+                "holder-a",
                 "lease expired (autocommit)",
                 Some(1),
                 format!("after {} ms", waited.as_millis()),

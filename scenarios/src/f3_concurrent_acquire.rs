@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
@@ -96,6 +96,7 @@ impl Scenario for F3 {
                     ),
                 );
                 rec.step(
+                    Mark::Info,
                     "contenders",
                     label,
                     winners.first().copied(),

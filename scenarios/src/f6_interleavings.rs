@@ -16,7 +16,7 @@ use std::future::Future;
 
 use anyhow::Context as _;
 use fencing::resource::{self, Write, WriteMode};
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 use harness::holder::EVENT_TIMEOUT;
 use harness::observe;
 use tokio::sync::oneshot;
@@ -106,6 +106,7 @@ impl Scenario for F6 {
 }
 
 async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+    rec.step(Mark::Info, "lab", "(a) check-then-write", None, "", None);
     let (gap, at_gap, release) = latch();
     let res = lab.resource.clone();
     let a = tokio::spawn(async move {
@@ -113,15 +114,36 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
             .await
     });
     reached("A's check-then-write", at_gap).await?;
-    rec.step("A", "read floor 0, check passed, paused", Some(1), "", None);
+    rec.step(
+        Mark::Info,
+        "A",
+        "read floor 0, check passed, paused",
+        Some(1),
+        "",
+        None,
+    );
     let b = write(HOLDER_B);
     let b_write = lab.resource.write(&b, WriteMode::CheckThenWrite);
     let b_ok = finishes("B's write", b_write).await??;
     let floor_after_b = lab.resource.floor(SCOPE).await?;
-    rec.step("B", "check-then-write", Some(2), wrote(b_ok, 2), None);
+    rec.step(
+        Mark::Write { accepted: b_ok },
+        "B",
+        "check-then-write",
+        Some(2),
+        wrote(b_ok, 2),
+        None,
+    );
     let _ = release.send(());
     let a_ok = finishes("A's write", a).await???;
-    rec.step("A", "resumed, wrote", Some(1), wrote(a_ok, 1), None);
+    rec.step(
+        Mark::Write { accepted: a_ok },
+        "A",
+        "resumed, wrote",
+        Some(1),
+        wrote(a_ok, 1),
+        None,
+    );
     let floor = lab.resource.floor(SCOPE).await?;
     let part = lab.resource.part(SCOPE, SUMMARY).await?;
     rec.note(format!(
@@ -154,6 +176,12 @@ async fn fenced_scope(
     } else {
         "B first"
     };
+    let phase = if first == HOLDER_A {
+        "(b) fenced-scope, A first"
+    } else {
+        "(c) fenced-scope, B first"
+    };
+    rec.step(Mark::Info, "lab", phase, None, "", None);
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = (name(first), name(second));
     let admin = lab.cluster.admin_pool().await?;
@@ -169,6 +197,7 @@ async fn fenced_scope(
     reached(&format!("{f}'s fenced write"), at_gap).await?;
     let floor_token = write(first).token;
     rec.step(
+        Mark::Info,
         f,
         "advanced the floor, paused in its open transaction",
         Some(floor_token),
@@ -226,6 +255,7 @@ async fn fenced_scope(
     let first_ok = finishes(&format!("{f}'s write"), first_task).await???;
     let second_ok = finishes(&format!("{s}'s write"), second_task).await???;
     rec.step(
+        Mark::Write { accepted: first_ok },
         f,
         "committed",
         Some(write(first).token),
@@ -233,6 +263,9 @@ async fn fenced_scope(
         None,
     );
     rec.step(
+        Mark::Write {
+            accepted: second_ok,
+        },
         s,
         "re-evaluated on the new row version",
         Some(write(second).token),

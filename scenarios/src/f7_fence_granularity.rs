@@ -6,7 +6,7 @@
 
 use anyhow::{ensure, Context as _};
 use fencing::resource::{Write, WriteMode};
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
@@ -61,6 +61,7 @@ async fn timeline(
     rec: &mut Recorder,
     mode: WriteMode,
 ) -> anyhow::Result<(bool, bool)> {
+    rec.step(Mark::Info, "lab", mode.as_str(), None, "", None);
     let p = lab.params.clone();
     let a = lab
         .lease
@@ -84,7 +85,22 @@ async fn timeline(
         .write(&w(SUMMARY, HOLDER_A, "summary(A)", 1), mode)
         .await?;
     ensure!(a_ok, "holder-a's first write with token 1 was rejected");
-    rec.step("A", "write summary", Some(1), wrote(a_ok, 1), None);
+    rec.step(
+        Mark::Acquired,
+        "A",
+        "acquire",
+        Some(1),
+        "ACQUIRED token=1",
+        None,
+    );
+    rec.step(
+        Mark::Write { accepted: a_ok },
+        "A",
+        "write summary",
+        Some(1),
+        wrote(a_ok, 1),
+        None,
+    );
     let lease = &lab.lease;
     harness::wait::until(
         "holder-a's lease is expired by the database clock",
@@ -92,11 +108,27 @@ async fn timeline(
         || lease.is_free(LEASE),
     )
     .await?;
+    rec.step(
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (database clock)",
+        Some(1),
+        "",
+        None,
+    );
     let b = lab
         .lease
         .acquire(LEASE, HOLDER_B, p.ttl)
         .await?
         .context("holder-b could not acquire")?;
+    rec.step(
+        Mark::Acquired,
+        "B",
+        "acquire",
+        Some(b.token),
+        format!("ACQUIRED token={}", b.token),
+        None,
+    );
     ensure!(
         b.token == 2,
         "holder-b got token {} after one earlier grant",
@@ -106,11 +138,27 @@ async fn timeline(
         .resource
         .write(&w(SUMMARY, HOLDER_B, "summary(B)", 2), mode)
         .await?;
-    rec.step("B", "write summary", Some(2), wrote(b_ok, 2), None);
+    rec.step(
+        Mark::Write { accepted: b_ok },
+        "B",
+        "write summary",
+        Some(2),
+        wrote(b_ok, 2),
+        None,
+    );
     let a_detail_ok = lab
         .resource
         .write(&w(DETAIL, HOLDER_A, "detail(A)", 1), mode)
         .await?;
-    rec.step("A", "write detail", Some(1), wrote(a_detail_ok, 1), None);
+    rec.step(
+        Mark::Write {
+            accepted: a_detail_ok,
+        },
+        "A",
+        "write detail",
+        Some(1),
+        wrote(a_detail_ok, 1),
+        None,
+    );
     Ok((b_ok, a_detail_ok))
 }

@@ -7,7 +7,7 @@
 
 use anyhow::{ensure, Context as _};
 use fencing::resource::{Write, WriteMode};
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
@@ -89,6 +89,22 @@ impl Scenario for F8 {
                 ok,
                 "holder-a's write with token 2 was rejected before the crash"
             );
+            rec.step(
+                Mark::Acquired,
+                "A",
+                "acquire (second grant)",
+                Some(2),
+                "ACQUIRED token=2",
+                None,
+            );
+            rec.step(
+                Mark::Write { accepted: ok },
+                "A",
+                "write",
+                Some(2),
+                wrote(ok, 2),
+                None,
+            );
             rec.note("holder-a holds the lease with token 2 (its second grant) and wrote with it: fence_floor=2");
 
             let offset = lab.cluster.log_len();
@@ -96,6 +112,7 @@ impl Scenario for F8 {
             lab.cluster.restart_immediate().await?;
             lab.reopen().await?;
             rec.step(
+                Mark::Restart,
                 "lab",
                 "restart-immediate",
                 None,
@@ -135,7 +152,25 @@ impl Scenario for F8 {
                 || lease.is_free(LEASE),
             )
             .await?;
+            rec.step(
+                Mark::LeaseExpired,
+                "A",
+                "lease expired (database clock)",
+                Some(2),
+                "",
+                None,
+            );
             let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+            if let Some(g) = &b {
+                rec.step(
+                    Mark::Acquired,
+                    "B",
+                    "acquire",
+                    Some(g.token),
+                    acquired(b.as_ref()),
+                    None,
+                );
+            }
             rec.check(
                 "the next acquire after expiry gets token 3, never a reused one",
                 "ACQUIRED token=3",
@@ -146,6 +181,14 @@ impl Scenario for F8 {
                 .resource
                 .write(&w(HOLDER_B, "rows=301(B)", b.token), WriteMode::FencedScope)
                 .await?;
+            rec.step(
+                Mark::Write { accepted: b_ok },
+                "B",
+                "write",
+                Some(b.token),
+                wrote(b_ok, b.token),
+                None,
+            );
             rec.check(
                 "holder-b's write with token 3 is accepted",
                 &wrote(true, 3),
@@ -155,6 +198,14 @@ impl Scenario for F8 {
                 .resource
                 .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::FencedScope)
                 .await?;
+            rec.step(
+                Mark::Write { accepted: a_ok },
+                "A",
+                "write",
+                Some(a.token),
+                wrote(a_ok, a.token),
+                None,
+            );
             rec.check(
                 "holder-a's write with token 2 is rejected",
                 &wrote(false, 2),

@@ -4,7 +4,7 @@
 //! negative control. The versioned publish carries the source token and keeps the highest: B's
 //! content in both orders (the fence rebuilt at the business layer).
 
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{shown, HOLDER_A, HOLDER_B};
 use crate::{Lab, Outcome, Scenario};
@@ -33,13 +33,13 @@ impl Scenario for F9 {
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             rec.note("A publishes with token 1 (its holding was superseded), B with token 2");
-            let (b_ok, a_ok, kept) = publish(lab, Variant::BusinessKey, false).await?;
+            let (b_ok, a_ok, kept) = publish(lab, rec, Variant::BusinessKey, false).await?;
             rec.check(
                 "business key, order B→A: A's duplicate is dropped, B's content kept",
                 &format!("B accepted=true, A accepted=false, kept {B_FRESH}"),
                 &format!("B accepted={b_ok}, A accepted={a_ok}, kept {kept}"),
             );
-            let (b_ok, a_ok, kept) = publish(lab, Variant::BusinessKey, true).await?;
+            let (b_ok, a_ok, kept) = publish(lab, rec, Variant::BusinessKey, true).await?;
             rec.note(format!(
                 "business key, order A→B: A accepted={a_ok}, B accepted={b_ok}, kept {kept}"
             ));
@@ -50,7 +50,7 @@ impl Scenario for F9 {
             );
             for a_first in [true, false] {
                 let order = if a_first { "A→B" } else { "B→A" };
-                let (_, _, kept) = publish(lab, Variant::Versioned, a_first).await?;
+                let (_, _, kept) = publish(lab, rec, Variant::Versioned, a_first).await?;
                 rec.check(
                     format!("versioned publish, order {order}: B's content is kept"),
                     B_FRESH,
@@ -66,10 +66,18 @@ impl Scenario for F9 {
 /// A's publish stored, the content kept).
 async fn publish(
     lab: &mut Lab,
+    rec: &mut Recorder,
     variant: Variant,
     a_first: bool,
 ) -> anyhow::Result<(bool, bool, String)> {
     lab.reset().await?;
+    let phase = match (variant, a_first) {
+        (Variant::BusinessKey, true) => "business key, A→B",
+        (Variant::BusinessKey, false) => "business key, B→A",
+        (Variant::Versioned, true) => "versioned, A→B",
+        (Variant::Versioned, false) => "versioned, B→A",
+    };
+    rec.step(Mark::Info, "lab", phase, None, "", None);
     let p = &lab.publisher;
     let mut stored = [false; 2];
     let order: [(usize, &str, &str, i64); 2] =
@@ -80,6 +88,22 @@ async fn publish(
             Variant::BusinessKey => p.publish(KEY, content, who, token).await?,
             Variant::Versioned => p.publish_versioned(KEY, content, who, token).await?,
         };
+        let action = match variant {
+            Variant::BusinessKey => "publish (business key)",
+            Variant::Versioned => "publish (versioned)",
+        };
+        let actor = if who == HOLDER_A { "A" } else { "B" };
+        let outcome = format!("stored={}", stored[i]);
+        rec.step(
+            Mark::Write {
+                accepted: stored[i],
+            },
+            actor,
+            action,
+            Some(token),
+            outcome,
+            None,
+        );
     }
     let kept = shown(p.published(KEY).await?.map(|x| x.content));
     Ok((stored[1], stored[0], kept))

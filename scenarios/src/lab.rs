@@ -213,6 +213,14 @@ impl Lab {
     }
 }
 
+/// The timeline mark of an acquire's result.
+pub fn acquire_mark(grant: Option<&fencing::lease::Grant>) -> harness::evidence::Mark {
+    match grant {
+        Some(_) => harness::evidence::Mark::Acquired,
+        None => harness::evidence::Mark::Refused,
+    }
+}
+
 /// How the evidence names an acquire's result: `ACQUIRED token=N` or `REFUSED`.
 pub fn acquired(grant: Option<&fencing::lease::Grant>) -> String {
     match grant {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 use fencing::resource::{Part, WriteMode};
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use harness::process::ThreadState;
 use holder_protocol::{exit, Event, Request};
@@ -55,13 +55,31 @@ async fn step(
         | Event::Write { token, .. } => Some(*token),
         _ => None,
     };
+    let mark = match event {
+        Event::Acquired { .. } => Mark::Acquired,
+        Event::Refused => Mark::Refused,
+        Event::Write { accepted, .. } => Mark::Write {
+            accepted: *accepted,
+        },
+        Event::RenewAfterWrite { ok: true } | Event::Renewed { ok: true, .. } => Mark::Renewed,
+        Event::Released { ok: true } => Mark::Released,
+        _ => Mark::Info,
+    };
     let clock = lab.lease.db_clock().await.ok();
-    rec.step_at(at, actor, action, token, event.to_string(), clock);
+    rec.step_at(at, mark, actor, action, token, event.to_string(), clock);
 }
 
-async fn lab_step(lab: &Lab, rec: &mut Recorder, action: &str, outcome: impl Into<String>) {
+/// Records something the lab did to `actor` (or saw happen to its lease) as a timeline step.
+async fn lab_step(
+    lab: &Lab,
+    rec: &mut Recorder,
+    mark: Mark,
+    actor: &str,
+    action: &str,
+    outcome: impl Into<String>,
+) {
     let clock = lab.lease.db_clock().await.ok();
-    rec.step("lab", action, None, outcome, clock);
+    rec.step(mark, actor, action, None, outcome, clock);
 }
 
 fn states(threads: &[ThreadState]) -> String {
@@ -116,6 +134,18 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     tokio::time::sleep(hold).await;
     let row = lab.lease.inspect(LEASE).await?;
     let renewals = a.drain_renewals().to_vec();
+    for (at, ok) in &renewals {
+        let mark = if *ok { Mark::Renewed } else { Mark::Info };
+        rec.step_at(
+            *at,
+            mark,
+            "A",
+            "background renew",
+            Some(1),
+            format!("ok={ok}"),
+            None,
+        );
+    }
     rec.check(
         format!(
             "A kept the lease by renewing while not paused (waited {} ms, TTL={} ms)",
@@ -143,7 +173,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     );
 
     let frozen = a.freeze().await?;
-    lab_step(lab, rec, "SIGSTOP A", list(&frozen)).await;
+    lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
     rec.check(
         "after SIGSTOP, /proc shows state T for A and every thread of A",
         "T",
@@ -163,7 +193,15 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         || lease.is_free(LEASE),
     )
     .await?;
-    lab_step(lab, rec, "lease expired (database clock)", "").await;
+    lab_step(
+        lab,
+        rec,
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (database clock)",
+        "",
+    )
+    .await;
     rec.note(format!(
         "the lease expired by the database clock {} ms after A was frozen",
         frozen_at.elapsed().as_millis()
@@ -187,13 +225,21 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         bail!(b.unexpected("AT_WRITE_POINT token=2", &ready));
     }
     b.send(Request::Go).await?;
-    for (what, expected) in [
-        ("B's write is accepted", "WRITE accepted=true token=2"),
-        ("B renews after its write", "RENEW_AFTER_WRITE ok=true"),
-        ("B releases the lease", "RELEASED ok=true"),
+    for (action, what, expected) in [
+        (
+            "write",
+            "B's write is accepted",
+            "WRITE accepted=true token=2",
+        ),
+        (
+            "renew after the write",
+            "B renews after its write",
+            "RENEW_AFTER_WRITE ok=true",
+        ),
+        ("release", "B releases the lease", "RELEASED ok=true"),
     ] {
         let (at, event) = b.next(what, EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "B", what, &event).await;
+        step(lab, rec, at, "B", action, &event).await;
         rec.check(what, expected, &event.to_string());
     }
     let code = b.exit_code(EVENT_TIMEOUT).await?;
@@ -206,9 +252,17 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     let row = lab.lease.inspect(LEASE).await?;
     a.send(Request::Go).await?;
     let thawed = a.thaw().await?;
-    lab_step(lab, rec, "go-line to A, SIGCONT A", list(&thawed)).await;
+    lab_step(
+        lab,
+        rec,
+        Mark::Thawed,
+        "A",
+        "go-line, SIGCONT",
+        list(&thawed),
+    )
+    .await;
     let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "write after resuming", &write).await;
+    step(lab, rec, at, "A", "write (after resuming)", &write).await;
     let (at, renew) = a.next("A's renew after its write", EVENT_TIMEOUT).await?;
     step(lab, rec, at, "A", "renew after the write", &renew).await;
     rec.note(format!("A resumed: {write}; {renew}"));

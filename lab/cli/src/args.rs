@@ -3,7 +3,15 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// What the lab prints on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Junit,
+}
 
 const ABOUT: &str = "The fencing lab: proves, with real processes and a real PostgreSQL, that a \
 lease alone cannot stop a paused old holder from writing, and that a fencing token checked at the \
@@ -107,6 +115,11 @@ pub struct RunArgs {
         default_value_t = 300
     )]
     pub margin_ms: u64,
+
+    /// What goes to stdout: the text lines (default), the event log as JSON lines, or the JUnit
+    /// XML at the end. The evidence directory always gets all of them.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 
     /// How many contenders race for the lease in F3.
     #[arg(

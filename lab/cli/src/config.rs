@@ -9,7 +9,7 @@ use anyhow::{bail, Context as _};
 use harness::cluster::{ClusterConfig, PgBinaries};
 use scenarios::{Lab, Params, Scenario};
 
-use crate::args::RunArgs;
+use crate::args::{Format, RunArgs};
 
 /// A run, ready to go.
 pub struct Config {
@@ -21,6 +21,7 @@ pub struct Config {
     /// Whether this run made the evidence directory (and may remove it if it stays empty).
     made_evidence_dir: bool,
     pub keep: bool,
+    pub format: Format,
     command_line: String,
 }
 
@@ -83,6 +84,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         evidence_dir: dir,
         made_evidence_dir,
         keep: args.keep,
+        format: args.format,
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
     })
 }
@@ -95,30 +97,104 @@ impl Config {
         }
     }
 
-    /// The lines at the top of the output: what ran, on what, with which parameters.
-    pub fn header_lines(&self, lab: &Lab) -> Vec<String> {
+    /// The environment record: what ran, on what, with which parameters. It heads the output
+    /// and goes to `environment.json`.
+    pub async fn environment(&self, lab: &Lab) -> Vec<(String, String)> {
         let p = &self.params;
         let bins = lab.cluster.binaries();
-        vec![
-            format!(
-                "fencing lab {} — {}",
-                env!("CARGO_PKG_VERSION"),
-                self.command_line
+        let mut env = vec![
+            (
+                "lab".to_owned(),
+                format!("fencing lab {}", env!("CARGO_PKG_VERSION")),
             ),
-            format!(
-                "PostgreSQL {} ({}), cluster {}",
-                bins.version,
-                bins.bindir.display(),
-                lab.cluster.root().display()
+            ("git_revision".to_owned(), git_revision()),
+            ("command_line".to_owned(), self.command_line.clone()),
+            (
+                "date".to_owned(),
+                lab.lease
+                    .db_clock()
+                    .await
+                    .unwrap_or_else(|e| format!("unknown ({e})")),
             ),
+            ("kernel".to_owned(), kernel()),
+            (
+                "postgresql_binaries".to_owned(),
+                format!("{} ({})", bins.version, bins.bindir.display()),
+            ),
+            (
+                "cluster".to_owned(),
+                lab.cluster.root().display().to_string(),
+            ),
+        ];
+        let names = [
+            "fsync",
+            "synchronous_commit",
+            "wal_level",
+            "default_transaction_isolation",
+            "max_connections",
+            "listen_addresses",
+        ];
+        match lab.cluster.admin_pool().await {
+            Ok(admin) => match harness::observe::settings(&admin, &names).await {
+                Ok(settings) => env.extend(settings),
+                Err(e) => env.push(("settings".into(), format!("unknown ({e})"))),
+            },
+            Err(e) => env.push(("settings".into(), format!("unknown ({e})"))),
+        }
+        env.push((
+            "parameters".to_owned(),
             format!(
-                "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={}",
+                "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={} wait_timeout={}s",
                 p.ttl.as_millis(),
                 p.short_ttl.as_millis(),
                 p.renew.as_millis(),
                 p.margin.as_millis(),
-                p.contenders
+                p.contenders,
+                p.wait_timeout.as_secs()
             ),
-        ]
+        ));
+        let ids: Vec<&str> = self.scenarios.iter().map(|s| s.id()).collect();
+        env.push(("scenarios".to_owned(), ids.join(",")));
+        env
     }
+}
+
+/// The lab's git revision (`+dirty` with uncommitted changes), read from the checkout the lab
+/// binary was built in.
+fn git_revision() -> String {
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(PathBuf::from))
+        .unwrap_or_default();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(rev) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
+            Some(changes) if !changes.is_empty() => format!("{rev}+dirty"),
+            _ => rev,
+        },
+        None => "unknown (not run from a git checkout)".into(),
+    }
+}
+
+/// The kernel, as `/proc` names it.
+fn kernel() -> String {
+    let read = |p: &str| {
+        fs::read_to_string(p)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    format!(
+        "{} {}",
+        read("/proc/sys/kernel/ostype"),
+        read("/proc/sys/kernel/osrelease")
+    )
 }

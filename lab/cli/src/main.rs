@@ -14,11 +14,13 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 
-use harness::evidence::{JsonlReporter, Recorder, Reporter, TextReporter};
+use harness::evidence::junit::JunitReporter;
+use harness::evidence::timeline::TimelineReporter;
+use harness::evidence::{EnvironmentReporter, JsonlReporter, Recorder, Reporter, TextReporter};
 use scenarios::Lab;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, Format};
 use crate::config::Config;
 
 /// Exit status when the harness could not run.
@@ -63,6 +65,13 @@ fn usage_error(e: clap::Error) -> ExitCode {
     let problem = first.strip_prefix("error: ").unwrap_or(first);
     eprintln!("lab: {problem}; see `lab --help` or `lab run --help`");
     ExitCode::from(EXIT_HARNESS)
+}
+
+/// What the experiments do not prove, beside every run's evidence.
+const LIMITS: &str = include_str!("../../../evidence/LIMITS.md");
+
+fn evidence_limits(dir: &std::path::Path) -> std::io::Result<()> {
+    harness::evidence::write_atomically(&dir.join("LIMITS.md"), LIMITS.as_bytes())
 }
 
 fn run(cfg: Config) -> ExitCode {
@@ -111,15 +120,25 @@ async fn run_lab(cfg: &Config) -> ExitCode {
             return ExitCode::from(EXIT_HARNESS);
         }
     };
+    let dir = &cfg.evidence_dir;
     let reporters: Vec<Box<dyn Reporter>> = vec![
         Box::new(TextReporter::new(
-            true,
-            Some(cfg.evidence_dir.join("output.txt")),
+            cfg.format == Format::Text,
+            Some(dir.join("output.txt")),
         )),
-        Box::new(JsonlReporter::new(cfg.evidence_dir.join("events.jsonl"))),
+        Box::new(JsonlReporter::new(
+            Some(dir.join("events.jsonl")),
+            cfg.format == Format::Json,
+        )),
+        Box::new(JunitReporter::new(
+            Some(dir.join("junit.xml")),
+            cfg.format == Format::Junit,
+        )),
+        Box::new(EnvironmentReporter::new(dir.join("environment.json"))),
+        Box::new(TimelineReporter::new(dir.clone())),
     ];
     let mut rec = Recorder::new(reporters);
-    rec.header(cfg.header_lines(&lab));
+    rec.environment(cfg.environment(&lab).await);
 
     let interrupted = tokio::select! {
         () = scenarios::run_all(&mut lab, &mut rec, &cfg.scenarios) => None,
@@ -129,7 +148,8 @@ async fn run_lab(cfg: &Config) -> ExitCode {
     if let Some((name, _)) = interrupted {
         rec.interrupted(name);
     }
-    let summary = match rec.finish() {
+    let limits = evidence_limits(&cfg.evidence_dir);
+    let summary = match rec.finish().and_then(|summary| limits.map(|()| summary)) {
         Ok(summary) => summary,
         Err(e) => {
             eprintln!(

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+pub mod junit;
+pub mod timeline;
+
 /// What kind of check a [`Check`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckKind {
@@ -46,10 +49,49 @@ pub struct Check {
     pub passed: bool,
 }
 
+/// What a timeline step means for the pictures: lease intervals start at `Acquired` and end at
+/// `Released` / `LeaseExpired`; a frozen interval runs from `Frozen` to `Thawed`; writes are marked
+/// accepted or rejected; `Restart` crosses every lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    Acquired,
+    Refused,
+    Renewed,
+    Released,
+    /// The lease was seen expired by the database clock (the actor is the holder whose lease ended).
+    LeaseExpired,
+    Frozen,
+    Thawed,
+    Write {
+        accepted: bool,
+    },
+    Restart,
+    Info,
+}
+
+impl Mark {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mark::Acquired => "acquired",
+            Mark::Refused => "refused",
+            Mark::Renewed => "renewed",
+            Mark::Released => "released",
+            Mark::LeaseExpired => "lease_expired",
+            Mark::Frozen => "frozen",
+            Mark::Thawed => "thawed",
+            Mark::Write { accepted: true } => "write_accepted",
+            Mark::Write { accepted: false } => "write_rejected",
+            Mark::Restart => "restart",
+            Mark::Info => "info",
+        }
+    }
+}
+
 /// One step of a timeline: who did what, under which token, with what outcome, when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     pub case: String,
+    pub mark: Mark,
     /// Monotonic time since the run started.
     pub at: Duration,
     pub actor: String,
@@ -82,9 +124,9 @@ impl Display for Summary {
 /// Everything a scenario can say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// Free-form lines about the run itself (binaries, cluster, parameters).
-    Header {
-        lines: Vec<String>,
+    /// The environment record: what ran, on what, with which parameters (key, value).
+    Environment {
+        entries: Vec<(String, String)>,
     },
     CaseStarted {
         id: String,
@@ -153,8 +195,9 @@ impl Recorder {
         self.events.push(event);
     }
 
-    pub fn header(&mut self, lines: Vec<String>) {
-        self.emit(Event::Header { lines });
+    /// Records the environment of the run (shown as the output's header).
+    pub fn environment(&mut self, entries: Vec<(String, String)>) {
+        self.emit(Event::Environment { entries });
     }
 
     /// Starts a case; the previous one, if any, ends.
@@ -278,19 +321,30 @@ impl Recorder {
     /// Records a timeline step at the current monotonic time.
     pub fn step(
         &mut self,
+        mark: Mark,
         actor: &str,
         action: &str,
         token: Option<i64>,
         outcome: impl Into<String>,
         db_clock: Option<String>,
     ) {
-        self.step_at(Instant::now(), actor, action, token, outcome, db_clock);
+        self.step_at(
+            Instant::now(),
+            mark,
+            actor,
+            action,
+            token,
+            outcome,
+            db_clock,
+        );
     }
 
     /// Records a timeline step that happened at the monotonic instant `at`.
+    #[allow(clippy::too_many_arguments)]
     pub fn step_at(
         &mut self,
         at: Instant,
+        mark: Mark,
         actor: &str,
         action: &str,
         token: Option<i64>,
@@ -299,6 +353,7 @@ impl Recorder {
     ) {
         let step = Step {
             case: self.case.clone(),
+            mark,
             at: at.saturating_duration_since(self.started),
             actor: actor.to_owned(),
             action: action.to_owned(),
@@ -347,10 +402,10 @@ impl Recorder {
 /// Renders an event as the lines of the text output (no trailing newline), or `None`.
 pub fn render_text(event: &Event) -> Option<String> {
     match event {
-        Event::Header { lines } => Some(
-            lines
+        Event::Environment { entries } => Some(
+            entries
                 .iter()
-                .map(|l| format!("# {l}"))
+                .map(|(k, v)| format!("# {k}: {v}"))
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),
@@ -457,23 +512,65 @@ impl Reporter for TextReporter {
 
 /// The machine-readable event log: one JSON object per line, every check and every timeline step.
 pub struct JsonlReporter {
-    file: PathBuf,
+    file: Option<PathBuf>,
+    stdout: bool,
     text: String,
 }
 
 impl JsonlReporter {
-    pub fn new(file: PathBuf) -> Self {
+    /// `file`: where the log goes at the end; `stdout`: also print each line as it happens
+    /// (`--format json`).
+    pub fn new(file: Option<PathBuf>, stdout: bool) -> Self {
         JsonlReporter {
             file,
+            stdout,
             text: String::new(),
         }
+    }
+}
+
+/// Writes the environment record to a JSON file of its own (`environment.json`).
+pub struct EnvironmentReporter {
+    file: PathBuf,
+    entries: Vec<(String, String)>,
+}
+
+impl EnvironmentReporter {
+    pub fn new(file: PathBuf) -> Self {
+        EnvironmentReporter {
+            file,
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl Reporter for EnvironmentReporter {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        if let Event::Environment { entries } = event {
+            self.entries = entries.clone();
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .entries
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        let text = serde_json::to_string_pretty(&map).map_err(io::Error::other)? + "\n";
+        write_atomically(&self.file, text.as_bytes())
     }
 }
 
 /// One event as a JSON value.
 pub fn event_json(event: &Event) -> serde_json::Value {
     match event {
-        Event::Header { lines } => json!({"event": "header", "lines": lines}),
+        Event::Environment { entries } => {
+            let map: serde_json::Map<String, serde_json::Value> =
+                entries.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+            json!({"event": "environment", "environment": map})
+        }
         Event::CaseStarted { id, title } => {
             json!({"event": "case_started", "case": id, "title": title})
         }
@@ -494,6 +591,7 @@ pub fn event_json(event: &Event) -> serde_json::Value {
         Event::Step(s) => json!({
             "event": "step",
             "case": s.case,
+            "mark": s.mark.as_str(),
             "at_ms": s.at.as_secs_f64() * 1000.0,
             "actor": s.actor,
             "action": s.action,
@@ -511,13 +609,22 @@ pub fn event_json(event: &Event) -> serde_json::Value {
 
 impl Reporter for JsonlReporter {
     fn event(&mut self, event: &Event) -> io::Result<()> {
-        self.text.push_str(&event_json(event).to_string());
+        let line = event_json(event).to_string();
+        if self.stdout {
+            let mut out = io::stdout().lock();
+            writeln!(out, "{line}")?;
+            out.flush()?;
+        }
+        self.text.push_str(&line);
         self.text.push('\n');
         Ok(())
     }
 
     fn finish(&mut self) -> io::Result<()> {
-        write_atomically(&self.file, self.text.as_bytes())
+        match &self.file {
+            Some(path) => write_atomically(path, self.text.as_bytes()),
+            None => Ok(()),
+        }
     }
 }
 

@@ -46,3 +46,20 @@ pub async fn activity(admin: &PgPool, pid: i32) -> sqlx::Result<Option<Activity>
         blocked_by: r.get(5),
     }))
 }
+
+/// The server's version and the settings named in `names`, as `(name, value)` pairs, version
+/// first. `admin` may be any connection.
+pub async fn settings(admin: &PgPool, names: &[&str]) -> sqlx::Result<Vec<(String, String)>> {
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(admin)
+        .await?;
+    let mut out = vec![("server_version".to_owned(), version)];
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let rows =
+        sqlx::query("SELECT name, setting FROM pg_settings WHERE name = ANY($1) ORDER BY name")
+            .bind(&names)
+            .fetch_all(admin)
+            .await?;
+    out.extend(rows.into_iter().map(|r| (r.get(0), r.get(1))));
+    Ok(out)
+}
