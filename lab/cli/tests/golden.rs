@@ -1,0 +1,179 @@
+//! The golden test: a whole run's text output, with what changes from run to run masked (times,
+//! pids, durations, paths), must equal the committed reference `tests/golden/output.txt`. A
+//! changed check line — wording or value — fails here and becomes a reviewed change:
+//!
+//! ```sh
+//! UPDATE_GOLDEN=1 cargo test -p lab --test golden   # then read `git diff` before committing
+//! ```
+//!
+//! The same run's other evidence files are checked for shape: JUnit XML that parses with one
+//! testcase per check, a JSON line per event, the environment record, the report and diagrams.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use regex::Regex;
+
+/// What varies between two correct runs, and what it is replaced with.
+const MASKS: &[(&str, &str)] = &[
+    // The F8 note quotes server-log lines: timestamps, pids, WAL positions, CPU times.
+    (r"server log: .*", "server log: <lines>"),
+    (
+        r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?(\+\d{2}(:\d{2})?)?",
+        "<TIME>",
+    ),
+    (r"/tmp/fencing-lab-\w+", "<DIR>"),
+    (r"pid[ =]\d+", "pid <PID>"),
+    (r"\((\d+)\)=", "(<TID>)="),
+    (r"backend[ =]+\d+", "backend <PID>"),
+    (
+        r"pg_blocking_pids\(\d+\) = \[[\d, ]*\]",
+        "pg_blocking_pids(<PID>) = [<PIDS>]",
+    ),
+    (r"postmaster \d+ → \d+", "postmaster <PID> → <PID>"),
+    (r"\(\d+ ms left\)", "(<N> ms left)"),
+    (r"after a wait of \d+ ms", "after a wait of <N> ms"),
+    (r"expired after \d+ ms", "expired after <N> ms"),
+    (r"\d+ ms after A was frozen", "<N> ms after A was frozen"),
+    (r"\d+ renewals, \d+ ok", "<N> renewals, <N> ok"),
+    (r"peak \d+ of", "peak <N> of"),
+    (r"spread over \d+ µs", "spread over <N> µs"),
+];
+
+fn normalise(text: &str) -> String {
+    let masks: Vec<(Regex, &str)> = MASKS
+        .iter()
+        .map(|(re, to)| (Regex::new(re).expect("mask regex"), *to))
+        .collect();
+    text.lines()
+        .filter(|l| !l.starts_with("# "))
+        .map(|line| {
+            masks.iter().fold(line.to_owned(), |l, (re, to)| {
+                re.replace_all(&l, *to).into_owned()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[test]
+fn masks_hide_only_what_varies() {
+    let line = "  ok   A (pid 8858) acquires the lease, token=1 (expected=ACQUIRED token=1, actual=ACQUIRED token=1)";
+    assert_eq!(
+        normalise(line),
+        "  ok   A (pid <PID>) acquires the lease, token=1 (expected=ACQUIRED token=1, actual=ACQUIRED token=1)\n"
+    );
+    // Values that are checked stay: a change in them must show.
+    assert_ne!(
+        normalise("  ok   fence_floor (expected=2, actual=2)"),
+        normalise("  ok   fence_floor (expected=2, actual=1)")
+    );
+    assert_ne!(
+        normalise("(waited 3000 ms, TTL=1500 ms)"),
+        normalise("(waited 3001 ms, TTL=1500 ms)")
+    );
+}
+
+#[test]
+fn a_full_run_says_what_the_reference_says() -> anyhow::Result<()> {
+    let sandbox = tempfile::tempdir()?;
+    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
+    let ev = sandbox.path().join("ev");
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--evidence-dir"])
+        .arg(&ev)
+        .env("TMPDIR", sandbox.path())
+        .output()?;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let actual = normalise(&fs::read_to_string(ev.join("output.txt"))?);
+    let golden_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/output.txt");
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        fs::create_dir_all(golden_path.parent().expect("parent"))?;
+        fs::write(&golden_path, &actual)?;
+    }
+    let golden = fs::read_to_string(&golden_path)?;
+    similar_asserts::assert_eq!(golden: golden, run: actual, "the text output changed; if on purpose, UPDATE_GOLDEN=1 and review the diff");
+
+    check_evidence_files(&ev, &actual)
+}
+
+/// The other evidence files of the same run, checked for shape.
+fn check_evidence_files(ev: &Path, text: &str) -> anyhow::Result<()> {
+    let checks = text
+        .lines()
+        .filter(|l| l.starts_with("  ok ") || l.starts_with("  FAIL "))
+        .count();
+
+    // JUnit: parses, one <testcase> per check, no failure.
+    let xml = fs::read_to_string(ev.join("junit.xml"))?;
+    let mut reader = quick_xml::Reader::from_str(&xml);
+    let (mut testcases, mut failures, mut root) = (0, 0, None);
+    loop {
+        match reader.read_event()? {
+            quick_xml::events::Event::Start(e) | quick_xml::events::Event::Empty(e) => {
+                let name = String::from_utf8(e.name().as_ref().to_vec())?;
+                root.get_or_insert_with(|| name.clone());
+                testcases += usize::from(name == "testcase");
+                failures += usize::from(name == "failure" || name == "error");
+            }
+            quick_xml::events::Event::Eof => break,
+            _ => {}
+        }
+    }
+    assert_eq!(root.as_deref(), Some("testsuites"));
+    assert_eq!((testcases, failures), (checks, 0));
+
+    // The event log: every line is JSON; as many checks as the text shows; steps present.
+    let mut json_checks = 0;
+    let mut steps = 0;
+    for line in fs::read_to_string(ev.join("events.jsonl"))?.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        json_checks += usize::from(v["event"] == "check");
+        steps += usize::from(v["event"] == "step");
+    }
+    assert_eq!(json_checks, checks);
+    assert!(steps > 20, "{steps} timeline steps");
+
+    let env: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(ev.join("environment.json"))?)?;
+    for key in [
+        "server_version",
+        "fsync",
+        "synchronous_commit",
+        "wal_level",
+        "default_transaction_isolation",
+        "parameters",
+        "git_revision",
+        "command_line",
+        "kernel",
+        "date",
+    ] {
+        assert!(env[key].is_string(), "environment.json lacks {key}: {env}");
+    }
+
+    let html = fs::read_to_string(ev.join("report.html"))?;
+    for case in ["F4", "F5", "F6", "F7", "F8", "F9"] {
+        let at = html
+            .find(&format!("<h2 id=\"{case}\""))
+            .unwrap_or_else(|| panic!("no {case} in report.html"));
+        let next = html[at..].find("<pre>").expect("lines after the picture") + at;
+        assert!(
+            html[at..next].contains("<svg"),
+            "{case} has no timeline picture"
+        );
+        let mmd = fs::read_to_string(ev.join(format!("timeline-{case}.mmd")))?;
+        assert!(mmd.contains("sequenceDiagram"), "{case}: {mmd}");
+    }
+    assert!(!html.contains("<script"), "report.html needs no script");
+    assert!(fs::read_to_string(ev.join("LIMITS.md"))?.contains("do not prove"));
+    Ok(())
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Renders the run's report to pictures with headless Chromium, so that it can be looked at
+# without a browser:   scripts/render-report.sh [EVIDENCE_DIR]      (default: evidence)
+#   EVIDENCE_DIR/report.png         the whole report page
+#   EVIDENCE_DIR/timeline-<CASE>.png one picture per timeline (F4 … F9)
+# Installs the Debian package chromium-headless-shell when missing and running as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ev=$(realpath "${1:-evidence}")
+[ -f "$ev/report.html" ] || { echo "render-report: no $ev/report.html: run ./run.sh first" >&2; exit 2; }
+
+chrome=$(command -v chromium-headless-shell || command -v chromium || true)
+if [ -z "$chrome" ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "render-report: installing chromium-headless-shell with apt-get" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell fonts-dejavu-core >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell fonts-dejavu-core >/dev/null 2>&1; }
+    chrome=$(command -v chromium-headless-shell || true)
+  fi
+  [ -n "$chrome" ] || { echo "render-report: needs headless Chromium (apt-get install -y chromium-headless-shell)" >&2; exit 2; }
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+shot() { # html-file png-file width height
+  "$chrome" --no-sandbox --disable-gpu --hide-scrollbars --window-size="$3,$4" --screenshot="$2" "file://$1" >/dev/null 2>&1
+}
+shot "$ev/report.html" "$ev/report.png" 1040 9000
+# One page per timeline: the SVG of each case, cut out of the report.
+python3 - "$ev/report.html" "$work" <<'PY'
+import re, sys
+html = open(sys.argv[1]).read()
+for m in re.finditer(r'<h2 id="([^"]+)"', html):
+    case, start = m.group(1), m.end()
+    end = html.find('<pre>', start)
+    svg = re.search(r'<svg.*?</svg>', html[start:end], re.S)
+    if svg:
+        height = re.search(r'height="([\d.]+)"', svg.group(0)).group(1)
+        open(f"{sys.argv[2]}/{case}.html", "w").write(f'<html><body style="margin:0">{svg.group(0)}</body></html>')
+        open(f"{sys.argv[2]}/{case}.height", "w").write(str(int(float(height))))
+PY
+for page in "$work"/*.html; do
+  case=$(basename "$page" .html)
+  shot "$page" "$ev/timeline-$case.png" 960 "$(cat "$work/$case.height")"
+  echo "render-report: $ev/timeline-$case.png"
+done
+echo "render-report: $ev/report.png"
