@@ -8,6 +8,6 @@ cd "$(dirname "$0")"
 scripts/ensure-postgres.sh
 cargo build --release --locked --quiet -p lab -p holder
 case "${1:-}" in
-  list | run | help | -V | --version) exec target/release/lab "$@" ;;
+  list | run | clean | help | -V | --version) exec target/release/lab "$@" ;;
   *) exec target/release/lab run "$@" ;;
 esac

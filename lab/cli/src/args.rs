@@ -49,6 +49,10 @@ pub enum Command {
     Run(RunArgs),
     /// List the experiments: id and what each one shows.
     List,
+    /// Remove every cluster directory the lab kept (--keep, failed runs) or left behind (a lab
+    /// killed outright), stopping a server still running from one. Clusters of running labs
+    /// are left alone.
+    Clean,
 }
 
 #[derive(Debug, Args)]

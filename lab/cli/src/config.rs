@@ -41,6 +41,15 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         ..Params::default()
     };
     params.validate().map_err(anyhow::Error::msg)?;
+    if args.tcp {
+        // Found now, before anything starts: the server would only say so in its log.
+        std::net::TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| {
+            anyhow::anyhow!(
+                "--port {}: cannot listen on 127.0.0.1 ({e}); pass another --port, or drop --tcp",
+                args.port
+            )
+        })?;
+    }
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
     let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
     let cluster = ClusterConfig {

@@ -38,6 +38,18 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::Clean => {
+            let removed = harness::cluster::remove_leftovers(&std::env::temp_dir(), true);
+            for r in &removed {
+                report_removed(r);
+            }
+            println!(
+                "lab clean: removed {} cluster director{}",
+                removed.len(),
+                if removed.len() == 1 { "y" } else { "ies" }
+            );
+            ExitCode::SUCCESS
+        }
         Command::Run(args) => match config::resolve(args) {
             Ok(cfg) => run(cfg),
             Err(e) => {
@@ -74,7 +86,26 @@ fn evidence_limits(dir: &std::path::Path) -> std::io::Result<()> {
     harness::evidence::write_atomically(&dir.join("LIMITS.md"), LIMITS.as_bytes())
 }
 
+fn report_removed(r: &harness::cluster::Removed) {
+    let server = r.stopped_server.map_or_else(String::new, |pid| {
+        format!(", after stopping its server (pid {pid})")
+    });
+    let why = if r.was_kept {
+        "kept"
+    } else {
+        "left by a lab that was killed outright"
+    };
+    eprintln!(
+        "lab: removed the cluster directory {} ({why}){server}",
+        r.dir.display()
+    );
+}
+
 fn run(cfg: Config) -> ExitCode {
+    // A lab killed outright (SIGKILL) cannot remove its cluster; the next run does.
+    for r in harness::cluster::remove_leftovers(&std::env::temp_dir(), false) {
+        report_removed(&r);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -161,11 +192,13 @@ async fn run_lab(cfg: &Config) -> ExitCode {
         }
     };
     let secs = started.elapsed().as_secs_f64();
-    if !summary.all_passed() || cfg.keep {
+    // A failing run keeps its cluster for inspection; an interrupted one was not a verdict.
+    if (!summary.all_passed() && interrupted.is_none()) || cfg.keep {
         lab.cluster.keep_on_drop();
         eprintln!(
-            "lab: kept the cluster at {} (server log {}); it is stopped. To look inside: \
-             {} -D {} -k {} -p {} -c listen_addresses=''  (run as the directory's owner)",
+            "lab: kept the cluster at {} (server log {}); it is stopped. To look inside, start it as \
+             the directory's owner: {} -D {} -k {} -p {} -c listen_addresses=''  (Ctrl-C stops it); \
+             `./run.sh clean` removes it",
             lab.cluster.root().display(),
             lab.cluster.log_path().display(),
             lab.cluster.binaries().bin("postgres").display(),

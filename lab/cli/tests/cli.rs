@@ -73,6 +73,20 @@ fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()>
     let ev = ev.to_str().unwrap();
     let a_file = sb.path("a-file");
     fs::write(&a_file, "")?;
+    // A port in use, for --tcp.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let busy_port = listener.local_addr()?.port().to_string();
+    // Server binaries too old to support: a postgres that says it is 14.9.
+    let old_bindir = sb.path("pg14");
+    fs::create_dir(&old_bindir)?;
+    fs::write(old_bindir.join("initdb"), "#!/bin/sh\nexit 1\n")?;
+    fs::write(
+        old_bindir.join("postgres"),
+        "#!/bin/sh\necho 'postgres (PostgreSQL) 14.9'\n",
+    )?;
+    for bin in ["initdb", "postgres"] {
+        fs::set_permissions(old_bindir.join(bin), fs::Permissions::from_mode(0o755))?;
+    }
     let cases: &[(&[&str], &str)] = &[
         (&["run", "--only", "F99"], "unknown scenario id \"F99\""),
         (&["run", "--only", ""], "at least one scenario id"),
@@ -84,6 +98,23 @@ fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()>
         (&["run", "--ttl-ms", "0"], "must be greater than 0"),
         (&["run", "--renew-ms", "-5"], "--renew-ms"),
         (&["run", "--port", "0"], "--port"),
+        (&["run", "--port", "65536"], "--port"),
+        (
+            &["run", "--tcp", "--port", busy_port.as_str()],
+            "cannot listen on 127.0.0.1",
+        ),
+        (
+            &["run", "--pg-bindir", old_bindir.to_str().unwrap()],
+            "PostgreSQL 14.9",
+        ),
+        (
+            &["run", "--contenders", "1"],
+            "--contenders 1 is out of range",
+        ),
+        (
+            &["run", "--renew-ms", "1400"],
+            "--renew-ms 1400 must be smaller",
+        ),
         (
             &["run", "--pg-bindir", "/nonexistent"],
             "no initdb and postgres executables there",
@@ -97,6 +128,20 @@ fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()>
             "cannot be made",
         ),
     ];
+    // The holder binary missing (pointed elsewhere), with otherwise good arguments.
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--evidence-dir", ev])
+        .env("TMPDIR", sb.path("tmp"))
+        .env("LAB_HOLDER_BIN", sb.path("no-such-holder"))
+        .output()?;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("LAB_HOLDER_BIN"), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).lines().count(),
+        1,
+        "one line: {}",
+        stderr(&out)
+    );
     for (args, expect) in cases {
         let mut args = args.to_vec();
         if !args.contains(&"--evidence-dir") {
@@ -109,6 +154,7 @@ fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()>
             err.contains(expect),
             "{args:?}: expected {expect:?} in:\n{err}"
         );
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line, not:\n{err}");
         assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
         assert!(
             !Path::new(ev).exists(),
@@ -239,6 +285,8 @@ fn killing_the_lab_while_a_holder_is_frozen_leaves_no_process_behind() -> anyhow
         nix::sys::signal::Signal::SIGKILL,
     )?;
     lab.wait()?;
+    // The holders die with the lab (parent-death SIGKILL) and the server stops by itself
+    // (parent-death SIGQUIT): nothing runs on after the lab.
     let gone = poll(std::time::Duration::from_secs(10), || {
         processes_mentioning(&tmp).is_empty()
     });
@@ -247,7 +295,52 @@ fn killing_the_lab_while_a_holder_is_frozen_leaves_no_process_behind() -> anyhow
         "left behind after SIGKILL of the lab: {:?}",
         processes_mentioning(&tmp)
     );
-    // The killed lab could not remove its cluster directory; that is the next run's job (issue 6).
-    fs::remove_dir_all(&tmp)?;
-    Ok(())
+    // The killed lab could not remove its cluster directory: the next run finds it and does.
+    let left: Vec<_> = fs::read_dir(&tmp)?.flatten().map(|e| e.path()).collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "the killed lab's cluster directory: {left:?}"
+    );
+    let next = sb.lab(&[
+        "run",
+        "--only",
+        "F1",
+        "--evidence-dir",
+        ev.to_str().unwrap(),
+    ])?;
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    let said = format!(
+        "removed the cluster directory {} (left by a lab that was killed outright)",
+        left[0].display()
+    );
+    assert!(stderr(&next).contains(&said), "{}", stderr(&next));
+    sb.assert_nothing_left()
+}
+
+#[test]
+fn a_run_writes_nothing_outside_its_temp_dir_and_its_evidence_dir() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let cwd = sb.path("cwd");
+    let home = cwd.join("home");
+    fs::create_dir_all(&home)?;
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--only", "F4", "--evidence-dir", "ev"])
+        .current_dir(&cwd)
+        .env("HOME", &home)
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut written: Vec<_> = fs::read_dir(&cwd)?
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["ev", "home"],
+        "only the evidence dir appeared in the working dir"
+    );
+    assert_eq!(fs::read_dir(&home)?.count(), 0, "nothing in HOME");
+    sb.assert_nothing_left()
 }

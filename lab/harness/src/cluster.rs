@@ -81,12 +81,8 @@ pub enum ClusterError {
     },
     #[error("initdb failed ({status}); its output:\n{output}")]
     Initdb { status: ExitStatus, output: String },
-    #[error("the server exited during start-up ({status}); end of {log}:\n{tail}")]
-    StartFailed {
-        status: ExitStatus,
-        log: PathBuf,
-        tail: String,
-    },
+    #[error("the server exited during start-up ({status}): {reason}")]
+    StartFailed { status: ExitStatus, reason: String },
     #[error("the server did not accept connections within {after:?}; end of {log}:\n{tail}")]
     NotReady {
         after: Duration,
@@ -255,6 +251,13 @@ impl Cluster {
             postmaster: None,
             keep: false,
         };
+        // The owner mark: which lab process made this cluster, so that a later run can tell a
+        // cluster whose lab was killed outright from one that is still in use.
+        fs::write(
+            cluster.root.join(OWNER_FILE),
+            owner_mark(std::process::id()).unwrap_or_default(),
+        )
+        .map_err(io_err("mark the cluster directory as the lab's"))?;
         let sock = cluster.socket_dir();
         fs::create_dir(&sock).map_err(io_err("make the socket directory"))?;
         fs::set_permissions(&sock, fs::Permissions::from_mode(0o700))
@@ -352,8 +355,7 @@ impl Cluster {
                 self.postmaster = None;
                 return Err(ClusterError::StartFailed {
                     status,
-                    log: self.log_path(),
-                    tail: self.log_tail(),
+                    reason: self.start_failure(),
                 });
             }
             if start.elapsed() > READY_TIMEOUT {
@@ -428,9 +430,14 @@ impl Cluster {
             .await
     }
 
-    /// Keep the directory (data, socket, log) after the cluster is dropped.
+    /// Keep the directory (data, socket, log) after the cluster is dropped. It is marked as kept,
+    /// so that later runs leave it alone; `lab clean` removes it.
     pub fn keep_on_drop(&mut self) {
         self.keep = true;
+        let _ = fs::write(
+            self.root.join(KEPT_FILE),
+            "kept on purpose; `lab clean` removes it\n",
+        );
     }
 
     pub fn root(&self) -> &Path {
@@ -476,6 +483,29 @@ impl Cluster {
         Ok(text)
     }
 
+    /// The server log's own words for a failed start: its last FATAL line, with a hint for the
+    /// common case of a TCP port in use.
+    fn start_failure(&self) -> String {
+        let text = self.log_since(0).unwrap_or_default();
+        let fatal = text
+            .lines()
+            .rev()
+            .find(|l| l.contains("FATAL") || l.contains("could not bind"));
+        let line = fatal
+            .map_or("nothing in the server log", |l| {
+                l.split("  ").last().unwrap_or(l)
+            })
+            .trim();
+        if text.contains("Address already in use") {
+            format!(
+                "{line}: port {} is in use; pass another --port",
+                self.cfg.port
+            )
+        } else {
+            line.to_owned()
+        }
+    }
+
     fn log_tail(&self) -> String {
         let text = self.log_since(0).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -493,6 +523,98 @@ impl Drop for Cluster {
             // else: dropping the TempDir removes it.
         }
     }
+}
+
+/// The file in a cluster directory that names the lab process that made it.
+const OWNER_FILE: &str = "lab.owner";
+/// The file in a cluster directory that says it was kept on purpose.
+const KEPT_FILE: &str = "KEPT";
+
+/// `"<pid> <start time>"` of a process: the pair names it even after its pid is reused.
+fn owner_mark(pid: u32) -> Option<String> {
+    let stat = procfs::process::Process::new(pid as i32)
+        .ok()?
+        .stat()
+        .ok()?;
+    Some(format!("{pid} {}", stat.starttime))
+}
+
+/// Why [`remove_leftovers`] removed a cluster directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub dir: PathBuf,
+    /// A postmaster that was still running from it and was stopped.
+    pub stopped_server: Option<i32>,
+    pub was_kept: bool,
+}
+
+/// Finds the lab's cluster directories (`fencing-lab-*`) in `temp_dir` whose lab is gone — killed
+/// outright, so that it could not clean up — stops a server still running from one (identified
+/// by its `postmaster.pid` *and* a command line naming that data directory), and removes them.
+/// Directories kept on purpose are removed only with `include_kept` (`lab clean`); those of a
+/// lab that is still running never are.
+pub fn remove_leftovers(temp_dir: &Path, include_kept: bool) -> Vec<Removed> {
+    let mut removed = Vec::new();
+    let Ok(entries) = fs::read_dir(temp_dir) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let is_ours = entry.file_name().to_string_lossy().starts_with(DIR_PREFIX)
+            && dir.join(OWNER_FILE).is_file();
+        if !is_ours {
+            continue;
+        }
+        let owner = fs::read_to_string(dir.join(OWNER_FILE)).unwrap_or_default();
+        let owner_alive = owner
+            .split_whitespace()
+            .next()
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .and_then(owner_mark)
+            .is_some_and(|mark| mark == owner.trim());
+        let was_kept = dir.join(KEPT_FILE).is_file();
+        if owner_alive || (was_kept && !include_kept) {
+            continue;
+        }
+        let stopped_server = stop_orphan_server(&dir.join("data"));
+        if fs::remove_dir_all(&dir).is_ok() {
+            removed.push(Removed {
+                dir,
+                stopped_server,
+                was_kept,
+            });
+        }
+    }
+    removed
+}
+
+/// Stops a postmaster still running from `data` (immediate shutdown, then SIGKILL); its pid.
+fn stop_orphan_server(data: &Path) -> Option<i32> {
+    let pid: i32 = fs::read_to_string(data.join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let needle = data.to_string_lossy();
+    if !String::from_utf8_lossy(&cmdline).contains(needle.as_ref()) {
+        return None; // the pid was reused by something else
+    }
+    let pid_ = Pid::from_raw(pid);
+    let _ = kill(pid_, Signal::SIGQUIT);
+    // Gone, or a zombie waiting for a parent that is not the lab any more.
+    let gone = || {
+        procfs::process::Process::new(pid)
+            .and_then(|p| p.stat())
+            .map_or(true, |s| s.state == 'Z')
+    };
+    if !wait::until_blocking(IMMEDIATE_STOP_TIMEOUT, gone) {
+        let _ = kill(pid_, Signal::SIGKILL);
+        wait::until_blocking(IMMEDIATE_STOP_TIMEOUT, gone);
+    }
+    Some(pid)
 }
 
 /// Arranges for the child to receive `signal` when the lab dies (Linux's parent-death signal),

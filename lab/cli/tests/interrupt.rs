@@ -1,0 +1,188 @@
+//! The leftover audit: the lab is interrupted at many points — while its cluster starts, and in
+//! each experiment (with A frozen in F4 and F5, around the crash-restart in F8) — by SIGINT and by
+//! SIGTERM. Each time it must exit 130 / 143 within 10 s, mark its evidence "interrupted", and
+//! leave no holder process, no postgres process of its cluster, and no directory behind.
+//! Leftovers are found by the lab's own markers (paths inside this test's private TMPDIR), never
+//! by process name.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const EXIT_WITHIN: Duration = Duration::from_secs(10);
+
+/// Where in a run to interrupt it.
+#[derive(Clone, Copy, Debug)]
+enum Point {
+    /// As soon as the cluster directory exists: the server is being made.
+    ClusterStarting,
+    /// At the first output line of scenario `id` that contains `text`.
+    Line {
+        id: &'static str,
+        text: &'static str,
+    },
+}
+
+fn processes_mentioning(path: &Path) -> Vec<String> {
+    let needle = path.to_string_lossy().into_owned();
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .filter(|cmd| cmd.contains(&needle))
+        .collect()
+}
+
+fn poll(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if probe() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    probe()
+}
+
+fn spawn_lab(tmp: &Path, ev: &Path, only: &str) -> anyhow::Result<Child> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--only", only, "--evidence-dir"])
+        .arg(ev)
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+/// Runs the lab, interrupts it at `point` with `signal`, and audits what is left.
+fn interrupt_at(point: Point, signal: Signal) -> anyhow::Result<()> {
+    let sandbox = tempfile::tempdir()?;
+    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
+    let tmp: PathBuf = sandbox.path().join("tmp");
+    fs::create_dir(&tmp)?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+    let ev = sandbox.path().join("ev");
+    let only = match point {
+        Point::ClusterStarting => "F1",
+        Point::Line { id, .. } => id,
+    };
+    let mut lab = spawn_lab(&tmp, &ev, only)?;
+    let stdout = lab.stdout.take().expect("piped");
+    let (tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let reached = match point {
+        Point::ClusterStarting => poll(Duration::from_secs(30), || {
+            fs::read_dir(&tmp).is_ok_and(|mut d| d.next().is_some())
+        }),
+        Point::Line { id, text } => {
+            let mut in_case = false;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let Ok(line) =
+                    lines.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                else {
+                    break false;
+                };
+                in_case |= line.starts_with(&format!("CASE {id} ::"));
+                if in_case && line.contains(text) {
+                    break true;
+                }
+            }
+        }
+    };
+    assert!(reached, "{point:?}: the run never got there");
+    let signalled = Instant::now();
+    kill(Pid::from_raw(lab.id() as i32), signal)?;
+    let exited = poll(EXIT_WITHIN, || matches!(lab.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = lab.kill();
+    }
+    assert!(
+        exited,
+        "{point:?} {signal}: still running {EXIT_WITHIN:?} after the signal"
+    );
+    let code = lab.wait()?.code();
+    let took = signalled.elapsed();
+    let expected = if signal == Signal::SIGINT { 130 } else { 143 };
+    assert_eq!(code, Some(expected), "{point:?} {signal}");
+    if let Point::Line { .. } = point {
+        let text = fs::read_to_string(ev.join("output.txt"))?;
+        assert!(
+            text.contains(&format!("INTERRUPTED by {signal}")),
+            "{point:?}: {text}"
+        );
+        assert!(
+            fs::read_to_string(ev.join("junit.xml"))?.contains("interrupted by"),
+            "{point:?}"
+        );
+    }
+    let left: Vec<_> = fs::read_dir(&tmp)?.flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "{point:?} {signal}: left behind {left:?}");
+    assert_eq!(
+        processes_mentioning(&tmp),
+        Vec::<String>::new(),
+        "{point:?} {signal}: processes left behind"
+    );
+    eprintln!(
+        "{point:?} {signal}: exit {expected} after {} ms, nothing left",
+        took.as_millis()
+    );
+    Ok(())
+}
+
+#[test]
+fn an_interrupted_lab_leaves_nothing_behind_wherever_it_is_stopped() -> anyhow::Result<()> {
+    let mut points = vec![Point::ClusterStarting];
+    for id in ["F1", "F2", "F3", "F6", "F7", "F9"] {
+        points.push(Point::Line { id, text: "  ok " });
+    }
+    points.push(Point::Line {
+        id: "F4",
+        text: "/proc shows state T",
+    });
+    points.push(Point::Line {
+        id: "F5",
+        text: "/proc shows state T",
+    });
+    points.push(Point::Line {
+        id: "F8",
+        text: "holder-a holds the lease with token 2",
+    });
+    let runs: Vec<(Point, Signal)> = points
+        .iter()
+        .flat_map(|p| [(*p, Signal::SIGINT), (*p, Signal::SIGTERM)])
+        .collect();
+    // Two at a time: each run has its own cluster and its own TMPDIR.
+    let (left, right) = runs.split_at(runs.len() / 2);
+    let other = std::thread::spawn({
+        let right = right.to_vec();
+        move || {
+            right
+                .into_iter()
+                .try_for_each(|(p, s)| interrupt_at(p, s).map_err(|e| e.to_string()))
+        }
+    });
+    for (p, s) in left {
+        interrupt_at(*p, *s)?;
+    }
+    other
+        .join()
+        .expect("the other half panicked")
+        .map_err(anyhow::Error::msg)?;
+    Ok(())
+}
