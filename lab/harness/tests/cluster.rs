@@ -60,6 +60,11 @@ async fn a_cluster_is_private_and_listens_on_no_tcp_port_unless_asked() -> anyho
     })
     .await?;
     assert!(tcp_listener_on(port), "--tcp listens on 127.0.0.1:{port}");
+    drop(tcp);
+    assert!(
+        !tcp_listener_on(port),
+        "and stops listening with the cluster"
+    );
     Ok(())
 }
 
