@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/ensure-postgres.sh
-cargo build --release --locked --quiet -p lab -p holder
+features=$(scripts/ensure-mariadb.sh)
+# shellcheck disable=SC2086 # $features is empty or one flag
+cargo build --release --locked --quiet -p lab -p holder $features
 case "${1:-}" in
   list | run | clean | help | -V | --version) exec target/release/lab "$@" ;;
   *) exec target/release/lab run "$@" ;;

@@ -17,7 +17,9 @@ load=0
 if [ "${1:-}" = "--load" ]; then load=1; shift; fi
 
 scripts/ensure-postgres.sh
-cargo build --release --locked --quiet -p lab -p holder
+features=$(scripts/ensure-mariadb.sh)
+# shellcheck disable=SC2086 # $features is empty or one flag
+cargo build --release --locked --quiet -p lab -p holder $features
 
 stamp=$(date +%Y%m%d-%H%M%S)
 out="target/stress/$stamp"

@@ -103,6 +103,9 @@ impl Params {
 /// The environment of a run. Dropping it stops the cluster (and removes it unless kept).
 pub struct Lab {
     pub cluster: Cluster,
+    /// The MariaDB server of the U-series, started by the first U scenario that runs.
+    #[cfg(feature = "mariadb")]
+    pub maria: Option<crate::maria::MariaEnv>,
     /// The holder binary the multi-process scenarios start.
     pub holder_bin: PathBuf,
     pub params: Params,
@@ -136,6 +139,8 @@ impl Lab {
             resource: Resource::new(resource_pool.clone()),
             publisher: Publisher::new(resource_pool),
             cluster,
+            #[cfg(feature = "mariadb")]
+            maria: None,
             holder_bin,
             params,
         })
@@ -148,6 +153,22 @@ impl Lab {
             .connect_with(cluster.connect_options(db.name(), db.role()))
             .await
             .with_context(|| format!("failed to connect to {} as {}", db.name(), db.role()))
+    }
+
+    /// The MariaDB environment, started on first use and emptied for the caller. `Ok(Err(reason))`
+    /// when MariaDB is not installed here: the U scenarios then report a skip, never a pass. A
+    /// server that is installed but fails is an error (a failed check).
+    #[cfg(feature = "mariadb")]
+    pub async fn maria(&mut self) -> anyhow::Result<Result<&crate::maria::MariaEnv, String>> {
+        if self.maria.is_none() {
+            match crate::maria::MariaEnv::start().await? {
+                Ok(env) => self.maria = Some(env),
+                Err(reason) => return Ok(Err(reason)),
+            }
+        }
+        let env = self.maria.as_ref().expect("just started");
+        env.reset().await?;
+        Ok(Ok(env))
     }
 
     /// Replaces every pool with a fresh one, e.g. after a restart of the cluster, so that no

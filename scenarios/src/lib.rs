@@ -21,8 +21,14 @@ mod f7_fence_granularity;
 mod f8_database_crash;
 mod f9_unfenceable_side_effect;
 pub mod lab;
+#[cfg(feature = "mariadb")]
+mod maria;
 mod paused_holder;
 mod preflight;
+mod u1_fenced_job_lease;
+mod u2_stale_completion;
+mod u3_database_time;
+mod u_common;
 
 pub use lab::{Lab, Params};
 
@@ -56,6 +62,9 @@ pub const ALL: &[&dyn Scenario] = &[
     &f7_fence_granularity::F7,
     &f8_database_crash::F8,
     &f9_unfenceable_side_effect::F9,
+    &u1_fenced_job_lease::U1,
+    &u2_stale_completion::U2,
+    &u3_database_time::U3,
 ];
 
 /// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.

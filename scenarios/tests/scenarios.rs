@@ -77,3 +77,47 @@ async fn f8_tokens_and_floor_survive_a_crash_of_the_database() -> anyhow::Result
 async fn f9_only_the_versioned_publish_keeps_the_newest_content() -> anyhow::Result<()> {
     run("F9", 4).await
 }
+
+#[cfg(feature = "mariadb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn u1_a_takeover_fences_off_the_old_owners_renew_and_release() -> anyhow::Result<()> {
+    run("U1", 8).await
+}
+
+#[cfg(feature = "mariadb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn u2_a_stale_completion_affects_no_row_under_the_lease_join() -> anyhow::Result<()> {
+    run("U2", 6).await
+}
+
+#[cfg(feature = "mariadb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn u3_only_database_time_refuses_to_renew_an_expired_lease() -> anyhow::Result<()> {
+    run("U3", 2).await
+}
+
+#[cfg(not(feature = "mariadb"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn u_scenarios_without_mariadb_support_are_skipped_with_the_hint_never_passed(
+) -> anyhow::Result<()> {
+    let params = Params::default();
+    let cluster = ClusterConfig {
+        max_connections: params.max_connections(),
+        ..ClusterConfig::new(PgBinaries::locate(None)?)
+    };
+    let holder = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
+    let mut lab = Lab::start(cluster, params, holder).await?;
+    let mut rec = Recorder::new(Vec::new());
+    let selected =
+        scenarios::select(&["U1".into(), "U2".into(), "U3".into()]).map_err(anyhow::Error::msg)?;
+    scenarios::run_all(&mut lab, &mut rec, &selected).await;
+    let s = rec.summary();
+    assert_eq!((s.passed, s.failed, s.skipped), (PREFLIGHT_CHECKS, 0, 3));
+    let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
+    assert!(
+        text.iter()
+            .any(|l| l.contains("skip") && l.contains("mariadb-server")),
+        "{text:?}"
+    );
+    Ok(())
+}

@@ -83,7 +83,13 @@ fn a_full_run_says_what_the_reference_says() -> anyhow::Result<()> {
     fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
     let ev = sandbox.path().join("ev");
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["run", "--evidence-dir"])
+        // The F-series: the U-series depends on the build's features and on MariaDB being there.
+        .args([
+            "run",
+            "--only",
+            "F1,F2,F3,F4,F5,F6,F7,F8,F9",
+            "--evidence-dir",
+        ])
         .arg(&ev)
         .env("TMPDIR", sandbox.path())
         .output()?;

@@ -10,8 +10,12 @@
 //! - [`resource`]: the protected report table with its four write modes, the scope's fence floor
 //!   and the `write_attempt` log (SPEC §3.2, invariant I3).
 //! - [`publish`]: the business-key publish stand-in and its versioned variant (SPEC §3.3).
+//! - `fenced_job` (`--features mariadb`): the second source system, a fenced job lease with a
+//!   completion fenced by a join on the lease, on MariaDB.
 //! - [`schema`]: the two databases, their owner roles and embedded migrations.
 
+#[cfg(feature = "mariadb")]
+pub mod fenced_job;
 pub mod lease;
 pub mod publish;
 pub mod resource;

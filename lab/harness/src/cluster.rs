@@ -253,11 +253,7 @@ impl Cluster {
         };
         // The owner mark: which lab process made this cluster, so that a later run can tell a
         // cluster whose lab was killed outright from one that is still in use.
-        fs::write(
-            cluster.root.join(OWNER_FILE),
-            owner_mark(std::process::id()).unwrap_or_default(),
-        )
-        .map_err(io_err("mark the cluster directory as the lab's"))?;
+        mark_owner(&cluster.root).map_err(io_err("mark the cluster directory as the lab's"))?;
         let sock = cluster.socket_dir();
         fs::create_dir(&sock).map_err(io_err("make the socket directory"))?;
         fs::set_permissions(&sock, fs::Permissions::from_mode(0o700))
@@ -530,6 +526,14 @@ const OWNER_FILE: &str = "lab.owner";
 /// The file in a cluster directory that says it was kept on purpose.
 const KEPT_FILE: &str = "KEPT";
 
+/// Writes the owner mark of this lab process into `dir`.
+pub(crate) fn mark_owner(dir: &Path) -> io::Result<()> {
+    fs::write(
+        dir.join(OWNER_FILE),
+        owner_mark(std::process::id()).unwrap_or_default(),
+    )
+}
+
 /// `"<pid> <start time>"` of a process: the pair names it even after its pid is reused.
 fn owner_mark(pid: u32) -> Option<String> {
     let stat = procfs::process::Process::new(pid as i32)
@@ -576,7 +580,9 @@ pub fn remove_leftovers(temp_dir: &Path, include_kept: bool) -> Vec<Removed> {
         if owner_alive || (was_kept && !include_kept) {
             continue;
         }
-        let stopped_server = stop_orphan_server(&dir.join("data"));
+        let stopped_server =
+            stop_orphan_server(&dir.join("data"), &dir.join("data/postmaster.pid"))
+                .or_else(|| stop_orphan_server(&dir.join("data"), &dir.join("mariadbd.pid")));
         if fs::remove_dir_all(&dir).is_ok() {
             removed.push(Removed {
                 dir,
@@ -589,8 +595,8 @@ pub fn remove_leftovers(temp_dir: &Path, include_kept: bool) -> Vec<Removed> {
 }
 
 /// Stops a postmaster still running from `data` (immediate shutdown, then SIGKILL); its pid.
-fn stop_orphan_server(data: &Path) -> Option<i32> {
-    let pid: i32 = fs::read_to_string(data.join("postmaster.pid"))
+fn stop_orphan_server(data: &Path, pid_file: &Path) -> Option<i32> {
+    let pid: i32 = fs::read_to_string(pid_file)
         .ok()?
         .lines()
         .next()?

@@ -107,6 +107,8 @@ pub struct Step {
 pub struct Summary {
     pub passed: usize,
     pub failed: usize,
+    /// Cases that could not run here (a missing server or feature): never counted as passed.
+    pub skipped: usize,
 }
 
 impl Summary {
@@ -117,7 +119,11 @@ impl Summary {
 
 impl Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SUMMARY passed={} failed={}", self.passed, self.failed)
+        write!(f, "SUMMARY passed={} failed={}", self.passed, self.failed)?;
+        if self.skipped > 0 {
+            write!(f, " skipped={}", self.skipped)?;
+        }
+        Ok(())
     }
 }
 
@@ -141,6 +147,11 @@ pub enum Event {
     CaseFinished {
         id: String,
         elapsed: Duration,
+    },
+    /// The case could not run here; `reason` says why and how to make it run.
+    Skipped {
+        case: String,
+        reason: String,
     },
     /// The run was interrupted by a signal before it could finish.
     Interrupted {
@@ -179,6 +190,7 @@ impl Recorder {
             summary: Summary {
                 passed: 0,
                 failed: 0,
+                skipped: 0,
             },
             reporters,
             events: Vec::new(),
@@ -364,6 +376,17 @@ impl Recorder {
         self.emit(Event::Step(step));
     }
 
+    /// Records that the current case could not run here, and why. A skip is neither a pass nor
+    /// a failure; the summary counts it apart.
+    pub fn skip(&mut self, reason: impl Into<String>) {
+        self.summary.skipped += 1;
+        let case = self.case.clone();
+        self.emit(Event::Skipped {
+            case,
+            reason: reason.into(),
+        });
+    }
+
     /// Records that a signal interrupted the run; the summary that follows cannot pass.
     pub fn interrupted(&mut self, signal: &str) {
         self.end_case();
@@ -413,6 +436,7 @@ pub fn render_text(event: &Event) -> Option<String> {
         Event::Check(c) => Some(render_check(c)),
         Event::Note { text, .. } => Some(format!("  note {text}")),
         Event::Step(_) | Event::CaseFinished { .. } => None,
+        Event::Skipped { reason, .. } => Some(format!("  skip {reason}")),
         Event::Interrupted { signal } => {
             Some(format!("INTERRUPTED by {signal}: the run did not finish"))
         }
@@ -602,6 +626,9 @@ pub fn event_json(event: &Event) -> serde_json::Value {
         Event::CaseFinished { id, elapsed } => {
             json!({"event": "case_finished", "case": id, "elapsed_ms": elapsed.as_secs_f64() * 1000.0})
         }
+        Event::Skipped { case, reason } => {
+            json!({"event": "skipped", "case": case, "reason": reason})
+        }
         Event::Interrupted { signal } => json!({"event": "interrupted", "signal": signal}),
         Event::Finished(s) => json!({"event": "summary", "passed": s.passed, "failed": s.failed}),
     }
@@ -650,7 +677,8 @@ mod tests {
             r.summary(),
             Summary {
                 passed: 1,
-                failed: 1
+                failed: 1,
+                skipped: 0
             }
         );
         assert_eq!(
@@ -673,7 +701,8 @@ mod tests {
             r.summary(),
             Summary {
                 passed: 1,
-                failed: 1
+                failed: 1,
+                skipped: 0
             }
         );
         assert_eq!(
@@ -696,6 +725,30 @@ mod tests {
     }
 
     #[test]
+    fn a_skip_is_counted_apart_and_shown_in_the_summary() {
+        let mut r = recorder();
+        r.case("U1", "demo");
+        r.skip("MariaDB is not installed: apt-get install -y mariadb-server");
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 0,
+                failed: 0,
+                skipped: 1
+            }
+        );
+        assert_eq!(
+            r.summary().to_string(),
+            "SUMMARY passed=0 failed=0 skipped=1"
+        );
+        assert!(r.summary().all_passed(), "a skip does not fail the run");
+        assert_eq!(
+            lines(&r)[1],
+            "  skip MariaDB is not installed: apt-get install -y mariadb-server"
+        );
+    }
+
+    #[test]
     fn an_aborted_scenario_counts_as_a_failure() {
         let mut r = recorder();
         r.case("X4", "demo");
@@ -704,7 +757,8 @@ mod tests {
             r.summary(),
             Summary {
                 passed: 0,
-                failed: 1
+                failed: 1,
+                skipped: 0
             }
         );
     }

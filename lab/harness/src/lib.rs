@@ -16,6 +16,7 @@
 pub mod cluster;
 pub mod evidence;
 pub mod holder;
+pub mod mariadb;
 pub mod observe;
 pub mod process;
 pub mod wait;

@@ -86,6 +86,13 @@ impl Reporter for JunitReporter {
                 self.suite()
                     .add_test_case(TestCase::new("the run finished", status));
             }
+            Event::Skipped { case, reason } => {
+                let mut status = TestCaseStatus::skipped();
+                status.set_message(reason.clone());
+                let mut test = TestCase::new(format!("{case} could run here"), status);
+                test.set_classname(format!("fencing-lab.{case}"));
+                self.suite().add_test_case(test);
+            }
             Event::Note { .. } | Event::Step(_) | Event::Finished(_) => {}
         }
         Ok(())

@@ -66,7 +66,7 @@ pub fn cases(events: &[Event]) -> Vec<CaseTimeline> {
                     case.steps.push(step.clone());
                 }
             }
-            Event::Check(_) | Event::Note { .. } => {
+            Event::Check(_) | Event::Note { .. } | Event::Skipped { .. } => {
                 if let (Some(case), Some(line)) = (cases.last_mut(), render_text(event)) {
                     case.lines.push(line);
                 }

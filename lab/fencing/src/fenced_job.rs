@@ -1,0 +1,277 @@
+//! The second source system (seed 000): a *fenced job lease* on MariaDB, and a completion write
+//! fenced by the lease in the same statement (`--features mariadb`).
+//!
+//! Unlike the F-series resource, which never reads the lease and keeps its own floor, the
+//! completion here *joins* the lease row: `UPDATE reconciliation_runs JOIN fenced_job_leases …
+//! WHERE run fence = lease fence AND owner matches AND leased_until > CURRENT_TIMESTAMP(3)`. The
+//! check and the write are one atomic statement, judged by database time. 0 rows means "lease lost
+//! or stale" — an answer, never something to retry.
+//!
+//! Every operation requires lease name + owner token + fence token. The owner token is unique per
+//! acquisition attempt (the caller makes it); the fence token is bumped on every takeover.
+
+use std::time::Duration;
+
+use sqlx::{Executor, MySqlPool, Row};
+
+use crate::{DbContext, Result};
+
+/// The DDL of the two tables.
+pub const MIGRATION: &str = include_str!("../migrations/mariadb/0001_fenced_job.sql");
+
+/// One holding: lease name, the owner token of this attempt, and the fence token it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLease {
+    pub lease_name: String,
+    pub owner_token: String,
+    pub fence_token: i64,
+    pub ttl: Duration,
+}
+
+fn micros(d: Duration) -> i64 {
+    d.as_micros() as i64
+}
+
+/// Creates the tables (idempotent for a fresh database) and empties them.
+pub async fn reset(pool: &MySqlPool) -> Result<()> {
+    let without_comments: Vec<&str> = MIGRATION
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect();
+    for stmt in without_comments
+        .join("\n")
+        .split(';')
+        .filter(|s| !s.trim().is_empty())
+    {
+        let stmt = stmt.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ");
+        pool.execute(stmt.as_str())
+            .await
+            .op("create the fenced-job tables")?;
+    }
+    pool.execute("DELETE FROM reconciliation_runs")
+        .await
+        .op("empty the runs")?;
+    pool.execute("DELETE FROM fenced_job_leases")
+        .await
+        .op("empty the leases")?;
+    Ok(())
+}
+
+/// The fenced job lease store.
+#[derive(Debug, Clone)]
+pub struct JobLeaseStore {
+    pool: MySqlPool,
+}
+
+impl JobLeaseStore {
+    pub fn new(pool: MySqlPool) -> Self {
+        JobLeaseStore { pool }
+    }
+
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// Takes the lease for `owner_token` if it is absent or expired by `CURRENT_TIMESTAMP(3)`,
+    /// bumping the fence token on a takeover. `None` while someone else holds it. The
+    /// assignments run left to right, so `leased_until` is judged before it is replaced.
+    pub async fn acquire(
+        &self,
+        lease_name: &str,
+        owner_token: &str,
+        ttl: Duration,
+    ) -> Result<Option<JobLease>> {
+        let mut conn = self.pool.acquire().await.op("connect to the lease store")?;
+        sqlx::query(
+            "INSERT INTO fenced_job_leases (lease_name, owner_token, fence_token, leased_until)
+             VALUES (?, ?, 1, CURRENT_TIMESTAMP(3) + INTERVAL ? MICROSECOND)
+             ON DUPLICATE KEY UPDATE
+               owner_token  = IF(leased_until <= CURRENT_TIMESTAMP(3), VALUES(owner_token), owner_token),
+               fence_token  = IF(leased_until <= CURRENT_TIMESTAMP(3), fence_token + 1, fence_token),
+               leased_until = IF(leased_until <= CURRENT_TIMESTAMP(3), VALUES(leased_until), leased_until)",
+        )
+        .bind(lease_name)
+        .bind(owner_token)
+        .bind(micros(ttl))
+        .execute(&mut *conn)
+        .await
+        .op("acquire the job lease")?;
+        // Owner tokens are unique per attempt: the row names us only if this attempt won.
+        let fence: Option<i64> = sqlx::query_scalar(
+            "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ? AND owner_token = ?",
+        )
+        .bind(lease_name)
+        .bind(owner_token)
+        .fetch_optional(&mut *conn)
+        .await
+        .op("read the job lease back")?;
+        Ok(fence.map(|fence_token| JobLease {
+            lease_name: lease_name.to_owned(),
+            owner_token: owner_token.to_owned(),
+            fence_token,
+            ttl,
+        }))
+    }
+
+    /// Extends the holding if it is still the current one and unexpired by database time.
+    pub async fn renew(&self, lease: &JobLease) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE fenced_job_leases SET leased_until = CURRENT_TIMESTAMP(3) + INTERVAL ? MICROSECOND
+              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
+                AND leased_until > CURRENT_TIMESTAMP(3)",
+        )
+        .bind(micros(lease.ttl))
+        .bind(&lease.lease_name)
+        .bind(&lease.owner_token)
+        .bind(lease.fence_token)
+        .execute(&self.pool)
+        .await
+        .op("renew the job lease")?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The same renew, judged by the *client's* notion of now instead of the database's — the
+    /// flaw U3 exposes: a stale client clock revives an expired lease.
+    pub async fn renew_by_client_clock(&self, lease: &JobLease, client_now: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE fenced_job_leases
+                SET leased_until = CAST(? AS DATETIME(3)) + INTERVAL ? MICROSECOND
+              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
+                AND leased_until > CAST(? AS DATETIME(3))",
+        )
+        .bind(client_now)
+        .bind(micros(lease.ttl))
+        .bind(&lease.lease_name)
+        .bind(&lease.owner_token)
+        .bind(lease.fence_token)
+        .bind(client_now)
+        .execute(&self.pool)
+        .await
+        .op("renew the job lease by the client's clock")?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Ends the holding at once, if it is still the current, unexpired one.
+    pub async fn release(&self, lease: &JobLease) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE fenced_job_leases SET leased_until = CURRENT_TIMESTAMP(3)
+              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
+                AND leased_until > CURRENT_TIMESTAMP(3)",
+        )
+        .bind(&lease.lease_name)
+        .bind(&lease.owner_token)
+        .bind(lease.fence_token)
+        .execute(&self.pool)
+        .await
+        .op("release the job lease")?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Whether this holding is the current one and unexpired by database time.
+    pub async fn is_held(&self, lease: &JobLease) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM fenced_job_leases
+              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
+                AND leased_until > CURRENT_TIMESTAMP(3)",
+        )
+        .bind(&lease.lease_name)
+        .bind(&lease.owner_token)
+        .bind(lease.fence_token)
+        .fetch_one(&self.pool)
+        .await
+        .op("ask whether the job lease is held")?;
+        Ok(n == 1)
+    }
+
+    /// Whether nobody holds `lease_name` by database time.
+    pub async fn is_free(&self, lease_name: &str) -> Result<bool> {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM fenced_job_leases WHERE lease_name = ? AND leased_until > CURRENT_TIMESTAMP(3)",
+        )
+        .bind(lease_name)
+        .fetch_one(&self.pool)
+        .await
+        .op("ask whether the job lease is free")?;
+        Ok(held == 0)
+    }
+
+    /// The database's `CURRENT_TIMESTAMP(3)`, as text.
+    pub async fn db_clock(&self) -> Result<String> {
+        let row = sqlx::query("SELECT CAST(CURRENT_TIMESTAMP(3) AS CHAR)")
+            .fetch_one(&self.pool)
+            .await
+            .op("read the database clock")?;
+        Ok(row.get(0))
+    }
+
+    /// Starts a run under `lease`.
+    pub async fn start_run(&self, run_id: &str, lease: &JobLease) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO reconciliation_runs (run_id, lease_name, owner_token, fence_token, status)
+             VALUES (?, ?, ?, ?, 'running')",
+        )
+        .bind(run_id)
+        .bind(&lease.lease_name)
+        .bind(&lease.owner_token)
+        .bind(lease.fence_token)
+        .execute(&self.pool)
+        .await
+        .op("start a run")?;
+        Ok(())
+    }
+
+    /// The fenced completion, as one statement: `true` when the run was marked completed.
+    pub async fn complete_run(&self, run_id: &str, lease: &JobLease) -> Result<bool> {
+        let done = sqlx::query(COMPLETE_RUN)
+            .bind(&lease.lease_name)
+            .bind(run_id)
+            .bind(lease.fence_token)
+            .bind(&lease.owner_token)
+            .bind(lease.fence_token)
+            .execute(&self.pool)
+            .await
+            .op("complete a run (fenced)")?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// A run's status, `None` if there is no such run.
+    pub async fn run_status(&self, run_id: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT status FROM reconciliation_runs WHERE run_id = ?")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .op("read a run's status")
+    }
+}
+
+/// The fenced completion. Placeholders: lease name, run id, the run's fence token, owner token,
+/// fence token.
+const COMPLETE_RUN: &str = "UPDATE reconciliation_runs AS r
+                              JOIN fenced_job_leases AS l ON l.lease_name = ?
+                               SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
+                             WHERE r.run_id = ? AND r.fence_token = ?
+                               AND l.owner_token = ? AND l.fence_token = ?
+                               AND l.leased_until > CURRENT_TIMESTAMP(3)";
+
+/// How a separate client process (the `mariadb` command-line client, holder A in U2) writes a
+/// completion: one SQL text with its values inlined, followed by `SELECT ROW_COUNT()` so that the
+/// client prints how many rows the completion changed. `fenced = false` is the negative control:
+/// the completion checks only the run id.
+pub fn completion_script(run_id: &str, lease: &JobLease, fenced: bool) -> String {
+    let q = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"));
+    let update = if fenced {
+        COMPLETE_RUN
+            .replacen('?', &q(&lease.lease_name), 1)
+            .replacen('?', &q(run_id), 1)
+            .replacen('?', &lease.fence_token.to_string(), 1)
+            .replacen('?', &q(&lease.owner_token), 1)
+            .replacen('?', &lease.fence_token.to_string(), 1)
+    } else {
+        format!(
+            "UPDATE reconciliation_runs SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3) WHERE run_id = {}",
+            q(run_id)
+        )
+    };
+    let one_line = update.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("{one_line}; SELECT ROW_COUNT();\n")
+}

@@ -1,0 +1,67 @@
+//! The MariaDB side of the lab (`--features mariadb`): a throwaway server started the first time
+//! a U scenario needs it, the `fencing` database, and the fenced job lease store on it.
+
+use anyhow::Context as _;
+use fencing::fenced_job::{self, JobLeaseStore};
+use harness::mariadb::{MariaBinaries, MariaServer};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Connection, Executor};
+
+pub const DATABASE: &str = "fencing";
+
+/// A running MariaDB with the fenced-job tables.
+pub struct MariaEnv {
+    pub server: MariaServer,
+    pub jobs: JobLeaseStore,
+}
+
+impl MariaEnv {
+    /// `Ok(Err(reason))` when MariaDB is not installed here (a skip); `Err` when it is but
+    /// could not be started (a failure).
+    pub async fn start() -> anyhow::Result<Result<MariaEnv, String>> {
+        let bins = match MariaBinaries::locate() {
+            Ok(bins) => bins,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let server = MariaServer::create(bins).await?;
+        let root = MySqlConnectOptions::new()
+            .socket(server.socket_path())
+            .username("root");
+        let mut admin = root
+            .connect()
+            .await
+            .context("failed to connect to MariaDB as root")?;
+        admin
+            .execute(format!("CREATE DATABASE IF NOT EXISTS {DATABASE}").as_str())
+            .await?;
+        admin.close().await?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(4)
+            .connect_with(root.database(DATABASE).disable_statement_logging())
+            .await
+            .context("failed to open a pool on MariaDB")?;
+        fenced_job::reset(&pool).await?;
+        Ok(Ok(MariaEnv {
+            server,
+            jobs: JobLeaseStore::new(pool),
+        }))
+    }
+
+    /// Empties the fenced-job tables.
+    pub async fn reset(&self) -> anyhow::Result<()> {
+        Ok(fenced_job::reset(self.jobs.pool()).await?)
+    }
+
+    /// The arguments that start the command-line client as a separate process on this server.
+    pub fn client_args(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "--no-defaults".into(),
+            format!("--socket={}", self.server.socket_path().display()).into(),
+            "--user=root".into(),
+            "--batch".into(),
+            "--skip-column-names".into(),
+            "--unbuffered".into(),
+            DATABASE.into(),
+        ]
+    }
+}

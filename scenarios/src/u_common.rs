@@ -1,0 +1,24 @@
+//! What the U scenarios share: the lease name, unique owner tokens, and the skip reason when the
+//! lab was built without MariaDB support.
+
+/// The lease the U scenarios contend for (the source's singleton reconciliation job).
+#[cfg_attr(not(feature = "mariadb"), allow(dead_code))]
+pub const JOB_LEASE: &str = "admin:reconciliation";
+
+/// Why a U scenario cannot run in a build without the `mariadb` feature, and how to make it run.
+#[cfg_attr(feature = "mariadb", allow(dead_code))]
+pub const NO_FEATURE: &str =
+    "needs MariaDB support, which this build lacks: ./run.sh builds with it when \
+    MariaDB is installed (apt-get install -y mariadb-server), or build with --features lab/mariadb";
+
+/// An owner token unique to this attempt: holder, pid, and a per-process counter.
+#[cfg_attr(not(feature = "mariadb"), allow(dead_code))]
+pub fn owner_token(holder: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{holder}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
