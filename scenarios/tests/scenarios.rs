@@ -121,3 +121,35 @@ async fn u_scenarios_without_mariadb_support_are_skipped_with_the_hint_never_pas
     );
     Ok(())
 }
+
+/// The embedded MariaDB's fault verb: SIGKILL (no shutdown at all) and restart; a committed row
+/// survives through InnoDB's recovery; and nothing is left once the server is dropped.
+#[cfg(feature = "mariadb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_restart_immediate_keeps_committed_rows_and_drop_removes_everything(
+) -> anyhow::Result<()> {
+    use harness::mariadb::{MariaBinaries, MariaServer};
+    use sqlx::mysql::MySqlConnectOptions;
+    use sqlx::{ConnectOptions, Connection, Executor};
+    let mut server = MariaServer::create(MariaBinaries::locate()?).await?;
+    let root = server.root().to_path_buf();
+    let opts = MySqlConnectOptions::new()
+        .socket(server.socket_path())
+        .username("root");
+    let mut conn = opts.connect().await?;
+    conn.execute("CREATE DATABASE t").await?;
+    conn.execute("CREATE TABLE t.kept (id INT PRIMARY KEY) ENGINE = InnoDB")
+        .await?;
+    conn.execute("INSERT INTO t.kept VALUES (42)").await?;
+    drop(conn);
+    server.restart_immediate().await?;
+    let mut conn = opts.connect().await?;
+    let id: i32 = sqlx::query_scalar("SELECT id FROM t.kept")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(id, 42, "the committed row survived the SIGKILL");
+    conn.close().await?;
+    drop(server);
+    assert!(!root.exists(), "the server's directory is removed on drop");
+    Ok(())
+}
