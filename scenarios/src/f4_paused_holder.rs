@@ -4,7 +4,6 @@
 //! Property (I2 + I3): the fenced-scope resource rejects A's stale write by its own floor, even
 //! though the lease was free when A resumed.
 
-use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 
 use crate::lab::{shown, wrote};
@@ -24,7 +23,7 @@ impl Scenario for F4 {
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let r = paused_holder::run(lab, rec, WriteMode::FencedScope).await?;
+            let r = paused_holder::run(lab, rec, lab.params.fenced_mode).await?;
             rec.check(
                 "A's stale write is rejected by the resource",
                 "WRITE accepted=false token=1",

@@ -19,6 +19,7 @@ use fencing::resource::{self, Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use harness::holder::EVENT_TIMEOUT;
 use harness::observe;
+use sqlx::Connection as _;
 use tokio::sync::oneshot;
 
 use crate::lab::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
@@ -181,7 +182,7 @@ async fn fenced_scope(
     } else {
         "(c) fenced-scope, B first"
     };
-    rec.step(Mark::Info, "lab", phase, None, "", None);
+    rec.step(Mark::Info, "lab", &phase, None, "", None);
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = (name(first), name(second));
     let admin = lab.cluster.admin_pool().await?;
@@ -190,9 +191,27 @@ async fn fenced_scope(
     let first_pid = observe::backend_pid(&mut conn_first).await?;
     let second_pid = observe::backend_pid(&mut conn_second).await?;
 
+    let mode = lab.params.fenced_mode;
     let (gap, at_gap, release) = latch();
     let first_task = tokio::spawn(async move {
-        resource::write_on(&mut conn_first, &write(first), WriteMode::FencedScope, gap).await
+        match mode {
+            // One statement cannot pause between its check and its write: it runs inside an
+            // explicit transaction and pauses before the commit, holding the floor row's lock
+            // just the same.
+            WriteMode::FencedSingle => {
+                let mut tx = conn_first
+                    .begin()
+                    .await
+                    .map_err(fencing::Error::from_sqlx("begin"))?;
+                let ok = resource::write_on(&mut tx, &write(first), mode, async {}).await?;
+                gap.await;
+                tx.commit()
+                    .await
+                    .map_err(fencing::Error::from_sqlx("commit"))?;
+                Ok(ok)
+            }
+            _ => resource::write_on(&mut conn_first, &write(first), mode, gap).await,
+        }
     });
     reached(&format!("{f}'s fenced write"), at_gap).await?;
     let floor_token = write(first).token;
@@ -205,13 +224,7 @@ async fn fenced_scope(
         None,
     );
     let second_task = tokio::spawn(async move {
-        resource::write_on(
-            &mut conn_second,
-            &write(second),
-            WriteMode::FencedScope,
-            async {},
-        )
-        .await
+        resource::write_on(&mut conn_second, &write(second), mode, async {}).await
     });
     let blocked = harness::wait::until(
         &format!("{s}'s UPDATE waits on a lock"),
@@ -225,7 +238,7 @@ async fn fenced_scope(
     let act = observe::activity(&admin, second_pid).await?;
     let waiting_on = shown(act.as_ref().and_then(|a| a.wait_event_type.clone()));
     rec.check(
-        format!("fenced-scope, {order}: {s}'s fence UPDATE waits on a lock (pg_stat_activity.wait_event_type)"),
+        format!("{mode}, {order}: {s}'s fence UPDATE waits on a lock (pg_stat_activity.wait_event_type)"),
         "Lock",
         &waiting_on,
     );
@@ -237,7 +250,7 @@ async fn fenced_scope(
         act.query
     ));
     rec.check_that(
-        format!("fenced-scope, {order}: pg_blocking_pids({s}) names {f}'s backend"),
+        format!("{mode}, {order}: pg_blocking_pids({s}) names {f}'s backend"),
         act.blocked_by.contains(&first_pid),
         format_args!(
             "pg_blocking_pids({second_pid}) = {:?}; {f}'s backend = {first_pid}",
@@ -245,9 +258,7 @@ async fn fenced_scope(
         ),
     );
     rec.check_that(
-        format!(
-            "fenced-scope, {order}: {s}'s write has not returned while {f}'s transaction is open"
-        ),
+        format!("{mode}, {order}: {s}'s write has not returned while {f}'s transaction is open"),
         !second_task.is_finished(),
         format_args!("{s}'s write task finished={}", second_task.is_finished()),
     );
@@ -273,26 +284,22 @@ async fn fenced_scope(
         None,
     );
     rec.check(
-        format!("fenced-scope, {order}: {f}'s write"),
+        format!("{mode}, {order}: {f}'s write"),
         &wrote(true, write(first).token),
         &wrote(first_ok, write(first).token),
     );
     rec.check(
-        format!("fenced-scope, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
+        format!("{mode}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
         &wrote(second_accepted, write(second).token),
         &wrote(second_ok, write(second).token),
     );
     let part = lab.resource.part(SCOPE, SUMMARY).await?;
     let floor = lab.resource.floor(SCOPE).await?;
     rec.check(
-        format!("fenced-scope, {order}: the final summary"),
+        format!("{mode}, {order}: the final summary"),
         &format!("{NEW_B} by holder-b token=2"),
         &part_line(&part),
     );
-    rec.check(
-        format!("fenced-scope, {order}: fence_floor"),
-        "2",
-        &shown(floor),
-    );
+    rec.check(format!("{mode}, {order}: fence_floor"), "2", &shown(floor));
     Ok(())
 }

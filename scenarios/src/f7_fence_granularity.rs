@@ -24,7 +24,7 @@ impl Scenario for F7 {
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            for mode in [WriteMode::FencedRow, WriteMode::FencedScope] {
+            for mode in [WriteMode::FencedRow, lab.params.fenced_mode] {
                 lab.reset().await?;
                 let (b_ok, a_detail_ok) = timeline(lab, rec, mode).await?;
                 let label = mode.as_str().to_uppercase().replace('-', "_");

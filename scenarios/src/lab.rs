@@ -30,6 +30,8 @@ pub struct Params {
     pub contenders: usize,
     /// The longest a scenario waits for a state (e.g. expiry) before it fails.
     pub wait_timeout: Duration,
+    /// The correct write mode F4, F6 and F7 check: fenced-scope, or its one-statement form.
+    pub fenced_mode: WriteMode,
 }
 
 /// The lease every scenario contends for.
@@ -50,6 +52,7 @@ impl Default for Params {
             margin: Duration::from_millis(300),
             contenders: 16,
             wait_timeout: Duration::from_secs(30),
+            fenced_mode: WriteMode::FencedScope,
         }
     }
 }
@@ -82,6 +85,15 @@ impl Params {
                  cannot keep the lease",
                 ms(self.renew),
                 ms(self.ttl - self.margin)
+            ));
+        }
+        if !matches!(
+            self.fenced_mode,
+            WriteMode::FencedScope | WriteMode::FencedSingle
+        ) {
+            return Err(format!(
+                "--fenced-mode {} is a negative control, not a fence: pass fenced-scope or fenced-single",
+                self.fenced_mode
             ));
         }
         if !(2..=Self::MAX_CONTENDERS).contains(&self.contenders) {

@@ -10,7 +10,10 @@ use scenarios::{Lab, Params};
 const PREFLIGHT_CHECKS: usize = 3;
 
 async fn run(id: &str, checks: usize) -> anyhow::Result<()> {
-    let params = Params::default();
+    run_with(id, checks, Params::default()).await
+}
+
+async fn run_with(id: &str, checks: usize, params: Params) -> anyhow::Result<()> {
     let cluster = ClusterConfig {
         max_connections: params.max_connections(),
         ..ClusterConfig::new(PgBinaries::locate(None)?)
@@ -152,4 +155,16 @@ async fn mariadb_restart_immediate_keeps_committed_rows_and_drop_removes_everyth
     drop(server);
     assert!(!root.exists(), "the server's directory is removed on drop");
     Ok(())
+}
+
+/// The one-statement fence keeps the guarantee: F4, F6 and F7's fenced checks pass against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_single_statement_fence_passes_f4_f6_and_f7() -> anyhow::Result<()> {
+    let single = || Params {
+        fenced_mode: fencing::resource::WriteMode::FencedSingle,
+        ..Params::default()
+    };
+    run_with("F4", 18, single()).await?;
+    run_with("F6", 15, single()).await?;
+    run_with("F7", 4, single()).await
 }

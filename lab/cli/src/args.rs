@@ -125,6 +125,11 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 
+    /// The correct write mode F4, F6 and F7 check: fenced-scope (floor UPDATE, then the data, in
+    /// one transaction) or fenced-single (the same in one statement).
+    #[arg(long, value_name = "MODE", default_value = "fenced-scope")]
+    pub fenced_mode: fencing::resource::WriteMode,
+
     /// How many contenders race for the lease in F3.
     #[arg(
         long,

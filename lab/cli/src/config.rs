@@ -38,6 +38,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         renew: Duration::from_millis(args.renew_ms),
         margin: Duration::from_millis(args.margin_ms),
         contenders: args.contenders,
+        fenced_mode: args.fenced_mode,
         ..Params::default()
     };
     params.validate().map_err(anyhow::Error::msg)?;
@@ -153,13 +154,14 @@ impl Config {
         env.push((
             "parameters".to_owned(),
             format!(
-                "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={} wait_timeout={}s",
+                "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={} wait_timeout={}s fenced_mode={}",
                 p.ttl.as_millis(),
                 p.short_ttl.as_millis(),
                 p.renew.as_millis(),
                 p.margin.as_millis(),
                 p.contenders,
-                p.wait_timeout.as_secs()
+                p.wait_timeout.as_secs(),
+                p.fenced_mode
             ),
         ));
         let ids: Vec<&str> = self.scenarios.iter().map(|s| s.id()).collect();

@@ -46,6 +46,14 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Wraps a database error with the operation it interrupted (for callers that drive a
+    /// transaction around a store call themselves).
+    pub fn from_sqlx(op: &'static str) -> impl Fn(sqlx::Error) -> Error {
+        move |source| Error::Db { op, source }
+    }
+}
+
 /// Attaches the name of the operation to a database error.
 pub(crate) trait DbContext<T> {
     fn op(self, op: &'static str) -> Result<T>;

@@ -26,6 +26,11 @@ pub enum WriteMode {
     /// floor row's lock until commit, and under Read Committed a blocked writer re-evaluates its
     /// `WHERE` on the newer row version: that is where the guarantee comes from.
     FencedScope,
+    /// The scope fence in ONE statement and one round trip: a data-modifying CTE advances the
+    /// floor (`UPDATE … WHERE max_token <= $t RETURNING`), upserts the part only if that returned
+    /// a row, and logs the attempt. The UPDATE takes the same row lock and a blocked writer
+    /// re-evaluates the same way under Read Committed, so I3 holds as for fenced-scope.
+    FencedSingle,
     /// Negative control: the upsert compares only the existing row's token. A new row has
     /// nothing to compare against, so a stale holder can still create parts (F7).
     FencedRow,
@@ -37,8 +42,9 @@ pub enum WriteMode {
 }
 
 impl WriteMode {
-    pub const ALL: [WriteMode; 4] = [
+    pub const ALL: [WriteMode; 5] = [
         WriteMode::FencedScope,
+        WriteMode::FencedSingle,
         WriteMode::FencedRow,
         WriteMode::CheckThenWrite,
         WriteMode::Unfenced,
@@ -48,6 +54,7 @@ impl WriteMode {
     pub fn as_str(self) -> &'static str {
         match self {
             WriteMode::FencedScope => "fenced-scope",
+            WriteMode::FencedSingle => "fenced-single",
             WriteMode::FencedRow => "fenced-row",
             WriteMode::CheckThenWrite => "check-then-write",
             WriteMode::Unfenced => "unfenced",
@@ -112,6 +119,24 @@ const UPSERT: &str = "INSERT INTO report_part AS r (scope, part, content, writer
                       ON CONFLICT (scope, part) DO UPDATE
                          SET content = EXCLUDED.content, writer = EXCLUDED.writer,
                              token = EXCLUDED.token, written_at = clock_timestamp()";
+
+/// [`WriteMode::FencedSingle`]: floor check-and-advance, upsert and attempt log in one statement.
+/// Placeholders: scope, part, content, writer, token, mode. Returns whether it was accepted.
+const FENCED_SINGLE: &str = "WITH floor AS (
+                                UPDATE fence_floor SET max_token = $5
+                                 WHERE scope = $1 AND max_token <= $5
+                             RETURNING scope),
+                             part AS (
+                                INSERT INTO report_part AS r (scope, part, content, writer, token)
+                                SELECT $1, $2, $3, $4, $5 FROM floor
+                                ON CONFLICT (scope, part) DO UPDATE
+                                   SET content = EXCLUDED.content, writer = EXCLUDED.writer,
+                                       token = EXCLUDED.token, written_at = clock_timestamp()
+                             RETURNING 1),
+                             attempt AS (
+                                INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
+                                SELECT $1, $2, $4, $5, $6, EXISTS (SELECT 1 FROM floor))
+                             SELECT EXISTS (SELECT 1 FROM floor)";
 
 /// The protected resource, reached through a pool that connects as the resource role.
 #[derive(Debug, Clone)]
@@ -283,6 +308,20 @@ pub async fn write_on(
             gap.await;
             upsert(&mut *conn, w).await?;
             true
+        }
+        WriteMode::FencedSingle => {
+            // Check, write and log are one statement here; the hook runs just before it.
+            gap.await;
+            return sqlx::query_scalar(FENCED_SINGLE)
+                .bind(w.scope)
+                .bind(w.part)
+                .bind(w.content)
+                .bind(w.writer)
+                .bind(w.token)
+                .bind(mode.as_str())
+                .fetch_one(&mut *conn)
+                .await
+                .op("write the part (fenced, one statement)");
         }
     };
     sqlx::query(

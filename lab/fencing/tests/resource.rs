@@ -161,3 +161,52 @@ async fn unfenced_accepts_a_smaller_token() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn fenced_single_keeps_the_scope_fence_and_logs_every_attempt_in_one_statement(
+) -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let r = &db.resource;
+    let m = WriteMode::FencedSingle;
+    assert!(r.write(&w("summary", "a", 1), m).await?);
+    assert!(
+        r.write(&w("summary", "a", 1), m).await?,
+        "equal token: same holding"
+    );
+    assert!(r.write(&w("summary", "b", 2), m).await?);
+    assert!(
+        !r.write(&w("summary", "a", 1), m).await?,
+        "smaller token on the same part"
+    );
+    assert!(
+        !r.write(&w("detail", "a", 1), m).await?,
+        "smaller token on a part never written"
+    );
+    assert_eq!(r.floor(SCOPE).await?, Some(2));
+    assert!(
+        r.part(SCOPE, "detail").await?.is_none(),
+        "the rejected write left nothing"
+    );
+    let log: Vec<_> = r
+        .attempts(SCOPE)
+        .await?
+        .into_iter()
+        .map(|a| (a.writer, a.token, a.accepted))
+        .collect();
+    assert_eq!(
+        log,
+        [
+            ("a".into(), 1, true),
+            ("a".into(), 1, true),
+            ("b".into(), 2, true),
+            ("a".into(), 1, false),
+            ("a".into(), 1, false)
+        ]
+    );
+    assert!(r
+        .attempts(SCOPE)
+        .await?
+        .iter()
+        .all(|a| a.mode == "fenced-single"));
+    Ok(())
+}
