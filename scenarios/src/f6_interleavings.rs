@@ -182,7 +182,7 @@ async fn fenced_scope(
     } else {
         "(c) fenced-scope, B first"
     };
-    rec.step(Mark::Info, "lab", &phase, None, "", None);
+    rec.step(Mark::Info, "lab", phase, None, "", None);
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = (name(first), name(second));
     let admin = lab.cluster.admin_pool().await?;
