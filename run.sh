@@ -10,6 +10,6 @@ features=$(scripts/ensure-mariadb.sh)
 # shellcheck disable=SC2086 # $features is empty or one flag
 cargo build --release --locked --quiet -p lab -p holder $features
 case "${1:-}" in
-  list | run | clean | help | -V | --version) exec target/release/lab "$@" ;;
+  list | run | clean | bench | help | -V | --version) exec target/release/lab "$@" ;;
   *) exec target/release/lab run "$@" ;;
 esac

@@ -49,10 +49,32 @@ pub enum Command {
     Run(RunArgs),
     /// List the experiments: id and what each one shows.
     List,
+    /// Measure what fencing costs: every write mode at 1, 4 and 16 writers, lease contention at
+    /// 16, 64 and 256 contenders, and pgbench on the same cluster as the reference.
+    Bench(BenchArgs),
     /// Remove every cluster directory the lab kept (--keep, failed runs) or left behind (a lab
     /// killed outright), stopping a server still running from one. Clusters of running labs
     /// are left alone.
     Clean,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// How long each cell (a mode at a writer count) is measured, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..))]
+    pub duration_ms: u64,
+    /// Writes per writer before each cell's measurement starts.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub warmup: usize,
+    /// Rounds per contention size.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rounds: u64,
+    /// Where bench.json and bench.svg go.
+    #[arg(long, value_name = "DIR", default_value = "evidence")]
+    pub evidence_dir: PathBuf,
+    /// The PostgreSQL server binaries to use (pgbench ships with them).
+    #[arg(long, value_name = "DIR")]
+    pub pg_bindir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,7 @@
 //! interrupted by SIGINT / SIGTERM (the cluster is stopped on the way out).
 
 mod args;
+mod bench;
 mod config;
 
 use std::process::ExitCode;
@@ -37,6 +38,23 @@ fn main() -> ExitCode {
                 println!("{}  {}", s.id(), s.title());
             }
             ExitCode::SUCCESS
+        }
+        Command::Bench(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build();
+            let result = match runtime {
+                Ok(rt) => rt.block_on(bench::run(args)),
+                Err(e) => Err(e.into()),
+            };
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("lab bench: {e:#}");
+                    ExitCode::from(EXIT_HARNESS)
+                }
+            }
         }
         Command::Clean => {
             let removed = harness::cluster::remove_leftovers(&std::env::temp_dir(), true);

@@ -1,0 +1,493 @@
+//! `lab bench`: what fencing costs, measured side by side in one run on one embedded cluster.
+//!
+//! - every resource write mode at 1, 4 and 16 concurrent writers (one connection each, all
+//!   holding the current token, writing distinct parts of one scope): writes per second and
+//!   latency p50 / p99, after a warm-up, over a fixed duration per cell;
+//! - lease contention: rounds of 16, 64 and 256 contenders on a fresh lease, exactly one winner
+//!   per round, time per round p50 / p99;
+//! - the reference: `pgbench` on the same cluster with the same client counts, running a one-row
+//!   `UPDATE` per transaction (each client its own row), so that every figure can be read as a
+//!   ratio to what this machine's PostgreSQL can commit.
+//!
+//! Output: a table on the terminal, `bench.json` and `bench.svg` in the evidence directory.
+//! Figures are measurements of this machine at this moment; compare ratios within one run.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use fencing::resource::{self, Write, WriteMode};
+use harness::cluster::{ClusterConfig, PgBinaries};
+use harness::evidence::write_atomically;
+use scenarios::lab::SCOPE;
+use scenarios::{Lab, Params};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::Executor;
+use tokio::sync::Barrier;
+
+use crate::args::BenchArgs;
+
+/// One measured cell: a mode (or the reference) at a client count.
+#[derive(Debug, Clone)]
+struct Cell {
+    name: String,
+    clients: usize,
+    writes: usize,
+    per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// One contention size.
+#[derive(Debug, Clone)]
+struct Contention {
+    contenders: usize,
+    rounds: usize,
+    one_winner_rounds: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
+    if sorted_ms.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted_ms.len() as f64 - 1.0) * p).round() as usize;
+    sorted_ms[i.min(sorted_ms.len() - 1)]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let clients: Vec<usize> = vec![1, 4, 16];
+    let contenders: Vec<usize> = vec![16, 64, 256];
+    let duration = Duration::from_millis(args.duration_ms);
+    let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
+    let pgbench = bins.bin("pgbench");
+    if !pgbench.is_file() {
+        bail!(
+            "pgbench is missing beside the server binaries in {}: it ships with them",
+            bins.bindir.display()
+        );
+    }
+    std::fs::create_dir_all(&args.evidence_dir).with_context(|| {
+        format!(
+            "--evidence-dir {}: cannot be made",
+            args.evidence_dir.display()
+        )
+    })?;
+    let params = Params {
+        contenders: 256,
+        ..Params::default()
+    };
+    let cluster = ClusterConfig {
+        max_connections: 300,
+        ..ClusterConfig::new(bins)
+    };
+    let mut lab = Lab::start(cluster, params, PathBuf::new()).await?;
+    eprintln!(
+        "bench: PostgreSQL {}, {} ms per cell after {} warm-up writes per writer",
+        lab.cluster.binaries().version,
+        duration.as_millis(),
+        args.warmup
+    );
+
+    let mut cells = Vec::new();
+    for &n in &clients {
+        cells.push(pgbench_cell(&lab, &pgbench, n, duration).await?);
+        for mode in WriteMode::ALL {
+            lab.reset().await?;
+            cells.push(write_cell(&lab, mode, n, duration, args.warmup).await?);
+        }
+    }
+    let mut contention = Vec::new();
+    for &c in &contenders {
+        contention.push(contention_rounds(&lab, c, args.rounds as usize).await?);
+    }
+    drop(lab);
+
+    let table = render_table(&cells, &contention);
+    print!("{table}");
+    let dir = &args.evidence_dir;
+    write_atomically(
+        &dir.join("bench.json"),
+        bench_json(&cells, &contention).to_string().as_bytes(),
+    )?;
+    write_atomically(&dir.join("bench.svg"), chart(&cells).as_bytes())?;
+    eprintln!(
+        "bench: {} and bench.svg in {}; {:.0} s",
+        "bench.json",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `n` writers in `mode`, each on its own connection writing its own part with token 1.
+async fn write_cell(
+    lab: &Lab,
+    mode: WriteMode,
+    n: usize,
+    duration: Duration,
+    warmup: usize,
+) -> anyhow::Result<Cell> {
+    let opts = lab
+        .cluster
+        .connect_options(fencing::schema::RESOURCE_DB, fencing::schema::RESOURCE_ROLE);
+    let pool = PgPoolOptions::new()
+        .max_connections(n as u32)
+        .connect_with(opts)
+        .await?;
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (pool, barrier) = (pool.clone(), barrier.clone());
+        tasks.spawn(async move {
+            let mut conn = pool.acquire().await?;
+            let part = format!("part-{i:02}");
+            let w = Write {
+                scope: SCOPE,
+                part: &part,
+                content: "bench",
+                writer: "bench",
+                token: 1,
+            };
+            for _ in 0..warmup {
+                resource::write_on(&mut conn, &w, mode, async {}).await?;
+            }
+            barrier.wait().await;
+            let (start, mut lat, mut rejected) = (Instant::now(), Vec::new(), 0usize);
+            while start.elapsed() < duration {
+                let t = Instant::now();
+                if !resource::write_on(&mut conn, &w, mode, async {}).await? {
+                    rejected += 1;
+                }
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok((lat, start.elapsed(), rejected))
+        });
+    }
+    let (mut all, mut longest, mut rejected) = (Vec::new(), Duration::ZERO, 0);
+    while let Some(joined) = tasks.join_next().await {
+        let (lat, took, rej) = joined??;
+        all.extend(lat);
+        longest = longest.max(took);
+        rejected += rej;
+    }
+    if rejected > 0 {
+        bail!("{mode} at {n} writers rejected {rejected} writes holding the current token");
+    }
+    let writes = all.len();
+    let all = sorted(all);
+    Ok(Cell {
+        name: mode.as_str().into(),
+        clients: n,
+        writes,
+        per_sec: writes as f64 / longest.as_secs_f64(),
+        p50_ms: percentile(&all, 0.50),
+        p99_ms: percentile(&all, 0.99),
+    })
+}
+
+/// The reference: pgbench, one-row UPDATE per transaction, each client its own row.
+async fn pgbench_cell(
+    lab: &Lab,
+    pgbench: &std::path::Path,
+    n: usize,
+    duration: Duration,
+) -> anyhow::Result<Cell> {
+    // The reference table is the bench's own, beside the resource's tables; not the system under test.
+    let pool = lab.resource.pool();
+    pool.execute("CREATE TABLE IF NOT EXISTS bench_row (id int PRIMARY KEY, v bigint NOT NULL)")
+        .await?;
+    pool.execute(
+        "INSERT INTO bench_row SELECT g, 0 FROM generate_series(1, 64) g ON CONFLICT DO NOTHING",
+    )
+    .await?;
+    let work = tempfile::tempdir()?;
+    let script = work.path().join("one-row-update.sql");
+    std::fs::write(
+        &script,
+        "\\set id :client_id + 1\nUPDATE bench_row SET v = v + 1 WHERE id = :id;\n",
+    )?;
+    let secs = duration.as_secs().max(1);
+    let out = tokio::process::Command::new(pgbench)
+        .args([
+            "-n",
+            "-c",
+            &n.to_string(),
+            "-j",
+            &n.min(2).to_string(),
+            "-T",
+            &secs.to_string(),
+            "-l",
+        ])
+        .arg(format!(
+            "--log-prefix={}",
+            work.path().join("pgbench").display()
+        ))
+        .arg("-f")
+        .arg(&script)
+        .arg("-h")
+        .arg(lab.cluster.socket_dir())
+        .args([
+            "-p",
+            &lab.cluster.port().to_string(),
+            "-U",
+            fencing::schema::RESOURCE_ROLE,
+            fencing::schema::RESOURCE_DB,
+        ])
+        .current_dir(work.path())
+        .output()
+        .await
+        .context("failed to run pgbench")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "pgbench failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let tps: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("tps = ")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        })
+        .context("pgbench printed no tps")?;
+    // Per-transaction logs: "client_id transaction_no latency_us script_no epoch epoch_us".
+    let mut lat = Vec::new();
+    for entry in std::fs::read_dir(work.path())?.flatten() {
+        if entry.file_name().to_string_lossy().starts_with("pgbench.") {
+            for line in std::fs::read_to_string(entry.path())?.lines() {
+                if let Some(us) = line
+                    .split_whitespace()
+                    .nth(2)
+                    .and_then(|v| v.parse::<f64>().ok())
+                {
+                    lat.push(us / 1000.0);
+                }
+            }
+        }
+    }
+    let writes = lat.len();
+    let lat = sorted(lat);
+    Ok(Cell {
+        name: "pgbench".into(),
+        clients: n,
+        writes,
+        per_sec: tps,
+        p50_ms: percentile(&lat, 0.50),
+        p99_ms: percentile(&lat, 0.99),
+    })
+}
+
+/// `rounds` rounds of `c` contenders released by a barrier on a fresh lease each round.
+async fn contention_rounds(lab: &Lab, c: usize, rounds: usize) -> anyhow::Result<Contention> {
+    let mut clients = Vec::with_capacity(c);
+    for _ in 0..c {
+        clients.push(lab.own_lease_client().await?);
+    }
+    let (mut times, mut one_winner) = (Vec::new(), 0);
+    for round in 0..rounds {
+        let name = format!("bench-{c}-{round}");
+        let barrier = Arc::new(Barrier::new(c + 1));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, client) in clients.iter().enumerate() {
+            let (client, barrier, name) = (client.clone(), barrier.clone(), name.clone());
+            tasks.spawn(async move {
+                barrier.wait().await;
+                let won = client
+                    .acquire(&name, &format!("c{i}"), Duration::from_secs(60))
+                    .await?
+                    .is_some();
+                anyhow::Ok(won)
+            });
+        }
+        barrier.wait().await;
+        let t = Instant::now();
+        let mut winners = 0;
+        while let Some(joined) = tasks.join_next().await {
+            winners += usize::from(joined??);
+        }
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        one_winner += usize::from(winners == 1);
+    }
+    for client in clients {
+        client.pool().close().await;
+    }
+    let times = sorted(times);
+    Ok(Contention {
+        contenders: c,
+        rounds,
+        one_winner_rounds: one_winner,
+        p50_ms: percentile(&times, 0.50),
+        p99_ms: percentile(&times, 0.99),
+    })
+}
+
+fn reference(cells: &[Cell], name: &str, clients: usize) -> Option<f64> {
+    cells
+        .iter()
+        .find(|c| c.name == name && c.clients == clients)
+        .map(|c| c.per_sec)
+}
+
+fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<18} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10}",
+        "mode", "writers", "writes/s", "p50 ms", "p99 ms", "×pgbench", "×unfenced"
+    );
+    for c in cells {
+        let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.2}", c.per_sec / r));
+        let _ = writeln!(
+            out,
+            "{:<18} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>9} {:>10}",
+            c.name,
+            c.clients,
+            c.per_sec,
+            c.p50_ms,
+            c.p99_ms,
+            ratio(reference(cells, "pgbench", c.clients)),
+            ratio(reference(cells, "unfenced", c.clients)),
+        );
+    }
+    for n in [1, 4, 16] {
+        if let (Some(single), Some(tx)) = (
+            reference(cells, "fenced-single", n),
+            reference(cells, "fenced-scope", n),
+        ) {
+            let _ = writeln!(
+                out,
+                "fenced-single vs fenced-scope at {n:>2} writers: {:.2}× the writes per second",
+                single / tx
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{:<18} {:>7} {:>10} {:>8} {:>8}",
+        "lease contention", "rounds", "1 winner", "p50 ms", "p99 ms"
+    );
+    for c in contention {
+        let _ = writeln!(
+            out,
+            "{:<18} {:>7} {:>10} {:>8.2} {:>8.2}",
+            format!("{} contenders", c.contenders),
+            c.rounds,
+            format!("{}/{}", c.one_winner_rounds, c.rounds),
+            c.p50_ms,
+            c.p99_ms
+        );
+    }
+    out
+}
+
+fn bench_json(cells: &[Cell], contention: &[Contention]) -> serde_json::Value {
+    json!({
+        "writes": cells.iter().map(|c| json!({
+            "mode": c.name, "writers": c.clients, "writes": c.writes, "writes_per_sec": c.per_sec,
+            "p50_ms": c.p50_ms, "p99_ms": c.p99_ms,
+            "ratio_to_pgbench": reference(cells, "pgbench", c.clients).map(|r| c.per_sec / r),
+            "ratio_to_unfenced": reference(cells, "unfenced", c.clients).map(|r| c.per_sec / r),
+        })).collect::<Vec<_>>(),
+        "lease_contention": contention.iter().map(|c| json!({
+            "contenders": c.contenders, "rounds": c.rounds, "rounds_with_one_winner": c.one_winner_rounds,
+            "round_p50_ms": c.p50_ms, "round_p99_ms": c.p99_ms,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A grouped bar chart: writes per second per mode, one group per writer count, pgbench first.
+fn chart(cells: &[Cell]) -> String {
+    let names = [
+        "pgbench",
+        "fenced-scope",
+        "fenced-single",
+        "fenced-row",
+        "check-then-write",
+        "unfenced",
+    ];
+    let colors = [
+        "#5f6368", "#1f77b4", "#17becf", "#ff7f0e", "#d62728", "#2ca02c",
+    ];
+    let max = cells.iter().map(|c| c.per_sec).fold(1.0, f64::max);
+    let (w, h, left, top, plot_h) = (960.0, 380.0, 70.0, 40.0, 260.0);
+    let group_w = (w - left - 20.0) / 3.0;
+    let bar_w = group_w / (names.len() as f64 + 1.0);
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">writes per second by write mode and writer count (pgbench: one-row UPDATE per transaction)</text>"##
+    );
+    for (g, n) in [1usize, 4, 16].iter().enumerate() {
+        let gx = left + group_w * g as f64;
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle" font-weight="bold">{n} writer{}</text>"#,
+            gx + group_w / 2.0,
+            top + plot_h + 36.0,
+            if *n == 1 { "" } else { "s" }
+        );
+        for (i, name) in names.iter().enumerate() {
+            let Some(c) = cells.iter().find(|c| c.name == *name && c.clients == *n) else {
+                continue;
+            };
+            let bh = c.per_sec / max * plot_h;
+            let x = gx + bar_w * (i as f64 + 0.5);
+            let _ = write!(
+                svg,
+                r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{bh:.1}" fill="{}"><title>{name}, {n} writers: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms</title></rect><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="9">{:.0}</text>"#,
+                top + plot_h - bh,
+                bar_w * 0.9,
+                colors[i],
+                c.per_sec,
+                c.p50_ms,
+                c.p99_ms,
+                x + bar_w * 0.45,
+                top + plot_h - bh - 3.0,
+                c.per_sec
+            );
+        }
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#444"/>"##,
+        top + plot_h,
+        w - 20.0,
+        top + plot_h
+    );
+    for (i, name) in names.iter().enumerate() {
+        let x = left + 150.0 * i as f64;
+        let _ = write!(
+            svg,
+            r#"<rect x="{x}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{name}</text>"#,
+            h - 20.0,
+            colors[i],
+            x + 14.0,
+            h - 11.0
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_from_the_sorted_sample() {
+        let v = sorted((1..=100).map(f64::from).collect());
+        assert_eq!((percentile(&v, 0.5), percentile(&v, 0.99)), (51.0, 99.0));
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+}
