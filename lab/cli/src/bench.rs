@@ -122,8 +122,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     )?;
     write_atomically(&dir.join("bench.svg"), chart(&cells).as_bytes())?;
     eprintln!(
-        "bench: {} and bench.svg in {}; {:.0} s",
-        "bench.json",
+        "bench: bench.json and bench.svg in {}; {:.0} s",
         dir.display(),
         started.elapsed().as_secs_f64()
     );
