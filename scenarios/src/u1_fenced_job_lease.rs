@@ -3,34 +3,7 @@
 //! operation of A (release, renew, is_held) now fails, because each requires lease name + owner
 //! token + fence token; B's still succeed.
 
-use harness::evidence::Recorder;
-
-use crate::{Lab, Outcome, Scenario};
-
-pub struct U1;
-
-impl Scenario for U1 {
-    fn id(&self) -> &'static str {
-        "U1"
-    }
-
-    fn title(&self) -> &'static str {
-        "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release"
-    }
-
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
-        Box::pin(async move {
-            #[cfg(feature = "mariadb")]
-            imp::run(lab, rec).await?;
-            #[cfg(not(feature = "mariadb"))]
-            {
-                let _ = lab;
-                rec.skip(crate::u_common::NO_FEATURE);
-            }
-            Ok(())
-        })
-    }
-}
+crate::u_common::u_scenario!(U1, "U1", "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
 
 #[cfg(feature = "mariadb")]
 mod imp {

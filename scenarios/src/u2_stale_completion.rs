@@ -6,34 +6,7 @@
 //! stays completed. Negative control: the same timeline with a completion that checks only the
 //! run id lets A's stale "finished" through.
 
-use harness::evidence::Recorder;
-
-use crate::{Lab, Outcome, Scenario};
-
-pub struct U2;
-
-impl Scenario for U2 {
-    fn id(&self) -> &'static str {
-        "U2"
-    }
-
-    fn title(&self) -> &'static str {
-        "stale completion (MariaDB): A is frozen mid-run, B takes over and finishes; A's completion is fenced by the lease join"
-    }
-
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
-        Box::pin(async move {
-            #[cfg(feature = "mariadb")]
-            imp::run(lab, rec).await?;
-            #[cfg(not(feature = "mariadb"))]
-            {
-                let _ = lab;
-                rec.skip(crate::u_common::NO_FEATURE);
-            }
-            Ok(())
-        })
-    }
-}
+crate::u_common::u_scenario!(U2, "U2", "stale completion (MariaDB): A is frozen mid-run, B takes over and finishes; A's completion is fenced by the lease join");
 
 #[cfg(feature = "mariadb")]
 mod imp {

@@ -3,34 +3,7 @@
 //! lease judged expired by `CURRENT_TIMESTAMP(3)` cannot be renewed; the same renew judged by the
 //! client's stale time is fooled and revives the expired lease — the negative control.
 
-use harness::evidence::Recorder;
-
-use crate::{Lab, Outcome, Scenario};
-
-pub struct U3;
-
-impl Scenario for U3 {
-    fn id(&self) -> &'static str {
-        "U3"
-    }
-
-    fn title(&self) -> &'static str {
-        "database time (MariaDB): an expired lease cannot be renewed; a renew by a stale client clock can"
-    }
-
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
-        Box::pin(async move {
-            #[cfg(feature = "mariadb")]
-            imp::run(lab, rec).await?;
-            #[cfg(not(feature = "mariadb"))]
-            {
-                let _ = lab;
-                rec.skip(crate::u_common::NO_FEATURE);
-            }
-            Ok(())
-        })
-    }
-}
+crate::u_common::u_scenario!(U3, "U3", "database time (MariaDB): an expired lease cannot be renewed; a renew by a stale client clock can");
 
 #[cfg(feature = "mariadb")]
 mod imp {

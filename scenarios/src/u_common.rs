@@ -22,3 +22,39 @@ pub fn owner_token(holder: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// Declares a U scenario: with the `mariadb` feature its `run` is the calling module's
+/// `imp::run`; without it, the scenario reports a skip with [`NO_FEATURE`] — never a pass.
+macro_rules! u_scenario {
+    ($name:ident, $id:literal, $title:literal) => {
+        pub struct $name;
+
+        impl crate::Scenario for $name {
+            fn id(&self) -> &'static str {
+                $id
+            }
+
+            fn title(&self) -> &'static str {
+                $title
+            }
+
+            fn run<'a>(
+                &'a self,
+                lab: &'a mut crate::Lab,
+                rec: &'a mut harness::evidence::Recorder,
+            ) -> crate::Outcome<'a> {
+                Box::pin(async move {
+                    #[cfg(feature = "mariadb")]
+                    imp::run(lab, rec).await?;
+                    #[cfg(not(feature = "mariadb"))]
+                    {
+                        let _ = lab;
+                        rec.skip(crate::u_common::NO_FEATURE);
+                    }
+                    Ok(())
+                })
+            }
+        }
+    };
+}
+pub(crate) use u_scenario;

@@ -5,6 +5,10 @@
 //! behind" is checked by the lab's own marker (the `fencing-lab-*` directory and the postmaster
 //! started with `-D` inside it), never by process name.
 
+mod common;
+
+use common::{poll, processes_mentioning};
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -47,19 +51,6 @@ impl Sandbox {
         );
         Ok(())
     }
-}
-
-/// The command lines of live processes that mention `path`.
-fn processes_mentioning(path: &Path) -> Vec<String> {
-    let needle = path.to_string_lossy().into_owned();
-    fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
-        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
-        .filter(|cmd| cmd.contains(&needle))
-        .collect()
 }
 
 fn stderr(out: &Output) -> String {
@@ -244,17 +235,6 @@ fn pids_mentioning(path: &Path, marker: &str) -> Vec<i32> {
 fn state_of(pid: i32) -> Option<char> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-fn poll(timeout: std::time::Duration, mut probe: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    while start.elapsed() < timeout {
-        if probe() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    probe()
 }
 
 #[test]

@@ -5,6 +5,10 @@
 //! Leftovers are found by the lab's own markers (paths inside this test's private TMPDIR), never
 //! by process name.
 
+mod common;
+
+use common::{poll, processes_mentioning};
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -28,29 +32,6 @@ enum Point {
         id: &'static str,
         text: &'static str,
     },
-}
-
-fn processes_mentioning(path: &Path) -> Vec<String> {
-    let needle = path.to_string_lossy().into_owned();
-    fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
-        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
-        .filter(|cmd| cmd.contains(&needle))
-        .collect()
-}
-
-fn poll(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if probe() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    probe()
 }
 
 fn spawn_lab(tmp: &Path, ev: &Path, only: &str) -> anyhow::Result<Child> {

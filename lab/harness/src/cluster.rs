@@ -224,25 +224,15 @@ impl Cluster {
     /// Makes a new cluster in a fresh temp directory and starts it. On error nothing is left
     /// behind (the directory is removed, a started server stopped).
     pub async fn create(cfg: ClusterConfig) -> Result<Cluster> {
-        let run_as = if Uid::effective().is_root() {
-            let user = User::from_name(SERVER_USER)
-                .ok()
-                .flatten()
-                .ok_or(ClusterError::NoServerUser)?;
-            Some(RunAs {
-                uid: user.uid,
-                gid: user.gid,
-            })
-        } else {
-            None
-        };
-        let dir = tempfile::Builder::new()
-            .prefix(DIR_PREFIX)
-            .tempdir()
-            .map_err(io_err("make the cluster's temp directory"))?;
+        let (dir, run_as) = private_dir(SERVER_USER).map_err(|e| match e {
+            PrivateDirError::NoUser => ClusterError::NoServerUser,
+            PrivateDirError::Io { what, source } => ClusterError::Io { what, source },
+        })?;
+        let run_as = run_as.map(|(uid, gid)| RunAs {
+            uid: Uid::from_raw(uid),
+            gid: Gid::from_raw(gid),
+        });
         let root = dir.path().to_owned();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
-            .map_err(io_err("restrict the cluster directory to 0700"))?;
         let mut cluster = Cluster {
             cfg,
             dir: Some(dir),
@@ -251,20 +241,6 @@ impl Cluster {
             postmaster: None,
             keep: false,
         };
-        // The owner mark: which lab process made this cluster, so that a later run can tell a
-        // cluster whose lab was killed outright from one that is still in use.
-        mark_owner(&cluster.root).map_err(io_err("mark the cluster directory as the lab's"))?;
-        let sock = cluster.socket_dir();
-        fs::create_dir(&sock).map_err(io_err("make the socket directory"))?;
-        fs::set_permissions(&sock, fs::Permissions::from_mode(0o700))
-            .map_err(io_err("restrict the socket directory to 0700"))?;
-        if let Some(who) = run_as {
-            for path in [cluster.root.as_path(), sock.as_path()] {
-                chown(path, Some(who.uid.as_raw()), Some(who.gid.as_raw())).map_err(io_err(
-                    format!("hand {} to the server user", path.display()),
-                ))?;
-            }
-        }
         cluster.initdb().await?;
         cluster.start().await?;
         Ok(cluster)
@@ -525,6 +501,58 @@ impl Drop for Cluster {
 const OWNER_FILE: &str = "lab.owner";
 /// The file in a cluster directory that says it was kept on purpose.
 const KEPT_FILE: &str = "KEPT";
+
+/// Why [`private_dir`] failed.
+#[derive(Debug)]
+pub(crate) enum PrivateDirError {
+    /// The lab runs as root and the server's unprivileged user does not exist.
+    NoUser,
+    Io {
+        what: String,
+        source: io::Error,
+    },
+}
+
+/// Makes the private home of a throwaway server: a `fencing-lab-*` directory (0700) carrying the
+/// owner mark, with a `sock/` directory (0700) inside. When the lab runs as root, both are handed
+/// to `server_user` (servers refuse to run as root), whose uid and gid are returned.
+pub(crate) fn private_dir(
+    server_user: &str,
+) -> std::result::Result<(TempDir, Option<(u32, u32)>), PrivateDirError> {
+    let io = |what: &str| {
+        let what = what.to_owned();
+        move |source| PrivateDirError::Io { what, source }
+    };
+    let run_as = if Uid::effective().is_root() {
+        let user = User::from_name(server_user)
+            .ok()
+            .flatten()
+            .ok_or(PrivateDirError::NoUser)?;
+        Some((user.uid.as_raw(), user.gid.as_raw()))
+    } else {
+        None
+    };
+    let dir = tempfile::Builder::new()
+        .prefix(DIR_PREFIX)
+        .tempdir()
+        .map_err(io("make a temp directory"))?;
+    let sock = dir.path().join("sock");
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
+        .map_err(io("restrict the directory to 0700"))?;
+    // The owner mark: which lab process made it, so that a later run can tell a directory whose
+    // lab was killed outright from one still in use.
+    mark_owner(dir.path()).map_err(io("mark the directory as the lab's"))?;
+    fs::create_dir(&sock).map_err(io("make the socket directory"))?;
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o700))
+        .map_err(io("restrict the socket directory to 0700"))?;
+    if let Some((uid, gid)) = run_as {
+        for path in [dir.path(), sock.as_path()] {
+            chown(path, Some(uid), Some(gid))
+                .map_err(io("hand the directory to the server user"))?;
+        }
+    }
+    Ok((dir, run_as))
+}
 
 /// Writes the owner mark of this lab process into `dir`.
 pub(crate) fn mark_owner(dir: &Path) -> io::Result<()> {

@@ -492,41 +492,27 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// The text output: each line to the terminal as it happens, and all of them to a file at the end.
-pub struct TextReporter {
-    terminal: bool,
+/// Lines going to stdout as they happen (optionally) and to a file, whole, at the end: what the
+/// text and the JSON-lines reporters share.
+struct Sink {
+    stdout: bool,
     file: Option<PathBuf>,
     text: String,
 }
 
-impl TextReporter {
-    /// `terminal`: also print to stdout. `file`: where the whole text goes at the end.
-    pub fn new(terminal: bool, file: Option<PathBuf>) -> Self {
-        // Diffs are plain text, in the file and on the terminal alike.
-        console::set_colors_enabled(false);
-        TextReporter {
-            terminal,
-            file,
-            text: String::new(),
+impl Sink {
+    fn line(&mut self, line: &str) -> io::Result<()> {
+        if self.stdout {
+            let mut out = io::stdout().lock();
+            writeln!(out, "{line}")?;
+            out.flush()?;
         }
-    }
-}
-
-impl Reporter for TextReporter {
-    fn event(&mut self, event: &Event) -> io::Result<()> {
-        if let Some(lines) = render_text(event) {
-            if self.terminal {
-                let mut out = io::stdout().lock();
-                writeln!(out, "{lines}")?;
-                out.flush()?;
-            }
-            self.text.push_str(&lines);
-            self.text.push('\n');
-        }
+        self.text.push_str(line);
+        self.text.push('\n');
         Ok(())
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&self) -> io::Result<()> {
         match &self.file {
             Some(path) => write_atomically(path, self.text.as_bytes()),
             None => Ok(()),
@@ -534,22 +520,47 @@ impl Reporter for TextReporter {
     }
 }
 
-/// The machine-readable event log: one JSON object per line, every check and every timeline step.
-pub struct JsonlReporter {
-    file: Option<PathBuf>,
-    stdout: bool,
-    text: String,
+/// The text output: each line to the terminal as it happens, and all of them to a file at the end.
+pub struct TextReporter(Sink);
+
+impl TextReporter {
+    /// `terminal`: also print to stdout. `file`: where the whole text goes at the end.
+    pub fn new(terminal: bool, file: Option<PathBuf>) -> Self {
+        // Diffs are plain text, in the file and on the terminal alike.
+        console::set_colors_enabled(false);
+        TextReporter(Sink {
+            stdout: terminal,
+            file,
+            text: String::new(),
+        })
+    }
 }
+
+impl Reporter for TextReporter {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        match render_text(event) {
+            Some(lines) => self.0.line(&lines),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.0.finish()
+    }
+}
+
+/// The machine-readable event log: one JSON object per line, every check and every timeline step.
+pub struct JsonlReporter(Sink);
 
 impl JsonlReporter {
     /// `file`: where the log goes at the end; `stdout`: also print each line as it happens
     /// (`--format json`).
     pub fn new(file: Option<PathBuf>, stdout: bool) -> Self {
-        JsonlReporter {
-            file,
+        JsonlReporter(Sink {
             stdout,
+            file,
             text: String::new(),
-        }
+        })
     }
 }
 
@@ -577,23 +588,22 @@ impl Reporter for EnvironmentReporter {
     }
 
     fn finish(&mut self) -> io::Result<()> {
-        let map: serde_json::Map<String, serde_json::Value> = self
-            .entries
-            .iter()
-            .map(|(k, v)| (k.clone(), json!(v)))
-            .collect();
-        let text = serde_json::to_string_pretty(&map).map_err(io::Error::other)? + "\n";
+        let text =
+            serde_json::to_string_pretty(&env_map(&self.entries)).map_err(io::Error::other)? + "\n";
         write_atomically(&self.file, text.as_bytes())
     }
+}
+
+/// The environment record as a JSON object.
+fn env_map(entries: &[(String, String)]) -> serde_json::Map<String, serde_json::Value> {
+    entries.iter().map(|(k, v)| (k.clone(), json!(v))).collect()
 }
 
 /// One event as a JSON value.
 pub fn event_json(event: &Event) -> serde_json::Value {
     match event {
         Event::Environment { entries } => {
-            let map: serde_json::Map<String, serde_json::Value> =
-                entries.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-            json!({"event": "environment", "environment": map})
+            json!({"event": "environment", "environment": env_map(entries)})
         }
         Event::CaseStarted { id, title } => {
             json!({"event": "case_started", "case": id, "title": title})
@@ -636,22 +646,11 @@ pub fn event_json(event: &Event) -> serde_json::Value {
 
 impl Reporter for JsonlReporter {
     fn event(&mut self, event: &Event) -> io::Result<()> {
-        let line = event_json(event).to_string();
-        if self.stdout {
-            let mut out = io::stdout().lock();
-            writeln!(out, "{line}")?;
-            out.flush()?;
-        }
-        self.text.push_str(&line);
-        self.text.push('\n');
-        Ok(())
+        self.0.line(&event_json(event).to_string())
     }
 
     fn finish(&mut self) -> io::Result<()> {
-        match &self.file {
-            Some(path) => write_atomically(path, self.text.as_bytes()),
-            None => Ok(()),
-        }
+        self.0.finish()
     }
 }
 

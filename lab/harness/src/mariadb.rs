@@ -11,9 +11,8 @@
 //!
 //! This module needs no MySQL driver: readiness is the server's greeting on the socket.
 
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Read};
-use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -21,10 +20,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::{Pid, Uid, User};
+use nix::unistd::Pid;
 use tempfile::TempDir;
 
-use crate::cluster::{die_with_parent, mark_owner, DIR_PREFIX};
+use crate::cluster::{die_with_parent, private_dir, PrivateDirError};
 use crate::wait;
 
 /// The unprivileged user the server runs as when the lab runs as root.
@@ -111,19 +110,10 @@ pub struct MariaServer {
 impl MariaServer {
     /// Initialises a data directory and starts the server on a private socket.
     pub async fn create(bins: MariaBinaries) -> Result<MariaServer> {
-        let run_as = if Uid::effective().is_root() {
-            let user = User::from_name(SERVER_USER)
-                .ok()
-                .flatten()
-                .ok_or(MariaError::NoServerUser)?;
-            Some((user.uid.as_raw(), user.gid.as_raw()))
-        } else {
-            None
-        };
-        let dir = tempfile::Builder::new()
-            .prefix(DIR_PREFIX)
-            .tempdir()
-            .map_err(io_err("make a temp directory"))?;
+        let (dir, run_as) = private_dir(SERVER_USER).map_err(|e| match e {
+            PrivateDirError::NoUser => MariaError::NoServerUser,
+            PrivateDirError::Io { what, source } => MariaError::Io { what, source },
+        })?;
         let root = dir.path().to_owned();
         let mut server = MariaServer {
             bins,
@@ -132,18 +122,6 @@ impl MariaServer {
             run_as,
             server: None,
         };
-        fs::set_permissions(&server.root, fs::Permissions::from_mode(0o700))
-            .map_err(io_err("restrict the directory"))?;
-        mark_owner(&server.root).map_err(io_err("mark the directory as the lab's"))?;
-        fs::create_dir(server.socket_dir()).map_err(io_err("make the socket directory"))?;
-        fs::set_permissions(server.socket_dir(), fs::Permissions::from_mode(0o700))
-            .map_err(io_err("restrict the socket directory"))?;
-        if let Some((uid, gid)) = run_as {
-            for path in [server.root.clone(), server.socket_dir()] {
-                chown(&path, Some(uid), Some(gid))
-                    .map_err(io_err("hand the directory to the server user"))?;
-            }
-        }
         let mut install = tokio::process::Command::new(&server.bins.install_db);
         install
             .arg("--no-defaults")

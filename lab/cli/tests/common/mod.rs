@@ -1,0 +1,32 @@
+//! Helpers the `lab` binary's tests share: finding leftovers by the lab's own markers.
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The command lines of live processes that mention `path` (a test's private TMPDIR).
+pub fn processes_mentioning(path: &Path) -> Vec<String> {
+    let needle = path.to_string_lossy().into_owned();
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .filter(|cmd| cmd.contains(&needle))
+        .collect()
+}
+
+/// Polls `probe` every 5 ms until it holds or `timeout` passes; whether it held.
+pub fn poll(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if probe() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    probe()
+}
