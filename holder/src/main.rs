@@ -70,7 +70,8 @@ struct Args {
     /// What to write.
     #[arg(long)]
     content: String,
-    /// How the resource checks the token: fenced-scope, fenced-row, check-then-write, unfenced.
+    /// How the resource checks the token: fenced-scope, fenced-single, fenced-row, check-then-write,
+    /// unfenced.
     #[arg(long)]
     mode: WriteMode,
     /// Release the lease after the renew that follows the write.

@@ -193,7 +193,8 @@ impl Lab {
         self.resource = Resource::new(resource_pool.clone());
         self.publisher = Publisher::new(resource_pool);
         for pool in old {
-            pool.close().await;
+            // Connections to the server that is gone are dropped, not waited for.
+            let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         Ok(())
     }

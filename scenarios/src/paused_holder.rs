@@ -172,7 +172,9 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         ),
     );
 
-    let frozen = a.freeze().await?;
+    a.freeze().await?;
+    // Read again, apart from freeze()'s own post-condition: what /proc shows now.
+    let frozen = a.threads()?;
     lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
     rec.check(
         "after SIGSTOP, /proc shows state T for A and every thread of A",
@@ -208,11 +210,11 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     ));
 
     let mut b = Holder::spawn(&lab.holder_spec(HOLDER_B, B_CONTENT, mode, true)).await?;
-    rec.check_that(
-        "A and B are two distinct processes",
-        a.pid() != b.pid(),
-        format_args!("A pid={}, B pid={}", a.pid(), b.pid()),
-    );
+    rec.note(format!(
+        "A (pid {}) and B (pid {}) are two independent processes",
+        a.pid(),
+        b.pid()
+    ));
     let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
     step(lab, rec, at, "B", "acquire", &acquired).await;
     rec.check(

@@ -13,21 +13,102 @@ mod imp {
     use std::time::Duration;
 
     use anyhow::{bail, Context as _};
-    use fencing::fenced_job::completion_script;
+    use fencing::fenced_job::{completion_script, JobLease};
     use harness::evidence::{Mark, Recorder};
     use harness::process::ChildProcess;
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+    use tokio::process::{ChildStdin, ChildStdout};
 
+    use crate::maria::MariaEnv;
     use crate::u_common::{owner_token, JOB_LEASE};
     use crate::Lab;
 
     const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-        if let Err(reason) = lab.maria().await? {
-            rec.skip(reason);
-            return Ok(());
+    /// Holder A: the `mariadb` command-line client, a separate OS process on its own connection.
+    struct Client {
+        process: ChildProcess,
+        stdin: ChildStdin,
+        lines: Lines<BufReader<ChildStdout>>,
+    }
+
+    impl Client {
+        fn spawn(env: &MariaEnv) -> anyhow::Result<Client> {
+            let mut process = ChildProcess::spawn(
+                "A (mariadb client)",
+                &env.server.binaries().client,
+                &env.client_args(),
+            )?;
+            let stdin = process
+                .child_mut()
+                .stdin
+                .take()
+                .context("the client's stdin")?;
+            let stdout = process
+                .child_mut()
+                .stdout
+                .take()
+                .context("the client's stdout")?;
+            Ok(Client {
+                process,
+                stdin,
+                lines: BufReader::new(stdout).lines(),
+            })
         }
+
+        async fn send(&mut self, sql: &str) -> anyhow::Result<()> {
+            self.stdin.write_all(sql.as_bytes()).await?;
+            Ok(self.stdin.flush().await?)
+        }
+
+        /// The client's next output line, within a deadline.
+        async fn answer(&mut self) -> anyhow::Result<String> {
+            let line = tokio::time::timeout(ANSWER_TIMEOUT, self.lines.next_line())
+                .await
+                .context("A's client did not answer")??;
+            line.context("A's client closed its output")
+        }
+
+        /// Sends a completion script and reads how many rows it changed.
+        async fn complete(&mut self, script: &str) -> anyhow::Result<i64> {
+            self.send(script).await?;
+            let answer = self.answer().await?;
+            answer
+                .trim()
+                .parse()
+                .with_context(|| format!("A's client answered {answer:?}"))
+        }
+    }
+
+    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+        let ttl = lab.params.ttl;
+        let env = match lab.maria().await? {
+            Ok(env) => env,
+            Err(reason) => {
+                rec.skip(reason);
+                return Ok(());
+            }
+        };
+        // The positive control of the client path: while A's lease is valid, the same fenced
+        // completion sent the same way changes its run.
+        let jobs = &env.jobs;
+        let a = jobs
+            .acquire(JOB_LEASE, &owner_token("A"), ttl)
+            .await?
+            .context("A could not acquire")?;
+        jobs.start_run("run-valid", &a).await?;
+        let mut client = Client::spawn(env)?;
+        let rows = client
+            .complete(&completion_script("run-valid", &a, true))
+            .await?;
+        client.process.kill().await;
+        rec.check(
+            "while A's lease is valid, its fenced completion through the client changes its run",
+            &1,
+            &rows,
+        );
+
+        lab.maria().await?.map_err(anyhow::Error::msg)?;
         let rows = timeline(lab, rec, true).await?;
         rec.check(
             "A's fenced completion affects 0 rows: lease lost, never retried",
@@ -69,7 +150,7 @@ mod imp {
         );
         let env = lab.maria.as_ref().context("MariaDB is not running")?;
         let jobs = &env.jobs;
-        let a = jobs
+        let a: JobLease = jobs
             .acquire(JOB_LEASE, &owner_token("A"), short)
             .await?
             .context("A could not acquire")?;
@@ -83,41 +164,28 @@ mod imp {
             None,
         );
 
-        let mut client = ChildProcess::spawn(
-            "A (mariadb client)",
-            &env.server.binaries().client,
-            &env.client_args(),
-        )?;
-        let mut stdin = client
-            .child_mut()
-            .stdin
-            .take()
-            .context("the client's stdin")?;
-        let mut lines = BufReader::new(
-            client
-                .child_mut()
-                .stdout
-                .take()
-                .context("the client's stdout")?,
-        )
-        .lines();
-        stdin.write_all(b"SELECT CONNECTION_ID();\n").await?;
-        let connection = tokio::time::timeout(ANSWER_TIMEOUT, lines.next_line())
-            .await
-            .context("A's client said nothing")??;
-        let frozen = client.freeze().await?;
+        let mut client = Client::spawn(env)?;
+        client.send("SELECT CONNECTION_ID();\n").await?;
+        let connection = client.answer().await?;
+        client.process.freeze().await?;
+        // Observed again, apart from freeze()'s own post-condition.
+        let threads = client.process.threads()?;
         rec.step(Mark::Frozen, "A", "SIGSTOP", None, "", None);
         if fenced {
             rec.check_that(
                 format!(
                     "A is a separate process (pid {}) with its own connection, frozen",
-                    client.pid()
+                    client.process.pid()
                 ),
-                frozen.iter().all(|t| t.state == 'T') && connection.is_some(),
+                !threads.is_empty() && threads.iter().all(|t| t.state == 'T'),
                 format_args!(
                     "connection id {}; threads {}",
-                    connection.unwrap_or_default(),
-                    frozen.len()
+                    connection.trim(),
+                    threads
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 ),
             );
         }
@@ -169,17 +237,10 @@ mod imp {
         }
 
         // The go-line is A's own completion, written while A is frozen; then A is continued.
-        stdin
-            .write_all(completion_script("run-a", &a, fenced).as_bytes())
-            .await?;
-        stdin.flush().await?;
-        client.thaw().await?;
-        let answer = tokio::time::timeout(ANSWER_TIMEOUT, lines.next_line())
-            .await
-            .context("A's client did not answer")??;
+        client.send(&completion_script("run-a", &a, fenced)).await?;
+        client.process.thaw().await?;
+        let answer = client.answer().await?;
         let a_rows: i64 = answer
-            .as_deref()
-            .unwrap_or("")
             .trim()
             .parse()
             .with_context(|| format!("A's client answered {answer:?}"))?;
@@ -193,8 +254,7 @@ mod imp {
             format!("{a_rows} row(s)"),
             None,
         );
-        drop(stdin);
-        client.kill().await;
+        client.process.kill().await;
         let a_status = jobs.run_status("run-a").await?.unwrap_or_default();
         let b_status = jobs.run_status("run-b").await?.unwrap_or_default();
         rec.note(format!(

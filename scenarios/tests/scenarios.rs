@@ -47,17 +47,17 @@ async fn f2_long_transaction_judges_by_its_start_and_equal_tokens_pass() -> anyh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f3_exactly_one_contender_wins_a_free_lease() -> anyhow::Result<()> {
-    run("F3", 12).await
+    run("F3", 11).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f4_paused_holder_write_is_rejected_after_takeover() -> anyhow::Result<()> {
-    run("F4", 18).await
+    run("F4", 17).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f5_unfenced_resource_accepts_the_paused_holders_stale_write() -> anyhow::Result<()> {
-    run("F5", 16).await
+    run("F5", 15).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +90,7 @@ async fn u1_a_takeover_fences_off_the_old_owners_renew_and_release() -> anyhow::
 #[cfg(feature = "mariadb")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn u2_a_stale_completion_affects_no_row_under_the_lease_join() -> anyhow::Result<()> {
-    run("U2", 6).await
+    run("U2", 7).await
 }
 
 #[cfg(feature = "mariadb")]
@@ -164,7 +164,7 @@ async fn the_single_statement_fence_passes_f4_f6_and_f7() -> anyhow::Result<()> 
         fenced_mode: fencing::resource::WriteMode::FencedSingle,
         ..Params::default()
     };
-    run_with("F4", 18, single()).await?;
+    run_with("F4", 17, single()).await?;
     run_with("F6", 15, single()).await?;
     run_with("F7", 4, single()).await
 }

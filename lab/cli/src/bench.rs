@@ -244,6 +244,7 @@ async fn pgbench_cell(
             fencing::schema::RESOURCE_DB,
         ])
         .current_dir(work.path())
+        .kill_on_drop(true)
         .output()
         .await
         .context("failed to run pgbench")?;

@@ -223,11 +223,10 @@ impl JobLeaseStore {
     /// The fenced completion, as one statement: `true` when the run was marked completed.
     pub async fn complete_run(&self, run_id: &str, lease: &JobLease) -> Result<bool> {
         let done = sqlx::query(COMPLETE_RUN)
-            .bind(&lease.lease_name)
             .bind(run_id)
+            .bind(&lease.lease_name)
             .bind(lease.fence_token)
             .bind(&lease.owner_token)
-            .bind(lease.fence_token)
             .execute(&self.pool)
             .await
             .op("complete a run (fenced)")?;
@@ -244,13 +243,14 @@ impl JobLeaseStore {
     }
 }
 
-/// The fenced completion. Placeholders: lease name, run id, the run's fence token, owner token,
-/// fence token.
+/// The fenced completion. Placeholders: run id, lease name, fence token, owner token. The run is
+/// joined to *its own* lease row, and run and lease must agree on fence and owner.
 const COMPLETE_RUN: &str = "UPDATE reconciliation_runs AS r
-                              JOIN fenced_job_leases AS l ON l.lease_name = ?
+                              JOIN fenced_job_leases AS l ON l.lease_name = r.lease_name
                                SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
-                             WHERE r.run_id = ? AND r.fence_token = ?
-                               AND l.owner_token = ? AND l.fence_token = ?
+                             WHERE r.run_id = ? AND l.lease_name = ?
+                               AND r.fence_token = l.fence_token AND l.fence_token = ?
+                               AND r.owner_token = l.owner_token AND l.owner_token = ?
                                AND l.leased_until > CURRENT_TIMESTAMP(3)";
 
 /// How a separate client process (the `mariadb` command-line client, holder A in U2) writes a
@@ -261,11 +261,10 @@ pub fn completion_script(run_id: &str, lease: &JobLease, fenced: bool) -> String
     let q = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"));
     let update = if fenced {
         COMPLETE_RUN
-            .replacen('?', &q(&lease.lease_name), 1)
             .replacen('?', &q(run_id), 1)
+            .replacen('?', &q(&lease.lease_name), 1)
             .replacen('?', &lease.fence_token.to_string(), 1)
             .replacen('?', &q(&lease.owner_token), 1)
-            .replacen('?', &lease.fence_token.to_string(), 1)
     } else {
         format!(
             "UPDATE reconciliation_runs SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3) WHERE run_id = {}",

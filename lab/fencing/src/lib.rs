@@ -7,7 +7,7 @@
 //!
 //! - [`lease`]: `acquire` / `renew` / `release`, each one autocommit statement judged by the
 //!   database clock, plus the client's local deadline (SPEC §3.1, invariants I1 and I2).
-//! - [`resource`]: the protected report table with its four write modes, the scope's fence floor
+//! - [`resource`]: the protected report table with its five write modes, the scope's fence floor
 //!   and the `write_attempt` log (SPEC §3.2, invariant I3).
 //! - [`publish`]: the business-key publish stand-in and its versioned variant (SPEC §3.3).
 //! - `fenced_job` (`--features mariadb`): the second source system, a fenced job lease with a

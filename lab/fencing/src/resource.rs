@@ -5,10 +5,11 @@
 //! The resource never reads the lease database. It remembers the highest token it has seen per
 //! scope in `fence_floor` (Chubby §2.4) and connects as a role that cannot reach `lease26`.
 //!
-//! [`WriteMode::FencedScope`] is the correct implementation. The other three modes are negative
-//! controls kept side by side so that the lab can show, in the same run, what each one lets
-//! through. Every attempt, accepted or rejected, is logged in `write_attempt` after the write's own
-//! transaction has ended, so the record of a rejected attempt survives its rollback.
+//! [`WriteMode::FencedScope`] is the correct implementation and [`WriteMode::FencedSingle`] the
+//! same fence in one statement. The other three modes are negative controls kept side by side so
+//! that the lab can show, in the same run, what each one lets through. Every attempt is logged in
+//! `write_attempt`: an accepted fenced write in its own transaction (committed together), a
+//! rejected one after its rollback (so its record survives it).
 
 use std::fmt;
 use std::future::Future;
@@ -257,8 +258,10 @@ pub async fn write_on(
             } else {
                 gap.await;
                 upsert(&mut tx, w).await?;
+                // An accepted write and its record commit together: none without the other.
+                log_attempt(&mut tx, w, mode, true).await?;
                 tx.commit().await.op("commit the write")?;
-                true
+                return Ok(true);
             }
         }
         WriteMode::FencedRow => {
@@ -324,6 +327,18 @@ pub async fn write_on(
                 .op("write the part (fenced, one statement)");
         }
     };
+    // A rejected fenced-scope attempt is recorded here, after its rollback; the negative
+    // controls, which have no transaction, record every attempt here.
+    log_attempt(&mut *conn, w, mode, accepted).await?;
+    Ok(accepted)
+}
+
+async fn log_attempt(
+    conn: &mut PgConnection,
+    w: &Write<'_>,
+    mode: WriteMode,
+    accepted: bool,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -334,10 +349,10 @@ pub async fn write_on(
     .bind(w.token)
     .bind(mode.as_str())
     .bind(accepted)
-    .execute(&mut *conn)
+    .execute(conn)
     .await
     .op("log the write attempt")?;
-    Ok(accepted)
+    Ok(())
 }
 
 async fn upsert(conn: &mut PgConnection, w: &Write<'_>) -> Result<()> {

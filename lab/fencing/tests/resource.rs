@@ -1,4 +1,4 @@
-//! The resource's four write modes against a real PostgreSQL (SPEC §3.2): what each accepts,
+//! The resource's five write modes against a real PostgreSQL (SPEC §3.2): what each accepts,
 //! what each rejects, and the `write_attempt` log.
 
 mod common;

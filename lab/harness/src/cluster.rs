@@ -266,6 +266,7 @@ impl Cluster {
         if let Some(who) = self.run_as {
             cmd.uid(who.uid.as_raw()).gid(who.gid.as_raw());
         }
+        die_with_parent(cmd.as_std_mut(), Signal::SIGKILL);
         let out = cmd.output().await.map_err(io_err("run initdb"))?;
         if !out.status.success() {
             let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -318,7 +319,9 @@ impl Cluster {
         let start = Instant::now();
         let opts = self.connect_options("postgres", SUPERUSER);
         loop {
-            if let Ok(conn) = PgConnection::connect_with(&opts).await {
+            let attempt =
+                tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(&opts));
+            if let Ok(Ok(conn)) = attempt.await {
                 let _ = conn.close().await;
                 return Ok(());
             }
@@ -357,6 +360,8 @@ impl Cluster {
                 return;
             }
         }
+        // The postmaster leads its own process group: take its backends down with it.
+        let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGKILL);
         let _ = child.kill();
         let _ = child.wait();
     }
@@ -371,6 +376,7 @@ impl Cluster {
                 matches!(child.try_wait(), Ok(Some(_)) | Err(_))
             });
             if !exited {
+                let _ = kill(Pid::from_raw(-(child.id() as i32)), Signal::SIGKILL);
                 let _ = child.kill();
                 let _ = child.wait();
             }
@@ -556,10 +562,11 @@ pub(crate) fn private_dir(
 
 /// Writes the owner mark of this lab process into `dir`.
 pub(crate) fn mark_owner(dir: &Path) -> io::Result<()> {
-    fs::write(
-        dir.join(OWNER_FILE),
-        owner_mark(std::process::id()).unwrap_or_default(),
-    )
+    // Whole or not at all (temp file + rename): a concurrent run must never read a half mark and
+    // take a live lab's directory for a leftover.
+    let mark = owner_mark(std::process::id())
+        .ok_or_else(|| io::Error::other("cannot read /proc/self/stat"))?;
+    crate::evidence::write_atomically(&dir.join(OWNER_FILE), mark.as_bytes())
 }
 
 /// `"<pid> <start time>"` of a process: the pair names it even after its pid is reused.

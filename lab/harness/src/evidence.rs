@@ -640,7 +640,9 @@ pub fn event_json(event: &Event) -> serde_json::Value {
             json!({"event": "skipped", "case": case, "reason": reason})
         }
         Event::Interrupted { signal } => json!({"event": "interrupted", "signal": signal}),
-        Event::Finished(s) => json!({"event": "summary", "passed": s.passed, "failed": s.failed}),
+        Event::Finished(s) => {
+            json!({"event": "summary", "passed": s.passed, "failed": s.failed, "skipped": s.skipped})
+        }
     }
 }
 

@@ -319,6 +319,11 @@ impl Holder {
         Ok(self.process.freeze().await?)
     }
 
+    /// The holder's threads and their states, read from `/proc` now.
+    pub fn threads(&self) -> Result<Vec<ThreadState>, HolderError> {
+        Ok(self.process.threads()?)
+    }
+
     /// See [`ChildProcess::thaw`].
     pub async fn thaw(&mut self) -> Result<Vec<ThreadState>, HolderError> {
         Ok(self.process.thaw().await?)

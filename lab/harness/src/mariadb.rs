@@ -133,6 +133,7 @@ impl MariaServer {
         if let Some((uid, gid)) = run_as {
             install.uid(uid).gid(gid);
         }
+        die_with_parent(install.as_std_mut(), Signal::SIGKILL);
         let out = install
             .output()
             .await

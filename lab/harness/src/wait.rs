@@ -34,10 +34,12 @@ where
 {
     let start = Instant::now();
     loop {
-        match probe().await {
-            Ok(true) => return Ok(start.elapsed()),
-            Ok(false) => {}
-            Err(e) => {
+        // A probe that blocks (e.g. on a lock) counts against the same deadline.
+        let left = timeout.saturating_sub(start.elapsed());
+        match tokio::time::timeout(left.max(POLL_INTERVAL), probe()).await {
+            Ok(Ok(true)) => return Ok(start.elapsed()),
+            Ok(Ok(false)) | Err(_) => {}
+            Ok(Err(e)) => {
                 return Err(WaitError::Probe {
                     what: what.to_owned(),
                     source: Box::new(e),
