@@ -324,3 +324,33 @@ fn a_run_writes_nothing_outside_its_temp_dir_and_its_evidence_dir() -> anyhow::R
     assert_eq!(fs::read_dir(&home)?.count(), 0, "nothing in HOME");
     sb.assert_nothing_left()
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_terminal_copy_not_the_run() -> anyhow::Result<()> {
+    use std::io::{BufRead, BufReader};
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args([
+            "run",
+            "--only",
+            "F1",
+            "--evidence-dir",
+            ev.to_str().unwrap(),
+        ])
+        .env("TMPDIR", sb.path("tmp"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    // Like `lab run | head -1`: read one line, then close the pipe.
+    let mut first = String::new();
+    BufReader::new(lab.stdout.take().expect("piped")).read_line(&mut first)?;
+    assert!(first.starts_with("# lab:"), "{first}");
+    assert_eq!(lab.wait()?.code(), Some(0));
+    let text = fs::read_to_string(ev.join("output.txt"))?;
+    assert!(
+        text.ends_with("SUMMARY passed=11 failed=0\n"),
+        "the file has every line: {text}"
+    );
+    sb.assert_nothing_left()
+}

@@ -504,8 +504,12 @@ impl Sink {
     fn line(&mut self, line: &str) -> io::Result<()> {
         if self.stdout {
             let mut out = io::stdout().lock();
-            writeln!(out, "{line}")?;
-            out.flush()?;
+            match writeln!(out, "{line}").and_then(|()| out.flush()) {
+                // A reader that went away (`lab run | head`) ends the terminal copy, not the run:
+                // the files still get every line.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.stdout = false,
+                other => other?,
+            }
         }
         self.text.push_str(line);
         self.text.push('\n');
