@@ -33,7 +33,6 @@ impl Scenario for F2 {
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let ttl = lab.params.short_ttl;
-            let timeout = lab.params.wait_timeout;
             let a = lab.lease.acquire(LEASE, HOLDER_A, ttl).await?;
             rec.check(
                 format!(
@@ -88,13 +87,7 @@ impl Scenario for F2 {
             );
 
             // Wait until an autocommit statement judges the lease expired.
-            let lease = &lab.lease;
-            let waited = harness::wait::until(
-                "the lease is expired by the database clock",
-                timeout,
-                || lease.is_free(LEASE),
-            )
-            .await?;
+            let waited = lab.until_lease_expired("the lease").await?;
             let clock = lab.lease.db_clock().await?;
             rec.step(
                 Mark::LeaseExpired,
@@ -146,13 +139,7 @@ impl Scenario for F2 {
                 valid_at_t2,
                 format_args!("T2's now() = {}", t2_start.now),
             );
-            let lease = &lab.lease;
-            harness::wait::until(
-                "holder-b's lease is expired by the database clock",
-                timeout,
-                || lease.is_free(LEASE),
-            )
-            .await?;
+            lab.until_lease_expired("holder-b's lease").await?;
             let by_clock = stmt::renew(&mut *t2, &b, JudgedBy::ClockTimestamp).await?;
             rec.check(
                 "inside T2 the renew written with clock_timestamp() is refused",

@@ -63,13 +63,7 @@ impl Scenario for F3 {
                     );
                 }
                 if round == 2 {
-                    let lease = &lab.lease;
-                    let waited = harness::wait::until(
-                        "the lease is expired by the database clock",
-                        lab.params.wait_timeout,
-                        || lease.is_free(LEASE),
-                    )
-                    .await?;
+                    let waited = lab.until_lease_expired("the lease").await?;
                     rec.note(format!(
                         "the lease expired by the database clock after a wait of {} ms",
                         waited.as_millis()

@@ -101,13 +101,7 @@ async fn timeline(
         wrote(a_ok, 1),
         None,
     );
-    let lease = &lab.lease;
-    harness::wait::until(
-        "holder-a's lease is expired by the database clock",
-        p.wait_timeout,
-        || lease.is_free(LEASE),
-    )
-    .await?;
+    lab.until_lease_expired("holder-a's lease").await?;
     rec.step(
         Mark::LeaseExpired,
         "A",

@@ -145,13 +145,7 @@ impl Scenario for F8 {
                 &shown(lab.resource.floor(SCOPE).await?),
             );
 
-            let lease = &lab.lease;
-            harness::wait::until(
-                "holder-a's lease is expired by the database clock",
-                p.wait_timeout,
-                || lease.is_free(LEASE),
-            )
-            .await?;
+            lab.until_lease_expired("holder-a's lease").await?;
             rec.step(
                 Mark::LeaseExpired,
                 "A",

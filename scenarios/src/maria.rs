@@ -52,6 +52,16 @@ impl MariaEnv {
         Ok(fenced_job::reset(self.jobs.pool()).await?)
     }
 
+    /// Waits, polling `CURRENT_TIMESTAMP(3)`, until nobody holds the job lease.
+    pub async fn until_expired(&self, timeout: std::time::Duration) -> anyhow::Result<()> {
+        let what = "the job lease is expired by CURRENT_TIMESTAMP(3)";
+        harness::wait::until(what, timeout, || {
+            self.jobs.is_free(crate::u_common::JOB_LEASE)
+        })
+        .await?;
+        Ok(())
+    }
+
     /// The arguments that start the command-line client as a separate process on this server.
     pub fn client_args(&self) -> Vec<std::ffi::OsString> {
         vec![

@@ -188,13 +188,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     );
 
     let frozen_at = Instant::now();
-    let lease = &lab.lease;
-    harness::wait::until(
-        "A's lease is expired by the database clock",
-        p.wait_timeout,
-        || lease.is_free(LEASE),
-    )
-    .await?;
+    lab.until_lease_expired("A's lease").await?;
     lab_step(
         lab,
         rec,

@@ -45,12 +45,7 @@ mod imp {
             &a.fence_token,
         );
         rec.check("A's is_held", &true, &jobs.is_held(&a).await?);
-        harness::wait::until(
-            "A's job lease is expired by CURRENT_TIMESTAMP(3)",
-            timeout,
-            || jobs.is_free(JOB_LEASE),
-        )
-        .await?;
+        env.until_expired(timeout).await?;
         rec.step(
             Mark::LeaseExpired,
             "A",

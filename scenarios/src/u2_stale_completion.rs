@@ -189,12 +189,7 @@ mod imp {
                 ),
             );
         }
-        harness::wait::until(
-            "A's job lease is expired by CURRENT_TIMESTAMP(3)",
-            timeout,
-            || jobs.is_free(JOB_LEASE),
-        )
-        .await?;
+        env.until_expired(timeout).await?;
         rec.step(
             Mark::LeaseExpired,
             "A",

@@ -29,12 +29,7 @@ mod imp {
             .context("A could not acquire")?;
         // The client's notion of now: read once, at acquire time, and never refreshed.
         let client_now = jobs.db_clock().await?;
-        harness::wait::until(
-            "A's job lease is expired by CURRENT_TIMESTAMP(3)",
-            timeout,
-            || jobs.is_free(JOB_LEASE),
-        )
-        .await?;
+        env.until_expired(timeout).await?;
         let db_now = jobs.db_clock().await?;
         rec.note(format!(
             "the client believes it is {client_now}; the database says {db_now}"
