@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
-use harness::cluster::{Cluster, ClusterConfig, PgBinaries};
 use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
+use harness::server::{Cluster, ClusterConfig, PgBinaries};
 use holder_protocol::{exit, Event, Request};
 use sqlx::postgres::PgPoolOptions;
 

@@ -21,6 +21,10 @@ impl Scenario for F1 {
         "normal path: acquire → write → renew → release → the next holder acquires a greater token and writes"
     }
 
+    fn checks(&self) -> usize {
+        8
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let ttl = lab.params.ttl;

@@ -30,6 +30,10 @@ impl Scenario for F2 {
         "equal tokens are accepted; now() inside a long transaction judges expiry by the transaction's start"
     }
 
+    fn checks(&self) -> usize {
+        12
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let ttl = lab.params.short_ttl;

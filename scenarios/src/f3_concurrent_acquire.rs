@@ -34,6 +34,10 @@ impl Scenario for F3 {
         "concurrent acquisition: contenders released by a barrier race for the lease in three rounds"
     }
 
+    fn checks(&self) -> usize {
+        11
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let n = lab.params.contenders;

@@ -21,6 +21,18 @@ impl Scenario for F4 {
         "the paused old holder: lease expires while A is frozen, B takes over, A resumes (fenced)"
     }
 
+    fn checks(&self) -> usize {
+        17
+    }
+
+    fn fence_dependent(&self) -> bool {
+        true
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["/proc shows state T"]
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let r = paused_holder::run(lab, rec, lab.params.fenced_mode).await?;

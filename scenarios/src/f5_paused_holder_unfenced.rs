@@ -21,6 +21,14 @@ impl Scenario for F5 {
         "negative control: the same timeline as F4 against an unfenced resource (mode=unfenced)"
     }
 
+    fn checks(&self) -> usize {
+        15
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["/proc shows state T"]
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let r = paused_holder::run(lab, rec, WriteMode::Unfenced).await?;

@@ -92,6 +92,14 @@ impl Scenario for F6 {
         "interleavings at the resource, made deterministic with latches: check-then-write vs the fenced scope"
     }
 
+    fn checks(&self) -> usize {
+        15
+    }
+
+    fn fence_dependent(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             check_then_write(lab, rec).await?;

@@ -22,6 +22,14 @@ impl Scenario for F7 {
         "fence granularity: the old holder writes a part the new holder never touched (fenced-row vs fenced-scope)"
     }
 
+    fn checks(&self) -> usize {
+        4
+    }
+
+    fn fence_dependent(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             for mode in [WriteMode::FencedRow, lab.params.fenced_mode] {

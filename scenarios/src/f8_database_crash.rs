@@ -8,6 +8,7 @@
 use anyhow::{ensure, Context as _};
 use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
+use harness::server::Server;
 
 use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
@@ -49,6 +50,14 @@ impl Scenario for F8 {
 
     fn title(&self) -> &'static str {
         "database crash: immediate stop and WAL recovery; the lease row and the floor survive, tokens are not reused"
+    }
+
+    fn checks(&self) -> usize {
+        6
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["holder-a holds the lease with token 2"]
     }
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {

@@ -30,6 +30,10 @@ impl Scenario for F9 {
         "a side effect that cannot take a token: business-key publish vs versioned publish, in both orders"
     }
 
+    fn checks(&self) -> usize {
+        4
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             rec.note("A publishes with token 1 (its holding was superseded), B with token 2");

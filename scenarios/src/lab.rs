@@ -10,8 +10,8 @@ use fencing::lease::LeaseStore;
 use fencing::publish::Publisher;
 use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
-use harness::cluster::{Cluster, ClusterConfig};
 use harness::holder::HolderSpec;
+use harness::server::{Cluster, ClusterConfig, Server};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -112,7 +112,8 @@ impl Params {
     }
 }
 
-/// The environment of a run. Dropping it stops the cluster (and removes it unless kept).
+/// The environment of a run. End it with [`Lab::shutdown`]; dropping it instead is the last
+/// resort of a panic (a blocking immediate shutdown of every server).
 pub struct Lab {
     pub cluster: Cluster,
     /// The MariaDB server of the U-series, started by the first U scenario that runs.
@@ -128,24 +129,22 @@ pub struct Lab {
 
 impl Lab {
     /// Starts a cluster, creates the roles and databases, applies the migrations and opens the
-    /// pools. Must be called from a thread that outlives the lab (see `harness::cluster`).
+    /// pools. On error nothing is left running.
     pub async fn start(
         cluster: ClusterConfig,
         params: Params,
         holder_bin: PathBuf,
     ) -> anyhow::Result<Lab> {
-        let cluster = Cluster::create(cluster)
+        let mut cluster = Cluster::create(cluster)
             .await
             .context("failed to start the embedded PostgreSQL")?;
-        let mut admin = cluster
-            .admin()
-            .await
-            .context("failed to connect as the superuser")?;
-        schema::provision(&mut admin).await?;
-        let lease_pool = Self::pool(&cluster, Database::Lease).await?;
-        let resource_pool = Self::pool(&cluster, Database::Resource).await?;
-        schema::migrate(Database::Lease, &lease_pool).await?;
-        schema::migrate(Database::Resource, &resource_pool).await?;
+        let (lease_pool, resource_pool) = match Self::provision(&cluster).await {
+            Ok(pools) => pools,
+            Err(e) => {
+                cluster.stop().await;
+                return Err(e);
+            }
+        };
         Ok(Lab {
             lease: LeaseStore::new(lease_pool, params.margin),
             resource: Resource::new(resource_pool.clone()),
@@ -156,6 +155,58 @@ impl Lab {
             holder_bin,
             params,
         })
+    }
+
+    /// Creates the roles and databases, applies the migrations; the lease and resource pools.
+    async fn provision(cluster: &Cluster) -> anyhow::Result<(PgPool, PgPool)> {
+        let mut admin = cluster
+            .admin()
+            .await
+            .context("failed to connect as the superuser")?;
+        schema::provision(&mut admin).await?;
+        let lease_pool = Self::pool(cluster, Database::Lease).await?;
+        let resource_pool = Self::pool(cluster, Database::Resource).await?;
+        schema::migrate(Database::Lease, &lease_pool).await?;
+        schema::migrate(Database::Resource, &resource_pool).await?;
+        Ok((lease_pool, resource_pool))
+    }
+
+    /// Keeps every server's directory (data, socket, log) after the lab ends: one line per
+    /// server saying where it is and how to look inside. Call [`Lab::shutdown`] next.
+    pub fn keep(&mut self) -> Vec<String> {
+        self.cluster.keep_on_drop();
+        let c = &self.cluster;
+        #[allow(unused_mut)]
+        let mut kept = vec![format!(
+            "kept the cluster at {} (server log {}); it is stopped. To look inside, start it as \
+             the directory's owner: {}  (Ctrl-C stops it)",
+            c.root().display(),
+            c.log_path().display(),
+            c.restart_hint(),
+        )];
+        #[cfg(feature = "mariadb")]
+        if let Some(m) = self.maria.as_mut() {
+            m.server.keep_on_drop();
+            kept.push(format!(
+                "kept the MariaDB directory at {} (server log {}); it is stopped",
+                m.server.root().display(),
+                m.server.log_path().display()
+            ));
+        }
+        kept
+    }
+
+    /// Stops every server cleanly (each with its grace period) and closes the pools; returns
+    /// once every server process has exited. Directories not kept are removed.
+    pub async fn shutdown(mut self) {
+        #[cfg(feature = "mariadb")]
+        if let Some(maria) = self.maria.take() {
+            maria.shutdown().await;
+        }
+        for pool in [self.lease.pool().clone(), self.resource.pool().clone()] {
+            let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
+        }
+        self.cluster.stop().await;
     }
 
     /// A pool that connects to `db` as its owner role.

@@ -35,14 +35,50 @@ pub use lab::{Lab, Params};
 /// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
 pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
 
-/// One experiment.
+/// What a scenario needs beyond the embedded PostgreSQL. A scenario whose need is not met here
+/// reports `skip` with the reason and the install hint — never a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// The embedded PostgreSQL only: runs everywhere the lab runs.
+    Nothing,
+    /// MariaDB installed and the `mariadb` feature built in (the U-series).
+    MariaDb,
+}
+
+/// One experiment. Adding one is one file implementing this trait plus one line in [`ALL`]
+/// (ARCHITECTURE.md, "Adding an experiment").
 pub trait Scenario: Sync {
-    /// `F1`, `F2`, …
+    /// `F1`, `F2`, … — a series letter and a number; [`ALL`] is ordered by series, then number.
     fn id(&self) -> &'static str;
     /// The CASE title: the fault and the property, in one line.
     fn title(&self) -> &'static str;
+    /// How many checks a complete run makes. [`run_all`] fails a scenario that completes with
+    /// another number (a check that silently went missing), and the tests hold every scenario
+    /// to it.
+    fn checks(&self) -> usize;
+    /// What it needs beyond the embedded PostgreSQL.
+    fn needs(&self) -> Needs {
+        Needs::Nothing
+    }
+    /// Whether its verdicts depend on the correct write mode under test (`--fenced-mode`): such
+    /// scenarios are run against every fenced mode the lab offers.
+    fn fence_dependent(&self) -> bool {
+        false
+    }
+    /// Words of check lines printed while its fault is in force (a holder frozen, a server just
+    /// restarted): the interruption audit stops the lab at each. Empty: at its first check.
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a>;
+}
+
+/// The order of ids: by series (the letters), then by number — `F9` before `F10`.
+pub fn id_order(id: &str) -> (String, u32) {
+    let digits = id.find(|c: char| c.is_ascii_digit()).unwrap_or(id.len());
+    let (series, number) = id.split_at(digits);
+    (series.to_owned(), number.parse().unwrap_or(u32::MAX))
 }
 
 impl std::fmt::Debug for dyn Scenario {
@@ -101,17 +137,32 @@ pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
 }
 
 /// Runs the preflight and then each scenario on freshly emptied tables. A scenario that cannot
-/// complete is recorded as a failed check and the run goes on with the next one.
+/// complete, or completes with another number of checks than it declares, is recorded as a
+/// failed check and the run goes on with the next one.
 pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
     let all = std::iter::once(&preflight::P0 as &dyn Scenario).chain(scenarios.iter().copied());
     for scenario in all {
         rec.case(scenario.id(), scenario.title());
+        let before = rec.summary();
         let outcome = match lab.reset().await {
             Ok(()) => scenario.run(lab, rec).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = outcome {
-            rec.abort(&format!("{e:#}"));
+        let after = rec.summary();
+        let made = (after.passed + after.failed) - (before.passed + before.failed);
+        let skipped = after.skipped > before.skipped;
+        match outcome {
+            Err(e) => {
+                rec.abort(&format!("{e:#}"));
+            }
+            Ok(()) if !skipped && made != scenario.checks() => {
+                rec.check(
+                    "the scenario made the number of checks it declares",
+                    &scenario.checks(),
+                    &made,
+                );
+            }
+            Ok(()) => {}
         }
         rec.end_case();
     }
@@ -122,12 +173,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_unique_and_ordered() {
+    fn ids_are_unique_and_ordered_by_series_then_number() {
         let ids: Vec<_> = ALL.iter().map(|s| s.id()).collect();
         let mut sorted = ids.clone();
-        sorted.sort();
+        sorted.sort_by_key(|id| id_order(id));
         sorted.dedup();
         assert_eq!(ids, sorted);
+        assert!(ids
+            .iter()
+            .all(|id| id_order(id).1 != u32::MAX && !id_order(id).0.is_empty()));
+    }
+
+    #[test]
+    fn f10_orders_after_f9_and_before_u1() {
+        let mut ids = vec!["U1", "F10", "F2", "F9", "U10", "U2"];
+        ids.sort_by_key(|id| id_order(id));
+        assert_eq!(ids, ["F2", "F9", "F10", "U1", "U2", "U10"]);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! The MariaDB side of the lab (`--features mariadb`): a throwaway server started the first time
 //! a U scenario needs it, the `fencing` database, and the fenced job lease store on it.
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 use fencing::fenced_job::{self, JobLeaseStore};
-use harness::mariadb::{MariaBinaries, MariaServer};
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use harness::server::mariadb::{MariaBinaries, MariaServer};
+use harness::server::Server;
+use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{ConnectOptions, Connection, Executor};
 
 pub const DATABASE: &str = "fencing";
@@ -19,14 +22,24 @@ impl MariaEnv {
     /// `Ok(Err(reason))` when MariaDB is not installed here (a skip); `Err` when it is but
     /// could not be started (a failure).
     pub async fn start() -> anyhow::Result<Result<MariaEnv, String>> {
-        let bins = match MariaBinaries::locate() {
+        // The probe blocks for a moment (`mariadbd --version`): off the async workers.
+        let bins = match tokio::task::spawn_blocking(MariaBinaries::locate).await? {
             Ok(bins) => bins,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        let server = MariaServer::create(bins).await?;
-        let root = MySqlConnectOptions::new()
-            .socket(server.socket_path())
-            .username("root");
+        let mut server = MariaServer::create(bins).await?;
+        match Self::provision(&server).await {
+            Ok(jobs) => Ok(Ok(MariaEnv { server, jobs })),
+            Err(e) => {
+                server.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates the database and the fenced-job tables; the store on them.
+    async fn provision(server: &MariaServer) -> anyhow::Result<JobLeaseStore> {
+        let root = server.connect_options(None, "root");
         let mut admin = root
             .connect()
             .await
@@ -41,10 +54,13 @@ impl MariaEnv {
             .await
             .context("failed to open a pool on MariaDB")?;
         fenced_job::reset(&pool).await?;
-        Ok(Ok(MariaEnv {
-            server,
-            jobs: JobLeaseStore::new(pool),
-        }))
+        Ok(JobLeaseStore::new(pool))
+    }
+
+    /// Closes the pool and stops the server (its directory stays if it was kept).
+    pub async fn shutdown(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.jobs.pool().close()).await;
+        self.server.stop().await;
     }
 
     /// Empties the fenced-job tables.
@@ -53,7 +69,7 @@ impl MariaEnv {
     }
 
     /// Waits, polling `CURRENT_TIMESTAMP(3)`, until nobody holds the job lease.
-    pub async fn until_expired(&self, timeout: std::time::Duration) -> anyhow::Result<()> {
+    pub async fn until_expired(&self, timeout: Duration) -> anyhow::Result<()> {
         let what = "the job lease is expired by CURRENT_TIMESTAMP(3)";
         harness::wait::until(what, timeout, || {
             self.jobs.is_free(crate::u_common::JOB_LEASE)

@@ -131,7 +131,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
 
     // The timeline prescribes this duration: 2×TTL of renewing in the background.
     let hold = p.ttl * 2;
-    tokio::time::sleep(hold).await;
+    harness::wait::prescribed(hold).await;
     let row = lab.lease.inspect(LEASE).await?;
     let renewals = a.drain_renewals().to_vec();
     for (at, ok) in &renewals {

@@ -19,6 +19,10 @@ impl Scenario for P0 {
         "preflight: the resource role cannot connect to the lease database"
     }
 
+    fn checks(&self) -> usize {
+        3
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             for (db, role, expect_ok) in [

@@ -3,7 +3,7 @@
 //! operation of A (release, renew, is_held) now fails, because each requires lease name + owner
 //! token + fence token; B's still succeed.
 
-crate::u_common::u_scenario!(U1, "U1", "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
+crate::u_common::u_scenario!(U1, "U1", 8, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
 
 #[cfg(feature = "mariadb")]
 mod imp {

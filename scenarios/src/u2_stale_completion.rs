@@ -6,7 +6,7 @@
 //! stays completed. Negative control: the same timeline with a completion that checks only the
 //! run id lets A's stale "finished" through.
 
-crate::u_common::u_scenario!(U2, "U2", "stale completion (MariaDB): A is frozen mid-run, B takes over and finishes; A's completion is fenced by the lease join");
+crate::u_common::u_scenario!(U2, "U2", 7, "stale completion (MariaDB): A is frozen mid-run, B takes over and finishes; A's completion is fenced by the lease join");
 
 #[cfg(feature = "mariadb")]
 mod imp {
@@ -15,7 +15,7 @@ mod imp {
     use anyhow::{bail, Context as _};
     use fencing::fenced_job::{completion_script, JobLease};
     use harness::evidence::{Mark, Recorder};
-    use harness::process::ChildProcess;
+    use harness::process::{ChildProcess, Spawn, Stream};
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
     use tokio::process::{ChildStdin, ChildStdout};
 
@@ -34,21 +34,13 @@ mod imp {
 
     impl Client {
         fn spawn(env: &MariaEnv) -> anyhow::Result<Client> {
-            let mut process = ChildProcess::spawn(
-                "A (mariadb client)",
-                &env.server.binaries().client,
-                &env.client_args(),
-            )?;
-            let stdin = process
-                .child_mut()
-                .stdin
-                .take()
-                .context("the client's stdin")?;
-            let stdout = process
-                .child_mut()
-                .stdout
-                .take()
-                .context("the client's stdout")?;
+            let mut process = Spawn::new("A (mariadb client)", &env.server.binaries().client)
+                .args(env.client_args())
+                .stdin(Stream::Piped)
+                .capture_stderr()
+                .spawn()?;
+            let stdin = process.take_stdin().context("the client's stdin")?;
+            let stdout = process.take_stdout().context("the client's stdout")?;
             Ok(Client {
                 process,
                 stdin,
@@ -101,7 +93,7 @@ mod imp {
         let rows = client
             .complete(&completion_script("run-valid", &a, true))
             .await?;
-        client.process.kill().await;
+        client.process.stop(&[]).await;
         rec.check(
             "while A's lease is valid, its fenced completion through the client changes its run",
             &1,
@@ -249,7 +241,7 @@ mod imp {
             format!("{a_rows} row(s)"),
             None,
         );
-        client.process.kill().await;
+        client.process.stop(&[]).await;
         let a_status = jobs.run_status("run-a").await?.unwrap_or_default();
         let b_status = jobs.run_status("run-b").await?.unwrap_or_default();
         rec.note(format!(

@@ -3,7 +3,7 @@
 //! lease judged expired by `CURRENT_TIMESTAMP(3)` cannot be renewed; the same renew judged by the
 //! client's stale time is fooled and revives the expired lease — the negative control.
 
-crate::u_common::u_scenario!(U3, "U3", "database time (MariaDB): an expired lease cannot be renewed; a renew by a stale client clock can");
+crate::u_common::u_scenario!(U3, "U3", 2, "database time (MariaDB): an expired lease cannot be renewed; a renew by a stale client clock can");
 
 #[cfg(feature = "mariadb")]
 mod imp {

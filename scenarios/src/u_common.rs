@@ -26,7 +26,7 @@ pub fn owner_token(holder: &str) -> String {
 /// Declares a U scenario: with the `mariadb` feature its `run` is the calling module's
 /// `imp::run`; without it, the scenario reports a skip with [`NO_FEATURE`] — never a pass.
 macro_rules! u_scenario {
-    ($name:ident, $id:literal, $title:literal) => {
+    ($name:ident, $id:literal, $checks:literal, $title:literal) => {
         pub struct $name;
 
         impl crate::Scenario for $name {
@@ -36,6 +36,14 @@ macro_rules! u_scenario {
 
             fn title(&self) -> &'static str {
                 $title
+            }
+
+            fn checks(&self) -> usize {
+                $checks
+            }
+
+            fn needs(&self) -> crate::Needs {
+                crate::Needs::MariaDb
             }
 
             fn run<'a>(

@@ -1,104 +1,95 @@
-//! Each scenario, run end to end against its own embedded cluster, must pass every check, and
-//! make exactly the number of checks it is known to make (a scenario that silently stopped
-//! checking something would otherwise still "pass").
+//! Every scenario of the registry, run end to end against its own embedded cluster, must pass
+//! every check and make exactly the number of checks it declares (a scenario that silently
+//! stopped checking something would otherwise still "pass"); one that needs what this machine or
+//! build lacks must say `skip`, never pass. The fence-dependent ones pass against every fenced
+//! mode. The lists come from `scenarios::ALL`: adding an experiment adds it here.
 
-use harness::cluster::{ClusterConfig, PgBinaries};
+use std::time::Duration;
+
 use harness::evidence::{render_text, Recorder};
-use scenarios::{Lab, Params};
+use harness::server::{ClusterConfig, PgBinaries};
+use scenarios::{Lab, Needs, Params, Scenario};
 
 /// The preflight's checks, made before every selection.
 const PREFLIGHT_CHECKS: usize = 3;
 
-async fn run(id: &str, checks: usize) -> anyhow::Result<()> {
-    run_with(id, checks, Params::default()).await
-}
-
-async fn run_with(id: &str, checks: usize, params: Params) -> anyhow::Result<()> {
+/// Runs `scenario` alone on its own lab; `Err` with the run's text when it did not pass.
+async fn run_with(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<()> {
+    let id = scenario.id();
+    let bins = tokio::task::spawn_blocking(|| PgBinaries::locate(None)).await??;
     let cluster = ClusterConfig {
         max_connections: params.max_connections(),
-        ..ClusterConfig::new(PgBinaries::locate(None)?)
+        ..ClusterConfig::new(bins)
     };
     let holder = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
     let mut lab = Lab::start(cluster, params, holder).await?;
     let mut rec = Recorder::new(Vec::new());
-    let selected = scenarios::select(&[id.to_owned()]).map_err(anyhow::Error::msg)?;
-    scenarios::run_all(&mut lab, &mut rec, &selected).await;
-    let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
-    let summary = rec.summary();
-    assert_eq!(summary.failed, 0, "{id} failed:\n{}", text.join("\n"));
-    assert_eq!(
-        summary.passed,
-        PREFLIGHT_CHECKS + checks,
-        "{id} made another number of checks:\n{}",
-        text.join("\n")
+    scenarios::run_all(&mut lab, &mut rec, &[scenario]).await;
+    lab.shutdown().await;
+    let text = rec
+        .events()
+        .iter()
+        .filter_map(render_text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let s = rec.summary();
+    let skipped_as_it_may = scenario.needs() != Needs::Nothing
+        && (s.passed, s.failed, s.skipped) == (PREFLIGHT_CHECKS, 0, 1);
+    let passed_in_full =
+        (s.passed, s.failed, s.skipped) == (PREFLIGHT_CHECKS + scenario.checks(), 0, 0);
+    anyhow::ensure!(
+        skipped_as_it_may || passed_in_full,
+        "{id}: expected {} passed checks and no failure (or, for a scenario with needs, a skip); \
+         got {s}:\n{text}",
+        PREFLIGHT_CHECKS + scenario.checks()
     );
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f1_normal_path_passes() -> anyhow::Result<()> {
-    run("F1", 8).await
+/// Runs each of `scenarios` on its own lab, all at once, and reports every one that failed.
+async fn run_each(scenarios: Vec<&'static dyn Scenario>, params: Params) -> anyhow::Result<()> {
+    let mut runs = tokio::task::JoinSet::new();
+    for scenario in scenarios {
+        let params = params.clone();
+        runs.spawn(async move {
+            tokio::time::timeout(Duration::from_secs(300), run_with(scenario, params))
+                .await
+                .map_err(|_| anyhow::anyhow!("{} did not finish within 300 s", scenario.id()))?
+        });
+    }
+    let mut failures = Vec::new();
+    while let Some(joined) = runs.join_next().await {
+        if let Err(e) = joined? {
+            failures.push(format!("{e:#}"));
+        }
+    }
+    anyhow::ensure!(failures.is_empty(), "{}", failures.join("\n\n"));
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f2_long_transaction_judges_by_its_start_and_equal_tokens_pass() -> anyhow::Result<()> {
-    run("F2", 12).await
+async fn every_scenario_passes_alone_with_the_number_of_checks_it_declares() -> anyhow::Result<()> {
+    run_each(scenarios::ALL.to_vec(), Params::default()).await
 }
 
+/// The one-statement fence keeps the guarantee: every fence-dependent scenario passes with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f3_exactly_one_contender_wins_a_free_lease() -> anyhow::Result<()> {
-    run("F3", 11).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f4_paused_holder_write_is_rejected_after_takeover() -> anyhow::Result<()> {
-    run("F4", 17).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f5_unfenced_resource_accepts_the_paused_holders_stale_write() -> anyhow::Result<()> {
-    run("F5", 15).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f6_blocked_writer_reevaluates_the_floor_while_check_then_write_regresses_it(
+async fn every_fence_dependent_scenario_passes_with_the_single_statement_fence(
 ) -> anyhow::Result<()> {
-    run("F6", 15).await
+    let dependent: Vec<_> = scenarios::ALL
+        .iter()
+        .copied()
+        .filter(|s| s.fence_dependent())
+        .collect();
+    assert!(!dependent.is_empty(), "F4, F6 and F7 depend on the fence");
+    let single = Params {
+        fenced_mode: fencing::resource::WriteMode::FencedSingle,
+        ..Params::default()
+    };
+    run_each(dependent, single).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f7_scope_fence_rejects_a_stale_write_to_an_untouched_part() -> anyhow::Result<()> {
-    run("F7", 4).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f8_tokens_and_floor_survive_a_crash_of_the_database() -> anyhow::Result<()> {
-    run("F8", 6).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn f9_only_the_versioned_publish_keeps_the_newest_content() -> anyhow::Result<()> {
-    run("F9", 4).await
-}
-
-#[cfg(feature = "mariadb")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn u1_a_takeover_fences_off_the_old_owners_renew_and_release() -> anyhow::Result<()> {
-    run("U1", 8).await
-}
-
-#[cfg(feature = "mariadb")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn u2_a_stale_completion_affects_no_row_under_the_lease_join() -> anyhow::Result<()> {
-    run("U2", 7).await
-}
-
-#[cfg(feature = "mariadb")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn u3_only_database_time_refuses_to_renew_an_expired_lease() -> anyhow::Result<()> {
-    run("U3", 2).await
-}
-
+/// Without MariaDB support built in, the U-series says `skip` with the install hint.
 #[cfg(not(feature = "mariadb"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn u_scenarios_without_mariadb_support_are_skipped_with_the_hint_never_passed(
@@ -111,11 +102,18 @@ async fn u_scenarios_without_mariadb_support_are_skipped_with_the_hint_never_pas
     let holder = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
     let mut lab = Lab::start(cluster, params, holder).await?;
     let mut rec = Recorder::new(Vec::new());
-    let selected =
-        scenarios::select(&["U1".into(), "U2".into(), "U3".into()]).map_err(anyhow::Error::msg)?;
+    let selected: Vec<_> = scenarios::ALL
+        .iter()
+        .copied()
+        .filter(|s| s.needs() == Needs::MariaDb)
+        .collect();
     scenarios::run_all(&mut lab, &mut rec, &selected).await;
+    lab.shutdown().await;
     let s = rec.summary();
-    assert_eq!((s.passed, s.failed, s.skipped), (PREFLIGHT_CHECKS, 0, 3));
+    assert_eq!(
+        (s.passed, s.failed, s.skipped),
+        (PREFLIGHT_CHECKS, 0, selected.len())
+    );
     let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
     assert!(
         text.iter()
@@ -126,19 +124,17 @@ async fn u_scenarios_without_mariadb_support_are_skipped_with_the_hint_never_pas
 }
 
 /// The embedded MariaDB's fault verb: SIGKILL (no shutdown at all) and restart; a committed row
-/// survives through InnoDB's recovery; and nothing is left once the server is dropped.
+/// survives through InnoDB's recovery; and nothing is left once the server is stopped and dropped.
 #[cfg(feature = "mariadb")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_restart_immediate_keeps_committed_rows_and_drop_removes_everything(
 ) -> anyhow::Result<()> {
-    use harness::mariadb::{MariaBinaries, MariaServer};
-    use sqlx::mysql::MySqlConnectOptions;
+    use harness::server::mariadb::{MariaBinaries, MariaServer};
+    use harness::server::Server;
     use sqlx::{ConnectOptions, Connection, Executor};
     let mut server = MariaServer::create(MariaBinaries::locate()?).await?;
     let root = server.root().to_path_buf();
-    let opts = MySqlConnectOptions::new()
-        .socket(server.socket_path())
-        .username("root");
+    let opts = server.connect_options(None, "root");
     let mut conn = opts.connect().await?;
     conn.execute("CREATE DATABASE t").await?;
     conn.execute("CREATE TABLE t.kept (id INT PRIMARY KEY) ENGINE = InnoDB")
@@ -152,19 +148,8 @@ async fn mariadb_restart_immediate_keeps_committed_rows_and_drop_removes_everyth
         .await?;
     assert_eq!(id, 42, "the committed row survived the SIGKILL");
     conn.close().await?;
+    server.stop().await;
     drop(server);
     assert!(!root.exists(), "the server's directory is removed on drop");
     Ok(())
-}
-
-/// The one-statement fence keeps the guarantee: F4, F6 and F7's fenced checks pass against it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_single_statement_fence_passes_f4_f6_and_f7() -> anyhow::Result<()> {
-    let single = || Params {
-        fenced_mode: fencing::resource::WriteMode::FencedSingle,
-        ..Params::default()
-    };
-    run_with("F4", 17, single()).await?;
-    run_with("F6", 15, single()).await?;
-    run_with("F7", 4, single()).await
 }

@@ -98,7 +98,7 @@ pub struct RunArgs {
     pub pg_bindir: Option<PathBuf>,
 
     /// The cluster's port number. It names the Unix socket; it is a TCP port only with --tcp.
-    #[arg(long, allow_negative_numbers = true, default_value_t = harness::cluster::DEFAULT_PORT,
+    #[arg(long, allow_negative_numbers = true, default_value_t = harness::server::postgres::DEFAULT_PORT,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
 

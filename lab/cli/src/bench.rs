@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use fencing::resource::{self, Write, WriteMode};
-use harness::cluster::{ClusterConfig, PgBinaries};
 use harness::evidence::write_atomically;
+use harness::process::Spawn;
+use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::lab::SCOPE;
 use scenarios::{Lab, Params};
 use serde_json::json;
@@ -69,7 +70,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let clients: Vec<usize> = vec![1, 4, 16];
     let contenders: Vec<usize> = vec![16, 64, 256];
     let duration = Duration::from_millis(args.duration_ms);
-    let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
+    // The `--version` probes block for a moment: off the async workers.
+    let bindir = args.pg_bindir.clone();
+    let bins = tokio::task::spawn_blocking(move || PgBinaries::locate(bindir.as_deref())).await??;
     let pgbench = bins.bin("pgbench");
     if !pgbench.is_file() {
         bail!(
@@ -99,19 +102,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.warmup
     );
 
-    let mut cells = Vec::new();
-    for &n in &clients {
-        cells.push(pgbench_cell(&lab, &pgbench, n, duration).await?);
-        for mode in WriteMode::ALL {
-            lab.reset().await?;
-            cells.push(write_cell(&lab, mode, n, duration, args.warmup).await?);
-        }
-    }
-    let mut contention = Vec::new();
-    for &c in &contenders {
-        contention.push(contention_rounds(&lab, c, args.rounds as usize).await?);
-    }
-    drop(lab);
+    // Whatever the measurement's outcome, the cluster is stopped cleanly before the verdict.
+    let measured = measure(&mut lab, &pgbench, &clients, &contenders, duration, &args).await;
+    lab.shutdown().await;
+    let (cells, contention) = measured?;
 
     let table = render_table(&cells, &contention);
     print!("{table}");
@@ -127,6 +121,30 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Every cell and every contention size, in order, on `lab`'s cluster.
+async fn measure(
+    lab: &mut Lab,
+    pgbench: &std::path::Path,
+    clients: &[usize],
+    contenders: &[usize],
+    duration: Duration,
+    args: &BenchArgs,
+) -> anyhow::Result<(Vec<Cell>, Vec<Contention>)> {
+    let mut cells = Vec::new();
+    for &n in clients {
+        cells.push(pgbench_cell(lab, pgbench, n, duration).await?);
+        for mode in WriteMode::ALL {
+            lab.reset().await?;
+            cells.push(write_cell(lab, mode, n, duration, args.warmup).await?);
+        }
+    }
+    let mut contention = Vec::new();
+    for &c in contenders {
+        contention.push(contention_rounds(lab, c, args.rounds as usize).await?);
+    }
+    Ok((cells, contention))
 }
 
 /// `n` writers in `mode`, each on its own connection writing its own part with token 1.
@@ -217,7 +235,8 @@ async fn pgbench_cell(
         "\\set id :client_id + 1\nUPDATE bench_row SET v = v + 1 WHERE id = :id;\n",
     )?;
     let secs = duration.as_secs().max(1);
-    let out = tokio::process::Command::new(pgbench)
+    // Bounded by its own -T plus a margin for connecting and writing its logs.
+    let out = Spawn::new("pgbench", pgbench)
         .args([
             "-n",
             "-c",
@@ -244,8 +263,7 @@ async fn pgbench_cell(
             fencing::schema::RESOURCE_DB,
         ])
         .current_dir(work.path())
-        .kill_on_drop(true)
-        .output()
+        .output(Duration::from_secs(secs + 60))
         .await
         .context("failed to run pgbench")?;
     let text = String::from_utf8_lossy(&out.stdout);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use harness::cluster::{ClusterConfig, PgBinaries};
+use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::{Lab, Params, Scenario};
 
 use crate::args::{Format, RunArgs};
@@ -23,6 +23,8 @@ pub struct Config {
     pub keep: bool,
     pub format: Format,
     command_line: String,
+    /// Read before anything runs (it starts `git`, which blocks for a moment).
+    git_revision: String,
 }
 
 /// Checks the arguments, finds the server binaries and makes sure the evidence directory can
@@ -96,6 +98,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         keep: args.keep,
         format: args.format,
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        git_revision: git_revision(),
     })
 }
 
@@ -117,7 +120,7 @@ impl Config {
                 "lab".to_owned(),
                 format!("fencing lab {}", env!("CARGO_PKG_VERSION")),
             ),
-            ("git_revision".to_owned(), git_revision()),
+            ("git_revision".to_owned(), self.git_revision.clone()),
             ("command_line".to_owned(), self.command_line.clone()),
             (
                 "date".to_owned(),
@@ -178,11 +181,11 @@ fn git_revision() -> String {
         .and_then(|e| e.parent().map(PathBuf::from))
         .unwrap_or_default();
     let git = |args: &[&str]| {
-        std::process::Command::new("git")
+        harness::process::Spawn::new("git", "git")
             .arg("-C")
             .arg(&dir)
             .args(args)
-            .output()
+            .output_blocking()
             .ok()
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())

@@ -57,7 +57,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Clean => {
-            let removed = harness::cluster::remove_leftovers(&std::env::temp_dir(), true);
+            let removed = harness::server::remove_leftovers(&std::env::temp_dir(), true);
             for r in &removed {
                 report_removed(r);
             }
@@ -104,7 +104,7 @@ fn evidence_limits(dir: &std::path::Path) -> std::io::Result<()> {
     harness::evidence::write_atomically(&dir.join("LIMITS.md"), LIMITS.as_bytes())
 }
 
-fn report_removed(r: &harness::cluster::Removed) {
+fn report_removed(r: &harness::server::Removed) {
     let server = r.stopped_server.map_or_else(String::new, |pid| {
         format!(", after stopping its server (pid {pid})")
     });
@@ -121,7 +121,7 @@ fn report_removed(r: &harness::cluster::Removed) {
 
 fn run(cfg: Config) -> ExitCode {
     // A lab killed outright (SIGKILL) cannot remove its cluster; the next run does.
-    for r in harness::cluster::remove_leftovers(&std::env::temp_dir(), false) {
+    for r in harness::server::remove_leftovers(&std::env::temp_dir(), false) {
         report_removed(&r);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -205,27 +205,21 @@ async fn run_lab(cfg: &Config) -> ExitCode {
                 "lab: failed to write the evidence into {}: {e}",
                 cfg.evidence_dir.display()
             );
-            lab.cluster.keep_on_drop();
+            for line in lab.keep() {
+                eprintln!("lab: {line}");
+            }
+            lab.shutdown().await;
             return ExitCode::from(EXIT_HARNESS);
         }
     };
     let secs = started.elapsed().as_secs_f64();
-    // A failing run keeps its cluster for inspection; an interrupted one was not a verdict.
+    // A failing run keeps its servers for inspection; an interrupted one was not a verdict.
     if (!summary.all_passed() && interrupted.is_none()) || cfg.keep {
-        lab.cluster.keep_on_drop();
-        eprintln!(
-            "lab: kept the cluster at {} (server log {}); it is stopped. To look inside, start it as \
-             the directory's owner: {} -D {} -k {} -p {} -c listen_addresses=''  (Ctrl-C stops it); \
-             `./run.sh clean` removes it",
-            lab.cluster.root().display(),
-            lab.cluster.log_path().display(),
-            lab.cluster.binaries().bin("postgres").display(),
-            lab.cluster.data_dir().display(),
-            lab.cluster.socket_dir().display(),
-            lab.cluster.port(),
-        );
+        for line in lab.keep() {
+            eprintln!("lab: {line}; `./run.sh clean` removes it");
+        }
     }
-    drop(lab);
+    lab.shutdown().await;
     eprintln!(
         "lab: evidence in {}; {:.1} s",
         cfg.evidence_dir.display(),

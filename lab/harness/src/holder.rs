@@ -6,15 +6,14 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use holder_protocol::{exit, DecodeError, Event, Request, VERSION};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 
-use crate::process::{ChildProcess, ProcessError, ThreadState};
+use crate::process::{ChildProcess, ProcessError, Spawn, Stream, ThreadState};
 
 /// How long a holder may stay silent when the lab expects it to speak.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -149,7 +148,6 @@ pub struct Holder {
     process: ChildProcess,
     stdin: Option<ChildStdin>,
     events: mpsc::UnboundedReceiver<(Instant, Result<Event, DecodeError>)>,
-    stderr: Arc<Mutex<String>>,
     renewals: Vec<(Instant, bool)>,
     /// Events drained from the stream by [`Holder::drain_renewals`] that are not renewals.
     pending: std::collections::VecDeque<(Instant, Result<Event, DecodeError>)>,
@@ -160,11 +158,13 @@ impl Holder {
     /// Starts a holder and shakes hands with it. Returns once it answered `HELLO` with this
     /// protocol's version.
     pub async fn spawn(spec: &HolderSpec) -> Result<Holder, HolderError> {
-        let mut process = ChildProcess::spawn(&spec.holder, &spec.bin, &spec.args())?;
-        let child = process.child_mut();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+        let mut process = Spawn::new(&spec.holder, &spec.bin)
+            .args(spec.args())
+            .stdin(Stream::Piped)
+            .capture_stderr()
+            .spawn()?;
+        let stdin = process.take_stdin();
+        let stdout = process.take_stdout().expect("piped stdout");
         let (tx, events) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
@@ -174,25 +174,11 @@ impl Holder {
                 }
             }
         });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr_pipe.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .expect("stderr lock")
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
         let pid = process.pid();
         let mut holder = Holder {
             process,
             stdin,
             events,
-            stderr,
             renewals: Vec::new(),
             pending: Default::default(),
             pid,
@@ -216,9 +202,9 @@ impl Holder {
         self.pid
     }
 
-    /// What the holder wrote to stderr so far.
+    /// What the holder wrote to stderr so far (its last `process::STDERR_BOUND` bytes).
     pub fn stderr(&self) -> String {
-        self.stderr.lock().expect("stderr lock").trim().to_owned()
+        self.process.stderr()
     }
 
     /// The background renewals seen so far: when each was reported and whether it succeeded.
@@ -336,7 +322,7 @@ impl Holder {
         match self.process.wait_exit(timeout).await {
             Ok(Some(status)) => Ok(status.code().unwrap_or(-1)),
             _ => {
-                self.process.kill().await;
+                self.process.crash().await;
                 Err(HolderError::Silent {
                     name: self.name().to_owned(),
                     what: "its exit".into(),

@@ -1,22 +1,25 @@
 //! The lab's harness: everything that is *not* the system under test and not a scenario.
 //!
-//! - [`cluster`]: a throwaway PostgreSQL cluster from the local server binaries, with its fault
-//!   verbs (`start`, `stop`, `restart_immediate`) and their post-conditions.
-//! - [`process`]: children that cannot outlive the lab; `freeze` / `thaw` with `/proc`
-//!   post-conditions. All signal code lives here.
+//! - [`process`]: the one place children are started, signalled and stopped — the spawn builder
+//!   (own process group, parent-death signal, run-as user, kill on drop, bounded stderr), the
+//!   async stop with a grace period, and the fault verbs `freeze` / `thaw` / `crash` with their
+//!   `/proc` and waitpid post-conditions. All signal code lives here.
+//! - [`server`]: the throwaway servers behind one interface (`Server`: start, stop, crash,
+//!   restart, keep) over one private-directory type with owner marks and leftover removal: the
+//!   embedded PostgreSQL cluster and (feature `mariadb`) the embedded MariaDB.
 //! - [`holder`]: driving a holder process over its line protocol, with deadlines.
 //! - [`observe`]: the server seen from the side (backend pids, lock waits).
 //! - [`evidence`]: typed events (checks, notes, timeline steps) and the reporters that turn them
 //!   into the text output and the files in `evidence/`.
-//! - [`wait`]: waiting for a state by polling it with a deadline (never a fixed sleep).
+//! - [`wait`]: waiting for a state by polling it with a deadline (never a fixed sleep), and the
+//!   one way to let a duration pass that a timeline prescribes.
 //!
 //! The harness must not know the fencing implementation: it never imports `fencing`, and it holds
 //! no SQL of the system under test (only the administration it needs to run a cluster).
 
-pub mod cluster;
 pub mod evidence;
 pub mod holder;
-pub mod mariadb;
 pub mod observe;
 pub mod process;
+pub mod server;
 pub mod wait;

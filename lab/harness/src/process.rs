@@ -1,31 +1,58 @@
-//! Process control: children that cannot outlive the lab, and the fault verbs on them, each with
-//! the post-condition that holds when it returns. All signal code of the lab lives here.
+//! Process control: the one place the lab starts, signals and stops processes. Every child — the
+//! postmaster, initdb, mariadbd, mariadb-install-db, holders, the U2 client, pgbench, the short
+//! `--version` probes — is started by [`Spawn`], and every signal the lab sends goes out from
+//! this module. Nothing else calls `Command::new`, kill(2) or prctl(2).
+//!
+//! What every child gets, whoever starts it:
+//! - **its own process group**: a terminal's Ctrl-C reaches the lab only, which then stops its
+//!   children in order; a server's backends share their postmaster's group, so a last-resort
+//!   SIGKILL to the group takes them too;
+//! - **the kernel's parent-death signal** (SIGKILL unless the builder says otherwise; SIGQUIT
+//!   for the postmaster, its immediate shutdown): if the lab is killed outright, its children die
+//!   with it, frozen or not. The kernel sends that signal when the *thread* that forked the child
+//!   exits, so every fork happens on one spawner thread that lives as long as the lab
+//!   ([`spawner`]), whichever thread or runtime asked for it;
+//! - **a user to run as** when the lab is root and the child must not be ([`RunAs`]);
+//! - **kill on drop**: dropping a [`ChildProcess`] that still runs kills its group (and continues
+//!   it, so that nothing stays stopped) — a last resort only; the paths the lab takes on purpose
+//!   stop children with [`ChildProcess::stop`], which is async and has a grace period;
+//! - **stderr captured with a bound** (the last [`STDERR_BOUND`] bytes) when asked, so that an
+//!   error can quote what the child said without the lab's memory growing with a chatty child.
+//!
+//! Fault verbs and what is true when they return: [`ChildProcess::freeze`] (SIGSTOP) returns once
+//! `/proc/<pid>/task/*/stat` shows `T` for the process and every one of its threads;
+//! [`ChildProcess::thaw`] (SIGCONT) once none is in `T` any more; both say at once when the child
+//! has already exited instead of waiting out their deadline. [`ChildProcess::crash`] (SIGKILL)
+//! returns once the child has been reaped, with how it died.
 //!
 //! Why SIGSTOP: it cannot be caught, blocked or ignored, and it stops every thread of the process
 //! at once — the renewer thread too. That is what a long GC pause, a VM stall or a debugger does
 //! to a real holder, and it is the fault the lab needs: a process that stops between its check
 //! and its write without noticing. SIGCONT resumes it exactly where it was.
-//!
-//! Every child is spawned in its own process group (a terminal's Ctrl-C reaches the lab only,
-//! which then cleans up in order), with the kernel's parent-death signal set to SIGKILL (if the
-//! lab is killed outright, its children die with it, frozen or not), and is killed when its
-//! handle is dropped — on success, failure or panic.
 
-use std::ffi::OsString;
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io;
-use std::path::Path;
-use std::process::Stdio;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output, Stdio};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::{Pid, Uid, User};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 
-use crate::cluster::die_with_parent;
 use crate::wait;
 
 /// How long a freeze or a thaw may take to show in `/proc` before it is an error.
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much of a child's stderr is kept: the last this many bytes.
+pub const STDERR_BOUND: usize = 64 * 1024;
+/// How long a child gets after SIGKILL to be reaped before the lab gives up on it.
+const REAP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One thread of a process as `/proc/<pid>/task/<tid>/stat` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,46 +113,416 @@ pub enum ProcessError {
         after: Duration,
         threads: String,
     },
+    #[error("{name} (pid {pid}) has already exited ({status}); it cannot reach {wanted}")]
+    Exited {
+        name: String,
+        pid: u32,
+        wanted: &'static str,
+        status: String,
+    },
+    #[error("{name} did not finish within {after:?}; it was killed")]
+    TimedOut { name: String, after: Duration },
+    #[error("failed to read the output of {name}")]
+    Output {
+        name: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
-/// A child process of the lab. Dropping it kills it (SIGKILL works on a stopped process too).
+/// How an exit status reads in the evidence: `exit 0`, `killed by SIGKILL`.
+pub fn describe_status(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => match Signal::try_from(sig) {
+            Ok(s) => format!("killed by {s}"),
+            Err(_) => format!("killed by signal {sig}"),
+        },
+        (None, None) => status.to_string(),
+    }
+}
+
+/// The user a child runs as, when it is not the lab's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl RunAs {
+    /// `Ok(None)` when the lab does not run as root (children run as the lab's user); the uid and
+    /// gid of `user` when it does; `Err(())` when it does and `user` does not exist.
+    #[allow(clippy::result_unit_err)]
+    pub fn unless_root_then(user: &str) -> Result<Option<RunAs>, ()> {
+        if !Uid::effective().is_root() {
+            return Ok(None);
+        }
+        let user = User::from_name(user).ok().flatten().ok_or(())?;
+        Ok(Some(RunAs {
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+        }))
+    }
+}
+
+/// Where a child's standard stream goes.
+#[derive(Debug)]
+pub enum Stream {
+    /// `/dev/null` (stdin: end of file at once).
+    Null,
+    /// A pipe to the lab.
+    Piped,
+    /// Appended to this file (a server's log).
+    File(File),
+}
+
+impl Stream {
+    fn stdio(self) -> Stdio {
+        match self {
+            Stream::Null => Stdio::null(),
+            Stream::Piped => Stdio::piped(),
+            Stream::File(f) => Stdio::from(f),
+        }
+    }
+}
+
+/// The one way the lab starts a process. See the module docs for what every child gets.
+#[derive(Debug)]
+pub struct Spawn {
+    name: String,
+    program: PathBuf,
+    args: Vec<OsString>,
+    dir: Option<PathBuf>,
+    env: Vec<(OsString, OsString)>,
+    run_as: Option<RunAs>,
+    death_signal: Signal,
+    stdin: Stream,
+    stdout: Stream,
+    stderr: Stream,
+    capture_stderr: bool,
+}
+
+impl Spawn {
+    /// A child named `name` in the evidence and in errors, running `program`. By default its
+    /// stdin is `/dev/null` and its stdout and stderr are piped.
+    pub fn new(name: impl Into<String>, program: impl AsRef<Path>) -> Spawn {
+        Spawn {
+            name: name.into(),
+            program: program.as_ref().to_owned(),
+            args: Vec::new(),
+            dir: None,
+            env: Vec::new(),
+            run_as: None,
+            death_signal: Signal::SIGKILL,
+            stdin: Stream::Null,
+            stdout: Stream::Piped,
+            stderr: Stream::Piped,
+            capture_stderr: false,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Spawn {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Spawn
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Spawn {
+        self.dir = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Spawn {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Runs the child as this user (when `Some`).
+    pub fn run_as(mut self, who: Option<RunAs>) -> Spawn {
+        self.run_as = who;
+        self
+    }
+
+    /// The signal the child gets when the lab dies (SIGKILL unless set).
+    pub fn death_signal(mut self, signal: Signal) -> Spawn {
+        self.death_signal = signal;
+        self
+    }
+
+    pub fn stdin(mut self, stream: Stream) -> Spawn {
+        self.stdin = stream;
+        self
+    }
+
+    pub fn stdout(mut self, stream: Stream) -> Spawn {
+        self.stdout = stream;
+        self
+    }
+
+    pub fn stderr(mut self, stream: Stream) -> Spawn {
+        self.stderr = stream;
+        self
+    }
+
+    /// Keeps the last [`STDERR_BOUND`] bytes of the child's stderr for [`ChildProcess::stderr`]
+    /// (implies a piped stderr).
+    pub fn capture_stderr(mut self) -> Spawn {
+        self.stderr = Stream::Piped;
+        self.capture_stderr = true;
+        self
+    }
+
+    fn command(self) -> (String, PathBuf, bool, std::process::Command) {
+        let mut cmd = std::process::Command::new(&self.program);
+        cmd.args(&self.args)
+            .stdin(self.stdin.stdio())
+            .stdout(self.stdout.stdio())
+            .stderr(self.stderr.stdio())
+            .process_group(0);
+        if let Some(dir) = &self.dir {
+            cmd.current_dir(dir);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        if let Some(who) = self.run_as {
+            cmd.uid(who.uid).gid(who.gid);
+        }
+        die_with_parent(&mut cmd, self.death_signal);
+        (self.name, self.program, self.capture_stderr, cmd)
+    }
+
+    /// Starts the child on the lab's spawner thread, registered with the current tokio runtime.
+    /// Returns once the process exists. (A fork is a synchronous system call in tokio too; this
+    /// waits only for that.)
+    pub fn spawn(self) -> Result<ChildProcess, ProcessError> {
+        let (name, program, capture, cmd) = self.command();
+        let handle = tokio::runtime::Handle::current();
+        let child = spawner()
+            .run(cmd, Some(handle))
+            .and_then(|s| match s {
+                Spawned::Tokio(child) => Ok(child),
+                Spawned::Std(_) => Err(io::Error::other("spawned outside the runtime")),
+            })
+            .map_err(|source| ProcessError::Spawn {
+                name: name.clone(),
+                program: program.display().to_string(),
+                source,
+            })?;
+        Ok(ChildProcess::new(name, child, capture))
+    }
+
+    /// Runs the child to its end, at most `timeout` (then it is killed): its exit status, stdout
+    /// and stderr (each bounded by [`STDERR_BOUND`] × 16). For initdb, pgbench and the like.
+    pub async fn output(self, timeout: Duration) -> Result<Output, ProcessError> {
+        let spawn = self.stdout(Stream::Piped).stderr(Stream::Piped);
+        let mut child = spawn.spawn()?;
+        let name = child.name.clone();
+        let read = |pipe: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| async move {
+            let mut buf = Vec::new();
+            if let Some(pipe) = pipe {
+                pipe.take((STDERR_BOUND * 16) as u64)
+                    .read_to_end(&mut buf)
+                    .await?;
+            }
+            io::Result::Ok(buf)
+        };
+        let stdout = child
+            .child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+        let stderr = child
+            .child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+        let all = async {
+            let (out, err) = tokio::try_join!(read(stdout), read(stderr))?;
+            let status = child.child.wait().await?;
+            io::Result::Ok((status, out, err))
+        };
+        let result = tokio::time::timeout(timeout, all).await;
+        match result {
+            Ok(Ok((status, stdout, stderr))) => {
+                child.exited = Some(status);
+                Ok(Output {
+                    status,
+                    stdout,
+                    stderr,
+                })
+            }
+            Ok(Err(source)) => Err(ProcessError::Output { name, source }),
+            Err(_) => {
+                child.stop(&[]).await;
+                Err(ProcessError::TimedOut {
+                    name,
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    /// Runs a short child (a `--version` probe, `git rev-parse`) to its end, blocking the calling
+    /// thread: for the synchronous phase before any runtime exists. Never call it from async code.
+    pub fn output_blocking(self) -> io::Result<Output> {
+        let (_, _, _, cmd) = self.command();
+        match spawner().run(cmd, None)? {
+            Spawned::Std(child) => child.wait_with_output(),
+            Spawned::Tokio(_) => Err(io::Error::other("spawned inside a runtime")),
+        }
+    }
+}
+
+/// Arranges for the child to receive `signal` when the spawning thread dies (Linux's
+/// parent-death signal), and to exit at once if the lab already died while it was being spawned.
+fn die_with_parent(cmd: &mut std::process::Command, signal: Signal) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe system
+    // calls (prctl, getppid); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(signal).map_err(io::Error::from)?;
+            if nix::unistd::getppid() != parent {
+                // The lab died while this child was being spawned: do not outlive it.
+                return Err(io::Error::from(nix::errno::Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+enum Spawned {
+    Tokio(Child),
+    Std(std::process::Child),
+}
+
+struct Job {
+    cmd: std::process::Command,
+    runtime: Option<tokio::runtime::Handle>,
+    reply: mpsc::SyncSender<io::Result<Spawned>>,
+}
+
+/// The thread every child is forked from. It lives as long as the lab process (it is never
+/// joined and never returns), so the parent-death signal fires when the lab dies — not when
+/// some short-lived thread that happened to start the child does.
+struct Spawner(Mutex<mpsc::Sender<Job>>);
+
+fn spawner() -> &'static Spawner {
+    static SPAWNER: OnceLock<Spawner> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("lab-spawner".into())
+            .spawn(move || {
+                for job in rx {
+                    let spawned = match job.runtime {
+                        Some(rt) => {
+                            let _entered = rt.enter();
+                            let mut cmd = tokio::process::Command::from(job.cmd);
+                            cmd.kill_on_drop(true).spawn().map(Spawned::Tokio)
+                        }
+                        None => {
+                            let mut cmd = job.cmd;
+                            cmd.spawn().map(Spawned::Std)
+                        }
+                    };
+                    let _ = job.reply.send(spawned);
+                }
+            })
+            .expect("failed to start the lab's spawner thread");
+        Spawner(Mutex::new(tx))
+    })
+}
+
+impl Spawner {
+    fn run(
+        &self,
+        cmd: std::process::Command,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> io::Result<Spawned> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let job = Job {
+            cmd,
+            runtime,
+            reply,
+        };
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("the spawner's lock is poisoned"))?
+            .send(job)
+            .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+        answer
+            .recv()
+            .map_err(|_| io::Error::other("the spawner thread is gone"))?
+    }
+}
+
+/// The last [`STDERR_BOUND`] bytes a child wrote to stderr.
+#[derive(Debug, Default)]
+struct Tail(VecDeque<u8>);
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        self.0.extend(bytes);
+        let over = self.0.len().saturating_sub(STDERR_BOUND);
+        self.0.drain(..over);
+    }
+}
+
+/// A child process of the lab. Dropping it while it runs kills its process group (a last
+/// resort: stop it with [`ChildProcess::stop`]).
 #[derive(Debug)]
 pub struct ChildProcess {
     name: String,
     pid: u32,
     child: Child,
     frozen: bool,
+    exited: Option<ExitStatus>,
+    stderr: Option<Arc<Mutex<Tail>>>,
 }
 
 impl ChildProcess {
-    /// Starts `program` with piped stdin, stdout and stderr, in its own process group, with the
-    /// parent-death signal SIGKILL. Call it from a thread that lives as long as the lab (see
-    /// [`die_with_parent`]). Returns once the process exists.
-    pub fn spawn(
-        name: &str,
-        program: &Path,
-        args: &[OsString],
-    ) -> Result<ChildProcess, ProcessError> {
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        die_with_parent(cmd.as_std_mut(), Signal::SIGKILL);
-        let child = cmd.spawn().map_err(|source| ProcessError::Spawn {
-            name: name.to_owned(),
-            program: program.display().to_string(),
-            source,
-        })?;
+    fn new(name: String, mut child: Child, capture: bool) -> ChildProcess {
         let pid = child.id().expect("a just-spawned child has a pid");
-        Ok(ChildProcess {
-            name: name.to_owned(),
+        let stderr = if capture {
+            child.stderr.take().map(|mut pipe: ChildStderr| {
+                let tail = Arc::new(Mutex::new(Tail::default()));
+                let sink = tail.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = pipe.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        if let Ok(mut t) = sink.lock() {
+                            t.push(&buf[..n]);
+                        }
+                    }
+                });
+                tail
+            })
+        } else {
+            None
+        };
+        ChildProcess {
+            name,
             pid,
             child,
             frozen: false,
-        })
+            exited: None,
+            stderr,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -136,12 +533,44 @@ impl ChildProcess {
         &self.name
     }
 
-    pub fn child_mut(&mut self) -> &mut Child {
-        &mut self.child
-    }
-
     pub fn is_frozen(&self) -> bool {
         self.frozen
+    }
+
+    /// The child's stdin pipe, once (when it was piped).
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child.stdin.take()
+    }
+
+    /// The child's stdout pipe, once (when it was piped).
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.child.stdout.take()
+    }
+
+    /// What the child wrote to stderr (its last [`STDERR_BOUND`] bytes), when captured.
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .as_ref()
+            .and_then(|t| {
+                t.lock().ok().map(|t| {
+                    let (a, b) = t.0.as_slices();
+                    let mut bytes = a.to_vec();
+                    bytes.extend_from_slice(b);
+                    String::from_utf8_lossy(&bytes).trim().to_owned()
+                })
+            })
+            .unwrap_or_default()
+    }
+
+    /// The exit status if the child has exited (it is reaped then), without waiting.
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exited = Some(status);
+                self.frozen = false;
+            }
+        }
+        self.exited
     }
 
     /// The process's threads and their states now.
@@ -153,31 +582,51 @@ impl ChildProcess {
         })
     }
 
-    /// SIGSTOP. Returns once `/proc` shows state `T` for the process and every one of its threads,
-    /// with those states.
+    /// SIGSTOP. Returns once `/proc` shows state `T` for the process and every one of its
+    /// threads, with those states; at once with [`ProcessError::Exited`] if it has exited.
     pub async fn freeze(&mut self) -> Result<Vec<ThreadState>, ProcessError> {
+        const WANTED: &str = "state T in every thread";
+        self.alive_for(WANTED)?;
         self.signal(Signal::SIGSTOP);
         self.frozen = true;
-        self.await_threads("state T in every thread", |s| s.state == 'T')
-            .await
+        self.await_threads(WANTED, |s| s.state == 'T').await
     }
 
-    /// SIGCONT. Returns once no thread of the process is in state `T` any more, with the states.
+    /// SIGCONT. Returns once no thread of the process is in state `T` any more, with the
+    /// states; at once with [`ProcessError::Exited`] if it has exited.
     pub async fn thaw(&mut self) -> Result<Vec<ThreadState>, ProcessError> {
+        const WANTED: &str = "no thread in state T";
+        self.alive_for(WANTED)?;
         self.signal(Signal::SIGCONT);
         self.frozen = false;
-        self.await_threads("no thread in state T", |s| s.state != 'T')
-            .await
+        self.await_threads(WANTED, |s| s.state != 'T').await
+    }
+
+    fn alive_for(&mut self, wanted: &'static str) -> Result<(), ProcessError> {
+        match self.try_status() {
+            Some(status) => Err(ProcessError::Exited {
+                name: self.name.clone(),
+                pid: self.pid,
+                wanted,
+                status: describe_status(&status),
+            }),
+            None => Ok(()),
+        }
     }
 
     async fn await_threads(
-        &self,
+        &mut self,
         wanted: &'static str,
         holds: impl Fn(&ThreadState) -> bool,
     ) -> Result<Vec<ThreadState>, ProcessError> {
+        #[derive(Debug, thiserror::Error)]
+        #[error("exited")]
+        struct Gone;
         let mut last = Vec::new();
         let reached = wait::until(wanted, SIGNAL_TIMEOUT, || {
-            let states = self.threads();
+            // A child that dies meanwhile is reaped here and ends the wait at once.
+            let gone = self.try_status().is_some();
+            let states = threads(self.pid);
             let done = states
                 .as_ref()
                 .map(|s| !s.is_empty() && s.iter().all(&holds))
@@ -185,12 +634,25 @@ impl ChildProcess {
             if let Ok(s) = states {
                 last = s;
             }
-            std::future::ready(Ok::<_, std::convert::Infallible>(done))
+            std::future::ready(if gone { Err(Gone) } else { Ok(done) })
         })
         .await;
         match reached {
             Ok(_) => Ok(last),
-            Err(_) => Err(ProcessError::NotReached {
+            Err(wait::WaitError::Probe { .. }) => {
+                let status = self
+                    .exited
+                    .as_ref()
+                    .map(describe_status)
+                    .unwrap_or_default();
+                Err(ProcessError::Exited {
+                    name: self.name.clone(),
+                    pid: self.pid,
+                    wanted,
+                    status,
+                })
+            }
+            Err(wait::WaitError::TimedOut { .. }) => Err(ProcessError::NotReached {
                 name: self.name.clone(),
                 pid: self.pid,
                 wanted,
@@ -205,37 +667,237 @@ impl ChildProcess {
     }
 
     /// Waits for the process to exit, at most `timeout`; `None` if it is still running then.
-    pub async fn wait_exit(
-        &mut self,
-        timeout: Duration,
-    ) -> io::Result<Option<std::process::ExitStatus>> {
+    pub async fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+        if let Some(status) = self.exited {
+            return Ok(Some(status));
+        }
         match tokio::time::timeout(timeout, self.child.wait()).await {
-            Ok(status) => status.map(Some),
+            Ok(status) => {
+                let status = status?;
+                self.exited = Some(status);
+                self.frozen = false;
+                Ok(Some(status))
+            }
             Err(_) => Ok(None),
         }
     }
 
-    /// SIGKILL (and SIGCONT, so that nothing stays stopped), then reaps it.
-    pub async fn kill(&mut self) {
-        self.signal(Signal::SIGKILL);
-        self.signal(Signal::SIGCONT);
-        self.frozen = false;
-        let _ = self.child.wait().await;
+    /// Stops the child: each `(signal, grace)` in turn — the signal to the process, then up to
+    /// `grace` for it to exit — and finally SIGKILL (and SIGCONT) to its whole process group.
+    /// Returns once it has been reaped, with its exit status (`None` only if even SIGKILL did
+    /// not end it within a deadline). A frozen child is continued so that it can act on a
+    /// catchable signal.
+    pub async fn stop(&mut self, plan: &[(Signal, Duration)]) -> Option<ExitStatus> {
+        if let Some(status) = self.try_status() {
+            return Some(status);
+        }
+        for &(signal, grace) in plan {
+            self.signal(signal);
+            if self.frozen && signal != Signal::SIGKILL {
+                self.signal(Signal::SIGCONT);
+            }
+            if let Ok(Some(status)) = self.wait_exit(grace).await {
+                self.kill_group();
+                return Some(status);
+            }
+        }
+        self.kill_group();
+        self.wait_exit(REAP_TIMEOUT).await.ok().flatten()
+    }
+
+    /// SIGKILL to the process group (a crash: no handler runs), then reaps it. Returns its exit
+    /// status, as waitpid(2) reported it.
+    pub async fn crash(&mut self) -> Option<ExitStatus> {
+        self.stop(&[]).await
+    }
+
+    /// Sends `signal` to the process (not its group). For fault verbs of the servers (e.g.
+    /// SIGQUIT, PostgreSQL's immediate shutdown) that are not a stop.
+    pub fn signal_now(&mut self, signal: Signal) {
+        self.signal(signal);
+    }
+
+    /// The blocking last resort, for `Drop` of a server only: each `(signal, grace)` in turn,
+    /// then SIGKILL to the group, polling without a runtime. Never call it on an async path.
+    pub fn stop_blocking(&mut self, plan: &[(Signal, Duration)]) {
+        if self.try_status().is_some() {
+            return;
+        }
+        for &(signal, grace) in plan {
+            self.signal(signal);
+            if wait::until_blocking(grace, || self.try_status().is_some()) {
+                self.kill_group();
+                return;
+            }
+        }
+        self.kill_group();
+        wait::until_blocking(REAP_TIMEOUT, || self.try_status().is_some());
     }
 
     fn signal(&self, signal: Signal) {
         // Only signal a child not yet reaped: its pid cannot have been reused.
-        if self.child.id().is_some() {
+        if self.exited.is_none() && self.child.id().is_some() {
             let _ = kill(Pid::from_raw(self.pid as i32), signal);
         }
+    }
+
+    /// SIGKILL and SIGCONT to the child's process group (it leads it: `process_group(0)`), so
+    /// that nothing it started outlives it and nothing stays stopped.
+    fn kill_group(&mut self) {
+        // While the leader is not reaped, its pid names the group and cannot be reused; right
+        // after reaping it, the group may still hold its children (a server's backends).
+        let group = Pid::from_raw(self.pid as i32);
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = killpg(group, Signal::SIGCONT);
+        self.frozen = false;
     }
 }
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
-        // kill_on_drop sends SIGKILL; a frozen child is also continued so it is never left stopped
-        // should the kill be lost.
-        self.signal(Signal::SIGKILL);
-        self.signal(Signal::SIGCONT);
+        // The last resort: the paths the lab takes on purpose have stopped the child already.
+        if self.try_status().is_none() {
+            self.kill_group();
+        }
+    }
+}
+
+/// Stops a server process the lab does not own any more (left by a lab that was killed
+/// outright): `signal`, then SIGKILL after `grace`. It must still be the process named by
+/// `pid` and its command line must contain `needle` (its data directory), or nothing is sent.
+/// Blocking: for the synchronous clean-up before a run and `lab clean`. Returns whether it
+/// signalled it.
+pub fn stop_orphan(pid: i32, needle: &str, signal: Signal, grace: Duration) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    if !String::from_utf8_lossy(&cmdline).contains(needle) {
+        return false; // the pid was reused by something else
+    }
+    let target = Pid::from_raw(pid);
+    let _ = kill(target, signal);
+    // Gone, or a zombie waiting for a parent that is not the lab any more.
+    let gone = || {
+        procfs::process::Process::new(pid)
+            .and_then(|p| p.stat())
+            .map_or(true, |s| s.state == 'Z')
+    };
+    if !wait::until_blocking(grace, gone) {
+        let _ = kill(target, Signal::SIGKILL);
+        wait::until_blocking(grace, gone);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stderr_tail_keeps_only_the_last_bytes() {
+        let mut t = Tail::default();
+        t.push(&vec![b'a'; STDERR_BOUND]);
+        t.push(b"end");
+        assert_eq!(t.0.len(), STDERR_BOUND);
+        assert!(t.0.iter().rev().take(3).eq(b"dne".iter()));
+    }
+
+    #[tokio::test]
+    async fn freezing_a_child_that_has_exited_says_so_at_once() -> anyhow::Result<()> {
+        let mut child = Spawn::new("true", "/bin/true").spawn()?;
+        child.wait_exit(Duration::from_secs(10)).await?;
+        let started = std::time::Instant::now();
+        let err = child
+            .freeze()
+            .await
+            .expect_err("an exited child cannot freeze");
+        assert!(matches!(err, ProcessError::Exited { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let err = child.thaw().await.expect_err("nor thaw");
+        assert!(err.to_string().contains("already exited (exit 0)"), "{err}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_child_that_dies_while_the_lab_waits_for_its_freeze_is_reported_as_exited(
+    ) -> anyhow::Result<()> {
+        // A child that dies between the check and the wait: SIGSTOP cannot make a zombie `T`.
+        let mut child = Spawn::new("sh", "/bin/sh").args(["-c", "exit 3"]).spawn()?;
+        // Whether it is already gone or goes during the wait, the answer is "exited", fast.
+        let started = std::time::Instant::now();
+        match child.freeze().await {
+            Err(ProcessError::Exited { status, .. }) => assert_eq!(status, "exit 3"),
+            Ok(states) => {
+                // It was still alive and stopped in time: then it is frozen; let it finish.
+                assert!(states.iter().all(|s| s.state == 'T'));
+                child.thaw().await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        assert!(started.elapsed() < SIGNAL_TIMEOUT);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn stop_ends_a_frozen_child_and_reports_how_it_died() -> anyhow::Result<()> {
+        let mut child = Spawn::new("sleep", "/bin/sleep").arg("60").spawn()?;
+        child.freeze().await?;
+        let status = child
+            .stop(&[(Signal::SIGTERM, Duration::from_secs(5))])
+            .await
+            .expect("reaped");
+        assert_eq!(describe_status(&status), "killed by SIGTERM");
+        assert!(!Path::new(&format!("/proc/{}", child.pid())).exists());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn crash_is_a_sigkill_seen_by_waitpid() -> anyhow::Result<()> {
+        let mut child = Spawn::new("sleep", "/bin/sleep").arg("60").spawn()?;
+        let status = child.crash().await.expect("reaped");
+        assert_eq!(status.signal(), Some(libc_sigkill()));
+        Ok(())
+    }
+
+    fn libc_sigkill() -> i32 {
+        Signal::SIGKILL as i32
+    }
+
+    #[tokio::test]
+    async fn output_returns_stdout_and_a_bounded_run_is_killed() -> anyhow::Result<()> {
+        let out = Spawn::new("echo", "/bin/echo")
+            .arg("hello")
+            .output(Duration::from_secs(10))
+            .await?;
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+        let err = Spawn::new("sleep", "/bin/sleep")
+            .arg("60")
+            .output(Duration::from_millis(200))
+            .await
+            .expect_err("killed at its deadline");
+        assert!(matches!(err, ProcessError::TimedOut { .. }), "{err}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn captured_stderr_is_quoted() -> anyhow::Result<()> {
+        let mut child = Spawn::new("sh", "/bin/sh")
+            .args(["-c", "echo oops >&2"])
+            .capture_stderr()
+            .spawn()?;
+        child.wait_exit(Duration::from_secs(10)).await?;
+        // The reader task may lag the exit by a moment: poll for it.
+        wait::until("stderr captured", Duration::from_secs(5), || {
+            std::future::ready(Ok::<_, std::convert::Infallible>(child.stderr() == "oops"))
+        })
+        .await?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_blocking_probe_runs_without_a_runtime() -> io::Result<()> {
+        let out = Spawn::new("echo", "/bin/echo").arg("x").output_blocking()?;
+        assert_eq!(out.stdout, b"x\n");
+        Ok(())
     }
 }

@@ -69,3 +69,10 @@ pub fn until_blocking(timeout: Duration, mut probe: impl FnMut() -> bool) -> boo
         std::thread::sleep(POLL_INTERVAL);
     }
 }
+
+/// Lets a duration pass that the timeline itself prescribes (F4's 2×TTL of renewing) — the one
+/// kind of sleep the lab allows outside this module's polling. Never use it to wait for a state:
+/// poll the state with [`until`].
+pub async fn prescribed(duration: Duration) {
+    tokio::time::sleep(duration).await;
+}

@@ -8,7 +8,7 @@ use fencing::lease::LeaseStore;
 use fencing::publish::Publisher;
 use fencing::resource::Resource;
 use fencing::schema::{self, Database};
-use harness::cluster::{Cluster, ClusterConfig, PgBinaries};
+use harness::server::{Cluster, ClusterConfig, PgBinaries};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
