@@ -127,11 +127,14 @@ impl MariaServer {
             .output(INSTALL_TIMEOUT)
             .await?;
         if !out.status.success() {
-            let text = String::from_utf8_lossy(&out.stderr);
+            // Its last lines, stdout and stderr: the reason is rarely on the very last one.
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
             return Err(ServerError::Setup {
                 program: "mariadb-install-db".into(),
                 status: describe_status(&out.status),
-                output: text.lines().last().unwrap_or("no output").to_owned(),
+                output: lines[lines.len().saturating_sub(15)..].join("\n"),
             });
         }
         Ok(())
