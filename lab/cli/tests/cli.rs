@@ -216,6 +216,59 @@ fn a_kept_cluster_stays_on_disk_stopped_and_named() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A kept run keeps every server it started: the MariaDB directory of the U-series too, named,
+/// with its data and log, its server stopped.
+#[cfg(feature = "mariadb")]
+#[test]
+fn a_kept_run_keeps_the_mariadb_directory_too() -> anyhow::Result<()> {
+    if harness::server::mariadb::MariaBinaries::locate().is_err() {
+        // U1 says `skip` without MariaDB (scenarios' own test checks that); nothing to keep.
+        return Ok(());
+    }
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    let out = sb.lab(&[
+        "run",
+        "--only",
+        "U1",
+        "--keep",
+        "--evidence-dir",
+        ev.to_str().unwrap(),
+    ])?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let kept: Vec<_> = fs::read_dir(sb.path("tmp"))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(
+        kept.len(),
+        2,
+        "the cluster and the MariaDB directory: {kept:?}"
+    );
+    let maria = kept
+        .iter()
+        .find(|d| d.join("mariadbd.pid").exists() || d.join("data/mysql").is_dir())
+        .expect("a MariaDB directory among the kept");
+    assert!(
+        stderr(&out).contains(&format!(
+            "kept the MariaDB directory at {}",
+            maria.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(maria.join("KEPT").is_file() && maria.join("server.log").is_file());
+    assert_eq!(
+        processes_mentioning(&sb.path("tmp")),
+        Vec::<String>::new(),
+        "both kept servers are stopped"
+    );
+    for dir in kept {
+        fs::remove_dir_all(dir)?;
+    }
+    Ok(())
+}
+
 /// The pids of live processes whose command line mentions `path` and `marker`.
 fn pids_mentioning(path: &Path, marker: &str) -> Vec<i32> {
     let needle = path.to_string_lossy().into_owned();

@@ -1,6 +1,7 @@
 //! The private home of a throwaway server, whatever the server: a `fencing-lab-*` directory
 //! (0700) under the system temp dir, carrying the owner mark, with `sock/` (0700) for the Unix
-//! socket, `data/` for the data directory and `server.log`. When the lab runs as root, the
+//! socket, `tmp/` (0700) for the server's temp files, `data/` for the data directory and
+//! `server.log`. When the lab runs as root, the
 //! directory is handed to the server's unprivileged user (servers refuse to run as root).
 //!
 //! Removed when dropped, unless kept ([`ServerDir::keep`]: after a failing run or with `--keep`),
@@ -63,11 +64,14 @@ impl ServerDir {
         // The owner mark: which lab process made it, so that a later run can tell a directory
         // whose lab was killed outright from one still in use.
         mark_owner(dir.path()).map_err(io("mark the directory as the lab's"))?;
-        fs::create_dir(&sock).map_err(io("make the socket directory"))?;
-        fs::set_permissions(&sock, fs::Permissions::from_mode(0o700))
-            .map_err(io("restrict the socket directory to 0700"))?;
+        let tmp = dir.path().join("tmp");
+        for sub in [&sock, &tmp] {
+            fs::create_dir(sub).map_err(io("make the socket and temp directories"))?;
+            fs::set_permissions(sub, fs::Permissions::from_mode(0o700))
+                .map_err(io("restrict the socket and temp directories to 0700"))?;
+        }
         if let Some(who) = run_as {
-            for path in [dir.path(), sock.as_path()] {
+            for path in [dir.path(), sock.as_path(), tmp.as_path()] {
                 chown(path, Some(who.uid), Some(who.gid))
                     .map_err(io("hand the directory to the server user"))?;
             }
@@ -113,6 +117,12 @@ impl ServerDir {
 
     pub fn log_path(&self) -> PathBuf {
         self.root.join("server.log")
+    }
+
+    /// The server's own temp directory (0700): the lab's TMPDIR may not be writable by the
+    /// server's user, and a server's temp files belong with the rest of it.
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
     }
 
     /// The server log, opened for appending (a server's stdout and stderr go there).

@@ -121,6 +121,7 @@ impl MariaServer {
         let out = Spawn::new("mariadb-install-db", &self.bins.install_db)
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
+            .arg(format!("--tmpdir={}", self.dir.tmp_dir().display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .current_dir(self.root())
             .run_as(self.dir.run_as())
@@ -215,6 +216,7 @@ impl Server for MariaServer {
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
             .arg(format!("--socket={}", self.socket_path().display()))
+            .arg(format!("--tmpdir={}", self.dir.tmp_dir().display()))
             .arg(format!(
                 "--pid-file={}",
                 self.root().join("mariadbd.pid").display()
