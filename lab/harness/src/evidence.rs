@@ -660,6 +660,182 @@ impl Reporter for JsonlReporter {
     }
 }
 
+/// A run with one event of every kind and a two-holder timeline, at fixed times: what the
+/// reporters' tests render.
+#[cfg(test)]
+pub(crate) fn sample_run() -> Vec<Event> {
+    let step =
+        |at_us: u64, mark: Mark, actor: &str, action: &str, token: Option<i64>, outcome: &str| {
+            Event::Step(Step {
+                case: "F4".into(),
+                mark,
+                at: Duration::from_micros(at_us),
+                actor: actor.into(),
+                action: action.into(),
+                token,
+                outcome: outcome.into(),
+                db_clock: (mark == Mark::Acquired).then(|| "2025-01-02 03:04:05.678+00".to_owned()),
+            })
+        };
+    let check = |description: &str, kind: CheckKind, expected: &str, actual: &str, passed: bool| {
+        Event::Check(Check {
+            case: "F4".into(),
+            kind,
+            description: description.into(),
+            expected: expected.into(),
+            actual: actual.into(),
+            passed,
+        })
+    };
+    vec![
+        Event::Environment {
+            entries: vec![
+                ("server_version".into(), "17.2 <local>".into()),
+                ("parameters".into(), "ttl=1500ms".into()),
+            ],
+        },
+        Event::CaseStarted {
+            id: "F4".into(),
+            title: "the paused old holder & its stale write".into(),
+        },
+        step(
+            1_000,
+            Mark::Info,
+            "lab",
+            "phase 1: A holds the lease for a long while",
+            None,
+            "",
+        ),
+        step(2_150, Mark::Acquired, "A", "acquire", Some(1), "ACQUIRED"),
+        step(402_000, Mark::Renewed, "A", "renew", Some(1), "ok"),
+        step(802_500, Mark::Renewed, "A", "renew", Some(1), "ok"),
+        step(3_001_000, Mark::Frozen, "A", "SIGSTOP", None, "state T"),
+        step(
+            4_300_250,
+            Mark::LeaseExpired,
+            "A",
+            "lease expired",
+            None,
+            "expires_at <= now()",
+        ),
+        step(4_400_000, Mark::Refused, "C", "acquire", None, "held; by B"),
+        step(
+            4_400_100,
+            Mark::Acquired,
+            "B",
+            "acquire",
+            Some(2),
+            "ACQUIRED",
+        ),
+        step(
+            4_450_000,
+            Mark::Write { accepted: true },
+            "B",
+            "write #1",
+            Some(2),
+            "accepted",
+        ),
+        step(
+            4_470_000,
+            Mark::Restart,
+            "lab",
+            "restart_immediate",
+            None,
+            "recovered",
+        ),
+        step(4_500_000, Mark::Released, "B", "release", None, "ok"),
+        step(4_600_000, Mark::Thawed, "A", "GO + SIGCONT", None, ""),
+        step(
+            4_650_000,
+            Mark::Write { accepted: false },
+            "A",
+            "write #2",
+            Some(1),
+            "rejected",
+        ),
+        step(
+            4_700_000,
+            Mark::Info,
+            "A",
+            "renew after write",
+            None,
+            "ok=false",
+        ),
+        check(
+            "B acquired the lease",
+            CheckKind::Value,
+            "ACQUIRED token=2",
+            "ACQUIRED token=2",
+            true,
+        ),
+        check(
+            "fence_floor after the run",
+            CheckKind::Value,
+            "2",
+            "1",
+            false,
+        ),
+        check("rows", CheckKind::Value, "a\nb\nc", "a\nB\nc", false),
+        check(
+            "A's write is refused",
+            CheckKind::Condition,
+            "holds",
+            "accepted=false",
+            true,
+        ),
+        check(
+            "stale write accepted",
+            CheckKind::NegativeControl,
+            "the flaw shows",
+            "A accepted=false",
+            false,
+        ),
+        Event::Note {
+            case: "F4".into(),
+            text: "A resumed: WRITE accepted=false token=1; FAIL is not a verdict here".into(),
+        },
+        Event::CaseFinished {
+            id: "F4".into(),
+            elapsed: Duration::from_micros(4_712_345),
+        },
+        Event::CaseStarted {
+            id: "U1".into(),
+            title: "job lease".into(),
+        },
+        Event::Skipped {
+            case: "U1".into(),
+            reason: "MariaDB is not installed".into(),
+        },
+        Event::CaseFinished {
+            id: "U1".into(),
+            elapsed: Duration::from_millis(3),
+        },
+        Event::Interrupted {
+            signal: "SIGINT".into(),
+        },
+        Event::Finished(Summary {
+            passed: 2,
+            failed: 4,
+            skipped: 1,
+        }),
+    ]
+}
+
+/// Compares `actual` with the committed snapshot `snapshots/<name>`; `UPDATE_GOLDEN=1` rewrites
+/// it (then read `git diff` before committing).
+#[cfg(test)]
+pub(crate) fn assert_snapshot(name: &str, actual: &str) -> io::Result<()> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/evidence/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual)?;
+    }
+    let snapshot = std::fs::read_to_string(&path)?;
+    similar_asserts::assert_eq!(snapshot: snapshot, actual: actual, "{name} changed; if on purpose, UPDATE_GOLDEN=1 and review the diff");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -766,6 +942,199 @@ mod tests {
                 skipped: 0
             }
         );
+    }
+
+    /// What the JSON-lines reporter writes for `events`, one parsed value per line.
+    fn jsonl(events: &[Event]) -> io::Result<Vec<serde_json::Value>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("events.jsonl");
+        let mut reporter = JsonlReporter::new(Some(path.clone()), false);
+        for event in events {
+            reporter.event(event)?;
+        }
+        reporter.finish()?;
+        std::fs::read_to_string(&path)?
+            .lines()
+            .map(|line| serde_json::from_str(line).map_err(io::Error::other))
+            .collect()
+    }
+
+    /// Every kind of event, as the event log has always spelled it (captured from the hand-built
+    /// `json!` before events serialized themselves): the log is an interface, its field names and
+    /// values do not change with the code behind them.
+    #[test]
+    fn every_kind_of_event_keeps_its_json_fields_and_values() -> io::Result<()> {
+        let step = |mark: Mark, at: Duration, token: Option<i64>, db_clock: Option<&str>| {
+            Event::Step(Step {
+                case: "F4".into(),
+                mark,
+                at,
+                actor: "B".into(),
+                action: "acquire".into(),
+                token,
+                outcome: "ACQUIRED".into(),
+                db_clock: db_clock.map(str::to_owned),
+            })
+        };
+        let check = |kind: CheckKind, passed: bool| {
+            Event::Check(Check {
+                case: "F4".into(),
+                kind,
+                description: "fence_floor".into(),
+                expected: "2".into(),
+                actual: "1".into(),
+                passed,
+            })
+        };
+        let mut events = vec![
+            Event::Environment {
+                entries: vec![
+                    ("server_version".into(), "17.2".into()),
+                    ("parameters".into(), "ttl=1500ms".into()),
+                ],
+            },
+            Event::CaseStarted {
+                id: "F4".into(),
+                title: "the paused old holder".into(),
+            },
+            check(CheckKind::Value, true),
+            check(CheckKind::Condition, false),
+            check(CheckKind::NegativeControl, true),
+            Event::Note {
+                case: "F4".into(),
+                text: "A resumed".into(),
+            },
+            step(
+                Mark::Acquired,
+                Duration::from_micros(4_400_100),
+                Some(2),
+                Some("2025-01-02 03:04:05.678+00"),
+            ),
+            step(
+                Mark::Write { accepted: false },
+                Duration::from_nanos(1_234_567_891),
+                None,
+                None,
+            ),
+            Event::CaseFinished {
+                id: "F4".into(),
+                elapsed: Duration::from_micros(4_712_345),
+            },
+            Event::Skipped {
+                case: "U1".into(),
+                reason: "MariaDB is not installed".into(),
+            },
+            Event::Interrupted {
+                signal: "SIGINT".into(),
+            },
+            Event::Finished(Summary {
+                passed: 2,
+                failed: 4,
+                skipped: 1,
+            }),
+        ];
+        // Every other mark, by its name.
+        for mark in [
+            Mark::Refused,
+            Mark::Renewed,
+            Mark::Released,
+            Mark::LeaseExpired,
+            Mark::Frozen,
+            Mark::Thawed,
+            Mark::Write { accepted: true },
+            Mark::Restart,
+            Mark::Info,
+        ] {
+            events.push(step(mark, Duration::from_millis(3), None, None));
+        }
+        let step_json = |mark: &str| {
+            json!({"event": "step", "case": "F4", "mark": mark, "at_ms": 3.0, "actor": "B",
+                   "action": "acquire", "token": null, "outcome": "ACQUIRED", "db_clock": null})
+        };
+        let mut expected = vec![
+            json!({"event": "environment",
+                   "environment": {"server_version": "17.2", "parameters": "ttl=1500ms"}}),
+            json!({"event": "case_started", "case": "F4", "title": "the paused old holder"}),
+            json!({"event": "check", "case": "F4", "kind": "value", "description": "fence_floor",
+                   "expected": "2", "actual": "1", "passed": true}),
+            json!({"event": "check", "case": "F4", "kind": "condition", "description": "fence_floor",
+                   "expected": "2", "actual": "1", "passed": false}),
+            json!({"event": "check", "case": "F4", "kind": "negative_control",
+                   "description": "fence_floor", "expected": "2", "actual": "1", "passed": true}),
+            json!({"event": "note", "case": "F4", "text": "A resumed"}),
+            json!({"event": "step", "case": "F4", "mark": "acquired", "at_ms": 4400.1, "actor": "B",
+                   "action": "acquire", "token": 2, "outcome": "ACQUIRED",
+                   "db_clock": "2025-01-02 03:04:05.678+00"}),
+            json!({"event": "step", "case": "F4", "mark": "write_rejected", "at_ms": 1234.567891,
+                   "actor": "B", "action": "acquire", "token": null, "outcome": "ACQUIRED",
+                   "db_clock": null}),
+            json!({"event": "case_finished", "case": "F4", "elapsed_ms": 4712.345}),
+            json!({"event": "skipped", "case": "U1", "reason": "MariaDB is not installed"}),
+            json!({"event": "interrupted", "signal": "SIGINT"}),
+            json!({"event": "summary", "passed": 2, "failed": 4, "skipped": 1}),
+        ];
+        for mark in [
+            "refused",
+            "renewed",
+            "released",
+            "lease_expired",
+            "frozen",
+            "thawed",
+            "write_accepted",
+            "restart",
+            "info",
+        ] {
+            expected.push(step_json(mark));
+        }
+        let actual = jsonl(&events)?;
+        assert_eq!(actual.len(), expected.len());
+        for (actual, expected) in actual.iter().zip(&expected) {
+            similar_asserts::assert_eq!(actual, expected);
+        }
+        Ok(())
+    }
+
+    /// What the text output says for a failed value check between `expected` and `actual`.
+    fn failed_check_text(expected: &str, actual: &str) -> io::Result<String> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("output.txt");
+        let mut reporter = TextReporter::new(false, Some(path.clone()));
+        reporter.event(&Event::Check(Check {
+            case: "X".into(),
+            kind: CheckKind::Value,
+            description: "rows".into(),
+            expected: expected.into(),
+            actual: actual.into(),
+            passed: false,
+        }))?;
+        reporter.finish()?;
+        std::fs::read_to_string(&path)
+    }
+
+    /// The diff of a failed multi-line check, as plain text (captured from similar-asserts'
+    /// `SimpleDiff` with the colours off, before the lab drew it with `similar` itself).
+    #[test]
+    fn a_failed_multi_line_check_shows_the_same_plain_diff() -> io::Result<()> {
+        let header = "  FAIL rows\n       Differences (-expected|+actual):\n";
+        for (expected, actual, diff) in [
+            // A line changed.
+            ("a\nb\nc", "a\nB\nc", "        a\n       -b\n       +B\n        c\n"),
+            // A line added (the last line gains a newline, so it shows as changed too).
+            ("a\nb", "a\nb\nc", "        a\n       -b\n       +b\n       +c\n"),
+            // A line removed.
+            ("a\nb\nc", "a\nc", "        a\n       -b\n        c\n"),
+            // Only the trailing newline differs: the newlines are shown.
+            ("a\nb\n", "a\nb", "        a␊\n       -b␊\n       +b\n"),
+            // Changes far apart: two groups with four lines of context each.
+            (
+                "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14",
+                "1\nX\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\nY\n14",
+                "        1\n       -2\n       +X\n        3\n        4\n        5\n        6\n       @ ~~~\n        9\n        10\n        11\n        12\n       -13\n       +Y\n        14\n",
+            ),
+        ] {
+            similar_asserts::assert_eq!(failed_check_text(expected, actual)?, format!("{header}{diff}"));
+        }
+        Ok(())
     }
 
     #[test]

@@ -109,3 +109,22 @@ impl Reporter for JunitReporter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One testsuite per case, one testcase per check, skips and interruptions as such: the
+    /// report of a run with every kind of event, as committed.
+    #[test]
+    fn the_sample_run_writes_the_committed_junit_report() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("junit.xml");
+        let mut reporter = JunitReporter::new(Some(path.clone()), false);
+        for event in crate::evidence::sample_run() {
+            reporter.event(&event)?;
+        }
+        reporter.finish()?;
+        crate::evidence::assert_snapshot("sample-junit.xml", &std::fs::read_to_string(&path)?)
+    }
+}

@@ -738,6 +738,28 @@ mod tests {
         assert!(svg.contains("holder A") && svg.contains("lease26"));
     }
 
+    /// The report and the diagram of a run with every kind of step, as they were drawn before
+    /// the lanes were declared: a case with the default lanes draws exactly this.
+    #[test]
+    fn the_sample_run_draws_the_committed_report_and_diagram() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut reporter = TimelineReporter::new(dir.path().to_owned());
+        for event in crate::evidence::sample_run() {
+            reporter.event(&event)?;
+        }
+        reporter.finish()?;
+        for name in ["report.html", "timeline-F4.mmd"] {
+            let drawn = std::fs::read_to_string(dir.path().join(name))?;
+            crate::evidence::assert_snapshot(&format!("sample-{name}"), &drawn)?;
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path())?.count(),
+            2,
+            "U1 has no actor: no diagram"
+        );
+        Ok(())
+    }
+
     #[test]
     fn the_mermaid_diagram_collapses_renewals_and_names_the_verdicts() {
         let m = mermaid(&f4_like());
