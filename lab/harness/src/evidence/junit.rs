@@ -121,10 +121,13 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("junit.xml");
         let mut reporter = JunitReporter::new(Some(path.clone()), false);
-        for event in crate::evidence::sample_run() {
+        for event in crate::evidence::testing::sample_run() {
             reporter.event(&event)?;
         }
         reporter.finish()?;
-        crate::evidence::assert_snapshot("sample-junit.xml", &std::fs::read_to_string(&path)?)
+        crate::evidence::testing::assert_snapshot(
+            "sample-junit.xml",
+            &std::fs::read_to_string(&path)?,
+        )
     }
 }

@@ -1,0 +1,193 @@
+//! The text output: [`render_text`] turns an event into the lines people read (SPEC §4), and
+//! [`TextReporter`] sends them to the terminal as they happen and to `output.txt` at the end.
+//! Also the line sink the JSON-lines reporter shares. It renders what the events say and must not
+//! decide anything: a check is ok or FAIL because the recorder said so.
+
+use std::io::{self, Write as _};
+use std::path::PathBuf;
+
+use super::model::{Check, CheckKind, Event};
+use super::recorder::Reporter;
+use super::write_atomically;
+
+/// Renders an event as the lines of the text output (no trailing newline), or `None`.
+pub fn render_text(event: &Event) -> Option<String> {
+    match event {
+        Event::Environment { entries } => Some(
+            entries
+                .iter()
+                .map(|(k, v)| format!("# {k}: {v}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Event::CaseStarted { id, title } => Some(format!("CASE {id} :: {title}")),
+        Event::Check(c) => Some(render_check(c)),
+        Event::Note { text, .. } => Some(format!("  note {text}")),
+        Event::Step(_) | Event::CaseFinished { .. } => None,
+        Event::Skipped { reason, .. } => Some(format!("  skip {reason}")),
+        Event::Interrupted { signal } => {
+            Some(format!("INTERRUPTED by {signal}: the run did not finish"))
+        }
+        Event::Finished(summary) => Some(summary.to_string()),
+    }
+}
+
+fn render_check(c: &Check) -> String {
+    let mark = if c.passed { "ok  " } else { "FAIL" };
+    match c.kind {
+        CheckKind::Condition => format!("  {mark} {} ({})", c.description, c.actual),
+        CheckKind::NegativeControl if c.passed => {
+            format!(
+                "  {mark} negative control exposes: {} ({})",
+                c.description, c.actual
+            )
+        }
+        CheckKind::NegativeControl => {
+            format!(
+                "  {mark} negative control did not expose: {} ({})",
+                c.description, c.actual
+            )
+        }
+        CheckKind::Value if c.expected.contains('\n') || c.actual.contains('\n') => {
+            let body = if c.passed {
+                c.actual.clone()
+            } else {
+                similar_asserts::SimpleDiff::from_str(&c.expected, &c.actual, "expected", "actual")
+                    .to_string()
+            };
+            let indented: Vec<String> = body.lines().map(|l| format!("       {l}")).collect();
+            format!("  {mark} {}\n{}", c.description, indented.join("\n"))
+        }
+        CheckKind::Value => {
+            format!(
+                "  {mark} {} (expected={}, actual={})",
+                c.description, c.expected, c.actual
+            )
+        }
+    }
+}
+
+/// Lines going to stdout as they happen (optionally) and to a file, whole, at the end: what the
+/// text and the JSON-lines reporters share.
+pub(super) struct Sink {
+    pub(super) stdout: bool,
+    pub(super) file: Option<PathBuf>,
+    pub(super) text: String,
+}
+
+impl Sink {
+    pub(super) fn line(&mut self, line: &str) -> io::Result<()> {
+        if self.stdout {
+            let mut out = io::stdout().lock();
+            match writeln!(out, "{line}").and_then(|()| out.flush()) {
+                // A reader that went away (`lab run | head`) ends the terminal copy, not the run:
+                // the files still get every line.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.stdout = false,
+                other => other?,
+            }
+        }
+        self.text.push_str(line);
+        self.text.push('\n');
+        Ok(())
+    }
+
+    pub(super) fn finish(&self) -> io::Result<()> {
+        match &self.file {
+            Some(path) => write_atomically(path, self.text.as_bytes()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The text output: each line to the terminal as it happens, and all of them to a file at the end.
+pub struct TextReporter(Sink);
+
+impl TextReporter {
+    /// `terminal`: also print to stdout. `file`: where the whole text goes at the end.
+    pub fn new(terminal: bool, file: Option<PathBuf>) -> Self {
+        // Diffs are plain text, in the file and on the terminal alike.
+        console::set_colors_enabled(false);
+        TextReporter(Sink {
+            stdout: terminal,
+            file,
+            text: String::new(),
+        })
+    }
+}
+
+impl Reporter for TextReporter {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        match render_text(event) {
+            Some(lines) => self.0.line(&lines),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.0.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::Recorder;
+
+    #[test]
+    fn a_failed_multi_line_check_shows_a_diff() {
+        let mut r = Recorder::new(Vec::new());
+        r.case("X3", "demo");
+        r.check("rows", "a\nb\nc", "a\nB\nc");
+        let text = r
+            .events()
+            .iter()
+            .filter_map(render_text)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(text.contains("  FAIL rows\n"), "{text}");
+        assert!(text.contains("-b") && text.contains("+B"), "{text}");
+    }
+
+    /// What the text output says for a failed value check between `expected` and `actual`.
+    fn failed_check_text(expected: &str, actual: &str) -> io::Result<String> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("output.txt");
+        let mut reporter = TextReporter::new(false, Some(path.clone()));
+        reporter.event(&Event::Check(Check {
+            case: "X".into(),
+            kind: CheckKind::Value,
+            description: "rows".into(),
+            expected: expected.into(),
+            actual: actual.into(),
+            passed: false,
+        }))?;
+        reporter.finish()?;
+        std::fs::read_to_string(&path)
+    }
+
+    /// The diff of a failed multi-line check, as plain text (captured from similar-asserts'
+    /// `SimpleDiff` with the colours off, before the lab drew it with `similar` itself).
+    #[test]
+    fn a_failed_multi_line_check_shows_the_same_plain_diff() -> io::Result<()> {
+        let header = "  FAIL rows\n       Differences (-expected|+actual):\n";
+        for (expected, actual, diff) in [
+            // A line changed.
+            ("a\nb\nc", "a\nB\nc", "        a\n       -b\n       +B\n        c\n"),
+            // A line added (the last line gains a newline, so it shows as changed too).
+            ("a\nb", "a\nb\nc", "        a\n       -b\n       +b\n       +c\n"),
+            // A line removed.
+            ("a\nb\nc", "a\nc", "        a\n       -b\n        c\n"),
+            // Only the trailing newline differs: the newlines are shown.
+            ("a\nb\n", "a\nb", "        a␊\n       -b␊\n       +b\n"),
+            // Changes far apart: two groups with four lines of context each.
+            (
+                "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14",
+                "1\nX\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\nY\n14",
+                "        1\n       -2\n       +X\n        3\n        4\n        5\n        6\n       @ ~~~\n        9\n        10\n        11\n        12\n       -13\n       +Y\n        14\n",
+            ),
+        ] {
+            similar_asserts::assert_eq!(failed_check_text(expected, actual)?, format!("{header}{diff}"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! Timeline pictures, from the same event stream as every other reporter: an SVG per multi-actor
+//! case inside one self-contained `report.html` (no network, no script), and a Mermaid sequence
+//! diagram per case (`timeline-<CASE>.mmd`, which code-hosting sites render).
+//!
+//! This module groups the events by case ([`CaseTimeline`]) and finds the intervals the pictures
+//! draw (lease holdings, frozen holders); [`svg`], [`mermaid`] and [`html`] draw them. It only
+//! draws what the steps say; it decides nothing.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::model::{Event, Mark, Step};
+use super::recorder::Reporter;
+use super::{render_text, write_atomically};
+
+mod html;
+mod mermaid;
+mod svg;
+
+pub use self::html::html;
+pub use self::mermaid::mermaid;
+pub use self::svg::svg;
+
+/// One case as the pictures need it.
+#[derive(Debug, Clone, Default)]
+pub struct CaseTimeline {
+    pub id: String,
+    pub title: String,
+    pub steps: Vec<Step>,
+    /// The case's text lines (checks and notes), as the text output shows them.
+    pub lines: Vec<String>,
+}
+
+impl CaseTimeline {
+    /// The actors with a lane of their own, by name. The lab itself is not an actor: what it does
+    /// shows on the lanes of those it does it to, or as a phase marker across all lanes.
+    pub fn actors(&self) -> Vec<&str> {
+        let mut actors: Vec<&str> = Vec::new();
+        for s in &self.steps {
+            if s.actor != "lab" && !actors.contains(&s.actor.as_str()) {
+                actors.push(&s.actor);
+            }
+        }
+        // A before B, whoever spoke first.
+        actors.sort_unstable();
+        actors
+    }
+
+    /// Cases with two actors or more get a picture.
+    pub fn is_multi_actor(&self) -> bool {
+        self.actors().len() >= 2
+    }
+}
+
+/// Groups the events by case.
+pub fn cases(events: &[Event]) -> Vec<CaseTimeline> {
+    let mut cases: Vec<CaseTimeline> = Vec::new();
+    for event in events {
+        match event {
+            Event::CaseStarted { id, title } => cases.push(CaseTimeline {
+                id: id.clone(),
+                title: title.clone(),
+                ..Default::default()
+            }),
+            Event::Step(step) => {
+                if let Some(case) = cases.last_mut() {
+                    case.steps.push(step.clone());
+                }
+            }
+            Event::Check(_) | Event::Note { .. } | Event::Skipped { .. } => {
+                if let (Some(case), Some(line)) = (cases.last_mut(), render_text(event)) {
+                    case.lines.push(line);
+                }
+            }
+            _ => {}
+        }
+    }
+    cases
+}
+
+/// An interval on one lane.
+#[derive(Debug, Clone, PartialEq)]
+struct Span {
+    actor: String,
+    from: Duration,
+    to: Duration,
+    token: Option<i64>,
+}
+
+/// The lease holdings (Acquired → Released / LeaseExpired / a takeover / the end) and the frozen
+/// intervals (Frozen → Thawed / the end), in step order.
+fn spans(steps: &[Step], end: Duration) -> (Vec<Span>, Vec<Span>) {
+    let (mut holdings, mut frozen) = (Vec::new(), Vec::new());
+    let mut open_lease: Option<Span> = None;
+    let mut open_frozen: Vec<Span> = Vec::new();
+    for s in steps {
+        match s.mark {
+            Mark::Acquired => {
+                if let Some(mut span) = open_lease.take() {
+                    span.to = s.at;
+                    holdings.push(span);
+                }
+                open_lease = Some(Span {
+                    actor: s.actor.clone(),
+                    from: s.at,
+                    to: s.at,
+                    token: s.token,
+                });
+            }
+            Mark::Released | Mark::LeaseExpired => {
+                if let Some(mut span) = open_lease.take_if(|span| span.actor == s.actor) {
+                    span.to = s.at;
+                    holdings.push(span);
+                }
+            }
+            Mark::Frozen => open_frozen.push(Span {
+                actor: s.actor.clone(),
+                from: s.at,
+                to: s.at,
+                token: None,
+            }),
+            Mark::Thawed => {
+                if let Some(i) = open_frozen.iter().position(|f| f.actor == s.actor) {
+                    let mut span = open_frozen.remove(i);
+                    span.to = s.at;
+                    frozen.push(span);
+                }
+            }
+            _ => {}
+        }
+    }
+    holdings.extend(open_lease.map(|span| Span { to: end, ..span }));
+    frozen.extend(open_frozen.into_iter().map(|span| Span { to: end, ..span }));
+    (holdings, frozen)
+}
+
+fn esc(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Writes `report.html` and one `timeline-<CASE>.mmd` per multi-actor case into `dir`.
+pub struct TimelineReporter {
+    dir: PathBuf,
+    events: Vec<Event>,
+}
+
+impl TimelineReporter {
+    pub fn new(dir: PathBuf) -> Self {
+        TimelineReporter {
+            dir,
+            events: Vec::new(),
+        }
+    }
+}
+
+impl Reporter for TimelineReporter {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        self.events.push(event.clone());
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        write_atomically(&self.dir.join("report.html"), html(&self.events).as_bytes())?;
+        for case in cases(&self.events).iter().filter(|c| c.is_multi_actor()) {
+            write_atomically(
+                &self.dir.join(format!("timeline-{}.mmd", case.id)),
+                mermaid(case).as_bytes(),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(at_ms: u64, mark: Mark, actor: &str, token: Option<i64>) -> Step {
+        Step {
+            case: "F4".into(),
+            mark,
+            at: Duration::from_millis(at_ms),
+            actor: actor.into(),
+            action: "act".into(),
+            token,
+            outcome: String::new(),
+            db_clock: None,
+        }
+    }
+
+    fn f4_like() -> CaseTimeline {
+        CaseTimeline {
+            id: "F4".into(),
+            title: "paused".into(),
+            steps: vec![
+                step(0, Mark::Acquired, "A", Some(1)),
+                step(400, Mark::Renewed, "A", Some(1)),
+                step(800, Mark::Renewed, "A", Some(1)),
+                step(3000, Mark::Frozen, "A", None),
+                step(4300, Mark::LeaseExpired, "A", None),
+                step(4400, Mark::Acquired, "B", Some(2)),
+                step(4450, Mark::Write { accepted: true }, "B", Some(2)),
+                step(4500, Mark::Released, "B", None),
+                step(4600, Mark::Thawed, "A", None),
+                step(4650, Mark::Write { accepted: false }, "A", Some(1)),
+            ],
+            lines: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn holdings_and_frozen_intervals_follow_the_marks() {
+        let case = f4_like();
+        let (holdings, frozen) = spans(&case.steps, Duration::from_millis(4650));
+        let ms = |s: &Span| {
+            (
+                s.actor.clone(),
+                s.from.as_millis(),
+                s.to.as_millis(),
+                s.token,
+            )
+        };
+        assert_eq!(
+            holdings.iter().map(ms).collect::<Vec<_>>(),
+            [
+                ("A".into(), 0, 4300, Some(1)),
+                ("B".into(), 4400, 4500, Some(2))
+            ]
+        );
+        assert_eq!(
+            frozen.iter().map(ms).collect::<Vec<_>>(),
+            [("A".into(), 3000, 4600, None)]
+        );
+    }
+
+    #[test]
+    fn the_sample_run_draws_the_committed_report_and_diagram() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut reporter = TimelineReporter::new(dir.path().to_owned());
+        for event in crate::evidence::testing::sample_run() {
+            reporter.event(&event)?;
+        }
+        reporter.finish()?;
+        for name in ["report.html", "timeline-F4.mmd"] {
+            let drawn = std::fs::read_to_string(dir.path().join(name))?;
+            crate::evidence::testing::assert_snapshot(&format!("sample-{name}"), &drawn)?;
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path())?.count(),
+            2,
+            "U1 has no actor: no diagram"
+        );
+        Ok(())
+    }
+}
