@@ -6,9 +6,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use serde_json::json;
-
-use super::model::{CheckKind, Event};
+use super::model::Event;
 use super::recorder::Reporter;
 use super::text::Sink;
 use super::write_atomically;
@@ -58,61 +56,18 @@ impl Reporter for EnvironmentReporter {
     }
 }
 
-/// The environment record as a JSON object.
+/// The environment record as a JSON object (keys sorted, as `environment.json` has them).
 fn env_map(entries: &[(String, String)]) -> serde_json::Map<String, serde_json::Value> {
-    entries.iter().map(|(k, v)| (k.clone(), json!(v))).collect()
-}
-
-/// One event as a JSON value.
-pub fn event_json(event: &Event) -> serde_json::Value {
-    match event {
-        Event::Environment { entries } => {
-            json!({"event": "environment", "environment": env_map(entries)})
-        }
-        Event::CaseStarted { id, title } => {
-            json!({"event": "case_started", "case": id, "title": title})
-        }
-        Event::Check(c) => json!({
-            "event": "check",
-            "case": c.case,
-            "kind": match c.kind {
-                CheckKind::Value => "value",
-                CheckKind::Condition => "condition",
-                CheckKind::NegativeControl => "negative_control",
-            },
-            "description": c.description,
-            "expected": c.expected,
-            "actual": c.actual,
-            "passed": c.passed,
-        }),
-        Event::Note { case, text } => json!({"event": "note", "case": case, "text": text}),
-        Event::Step(s) => json!({
-            "event": "step",
-            "case": s.case,
-            "mark": s.mark.as_str(),
-            "at_ms": s.at.as_secs_f64() * 1000.0,
-            "actor": s.actor,
-            "action": s.action,
-            "token": s.token,
-            "outcome": s.outcome,
-            "db_clock": s.db_clock,
-        }),
-        Event::CaseFinished { id, elapsed } => {
-            json!({"event": "case_finished", "case": id, "elapsed_ms": elapsed.as_secs_f64() * 1000.0})
-        }
-        Event::Skipped { case, reason } => {
-            json!({"event": "skipped", "case": case, "reason": reason})
-        }
-        Event::Interrupted { signal } => json!({"event": "interrupted", "signal": signal}),
-        Event::Finished(s) => {
-            json!({"event": "summary", "passed": s.passed, "failed": s.failed, "skipped": s.skipped})
-        }
-    }
+    entries
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect()
 }
 
 impl Reporter for JsonlReporter {
     fn event(&mut self, event: &Event) -> io::Result<()> {
-        self.0.line(&event_json(event).to_string())
+        self.0
+            .line(&serde_json::to_string(event).map_err(io::Error::other)?)
     }
 
     fn finish(&mut self) -> io::Result<()> {
@@ -124,8 +79,10 @@ impl Reporter for JsonlReporter {
 mod tests {
     use std::time::Duration;
 
+    use serde_json::json;
+
     use super::*;
-    use crate::evidence::{Check, Mark, Step, Summary};
+    use crate::evidence::{Check, CheckKind, Mark, Step, Summary};
 
     /// What the JSON-lines reporter writes for `events`, one parsed value per line.
     fn jsonl(events: &[Event]) -> io::Result<Vec<serde_json::Value>> {

@@ -33,7 +33,7 @@ mod testing;
 mod text;
 pub mod timeline;
 
-pub use jsonl::{event_json, EnvironmentReporter, JsonlReporter};
+pub use jsonl::{EnvironmentReporter, JsonlReporter};
 pub use model::{Check, CheckKind, Event, Mark, Step, Summary};
 pub use recorder::{Recorder, Reporter};
 pub use text::{render_text, TextReporter};

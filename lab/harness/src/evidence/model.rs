@@ -1,12 +1,21 @@
 //! The evidence model: the typed events a scenario can say (checks, notes, timeline steps with
 //! their marks, skips, the summary) and nothing else. No formatting and no I/O here: what an event
 //! looks like is each reporter's business, and what it means is the scenario's.
+//!
+//! The one exception is the events' serde form, which *is* the event log's schema
+//! (`events.jsonl`, one object per event): it is derived here, next to the fields it names, so
+//! that a field cannot be added without the log saying it. The tag `event` names the kind
+//! (`case_started`, `check`, …, `summary`), a [`Mark`] is its name ([`Mark::as_str`]), durations
+//! are milliseconds as floats (`at_ms`, `elapsed_ms`), the environment is an object.
 
 use std::fmt::{self, Display};
 use std::time::Duration;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// What kind of check a [`Check`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CheckKind {
     /// `expected == actual`.
     Value,
@@ -17,7 +26,7 @@ pub enum CheckKind {
 }
 
 /// One verdict.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Check {
     pub case: String,
     pub kind: CheckKind,
@@ -63,14 +72,50 @@ impl Mark {
             Mark::Info => "info",
         }
     }
+
+    /// Every mark, in declaration order.
+    pub const ALL: [Mark; 11] = [
+        Mark::Acquired,
+        Mark::Refused,
+        Mark::Renewed,
+        Mark::Released,
+        Mark::LeaseExpired,
+        Mark::Frozen,
+        Mark::Thawed,
+        Mark::Write { accepted: true },
+        Mark::Write { accepted: false },
+        Mark::Restart,
+        Mark::Info,
+    ];
+
+    /// The mark named `name` ([`Mark::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<Mark> {
+        Mark::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+}
+
+/// A mark is its name in the event log (`"write_rejected"`), not a nested object.
+impl Serialize for Mark {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Mark {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Mark, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Mark::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown mark {name:?}")))
+    }
 }
 
 /// One step of a timeline: who did what, under which token, with what outcome, when.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     pub case: String,
     pub mark: Mark,
     /// Monotonic time since the run started.
+    #[serde(rename = "at_ms", with = "millis")]
     pub at: Duration,
     pub actor: String,
     pub action: String,
@@ -81,7 +126,7 @@ pub struct Step {
 }
 
 /// The run's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
     pub passed: usize,
     pub failed: usize,
@@ -106,13 +151,16 @@ impl Display for Summary {
 }
 
 /// Everything a scenario can say.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     /// The environment record: what ran, on what, with which parameters (key, value).
     Environment {
+        #[serde(rename = "environment", with = "entries_as_object")]
         entries: Vec<(String, String)>,
     },
     CaseStarted {
+        #[serde(rename = "case")]
         id: String,
         title: String,
     },
@@ -123,7 +171,9 @@ pub enum Event {
     },
     Step(Step),
     CaseFinished {
+        #[serde(rename = "case")]
         id: String,
+        #[serde(rename = "elapsed_ms", with = "millis")]
         elapsed: Duration,
     },
     /// The case could not run here; `reason` says why and how to make it run.
@@ -135,5 +185,94 @@ pub enum Event {
     Interrupted {
         signal: String,
     },
+    /// The run's verdict, the last event (`"summary"` in the event log).
+    #[serde(rename = "summary")]
     Finished(Summary),
+}
+
+/// A duration as milliseconds, a float: `at_ms`, `elapsed_ms`.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(d.as_secs_f64() * 1000.0)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let ms = f64::deserialize(deserializer)?;
+        if !(ms.is_finite() && ms >= 0.0) {
+            return Err(serde::de::Error::custom(format!(
+                "{ms} is not a duration in milliseconds"
+            )));
+        }
+        // To the nanosecond the float can carry.
+        Ok(Duration::from_nanos((ms * 1e6).round() as u64))
+    }
+}
+
+/// The environment record's (key, value) entries as one JSON object, keys in their order.
+mod entries_as_object {
+    use std::fmt;
+
+    use serde::de::{MapAccess, Visitor};
+    use serde::ser::SerializeMap as _;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        entries: &[(String, String)],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(entries.len()))?;
+        for (key, value) in entries {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = Vec<(String, String)>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of strings")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(entries)
+            }
+        }
+        deserializer.deserialize_map(Entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whatever the event log says, read back, is the event that was said.
+    #[test]
+    fn every_event_of_a_run_reads_back_from_its_json_line() -> serde_json::Result<()> {
+        for event in crate::evidence::testing::sample_run() {
+            let line = serde_json::to_string(&event)?;
+            assert_eq!(serde_json::from_str::<Event>(&line)?, event, "{line}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_mark_reads_back_from_its_name() {
+        for mark in Mark::ALL {
+            assert_eq!(Mark::from_name(mark.as_str()), Some(mark));
+        }
+        assert_eq!(Mark::from_name("paused"), None);
+    }
 }
