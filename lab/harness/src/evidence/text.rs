@@ -5,6 +5,9 @@
 
 use std::io::{self, Write as _};
 use std::path::PathBuf;
+use std::time::Duration;
+
+use similar::{Algorithm, ChangeTag, TextDiff};
 
 use super::model::{Check, CheckKind, Event};
 use super::recorder::Reporter;
@@ -52,8 +55,7 @@ fn render_check(c: &Check) -> String {
             let body = if c.passed {
                 c.actual.clone()
             } else {
-                similar_asserts::SimpleDiff::from_str(&c.expected, &c.actual, "expected", "actual")
-                    .to_string()
+                diff(&c.expected, &c.actual)
             };
             let indented: Vec<String> = body.lines().map(|l| format!("       {l}")).collect();
             format!("  {mark} {}\n{}", c.description, indented.join("\n"))
@@ -65,6 +67,94 @@ fn render_check(c: &Check) -> String {
             )
         }
     }
+}
+
+/// The diff of a failed multi-line check, plain text: a header, then each group of changes with
+/// four lines of context, `-` for a line only in `expected`, `+` for one only in `actual`, groups
+/// apart by `@ ~~~`. Where the line endings differ, they are shown (`␊`, `␍`). This is the text
+/// similar-asserts' `SimpleDiff` printed with its colours off, drawn here with `similar` itself.
+fn diff(expected: &str, actual: &str) -> String {
+    if expected == actual {
+        return "Invisible differences: the two values are the same in string form.\n".into();
+    }
+    let show_newlines = newlines_matter(expected, actual);
+    let diff = TextDiff::configure()
+        .timeout(Duration::from_millis(200))
+        .algorithm(Algorithm::Patience)
+        .diff_lines(expected, actual);
+    let mut out = String::from("Differences (-expected|+actual):\n");
+    for (i, group) in diff.grouped_ops(4).iter().enumerate() {
+        if i > 0 {
+            out.push_str("@ ~~~\n");
+        }
+        for op in group {
+            for change in diff.iter_changes(op) {
+                out.push(match change.tag() {
+                    ChangeTag::Delete => '-',
+                    ChangeTag::Insert => '+',
+                    ChangeTag::Equal => ' ',
+                });
+                let line = change.value();
+                if show_newlines {
+                    out.push_str(
+                        &line
+                            .replace('\r', "␍\r")
+                            .replace('\n', "␊\n")
+                            .replace("␍\r␊\n", "␍␊\r\n"),
+                    );
+                } else {
+                    out.push_str(line);
+                }
+                if change.missing_newline() {
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether the two sides differ in their line endings (a trailing newline, or `\n` against
+/// `\r\n` or `\r`), so that the diff must show them.
+fn newlines_matter(left: &str, right: &str) -> bool {
+    fn trailing(s: &str) -> &str {
+        ["\r\n", "\r", "\n"]
+            .into_iter()
+            .find(|end| s.ends_with(end))
+            .unwrap_or("")
+    }
+    /// (a lone `\r`, `\r\n`, a lone `\n`) seen.
+    fn kinds(s: &str) -> (bool, bool, bool) {
+        let (mut cr, mut crlf, mut lf) = (false, false, false);
+        let mut last = None;
+        for c in s.chars() {
+            if c == '\n' {
+                if last.take() == Some('\r') {
+                    crlf = true;
+                } else {
+                    lf = true;
+                }
+            }
+            if last == Some('\r') {
+                cr = true;
+            }
+            last = Some(c);
+        }
+        if last == Some('\r') {
+            cr = true;
+        }
+        (cr, crlf, lf)
+    }
+    if trailing(left) != trailing(right) {
+        return true;
+    }
+    let ((cr1, crlf1, lf1), (cr2, crlf2, lf2)) = (kinds(left), kinds(right));
+    // More than one kind of line ending between the two.
+    [cr1 || cr2, crlf1 || crlf2, lf1 || lf2]
+        .into_iter()
+        .filter(|seen| *seen)
+        .count()
+        > 1
 }
 
 /// Lines going to stdout as they happen (optionally) and to a file, whole, at the end: what the
@@ -105,8 +195,6 @@ pub struct TextReporter(Sink);
 impl TextReporter {
     /// `terminal`: also print to stdout. `file`: where the whole text goes at the end.
     pub fn new(terminal: bool, file: Option<PathBuf>) -> Self {
-        // Diffs are plain text, in the file and on the terminal alike.
-        console::set_colors_enabled(false);
         TextReporter(Sink {
             stdout: terminal,
             file,
