@@ -1,14 +1,14 @@
 //! The machine-readable evidence: [`JsonlReporter`] writes one JSON object per event to
 //! `events.jsonl` (and to stdout with `--format json`), [`EnvironmentReporter`] the environment
-//! record to `environment.json`. They serialize what the events hold and must not add, drop or
-//! reinterpret anything.
+//! record to `environment.json`. They write what the events' serde form says (see the model) and
+//! must not add, drop or reinterpret anything.
 
 use std::io;
 use std::path::PathBuf;
 
 use super::model::Event;
 use super::recorder::Reporter;
-use super::text::Sink;
+use super::text::{lines, Sink};
 use super::write_atomically;
 
 /// The machine-readable event log: one JSON object per line, every check and every timeline step.
@@ -18,40 +18,53 @@ impl JsonlReporter {
     /// `file`: where the log goes at the end; `stdout`: also print each line as it happens
     /// (`--format json`).
     pub fn new(file: Option<PathBuf>, stdout: bool) -> Self {
-        JsonlReporter(Sink {
-            stdout,
-            file,
-            text: String::new(),
-        })
+        JsonlReporter(Sink::new(stdout, file))
+    }
+}
+
+/// One event as its line of the log.
+fn json_line(event: &Event) -> io::Result<String> {
+    serde_json::to_string(event).map_err(io::Error::other)
+}
+
+impl Reporter for JsonlReporter {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        self.0.print(&json_line(event)?)
+    }
+
+    fn finish(&mut self, events: &[Event]) -> io::Result<()> {
+        let log = events
+            .iter()
+            .map(json_line)
+            .collect::<io::Result<Vec<_>>>()?;
+        self.0.write_file(&lines(log))
     }
 }
 
 /// Writes the environment record to a JSON file of its own (`environment.json`).
 pub struct EnvironmentReporter {
     file: PathBuf,
-    entries: Vec<(String, String)>,
 }
 
 impl EnvironmentReporter {
     pub fn new(file: PathBuf) -> Self {
-        EnvironmentReporter {
-            file,
-            entries: Vec::new(),
-        }
+        EnvironmentReporter { file }
     }
 }
 
 impl Reporter for EnvironmentReporter {
-    fn event(&mut self, event: &Event) -> io::Result<()> {
-        if let Event::Environment { entries } = event {
-            self.entries = entries.clone();
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self, events: &[Event]) -> io::Result<()> {
+        // The last record, if the run made more than one; none makes an empty object.
+        let entries = events
+            .iter()
+            .rev()
+            .find_map(|event| match event {
+                Event::Environment { entries } => Some(entries.as_slice()),
+                _ => None,
+            })
+            .unwrap_or_default();
         let text =
-            serde_json::to_string_pretty(&env_map(&self.entries)).map_err(io::Error::other)? + "\n";
+            serde_json::to_string_pretty(&env_map(entries)).map_err(io::Error::other)? + "\n";
         write_atomically(&self.file, text.as_bytes())
     }
 }
@@ -62,17 +75,6 @@ fn env_map(entries: &[(String, String)]) -> serde_json::Map<String, serde_json::
         .iter()
         .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
         .collect()
-}
-
-impl Reporter for JsonlReporter {
-    fn event(&mut self, event: &Event) -> io::Result<()> {
-        self.0
-            .line(&serde_json::to_string(event).map_err(io::Error::other)?)
-    }
-
-    fn finish(&mut self) -> io::Result<()> {
-        self.0.finish()
-    }
 }
 
 #[cfg(test)]
@@ -92,7 +94,7 @@ mod tests {
         for event in events {
             reporter.event(event)?;
         }
-        reporter.finish()?;
+        reporter.finish(events)?;
         std::fs::read_to_string(&path)?
             .lines()
             .map(|line| serde_json::from_str(line).map_err(io::Error::other))
@@ -231,6 +233,19 @@ mod tests {
         for (actual, expected) in actual.iter().zip(&expected) {
             similar_asserts::assert_eq!(actual, expected);
         }
+        Ok(())
+    }
+
+    /// `environment.json` is the run's environment record as one object, keys sorted.
+    #[test]
+    fn the_environment_record_is_one_json_object() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("environment.json");
+        EnvironmentReporter::new(path.clone()).finish(&crate::evidence::testing::sample_run())?;
+        assert_eq!(
+            std::fs::read_to_string(&path)?,
+            "{\n  \"parameters\": \"ttl=1500ms\",\n  \"server_version\": \"17.2 <local>\"\n}\n"
+        );
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! The recorder scenarios write to, and the [`Reporter`] trait its consumers implement. The
-//! recorder counts the verdicts and hands every event to every reporter; it must not format text
-//! or write files itself.
+//! recorder counts the verdicts and is the one owner of the run's event stream: it hands each
+//! event to every reporter as it happens, and the whole stream to every reporter once at the end.
+//! It must not format text or write files itself, and no reporter keeps a copy of the stream.
 
 use std::fmt::Display;
 use std::io;
@@ -8,16 +9,26 @@ use std::time::Instant;
 
 use super::model::{Check, CheckKind, Event, Mark, Step, Summary};
 
-/// A consumer of the event stream.
+/// A consumer of the event stream. A streaming reporter (the terminal copy) implements
+/// [`event`](Reporter::event); one that needs the whole run (a file, a picture) implements
+/// [`finish`](Reporter::finish), which gets the recorder's stream rather than a copy of its own.
 pub trait Reporter: Send {
-    fn event(&mut self, event: &Event) -> io::Result<()>;
-    /// Called once after the last event: write files here.
-    fn finish(&mut self) -> io::Result<()> {
+    /// Each event, as it happens.
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        let _ = event;
+        Ok(())
+    }
+
+    /// Called once after the last event (the summary) with every event of the run, in order:
+    /// write files here.
+    fn finish(&mut self, events: &[Event]) -> io::Result<()> {
+        let _ = events;
         Ok(())
     }
 }
 
-/// Collects the events of one run and hands each to every reporter as it happens.
+/// Collects the events of one run, hands each to every reporter as it happens, and the whole
+/// run to every reporter at the end.
 pub struct Recorder {
     started: Instant,
     case: String,
@@ -259,7 +270,7 @@ impl Recorder {
         let summary = self.summary;
         self.emit(Event::Finished(summary));
         for r in &mut self.reporters {
-            if let Err(e) = r.finish() {
+            if let Err(e) = r.finish(&self.events) {
                 self.errors.push(e);
             }
         }

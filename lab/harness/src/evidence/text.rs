@@ -1,6 +1,6 @@
 //! The text output: [`render_text`] turns an event into the lines people read (SPEC §4), and
 //! [`TextReporter`] sends them to the terminal as they happen and to `output.txt` at the end.
-//! Also the line sink the JSON-lines reporter shares. It renders what the events say and must not
+//! Also the sink (terminal copy + whole file) the JSON-lines and JUnit reporters share. It renders what the events say and must not
 //! decide anything: a check is ok or FAIL because the recorder said so.
 
 use std::io::{self, Write as _};
@@ -157,36 +157,48 @@ fn newlines_matter(left: &str, right: &str) -> bool {
         > 1
 }
 
-/// Lines going to stdout as they happen (optionally) and to a file, whole, at the end: what the
-/// text and the JSON-lines reporters share.
+/// Where a reporter's output goes: each piece to stdout as it happens (optionally), and the whole
+/// to a file at the end. What the text, the JSON-lines and the JUnit reporters share.
 pub(super) struct Sink {
-    pub(super) stdout: bool,
-    pub(super) file: Option<PathBuf>,
-    pub(super) text: String,
+    terminal: bool,
+    file: Option<PathBuf>,
 }
 
 impl Sink {
-    pub(super) fn line(&mut self, line: &str) -> io::Result<()> {
-        if self.stdout {
+    /// `terminal`: also print to stdout. `file`: where the whole goes at the end.
+    pub(super) fn new(terminal: bool, file: Option<PathBuf>) -> Sink {
+        Sink { terminal, file }
+    }
+
+    /// Prints `text` and a newline to stdout, if this sink prints at all. A reader that went away
+    /// (`lab run | head`) ends the terminal copy, never the run: the files are still written.
+    pub(super) fn print(&mut self, text: &str) -> io::Result<()> {
+        if self.terminal {
             let mut out = io::stdout().lock();
-            match writeln!(out, "{line}").and_then(|()| out.flush()) {
-                // A reader that went away (`lab run | head`) ends the terminal copy, not the run:
-                // the files still get every line.
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.stdout = false,
+            match writeln!(out, "{text}").and_then(|()| out.flush()) {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.terminal = false,
                 other => other?,
             }
         }
-        self.text.push_str(line);
-        self.text.push('\n');
         Ok(())
     }
 
-    pub(super) fn finish(&self) -> io::Result<()> {
+    /// Writes `text` to the file, whole, if this sink has one.
+    pub(super) fn write_file(&self, text: &str) -> io::Result<()> {
         match &self.file {
-            Some(path) => write_atomically(path, self.text.as_bytes()),
+            Some(path) => write_atomically(path, text.as_bytes()),
             None => Ok(()),
         }
     }
+}
+
+/// Each line followed by a newline: the content of a line-oriented file.
+pub(super) fn lines(lines: impl IntoIterator<Item = String>) -> String {
+    lines.into_iter().fold(String::new(), |mut text, line| {
+        text.push_str(&line);
+        text.push('\n');
+        text
+    })
 }
 
 /// The text output: each line to the terminal as it happens, and all of them to a file at the end.
@@ -195,24 +207,21 @@ pub struct TextReporter(Sink);
 impl TextReporter {
     /// `terminal`: also print to stdout. `file`: where the whole text goes at the end.
     pub fn new(terminal: bool, file: Option<PathBuf>) -> Self {
-        TextReporter(Sink {
-            stdout: terminal,
-            file,
-            text: String::new(),
-        })
+        TextReporter(Sink::new(terminal, file))
     }
 }
 
 impl Reporter for TextReporter {
     fn event(&mut self, event: &Event) -> io::Result<()> {
         match render_text(event) {
-            Some(lines) => self.0.line(&lines),
+            Some(lines) => self.0.print(&lines),
             None => Ok(()),
         }
     }
 
-    fn finish(&mut self) -> io::Result<()> {
-        self.0.finish()
+    fn finish(&mut self, events: &[Event]) -> io::Result<()> {
+        self.0
+            .write_file(&lines(events.iter().filter_map(render_text)))
     }
 }
 
@@ -241,15 +250,16 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("output.txt");
         let mut reporter = TextReporter::new(false, Some(path.clone()));
-        reporter.event(&Event::Check(Check {
+        let check = Event::Check(Check {
             case: "X".into(),
             kind: CheckKind::Value,
             description: "rows".into(),
             expected: expected.into(),
             actual: actual.into(),
             passed: false,
-        }))?;
-        reporter.finish()?;
+        });
+        reporter.event(&check)?;
+        reporter.finish(&[check])?;
         std::fs::read_to_string(&path)
     }
 

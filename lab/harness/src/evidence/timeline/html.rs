@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{cases, esc, svg};
-use crate::evidence::{Event, Summary};
+use crate::evidence::{render_text, Event, Summary};
 
 /// The whole report: environment, summary, and per case its picture and its lines.
 pub fn html(events: &[Event]) -> String {
@@ -49,26 +49,47 @@ pub fn html(events: &[Event]) -> String {
         let _ = writeln!(
             out,
             "<h2 id=\"{0}\">CASE {0} :: {1}</h2>",
-            esc(&case.id),
-            esc(&case.title)
+            esc(case.id),
+            esc(case.title)
         );
         if case.is_multi_actor() {
             out.push_str(&svg(&case));
         }
         let lines: Vec<String> = case
-            .lines
+            .said
             .iter()
-            .map(|l| {
-                let class = if l.trim_start().starts_with("FAIL") {
-                    " class=\"fail\""
-                } else {
-                    ""
+            .filter_map(|event| {
+                let line = render_text(event)?;
+                let class = match event {
+                    Event::Check(check) if !check.passed => " class=\"fail\"",
+                    _ => "",
                 };
-                format!("<span{class}>{}</span>", esc(l))
+                Some(format!("<span{class}>{}</span>", esc(&line)))
             })
             .collect();
         let _ = writeln!(out, "<pre>{}</pre>", lines.join("\n"));
     }
     out.push_str("</body></html>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report marks a check red by its verdict (`Check::passed`), never by how it reads.
+    #[test]
+    fn the_report_marks_exactly_the_failed_checks() {
+        let events = crate::evidence::testing::sample_run();
+        let failed = events
+            .iter()
+            .filter(|event| matches!(event, Event::Check(c) if !c.passed))
+            .count();
+        let report = html(&events);
+        assert_eq!(
+            report.matches("<span class=\"fail\">  FAIL ").count(),
+            failed
+        );
+        assert_eq!(report.matches("<span class=\"fail\">").count(), failed);
+    }
 }

@@ -27,11 +27,7 @@ fn mtext(text: &str) -> String {
 
 /// The Mermaid sequence diagram of one case.
 pub fn mermaid(case: &CaseTimeline) -> String {
-    let mut out = format!(
-        "%% {} :: {}\nsequenceDiagram\n",
-        case.id,
-        mtext(&case.title)
-    );
+    let mut out = format!("%% {} :: {}\nsequenceDiagram\n", case.id, mtext(case.title));
     for actor in case.actors() {
         let _ = writeln!(out, "    participant {} as {}", pid(actor), mtext(actor));
     }

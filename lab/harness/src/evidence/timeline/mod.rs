@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::model::{Event, Mark, Step};
 use super::recorder::Reporter;
-use super::{render_text, write_atomically};
+use super::write_atomically;
 
 mod html;
 mod mermaid;
@@ -22,17 +22,18 @@ pub use self::html::html;
 pub use self::mermaid::mermaid;
 pub use self::svg::svg;
 
-/// One case as the pictures need it.
-#[derive(Debug, Clone, Default)]
-pub struct CaseTimeline {
-    pub id: String,
-    pub title: String,
-    pub steps: Vec<Step>,
-    /// The case's text lines (checks and notes), as the text output shows them.
-    pub lines: Vec<String>,
+/// One case as the pictures need it, borrowed from the recorder's stream.
+#[derive(Debug, Clone)]
+pub struct CaseTimeline<'a> {
+    pub id: &'a str,
+    pub title: &'a str,
+    pub steps: Vec<&'a Step>,
+    /// What the case said besides its steps, in order: its checks, notes and skips (typed; the
+    /// text module renders them when they are drawn).
+    pub said: Vec<&'a Event>,
 }
 
-impl CaseTimeline {
+impl CaseTimeline<'_> {
     /// The actors with a lane of their own, by name. The lab itself is not an actor: what it does
     /// shows on the lanes of those it does it to, or as a phase marker across all lanes.
     pub fn actors(&self) -> Vec<&str> {
@@ -54,23 +55,24 @@ impl CaseTimeline {
 }
 
 /// Groups the events by case.
-pub fn cases(events: &[Event]) -> Vec<CaseTimeline> {
+pub fn cases(events: &[Event]) -> Vec<CaseTimeline<'_>> {
     let mut cases: Vec<CaseTimeline> = Vec::new();
     for event in events {
         match event {
-            Event::CaseStarted { id, title } => cases.push(CaseTimeline {
-                id: id.clone(),
-                title: title.clone(),
-                ..Default::default()
+            Event::CaseStarted { id, title, .. } => cases.push(CaseTimeline {
+                id,
+                title,
+                steps: Vec::new(),
+                said: Vec::new(),
             }),
             Event::Step(step) => {
                 if let Some(case) = cases.last_mut() {
-                    case.steps.push(step.clone());
+                    case.steps.push(step);
                 }
             }
             Event::Check(_) | Event::Note { .. } | Event::Skipped { .. } => {
-                if let (Some(case), Some(line)) = (cases.last_mut(), render_text(event)) {
-                    case.lines.push(line);
+                if let Some(case) = cases.last_mut() {
+                    case.said.push(event);
                 }
             }
             _ => {}
@@ -90,7 +92,7 @@ struct Span {
 
 /// The lease holdings (Acquired → Released / LeaseExpired / a takeover / the end) and the frozen
 /// intervals (Frozen → Thawed / the end), in step order.
-fn spans(steps: &[Step], end: Duration) -> (Vec<Span>, Vec<Span>) {
+fn spans(steps: &[&Step], end: Duration) -> (Vec<Span>, Vec<Span>) {
     let (mut holdings, mut frozen) = (Vec::new(), Vec::new());
     let mut open_lease: Option<Span> = None;
     let mut open_frozen: Vec<Span> = Vec::new();
@@ -142,30 +144,22 @@ fn esc(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Writes `report.html` and one `timeline-<CASE>.mmd` per multi-actor case into `dir`.
+/// Writes `report.html` and one `timeline-<CASE>.mmd` per multi-actor case into `dir`, from the
+/// recorder's stream at the end of the run.
 pub struct TimelineReporter {
     dir: PathBuf,
-    events: Vec<Event>,
 }
 
 impl TimelineReporter {
     pub fn new(dir: PathBuf) -> Self {
-        TimelineReporter {
-            dir,
-            events: Vec::new(),
-        }
+        TimelineReporter { dir }
     }
 }
 
 impl Reporter for TimelineReporter {
-    fn event(&mut self, event: &Event) -> io::Result<()> {
-        self.events.push(event.clone());
-        Ok(())
-    }
-
-    fn finish(&mut self) -> io::Result<()> {
-        write_atomically(&self.dir.join("report.html"), html(&self.events).as_bytes())?;
-        for case in cases(&self.events).iter().filter(|c| c.is_multi_actor()) {
+    fn finish(&mut self, events: &[Event]) -> io::Result<()> {
+        write_atomically(&self.dir.join("report.html"), html(events).as_bytes())?;
+        for case in cases(events).iter().filter(|c| c.is_multi_actor()) {
             write_atomically(
                 &self.dir.join(format!("timeline-{}.mmd", case.id)),
                 mermaid(case).as_bytes(),
@@ -192,30 +186,22 @@ mod tests {
         }
     }
 
-    fn f4_like() -> CaseTimeline {
-        CaseTimeline {
-            id: "F4".into(),
-            title: "paused".into(),
-            steps: vec![
-                step(0, Mark::Acquired, "A", Some(1)),
-                step(400, Mark::Renewed, "A", Some(1)),
-                step(800, Mark::Renewed, "A", Some(1)),
-                step(3000, Mark::Frozen, "A", None),
-                step(4300, Mark::LeaseExpired, "A", None),
-                step(4400, Mark::Acquired, "B", Some(2)),
-                step(4450, Mark::Write { accepted: true }, "B", Some(2)),
-                step(4500, Mark::Released, "B", None),
-                step(4600, Mark::Thawed, "A", None),
-                step(4650, Mark::Write { accepted: false }, "A", Some(1)),
-            ],
-            lines: Vec::new(),
-        }
-    }
-
     #[test]
     fn holdings_and_frozen_intervals_follow_the_marks() {
-        let case = f4_like();
-        let (holdings, frozen) = spans(&case.steps, Duration::from_millis(4650));
+        let steps = [
+            step(0, Mark::Acquired, "A", Some(1)),
+            step(400, Mark::Renewed, "A", Some(1)),
+            step(800, Mark::Renewed, "A", Some(1)),
+            step(3000, Mark::Frozen, "A", None),
+            step(4300, Mark::LeaseExpired, "A", None),
+            step(4400, Mark::Acquired, "B", Some(2)),
+            step(4450, Mark::Write { accepted: true }, "B", Some(2)),
+            step(4500, Mark::Released, "B", None),
+            step(4600, Mark::Thawed, "A", None),
+            step(4650, Mark::Write { accepted: false }, "A", Some(1)),
+        ];
+        let steps: Vec<&Step> = steps.iter().collect();
+        let (holdings, frozen) = spans(&steps, Duration::from_millis(4650));
         let ms = |s: &Span| {
             (
                 s.actor.clone(),
@@ -238,13 +224,35 @@ mod tests {
     }
 
     #[test]
+    fn a_case_keeps_what_it_said_typed_and_in_order() {
+        let events = crate::evidence::testing::sample_run();
+        let cases = cases(&events);
+        assert_eq!(cases.len(), 2);
+        let kinds: Vec<&str> = cases[0]
+            .said
+            .iter()
+            .map(|event| match event {
+                Event::Check(c) if c.passed => "passed",
+                Event::Check(_) => "failed",
+                Event::Note { .. } => "note",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["passed", "failed", "failed", "passed", "failed", "note"]
+        );
+        assert!(matches!(cases[1].said[..], [Event::Skipped { .. }]));
+        assert_eq!((cases[0].steps.len(), cases[1].steps.len()), (14, 0));
+    }
+
+    /// The report and the diagram of a run with every kind of step, as they were drawn before
+    /// the lanes were declared: a case with the default lanes draws exactly this.
+    #[test]
     fn the_sample_run_draws_the_committed_report_and_diagram() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let mut reporter = TimelineReporter::new(dir.path().to_owned());
-        for event in crate::evidence::testing::sample_run() {
-            reporter.event(&event)?;
-        }
-        reporter.finish()?;
+        TimelineReporter::new(dir.path().to_owned())
+            .finish(&crate::evidence::testing::sample_run())?;
         for name in ["report.html", "timeline-F4.mmd"] {
             let drawn = std::fs::read_to_string(dir.path().join(name))?;
             crate::evidence::testing::assert_snapshot(&format!("sample-{name}"), &drawn)?;

@@ -107,8 +107,8 @@ pub fn svg(case: &CaseTimeline) -> String {
     let _ = writeln!(
         out,
         r#"<text x="10" y="20" font-size="14" font-weight="bold">{} — {}</text>"#,
-        esc(&case.id),
-        esc(&case.title)
+        esc(case.id),
+        esc(case.title)
     );
     // Lanes.
     for (i, lane) in lanes.iter().enumerate() {
