@@ -84,7 +84,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::evidence::{Check, CheckKind, Mark, Step, Summary};
+    use crate::evidence::{Check, CheckKind, Lanes, Mark, Step, Summary};
 
     /// What the JSON-lines reporter writes for `events`, one parsed value per line.
     fn jsonl(events: &[Event]) -> io::Result<Vec<serde_json::Value>> {
@@ -138,6 +138,7 @@ mod tests {
             Event::CaseStarted {
                 id: "F4".into(),
                 title: "the paused old holder".into(),
+                lanes: Lanes::default(),
             },
             check(CheckKind::Value, true),
             check(CheckKind::Condition, false),

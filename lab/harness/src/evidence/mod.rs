@@ -34,7 +34,7 @@ mod text;
 pub mod timeline;
 
 pub use jsonl::{EnvironmentReporter, JsonlReporter};
-pub use model::{Check, CheckKind, Event, Mark, Step, Summary};
+pub use model::{Check, CheckKind, Event, Lane, Lanes, Mark, Step, Summary};
 pub use recorder::{Recorder, Reporter};
 pub use text::{render_text, TextReporter};
 

@@ -150,6 +150,66 @@ impl Display for Summary {
     }
 }
 
+/// A lane of the timeline pictures that is a store rather than a holder: its name (as steps and
+/// diagrams call it) and the label the picture shows beside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lane {
+    pub name: String,
+    pub label: String,
+}
+
+impl Lane {
+    pub fn new(name: impl Into<String>, label: impl Into<String>) -> Lane {
+        Lane {
+            name: name.into(),
+            label: label.into(),
+        }
+    }
+}
+
+/// What a case's timeline pictures draw: a lane per holder, the lease store's lane (holdings) and
+/// the resource's lane (writes), and which actor is the orchestrator (its steps are phase markers
+/// across every lane, not a lane of its own). A case declares them when it starts
+/// ([`Recorder::case_with_lanes`](super::Recorder::case_with_lanes)); the default is the
+/// F-series' `lease26` / `res26` with the lab as the orchestrator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Lanes {
+    /// The holders' lanes in this order. Empty: every actor with a step, by name. Actors with a
+    /// step but not named here get a lane after these, by name.
+    pub actors: Vec<String>,
+    /// Where the lease is held: the holdings are drawn on this lane.
+    pub lease: Lane,
+    /// Where the writes land: accepted and rejected writes are drawn on this lane. When it has
+    /// the lease's name (the lease and the resource in one store, e.g. one MariaDB database),
+    /// the two are one lane, drawn once.
+    pub resource: Lane,
+    /// The actor that runs the case.
+    pub orchestrator: String,
+}
+
+impl Default for Lanes {
+    fn default() -> Lanes {
+        Lanes {
+            actors: Vec::new(),
+            lease: Lane::new("lease26", "lease26 (lease)"),
+            resource: Lane::new("res26", "res26 (resource)"),
+            orchestrator: "lab".into(),
+        }
+    }
+}
+
+impl Lanes {
+    pub fn is_default(&self) -> bool {
+        *self == Lanes::default()
+    }
+
+    /// Whether the lease and the resource are one store, drawn as one lane.
+    pub fn one_store(&self) -> bool {
+        self.lease.name == self.resource.name
+    }
+}
+
 /// Everything a scenario can say.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -163,6 +223,9 @@ pub enum Event {
         #[serde(rename = "case")]
         id: String,
         title: String,
+        /// The lanes of the case's pictures; in the event log only when not the default.
+        #[serde(default, skip_serializing_if = "Lanes::is_default")]
+        lanes: Lanes,
     },
     Check(Check),
     Note {
@@ -261,7 +324,18 @@ mod tests {
     /// Whatever the event log says, read back, is the event that was said.
     #[test]
     fn every_event_of_a_run_reads_back_from_its_json_line() -> serde_json::Result<()> {
-        for event in crate::evidence::testing::sample_run() {
+        let mut events = crate::evidence::testing::sample_run();
+        events.push(Event::CaseStarted {
+            id: "U9".into(),
+            title: "one database".into(),
+            lanes: Lanes {
+                actors: vec!["w2".into(), "w1".into()],
+                lease: Lane::new("jobs", "jobs (lease + completion)"),
+                resource: Lane::new("jobs", "jobs (lease + completion)"),
+                orchestrator: "conductor".into(),
+            },
+        });
+        for event in events {
             let line = serde_json::to_string(&event)?;
             assert_eq!(serde_json::from_str::<Event>(&line)?, event, "{line}");
         }
@@ -274,5 +348,45 @@ mod tests {
             assert_eq!(Mark::from_name(mark.as_str()), Some(mark));
         }
         assert_eq!(Mark::from_name("paused"), None);
+    }
+
+    /// A case with the default lanes says nothing about them (its `case_started` line is as it
+    /// always was); any other lanes are in the line.
+    #[test]
+    fn only_declared_lanes_are_in_the_case_started_line() -> serde_json::Result<()> {
+        let started = |lanes: Lanes| Event::CaseStarted {
+            id: "U9".into(),
+            title: "t".into(),
+            lanes,
+        };
+        assert_eq!(
+            serde_json::to_value(started(Lanes::default()))?,
+            serde_json::json!({"event": "case_started", "case": "U9", "title": "t"})
+        );
+        let lanes = Lanes {
+            orchestrator: "conductor".into(),
+            ..Lanes::default()
+        };
+        assert_eq!(
+            serde_json::to_value(started(lanes))?["lanes"],
+            serde_json::json!({
+                "actors": [],
+                "lease": {"name": "lease26", "label": "lease26 (lease)"},
+                "resource": {"name": "res26", "label": "res26 (resource)"},
+                "orchestrator": "conductor"
+            })
+        );
+        // A partial record fills in the rest from the default.
+        let read: Event = serde_json::from_str(
+            r#"{"event":"case_started","case":"U9","title":"t","lanes":{"orchestrator":"conductor"}}"#,
+        )?;
+        assert_eq!(
+            read,
+            started(Lanes {
+                orchestrator: "conductor".into(),
+                ..Lanes::default()
+            })
+        );
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::fmt::Display;
 use std::io;
 use std::time::Instant;
 
-use super::model::{Check, CheckKind, Event, Mark, Step, Summary};
+use super::model::{Check, CheckKind, Event, Lanes, Mark, Step, Summary};
 
 /// A consumer of the event stream. A streaming reporter (the terminal copy) implements
 /// [`event`](Reporter::event); one that needs the whole run (a file, a picture) implements
@@ -71,14 +71,20 @@ impl Recorder {
         self.emit(Event::Environment { entries });
     }
 
-    /// Starts a case; the previous one, if any, ends.
+    /// Starts a case with the default lanes ([`Lanes::default`]); the previous one, if any, ends.
     pub fn case(&mut self, id: &str, title: &str) {
+        self.case_with_lanes(id, title, Lanes::default());
+    }
+
+    /// Starts a case whose timeline pictures draw `lanes`; the previous one, if any, ends.
+    pub fn case_with_lanes(&mut self, id: &str, title: &str, lanes: Lanes) {
         self.end_case();
         self.case = id.to_owned();
         self.case_started = Instant::now();
         self.emit(Event::CaseStarted {
             id: id.to_owned(),
             title: title.to_owned(),
+            lanes,
         });
     }
 

@@ -5,7 +5,7 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use super::model::{Check, CheckKind, Event, Mark, Step, Summary};
+use super::model::{Check, CheckKind, Event, Lanes, Mark, Step, Summary};
 
 /// A run with one event of every kind and a two-holder timeline, at fixed times: what the
 /// reporters' tests render.
@@ -43,6 +43,7 @@ pub(crate) fn sample_run() -> Vec<Event> {
         Event::CaseStarted {
             id: "F4".into(),
             title: "the paused old holder & its stale write".into(),
+            lanes: Lanes::default(),
         },
         step(
             1_000,
@@ -147,6 +148,7 @@ pub(crate) fn sample_run() -> Vec<Event> {
         Event::CaseStarted {
             id: "U1".into(),
             title: "job lease".into(),
+            lanes: Lanes::default(),
         },
         Event::Skipped {
             case: "U1".into(),

@@ -23,7 +23,7 @@ pub fn render_text(event: &Event) -> Option<String> {
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),
-        Event::CaseStarted { id, title } => Some(format!("CASE {id} :: {title}")),
+        Event::CaseStarted { id, title, .. } => Some(format!("CASE {id} :: {title}")),
         Event::Check(c) => Some(render_check(c)),
         Event::Note { text, .. } => Some(format!("  note {text}")),
         Event::Step(_) | Event::CaseFinished { .. } => None,

@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{cases, esc, svg};
-use crate::evidence::{render_text, Event, Summary};
+use super::{cases, esc, svg, CaseTimeline};
+use crate::evidence::{render_text, Event, Lanes, Summary};
 
 /// The whole report: environment, summary, and per case its picture and its lines.
 pub fn html(events: &[Event]) -> String {
@@ -37,15 +37,17 @@ pub fn html(events: &[Event]) -> String {
         "fail"
     };
     let _ = writeln!(out, "<p class=\"{class}\"><b>{}</b></p>", esc(&verdict));
+    let cases = cases(events);
+    let (stores, lease, resource) = legend_stores(&cases);
     let _ = writeln!(
         out,
-        "<p>Lanes: one per holder, then the lease database and the resource database. Coloured bars on \
-         <i>lease26</i>: who held the lease, from its grant until the database clock said it expired (or it was \
-         released). Grey dashed boxes: a holder frozen by SIGSTOP. ✓/✗ on <i>res26</i>: a write accepted or \
+        "<p>Lanes: one per holder, then {stores}. Coloured bars on \
+         {lease}: who held the lease, from its grant until the database clock said it expired (or it was \
+         released). Grey dashed boxes: a holder frozen by SIGSTOP. ✓/✗ on {resource}: a write accepted or \
          rejected, with its token. A red dashed line: the database crashed and restarted. Hover for details.</p>"
     );
     let _ = writeln!(out, "<table>{env}</table>");
-    for case in cases(events) {
+    for case in cases {
         let _ = writeln!(
             out,
             "<h2 id=\"{0}\">CASE {0} :: {1}</h2>",
@@ -71,6 +73,39 @@ pub fn html(events: &[Event]) -> String {
     }
     out.push_str("</body></html>\n");
     out
+}
+
+/// How the legend names the stores' lanes: by name when every case has the same ones (the default
+/// lanes when there is no case), in general terms when the cases differ.
+fn legend_stores(cases: &[CaseTimeline]) -> (&'static str, String, String) {
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    for lanes in cases.iter().map(|c| c.lanes) {
+        let pair = (lanes.lease.name.as_str(), lanes.resource.name.as_str());
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
+    let named = |(lease, resource): (&str, &str)| {
+        let stores = if lease == resource {
+            "the store that holds both the lease and the resource"
+        } else {
+            "the lease database and the resource database"
+        };
+        let italic = |name: &str| format!("<i>{}</i>", esc(name));
+        (stores, italic(lease), italic(resource))
+    };
+    match pairs[..] {
+        [] => {
+            let default = Lanes::default();
+            named((&default.lease.name, &default.resource.name))
+        }
+        [pair] => named(pair),
+        _ => (
+            "the lease store and the resource store",
+            "the lease lane".into(),
+            "the resource lane".into(),
+        ),
+    }
 }
 
 #[cfg(test)]

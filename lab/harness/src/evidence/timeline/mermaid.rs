@@ -1,5 +1,7 @@
-//! The Mermaid sequence diagram of one case (`timeline-<CASE>.mmd`): a participant per actor and
-//! per database, a message per step, consecutive renewals collapsed. It draws what the steps say
+//! The Mermaid sequence diagram of one case (`timeline-<CASE>.mmd`): a participant per holder and
+//! per store of the case's lanes (`L` the lease, `R` the resource, one participant when they are
+//! one store), a message per step, consecutive renewals collapsed; the orchestrator's phases are
+//! notes. It draws what the steps say
 //! and must not decide anything.
 
 use std::fmt::Write as _;
@@ -31,7 +33,15 @@ pub fn mermaid(case: &CaseTimeline) -> String {
     for actor in case.actors() {
         let _ = writeln!(out, "    participant {} as {}", pid(actor), mtext(actor));
     }
-    out.push_str("    participant L as lease26\n    participant R as res26\n");
+    // The stores: L the lease, R the resource, or L alone when they are one store.
+    let (lease, resource) = (&case.lanes.lease, &case.lanes.resource);
+    let _ = writeln!(out, "    participant L as {}", mtext(&lease.name));
+    let (r, crash_over) = if case.lanes.one_store() {
+        ("L", "L")
+    } else {
+        let _ = writeln!(out, "    participant R as {}", mtext(&resource.name));
+        ("R", "L,R")
+    };
     let mut i = 0;
     while i < case.steps.len() {
         let s = &case.steps[i];
@@ -81,14 +91,17 @@ pub fn mermaid(case: &CaseTimeline) -> String {
                 let verdict = if accepted { "accepted" } else { "rejected" };
                 let _ = writeln!(
                     out,
-                    "    {a}->>R: {} {token}\n    R-->>{a}: {verdict}",
+                    "    {a}->>{r}: {} {token}\n    {r}-->>{a}: {verdict}",
                     mtext(&s.action)
                 );
             }
             Mark::Restart => {
-                out.push_str("    Note over L,R: immediate stop (crash), WAL recovery, restart\n");
+                let _ = writeln!(
+                    out,
+                    "    Note over {crash_over}: immediate stop (crash), WAL recovery, restart"
+                );
             }
-            Mark::Info if s.actor == "lab" => {
+            Mark::Info if s.actor == case.lanes.orchestrator => {
                 let _ = writeln!(
                     out,
                     "    Note over L: {} {}",

@@ -10,7 +10,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::model::{Event, Mark, Step};
+use super::model::{Event, Lanes, Mark, Step};
 use super::recorder::Reporter;
 use super::write_atomically;
 
@@ -27,6 +27,8 @@ pub use self::svg::svg;
 pub struct CaseTimeline<'a> {
     pub id: &'a str,
     pub title: &'a str,
+    /// What the pictures draw, as the case declared it when it started.
+    pub lanes: &'a Lanes,
     pub steps: Vec<&'a Step>,
     /// What the case said besides its steps, in order: its checks, notes and skips (typed; the
     /// text module renders them when they are drawn).
@@ -34,23 +36,27 @@ pub struct CaseTimeline<'a> {
 }
 
 impl CaseTimeline<'_> {
-    /// The actors with a lane of their own, by name. The lab itself is not an actor: what it does
-    /// shows on the lanes of those it does it to, or as a phase marker across all lanes.
+    /// The actors with a lane of their own: those the lanes declare, in their order, then those
+    /// with a step, by name. The orchestrator is not an actor: what it does shows on the lanes of
+    /// those it does it to, or as a phase marker across all lanes.
     pub fn actors(&self) -> Vec<&str> {
-        let mut actors: Vec<&str> = Vec::new();
+        let mut stepped: Vec<&str> = Vec::new();
         for s in &self.steps {
-            if s.actor != "lab" && !actors.contains(&s.actor.as_str()) {
-                actors.push(&s.actor);
+            if s.actor != self.lanes.orchestrator && !stepped.contains(&s.actor.as_str()) {
+                stepped.push(&s.actor);
             }
         }
         // A before B, whoever spoke first.
-        actors.sort_unstable();
+        stepped.sort_unstable();
+        let mut actors: Vec<&str> = self.lanes.actors.iter().map(String::as_str).collect();
+        stepped.retain(|a| !actors.contains(a));
+        actors.extend(stepped);
         actors
     }
 
-    /// Cases with two actors or more get a picture.
+    /// Cases with steps and two actors or more get a picture.
     pub fn is_multi_actor(&self) -> bool {
-        self.actors().len() >= 2
+        !self.steps.is_empty() && self.actors().len() >= 2
     }
 }
 
@@ -59,9 +65,10 @@ pub fn cases(events: &[Event]) -> Vec<CaseTimeline<'_>> {
     let mut cases: Vec<CaseTimeline> = Vec::new();
     for event in events {
         match event {
-            Event::CaseStarted { id, title, .. } => cases.push(CaseTimeline {
+            Event::CaseStarted { id, title, lanes } => cases.push(CaseTimeline {
                 id,
                 title,
+                lanes,
                 steps: Vec::new(),
                 said: Vec::new(),
             }),
@@ -172,6 +179,7 @@ impl Reporter for TimelineReporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evidence::{Lane, Recorder};
 
     fn step(at_ms: u64, mark: Mark, actor: &str, token: Option<i64>) -> Step {
         Step {
@@ -263,5 +271,139 @@ mod tests {
             "U1 has no actor: no diagram"
         );
         Ok(())
+    }
+
+    /// A case on one MariaDB database, run by a "conductor": two declared holders in their
+    /// order, the lease and the resource one lane drawn once, the conductor's steps as phases.
+    fn one_store_case() -> Vec<Event> {
+        let same = Lane::new("jobs", "jobs (lease + completion)");
+        let mut rec = Recorder::new(Vec::new());
+        rec.case_with_lanes(
+            "U9",
+            "one database",
+            Lanes {
+                actors: vec!["worker-2".into(), "worker-1".into()],
+                lease: same.clone(),
+                resource: same,
+                orchestrator: "conductor".into(),
+            },
+        );
+        rec.step(Mark::Info, "conductor", "phase 1", None, "", None);
+        rec.step(Mark::Acquired, "worker-1", "acquire", Some(1), "", None);
+        rec.step(
+            Mark::Write { accepted: true },
+            "worker-1",
+            "complete",
+            Some(1),
+            "",
+            None,
+        );
+        rec.step(Mark::Acquired, "worker-2", "acquire", Some(2), "", None);
+        rec.step(Mark::Restart, "conductor", "restart", None, "", None);
+        rec.step(
+            Mark::Write { accepted: false },
+            "worker-1",
+            "complete",
+            Some(1),
+            "",
+            None,
+        );
+        rec.end_case();
+        rec.events().to_vec()
+    }
+
+    #[test]
+    fn a_case_draws_the_lanes_it_declares() {
+        let events = one_store_case();
+        let case = &cases(&events)[0];
+        assert_eq!(case.actors(), ["worker-2", "worker-1"], "declared order");
+        assert!(case.is_multi_actor());
+
+        let svg = svg(case);
+        // The lane labels: bold text at the left edge (the case's title is larger).
+        let labels: Vec<&str> = svg
+            .lines()
+            .filter(|l| l.starts_with(r#"<text x="10" "#) && !l.contains("font-size"))
+            .filter_map(|l| l.split('>').nth(1)?.strip_suffix("</text"))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "holder worker-2",
+                "holder worker-1",
+                "jobs (lease + completion)"
+            ],
+            "the orchestrator has no lane: {svg}"
+        );
+        assert!(!svg.contains("lease26") && !svg.contains("res26"), "{svg}");
+        assert!(
+            svg.contains(">phase 1</text>") && svg.contains(">database crash + restart</text>"),
+            "the orchestrator's steps mark phases across the lanes: {svg}"
+        );
+
+        let m = mermaid(case);
+        assert!(
+            m.contains(
+                "    participant worker2 as worker-2\n    participant worker1 as worker-1\n    \
+                 participant L as jobs\n    Note over L: phase 1 \n"
+            ),
+            "{m}"
+        );
+        assert!(
+            !m.contains("participant R") && !m.contains("conductor"),
+            "{m}"
+        );
+        assert!(
+            m.contains("worker1->>L: complete token=1\n    L-->>worker1: accepted"),
+            "{m}"
+        );
+        assert!(m.contains("    Note over L: immediate stop"), "{m}");
+
+        let report = html(&events);
+        assert!(
+            report.contains("then the store that holds both the lease and the resource")
+                && report.contains("Coloured bars on <i>jobs</i>"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_case_may_name_its_own_lease_and_resource_lanes() {
+        let mut rec = Recorder::new(Vec::new());
+        rec.case_with_lanes(
+            "X1",
+            "two stores",
+            Lanes {
+                lease: Lane::new("leases", "leases (lease, etcd)"),
+                resource: Lane::new("orders", "orders (resource)"),
+                ..Lanes::default()
+            },
+        );
+        rec.step(Mark::Acquired, "A", "acquire", Some(1), "", None);
+        rec.step(
+            Mark::Write { accepted: true },
+            "B",
+            "write",
+            Some(1),
+            "",
+            None,
+        );
+        rec.step(Mark::Restart, "lab", "restart", None, "", None);
+        let case = &cases(rec.events())[0];
+        let svg = svg(case);
+        assert!(
+            svg.contains(">leases (lease, etcd)</text>")
+                && svg.contains(">orders (resource)</text>"),
+            "{svg}"
+        );
+        let m = mermaid(case);
+        assert!(
+            m.contains("    participant L as leases\n    participant R as orders\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("B->>R: write token=1") && m.contains("Note over L,R: immediate stop"),
+            "{m}"
+        );
     }
 }

@@ -1,8 +1,11 @@
-//! The SVG timeline of one case. It has a lane per actor and one per database. The `lease26` lane
-//! shows each holding as the database clock judged it: from the grant to the moment the lab's poll
-//! saw `expires_at <= now()` (or the release). A frozen interval (SIGSTOP → SIGCONT) is shaded on
-//! its actor's lane; each write is marked on the `res26` lane, accepted (✓) or rejected (✗), with
-//! its token; a crash-restart of the database crosses every lane. The x axis is the lab's
+//! The SVG timeline of one case. It draws the case's [`Lanes`](crate::evidence::Lanes): a lane per
+//! holder, then the lease store's lane and the resource's (one lane when they are one store). The
+//! lease lane (`lease26` by default) shows each holding as the database clock judged it: from the
+//! grant to the moment the lab's poll saw `expires_at <= now()` (or the release). A frozen
+//! interval (SIGSTOP → SIGCONT) is shaded on its actor's lane; each write is marked on the
+//! resource lane (`res26` by default), accepted (✓) or rejected (✗), with its token; a
+//! crash-restart of the database crosses every lane, and the orchestrator's phases are marked
+//! across every lane. The x axis is the lab's
 //! monotonic clock, but not linear: each step's position is half its share of the elapsed time
 //! and half its rank among the steps, so that steps milliseconds apart stay readable beside
 //! seconds of waiting. The tick labels give the real times.
@@ -77,12 +80,25 @@ impl Axis {
 /// The SVG timeline of one case.
 pub fn svg(case: &CaseTimeline) -> String {
     let actors = case.actors();
-    let lanes: Vec<String> = actors
-        .iter()
-        .map(|a| a.to_string())
-        .chain(["lease26".into(), "res26".into()])
-        .collect();
-    let lane_y = |name: &str| TOP + LANE * lanes.iter().position(|l| l == name).unwrap_or(0) as f64;
+    let orchestrator = case.lanes.orchestrator.as_str();
+    // The lane labels, top to bottom: the holders, the lease store, the resource.
+    let (lease, resource) = (&case.lanes.lease, &case.lanes.resource);
+    let mut lanes: Vec<String> = actors.iter().map(|a| format!("holder {a}")).collect();
+    let lease_lane = lanes.len();
+    let resource_lane = if case.lanes.one_store() {
+        if lease.label != resource.label {
+            lanes.push(format!("{} / {}", lease.label, resource.label));
+        } else {
+            lanes.push(lease.label.clone());
+        }
+        lease_lane
+    } else {
+        lanes.push(lease.label.clone());
+        lanes.push(resource.label.clone());
+        lease_lane + 1
+    };
+    let lane_y = |lane: usize| TOP + LANE * lane as f64;
+    let actor_y = |actor: &str| lane_y(actors.iter().position(|a| *a == actor).unwrap_or(0));
     let color =
         |actor: &str| PALETTE[actors.iter().position(|a| *a == actor).unwrap_or(0) % PALETTE.len()];
     let first = case.steps.first().map_or(Duration::ZERO, |s| s.at);
@@ -119,16 +135,11 @@ pub fn svg(case: &CaseTimeline) -> String {
             r#"<rect x="{X0}" y="{y}" width="{}" height="{LANE}" fill="{fill}"/>"#,
             X1 - X0
         );
-        let label = match lane.as_str() {
-            "lease26" => "lease26 (lease)".to_owned(),
-            "res26" => "res26 (resource)".to_owned(),
-            actor => format!("holder {actor}"),
-        };
         let _ = writeln!(
             out,
             r#"<text x="10" y="{}" font-weight="bold">{}</text>"#,
             y + LANE / 2.0 + 4.0,
-            esc(&label)
+            esc(lane)
         );
     }
     // Time axis.
@@ -166,7 +177,7 @@ pub fn svg(case: &CaseTimeline) -> String {
     // Frozen intervals, shaded on their actor's lane.
     for f in &frozen {
         let (xa, xb) = (x(f.from), x(f.to));
-        let y = lane_y(&f.actor);
+        let y = actor_y(&f.actor);
         let _ = writeln!(
             out,
             r##"<rect x="{xa:.1}" y="{}" width="{:.1}" height="{}" fill="#9aa0a6" fill-opacity="0.45" stroke="#5f6368" stroke-dasharray="4 2"><title>frozen: SIGSTOP → SIGCONT, {:.0} ms</title></rect>"##,
@@ -183,7 +194,7 @@ pub fn svg(case: &CaseTimeline) -> String {
         );
     }
     // Lease holdings on the lease lane.
-    let ly = lane_y("lease26");
+    let ly = lane_y(lease_lane);
     for h in &holdings {
         let (xa, xb) = (x(h.from), x(h.to));
         let token = h.token.map_or_else(String::new, |t| format!(" token={t}"));
@@ -205,7 +216,14 @@ pub fn svg(case: &CaseTimeline) -> String {
         );
     }
     // Steps.
-    let ry = lane_y("res26");
+    let ry = lane_y(resource_lane);
+    // The write labels' two rows: under the write marks, or, on a lane the holdings share,
+    // under the holding bars.
+    let write_rows = if resource_lane == lease_lane {
+        [48.0, 58.0]
+    } else {
+        [30.0, 43.0]
+    };
     let mut label_row = 0usize;
     let mut lane_rows: std::collections::HashMap<String, usize> = Default::default();
     for s in &case.steps {
@@ -241,7 +259,7 @@ pub fn svg(case: &CaseTimeline) -> String {
                     ("✗", "#d93025")
                 };
                 let token = s.token.map_or_else(String::new, |t| format!(" t={t}"));
-                let y = ry + 30.0 + 13.0 * (label_row % 2) as f64;
+                let y = ry + write_rows[label_row % 2];
                 label_row += 1;
                 let _ = writeln!(
                     out,
@@ -261,15 +279,15 @@ pub fn svg(case: &CaseTimeline) -> String {
                     esc(&s.actor),
                     esc(&token)
                 );
-                let ay = lane_y(&s.actor) + LANE / 2.0;
+                let ay = actor_y(&s.actor) + LANE / 2.0;
                 let _ = writeln!(
                     out,
                     r#"<line x1="{sx:.1}" y1="{ay}" x2="{sx:.1}" y2="{}" stroke="{fill}" stroke-width="1.5" marker-end="url(#arrow)"><title>{title}</title></line>"#,
                     ry + 4.0
                 );
             }
-            // What the lab itself marks: the start of a phase of the case.
-            Mark::Info if s.actor == "lab" => {
+            // What the orchestrator marks: the start of a phase of the case.
+            Mark::Info if s.actor == orchestrator => {
                 let _ = writeln!(
                     out,
                     r##"<line x1="{sx:.1}" y1="{TOP}" x2="{sx:.1}" y2="{axis_y}" stroke="#80868b" stroke-dasharray="2 3"><title>{title}</title></line>"##
@@ -282,9 +300,9 @@ pub fn svg(case: &CaseTimeline) -> String {
                     esc(&short(&s.action))
                 );
             }
-            _ if s.actor == "lab" => {}
+            _ if s.actor == orchestrator => {}
             mark => {
-                let y = lane_y(&s.actor) + LANE / 2.0;
+                let y = actor_y(&s.actor) + LANE / 2.0;
                 let r = if mark == Mark::Renewed { 2.5 } else { 4.0 };
                 let _ = writeln!(
                     out,
