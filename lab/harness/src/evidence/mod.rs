@@ -14,12 +14,13 @@
 //! flaw it looks for really showed: a control that fails to expose its flaw is a FAIL, because
 //! it means the lab could no longer tell a broken resource from a correct one.
 //!
-//! One file per concern: [`model`](self::model) the events, [`recorder`](self::recorder) the
-//! recorder and the reporter trait, [`text`](self::text) the text output, [`jsonl`](self::jsonl)
-//! the event log and the environment record, [`junit`] the JUnit report, [`timeline`] the
-//! pictures. Reporters must not decide outcomes; the recorder must not format text. Evidence
-//! files are written whole, through a temp file and a rename ([`write_atomically`]), so an
-//! interrupted run never leaves half a file.
+//! One file per concern: `model.rs` the events ([`Event`], [`Lanes`]), `recorder.rs` the
+//! [`Recorder`] and the [`Reporter`] trait, `text.rs` the text output, `jsonl.rs` the event log
+//! and the environment record, [`junit`] the JUnit report, [`timeline`] the pictures.
+//!
+//! Reporters must not decide outcomes, and none keeps its own copy of the stream (the recorder
+//! owns it); the recorder must not format text. Evidence files are written whole, through a temp
+//! file and a rename ([`write_atomically`]), so an interrupted run never leaves half a file.
 
 use std::io::{self, Write as _};
 use std::path::Path;

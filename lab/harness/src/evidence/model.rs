@@ -1,6 +1,7 @@
 //! The evidence model: the typed events a scenario can say (checks, notes, timeline steps with
-//! their marks, skips, the summary) and nothing else. No formatting and no I/O here: what an event
-//! looks like is each reporter's business, and what it means is the scenario's.
+//! their marks, skips, the summary) and the lanes a case's pictures draw, and nothing else. No I/O
+//! and no formatting here (beyond the summary's one line): what an event looks like is each
+//! reporter's business, and what it means is the scenario's.
 //!
 //! The one exception is the events' serde form, which *is* the event log's schema
 //! (`events.jsonl`, one object per event): it is derived here, next to the fields it names, so
@@ -57,6 +58,7 @@ pub enum Mark {
 }
 
 impl Mark {
+    /// The mark's name, as the event log spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Mark::Acquired => "acquired",

@@ -1,5 +1,6 @@
 //! Test support for the evidence reporters: a sample run with every kind of event, and committed
-//! snapshots of what the reporters make of it. Compiled for tests only; no reporter may depend on it.
+//! snapshots (`snapshots/`) of what the reporters make of it. Compiled for tests only; no reporter
+//! may depend on it.
 
 use std::io;
 use std::path::Path;

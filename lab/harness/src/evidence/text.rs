@@ -1,7 +1,10 @@
-//! The text output: [`render_text`] turns an event into the lines people read (SPEC §4), and
-//! [`TextReporter`] sends them to the terminal as they happen and to `output.txt` at the end.
-//! Also the sink (terminal copy + whole file) the JSON-lines and JUnit reporters share. It renders what the events say and must not
-//! decide anything: a check is ok or FAIL because the recorder said so.
+//! The text output: [`render_text`] turns an event into the lines people read (SPEC §4), with a
+//! plain-text diff for a failed multi-line check, and [`TextReporter`] sends them to the terminal
+//! as they happen and to `output.txt` at the end. Also the sink (a terminal copy that a closed
+//! pipe ends quietly, and a file written whole) the JSON-lines and JUnit reporters share.
+//!
+//! It renders what the events say and must not decide anything: a check is ok or FAIL because the
+//! recorder said so. No terminal styling: the terminal and the file get the same bytes.
 
 use std::io::{self, Write as _};
 use std::path::PathBuf;

@@ -2,9 +2,10 @@
 //! case inside one self-contained `report.html` (no network, no script), and a Mermaid sequence
 //! diagram per case (`timeline-<CASE>.mmd`, which code-hosting sites render).
 //!
-//! This module groups the events by case ([`CaseTimeline`]) and finds the intervals the pictures
-//! draw (lease holdings, frozen holders); [`svg`], [`mermaid`] and [`html`] draw them. It only
-//! draws what the steps say; it decides nothing.
+//! This module groups the events by case ([`CaseTimeline`], borrowed from the recorder's stream at
+//! the end of the run: the reporter keeps no copy of it) and finds the intervals the pictures draw
+//! (lease holdings, frozen holders); [`svg`], [`mermaid`] and [`html`] draw them, on the lanes
+//! each case declared ([`Lanes`]). It only draws what the steps say; it decides nothing.
 
 use std::io;
 use std::path::PathBuf;
