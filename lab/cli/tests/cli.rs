@@ -407,3 +407,36 @@ fn a_reader_that_goes_away_ends_the_terminal_copy_not_the_run() -> anyhow::Resul
     );
     sb.assert_nothing_left()
 }
+
+#[test]
+fn a_closed_stdout_ends_the_junit_copy_not_the_run() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args([
+            "run",
+            "--only",
+            "F1",
+            "--format",
+            "junit",
+            "--evidence-dir",
+            ev.to_str().unwrap(),
+        ])
+        .env("TMPDIR", sb.path("tmp"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    // Like `lab run --format junit | head -1` where head is gone before the report comes: the
+    // report is printed whole at the end, into a pipe nobody reads any more.
+    drop(lab.stdout.take());
+    let out = lab.wait_with_output()?;
+    let stderr = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let xml = fs::read_to_string(ev.join("junit.xml"))?;
+    assert!(
+        xml.contains("<testsuites") && xml.contains("fencing-lab.F1"),
+        "junit.xml is whole: {xml}"
+    );
+    sb.assert_nothing_left()
+}

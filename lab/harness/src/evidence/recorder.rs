@@ -1,0 +1,388 @@
+//! The recorder scenarios write to, and the [`Reporter`] trait its consumers implement. The
+//! recorder counts the verdicts and is the one owner of the run's event stream: it hands each
+//! event to every reporter as it happens, and the whole stream to every reporter once at the end.
+//! It must not format text or write files itself, and no reporter keeps a copy of the stream.
+
+use std::fmt::Display;
+use std::io;
+use std::time::Instant;
+
+use super::model::{Check, CheckKind, Event, Lanes, Mark, Step, Summary};
+
+/// A consumer of the event stream. A streaming reporter (the terminal copy) implements
+/// [`event`](Reporter::event); one that needs the whole run (a file, a picture) implements
+/// [`finish`](Reporter::finish), which gets the recorder's stream rather than a copy of its own.
+pub trait Reporter: Send {
+    /// Each event, as it happens.
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        let _ = event;
+        Ok(())
+    }
+
+    /// Called once after the last event (the summary) with every event of the run, in order:
+    /// write files here.
+    fn finish(&mut self, events: &[Event]) -> io::Result<()> {
+        let _ = events;
+        Ok(())
+    }
+}
+
+/// Collects the events of one run, hands each to every reporter as it happens, and the whole
+/// run to every reporter at the end.
+pub struct Recorder {
+    started: Instant,
+    case: String,
+    case_started: Instant,
+    summary: Summary,
+    reporters: Vec<Box<dyn Reporter>>,
+    events: Vec<Event>,
+    errors: Vec<io::Error>,
+}
+
+impl Recorder {
+    pub fn new(reporters: Vec<Box<dyn Reporter>>) -> Self {
+        let now = Instant::now();
+        Recorder {
+            started: now,
+            case: String::new(),
+            case_started: now,
+            summary: Summary {
+                passed: 0,
+                failed: 0,
+                skipped: 0,
+            },
+            reporters,
+            events: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn emit(&mut self, event: Event) {
+        for r in &mut self.reporters {
+            if let Err(e) = r.event(&event) {
+                self.errors.push(e);
+            }
+        }
+        self.events.push(event);
+    }
+
+    /// Records the environment of the run (shown as the output's header).
+    pub fn environment(&mut self, entries: Vec<(String, String)>) {
+        self.emit(Event::Environment { entries });
+    }
+
+    /// Starts a case with the default lanes ([`Lanes::default`]); the previous one, if any, ends.
+    pub fn case(&mut self, id: &str, title: &str) {
+        self.case_with_lanes(id, title, Lanes::default());
+    }
+
+    /// Starts a case whose timeline pictures draw `lanes`; the previous one, if any, ends.
+    pub fn case_with_lanes(&mut self, id: &str, title: &str, lanes: Lanes) {
+        self.end_case();
+        self.case = id.to_owned();
+        self.case_started = Instant::now();
+        self.emit(Event::CaseStarted {
+            id: id.to_owned(),
+            title: title.to_owned(),
+            lanes,
+        });
+    }
+
+    /// Ends the current case (a no-op when none is open).
+    pub fn end_case(&mut self) {
+        if !self.case.is_empty() {
+            let id = std::mem::take(&mut self.case);
+            self.emit(Event::CaseFinished {
+                id,
+                elapsed: self.case_started.elapsed(),
+            });
+        }
+    }
+
+    /// The id of the open case ("" outside cases).
+    pub fn current_case(&self) -> &str {
+        &self.case
+    }
+
+    /// A value check: passes when `expected == actual`. Returns whether it passed.
+    pub fn check<T: PartialEq + Display + ?Sized>(
+        &mut self,
+        description: impl Into<String>,
+        expected: &T,
+        actual: &T,
+    ) -> bool {
+        let passed = expected == actual;
+        self.verdict(
+            CheckKind::Value,
+            description.into(),
+            expected.to_string(),
+            actual.to_string(),
+            passed,
+        )
+    }
+
+    /// A condition check: passes when `holds`; `observed` says what was seen either way.
+    pub fn check_that(
+        &mut self,
+        description: impl Into<String>,
+        holds: bool,
+        observed: impl Display,
+    ) -> bool {
+        self.verdict(
+            CheckKind::Condition,
+            description.into(),
+            "holds".into(),
+            observed.to_string(),
+            holds,
+        )
+    }
+
+    /// A negative control: passes only when the flaw `flaw` really showed. `evidence` says what
+    /// was observed, shown or not.
+    pub fn expose(&mut self, flaw: impl Into<String>, shown: bool, evidence: impl Display) -> bool {
+        let actual = evidence.to_string();
+        self.verdict(
+            CheckKind::NegativeControl,
+            flaw.into(),
+            "the flaw shows".into(),
+            actual,
+            shown,
+        )
+    }
+
+    /// Records that the scenario could not complete: a failed check, so the run cannot pass.
+    pub fn abort(&mut self, error: &dyn Display) {
+        let actual = format!("{error:#}");
+        self.verdict(
+            CheckKind::Value,
+            "the scenario ran to its end".into(),
+            "completed".into(),
+            actual,
+            false,
+        );
+    }
+
+    fn verdict(
+        &mut self,
+        kind: CheckKind,
+        description: String,
+        expected: String,
+        actual: String,
+        passed: bool,
+    ) -> bool {
+        if passed {
+            self.summary.passed += 1;
+        } else {
+            self.summary.failed += 1;
+        }
+        let case = self.case.clone();
+        self.emit(Event::Check(Check {
+            case,
+            kind,
+            description,
+            expected,
+            actual,
+            passed,
+        }));
+        passed
+    }
+
+    pub fn note(&mut self, text: impl Into<String>) {
+        let case = self.case.clone();
+        self.emit(Event::Note {
+            case,
+            text: text.into(),
+        });
+    }
+
+    /// Records a timeline step at the current monotonic time.
+    pub fn step(
+        &mut self,
+        mark: Mark,
+        actor: &str,
+        action: &str,
+        token: Option<i64>,
+        outcome: impl Into<String>,
+        db_clock: Option<String>,
+    ) {
+        self.step_at(
+            Instant::now(),
+            mark,
+            actor,
+            action,
+            token,
+            outcome,
+            db_clock,
+        );
+    }
+
+    /// Records a timeline step that happened at the monotonic instant `at`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_at(
+        &mut self,
+        at: Instant,
+        mark: Mark,
+        actor: &str,
+        action: &str,
+        token: Option<i64>,
+        outcome: impl Into<String>,
+        db_clock: Option<String>,
+    ) {
+        let step = Step {
+            case: self.case.clone(),
+            mark,
+            at: at.saturating_duration_since(self.started),
+            actor: actor.to_owned(),
+            action: action.to_owned(),
+            token,
+            outcome: outcome.into(),
+            db_clock,
+        };
+        self.emit(Event::Step(step));
+    }
+
+    /// Records that the current case could not run here, and why. A skip is neither a pass nor
+    /// a failure; the summary counts it apart.
+    pub fn skip(&mut self, reason: impl Into<String>) {
+        self.summary.skipped += 1;
+        let case = self.case.clone();
+        self.emit(Event::Skipped {
+            case,
+            reason: reason.into(),
+        });
+    }
+
+    /// Records that a signal interrupted the run; the summary that follows cannot pass.
+    pub fn interrupted(&mut self, signal: &str) {
+        self.end_case();
+        self.summary.failed += 1;
+        self.emit(Event::Interrupted {
+            signal: signal.to_owned(),
+        });
+    }
+
+    pub fn summary(&self) -> Summary {
+        self.summary
+    }
+
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Ends the open case, emits the summary and lets every reporter write its files.
+    /// Returns the summary, or the first error a reporter hit along the way.
+    pub fn finish(mut self) -> io::Result<Summary> {
+        self.end_case();
+        let summary = self.summary;
+        self.emit(Event::Finished(summary));
+        for r in &mut self.reporters {
+            if let Err(e) = r.finish(&self.events) {
+                self.errors.push(e);
+            }
+        }
+        match self.errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(summary),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::render_text;
+
+    fn recorder() -> Recorder {
+        Recorder::new(Vec::new())
+    }
+
+    fn lines(r: &Recorder) -> Vec<String> {
+        r.events().iter().filter_map(render_text).collect()
+    }
+
+    #[test]
+    fn a_value_check_passes_only_when_expected_equals_actual() {
+        let mut r = recorder();
+        r.case("X1", "demo");
+        assert!(r.check("fence_floor", &2, &2));
+        assert!(!r.check("fence_floor after the run", &2, &1));
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 1,
+                failed: 1,
+                skipped: 0
+            }
+        );
+        assert_eq!(
+            lines(&r),
+            [
+                "CASE X1 :: demo",
+                "  ok   fence_floor (expected=2, actual=2)",
+                "  FAIL fence_floor after the run (expected=2, actual=1)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_negative_control_that_does_not_expose_its_flaw_is_a_failure() {
+        let mut r = recorder();
+        r.case("X2", "demo");
+        assert!(r.expose("stale write accepted", true, "A accepted=true"));
+        assert!(!r.expose("stale write accepted", false, "A accepted=false"));
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 1,
+                failed: 1,
+                skipped: 0
+            }
+        );
+        assert_eq!(
+            lines(&r)[1..],
+            [
+                "  ok   negative control exposes: stale write accepted (A accepted=true)",
+                "  FAIL negative control did not expose: stale write accepted (A accepted=false)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_skip_is_counted_apart_and_shown_in_the_summary() {
+        let mut r = recorder();
+        r.case("U1", "demo");
+        r.skip("MariaDB is not installed: apt-get install -y mariadb-server");
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 0,
+                failed: 0,
+                skipped: 1
+            }
+        );
+        assert_eq!(
+            r.summary().to_string(),
+            "SUMMARY passed=0 failed=0 skipped=1"
+        );
+        assert!(r.summary().all_passed(), "a skip does not fail the run");
+        assert_eq!(
+            lines(&r)[1],
+            "  skip MariaDB is not installed: apt-get install -y mariadb-server"
+        );
+    }
+
+    #[test]
+    fn an_aborted_scenario_counts_as_a_failure() {
+        let mut r = recorder();
+        r.case("X4", "demo");
+        r.abort(&"failed to connect");
+        assert_eq!(
+            r.summary(),
+            Summary {
+                passed: 0,
+                failed: 1,
+                skipped: 0
+            }
+        );
+    }
+}
