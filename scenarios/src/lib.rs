@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use harness::evidence::Recorder;
+use harness::evidence::{Lanes, Recorder};
 
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
@@ -69,6 +69,12 @@ pub trait Scenario: Sync {
     /// restarted): the interruption audit stops the lab at each. Empty: at its first check.
     fn fault_moments(&self) -> &'static [&'static str] {
         &[]
+    }
+    /// The lanes of its timeline picture: the holders (empty: whoever acts, in name order), the
+    /// lease store and the resource, and the orchestrator's name. The default is the embedded
+    /// PostgreSQL's `lease26` and `res26`.
+    fn lanes(&self) -> Lanes {
+        Lanes::default()
     }
     /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a>;
@@ -142,7 +148,7 @@ pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
 pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
     let all = std::iter::once(&preflight::P0 as &dyn Scenario).chain(scenarios.iter().copied());
     for scenario in all {
-        rec.case(scenario.id(), scenario.title());
+        rec.case_with_lanes(scenario.id(), scenario.title(), scenario.lanes());
         let before = rec.summary();
         let outcome = match lab.reset().await {
             Ok(()) => scenario.run(lab, rec).await,

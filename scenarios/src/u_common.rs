@@ -23,6 +23,16 @@ pub fn owner_token(holder: &str) -> String {
     )
 }
 
+/// The U-series' timeline: the job lease and the runs live in one MariaDB database, one lane.
+pub fn lanes() -> harness::evidence::Lanes {
+    let store = harness::evidence::Lane::new("fencing", "fencing (MariaDB: job lease and runs)");
+    harness::evidence::Lanes {
+        lease: store.clone(),
+        resource: store,
+        ..Default::default()
+    }
+}
+
 /// Declares a U scenario: with the `mariadb` feature its `run` is the calling module's
 /// `imp::run`; without it, the scenario reports a skip with [`NO_FEATURE`] — never a pass.
 macro_rules! u_scenario {
@@ -44,6 +54,10 @@ macro_rules! u_scenario {
 
             fn needs(&self) -> crate::Needs {
                 crate::Needs::MariaDb
+            }
+
+            fn lanes(&self) -> harness::evidence::Lanes {
+                crate::u_common::lanes()
             }
 
             fn run<'a>(
