@@ -16,8 +16,15 @@
 //! holder → lab   WRITE accepted=false token=1
 //! holder → lab   RENEW_AFTER_WRITE ok=false
 //! ```
+//!
+//! The holder's command line is part of the same contract: [`HolderFlags`] (in `flags.rs`) is
+//! built into arguments by the lab and parsed by the holder.
 
 use std::fmt;
+
+mod flags;
+
+pub use flags::{HolderFlags, AFTER_HELP};
 
 /// Bumped whenever a message changes shape.
 pub const VERSION: u32 = 1;
