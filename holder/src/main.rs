@@ -11,72 +11,43 @@
 //! the go-line, it exits without writing ([`exit::ORPHANED`]).
 
 use std::io::{self, BufRead, Write as _};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use fencing::lease::{Grant, LeaseStore};
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
-use holder_protocol::{exit, Event, Request, VERSION};
+use holder_protocol::{exit, Event, HolderFlags, Request, VERSION};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=1`; the holder answers \
-`HELLO version=1 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for `GO`.
-
-Exit status:
-  0  wrote (accepted) and the lease was still held afterwards
-  1  runtime failure (e.g. the database could not be reached)
-  2  bad arguments
-  3  lease lost: the renew after the write failed (whatever the write's outcome)
-  4  the write was rejected although the lease was still held
-  5  not acquired: the lease was held by someone else; nothing written
-  6  orphaned: stdin closed before the go-line; nothing written
-  7  protocol error: another version, or an unexpected line
-  8  the local deadline had passed at the write point; nothing written";
-
-/// One holder's parameters.
-#[derive(Debug, Parser)]
-#[command(name = "holder", version, about = "One lease holder process of the fencing lab.", after_help = AFTER_HELP)]
+/// One holder's parameters: its flags ([`HolderFlags`], shared with the lab that builds them)
+/// with the write mode resolved.
 struct Args {
-    /// The directory of the PostgreSQL Unix socket.
-    #[arg(long, value_name = "DIR")]
-    socket_dir: PathBuf,
-    /// The server's port number (names the socket file).
-    #[arg(long)]
-    port: u16,
-    /// The lease to hold.
-    #[arg(long, value_name = "NAME")]
-    lease: String,
-    /// This holder's id, e.g. holder-a.
-    #[arg(long, value_name = "ID")]
-    holder: String,
-    #[arg(long, value_name = "MS")]
-    ttl_ms: u64,
-    /// The background renewer's interval.
-    #[arg(long, value_name = "MS")]
-    renew_ms: u64,
-    /// The local deadline is ttl minus this.
-    #[arg(long, value_name = "MS")]
-    margin_ms: u64,
-    #[arg(long)]
-    scope: String,
-    #[arg(long)]
-    part: String,
-    /// What to write.
-    #[arg(long)]
-    content: String,
-    /// How the resource checks the token: fenced-scope, fenced-single, fenced-row, check-then-write,
-    /// unfenced.
-    #[arg(long)]
+    flags: HolderFlags,
     mode: WriteMode,
-    /// Release the lease after the renew that follows the write.
-    #[arg(long)]
-    release: bool,
+}
+
+impl Args {
+    /// Parses the command line; `--help` and `--version` print and exit 0, bad arguments print a
+    /// usage error and exit [`exit::USAGE`].
+    fn parse() -> Args {
+        let command = HolderFlags::command().version(env!("CARGO_PKG_VERSION"));
+        let flags = command
+            .try_get_matches()
+            .and_then(|mut matches| HolderFlags::from_arg_matches_mut(&mut matches))
+            .unwrap_or_else(|e| e.exit());
+        match flags.mode.parse::<WriteMode>() {
+            Ok(mode) => Args { flags, mode },
+            Err(e) => {
+                eprintln!("error: invalid value for '--mode <MODE>': {e}");
+                std::process::exit(exit::USAGE);
+            }
+        }
+    }
 }
 
 /// Writes one event line; an orchestrator that stopped listening ends the holder.
@@ -109,6 +80,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<i32, String> {
+    let flags = &args.flags;
     match read_request()? {
         Some(Request::Hello { version }) if version == VERSION => {}
         Some(other) => {
@@ -128,17 +100,17 @@ fn run(args: &Args) -> Result<i32, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("failed to start a runtime: {e}"))?;
-    let ttl = Duration::from_millis(args.ttl_ms);
-    let margin = Duration::from_millis(args.margin_ms);
+    let ttl = Duration::from_millis(flags.ttl_ms);
+    let margin = Duration::from_millis(flags.margin_ms);
     let lease = rt
-        .block_on(store(args, Database::Lease))
+        .block_on(store(flags, Database::Lease))
         .map(|pool| LeaseStore::new(pool, margin))?;
     let resource = rt
-        .block_on(store(args, Database::Resource))
+        .block_on(store(flags, Database::Resource))
         .map(Resource::new)?;
 
     let grant = rt
-        .block_on(lease.acquire(&args.lease, &args.holder, ttl))
+        .block_on(lease.acquire(&flags.lease, &flags.holder, ttl))
         .map_err(|e| format!("{e:#}"))?;
     let Some(grant) = grant else {
         emit(&Event::Refused);
@@ -147,7 +119,7 @@ fn run(args: &Args) -> Result<i32, String> {
     let token = grant.token;
     emit(&Event::Acquired { token });
     let grant = Arc::new(Mutex::new(grant));
-    let renewer = Renewer::start(args, margin, grant.clone())?;
+    let renewer = Renewer::start(flags, margin, grant.clone())?;
 
     // The local-deadline check. From here to the write there is no other check: a pause here is
     // invisible to this process.
@@ -178,10 +150,10 @@ fn run(args: &Args) -> Result<i32, String> {
     }
 
     let write = Write {
-        scope: &args.scope,
-        part: &args.part,
-        content: &args.content,
-        writer: &args.holder,
+        scope: &flags.scope,
+        part: &flags.part,
+        content: &flags.content,
+        writer: &flags.holder,
         token,
     };
     let accepted = rt
@@ -194,7 +166,7 @@ fn run(args: &Args) -> Result<i32, String> {
         .block_on(lease.renew(&mut held))
         .map_err(|e| format!("{e:#}"))?;
     emit(&Event::RenewAfterWrite { ok: renewed });
-    if args.release && renewed {
+    if flags.release && renewed {
         let released = rt
             .block_on(lease.release(&held))
             .map_err(|e| format!("{e:#}"))?;
@@ -208,21 +180,21 @@ fn run(args: &Args) -> Result<i32, String> {
 }
 
 /// A pool of one connection to `db` as its owner role.
-async fn store(args: &Args, db: Database) -> Result<sqlx::PgPool, String> {
+async fn store(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
     PgPoolOptions::new()
         .max_connections(1)
-        .connect_with(options(args, db))
+        .connect_with(options(flags, db))
         .await
         .map_err(|e| format!("failed to connect to {} as {}: {e}", db.name(), db.role()))
 }
 
-fn options(args: &Args, db: Database) -> PgConnectOptions {
+fn options(flags: &HolderFlags, db: Database) -> PgConnectOptions {
     PgConnectOptions::new_without_pgpass()
-        .socket(&args.socket_dir)
-        .port(args.port)
+        .socket(&flags.socket_dir)
+        .port(flags.port)
         .username(db.role())
         .database(db.name())
-        .application_name(&args.holder)
+        .application_name(&flags.holder)
 }
 
 /// The background renewer: its own thread (so that a frozen process visibly freezes it too),
@@ -233,10 +205,14 @@ struct Renewer {
 }
 
 impl Renewer {
-    fn start(args: &Args, margin: Duration, grant: Arc<Mutex<Grant>>) -> Result<Renewer, String> {
+    fn start(
+        flags: &HolderFlags,
+        margin: Duration,
+        grant: Arc<Mutex<Grant>>,
+    ) -> Result<Renewer, String> {
         let (stop, stopped) = mpsc::channel::<()>();
-        let every = Duration::from_millis(args.renew_ms);
-        let opts = options(args, Database::Lease);
+        let every = Duration::from_millis(flags.renew_ms);
+        let opts = options(flags, Database::Lease);
         let thread = thread::Builder::new()
             .name("renewer".into())
             .spawn(move || {

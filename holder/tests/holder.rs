@@ -1,13 +1,11 @@
 //! The holder binary on its own, driven by the harness against a real cluster: the handshake,
 //! the normal path, and the ways it refuses to hang or to write when it should not.
 
-use std::time::Duration;
-
 use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
 use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
 use harness::server::{Cluster, ClusterConfig, PgBinaries};
-use holder_protocol::{exit, Event, Request};
+use holder_protocol::{exit, Event, HolderFlags, Request};
 use sqlx::postgres::PgPoolOptions;
 
 struct Env {
@@ -32,21 +30,32 @@ async fn env() -> anyhow::Result<Env> {
     Ok(Env { cluster, resource })
 }
 
-fn spec(env: &Env, holder: &str, release: bool) -> HolderSpec {
-    HolderSpec {
-        bin: env!("CARGO_BIN_EXE_holder").into(),
-        socket_dir: env.cluster.socket_dir(),
-        port: env.cluster.port(),
+fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool) -> HolderFlags {
+    HolderFlags {
+        socket_dir,
+        port,
         lease: "job".into(),
         holder: holder.into(),
-        ttl: Duration::from_millis(1500),
-        renew: Duration::from_millis(400),
-        margin: Duration::from_millis(300),
+        ttl_ms: 1500,
+        renew_ms: 400,
+        margin_ms: 300,
         scope: "s".into(),
         part: "summary".into(),
         content: format!("by {holder}"),
         mode: WriteMode::FencedScope.as_str().into(),
         release,
+    }
+}
+
+fn spec(env: &Env, holder: &str, release: bool) -> HolderSpec {
+    HolderSpec {
+        bin: env!("CARGO_BIN_EXE_holder").into(),
+        flags: flags(
+            env.cluster.socket_dir(),
+            env.cluster.port(),
+            holder,
+            release,
+        ),
     }
 }
 
@@ -131,27 +140,7 @@ fn a_holder_speaking_another_protocol_version_refuses_to_go_on() -> anyhow::Resu
     use std::io::Write as _;
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_holder"))
-        .args([
-            "--socket-dir",
-            "/nonexistent",
-            "--port",
-            "1",
-            "--lease",
-            "l",
-            "--holder",
-            "h",
-        ])
-        .args([
-            "--ttl-ms",
-            "1500",
-            "--renew-ms",
-            "400",
-            "--margin-ms",
-            "300",
-            "--scope",
-            "s",
-        ])
-        .args(["--part", "p", "--content", "c", "--mode", "fenced-scope"])
+        .args(flags("/nonexistent".into(), 1, "h", false).to_args())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -166,6 +155,50 @@ fn a_holder_speaking_another_protocol_version_refuses_to_go_on() -> anyhow::Resu
     assert!(
         matches!(Event::decode(&line)?, Event::Error { .. }),
         "{line}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_holder_given_an_unknown_write_mode_answers_with_one_usage_line() -> anyhow::Result<()> {
+    let mut bad = flags("/nonexistent".into(), 1, "h", false);
+    bad.mode = "fenced-maybe".into();
+    // No stdin: a holder that got past its arguments would exit orphaned (6), not 2.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_holder"))
+        .args(bad.to_args())
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    assert_eq!(out.status.code(), Some(exit::USAGE));
+    let stderr = String::from_utf8(out.stderr)?;
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--mode") && stderr.contains("fenced-maybe"),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no protocol line before the handshake"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_holder_documents_its_exit_statuses_and_version() -> anyhow::Result<()> {
+    let run = |flag: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_holder"))
+            .arg(flag)
+            .output()
+    };
+    let help = run("--help")?;
+    assert_eq!(help.status.code(), Some(0));
+    let help = String::from_utf8(help.stdout)?;
+    assert!(help.contains("Exit status:"), "{help}");
+    assert!(help.contains("--release"), "{help}");
+    let version = run("--version")?;
+    assert_eq!(version.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(version.stdout)?.trim(),
+        format!("holder {}", env!("CARGO_PKG_VERSION"))
     );
     Ok(())
 }

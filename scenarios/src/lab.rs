@@ -12,6 +12,7 @@ use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
 use harness::holder::HolderSpec;
 use harness::server::{Cluster, ClusterConfig, Server};
+use holder_protocol::HolderFlags;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -266,20 +267,24 @@ impl Lab {
         mode: WriteMode,
         release: bool,
     ) -> HolderSpec {
+        // Durations travel as whole milliseconds (validated non-zero and far below u64::MAX).
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         HolderSpec {
             bin: self.holder_bin.clone(),
-            socket_dir: self.cluster.socket_dir(),
-            port: self.cluster.port(),
-            lease: LEASE.into(),
-            holder: holder.into(),
-            ttl: self.params.ttl,
-            renew: self.params.renew,
-            margin: self.params.margin,
-            scope: SCOPE.into(),
-            part: SUMMARY.into(),
-            content: content.into(),
-            mode: mode.as_str().into(),
-            release,
+            flags: HolderFlags {
+                socket_dir: self.cluster.socket_dir(),
+                port: self.cluster.port(),
+                lease: LEASE.into(),
+                holder: holder.into(),
+                ttl_ms: ms(self.params.ttl),
+                renew_ms: ms(self.params.renew),
+                margin_ms: ms(self.params.margin),
+                scope: SCOPE.into(),
+                part: SUMMARY.into(),
+                content: content.into(),
+                mode: mode.as_str().into(),
+                release,
+            },
         }
     }
 

@@ -8,7 +8,7 @@ use fencing::fenced_job::{self, JobLeaseStore};
 use harness::server::mariadb::{MariaBinaries, MariaServer};
 use harness::server::Server;
 use sqlx::mysql::MySqlPoolOptions;
-use sqlx::{ConnectOptions, Connection, Executor};
+use sqlx::{ConnectOptions, Connection};
 
 pub const DATABASE: &str = "fencing";
 
@@ -44,9 +44,7 @@ impl MariaEnv {
             .connect()
             .await
             .context("failed to connect to MariaDB as root")?;
-        admin
-            .execute(format!("CREATE DATABASE IF NOT EXISTS {DATABASE}").as_str())
-            .await?;
+        fenced_job::create_database(&mut admin, DATABASE).await?;
         admin.close().await?;
         let pool = MySqlPoolOptions::new()
             .max_connections(4)

@@ -13,7 +13,7 @@ mod imp {
     use std::time::Duration;
 
     use anyhow::{bail, Context as _};
-    use fencing::fenced_job::{completion_script, JobLease};
+    use fencing::fenced_job::{completion_script, JobLease, CONNECTION_ID_SCRIPT};
     use harness::evidence::{Mark, Recorder};
     use harness::process::{ChildProcess, Spawn, Stream};
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -157,7 +157,7 @@ mod imp {
         );
 
         let mut client = Client::spawn(env)?;
-        client.send("SELECT CONNECTION_ID();\n").await?;
+        client.send(CONNECTION_ID_SCRIPT).await?;
         let connection = client.answer().await?;
         client.process.freeze().await?;
         // Observed again, apart from freeze()'s own post-condition.

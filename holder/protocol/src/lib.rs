@@ -16,8 +16,15 @@
 //! holder → lab   WRITE accepted=false token=1
 //! holder → lab   RENEW_AFTER_WRITE ok=false
 //! ```
+//!
+//! The holder's command line is part of the same contract: [`HolderFlags`] (in `flags.rs`) is
+//! built into arguments by the lab and parsed by the holder.
 
 use std::fmt;
+
+mod flags;
+
+pub use flags::{HolderFlags, AFTER_HELP};
 
 /// Bumped whenever a message changes shape.
 pub const VERSION: u32 = 1;
@@ -319,24 +326,46 @@ mod tests {
     }
 
     #[test]
-    fn malformed_lines_are_errors_not_guesses() {
+    fn malformed_event_lines_are_errors_not_guesses() {
         for line in [
             "",
+            "NOPE",
             "WRITE",
             "WRITE accepted=maybe token=1",
             "WRITE accepted=true",
+            "WRITE accepted=true tokens=1",
             "ACQUIRED token=1 extra=2",
+            "ACQUIRED token=one",
+            "RENEWED ok=true token=1.5",
+            "AT_WRITE_POINT token=1 deadline_left_ms=-3",
+            "REFUSED now",
+            // Requests are not events, even where the tag is shared.
+            "GO",
+            "HELLO version=1",
+        ] {
+            assert!(Event::decode(line).is_err(), "{line:?} decoded as an event");
+        }
+    }
+
+    #[test]
+    fn malformed_request_lines_are_errors_not_guesses() {
+        for line in [
+            "",
             "NOPE",
             "GO now",
+            "HELLO",
+            "HELLO version=x",
+            "HELLO version=-1",
+            "HELLO versions=1",
+            // Events are not requests, even where the tag is shared.
+            "HELLO version=1 pid=4242",
+            "ACQUIRED token=1",
         ] {
             assert!(
-                Event::decode(line).is_err() || Request::decode(line).is_err(),
-                "{line:?}"
+                Request::decode(line).is_err(),
+                "{line:?} decoded as a request"
             );
         }
-        assert!(Event::decode("WRITE accepted=maybe token=1").is_err());
-        assert!(Request::decode("GO now").is_err());
-        assert!(Request::decode("HELLO").is_err());
     }
 
     #[test]

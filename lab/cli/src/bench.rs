@@ -108,7 +108,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let (cells, contention) = measured?;
 
     let table = render_table(&cells, &contention);
-    print!("{table}");
+    // A reader that went away (`lab bench | head -1`) loses the table, not the files; any other
+    // stdout failure is said, and the files (which hold the same numbers) are still written.
+    if let Err(e) = crate::print_stdout(&table) {
+        eprintln!("bench: failed to write the table to stdout: {e}");
+    }
     let dir = &args.evidence_dir;
     write_atomically(
         &dir.join("bench.json"),

@@ -34,10 +34,11 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::List => {
-            for s in scenarios::ALL {
-                println!("{}  {}", s.id(), s.title());
-            }
-            ExitCode::SUCCESS
+            let list: String = scenarios::ALL
+                .iter()
+                .map(|s| format!("{}  {}\n", s.id(), s.title()))
+                .collect();
+            print_or_fail(&list)
         }
         Command::Bench(args) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -61,12 +62,11 @@ fn main() -> ExitCode {
             for r in &removed {
                 report_removed(r);
             }
-            println!(
-                "lab clean: removed {} cluster director{}",
+            print_or_fail(&format!(
+                "lab clean: removed {} cluster director{}\n",
                 removed.len(),
                 if removed.len() == 1 { "y" } else { "ies" }
-            );
-            ExitCode::SUCCESS
+            ))
         }
         Command::Run(args) => match config::resolve(args) {
             Ok(cfg) => run(cfg),
@@ -75,6 +75,30 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_HARNESS)
             }
         },
+    }
+}
+
+/// Writes `text` to stdout. A reader that went away (`lab list | head -1`) is no error: the text
+/// is simply not read, `Ok(())` (`println!` would panic on the broken pipe). Other write errors are
+/// returned.
+pub(crate) fn print_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// The whole output of `lab list` / `lab clean`: exit 0 once written (or once its reader went
+/// away), 2 when stdout could not be written (a full disk behind a redirect).
+fn print_or_fail(text: &str) -> ExitCode {
+    match print_stdout(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lab: failed to write to stdout: {e}");
+            ExitCode::from(EXIT_HARNESS)
+        }
     }
 }
 

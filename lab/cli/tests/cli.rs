@@ -440,3 +440,70 @@ fn a_closed_stdout_ends_the_junit_copy_not_the_run() -> anyhow::Result<()> {
     );
     sb.assert_nothing_left()
 }
+
+/// A stdout whose reader is already gone: every write to it fails with a broken pipe (EPIPE),
+/// like `lab list | head -1` once `head` has exited — deterministically, with no race against
+/// the pipe's buffer.
+fn closed_stdout() -> anyhow::Result<std::process::Stdio> {
+    let (read, write) = nix::unistd::pipe()?;
+    drop(read);
+    Ok(std::process::Stdio::from(write))
+}
+
+#[test]
+fn list_and_clean_end_quietly_when_their_reader_went_away() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    for command in ["list", "clean"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .arg(command)
+            .env("TMPDIR", sb.path("tmp"))
+            .stdout(closed_stdout()?)
+            .stderr(std::process::Stdio::piped())
+            .output()?;
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "lab {command}: {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "lab {command}: {}",
+            stderr(&out)
+        );
+    }
+    sb.assert_nothing_left()
+}
+
+#[test]
+fn bench_with_a_closed_stdout_still_writes_its_files_and_stops_its_cluster() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    // The smallest bench: 100 ms per cell, no warm-up, one contention round.
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args([
+            "bench",
+            "--duration-ms",
+            "100",
+            "--warmup",
+            "0",
+            "--rounds",
+            "1",
+        ])
+        .arg("--evidence-dir")
+        .arg(&ev)
+        .env("TMPDIR", sb.path("tmp"))
+        .stdout(closed_stdout()?)
+        .stderr(std::process::Stdio::piped())
+        .output()?;
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for file in ["bench.json", "bench.svg"] {
+        assert!(
+            fs::metadata(ev.join(file))?.len() > 0,
+            "{file} written: {}",
+            stderr(&out)
+        );
+    }
+    sb.assert_nothing_left()
+}

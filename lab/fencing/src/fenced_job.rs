@@ -274,3 +274,23 @@ pub fn completion_script(run_id: &str, lease: &JobLease, fenced: bool) -> String
     let one_line = update.split_whitespace().collect::<Vec<_>>().join(" ");
     format!("{one_line}; SELECT ROW_COUNT();\n")
 }
+
+/// What a separate client process sends to learn which server connection it is (the answer is
+/// one line: the connection id), so that the evidence can show it has its own.
+pub const CONNECTION_ID_SCRIPT: &str = "SELECT CONNECTION_ID();\n";
+
+/// Creates the database the fenced-job tables live in, if it is missing. `name` must be a plain
+/// identifier (letters, digits, `_`): it cannot be a bound parameter.
+pub async fn create_database(conn: &mut sqlx::MySqlConnection, name: &str) -> Result<()> {
+    assert!(
+        name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+        "a plain database name"
+    );
+    sqlx::Executor::execute(
+        conn,
+        format!("CREATE DATABASE IF NOT EXISTS {name}").as_str(),
+    )
+    .await
+    .op("create the fenced-job database")?;
+    Ok(())
+}

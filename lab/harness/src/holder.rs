@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use holder_protocol::{exit, DecodeError, Event, Request, VERSION};
+use holder_protocol::{exit, DecodeError, Event, HolderFlags, Request, VERSION};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
@@ -18,57 +18,17 @@ use crate::process::{ChildProcess, ProcessError, Spawn, Stream, ThreadState};
 /// How long a holder may stay silent when the lab expects it to speak.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Everything a holder process is started with.
+/// Everything a holder process is started with: its binary and its flags (the write mode by
+/// name, `fenced-scope`, `unfenced`, …).
 #[derive(Debug, Clone)]
 pub struct HolderSpec {
     pub bin: PathBuf,
-    pub socket_dir: PathBuf,
-    pub port: u16,
-    pub lease: String,
-    pub holder: String,
-    pub ttl: Duration,
-    pub renew: Duration,
-    pub margin: Duration,
-    pub scope: String,
-    pub part: String,
-    pub content: String,
-    /// The resource's write mode, by name (`fenced-scope`, `unfenced`, …).
-    pub mode: String,
-    /// Release the lease after the renew that follows the write.
-    pub release: bool,
+    pub flags: HolderFlags,
 }
 
 impl HolderSpec {
     fn args(&self) -> Vec<OsString> {
-        let ms = |d: Duration| d.as_millis().to_string();
-        let mut args: Vec<OsString> = vec![
-            "--socket-dir".into(),
-            self.socket_dir.clone().into(),
-            "--port".into(),
-            self.port.to_string().into(),
-            "--lease".into(),
-            self.lease.clone().into(),
-            "--holder".into(),
-            self.holder.clone().into(),
-            "--ttl-ms".into(),
-            ms(self.ttl).into(),
-            "--renew-ms".into(),
-            ms(self.renew).into(),
-            "--margin-ms".into(),
-            ms(self.margin).into(),
-            "--scope".into(),
-            self.scope.clone().into(),
-            "--part".into(),
-            self.part.clone().into(),
-            "--content".into(),
-            self.content.clone().into(),
-            "--mode".into(),
-            self.mode.clone().into(),
-        ];
-        if self.release {
-            args.push("--release".into());
-        }
-        args
+        self.flags.to_args()
     }
 }
 
@@ -158,7 +118,7 @@ impl Holder {
     /// Starts a holder and shakes hands with it. Returns once it answered `HELLO` with this
     /// protocol's version.
     pub async fn spawn(spec: &HolderSpec) -> Result<Holder, HolderError> {
-        let mut process = Spawn::new(&spec.holder, &spec.bin)
+        let mut process = Spawn::new(&spec.flags.holder, &spec.bin)
             .args(spec.args())
             .stdin(Stream::Piped)
             .capture_stderr()

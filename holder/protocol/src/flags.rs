@@ -1,0 +1,218 @@
+//! The holder's command line, defined once: the lab builds it with [`HolderFlags::to_args`] and
+//! the holder parses it with clap from the same type, so the two cannot drift apart (a flag
+//! renamed on one side fails the round-trip test below, a field added without its flag fails
+//! `every_field_has_its_flag`).
+//!
+//! It holds no knowledge of the fencing implementation: the write mode is a *name* here; the
+//! holder binary turns it into its `WriteMode` and answers an unknown name with
+//! [`exit::USAGE`](crate::exit::USAGE).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// The holder's `--help` epilogue: the protocol in one line and the exit-status table
+/// (the statuses are [`crate::exit`]).
+pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=1`; the holder \
+answers `HELLO version=1 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
+`GO`.
+
+Exit status:
+  0  wrote (accepted) and the lease was still held afterwards
+  1  runtime failure (e.g. the database could not be reached)
+  2  bad arguments
+  3  lease lost: the renew after the write failed (whatever the write's outcome)
+  4  the write was rejected although the lease was still held
+  5  not acquired: the lease was held by someone else; nothing written
+  6  orphaned: stdin closed before the go-line; nothing written
+  7  protocol error: another version, or an unexpected line
+  8  the local deadline had passed at the write point; nothing written";
+
+/// One holder's parameters: everything a holder process is started with.
+///
+/// Durations are whole milliseconds, as they travel, so that what the lab builds is exactly what
+/// the holder reads.
+#[derive(Debug, Clone, PartialEq, Eq, Parser)]
+#[command(
+    name = "holder",
+    about = "One lease holder process of the fencing lab.",
+    after_help = AFTER_HELP
+)]
+pub struct HolderFlags {
+    /// The directory of the PostgreSQL Unix socket.
+    #[arg(long, value_name = "DIR")]
+    pub socket_dir: PathBuf,
+    /// The server's port number (names the socket file).
+    #[arg(long)]
+    pub port: u16,
+    /// The lease to hold.
+    #[arg(long, value_name = "NAME")]
+    pub lease: String,
+    /// This holder's id, e.g. holder-a.
+    #[arg(long, value_name = "ID")]
+    pub holder: String,
+    /// The lease's time to live.
+    #[arg(long, value_name = "MS")]
+    pub ttl_ms: u64,
+    /// The background renewer's interval.
+    #[arg(long, value_name = "MS")]
+    pub renew_ms: u64,
+    /// The local deadline is ttl minus this.
+    #[arg(long, value_name = "MS")]
+    pub margin_ms: u64,
+    /// The resource's scope (its fence floor).
+    #[arg(long)]
+    pub scope: String,
+    /// The part of the scope to write.
+    #[arg(long)]
+    pub part: String,
+    /// What to write.
+    #[arg(long)]
+    pub content: String,
+    /// How the resource checks the token: fenced-scope, fenced-single, fenced-row,
+    /// check-then-write, unfenced.
+    #[arg(long)]
+    pub mode: String,
+    /// Release the lease after the renew that follows the write.
+    #[arg(long)]
+    pub release: bool,
+}
+
+impl HolderFlags {
+    /// The command-line arguments (without the program name) that parse back into `self`.
+    pub fn to_args(&self) -> Vec<OsString> {
+        // Destructured without `..`: a new field does not compile until it has its flag here.
+        let HolderFlags {
+            socket_dir,
+            port,
+            lease,
+            holder,
+            ttl_ms,
+            renew_ms,
+            margin_ms,
+            scope,
+            part,
+            content,
+            mode,
+            release,
+        } = self;
+        let mut args: Vec<OsString> = Vec::with_capacity(12);
+        // `--name=value`, one argument each: a value that starts with `-` stays a value.
+        let mut flag = |name: &str, value: OsString| {
+            let mut arg = OsString::from(name);
+            arg.push("=");
+            arg.push(value);
+            args.push(arg);
+        };
+        flag("--socket-dir", socket_dir.clone().into());
+        flag("--port", port.to_string().into());
+        flag("--lease", lease.into());
+        flag("--holder", holder.into());
+        flag("--ttl-ms", ttl_ms.to_string().into());
+        flag("--renew-ms", renew_ms.to_string().into());
+        flag("--margin-ms", margin_ms.to_string().into());
+        flag("--scope", scope.into());
+        flag("--part", part.into());
+        flag("--content", content.into());
+        flag("--mode", mode.into());
+        if *release {
+            args.push("--release".into());
+        }
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn example(release: bool) -> HolderFlags {
+        HolderFlags {
+            socket_dir: "/tmp/lab sockets/.s".into(),
+            port: 54321,
+            lease: "job".into(),
+            holder: "holder-a".into(),
+            ttl_ms: 1500,
+            renew_ms: 400,
+            margin_ms: 300,
+            scope: "s".into(),
+            part: "summary".into(),
+            // A value that looks like a flag and one with spaces must survive as values.
+            content: "--by holder a".into(),
+            mode: "fenced-scope".into(),
+            release,
+        }
+    }
+
+    fn parse(flags: &HolderFlags) -> Result<HolderFlags, clap::Error> {
+        HolderFlags::try_parse_from(
+            std::iter::once(OsString::from("holder")).chain(flags.to_args()),
+        )
+    }
+
+    #[test]
+    fn the_flags_the_lab_builds_are_the_flags_the_holder_parses() -> Result<(), clap::Error> {
+        for release in [false, true] {
+            let flags = example(release);
+            assert_eq!(parse(&flags)?, flags);
+        }
+        // Every field changed at once, so that no value is a default that parses by accident.
+        let other = HolderFlags {
+            socket_dir: "/run/other".into(),
+            port: 1,
+            lease: "other-lease".into(),
+            holder: "holder-b".into(),
+            ttl_ms: 1,
+            renew_ms: 2,
+            margin_ms: 0,
+            scope: "t".into(),
+            part: "p2".into(),
+            content: String::new(),
+            mode: "unfenced".into(),
+            release: true,
+        };
+        assert_eq!(parse(&other)?, other);
+        Ok(())
+    }
+
+    #[test]
+    fn every_field_has_its_flag() {
+        let args: Vec<String> = example(true)
+            .to_args()
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let command = HolderFlags::command();
+        let longs: Vec<&str> = command
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .map(|a| a.get_long().expect("every holder flag is a long flag"))
+            .collect();
+        for long in longs {
+            let flag = format!("--{long}");
+            assert!(
+                args.iter()
+                    .any(|a| *a == flag || a.starts_with(&format!("{flag}="))),
+                "--{long} is missing from to_args: {args:?}"
+            );
+        }
+        assert!(
+            !example(false).to_args().iter().any(|a| a == "--release"),
+            "--release is a switch: absent when off"
+        );
+    }
+
+    #[test]
+    fn the_help_keeps_the_exit_status_table() {
+        let help = HolderFlags::command().render_long_help().to_string();
+        assert!(help.contains("Exit status:"), "{help}");
+        assert!(help.contains("8  the local deadline had passed"), "{help}");
+    }
+
+    #[test]
+    fn clap_accepts_the_definition() {
+        HolderFlags::command().debug_assert();
+    }
+}

@@ -1,0 +1,467 @@
+//! The house rules that a reader should not have to police by eye, checked on the repository's
+//! Rust sources (like rust-analyzer's tidy test): every file opens with a `//!` paragraph;
+//! scenarios hold no SQL; outside `lab/harness/src/{process,wait}.rs` the lab's non-test code
+//! neither signals, sleeps nor spawns by itself (ARCHITECTURE.md's invariants).
+//!
+//! A failure lists every offender as `file:line: rule: the line`. The rules read the code, not
+//! the comments: a tiny lexer blanks comments and string contents before looking for calls, and
+//! hands the string literals alone to the SQL rule. It lives with the `lab` crate because a
+//! virtual workspace root has no tests of its own and `lab` is the crate that ships the whole lab
+//! (and already has `regex` for its tests); it needs no server.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+/// One broken rule at one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Offence {
+    file: String,
+    line: usize,
+    rule: &'static str,
+    text: String,
+}
+
+impl fmt::Display for Offence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.file, self.line, self.rule, self.text
+        )
+    }
+}
+
+const MODULE_DOC: &str = "no `//!` paragraph opens the file";
+const SQL: &str = "SQL in a scenario (it belongs in lab/fencing)";
+const PROCESS: &str = "a signal, a sleep or a spawn outside harness::{process, wait}";
+
+/// The directories whose Rust sources follow the rules (relative to the repository root).
+const ROOTS: &[&str] = &["lab", "scenarios", "holder"];
+/// The only non-test sources that may signal, sleep or spawn.
+const PROCESS_HOMES: &[&str] = &["lab/harness/src/process.rs", "lab/harness/src/wait.rs"];
+/// What a signal, a sleep or a spawn looks like in the code (comments and strings blanked).
+const PROCESS_CALLS: &[&str] = &[
+    "kill(",
+    "killpg",
+    "thread::sleep",
+    "time::sleep",
+    "Command::new",
+];
+
+/// A Rust source file taken apart: its code with comments removed and string contents blanked
+/// (line for line), and its string literals with the line each starts on.
+struct Lexed<'a> {
+    /// The file as written, to quote in an offence.
+    source: Vec<&'a str>,
+    code: Vec<String>,
+    literals: Vec<(usize, String)>,
+}
+
+impl Lexed<'_> {
+    /// Line `line` (1-based) as written.
+    fn quote(&self, line: usize) -> String {
+        self.source
+            .get(line - 1)
+            .map_or_else(String::new, |l| l.trim().to_owned())
+    }
+}
+
+fn lex(text: &str) -> Lexed<'_> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut code = String::with_capacity(text.len());
+    let mut literals = Vec::new();
+    let mut line = 1;
+    let mut i = 0;
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    // Keeps line breaks inside comments and literals so that `code` stays line for line.
+    let blank = |c: char, code: &mut String, line: &mut usize| {
+        if c == '\n' {
+            *line += 1;
+            code.push('\n');
+        } else {
+            code.push(' ');
+        }
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                    code.push_str("  ");
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    code.push_str("  ");
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(chars[i], &mut code, &mut line);
+                    i += 1;
+                }
+            }
+        } else if c == '"' || (c == 'r' && raw_string_start(&chars, i).is_some()) {
+            // `r` may follow a `b` or `c` prefix; a prefix on a plain string changes nothing here.
+            let standalone = i == 0 || !is_ident(chars[i - 1]) || {
+                let p = chars[i - 1];
+                (p == 'b' || p == 'c') && (i < 2 || !is_ident(chars[i - 2]))
+            };
+            if c == 'r' && !standalone {
+                code.push(c);
+                i += 1;
+                continue;
+            }
+            let (hashes, open) = if c == 'r' {
+                let h = raw_string_start(&chars, i).expect("checked");
+                (Some(h), i + 1 + h + 1)
+            } else {
+                (None, i + 1)
+            };
+            code.push('"');
+            let start_line = line;
+            let mut content = String::new();
+            i = open;
+            while i < chars.len() {
+                let ch = chars[i];
+                match hashes {
+                    None if ch == '\\' => {
+                        content.push(ch);
+                        code.push(' ');
+                        if let Some(&escaped) = chars.get(i + 1) {
+                            content.push(escaped);
+                            blank(escaped, &mut code, &mut line);
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    None if ch == '"' => break,
+                    Some(h)
+                        if ch == '"'
+                            && chars[i + 1..].iter().take(h).filter(|&&c| c == '#').count()
+                                == h =>
+                    {
+                        i += h;
+                        break;
+                    }
+                    _ => {}
+                }
+                content.push(ch);
+                blank(ch, &mut code, &mut line);
+                i += 1;
+            }
+            code.push('"');
+            i += 1;
+            literals.push((start_line, content));
+        } else if c == '\'' {
+            // A char literal ('x', '\n', '\'', '\u{1F600}') or a lifetime/label ('a).
+            let end = if next == Some('\\') {
+                // The escaped character itself may be a quote: search after it.
+                chars
+                    .get(i + 3..)
+                    .and_then(|rest| rest.iter().position(|&c| c == '\''))
+                    .map(|p| i + 3 + p)
+            } else if chars.get(i + 2) == Some(&'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(end) => {
+                    code.push_str("' '");
+                    i = end + 1;
+                }
+                None => {
+                    code.push(c);
+                    i += 1;
+                }
+            }
+        } else {
+            if c == '\n' {
+                line += 1;
+            }
+            code.push(c);
+            i += 1;
+        }
+    }
+    Lexed {
+        source: text.lines().collect(),
+        code: code.lines().map(str::to_owned).collect(),
+        literals,
+    }
+}
+
+/// At `r`: the number of `#` of a raw string that starts here (`r"`, `r#"`, …), if one does.
+fn raw_string_start(chars: &[char], i: usize) -> Option<usize> {
+    let hashes = chars[i + 1..].iter().take_while(|&&c| c == '#').count();
+    (chars.get(i + 1 + hashes) == Some(&'"')).then_some(hashes)
+}
+
+/// For each line of `code`: whether it belongs to an item under `#[cfg(test)]` (a test module,
+/// usually), from the attribute to the item's closing brace or semicolon.
+fn test_only_lines(code: &[String]) -> Vec<bool> {
+    let mut marks = vec![false; code.len()];
+    let flat: Vec<(usize, char)> = code
+        .iter()
+        .enumerate()
+        .flat_map(|(n, l)| l.chars().chain(['\n']).map(move |c| (n, c)))
+        .collect();
+    let text: String = flat.iter().map(|&(_, c)| c).collect();
+    let attr = Regex::new(r"#\[cfg\(test\)\]").expect("regex");
+    for m in attr.find_iter(&text) {
+        let start = text[..m.start()].chars().count();
+        let mut depth = 0usize;
+        let mut end = flat.len() - 1;
+        for (k, &(_, c)) in flat.iter().enumerate().skip(start + m.as_str().len()) {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = k;
+                        break;
+                    }
+                }
+                ';' if depth == 0 => {
+                    end = k;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        for mark in &mut marks[flat[start].0..=flat[end].0] {
+            *mark = true;
+        }
+    }
+    marks
+}
+
+/// Rule (a): the first line is a `//!` line.
+fn check_module_doc(file: &str, text: &str) -> Vec<Offence> {
+    let first = text.lines().next().unwrap_or("");
+    if first.starts_with("//!") {
+        Vec::new()
+    } else {
+        vec![Offence {
+            file: file.into(),
+            line: 1,
+            rule: MODULE_DOC,
+            text: first.trim().into(),
+        }]
+    }
+}
+
+/// Rule (b): no string literal holds an SQL statement (case-sensitive keywords).
+fn check_sql(file: &str, lexed: &Lexed) -> Vec<Offence> {
+    let sql = Regex::new(
+        r"(?s)\b(?:SELECT|INSERT|CREATE|ALTER|TRUNCATE|BEGIN|COMMIT|DELETE FROM)(?: |;|$)|\bUPDATE [^;]*?\bSET ",
+    )
+    .expect("regex");
+    let mut found = Vec::new();
+    for (start, literal) in &lexed.literals {
+        if let Some(m) = sql.find(literal) {
+            let line = start + literal[..m.start()].matches('\n').count();
+            found.push(Offence {
+                file: file.into(),
+                line,
+                rule: SQL,
+                text: lexed.quote(line),
+            });
+        }
+    }
+    found
+}
+
+/// Rule (c): no signal, sleep or spawn in the code outside `#[cfg(test)]` items.
+fn check_process_calls(file: &str, lexed: &Lexed) -> Vec<Offence> {
+    // `use …::{sleep, …}` hides the path the calls below would show.
+    let imported_sleep = Regex::new(r"(?:thread|time)::\{[^}]*\bsleep\b").expect("regex");
+    let test_only = test_only_lines(&lexed.code);
+    let mut found = Vec::new();
+    for (n, code) in lexed.code.iter().enumerate() {
+        if test_only[n] {
+            continue;
+        }
+        if PROCESS_CALLS.iter().any(|call| code.contains(call)) || imported_sleep.is_match(code) {
+            found.push(Offence {
+                file: file.into(),
+                line: n + 1,
+                rule: PROCESS,
+                text: lexed.quote(n + 1),
+            });
+        }
+    }
+    found
+}
+
+/// Every rule that applies to the file at `rel` (relative to the repository root, `/`-separated).
+fn check_file(rel: &str, text: &str) -> Vec<Offence> {
+    let in_dir = |dir: &str| rel.split('/').any(|part| part == dir);
+    if !rel.ends_with(".rs") || !(in_dir("src") || in_dir("tests")) {
+        return Vec::new();
+    }
+    let lexed = lex(text);
+    let mut found = check_module_doc(rel, text);
+    if rel.starts_with("scenarios/src/") {
+        found.extend(check_sql(rel, &lexed));
+    }
+    let non_test_source = (rel.starts_with("lab/") || rel.starts_with("scenarios/"))
+        && in_dir("src")
+        && !PROCESS_HOMES.contains(&rel);
+    if non_test_source {
+        found.extend(check_process_calls(rel, &lexed));
+    }
+    found.sort_by_key(|o| o.line);
+    found
+}
+
+/// The Rust sources under `dir`, skipping build output and hidden directories.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                rust_files(&path, out)?;
+            }
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_sources_keep_the_house_rules() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()?;
+    let mut files = Vec::new();
+    for dir in ROOTS {
+        rust_files(&root.join(dir), &mut files)?;
+    }
+    files.sort();
+    assert!(
+        files.len() > 20,
+        "the walk found the sources: {} files",
+        files.len()
+    );
+    let mut offences = Vec::new();
+    for path in &files {
+        let rel = path
+            .strip_prefix(&root)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        offences.extend(check_file(&rel, &fs::read_to_string(path)?));
+    }
+    let list: Vec<String> = offences.iter().map(Offence::to_string).collect();
+    assert!(
+        offences.is_empty(),
+        "{} offences against the house rules (ARCHITECTURE.md's invariants):\n{}",
+        offences.len(),
+        list.join("\n")
+    );
+    Ok(())
+}
+
+// The rules on small examples: each catches what it should and lets pass what it should.
+
+fn rules(found: &[Offence]) -> Vec<(usize, &'static str)> {
+    found.iter().map(|o| (o.line, o.rule)).collect()
+}
+
+#[test]
+fn a_file_that_does_not_open_with_a_module_doc_is_caught() {
+    let text = "use std::fmt;\n//! too late\n";
+    assert_eq!(
+        rules(&check_file("lab/harness/src/x.rs", text)),
+        [(1, MODULE_DOC)]
+    );
+    assert_eq!(
+        rules(&check_file("holder/tests/x.rs", "// a plain comment\n")),
+        [(1, MODULE_DOC)]
+    );
+    assert_eq!(
+        rules(&check_file("holder/tests/x.rs", "")),
+        [(1, MODULE_DOC)]
+    );
+    assert!(check_file("holder/src/x.rs", "//! What it is for.\n\nuse std::fmt;\n").is_empty());
+    // Not a source of the lab: a build script, or a file outside src/ and tests/.
+    assert!(check_file("lab/cli/build.rs", "fn main() {}\n").is_empty());
+}
+
+#[test]
+fn sql_in_a_scenario_is_caught_and_prose_is_not() {
+    let text = r##"//! A scenario.
+fn f() {
+    let a = "SELECT CONNECTION_ID();";
+    let b = format!("CREATE DATABASE IF NOT EXISTS {db}");
+    let c = r#"UPDATE fence_floor
+        SET max_token = $1"#;
+    let d = "COMMIT";
+    let e = "B's UPDATE waits on a lock";
+    let f = "selects the newest; inserts nothing";
+    // SELECT in a comment is documentation.
+}
+"##;
+    assert_eq!(
+        rules(&check_file("scenarios/src/f99.rs", text)),
+        [(3, SQL), (4, SQL), (5, SQL), (7, SQL)]
+    );
+    // SQL belongs in lab/fencing, where it is not an offence.
+    assert!(check_file("lab/fencing/src/x.rs", text)
+        .iter()
+        .all(|o| o.rule != SQL));
+}
+
+#[test]
+fn a_sleep_in_a_test_module_is_allowed_and_in_the_code_is_caught() {
+    let text = r#"//! A scenario.
+use tokio::time::{sleep, timeout};
+async fn f() {
+    tokio::time::sleep(d).await; // std::thread::sleep in a comment is fine
+    let msg = "never kill(2) by hand";
+    process.kill().await;
+}
+#[cfg(test)]
+mod tests {
+    fn g() {
+        std::thread::sleep(d);
+        std::process::Command::new("x");
+    }
+}
+fn h() {
+    nix::sys::signal::kill(pid, Signal::SIGKILL);
+}
+"#;
+    assert_eq!(
+        rules(&check_file("scenarios/src/x.rs", text)),
+        [(2, PROCESS), (4, PROCESS), (6, PROCESS), (16, PROCESS)]
+    );
+    // Test sources, and the two homes of signals and waits, may.
+    assert!(check_file("scenarios/tests/x.rs", text).is_empty());
+    assert!(check_file("lab/harness/src/process.rs", text).is_empty());
+    assert!(check_file("lab/harness/src/wait.rs", text).is_empty());
+    // The holder is its own binary, outside this rule.
+    assert!(check_file("holder/src/main.rs", text).is_empty());
+}
+
+#[test]
+fn the_lexer_keeps_lines_and_tells_strings_from_chars_and_lifetimes() {
+    let text = "fn f<'a>(s: &'a str) -> char {\n    let q = '\"'; let e = '\\'';\n    /* kill( \n */ let s = \"two\nlines\"; 'x'\n}\n";
+    let lexed = lex(text);
+    assert_eq!(lexed.code.len(), text.lines().count(), "{:?}", lexed.code);
+    assert_eq!(lexed.literals, [(4, "two\nlines".to_owned())]);
+    assert!(!lexed.code.iter().any(|l| l.contains("kill(")));
+    assert!(lexed.code[0].contains("&'a str"));
+}
