@@ -28,6 +28,7 @@ mod preflight;
 mod u1_fenced_job_lease;
 mod u2_stale_completion;
 mod u3_database_time;
+mod u4_reacquired_instance;
 mod u_common;
 
 pub use lab::{Lab, Params};
@@ -107,6 +108,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
+    &u4_reacquired_instance::U4,
 ];
 
 /// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.

@@ -33,6 +33,13 @@ pub fn lanes() -> harness::evidence::Lanes {
     }
 }
 
+/// An owner token that identifies an *instance* (seed 000: "the unique runner identity"): the
+/// same for every acquisition that instance makes in this lab process (U4).
+#[cfg_attr(not(feature = "mariadb"), allow(dead_code))]
+pub fn instance_token(instance: &str) -> String {
+    format!("instance-{instance}-{}", std::process::id())
+}
+
 /// Declares a U scenario: with the `mariadb` feature its `run` is the calling module's
 /// `imp::run`; without it, the scenario reports a skip with [`NO_FEATURE`] — never a pass.
 macro_rules! u_scenario {

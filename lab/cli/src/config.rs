@@ -25,6 +25,8 @@ pub struct Config {
     command_line: String,
     /// Read before anything runs (it starts `git`, which blocks for a moment).
     git_revision: String,
+    /// The MariaDB of the U-series, as `mariadbd --version` names it (or why there is none).
+    mariadb: String,
 }
 
 /// Checks the arguments, finds the server binaries and makes sure the evidence directory can
@@ -99,6 +101,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         format: args.format,
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         git_revision: git_revision(),
+        mariadb: mariadb_binaries(),
     })
 }
 
@@ -138,6 +141,7 @@ impl Config {
                 "cluster".to_owned(),
                 lab.cluster.root().display().to_string(),
             ),
+            ("mariadb_binaries".to_owned(), self.mariadb.clone()),
         ];
         let names = [
             "fsync",
@@ -196,6 +200,21 @@ fn git_revision() -> String {
             _ => rev,
         },
         None => "unknown (not run from a git checkout)".into(),
+    }
+}
+
+/// The MariaDB server the U-series would start: its `--version` line and path, or why none.
+fn mariadb_binaries() -> String {
+    #[cfg(feature = "mariadb")]
+    {
+        match harness::server::mariadb::MariaBinaries::locate() {
+            Ok(bins) => bins.version,
+            Err(e) => format!("none: {e}"),
+        }
+    }
+    #[cfg(not(feature = "mariadb"))]
+    {
+        "not built in (the U-series needs the cargo feature mariadb)".to_owned()
     }
 }
 

@@ -96,7 +96,9 @@ impl JobLeaseStore {
         .execute(&mut *conn)
         .await
         .op("acquire the job lease")?;
-        // Owner tokens are unique per attempt: the row names us only if this attempt won.
+        // The row names this owner only if it won just now — or already held the lease: an owner
+        // token that identifies an instance (U4) gets its current, unexpired holding back with
+        // the same fence. The fence separates holdings, not two executions inside one holding.
         let fence: Option<i64> = sqlx::query_scalar(
             "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ? AND owner_token = ?",
         )
@@ -233,6 +235,42 @@ impl JobLeaseStore {
         Ok(done.rows_affected() == 1)
     }
 
+    /// A completion that checks less than the fenced join — one of the naive forms seed 000 names
+    /// ("only lease_name", "only owner_token", each with the expiry check). A negative control:
+    /// it lets an old execution of a re-acquiring instance finish (U4). `true` when the run was
+    /// marked completed.
+    pub async fn complete_run_naive(
+        &self,
+        run_id: &str,
+        lease: &JobLease,
+        how: NaiveCompletion,
+    ) -> Result<bool> {
+        let query = match how {
+            NaiveCompletion::LeaseNameOnly => sqlx::query(
+                "UPDATE reconciliation_runs AS r
+                   JOIN fenced_job_leases AS l ON l.lease_name = ?
+                    SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
+                  WHERE r.run_id = ? AND l.leased_until > CURRENT_TIMESTAMP(3)",
+            )
+            .bind(&lease.lease_name)
+            .bind(run_id),
+            NaiveCompletion::OwnerTokenOnly => sqlx::query(
+                "UPDATE reconciliation_runs AS r
+                   JOIN fenced_job_leases AS l ON l.lease_name = r.lease_name
+                    SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
+                  WHERE r.run_id = ? AND l.owner_token = ?
+                    AND l.leased_until > CURRENT_TIMESTAMP(3)",
+            )
+            .bind(run_id)
+            .bind(&lease.owner_token),
+        };
+        let done = query
+            .execute(&self.pool)
+            .await
+            .op("complete a run (naive)")?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// A run's status, `None` if there is no such run.
     pub async fn run_status(&self, run_id: &str) -> Result<Option<String>> {
         sqlx::query_scalar("SELECT status FROM reconciliation_runs WHERE run_id = ?")
@@ -240,6 +278,30 @@ impl JobLeaseStore {
             .fetch_optional(&self.pool)
             .await
             .op("read a run's status")
+    }
+}
+
+/// What a naive completion checks besides the run id (see [`JobLeaseStore::complete_run_naive`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NaiveCompletion {
+    /// The lease name is held by someone, unexpired — whoever and whichever generation.
+    LeaseNameOnly,
+    /// The lease is held, unexpired, by this owner token — whichever generation.
+    OwnerTokenOnly,
+}
+
+impl NaiveCompletion {
+    pub const ALL: [NaiveCompletion; 2] = [
+        NaiveCompletion::LeaseNameOnly,
+        NaiveCompletion::OwnerTokenOnly,
+    ];
+
+    /// How the evidence names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NaiveCompletion::LeaseNameOnly => "only lease_name (+ expiry)",
+            NaiveCompletion::OwnerTokenOnly => "only owner_token (+ expiry)",
+        }
     }
 }
 

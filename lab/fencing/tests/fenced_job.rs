@@ -1,0 +1,253 @@
+//! The fenced job lease of seed 000 (`fencing::fenced_job`) against a real, throwaway MariaDB:
+//! acquire, renew, release and is_held each require lease name + owner token + fence token; and
+//! every condition of the fenced completion matters — for each one, a case in which it alone is
+//! false (the others are read back from the database and shown true) and the completion changes
+//! no row. Built with the feature `mariadb` (scripts/test.sh turns it on when MariaDB is here).
+#![cfg(feature = "mariadb")]
+
+use std::time::Duration;
+
+use fencing::fenced_job::{self, JobLease, JobLeaseStore, NaiveCompletion};
+use harness::server::mariadb::{MariaBinaries, MariaServer};
+use harness::server::Server;
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{ConnectOptions, Connection, Row};
+
+const LEASE: &str = "admin:reconciliation";
+const DB: &str = "fencing";
+
+struct Env {
+    server: MariaServer,
+    jobs: JobLeaseStore,
+}
+
+impl Env {
+    async fn start() -> anyhow::Result<Env> {
+        let bins = tokio::task::spawn_blocking(MariaBinaries::locate).await??;
+        let mut server = MariaServer::create(bins).await?;
+        let jobs = async {
+            let root = server.connect_options(None, "root");
+            let mut admin = root.connect().await?;
+            fenced_job::create_database(&mut admin, DB).await?;
+            admin.close().await?;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(2)
+                .connect_with(root.database(DB).disable_statement_logging())
+                .await?;
+            fenced_job::reset(&pool).await?;
+            anyhow::Ok(JobLeaseStore::new(pool))
+        }
+        .await;
+        match jobs {
+            Ok(jobs) => Ok(Env { server, jobs }),
+            Err(e) => {
+                server.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn stop(mut self) {
+        self.jobs.pool().close().await;
+        self.server.stop().await;
+    }
+
+    async fn until_free(&self) -> anyhow::Result<()> {
+        harness::wait::until("the job lease expired", Duration::from_secs(30), || {
+            self.jobs.is_free(LEASE)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The truth value of each condition of the fenced completion for `run` and the caller's
+    /// claim `who`, as the database evaluates it: (name, holds).
+    async fn conditions(&self, run: &str, who: &JobLease) -> anyhow::Result<Vec<(&str, bool)>> {
+        let row = sqlx::query(
+            "SELECT l.lease_name = ?, r.fence_token = l.fence_token, l.fence_token = ?,
+                    r.owner_token = l.owner_token, l.owner_token = ?,
+                    l.leased_until > CURRENT_TIMESTAMP(3)
+               FROM reconciliation_runs AS r
+               JOIN fenced_job_leases AS l ON l.lease_name = r.lease_name
+              WHERE r.run_id = ?",
+        )
+        .bind(&who.lease_name)
+        .bind(who.fence_token)
+        .bind(&who.owner_token)
+        .bind(run)
+        .fetch_one(self.jobs.pool())
+        .await?;
+        let names = [
+            "l.lease_name = :leaseName",
+            "r.fence_token = l.fence_token",
+            "l.fence_token = :fenceToken",
+            "r.owner_token = l.owner_token",
+            "l.owner_token = :ownerToken",
+            "l.leased_until > CURRENT_TIMESTAMP(3)",
+        ];
+        Ok(names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| (name, row.get::<i64, _>(i) == 1))
+            .collect())
+    }
+
+    /// Asserts that for `run` and `who` exactly `failing` is false, and that the fenced
+    /// completion then changes no row and leaves the run running.
+    async fn only_this_rejects(
+        &self,
+        failing: &str,
+        run: &str,
+        who: &JobLease,
+    ) -> anyhow::Result<()> {
+        let conditions = self.conditions(run, who).await?;
+        let false_ones: Vec<&str> = conditions
+            .iter()
+            .filter(|(_, holds)| !holds)
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(false_ones, [failing], "{run}: {conditions:?}");
+        assert!(
+            !self.jobs.complete_run(run, who).await?,
+            "{failing} alone must reject the completion of {run}"
+        );
+        assert_eq!(self.jobs.run_status(run).await?.as_deref(), Some("running"));
+        Ok(())
+    }
+}
+
+fn claim(lease: &JobLease, owner: &str, fence: i64) -> JobLease {
+    JobLease {
+        owner_token: owner.into(),
+        fence_token: fence,
+        ..lease.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_bumps_the_fence_and_every_operation_of_the_old_holding_fails(
+) -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let jobs = &env.jobs;
+    let a = jobs
+        .acquire(LEASE, "A", Duration::from_millis(300))
+        .await?
+        .expect("a free lease");
+    assert_eq!(a.fence_token, 1);
+    assert!(
+        jobs.acquire(LEASE, "B", Duration::from_secs(5))
+            .await?
+            .is_none(),
+        "held by A"
+    );
+    env.until_free().await?;
+    assert!(!jobs.renew(&a).await?, "an expired lease is never renewed");
+    let b = jobs
+        .acquire(LEASE, "B", Duration::from_secs(5))
+        .await?
+        .expect("an expired lease");
+    assert_eq!(b.fence_token, 2, "a takeover bumps the fence");
+    // The same owner token, an older fence: the fence alone refuses (seed 000's instance case).
+    let old_b = claim(&b, "B", 1);
+    assert!(!jobs.is_held(&old_b).await?);
+    assert!(!jobs.renew(&old_b).await?);
+    assert!(!jobs.release(&old_b).await?);
+    // The current fence, another owner: the owner alone refuses.
+    let other = claim(&b, "C", 2);
+    assert!(!jobs.is_held(&other).await?);
+    assert!(!jobs.renew(&other).await?);
+    assert!(!jobs.release(&other).await?);
+    // The positive control: the holding itself.
+    assert!(jobs.is_held(&b).await? && jobs.renew(&b).await?);
+    assert!(jobs.release(&b).await?);
+    assert!(jobs.is_free(LEASE).await?);
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_condition_of_the_fenced_completion_alone_rejects_a_stale_completion(
+) -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let jobs = &env.jobs;
+    // Instance X holds fence 1, lets it expire, holds fence 2: the owner token is the same.
+    let old = jobs
+        .acquire(LEASE, "X", Duration::from_millis(300))
+        .await?
+        .expect("a free lease");
+    jobs.start_run("r-old", &old).await?;
+    env.until_free().await?;
+    let new = jobs
+        .acquire(LEASE, "X", Duration::from_secs(3))
+        .await?
+        .expect("an expired lease");
+    assert_eq!((new.owner_token.as_str(), new.fence_token), ("X", 2));
+    jobs.start_run("r-new", &new).await?;
+    jobs.start_run("r-new-2", &new).await?;
+    // A run recorded by another owner under the current fence.
+    jobs.start_run("r-other", &claim(&new, "Y", 2)).await?;
+
+    env.only_this_rejects("r.fence_token = l.fence_token", "r-old", &new)
+        .await?;
+    env.only_this_rejects("l.fence_token = :fenceToken", "r-new", &old)
+        .await?;
+    env.only_this_rejects("r.owner_token = l.owner_token", "r-other", &new)
+        .await?;
+    env.only_this_rejects("l.owner_token = :ownerToken", "r-new", &claim(&new, "Y", 2))
+        .await?;
+    let elsewhere = JobLease {
+        lease_name: "other-lease".into(),
+        ..new.clone()
+    };
+    env.only_this_rejects("l.lease_name = :leaseName", "r-new", &elsewhere)
+        .await?;
+    // The positive control: every condition true, one row changed.
+    assert!(env.conditions("r-new-2", &new).await?.iter().all(|c| c.1));
+    assert!(jobs.complete_run("r-new-2", &new).await?);
+    assert_eq!(
+        jobs.run_status("r-new-2").await?.as_deref(),
+        Some("completed")
+    );
+    // And expiry alone: the current holding, its lease expired with nobody taking over.
+    env.until_free().await?;
+    env.only_this_rejects("l.leased_until > CURRENT_TIMESTAMP(3)", "r-new", &new)
+        .await?;
+    env.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_naive_completions_let_an_old_execution_of_the_same_instance_finish(
+) -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let jobs = &env.jobs;
+    let old = jobs
+        .acquire(LEASE, "X", Duration::from_millis(300))
+        .await?
+        .expect("a free lease");
+    for how in NaiveCompletion::ALL {
+        jobs.start_run(how.as_str(), &old).await?;
+    }
+    jobs.start_run("fenced", &old).await?;
+    env.until_free().await?;
+    let _new = jobs
+        .acquire(LEASE, "X", Duration::from_secs(5))
+        .await?
+        .expect("an expired lease");
+    assert!(!jobs.complete_run("fenced", &old).await?);
+    for how in NaiveCompletion::ALL {
+        assert!(
+            jobs.complete_run_naive(how.as_str(), &old, how).await?,
+            "{} lets the old execution through",
+            how.as_str()
+        );
+    }
+    // And with nobody holding the lease, even the naive forms refuse (their expiry check).
+    env.until_free().await?;
+    jobs.start_run("late", &old).await?;
+    for how in NaiveCompletion::ALL {
+        assert!(!jobs.complete_run_naive("late", &old, how).await?);
+    }
+    env.stop().await;
+    Ok(())
+}
