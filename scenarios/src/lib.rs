@@ -21,6 +21,8 @@ mod f7_fence_granularity;
 mod f8_database_crash;
 mod f9_unfenceable_side_effect;
 pub mod lab;
+#[cfg_attr(not(feature = "mariadb"), allow(dead_code))]
+mod latch;
 #[cfg(feature = "mariadb")]
 mod maria;
 mod paused_holder;
@@ -29,6 +31,7 @@ mod u1_fenced_job_lease;
 mod u2_stale_completion;
 mod u3_database_time;
 mod u4_reacquired_instance;
+mod u5_check_then_complete;
 mod u_common;
 
 pub use lab::{Lab, Params};
@@ -109,6 +112,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &u2_stale_completion::U2,
     &u3_database_time::U3,
     &u4_reacquired_instance::U4,
+    &u5_check_then_complete::U5,
 ];
 
 /// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.

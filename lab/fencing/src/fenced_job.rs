@@ -271,6 +271,43 @@ impl JobLeaseStore {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Seed 000's Java check-then-set, `if (lease.isHeld()) run.setFinished(true)`: `is_held` in
+    /// one statement, then — after `gap`, a test hook (nothing in production) — the completion in
+    /// another. With [`CheckedWrite::Unconditional`] the write checks nothing: the race the seed
+    /// contrasts with the conditional update (U5's negative control). With
+    /// [`CheckedWrite::Fenced`] the write is the fenced join, which re-checks in the statement
+    /// that writes. `None` when the check refused (nothing written); else whether the run
+    /// changed.
+    pub async fn complete_if_held(
+        &self,
+        run_id: &str,
+        lease: &JobLease,
+        write: CheckedWrite,
+        gap: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<bool>> {
+        if !self.is_held(lease).await? {
+            return Ok(None);
+        }
+        gap.await;
+        let changed = match write {
+            CheckedWrite::Fenced => self.complete_run(run_id, lease).await?,
+            CheckedWrite::Unconditional => {
+                sqlx::query(
+                    "UPDATE reconciliation_runs
+                        SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3)
+                      WHERE run_id = ?",
+                )
+                .bind(run_id)
+                .execute(&self.pool)
+                .await
+                .op("complete a run (unconditionally, after a client-side check)")?
+                .rows_affected()
+                    == 1
+            }
+        };
+        Ok(Some(changed))
+    }
+
     /// A run's status, `None` if there is no such run.
     pub async fn run_status(&self, run_id: &str) -> Result<Option<String>> {
         sqlx::query_scalar("SELECT status FROM reconciliation_runs WHERE run_id = ?")
@@ -279,6 +316,15 @@ impl JobLeaseStore {
             .await
             .op("read a run's status")
     }
+}
+
+/// How [`JobLeaseStore::complete_if_held`] writes once the client's check passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckedWrite {
+    /// `UPDATE … WHERE run_id = ?`: the check in the client is all there is.
+    Unconditional,
+    /// The fenced join: the check is repeated in the writing statement.
+    Fenced,
 }
 
 /// What a naive completion checks besides the run id (see [`JobLeaseStore::complete_run_naive`]).

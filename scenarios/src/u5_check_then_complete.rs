@@ -1,0 +1,164 @@
+//! U5 — seed 000's Java check-then-set, `if (lease.isHeld()) run.setFinished(true)`, on MariaDB,
+//! made exact with latches (no sleeps). The fault: A's client-side check passes (its lease is
+//! held), and A pauses between that check and its write; its lease expires by database time; B
+//! takes over with fence+1 and completes its own run; A resumes and writes. Property: a
+//! completion that re-checks in the statement that writes (the fenced join) changes no row; the
+//! unconditional write after the client's check lands — the stale completion goes through
+//! (negative control): a check in the client is stale by the time it is acted on.
+
+crate::u_common::u_scenario!(U5, "U5", 7, "check-then-set (MariaDB): A checks is_held, pauses, B takes over; only a completion that re-checks as it writes stops A");
+
+#[cfg(feature = "mariadb")]
+mod imp {
+    use anyhow::Context as _;
+    use fencing::fenced_job::CheckedWrite;
+    use harness::evidence::{Mark, Recorder};
+
+    use crate::latch::{finishes, latch, reached};
+    use crate::u_common::{owner_token, JOB_LEASE};
+    use crate::Lab;
+
+    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+        for write in [CheckedWrite::Unconditional, CheckedWrite::Fenced] {
+            let Some(()) = timeline(lab, rec, write).await? else {
+                return Ok(());
+            };
+        }
+        Ok(())
+    }
+
+    /// One run of the timeline with A's completion written as `write`; `None` after a skip.
+    async fn timeline(
+        lab: &mut Lab,
+        rec: &mut Recorder,
+        write: CheckedWrite,
+    ) -> anyhow::Result<Option<()>> {
+        let (short, long, timeout) = (
+            lab.params.short_ttl,
+            lab.params.ttl,
+            lab.params.wait_timeout,
+        );
+        let env = match lab.maria().await? {
+            Ok(env) => env,
+            Err(reason) => {
+                rec.skip(reason);
+                return Ok(None);
+            }
+        };
+        let label = match write {
+            CheckedWrite::Unconditional => "if (lease.isHeld()) UPDATE … WHERE run_id",
+            CheckedWrite::Fenced => "if (lease.isHeld()) fenced completion",
+        };
+        rec.step(Mark::Info, "lab", label, None, "", None);
+        let jobs = env.jobs.clone();
+        let a = jobs
+            .acquire(JOB_LEASE, &owner_token("A"), short)
+            .await?
+            .context("A could not acquire a free job lease")?;
+        rec.step(
+            Mark::Acquired,
+            "A",
+            "acquire, start run-a",
+            Some(a.fence_token),
+            "",
+            None,
+        );
+        jobs.start_run("run-a", &a).await?;
+
+        let (gap, at_gap, release) = latch();
+        let a_completion = tokio::spawn({
+            let (jobs, a) = (jobs.clone(), a.clone());
+            async move { jobs.complete_if_held("run-a", &a, write, gap).await }
+        });
+        reached("A's check-then-set", at_gap).await?;
+        // Seen by the lab, apart from A's own check: the lease really was A's when A paused.
+        let held_at_pause = jobs.is_held(&a).await?;
+        rec.step(
+            Mark::Info,
+            "A",
+            "isHeld() = true, paused before its write",
+            Some(a.fence_token),
+            "",
+            None,
+        );
+
+        env.until_expired(timeout).await?;
+        rec.step(
+            Mark::LeaseExpired,
+            "A",
+            "lease expired (database time)",
+            Some(a.fence_token),
+            "",
+            None,
+        );
+        let b = jobs
+            .acquire(JOB_LEASE, &owner_token("B"), long)
+            .await?
+            .context("B could not take over the expired job lease")?;
+        jobs.start_run("run-b", &b).await?;
+        let b_done = jobs.complete_run("run-b", &b).await?;
+        rec.step(
+            Mark::Acquired,
+            "B",
+            "acquire",
+            Some(b.fence_token),
+            "",
+            None,
+        );
+        rec.step(
+            Mark::Write { accepted: b_done },
+            "B",
+            "complete run-b (fenced)",
+            Some(b.fence_token),
+            "",
+            None,
+        );
+        rec.check(
+            format!("{label}: B took over with fence+1 and completed its run"),
+            "fence_token=2 completed=true",
+            &format!("fence_token={} completed={b_done}", b.fence_token),
+        );
+
+        let _ = release.send(());
+        let outcome = finishes("A's completion", a_completion).await???;
+        let status = jobs.run_status("run-a").await?.unwrap_or_default();
+        let changed = outcome == Some(true);
+        rec.step(
+            Mark::Write { accepted: changed },
+            "A",
+            "resumed, completes run-a",
+            Some(a.fence_token),
+            status.clone(),
+            None,
+        );
+        rec.check(
+            format!(
+                "{label}: when A paused after its check, its lease was still held (database time)"
+            ),
+            &true,
+            &held_at_pause,
+        );
+        anyhow::ensure!(
+            outcome.is_some(),
+            "A's check refused although the lease was held at its pause"
+        );
+        match write {
+            CheckedWrite::Unconditional => {
+                rec.expose(
+                    "the check was stale when A wrote: A's run is marked completed after B took the lease over",
+                    changed && status == "completed",
+                    format_args!("run-a: rows changed={}, status={status}", u8::from(changed)),
+                );
+            }
+            CheckedWrite::Fenced => {
+                rec.check(
+                    "the fenced completion, re-checking as it writes, changes 0 rows",
+                    &false,
+                    &changed,
+                );
+                rec.check("A's run stays running", "running", &status);
+            }
+        }
+        Ok(Some(()))
+    }
+}
