@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/ensure-postgres.sh
+scripts/ensure-faketime.sh
 features=$(scripts/ensure-mariadb.sh)
 # shellcheck disable=SC2086 # $features is empty or one flag
 cargo build --release --locked --quiet -p lab -p holder $features

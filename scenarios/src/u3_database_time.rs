@@ -1,20 +1,38 @@
-//! U3 — whose clock decides, on MariaDB. The fault: the client's notion of "now" is stale (here:
-//! the database time it read when it acquired, kept and reused — a frozen or lagging clock). A
-//! lease judged expired by `CURRENT_TIMESTAMP(3)` cannot be renewed; the same renew judged by the
-//! client's stale time is fooled and revives the expired lease — the negative control.
+//! U3 — whose clock decides, on MariaDB. The fault: a client whose clock really lags — a separate
+//! process whose clock libfaketime sets 3 s behind (nothing else on the machine is skewed). A
+//! lease judged expired by `CURRENT_TIMESTAMP(3)` cannot be renewed; the same renew judged by
+//! that client's clock is fooled and revives the expired lease — the negative control. Needs
+//! MariaDB and libfaketime; without either it says `skip` with the install hint.
 
-crate::u_common::u_scenario!(U3, "U3", 2, "database time (MariaDB): an expired lease cannot be renewed; a renew by a stale client clock can");
+crate::u_common::u_scenario!(U3, "U3", 3, "database time (MariaDB): an expired lease cannot be renewed; a renew judged by a client's lagging clock (libfaketime) can");
 
 #[cfg(feature = "mariadb")]
 mod imp {
+    use std::time::Duration;
+
     use anyhow::Context as _;
     use harness::evidence::Recorder;
+    use harness::faketime::Faketime;
+    use harness::process::Spawn;
 
     use crate::u_common::{owner_token, JOB_LEASE};
     use crate::Lab;
 
+    /// How far the client's clock lags, in libfaketime's notation and in seconds.
+    const LAG: (&str, f64) = ("-3", 3.0);
+    /// How far the measured lag may stray from [`LAG`]: the client's start-up and the two clock
+    /// reads are not at one instant.
+    const TOLERANCE: f64 = 0.5;
+
     pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
         let (short, timeout) = (lab.params.short_ttl, lab.params.wait_timeout);
+        let faketime = match Faketime::locate() {
+            Ok(f) => f,
+            Err(reason) => {
+                rec.skip(reason);
+                return Ok(());
+            }
+        };
         let env = match lab.maria().await? {
             Ok(env) => env,
             Err(reason) => {
@@ -27,13 +45,28 @@ mod imp {
             .acquire(JOB_LEASE, &owner_token("A"), short)
             .await?
             .context("A could not acquire")?;
-        // The client's notion of now: read once, at acquire time, and never refreshed.
-        let client_now = jobs.db_clock().await?;
         env.until_expired(timeout).await?;
-        let db_now = jobs.db_clock().await?;
-        rec.note(format!(
-            "the client believes it is {client_now}; the database says {db_now}"
-        ));
+
+        // The client's notion of now: read from a separate process whose clock lags.
+        let client = faketime
+            .apply(
+                Spawn::new("A's clock (date under libfaketime)", "date"),
+                LAG.0,
+            )
+            .arg("+%s.%3N")
+            .output(Duration::from_secs(10))
+            .await?;
+        let client_now = String::from_utf8_lossy(&client.stdout).trim().to_owned();
+        let db_now = jobs.db_epoch().await?;
+        let lag = db_now - client_now.parse::<f64>().unwrap_or(f64::NAN);
+        rec.check_that(
+            format!(
+                "the client's clock lags the database's by {} s (± {TOLERANCE} s): libfaketime in a separate process",
+                LAG.1
+            ),
+            (lag - LAG.1).abs() <= TOLERANCE,
+            format_args!("client {client_now}, database {db_now:.3}: lag {lag:.3} s"),
+        );
         rec.check(
             "a lease judged expired by CURRENT_TIMESTAMP(3) cannot be renewed",
             "RENEW ok=false",
@@ -41,7 +74,7 @@ mod imp {
         );
         let fooled = jobs.renew_by_client_clock(&a, &client_now).await?;
         rec.expose(
-            "a renew judged by the client's stale clock revives the expired lease",
+            "a renew judged by the client's lagging clock revives the expired lease",
             fooled,
             format_args!("RENEW ok={fooled} with the client's now = {client_now}"),
         );

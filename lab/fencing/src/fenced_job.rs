@@ -133,24 +133,40 @@ impl JobLeaseStore {
     }
 
     /// The same renew, judged by the *client's* notion of now instead of the database's — the
-    /// flaw U3 exposes: a stale client clock revives an expired lease.
-    pub async fn renew_by_client_clock(&self, lease: &JobLease, client_now: &str) -> Result<bool> {
+    /// flaw U3 exposes: a client whose clock lags revives an expired lease. `client_epoch` is the
+    /// client's clock as Unix seconds with a fraction (`date +%s.%3N`): no time zone to disagree
+    /// on.
+    pub async fn renew_by_client_clock(
+        &self,
+        lease: &JobLease,
+        client_epoch: &str,
+    ) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE fenced_job_leases
-                SET leased_until = CAST(? AS DATETIME(3)) + INTERVAL ? MICROSECOND
+                SET leased_until = FROM_UNIXTIME(CAST(? AS DECIMAL(20,3))) + INTERVAL ? MICROSECOND
               WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
-                AND leased_until > CAST(? AS DATETIME(3))",
+                AND leased_until > FROM_UNIXTIME(CAST(? AS DECIMAL(20,3)))",
         )
-        .bind(client_now)
+        .bind(client_epoch)
         .bind(micros(lease.ttl))
         .bind(&lease.lease_name)
         .bind(&lease.owner_token)
         .bind(lease.fence_token)
-        .bind(client_now)
+        .bind(client_epoch)
         .execute(&self.pool)
         .await
         .op("renew the job lease by the client's clock")?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// The database's clock as Unix seconds with a fraction, to compare with a client's.
+    pub async fn db_epoch(&self) -> Result<f64> {
+        let epoch: String =
+            sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) AS CHAR)")
+                .fetch_one(&self.pool)
+                .await
+                .op("read the database clock")?;
+        Ok(epoch.parse().unwrap_or(f64::NAN))
     }
 
     /// Ends the holding at once, if it is still the current, unexpired one.

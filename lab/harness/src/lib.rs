@@ -7,6 +7,7 @@
 //! - [`server`]: the throwaway servers behind one interface (`Server`: start, stop, crash,
 //!   restart, keep) over one private-directory type with owner marks and leftover removal: the
 //!   embedded PostgreSQL cluster and (feature `mariadb`) the embedded MariaDB.
+//! - [`faketime`]: a child's clock, skewed or slowed by libfaketime.
 //! - [`holder`]: driving a holder process over its line protocol, with deadlines.
 //! - [`observe`]: the server seen from the side (backend pids, lock waits).
 //! - [`evidence`]: typed events (checks, notes, timeline steps) and the reporters that turn them
@@ -18,6 +19,7 @@
 //! no SQL of the system under test (only the administration it needs to run a cluster).
 
 pub mod evidence;
+pub mod faketime;
 pub mod holder;
 pub mod observe;
 pub mod process;
