@@ -4,7 +4,10 @@
 //! checks its local deadline, reports that it is at the write point, and waits for the go-line on
 //! stdin. On it, it writes at once — no re-check: that is the point where a real process can be
 //! paused — then stops the renewer, tries one renew, reports both results and exits with a status
-//! that says what happened (see `holder --help` and `holder_protocol::exit`).
+//! that says what happened (see `holder --help` and `holder_protocol::exit`). With
+//! `--wait-before-check` it also stops before the check (`BEFORE_CHECK`, then a go-line), the one
+//! place where a pause is still seen by the holder itself: its check, judged by its monotonic
+//! clock, finds the deadline passed and it gives up ([`exit::DEADLINE_PASSED`]).
 //!
 //! It knows nothing of scenarios or of how it is orchestrated: it speaks the line protocol of
 //! `holder-protocol` on stdin/stdout and nothing else. It never hangs: when stdin closes before
@@ -119,35 +122,42 @@ fn run(args: &Args) -> Result<i32, String> {
     let token = grant.token;
     emit(&Event::Acquired { token });
     let grant = Arc::new(Mutex::new(grant));
-    let renewer = Renewer::start(flags, margin, grant.clone())?;
+    let mut renewer = Renewer::start(flags, margin, grant.clone())?;
 
-    // The local-deadline check. From here to the write there is no other check: a pause here is
-    // invisible to this process.
+    if flags.wait_before_check {
+        // Reported, not decided: the check below reads the clock again after the go-line.
+        let deadline = grant.lock().expect("grant lock").local_deadline();
+        emit(&Event::BeforeCheck {
+            token,
+            deadline_left_ms: millis(deadline.saturating_duration_since(Instant::now())),
+        });
+        renewer = match await_go(renewer)? {
+            Ok(running) => running,
+            Err(code) => return Ok(code),
+        };
+    }
+
+    // The local-deadline check, by the monotonic clock. A pause before this line is judged here;
+    // from here to the write there is no other check: a pause after it is invisible to this
+    // process.
     let deadline = grant.lock().expect("grant lock").local_deadline();
     let now = Instant::now();
     if now >= deadline {
         renewer.stop();
-        emit(&Event::DeadlinePassed { token });
+        emit(&Event::DeadlinePassed {
+            token,
+            overdue_ms: millis(now - deadline),
+        });
         return Ok(exit::DEADLINE_PASSED);
     }
     emit(&Event::AtWritePoint {
         token,
-        deadline_left_ms: (deadline - now).as_millis() as u64,
+        deadline_left_ms: millis(deadline - now),
     });
-    match read_request()? {
-        Some(Request::Go) => {}
-        Some(other) => {
-            renewer.stop();
-            emit(&Event::Error {
-                message: format!("expected GO, got {other}"),
-            });
-            return Ok(exit::PROTOCOL);
-        }
-        None => {
-            renewer.stop();
-            return Ok(exit::ORPHANED);
-        }
-    }
+    let renewer = match await_go(renewer)? {
+        Ok(running) => running,
+        Err(code) => return Ok(code),
+    };
 
     let write = Write {
         scope: &flags.scope,
@@ -177,6 +187,30 @@ fn run(args: &Args) -> Result<i32, String> {
         (false, true) => exit::REJECTED,
         (true, true) => exit::WROTE,
     })
+}
+
+/// Waits for the go-line and hands the running renewer back. On anything else the renewer is
+/// stopped and the holder's exit status is returned: [`exit::ORPHANED`] when stdin closed,
+/// [`exit::PROTOCOL`] (reported as an `ERROR`) for another line.
+fn await_go(renewer: Renewer) -> Result<Result<Renewer, i32>, String> {
+    let other = match read_request()? {
+        Some(Request::Go) => return Ok(Ok(renewer)),
+        Some(other) => other,
+        None => {
+            renewer.stop();
+            return Ok(Err(exit::ORPHANED));
+        }
+    };
+    renewer.stop();
+    emit(&Event::Error {
+        message: format!("expected GO, got {other}"),
+    });
+    Ok(Err(exit::PROTOCOL))
+}
+
+/// Whole milliseconds, as the protocol reports durations.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A pool of one connection to `db` as its owner role.

@@ -44,6 +44,7 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         content: format!("by {holder}"),
         mode: WriteMode::FencedScope.as_str().into(),
         release,
+        wait_before_check: false,
     }
 }
 
@@ -99,6 +100,88 @@ async fn a_holder_acquires_waits_for_the_go_line_writes_renews_and_releases() ->
     assert_eq!(
         env.resource.part("s", "summary").await?.map(|p| p.content),
         Some("by holder-a".into())
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_told_to_wait_before_its_check_checks_only_after_the_go_line() -> anyhow::Result<()>
+{
+    let env = env().await?;
+    let mut spec = spec(&env, "holder-a", false);
+    spec.flags.wait_before_check = true;
+    let mut h = Holder::spawn(&spec).await?;
+    assert_eq!(
+        h.next("acquire", EVENT_TIMEOUT).await?.1,
+        Event::Acquired { token: 1 }
+    );
+    let (_, before) = h.next("before the check", EVENT_TIMEOUT).await?;
+    assert!(
+        matches!(before, Event::BeforeCheck { token: 1, deadline_left_ms } if deadline_left_ms > 0),
+        "{before}"
+    );
+    // Its renewer keeps the deadline ahead while it waits: the check passes.
+    h.send(Request::Go).await?;
+    let (_, ready) = h.next("write point", EVENT_TIMEOUT).await?;
+    assert!(
+        matches!(ready, Event::AtWritePoint { token: 1, .. }),
+        "{ready}"
+    );
+    h.send(Request::Go).await?;
+    assert_eq!(
+        h.next("write", EVENT_TIMEOUT).await?.1,
+        Event::Write {
+            accepted: true,
+            token: 1
+        }
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_deadline_passed_before_its_check_gives_up_without_writing(
+) -> anyhow::Result<()> {
+    let env = env().await?;
+    let mut spec = spec(&env, "holder-a", false);
+    spec.flags.wait_before_check = true;
+    // Renewals far apart: nothing moves the deadline (ttl - margin = 200 ms) while it waits.
+    spec.flags.ttl_ms = 300;
+    spec.flags.margin_ms = 100;
+    spec.flags.renew_ms = 60_000;
+    let mut h = Holder::spawn(&spec).await?;
+    assert_eq!(
+        h.next("acquire", EVENT_TIMEOUT).await?.1,
+        Event::Acquired { token: 1 }
+    );
+    h.next("before the check", EVENT_TIMEOUT).await?;
+    // The local deadline comes before the expiry by the database clock (SPEC §3.1).
+    let lease = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            env.cluster
+                .connect_options(Database::Lease.name(), Database::Lease.role()),
+        )
+        .await?;
+    let lease = fencing::lease::LeaseStore::new(lease, std::time::Duration::from_millis(100));
+    harness::wait::until(
+        "the lease is expired by the database clock",
+        EVENT_TIMEOUT,
+        || lease.is_free("job"),
+    )
+    .await?;
+    h.send(Request::Go).await?;
+    let (_, gave_up) = h.next("the check", EVENT_TIMEOUT).await?;
+    assert!(
+        matches!(gave_up, Event::DeadlinePassed { token: 1, overdue_ms } if overdue_ms > 0),
+        "{gave_up}"
+    );
+    assert_eq!(
+        describe(Some(h.exit_code(EVENT_TIMEOUT).await?)),
+        describe(Some(exit::DEADLINE_PASSED))
+    );
+    assert!(
+        env.resource.attempts("s").await?.is_empty(),
+        "no write was attempted"
     );
     Ok(())
 }
@@ -194,6 +277,7 @@ fn the_holder_documents_its_exit_statuses_and_version() -> anyhow::Result<()> {
     let help = String::from_utf8(help.stdout)?;
     assert!(help.contains("Exit status:"), "{help}");
     assert!(help.contains("--release"), "{help}");
+    assert!(help.contains("--wait-before-check"), "{help}");
     let version = run("--version")?;
     assert_eq!(version.status.code(), Some(0));
     assert_eq!(

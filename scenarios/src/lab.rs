@@ -284,6 +284,7 @@ impl Lab {
                 content: content.into(),
                 mode: mode.as_str().into(),
                 release,
+                wait_before_check: false,
             },
         }
     }

@@ -14,9 +14,10 @@ use clap::Parser;
 
 /// The holder's `--help` epilogue: the protocol in one line and the exit-status table
 /// (the statuses are [`crate::exit`]).
-pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=1`; the holder \
-answers `HELLO version=1 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
-`GO`.
+pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=2`; the holder \
+answers `HELLO version=2 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
+`GO`. With --wait-before-check it first reports BEFORE_CHECK and waits for a `GO` before its \
+local-deadline check; a deadline found passed there is reported as DEADLINE_PASSED.
 
 Exit status:
   0  wrote (accepted) and the lease was still held afterwards
@@ -27,7 +28,7 @@ Exit status:
   5  not acquired: the lease was held by someone else; nothing written
   6  orphaned: stdin closed before the go-line; nothing written
   7  protocol error: another version, or an unexpected line
-  8  the local deadline had passed at the write point; nothing written";
+  8  the local deadline had passed at its check, before the write point; nothing written";
 
 /// One holder's parameters: everything a holder process is started with.
 ///
@@ -77,6 +78,10 @@ pub struct HolderFlags {
     /// Release the lease after the renew that follows the write.
     #[arg(long)]
     pub release: bool,
+    /// Before the local-deadline check, report BEFORE_CHECK and wait for GO: a place where the
+    /// holder can be paused so that its own check judges the pause.
+    #[arg(long)]
+    pub wait_before_check: bool,
 }
 
 impl HolderFlags {
@@ -96,8 +101,9 @@ impl HolderFlags {
             content,
             mode,
             release,
+            wait_before_check,
         } = self;
-        let mut args: Vec<OsString> = Vec::with_capacity(12);
+        let mut args: Vec<OsString> = Vec::with_capacity(13);
         // `--name=value`, one argument each: a value that starts with `-` stays a value.
         let mut flag = |name: &str, value: OsString| {
             let mut arg = OsString::from(name);
@@ -119,6 +125,9 @@ impl HolderFlags {
         if *release {
             args.push("--release".into());
         }
+        if *wait_before_check {
+            args.push("--wait-before-check".into());
+        }
         args
     }
 }
@@ -128,7 +137,8 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
-    fn example(release: bool) -> HolderFlags {
+    /// `switch` sets both switches, so that each is seen on and off.
+    fn example(switch: bool) -> HolderFlags {
         HolderFlags {
             socket_dir: "/tmp/lab sockets/.s".into(),
             port: 54321,
@@ -142,7 +152,8 @@ mod tests {
             // A value that looks like a flag and one with spaces must survive as values.
             content: "--by holder a".into(),
             mode: "fenced-scope".into(),
-            release,
+            release: switch,
+            wait_before_check: switch,
         }
     }
 
@@ -154,8 +165,17 @@ mod tests {
 
     #[test]
     fn the_flags_the_lab_builds_are_the_flags_the_holder_parses() -> Result<(), clap::Error> {
-        for release in [false, true] {
-            let flags = example(release);
+        for switch in [false, true] {
+            let flags = example(switch);
+            assert_eq!(parse(&flags)?, flags);
+        }
+        // Each switch alone, so that neither rides on the other.
+        for (release, wait_before_check) in [(true, false), (false, true)] {
+            let flags = HolderFlags {
+                release,
+                wait_before_check,
+                ..example(false)
+            };
             assert_eq!(parse(&flags)?, flags);
         }
         // Every field changed at once, so that no value is a default that parses by accident.
@@ -172,6 +192,7 @@ mod tests {
             content: String::new(),
             mode: "unfenced".into(),
             release: true,
+            wait_before_check: true,
         };
         assert_eq!(parse(&other)?, other);
         Ok(())
@@ -198,10 +219,12 @@ mod tests {
                 "--{long} is missing from to_args: {args:?}"
             );
         }
-        assert!(
-            !example(false).to_args().iter().any(|a| a == "--release"),
-            "--release is a switch: absent when off"
-        );
+        for switch in ["--release", "--wait-before-check"] {
+            assert!(
+                !example(false).to_args().iter().any(|a| a == switch),
+                "{switch} is a switch: absent when off"
+            );
+        }
     }
 
     #[test]
@@ -209,6 +232,10 @@ mod tests {
         let help = HolderFlags::command().render_long_help().to_string();
         assert!(help.contains("Exit status:"), "{help}");
         assert!(help.contains("8  the local deadline had passed"), "{help}");
+        // The handshake the help teaches is this protocol's.
+        let hello = format!("HELLO version={}", crate::VERSION);
+        assert!(help.contains(&hello), "{hello} missing from: {help}");
+        assert!(help.contains("BEFORE_CHECK"), "{help}");
     }
 
     #[test]

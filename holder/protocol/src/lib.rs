@@ -7,14 +7,25 @@
 //! and waits at the write point for [`Request::Go`].
 //!
 //! ```text
-//! lab → holder   HELLO version=1
-//! holder → lab   HELLO version=1 pid=4242
+//! lab → holder   HELLO version=2
+//! holder → lab   HELLO version=2 pid=4242
 //! holder → lab   ACQUIRED token=1
 //! holder → lab   AT_WRITE_POINT token=1 deadline_left_ms=1196
 //! holder → lab   RENEWED ok=true token=1          (from the background renewer, any time)
 //! lab → holder   GO
 //! holder → lab   WRITE accepted=false token=1
 //! holder → lab   RENEW_AFTER_WRITE ok=false
+//! ```
+//!
+//! A holder started with `--wait-before-check` also stops *before* its local-deadline check: it
+//! reports `BEFORE_CHECK` and waits for a first `GO`; then it checks, and either gives up or goes on
+//! to the write point as above (a second `GO`). A pause there is judged by the check:
+//!
+//! ```text
+//! holder → lab   ACQUIRED token=1
+//! holder → lab   BEFORE_CHECK token=1 deadline_left_ms=1198
+//! lab → holder   GO
+//! holder → lab   DEADLINE_PASSED token=1 overdue_ms=2310   (exit 8; or AT_WRITE_POINT …, GO, WRITE …)
 //! ```
 //!
 //! The holder's command line is part of the same contract: [`HolderFlags`] (in `flags.rs`) is
@@ -26,8 +37,9 @@ mod flags;
 
 pub use flags::{HolderFlags, AFTER_HELP};
 
-/// Bumped whenever a message changes shape.
-pub const VERSION: u32 = 1;
+/// Bumped whenever a message changes shape or a new one may appear. Version 2: `BEFORE_CHECK`,
+/// and `DEADLINE_PASSED` says by how much the deadline had passed (`overdue_ms`).
+pub const VERSION: u32 = 2;
 
 /// The holder's exit statuses (documented in the holder's `--help`).
 pub mod exit {
@@ -47,7 +59,8 @@ pub mod exit {
     pub const ORPHANED: i32 = 6;
     /// The orchestrator spoke another protocol version or sent an unexpected line.
     pub const PROTOCOL: i32 = 7;
-    /// The local deadline had passed at the write point: the holder gave up by itself.
+    /// The local deadline had passed at the local-deadline check, before the write point: the
+    /// holder gave up by itself; nothing was written.
     pub const DEADLINE_PASSED: i32 = 8;
 
     /// A name for an exit status, for the evidence.
@@ -72,7 +85,8 @@ pub mod exit {
 pub enum Request {
     /// The handshake: the orchestrator's protocol version.
     Hello { version: u32 },
-    /// The go-line: write now, without re-checking anything.
+    /// The go-line. At the write point: write now, without re-checking anything. Before the
+    /// check (`--wait-before-check`): go on to the local-deadline check.
     Go,
 }
 
@@ -87,10 +101,15 @@ pub enum Event {
     Refused,
     /// A background renewal's result.
     Renewed { ok: bool, token: i64 },
+    /// (`--wait-before-check` only) The holder stands before its local-deadline check and waits
+    /// for [`Request::Go`]; `deadline_left_ms` is what its monotonic clock said as it reported
+    /// (the check itself comes after the go-line and reads the clock again).
+    BeforeCheck { token: i64, deadline_left_ms: u64 },
     /// The local-deadline check passed; the holder waits for [`Request::Go`].
     AtWritePoint { token: i64, deadline_left_ms: u64 },
-    /// The local deadline had passed at the write point; the holder will not write.
-    DeadlinePassed { token: i64 },
+    /// The local deadline had passed at the check, by `overdue_ms` on the holder's monotonic
+    /// clock; the holder will not write.
+    DeadlinePassed { token: i64, overdue_ms: u64 },
     /// The write's result.
     Write { accepted: bool, token: i64 },
     /// The result of the one renew tried after the write.
@@ -134,7 +153,18 @@ impl fmt::Display for Event {
                     "AT_WRITE_POINT token={token} deadline_left_ms={deadline_left_ms}"
                 )
             }
-            Event::DeadlinePassed { token } => write!(f, "DEADLINE_PASSED token={token}"),
+            Event::BeforeCheck {
+                token,
+                deadline_left_ms,
+            } => {
+                write!(
+                    f,
+                    "BEFORE_CHECK token={token} deadline_left_ms={deadline_left_ms}"
+                )
+            }
+            Event::DeadlinePassed { token, overdue_ms } => {
+                write!(f, "DEADLINE_PASSED token={token} overdue_ms={overdue_ms}")
+            }
             Event::Write { accepted, token } => {
                 write!(f, "WRITE accepted={accepted} token={token}")
             }
@@ -242,10 +272,18 @@ impl Event {
                     deadline_left_ms: f.get("deadline_left_ms")?,
                 }
             }
+            "BEFORE_CHECK" => {
+                f.only(&["token", "deadline_left_ms"])?;
+                Event::BeforeCheck {
+                    token: f.get("token")?,
+                    deadline_left_ms: f.get("deadline_left_ms")?,
+                }
+            }
             "DEADLINE_PASSED" => {
-                f.only(&["token"])?;
+                f.only(&["token", "overdue_ms"])?;
                 Event::DeadlinePassed {
                     token: f.get("token")?,
+                    overdue_ms: f.get("overdue_ms")?,
                 }
             }
             "WRITE" => {
@@ -290,7 +328,14 @@ mod tests {
                 token: 1,
                 deadline_left_ms: 1196,
             },
-            Event::DeadlinePassed { token: 3 },
+            Event::BeforeCheck {
+                token: 2,
+                deadline_left_ms: 1198,
+            },
+            Event::DeadlinePassed {
+                token: 3,
+                overdue_ms: 2310,
+            },
             Event::Write {
                 accepted: false,
                 token: 1,
@@ -301,6 +346,25 @@ mod tests {
                 message: "failed to connect: no such file".into(),
             },
         ];
+        // Every variant is in the list: a new one does not compile until `variant` names it,
+        // and fails here until the list has it.
+        let variant = |e: &Event| match e {
+            Event::Hello { .. } => 0,
+            Event::Acquired { .. } => 1,
+            Event::Refused => 2,
+            Event::Renewed { .. } => 3,
+            Event::BeforeCheck { .. } => 4,
+            Event::AtWritePoint { .. } => 5,
+            Event::DeadlinePassed { .. } => 6,
+            Event::Write { .. } => 7,
+            Event::RenewAfterWrite { .. } => 8,
+            Event::Released { .. } => 9,
+            Event::Error { .. } => 10,
+        };
+        let mut seen: Vec<usize> = events.iter().map(variant).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen, (0..=10).collect::<Vec<_>>(), "a variant is missing");
         for e in events {
             assert_eq!(Event::decode(&format!("{e}\n")), Ok(e.clone()), "{e}");
         }
@@ -338,6 +402,10 @@ mod tests {
             "ACQUIRED token=one",
             "RENEWED ok=true token=1.5",
             "AT_WRITE_POINT token=1 deadline_left_ms=-3",
+            "BEFORE_CHECK token=1",
+            "BEFORE_CHECK token=1 deadline_left_ms=5 extra=1",
+            // Version 1's shape: without how far the deadline had passed.
+            "DEADLINE_PASSED token=1",
             "REFUSED now",
             // Requests are not events, even where the tag is shared.
             "GO",

@@ -37,6 +37,10 @@ const MASKS: &[(&str, &str)] = &[
     (r"after a wait of \d+ ms", "after a wait of <N> ms"),
     (r"expired after \d+ ms", "expired after <N> ms"),
     (r"\d+ ms after A was frozen", "<N> ms after A was frozen"),
+    // F10: the holder's own clock readings, and how long A stayed frozen.
+    (r"deadline_left_ms=\d+", "deadline_left_ms=<N>"),
+    (r"frozen for \d+ ms", "frozen for <N> ms"),
+    (r"deadline passed by \d+ ms", "deadline passed by <N> ms"),
     (r"\d+ renewals, \d+ ok", "<N> renewals, <N> ok"),
     (r"peak \d+ of", "peak <N> of"),
     (r"spread over \d+ µs", "spread over <N> µs"),
@@ -74,6 +78,17 @@ fn masks_hide_only_what_varies() {
     assert_ne!(
         normalise("(waited 3000 ms, TTL=1500 ms)"),
         normalise("(waited 3001 ms, TTL=1500 ms)")
+    );
+    // F10's clock readings are masked; its verdicts and tokens are not.
+    assert_eq!(
+        normalise(
+            "  note A was frozen for 1534 ms; its check found the local deadline passed by 348 ms"
+        ),
+        "  note A was frozen for <N> ms; its check found the local deadline passed by <N> ms\n"
+    );
+    assert_ne!(
+        normalise("  ok   A stops (BEFORE_CHECK token=1 deadline_left_ms=1194)"),
+        normalise("  ok   A stops (BEFORE_CHECK token=2 deadline_left_ms=1194)")
     );
 }
 

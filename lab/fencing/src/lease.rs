@@ -278,3 +278,22 @@ pub mod stmt {
         d.as_secs_f64() * 1000.0
     }
 }
+
+/// What an operator does by hand, not what a service does. Kept here because it is SQL of the
+/// lease store, and only so that experiment F11 can show what it costs; nothing else calls it.
+pub mod operator_mistake {
+    use super::*;
+
+    /// The mistake: empties the lease table by hand (`TRUNCATE lease`), as a "cleanup" of old
+    /// rows might. The tokens issued so far are forgotten with their rows, so the next grant is
+    /// token 1 again (I2 broken) — below the floor of every resource that accepted a greater one,
+    /// which from then on rejects the lease's legitimate holders (evidence/LIMITS.md says what
+    /// repairs it). Releasing or expiring a lease never needs this: the row and its token stay.
+    pub async fn truncate_the_lease_table<'e>(e: impl PgExecutor<'e>) -> Result<()> {
+        sqlx::query("TRUNCATE lease")
+            .execute(e)
+            .await
+            .op("truncate the lease table by hand")?;
+        Ok(())
+    }
+}

@@ -225,3 +225,55 @@ async fn inside_a_transaction_now_is_frozen_and_only_clock_timestamp_sees_expiry
     t.rollback().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_lease_table_truncated_by_hand_reissues_token_1_below_the_resources_floor(
+) -> anyhow::Result<()> {
+    use fencing::lease::operator_mistake;
+    use fencing::resource::{Write, WriteMode};
+    let db = common::start().await?;
+    let write = |token| Write {
+        scope: common::SCOPE,
+        part: "summary",
+        content: "rows",
+        writer: "a",
+        token,
+    };
+    for expected in 1..=2 {
+        let g = db
+            .lease
+            .acquire("job", "a", TTL)
+            .await?
+            .expect("free lease");
+        assert_eq!(g.token, expected);
+        assert!(
+            db.resource
+                .write(&write(g.token), WriteMode::FencedScope)
+                .await?
+        );
+        assert!(db.lease.release(&g).await?);
+    }
+    assert_eq!(db.resource.floor(common::SCOPE).await?, Some(2));
+
+    operator_mistake::truncate_the_lease_table(db.lease.pool()).await?;
+    assert_eq!(db.lease.row_count().await?, 0);
+    let g = db
+        .lease
+        .acquire("job", "a", TTL)
+        .await?
+        .expect("empty table");
+    assert_eq!(g.token, 1, "the reset forgot every token issued");
+    let row = db.lease.inspect("job").await?.expect("row");
+    assert!(
+        !row.expired && row.holder == "a" && row.token == 1,
+        "{row:?}"
+    );
+    assert!(
+        !db.resource
+            .write(&write(g.token), WriteMode::FencedScope)
+            .await?,
+        "the current holder's token 1 is below the floor 2"
+    );
+    assert_eq!(db.resource.floor(common::SCOPE).await?, Some(2));
+    Ok(())
+}

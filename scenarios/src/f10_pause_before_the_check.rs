@@ -1,0 +1,334 @@
+//! F10 — the pause before the check. The fault: holder A, a separate process renewing in the
+//! background, is frozen with SIGSTOP (every thread) *before* its local-deadline check; its lease
+//! expires by the database clock; B takes over with token 2 and writes; A is thawed.
+//! Property: A's own check, judged by its monotonic clock, finds the local deadline passed, so A
+//! gives up by itself (holder exit 8): the resource never sees it (no row of A in
+//! `write_attempt`), and B's holding and write stay as they were. This is the placement the local
+//! deadline covers (seed 004); F4 freezes A *after* the check, where only the fence helps.
+//!
+//! A is given the unfenced write mode on purpose: the resource would accept anything A sent, so
+//! what keeps B's part is A's check alone, not the fence. B is the lab's own lease client (one
+//! acquire and one write through the same `fencing` stores), not a second holder process: B is
+//! not under test here (F4 runs B as a process), and a client in the lab keeps the takeover in
+//! the lab's hands, with no second renewer whose timing varies on a loaded machine.
+
+use std::convert::Infallible;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use fencing::resource::{Write, WriteMode};
+use harness::evidence::{Mark, Recorder};
+use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+use harness::process::ThreadState;
+use holder_protocol::{exit, Event, Request};
+
+use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::paused_holder::{part_line, A_CONTENT, B_CONTENT};
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F10;
+
+impl Scenario for F10 {
+    fn id(&self) -> &'static str {
+        "F10"
+    }
+
+    fn title(&self) -> &'static str {
+        "the pause before the check: A frozen before its local-deadline check, the lease expires, B takes over; A resumes and gives up by its monotonic clock"
+    }
+
+    fn checks(&self) -> usize {
+        14
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["/proc shows state T"]
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let p = lab.params.clone();
+            let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Unfenced, false);
+            spec.flags.wait_before_check = true;
+            let mut a = Holder::spawn(&spec).await?;
+            let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+            step(lab, rec, at, "A", "acquire", &event).await;
+            rec.check(
+                format!("A (pid {}) acquires the lease, token=1", a.pid()),
+                "ACQUIRED token=1",
+                &event.to_string(),
+            );
+            let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
+            step(
+                lab,
+                rec,
+                at,
+                "A",
+                "stops before its local-deadline check",
+                &before,
+            )
+            .await;
+            let Event::BeforeCheck {
+                token: 1,
+                deadline_left_ms,
+            } = before
+            else {
+                bail!(a.unexpected("BEFORE_CHECK token=1", &before));
+            };
+            rec.check_that(
+                "A stops before its local-deadline check, its deadline still ahead",
+                deadline_left_ms > 0,
+                &before,
+            );
+            rec.note(
+                "A's write mode is unfenced: the resource would accept whatever A sent, so only \
+                 A's own check can keep B's part",
+            );
+
+            // A state, polled: the renewer has reported at least once while A waits.
+            harness::wait::until("A's renewer has renewed", p.wait_timeout, || {
+                let seen = !a.drain_renewals().is_empty();
+                async move { Ok::<bool, Infallible>(seen) }
+            })
+            .await?;
+            let renewals = a.drain_renewals().to_vec();
+            for (at, ok) in &renewals {
+                let mark = if *ok { Mark::Renewed } else { Mark::Info };
+                let outcome = format!("ok={ok}");
+                rec.step_at(*at, mark, "A", "background renew", Some(1), outcome, None);
+            }
+            rec.check_that(
+                "A's background renewer renewed while A waited before its check, every time with success",
+                !renewals.is_empty() && renewals.iter().all(|(_, ok)| *ok),
+                format_args!(
+                    "{} renewals, {} ok",
+                    renewals.len(),
+                    renewals.iter().filter(|(_, ok)| *ok).count()
+                ),
+            );
+            let row = lab.lease.inspect(LEASE).await?;
+            rec.check(
+                "just before the freeze the lease is A's and unexpired (database clock)",
+                "holder-a token=1 unexpired",
+                &shown(row.map(|r| {
+                    let state = if r.expired { "expired" } else { "unexpired" };
+                    format!("{} token={} {state}", r.holder, r.token)
+                })),
+            );
+
+            a.freeze().await?;
+            let frozen_at = Instant::now();
+            // Read again, apart from freeze()'s own post-condition: what /proc shows now.
+            let frozen = a.threads()?;
+            lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", thread_list(&frozen)).await;
+            rec.check(
+                "after SIGSTOP before its check, /proc shows state T for A and every thread of A",
+                "T",
+                &thread_states(&frozen),
+            );
+            rec.check_that(
+                "A's renewer thread is frozen with it: nothing moves A's local deadline",
+                frozen.iter().any(|t| t.name == "renewer" && t.state == 'T'),
+                format_args!("pid {}: {}", a.pid(), thread_list(&frozen)),
+            );
+
+            lab.until_lease_expired("A's lease").await?;
+            lab_step(
+                lab,
+                rec,
+                Mark::LeaseExpired,
+                "A",
+                "lease expired (database clock)",
+                "",
+            )
+            .await;
+            rec.note(format!(
+                "the lease expired by the database clock {} ms after A was frozen",
+                frozen_at.elapsed().as_millis()
+            ));
+
+            let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+            let clock = lab.lease.db_clock().await.ok();
+            rec.step(
+                acquire_mark(b.as_ref()),
+                "B",
+                "acquire",
+                b.as_ref().map(|g| g.token),
+                acquired(b.as_ref()),
+                clock,
+            );
+            rec.check(
+                "B (the lab's lease client) acquires the lease, token=2",
+                "ACQUIRED token=2",
+                &acquired(b.as_ref()),
+            );
+            let b = b.context("B could not acquire the expired lease")?;
+            let write = Write {
+                scope: SCOPE,
+                part: SUMMARY,
+                content: B_CONTENT,
+                writer: HOLDER_B,
+                token: b.token,
+            };
+            let ok = lab.resource.write(&write, p.fenced_mode).await?;
+            let clock = lab.lease.db_clock().await.ok();
+            rec.step(
+                Mark::Write { accepted: ok },
+                "B",
+                "write",
+                Some(b.token),
+                wrote(ok, b.token),
+                clock,
+            );
+            rec.check(
+                format!("B's write is accepted (mode={})", p.fenced_mode),
+                &wrote(true, 2),
+                &wrote(ok, b.token),
+            );
+
+            // The go-line waits in the pipe; on SIGCONT, A goes straight on to its check.
+            a.send(Request::Go).await?;
+            let thawed = a.thaw().await?;
+            let frozen_for = frozen_at.elapsed();
+            lab_step(
+                lab,
+                rec,
+                Mark::Thawed,
+                "A",
+                "go-line, SIGCONT",
+                thread_list(&thawed),
+            )
+            .await;
+            let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
+            step(
+                lab,
+                rec,
+                at,
+                "A",
+                "local-deadline check (after resuming)",
+                &verdict,
+            )
+            .await;
+            // How far past is the holder's own measurement: in the note, not the verdict.
+            let (seen, overdue) = match &verdict {
+                Event::DeadlinePassed { token, overdue_ms } => {
+                    (format!("DEADLINE_PASSED token={token}"), Some(*overdue_ms))
+                }
+                other => (other.to_string(), None),
+            };
+            rec.check(
+                "A, resumed, finds its local deadline passed by its monotonic clock and will not write",
+                "DEADLINE_PASSED token=1",
+                &seen,
+            );
+            if let Some(overdue_ms) = overdue {
+                rec.note(format!(
+                    "A was frozen for {} ms; its check found the local deadline passed by {overdue_ms} ms",
+                    frozen_for.as_millis()
+                ));
+            }
+            let code = a.exit_code(EVENT_TIMEOUT).await?;
+            rec.check(
+                "A exits by itself with its deadline-passed status: nothing written",
+                &describe(Some(exit::DEADLINE_PASSED)),
+                &describe(Some(code)),
+            );
+
+            let attempts = lab.resource.attempts(SCOPE).await?;
+            rec.note(format!(
+                "write_attempt: {}",
+                attempts
+                    .iter()
+                    .map(|x| format!(
+                        "{} token={} {} accepted={}",
+                        x.writer, x.token, x.mode, x.accepted
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+            rec.check(
+                "write_attempt has no row of A: the resource never saw it",
+                &0,
+                &attempts.iter().filter(|x| x.writer == HOLDER_A).count(),
+            );
+            rec.check(
+                "B's part stays: the final summary is B's",
+                &format!("{B_CONTENT} by holder-b token=2"),
+                &part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
+            );
+            rec.check(
+                "fence_floor stays at B's token",
+                "2",
+                &shown(lab.resource.floor(SCOPE).await?),
+            );
+            let row = lab.lease.inspect(LEASE).await?;
+            rec.check(
+                "the lease row is still B's holding: A, resumed, did not touch it",
+                "holder-b token=2",
+                &shown(row.map(|r| format!("{} token={}", r.holder, r.token))),
+            );
+            rec.note(
+                "A gave up by itself: a pause before the check is one the local deadline covers. \
+                 F4 freezes A after its check, where no client-side check can help and only the \
+                 resource's fence does",
+            );
+            Ok(())
+        })
+    }
+}
+
+/// Records a holder's event as a timeline step, with the database clock read when it arrived.
+async fn step(
+    lab: &Lab,
+    rec: &mut Recorder,
+    at: Instant,
+    actor: &str,
+    action: &str,
+    event: &Event,
+) {
+    let (mark, token) = match event {
+        Event::Acquired { token } => (Mark::Acquired, Some(*token)),
+        Event::BeforeCheck { token, .. }
+        | Event::AtWritePoint { token, .. }
+        | Event::DeadlinePassed { token, .. } => (Mark::Info, Some(*token)),
+        Event::Write { accepted, token } => (
+            Mark::Write {
+                accepted: *accepted,
+            },
+            Some(*token),
+        ),
+        _ => (Mark::Info, None),
+    };
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step_at(at, mark, actor, action, token, event.to_string(), clock);
+}
+
+/// Records something the lab did to `actor` (or saw happen to its lease) as a timeline step.
+async fn lab_step(
+    lab: &Lab,
+    rec: &mut Recorder,
+    mark: Mark,
+    actor: &str,
+    action: &str,
+    outcome: impl Into<String>,
+) {
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step(mark, actor, action, None, outcome, clock);
+}
+
+/// The distinct states of the threads, e.g. `T`.
+fn thread_states(threads: &[ThreadState]) -> String {
+    let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();
+    letters.sort();
+    letters.dedup();
+    letters.join(",")
+}
+
+/// Every thread with its state, as `/proc` shows them.
+fn thread_list(threads: &[ThreadState]) -> String {
+    threads
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

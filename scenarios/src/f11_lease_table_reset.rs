@@ -1,0 +1,236 @@
+//! F11 — the lease table reset by hand. The fault: after the lease was granted four times (tokens
+//! 1…4, each holder's write accepted, the resource's floor at 4), an operator truncates the lease
+//! table. The property it breaks is I2 (tokens never go back): the next grant is token 1 again,
+//! below the floor. The fenced resource then rejects a *legitimate*, current holder, and every
+//! grant after it while the reissued tokens stay below the floor. The floor cannot tell such a
+//! holder from a stale one — it keeps no lease, only the highest token it has seen — so I2 broken
+//! turns into a loss of liveness, not of safety (seed 004, table 26-2).
+//!
+//! A negative control: the flaw must show. If the reset stopped reissuing small tokens (a token
+//! source the reset cannot move back), the grant would be above the floor, the write accepted,
+//! and F11 fails. What repairs it is in evidence/LIMITS.md.
+
+use anyhow::{ensure, Context as _};
+use fencing::lease::{operator_mistake, Grant};
+use fencing::resource::Write;
+use harness::evidence::{Mark, Recorder};
+
+use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::paused_holder::part_line;
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F11;
+
+/// The grants before the reset: the resource's floor ends at this token. Four, so that after the
+/// first grant past the reset two more (tokens 2 and 3) still fall below it.
+const GRANTS_BEFORE: i64 = 4;
+/// How many more grants holder-c takes after its first one past the reset.
+const FURTHER_GRANTS: i64 = 2;
+/// The holder after the reset: a new, legitimate one.
+const HOLDER_C: &str = "holder-c";
+
+impl Scenario for F11 {
+    fn id(&self) -> &'static str {
+        "F11"
+    }
+
+    fn title(&self) -> &'static str {
+        "the lease table reset by hand: tokens start again at 1 below the resource's floor, and the legitimate holder is rejected (I2 broken → liveness lost)"
+    }
+
+    fn checks(&self) -> usize {
+        10
+    }
+
+    fn fence_dependent(&self) -> bool {
+        true
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let mut before = Vec::new();
+            for n in 1..=GRANTS_BEFORE {
+                let who = if n % 2 == 1 { HOLDER_A } else { HOLDER_B };
+                let (g, ok) = grant_and_write(lab, rec, who, &format!("rows={n}00")).await?;
+                before.push(format!("token={} accepted={ok}", g.token));
+                let released = lab.lease.release(&g).await?;
+                ensure!(released, "{who} could not release its holding");
+                rec.step(
+                    Mark::Released,
+                    who,
+                    "release",
+                    Some(g.token),
+                    "RELEASED ok=true",
+                    None,
+                );
+            }
+            rec.check(
+                format!("before the reset: {GRANTS_BEFORE} grants, each holder's write accepted"),
+                &(1..=GRANTS_BEFORE)
+                    .map(|t| format!("token={t} accepted=true"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                &before.join(", "),
+            );
+            let floor = lab
+                .resource
+                .floor(SCOPE)
+                .await?
+                .context("the scope has no floor")?;
+            rec.check(
+                "the resource's floor before the reset",
+                &GRANTS_BEFORE,
+                &floor,
+            );
+
+            let rows = lab.lease.row_count().await?;
+            operator_mistake::truncate_the_lease_table(lab.lease.pool()).await?;
+            let left = lab.lease.row_count().await?;
+            rec.step(
+                Mark::Info,
+                "lab",
+                "an operator truncates the lease table by hand",
+                None,
+                format!("lease rows {rows} → {left}"),
+                lab.lease.db_clock().await.ok(),
+            );
+            rec.check(
+                "an operator truncates the lease table by hand (lease rows before → after)",
+                "1 → 0",
+                &format!("{rows} → {left}"),
+            );
+
+            let (g, ok) = grant_and_write(lab, rec, HOLDER_C, "rows=500(C)").await?;
+            rec.expose(
+                format!("I2 broken: tokens went back; the first grant after the reset is below the resource's floor {floor}"),
+                g.token < floor,
+                format_args!("ACQUIRED token={}; fence_floor={floor}", g.token),
+            );
+            let row = lab.lease.inspect(LEASE).await?;
+            rec.check(
+                "holder-c is the lease's current, unexpired holder: a legitimate holding",
+                &format!("{HOLDER_C} token={} unexpired", g.token),
+                &shown(row.map(|r| {
+                    let state = if r.expired { "expired" } else { "unexpired" };
+                    format!("{} token={} {state}", r.holder, r.token)
+                })),
+            );
+            rec.expose(
+                format!(
+                    "liveness lost: the fenced resource rejects the current holder; its floor {floor} \
+                     cannot tell a reissued token from a stale holder's"
+                ),
+                !ok,
+                wrote(ok, g.token),
+            );
+
+            // The same holder tries again with a new grant each time, as a scheduled job would.
+            let mut held = g;
+            let mut further = Vec::new();
+            for _ in 0..FURTHER_GRANTS {
+                let released = lab.lease.release(&held).await?;
+                ensure!(released, "holder-c could not release its holding");
+                rec.step(
+                    Mark::Released,
+                    HOLDER_C,
+                    "release",
+                    Some(held.token),
+                    "RELEASED ok=true",
+                    None,
+                );
+                let (g, ok) = grant_and_write(lab, rec, HOLDER_C, "rows=500(C)").await?;
+                let current = lab
+                    .lease
+                    .inspect(LEASE)
+                    .await?
+                    .is_some_and(|r| r.holder == HOLDER_C && r.token == g.token && !r.expired);
+                let state = if current { "current" } else { "not current" };
+                further.push(format!("token={} {state} accepted={ok}", g.token));
+                held = g;
+            }
+            rec.check(
+                format!("{FURTHER_GRANTS} further grants, each holder-c's current holding and each write rejected while the tokens stay below the floor"),
+                &(2..2 + FURTHER_GRANTS)
+                    .map(|t| format!("token={t} current accepted=false"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                &further.join(", "),
+            );
+
+            rec.check(
+                "the resource's floor did not move",
+                &GRANTS_BEFORE.to_string(),
+                &shown(lab.resource.floor(SCOPE).await?),
+            );
+            let last = if GRANTS_BEFORE % 2 == 1 {
+                HOLDER_A
+            } else {
+                HOLDER_B
+            };
+            rec.check(
+                "the summary is still the last write before the reset",
+                &format!("rows={GRANTS_BEFORE}00 by {last} token={GRANTS_BEFORE}"),
+                &part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
+            );
+            let attempts = lab.resource.attempts(SCOPE).await?;
+            let by_c = |accepted: bool| {
+                attempts
+                    .iter()
+                    .filter(|x| x.writer == HOLDER_C && x.accepted == accepted)
+                    .count()
+            };
+            rec.check(
+                "write_attempt: holder-c's attempts (the resource logged each rejection)",
+                &format!("{} rejected, 0 accepted", 1 + FURTHER_GRANTS),
+                &format!("{} rejected, {} accepted", by_c(false), by_c(true)),
+            );
+            rec.note(format!(
+                "the rejection lasts while the reissued tokens stay below the floor: here {} grants, \
+                 in a service as many as were made before the reset. From the floor on, reissued \
+                 tokens equal old ones, and the floor takes an old holding and a new one with the \
+                 same number for one (not run here). Never reset the lease table: \
+                 evidence/LIMITS.md says what repairs it",
+                floor - 1
+            ));
+            Ok(())
+        })
+    }
+}
+
+/// `who` acquires the lease (which must be free) and writes `content` with its token in the
+/// fenced mode under test; both are recorded as steps. The grant and whether the write was
+/// accepted.
+async fn grant_and_write(
+    lab: &Lab,
+    rec: &mut Recorder,
+    who: &str,
+    content: &str,
+) -> anyhow::Result<(Grant, bool)> {
+    let g = lab.lease.acquire(LEASE, who, lab.params.ttl).await?;
+    rec.step(
+        acquire_mark(g.as_ref()),
+        who,
+        "acquire",
+        g.as_ref().map(|g| g.token),
+        acquired(g.as_ref()),
+        lab.lease.db_clock().await.ok(),
+    );
+    let g = g.with_context(|| format!("{who} could not acquire a free lease"))?;
+    let write = Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer: who,
+        token: g.token,
+    };
+    let ok = lab.resource.write(&write, lab.params.fenced_mode).await?;
+    rec.step(
+        Mark::Write { accepted: ok },
+        who,
+        "write",
+        Some(g.token),
+        wrote(ok, g.token),
+        lab.lease.db_clock().await.ok(),
+    );
+    Ok((g, ok))
+}
