@@ -9,10 +9,16 @@
 //! place where a pause is still seen by the holder itself: its check, judged by its monotonic
 //! clock, finds the deadline passed and it gives up ([`exit::DEADLINE_PASSED`]).
 //!
+//! The lease lives in one of two stores (`--store`): `postgres`, the lease store and fenced
+//! resource of SPEC §3 (the write is a part of a report scope), or `mariadb`, seed 000's fenced
+//! job lease (the holder starts its run after acquiring, and the write is that run's completion;
+//! feature `mariadb`). Both go through [`Side`]: the same timeline, the same protocol.
+//!
 //! It knows nothing of scenarios or of how it is orchestrated: it speaks the line protocol of
 //! `holder-protocol` on stdin/stdout and nothing else. It never hangs: when stdin closes before
 //! the go-line, it exits without writing ([`exit::ORPHANED`]).
 
+use std::future::Future;
 use std::io::{self, BufRead, Write as _};
 use std::process::ExitCode;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -27,30 +33,20 @@ use fencing::schema::Database;
 use holder_protocol::{exit, Event, HolderFlags, Request, VERSION};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-/// One holder's parameters: its flags ([`HolderFlags`], shared with the lab that builds them)
-/// with the write mode resolved.
-struct Args {
-    flags: HolderFlags,
-    mode: WriteMode,
+/// Parses the command line; `--help` and `--version` print and exit 0, bad arguments print a
+/// usage error and exit [`exit::USAGE`].
+fn parse_flags() -> HolderFlags {
+    let command = HolderFlags::command().version(env!("CARGO_PKG_VERSION"));
+    command
+        .try_get_matches()
+        .and_then(|mut matches| HolderFlags::from_arg_matches_mut(&mut matches))
+        .unwrap_or_else(|e| e.exit())
 }
 
-impl Args {
-    /// Parses the command line; `--help` and `--version` print and exit 0, bad arguments print a
-    /// usage error and exit [`exit::USAGE`].
-    fn parse() -> Args {
-        let command = HolderFlags::command().version(env!("CARGO_PKG_VERSION"));
-        let flags = command
-            .try_get_matches()
-            .and_then(|mut matches| HolderFlags::from_arg_matches_mut(&mut matches))
-            .unwrap_or_else(|e| e.exit());
-        match flags.mode.parse::<WriteMode>() {
-            Ok(mode) => Args { flags, mode },
-            Err(e) => {
-                eprintln!("error: invalid value for '--mode <MODE>': {e}");
-                std::process::exit(exit::USAGE);
-            }
-        }
-    }
+/// A usage error: one line on stderr, exit status [`exit::USAGE`].
+fn usage(message: String) -> ! {
+    eprintln!("error: {message}");
+    std::process::exit(exit::USAGE);
 }
 
 /// Writes one event line; an orchestrator that stopped listening ends the holder.
@@ -72,8 +68,35 @@ fn read_request() -> Result<Option<Request>, String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    ExitCode::from(match run(&args) {
+    let flags = parse_flags();
+    let outcome = match flags.store.as_str() {
+        "postgres" => {
+            let mode = flags
+                .mode
+                .parse::<WriteMode>()
+                .unwrap_or_else(|e| usage(format!("invalid value for '--mode <MODE>': {e}")));
+            run::<PgSide>(&flags, mode)
+        }
+        #[cfg(feature = "mariadb")]
+        "mariadb" => {
+            let completion = job::Completion::parse(&flags.mode)
+                .unwrap_or_else(|e| usage(format!("invalid value for '--mode <MODE>': {e}")));
+            if flags.run_id.is_none() {
+                usage("--store mariadb needs --run-id: the run to start and complete".into());
+            }
+            run::<job::JobSide>(&flags, completion)
+        }
+        #[cfg(not(feature = "mariadb"))]
+        "mariadb" => usage(
+            "--store mariadb: this holder was built without MariaDB support \
+             (cargo build -p holder --features holder/mariadb)"
+                .into(),
+        ),
+        other => usage(format!(
+            "invalid value for '--store <STORE>': {other:?}; expected postgres or mariadb"
+        )),
+    };
+    ExitCode::from(match outcome {
         Ok(code) => code,
         Err(message) => {
             emit(&Event::Error { message });
@@ -82,8 +105,43 @@ fn main() -> ExitCode {
     } as u8)
 }
 
-fn run(args: &Args) -> Result<i32, String> {
-    let flags = &args.flags;
+/// What the holder needs of the store its lease lives in: the same timeline runs on either.
+trait Side: Sized {
+    /// How the write checks the token (the `--mode`, resolved).
+    type Mode: Copy;
+    /// One holding: what renew, release and the write need, and the local deadline.
+    type Held: Clone + Send + 'static;
+    /// Connects; `for_renewer` connects only what renewing needs.
+    fn connect(
+        flags: &HolderFlags,
+        mode: Self::Mode,
+        for_renewer: bool,
+    ) -> impl Future<Output = Result<Self, String>>;
+    /// Acquires (and, for a job, starts its run); `None` while someone else holds the lease.
+    fn acquire(
+        &self,
+        flags: &HolderFlags,
+    ) -> impl Future<Output = Result<Option<Self::Held>, String>>;
+    fn token(held: &Self::Held) -> i64;
+    /// When the holder stops by itself: from its monotonic clock, read before the last
+    /// successful acquire or renew was sent, plus `ttl - margin`.
+    fn local_deadline(held: &Self::Held) -> Instant;
+    /// Renews `held` (moving its local deadline when it succeeds).
+    fn renew(&self, held: &mut Self::Held) -> impl Future<Output = Result<bool, String>>;
+    fn release(&self, held: &Self::Held) -> impl Future<Output = Result<bool, String>>;
+    /// The write at the write point: accepted?
+    fn write(
+        &self,
+        flags: &HolderFlags,
+        held: &Self::Held,
+    ) -> impl Future<Output = Result<bool, String>>;
+}
+
+fn run<S>(flags: &HolderFlags, mode: S::Mode) -> Result<i32, String>
+where
+    S: Side + Send + 'static,
+    S::Mode: Send + 'static,
+{
     match read_request()? {
         Some(Request::Hello { version }) if version == VERSION => {}
         Some(other) => {
@@ -103,30 +161,19 @@ fn run(args: &Args) -> Result<i32, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("failed to start a runtime: {e}"))?;
-    let ttl = Duration::from_millis(flags.ttl_ms);
-    let margin = Duration::from_millis(flags.margin_ms);
-    let lease = rt
-        .block_on(store(flags, Database::Lease))
-        .map(|pool| LeaseStore::new(pool, margin))?;
-    let resource = rt
-        .block_on(store(flags, Database::Resource))
-        .map(Resource::new)?;
-
-    let grant = rt
-        .block_on(lease.acquire(&flags.lease, &flags.holder, ttl))
-        .map_err(|e| format!("{e:#}"))?;
-    let Some(grant) = grant else {
+    let side = rt.block_on(S::connect(flags, mode, false))?;
+    let Some(held) = rt.block_on(side.acquire(flags))? else {
         emit(&Event::Refused);
         return Ok(exit::NOT_ACQUIRED);
     };
-    let token = grant.token;
+    let token = S::token(&held);
     emit(&Event::Acquired { token });
-    let grant = Arc::new(Mutex::new(grant));
-    let mut renewer = Renewer::start(flags, margin, grant.clone())?;
+    let held = Arc::new(Mutex::new(held));
+    let mut renewer = Renewer::start::<S>(flags, mode, held.clone())?;
 
     if flags.wait_before_check {
         // Reported, not decided: the check below reads the clock again after the go-line.
-        let deadline = grant.lock().expect("grant lock").local_deadline();
+        let deadline = S::local_deadline(&held.lock().expect("holding lock"));
         emit(&Event::BeforeCheck {
             token,
             deadline_left_ms: millis(deadline.saturating_duration_since(Instant::now())),
@@ -140,7 +187,7 @@ fn run(args: &Args) -> Result<i32, String> {
     // The local-deadline check, by the monotonic clock. A pause before this line is judged here;
     // from here to the write there is no other check: a pause after it is invisible to this
     // process.
-    let deadline = grant.lock().expect("grant lock").local_deadline();
+    let deadline = S::local_deadline(&held.lock().expect("holding lock"));
     let now = Instant::now();
     if now >= deadline {
         renewer.stop();
@@ -159,27 +206,15 @@ fn run(args: &Args) -> Result<i32, String> {
         Err(code) => return Ok(code),
     };
 
-    let write = Write {
-        scope: &flags.scope,
-        part: &flags.part,
-        content: &flags.content,
-        writer: &flags.holder,
-        token,
-    };
-    let accepted = rt
-        .block_on(resource.write(&write, args.mode))
-        .map_err(|e| format!("{e:#}"))?;
+    let current = held.lock().expect("holding lock").clone();
+    let accepted = rt.block_on(side.write(flags, &current))?;
     emit(&Event::Write { accepted, token });
     renewer.stop();
-    let mut held = grant.lock().expect("grant lock").clone();
-    let renewed = rt
-        .block_on(lease.renew(&mut held))
-        .map_err(|e| format!("{e:#}"))?;
+    let mut current = held.lock().expect("holding lock").clone();
+    let renewed = rt.block_on(side.renew(&mut current))?;
     emit(&Event::RenewAfterWrite { ok: renewed });
     if flags.release && renewed {
-        let released = rt
-            .block_on(lease.release(&held))
-            .map_err(|e| format!("{e:#}"))?;
+        let released = rt.block_on(side.release(&current))?;
         emit(&Event::Released { ok: released });
     }
     Ok(match (accepted, renewed) {
@@ -187,6 +222,218 @@ fn run(args: &Args) -> Result<i32, String> {
         (false, true) => exit::REJECTED,
         (true, true) => exit::WROTE,
     })
+}
+
+/// The lease store and the fenced resource of SPEC §3, on PostgreSQL.
+struct PgSide {
+    lease: LeaseStore,
+    /// `None` on the renewer's side, which only renews.
+    resource: Option<Resource>,
+    mode: WriteMode,
+}
+
+impl Side for PgSide {
+    type Mode = WriteMode;
+    type Held = Grant;
+
+    async fn connect(
+        flags: &HolderFlags,
+        mode: WriteMode,
+        for_renewer: bool,
+    ) -> Result<PgSide, String> {
+        let margin = Duration::from_millis(flags.margin_ms);
+        let lease = LeaseStore::new(pg_pool(flags, Database::Lease).await?, margin);
+        let resource = if for_renewer {
+            None
+        } else {
+            Some(Resource::new(pg_pool(flags, Database::Resource).await?))
+        };
+        Ok(PgSide {
+            lease,
+            resource,
+            mode,
+        })
+    }
+
+    async fn acquire(&self, flags: &HolderFlags) -> Result<Option<Grant>, String> {
+        let ttl = Duration::from_millis(flags.ttl_ms);
+        self.lease
+            .acquire(&flags.lease, &flags.holder, ttl)
+            .await
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    fn token(held: &Grant) -> i64 {
+        held.token
+    }
+
+    fn local_deadline(held: &Grant) -> Instant {
+        held.local_deadline()
+    }
+
+    async fn renew(&self, held: &mut Grant) -> Result<bool, String> {
+        self.lease.renew(held).await.map_err(|e| format!("{e:#}"))
+    }
+
+    async fn release(&self, held: &Grant) -> Result<bool, String> {
+        self.lease.release(held).await.map_err(|e| format!("{e:#}"))
+    }
+
+    async fn write(&self, flags: &HolderFlags, held: &Grant) -> Result<bool, String> {
+        let resource = self.resource.as_ref().ok_or("the renewer does not write")?;
+        let write = Write {
+            scope: &flags.scope,
+            part: &flags.part,
+            content: &flags.content,
+            writer: &flags.holder,
+            token: held.token,
+        };
+        resource
+            .write(&write, self.mode)
+            .await
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// Seed 000's fenced job lease on MariaDB: the holder's id is its owner token, its write is the
+/// completion of the run it started after acquiring.
+#[cfg(feature = "mariadb")]
+mod job {
+    use std::time::{Duration, Instant};
+
+    use fencing::fenced_job::{JobLease, JobLeaseStore};
+    use holder_protocol::HolderFlags;
+    use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+
+    use super::Side;
+
+    /// How the completion checks the holding.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Completion {
+        /// The join on the lease: run and lease agree on fence and owner, unexpired.
+        Fenced,
+        /// `WHERE run_id = ?` only: the negative control.
+        RunIdOnly,
+    }
+
+    impl Completion {
+        pub fn parse(mode: &str) -> Result<Completion, String> {
+            match mode {
+                "fenced-completion" => Ok(Completion::Fenced),
+                "run-id-only" => Ok(Completion::RunIdOnly),
+                other => Err(format!(
+                    "unknown completion {other:?}; expected fenced-completion or run-id-only"
+                )),
+            }
+        }
+    }
+
+    /// A job holding and the local deadline the holder keeps for it.
+    #[derive(Debug, Clone)]
+    pub struct Held {
+        lease: JobLease,
+        deadline: Instant,
+    }
+
+    pub struct JobSide {
+        jobs: JobLeaseStore,
+        completion: Completion,
+        margin: Duration,
+    }
+
+    impl JobSide {
+        fn deadline(&self, sent: Instant, ttl: Duration) -> Instant {
+            sent + ttl.saturating_sub(self.margin)
+        }
+    }
+
+    /// The database the fenced-job tables live in (the lab makes it).
+    const DATABASE: &str = "fencing";
+
+    impl Side for JobSide {
+        type Mode = Completion;
+        type Held = Held;
+
+        async fn connect(
+            flags: &HolderFlags,
+            completion: Completion,
+            _for_renewer: bool,
+        ) -> Result<JobSide, String> {
+            let opts = MySqlConnectOptions::new()
+                .socket(flags.socket_dir.join("mysqld.sock"))
+                .username("root")
+                .database(DATABASE);
+            let pool = MySqlPoolOptions::new()
+                .max_connections(1)
+                .connect_with(opts)
+                .await
+                .map_err(|e| format!("failed to connect to MariaDB: {e}"))?;
+            Ok(JobSide {
+                jobs: JobLeaseStore::new(pool),
+                completion,
+                margin: Duration::from_millis(flags.margin_ms),
+            })
+        }
+
+        async fn acquire(&self, flags: &HolderFlags) -> Result<Option<Held>, String> {
+            let ttl = Duration::from_millis(flags.ttl_ms);
+            let sent = Instant::now();
+            let Some(lease) = self
+                .jobs
+                .acquire(&flags.lease, &flags.holder, ttl)
+                .await
+                .map_err(|e| format!("{e:#}"))?
+            else {
+                return Ok(None);
+            };
+            let run_id = flags.run_id.as_deref().unwrap_or_default();
+            self.jobs
+                .start_run(run_id, &lease)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            Ok(Some(Held {
+                deadline: self.deadline(sent, ttl),
+                lease,
+            }))
+        }
+
+        fn token(held: &Held) -> i64 {
+            held.lease.fence_token
+        }
+
+        fn local_deadline(held: &Held) -> Instant {
+            held.deadline
+        }
+
+        async fn renew(&self, held: &mut Held) -> Result<bool, String> {
+            let sent = Instant::now();
+            let ok = self
+                .jobs
+                .renew(&held.lease)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            if ok {
+                held.deadline = self.deadline(sent, held.lease.ttl);
+            }
+            Ok(ok)
+        }
+
+        async fn release(&self, held: &Held) -> Result<bool, String> {
+            self.jobs
+                .release(&held.lease)
+                .await
+                .map_err(|e| format!("{e:#}"))
+        }
+
+        async fn write(&self, flags: &HolderFlags, held: &Held) -> Result<bool, String> {
+            let run_id = flags.run_id.as_deref().unwrap_or_default();
+            let done = match self.completion {
+                Completion::Fenced => self.jobs.complete_run(run_id, &held.lease).await,
+                Completion::RunIdOnly => self.jobs.complete_run_by_id(run_id).await,
+            };
+            done.map_err(|e| format!("{e:#}"))
+        }
+    }
 }
 
 /// Waits for the go-line and hands the running renewer back. On anything else the renewer is
@@ -214,21 +461,18 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// A pool of one connection to `db` as its owner role.
-async fn store(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
-    PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(options(flags, db))
-        .await
-        .map_err(|e| format!("failed to connect to {} as {}: {e}", db.name(), db.role()))
-}
-
-fn options(flags: &HolderFlags, db: Database) -> PgConnectOptions {
-    PgConnectOptions::new_without_pgpass()
+async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
+    let opts = PgConnectOptions::new_without_pgpass()
         .socket(&flags.socket_dir)
         .port(flags.port)
         .username(db.role())
         .database(db.name())
-        .application_name(&flags.holder)
+        .application_name(&flags.holder);
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(opts)
+        .await
+        .map_err(|e| format!("failed to connect to {} as {}: {e}", db.name(), db.role()))
 }
 
 /// The background renewer: its own thread (so that a frozen process visibly freezes it too),
@@ -239,14 +483,17 @@ struct Renewer {
 }
 
 impl Renewer {
-    fn start(
+    fn start<S: Side + 'static>(
         flags: &HolderFlags,
-        margin: Duration,
-        grant: Arc<Mutex<Grant>>,
-    ) -> Result<Renewer, String> {
+        mode: S::Mode,
+        held: Arc<Mutex<S::Held>>,
+    ) -> Result<Renewer, String>
+    where
+        S::Mode: Send + 'static,
+    {
         let (stop, stopped) = mpsc::channel::<()>();
         let every = Duration::from_millis(flags.renew_ms);
-        let opts = options(flags, Database::Lease);
+        let flags = flags.clone();
         let thread = thread::Builder::new()
             .name("renewer".into())
             .spawn(move || {
@@ -259,24 +506,22 @@ impl Renewer {
                     });
                     return;
                 };
-                let pool = rt.block_on(PgPoolOptions::new().max_connections(1).connect_with(opts));
-                let Ok(pool) = pool else {
+                let Ok(side) = rt.block_on(S::connect(&flags, mode, true)) else {
                     emit(&Event::Error {
                         message: "the renewer could not connect".into(),
                     });
                     return;
                 };
-                let lease = LeaseStore::new(pool, margin);
                 // The renew interval is a duration the timeline prescribes; a stop ends the wait.
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    let mut held = grant.lock().expect("grant lock").clone();
-                    let ok = rt.block_on(lease.renew(&mut held)).unwrap_or(false);
+                    let mut current = held.lock().expect("holding lock").clone();
+                    let ok = rt.block_on(side.renew(&mut current)).unwrap_or(false);
                     if ok {
-                        *grant.lock().expect("grant lock") = held.clone();
+                        *held.lock().expect("holding lock") = current.clone();
                     }
                     emit(&Event::Renewed {
                         ok,
-                        token: held.token,
+                        token: S::token(&current),
                     });
                     if !ok {
                         break;

@@ -32,6 +32,7 @@ async fn env() -> anyhow::Result<Env> {
 
 fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool) -> HolderFlags {
     HolderFlags {
+        store: "postgres".into(),
         socket_dir,
         port,
         lease: "job".into(),
@@ -43,6 +44,7 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         part: "summary".into(),
         content: format!("by {holder}"),
         mode: WriteMode::FencedScope.as_str().into(),
+        run_id: None,
         release,
         wait_before_check: false,
     }

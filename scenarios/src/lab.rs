@@ -272,6 +272,7 @@ impl Lab {
         HolderSpec {
             bin: self.holder_bin.clone(),
             flags: HolderFlags {
+                store: "postgres".into(),
                 socket_dir: self.cluster.socket_dir(),
                 port: self.cluster.port(),
                 lease: LEASE.into(),
@@ -283,6 +284,7 @@ impl Lab {
                 part: SUMMARY.into(),
                 content: content.into(),
                 mode: mode.as_str().into(),
+                run_id: None,
                 release,
                 wait_before_check: false,
             },

@@ -75,17 +75,4 @@ impl MariaEnv {
         .await?;
         Ok(())
     }
-
-    /// The arguments that start the command-line client as a separate process on this server.
-    pub fn client_args(&self) -> Vec<std::ffi::OsString> {
-        vec![
-            "--no-defaults".into(),
-            format!("--socket={}", self.server.socket_path().display()).into(),
-            "--user=root".into(),
-            "--batch".into(),
-            "--skip-column-names".into(),
-            "--unbuffered".into(),
-            DATABASE.into(),
-        ]
-    }
 }

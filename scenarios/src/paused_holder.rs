@@ -82,14 +82,14 @@ async fn lab_step(
     rec.step(mark, actor, action, None, outcome, clock);
 }
 
-fn states(threads: &[ThreadState]) -> String {
+pub(crate) fn states(threads: &[ThreadState]) -> String {
     let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();
     letters.sort();
     letters.dedup();
     letters.join(",")
 }
 
-fn list(threads: &[ThreadState]) -> String {
+pub(crate) fn list(threads: &[ThreadState]) -> String {
     threads
         .iter()
         .map(ToString::to_string)

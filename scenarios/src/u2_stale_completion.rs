@@ -1,184 +1,232 @@
-//! U2 — the source's reconciler test, on MariaDB, with A as a separate process. The fault: A
-//! starts a run under fence n and is frozen (SIGSTOP) — here A is the `mariadb` command-line
-//! client, its own OS process on its own connection; its lease expires; B takes over (n+1) and
-//! completes its own run; A is continued and sends its "finished". Property: the completion that
-//! joins the lease in the same statement affects 0 rows — a stale owner cannot finish; B's run
-//! stays completed. Negative control: the same timeline with a completion that checks only the
-//! run id lets A's stale "finished" through.
+//! U2 — the source's reconciler, on MariaDB, with A a real holder process. The fault: holder A
+//! (its own OS process, `holder --store mariadb`) acquires the job lease (fence n), starts its
+//! run and renews on its own thread while the run goes on — as seed 000's reconciler does; just
+//! before its completion it is frozen (SIGSTOP: every thread T, the renewer too); its lease
+//! expires by database time; B takes over (n+1) and completes its own run; A is continued and
+//! sends its "finished". Property: the completion that joins the lease in the same statement
+//! affects 0 rows — a stale owner cannot finish; B's run stays completed; A learns it lost the
+//! lease. Positive control: unfrozen, the same holder's fenced completion changes its run.
+//! Negative control: the same timeline with a completion that checks only the run id lets A's
+//! stale "finished" through.
 
-crate::u_common::u_scenario!(U2, "U2", 7, "stale completion (MariaDB): A is frozen mid-run, B takes over and finishes; A's completion is fenced by the lease join");
+crate::u_common::u_scenario!(U2, "U2", 10, "stale completion (MariaDB): holder A renews while its run goes on, is frozen before completing, B takes over and finishes; A's completion is fenced by the lease join");
 
 #[cfg(feature = "mariadb")]
 mod imp {
     use std::time::Duration;
 
     use anyhow::{bail, Context as _};
-    use fencing::fenced_job::{completion_script, JobLease, CONNECTION_ID_SCRIPT};
+    use fencing::fenced_job::JobLease;
     use harness::evidence::{Mark, Recorder};
-    use harness::process::{ChildProcess, Spawn, Stream};
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-    use tokio::process::{ChildStdin, ChildStdout};
+    use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
+    use holder_protocol::{exit, Event, HolderFlags, Request};
 
     use crate::maria::MariaEnv;
+    use crate::paused_holder::{list, states};
     use crate::u_common::{owner_token, JOB_LEASE};
     use crate::Lab;
 
-    const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+    /// How A's completion checks its holding (the holder's `--mode` on `--store mariadb`).
+    const FENCED: &str = "fenced-completion";
+    const RUN_ID_ONLY: &str = "run-id-only";
 
-    /// Holder A: the `mariadb` command-line client, a separate OS process on its own connection.
-    struct Client {
-        process: ChildProcess,
-        stdin: ChildStdin,
-        lines: Lines<BufReader<ChildStdout>>,
+    fn spec(lab: &Lab, env: &MariaEnv, owner: &str, run_id: &str, mode: &str) -> HolderSpec {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        HolderSpec {
+            bin: lab.holder_bin.clone(),
+            flags: HolderFlags {
+                store: "mariadb".into(),
+                socket_dir: env.server.socket_dir(),
+                port: 0,
+                lease: JOB_LEASE.into(),
+                holder: owner.into(),
+                ttl_ms: ms(lab.params.ttl),
+                renew_ms: ms(lab.params.renew),
+                margin_ms: ms(lab.params.margin),
+                scope: String::new(),
+                part: String::new(),
+                content: String::new(),
+                mode: mode.into(),
+                run_id: Some(run_id.into()),
+                release: false,
+                wait_before_check: false,
+            },
+        }
     }
 
-    impl Client {
-        fn spawn(env: &MariaEnv) -> anyhow::Result<Client> {
-            let mut process = Spawn::new("A (mariadb client)", &env.server.binaries().client)
-                .args(env.client_args())
-                .stdin(Stream::Piped)
-                .capture_stderr()
-                .spawn()?;
-            let stdin = process.take_stdin().context("the client's stdin")?;
-            let stdout = process.take_stdout().context("the client's stdout")?;
-            Ok(Client {
-                process,
-                stdin,
-                lines: BufReader::new(stdout).lines(),
-            })
+    /// Starts holder A and waits until it acquired (its token) and reached its write point.
+    async fn start_a(
+        lab: &Lab,
+        env: &MariaEnv,
+        run_id: &str,
+        mode: &str,
+    ) -> anyhow::Result<(Holder, JobLease)> {
+        let owner = owner_token("A");
+        let mut a = Holder::spawn(&spec(lab, env, &owner, run_id, mode)).await?;
+        let (_, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+        let Event::Acquired { token } = acquired else {
+            bail!(a.unexpected("ACQUIRED", &acquired));
+        };
+        let (_, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+        if !matches!(ready, Event::AtWritePoint { .. }) {
+            bail!(a.unexpected("AT_WRITE_POINT", &ready));
         }
+        let lease = JobLease {
+            lease_name: JOB_LEASE.into(),
+            owner_token: owner,
+            fence_token: token,
+            ttl: lab.params.ttl,
+        };
+        Ok((a, lease))
+    }
 
-        async fn send(&mut self, sql: &str) -> anyhow::Result<()> {
-            self.stdin.write_all(sql.as_bytes()).await?;
-            Ok(self.stdin.flush().await?)
-        }
-
-        /// The client's next output line, within a deadline.
-        async fn answer(&mut self) -> anyhow::Result<String> {
-            let line = tokio::time::timeout(ANSWER_TIMEOUT, self.lines.next_line())
-                .await
-                .context("A's client did not answer")??;
-            line.context("A's client closed its output")
-        }
-
-        /// Sends a completion script and reads how many rows it changed.
-        async fn complete(&mut self, script: &str) -> anyhow::Result<i64> {
-            self.send(script).await?;
-            let answer = self.answer().await?;
-            answer
-                .trim()
-                .parse()
-                .with_context(|| format!("A's client answered {answer:?}"))
-        }
+    /// Sends the go-line and reads A's completion, its renew after it, and its exit status.
+    async fn finish(a: &mut Holder) -> anyhow::Result<(bool, bool, i32)> {
+        a.send(Request::Go).await?;
+        let (_, wrote) = a.next("A's completion", EVENT_TIMEOUT).await?;
+        let Event::Write { accepted, .. } = wrote else {
+            bail!(a.unexpected("WRITE", &wrote));
+        };
+        let (_, renewed) = a
+            .next("A's renew after its completion", EVENT_TIMEOUT)
+            .await?;
+        let Event::RenewAfterWrite { ok } = renewed else {
+            bail!(a.unexpected("RENEW_AFTER_WRITE", &renewed));
+        };
+        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        Ok((accepted, ok, code))
     }
 
     pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-        let ttl = lab.params.ttl;
-        let env = match lab.maria().await? {
-            Ok(env) => env,
-            Err(reason) => {
-                rec.skip(reason);
-                return Ok(());
-            }
-        };
-        // The positive control of the client path: while A's lease is valid, the same fenced
-        // completion sent the same way changes its run.
-        let jobs = &env.jobs;
-        let a = jobs
-            .acquire(JOB_LEASE, &owner_token("A"), ttl)
-            .await?
-            .context("A could not acquire")?;
-        jobs.start_run("run-valid", &a).await?;
-        let mut client = Client::spawn(env)?;
-        let rows = client
-            .complete(&completion_script("run-valid", &a, true))
-            .await?;
-        client.process.stop(&[]).await;
+        if let Err(reason) = lab.maria().await? {
+            rec.skip(reason);
+            return Ok(());
+        }
+        let env = lab.maria.as_ref().context("MariaDB is not running")?;
+        // The positive control of the holder path: unfrozen, A's fenced completion changes its
+        // run, and A still holds its lease after it.
+        let (mut a, _) = start_a(lab, env, "run-valid", FENCED).await?;
+        let (accepted, renewed, code) = finish(&mut a).await?;
         rec.check(
-            "while A's lease is valid, its fenced completion through the client changes its run",
-            &1,
-            &rows,
+            "unfrozen, holder A's fenced completion changes its run and A keeps its lease",
+            &format!(
+                "WRITE accepted=true, RENEW ok=true, {}",
+                describe(Some(exit::WROTE))
+            ),
+            &format!(
+                "WRITE accepted={accepted}, RENEW ok={renewed}, {}",
+                describe(Some(code))
+            ),
         );
 
         lab.maria().await?.map_err(anyhow::Error::msg)?;
-        let rows = timeline(lab, rec, true).await?;
+        let r = timeline(lab, rec, FENCED).await?;
         rec.check(
-            "A's fenced completion affects 0 rows: lease lost, never retried",
-            &0,
-            &rows.a_rows,
+            "A's fenced completion affects 0 rows",
+            "WRITE accepted=false",
+            &format!("WRITE accepted={}", r.a_accepted),
         );
-        rec.check("A's run is not marked completed", "running", &rows.a_status);
-        rec.check("B's run stays completed", "completed", &rows.b_status);
+        rec.check("A's run is not marked completed", "running", &r.a_status);
+        rec.check("B's run stays completed", "completed", &r.b_status);
+        rec.check(
+            "A learns it lost the lease: its renew fails and it exits with lease lost",
+            &format!("RENEW ok=false, {}", describe(Some(exit::LEASE_LOST))),
+            &format!("RENEW ok={}, {}", r.a_renewed, describe(Some(r.a_exit))),
+        );
+
         lab.maria().await?.map_err(anyhow::Error::msg)?;
-        let control = timeline(lab, rec, false).await?;
+        let control = timeline(lab, rec, RUN_ID_ONLY).await?;
         rec.expose(
             "a completion that checks only run_id lets the stale owner's \"finished\" through",
-            control.a_rows == 1 && control.a_status == "completed",
+            control.a_accepted && control.a_status == "completed",
             format_args!(
-                "A's completion affected {} row(s); A's run is {}",
-                control.a_rows, control.a_status
+                "A's completion accepted={}; A's run is {}",
+                control.a_accepted, control.a_status
             ),
         );
         Ok(())
     }
 
-    struct Rows {
-        a_rows: i64,
+    struct Outcome {
+        a_accepted: bool,
+        a_renewed: bool,
+        a_exit: i32,
         a_status: String,
         b_status: String,
     }
 
-    async fn timeline(lab: &mut Lab, rec: &mut Recorder, fenced: bool) -> anyhow::Result<Rows> {
-        let label = if fenced {
-            "fenced completion"
-        } else {
-            "completion by run_id only"
-        };
-        rec.step(Mark::Info, "lab", label, None, "", None);
-        let (short, long, timeout) = (
-            lab.params.short_ttl,
-            lab.params.ttl,
-            lab.params.wait_timeout,
-        );
+    async fn timeline(lab: &mut Lab, rec: &mut Recorder, mode: &str) -> anyhow::Result<Outcome> {
+        let fenced = mode == FENCED;
+        rec.step(Mark::Info, "lab", mode, None, "", None);
+        let (long, timeout) = (lab.params.ttl, lab.params.wait_timeout);
         let env = lab.maria.as_ref().context("MariaDB is not running")?;
         let jobs = &env.jobs;
-        let a: JobLease = jobs
-            .acquire(JOB_LEASE, &owner_token("A"), short)
-            .await?
-            .context("A could not acquire")?;
-        jobs.start_run("run-a", &a).await?;
+        let (mut a, a_lease) = start_a(lab, env, "run-a", mode).await?;
         rec.step(
             Mark::Acquired,
             "A",
             "acquire, start run-a",
-            Some(a.fence_token),
+            Some(a_lease.fence_token),
             "",
             None,
         );
+        if fenced {
+            rec.check(
+                format!(
+                    "holder A (pid {}) acquires the job lease and starts its run, fence_token=1",
+                    a.pid()
+                ),
+                &format!("fence_token=1 run-a={}", "running"),
+                &format!(
+                    "fence_token={} run-a={}",
+                    a_lease.fence_token,
+                    jobs.run_status("run-a").await?.unwrap_or_default()
+                ),
+            );
+        }
 
-        let mut client = Client::spawn(env)?;
-        client.send(CONNECTION_ID_SCRIPT).await?;
-        let connection = client.answer().await?;
-        client.process.freeze().await?;
-        // Observed again, apart from freeze()'s own post-condition.
-        let threads = client.process.threads()?;
-        rec.step(Mark::Frozen, "A", "SIGSTOP", None, "", None);
+        // The run goes on for longer than the lease's TTL: A's renewer keeps the lease.
+        let hold = lab.params.ttl + lab.params.renew;
+        harness::wait::prescribed(hold).await;
+        let renewals = a.drain_renewals().to_vec();
+        for (at, ok) in &renewals {
+            let mark = if *ok { Mark::Renewed } else { Mark::Info };
+            rec.step_at(
+                *at,
+                mark,
+                "A",
+                "background renew",
+                Some(a_lease.fence_token),
+                format!("ok={ok}"),
+                None,
+            );
+        }
+        let still_held = jobs.is_held(&a_lease).await?;
         if fenced {
             rec.check_that(
                 format!(
-                    "A is a separate process (pid {}) with its own connection, frozen",
-                    client.process.pid()
+                    "A's renewer kept the lease while the run went on ({} ms, TTL {} ms)",
+                    hold.as_millis(),
+                    lab.params.ttl.as_millis()
                 ),
-                !threads.is_empty() && threads.iter().all(|t| t.state == 'T'),
+                still_held && !renewals.is_empty() && renewals.iter().all(|(_, ok)| *ok),
                 format_args!(
-                    "connection id {}; threads {}",
-                    connection.trim(),
-                    threads
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(" ")
+                    "is_held={still_held}; {} renewals, {} ok",
+                    renewals.len(),
+                    renewals.iter().filter(|(_, ok)| *ok).count()
                 ),
+            );
+        }
+
+        a.freeze().await?;
+        // Read again, apart from freeze()'s own post-condition.
+        let frozen = a.threads()?;
+        rec.step(Mark::Frozen, "A", "SIGSTOP", None, list(&frozen), None);
+        if fenced {
+            rec.check_that(
+                "after SIGSTOP, /proc shows state T for A and every thread of A, its renewer too",
+                states(&frozen) == "T" && frozen.iter().any(|t| t.name == "renewer"),
+                format_args!("pid {}: {}", a.pid(), list(&frozen)),
             );
         }
         env.until_expired(timeout).await?;
@@ -186,7 +234,7 @@ mod imp {
             Mark::LeaseExpired,
             "A",
             "lease expired (database time)",
-            Some(a.fence_token),
+            Some(a_lease.fence_token),
             "",
             None,
         );
@@ -194,13 +242,6 @@ mod imp {
             .acquire(JOB_LEASE, &owner_token("B"), long)
             .await?
             .context("B could not take over")?;
-        if b.fence_token != a.fence_token + 1 {
-            bail!(
-                "B's fence token is {}, not {}",
-                b.fence_token,
-                a.fence_token + 1
-            );
-        }
         rec.step(
             Mark::Acquired,
             "B",
@@ -220,35 +261,35 @@ mod imp {
             None,
         );
         if fenced {
-            rec.check("B completes its own run", &true, &b_done);
+            rec.check(
+                "B takes over with fence+1 and completes its own run",
+                &format!("fence_token={} completed=true", a_lease.fence_token + 1),
+                &format!("fence_token={} completed={b_done}", b.fence_token),
+            );
         }
 
-        // The go-line is A's own completion, written while A is frozen; then A is continued.
-        client.send(&completion_script("run-a", &a, fenced)).await?;
-        client.process.thaw().await?;
-        let answer = client.answer().await?;
-        let a_rows: i64 = answer
-            .trim()
-            .parse()
-            .with_context(|| format!("A's client answered {answer:?}"))?;
+        a.thaw().await?;
+        rec.step(Mark::Thawed, "A", "SIGCONT + go", None, "", None);
+        let (a_accepted, a_renewed, a_exit) = finish(&mut a).await?;
         rec.step(
             Mark::Write {
-                accepted: a_rows == 1,
+                accepted: a_accepted,
             },
             "A",
             "complete run-a",
-            Some(a.fence_token),
-            format!("{a_rows} row(s)"),
+            Some(a_lease.fence_token),
+            format!("accepted={a_accepted}"),
             None,
         );
-        client.process.stop(&[]).await;
         let a_status = jobs.run_status("run-a").await?.unwrap_or_default();
         let b_status = jobs.run_status("run-b").await?.unwrap_or_default();
         rec.note(format!(
-            "{label}: A's completion affected {a_rows} row(s); run-a {a_status}, run-b {b_status}"
+            "{mode}: A's completion accepted={a_accepted}; run-a {a_status}, run-b {b_status}"
         ));
-        Ok(Rows {
-            a_rows,
+        Ok(Outcome {
+            a_accepted,
+            a_renewed,
+            a_exit,
             a_status,
             b_status,
         })

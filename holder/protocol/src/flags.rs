@@ -41,7 +41,13 @@ Exit status:
     after_help = AFTER_HELP
 )]
 pub struct HolderFlags {
-    /// The directory of the PostgreSQL Unix socket.
+    /// Where the lease lives: `postgres` (the lease store and the fenced resource, SPEC §3) or
+    /// `mariadb` (seed 000's fenced job lease and its runs; needs a holder built with the
+    /// feature `mariadb`).
+    #[arg(long, value_name = "STORE", default_value = "postgres")]
+    pub store: String,
+    /// The directory of the server's Unix socket (PostgreSQL: `.s.PGSQL.<port>`; MariaDB:
+    /// `mysqld.sock`).
     #[arg(long, value_name = "DIR")]
     pub socket_dir: PathBuf,
     /// The server's port number (names the socket file).
@@ -71,10 +77,14 @@ pub struct HolderFlags {
     /// What to write.
     #[arg(long)]
     pub content: String,
-    /// How the resource checks the token: fenced-scope, fenced-single, fenced-row,
-    /// check-then-write, unfenced.
+    /// How the write checks the token. postgres: fenced-scope, fenced-single, fenced-row,
+    /// check-then-write, unfenced. mariadb: fenced-completion (the join on the lease),
+    /// run-id-only (the negative control).
     #[arg(long)]
     pub mode: String,
+    /// mariadb: the run the holder starts after acquiring and completes at its write point.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
     /// Release the lease after the renew that follows the write.
     #[arg(long)]
     pub release: bool,
@@ -89,6 +99,7 @@ impl HolderFlags {
     pub fn to_args(&self) -> Vec<OsString> {
         // Destructured without `..`: a new field does not compile until it has its flag here.
         let HolderFlags {
+            store,
             socket_dir,
             port,
             lease,
@@ -100,10 +111,11 @@ impl HolderFlags {
             part,
             content,
             mode,
+            run_id,
             release,
             wait_before_check,
         } = self;
-        let mut args: Vec<OsString> = Vec::with_capacity(13);
+        let mut args: Vec<OsString> = Vec::with_capacity(15);
         // `--name=value`, one argument each: a value that starts with `-` stays a value.
         let mut flag = |name: &str, value: OsString| {
             let mut arg = OsString::from(name);
@@ -111,6 +123,7 @@ impl HolderFlags {
             arg.push(value);
             args.push(arg);
         };
+        flag("--store", store.into());
         flag("--socket-dir", socket_dir.clone().into());
         flag("--port", port.to_string().into());
         flag("--lease", lease.into());
@@ -122,6 +135,9 @@ impl HolderFlags {
         flag("--part", part.into());
         flag("--content", content.into());
         flag("--mode", mode.into());
+        if let Some(run_id) = run_id {
+            flag("--run-id", run_id.into());
+        }
         if *release {
             args.push("--release".into());
         }
@@ -140,6 +156,7 @@ mod tests {
     /// `switch` sets both switches, so that each is seen on and off.
     fn example(switch: bool) -> HolderFlags {
         HolderFlags {
+            store: "postgres".into(),
             socket_dir: "/tmp/lab sockets/.s".into(),
             port: 54321,
             lease: "job".into(),
@@ -152,6 +169,7 @@ mod tests {
             // A value that looks like a flag and one with spaces must survive as values.
             content: "--by holder a".into(),
             mode: "fenced-scope".into(),
+            run_id: switch.then(|| "run-a".into()),
             release: switch,
             wait_before_check: switch,
         }
@@ -180,6 +198,7 @@ mod tests {
         }
         // Every field changed at once, so that no value is a default that parses by accident.
         let other = HolderFlags {
+            store: "mariadb".into(),
             socket_dir: "/run/other".into(),
             port: 1,
             lease: "other-lease".into(),
@@ -191,6 +210,7 @@ mod tests {
             part: "p2".into(),
             content: String::new(),
             mode: "unfenced".into(),
+            run_id: Some("--run b".into()),
             release: true,
             wait_before_check: true,
         };

@@ -307,21 +307,24 @@ impl JobLeaseStore {
         gap.await;
         let changed = match write {
             CheckedWrite::Fenced => self.complete_run(run_id, lease).await?,
-            CheckedWrite::Unconditional => {
-                sqlx::query(
-                    "UPDATE reconciliation_runs
-                        SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3)
-                      WHERE run_id = ?",
-                )
-                .bind(run_id)
-                .execute(&self.pool)
-                .await
-                .op("complete a run (unconditionally, after a client-side check)")?
-                .rows_affected()
-                    == 1
-            }
+            CheckedWrite::Unconditional => self.complete_run_by_id(run_id).await?,
         };
         Ok(Some(changed))
+    }
+
+    /// The completion that checks only the run id: `UPDATE … WHERE run_id = ?`. A negative
+    /// control (U2, and U5's write after a client-side check): it lets a stale owner finish.
+    pub async fn complete_run_by_id(&self, run_id: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE reconciliation_runs
+                SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3)
+              WHERE run_id = ?",
+        )
+        .bind(run_id)
+        .execute(&self.pool)
+        .await
+        .op("complete a run by its id only")?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// A run's status, `None` if there is no such run.
@@ -376,32 +379,6 @@ const COMPLETE_RUN: &str = "UPDATE reconciliation_runs AS r
                                AND r.fence_token = l.fence_token AND l.fence_token = ?
                                AND r.owner_token = l.owner_token AND l.owner_token = ?
                                AND l.leased_until > CURRENT_TIMESTAMP(3)";
-
-/// How a separate client process (the `mariadb` command-line client, holder A in U2) writes a
-/// completion: one SQL text with its values inlined, followed by `SELECT ROW_COUNT()` so that the
-/// client prints how many rows the completion changed. `fenced = false` is the negative control:
-/// the completion checks only the run id.
-pub fn completion_script(run_id: &str, lease: &JobLease, fenced: bool) -> String {
-    let q = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"));
-    let update = if fenced {
-        COMPLETE_RUN
-            .replacen('?', &q(run_id), 1)
-            .replacen('?', &q(&lease.lease_name), 1)
-            .replacen('?', &lease.fence_token.to_string(), 1)
-            .replacen('?', &q(&lease.owner_token), 1)
-    } else {
-        format!(
-            "UPDATE reconciliation_runs SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3) WHERE run_id = {}",
-            q(run_id)
-        )
-    };
-    let one_line = update.split_whitespace().collect::<Vec<_>>().join(" ");
-    format!("{one_line}; SELECT ROW_COUNT();\n")
-}
-
-/// What a separate client process sends to learn which server connection it is (the answer is
-/// one line: the connection id), so that the evidence can show it has its own.
-pub const CONNECTION_ID_SCRIPT: &str = "SELECT CONNECTION_ID();\n";
 
 /// Creates the database the fenced-job tables live in, if it is missing. `name` must be a plain
 /// identifier (letters, digits, `_`): it cannot be a bound parameter.
