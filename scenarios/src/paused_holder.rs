@@ -30,6 +30,8 @@ pub struct Resumed {
     pub floor: Option<i64>,
     /// Rejected attempts by holder-a in `write_attempt`.
     pub a_rejections: usize,
+    /// The tokens of the accepted attempts in `write_attempt`, in the order they were logged.
+    pub accepted_tokens: Vec<i64>,
 }
 
 /// The summary part as the evidence shows it: `content by writer token=N`.
@@ -303,10 +305,16 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         .iter()
         .filter(|x| x.writer == HOLDER_A && !x.accepted)
         .count();
+    let accepted_tokens = attempts
+        .iter()
+        .filter(|x| x.accepted)
+        .map(|x| x.token)
+        .collect();
     Ok(Resumed {
         a_accepted,
         summary,
         floor,
         a_rejections,
+        accepted_tokens,
     })
 }

@@ -45,6 +45,13 @@ const MASKS: &[(&str, &str)] = &[
         r"expected -?[\d.]+ to -?[\d.]+ ms, actual -?[\d.]+ ms",
         "expected <N> to <N> ms, actual <N> ms",
     ),
+    // F8: the lease's validity around the crash and the downtime, in ms.
+    (r"-?\d+ ms of validity left", "<N> ms of validity left"),
+    (
+        r"validity -?\d+ ms before the crash → -?\d+ ms after recovery: -?\d+ ms lost",
+        "validity <N> ms before the crash → <N> ms after recovery: <N> ms lost",
+    ),
+    (r"downtime \d+ ms by", "downtime <N> ms by"),
 ];
 
 fn normalise(text: &str) -> String {
@@ -80,6 +87,13 @@ fn masks_hide_only_what_varies() {
         normalise("(waited 3000 ms, TTL=1500 ms)"),
         normalise("(waited 3001 ms, TTL=1500 ms)")
     );
+    // A measured figure is masked; the verdict in front of it is not.
+    let f8 = "  ok   holder-a still holds it (24828 ms of validity left at 2026-11-30 05:52:02.331001+00)";
+    assert_eq!(
+        normalise(f8),
+        "  ok   holder-a still holds it (<N> ms of validity left at <TIME>)\n"
+    );
+    assert_ne!(normalise(f8), normalise(&f8.replacen("ok  ", "FAIL", 1)));
     assert_eq!(
         normalise("(expected 510.2 to 517.6 ms, actual 517.3 ms)"),
         "(expected <N> to <N> ms, actual <N> ms)\n"
