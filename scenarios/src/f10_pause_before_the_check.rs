@@ -19,11 +19,10 @@ use anyhow::{bail, Context as _};
 use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-use harness::process::ThreadState;
 use holder_protocol::{exit, Event, Request};
 
 use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::paused_holder::{part_line, A_CONTENT, B_CONTENT};
+use crate::paused_holder::{lab_step, list, part_line, states, step, A_CONTENT, B_CONTENT};
 use crate::{Lab, Outcome, Scenario};
 
 pub struct F10;
@@ -120,16 +119,16 @@ impl Scenario for F10 {
             let frozen_at = Instant::now();
             // Read again, apart from freeze()'s own post-condition: what /proc shows now.
             let frozen = a.threads()?;
-            lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", thread_list(&frozen)).await;
+            lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
             rec.check(
                 "after SIGSTOP before its check, /proc shows state T for A and every thread of A",
                 "T",
-                &thread_states(&frozen),
+                &states(&frozen),
             );
             rec.check_that(
                 "A's renewer thread is frozen with it: nothing moves A's local deadline",
                 frozen.iter().any(|t| t.name == "renewer" && t.state == 'T'),
-                format_args!("pid {}: {}", a.pid(), thread_list(&frozen)),
+                format_args!("pid {}: {}", a.pid(), list(&frozen)),
             );
 
             lab.until_lease_expired("A's lease").await?;
@@ -196,7 +195,7 @@ impl Scenario for F10 {
                 Mark::Thawed,
                 "A",
                 "go-line, SIGCONT",
-                thread_list(&thawed),
+                list(&thawed),
             )
             .await;
             let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
@@ -275,60 +274,4 @@ impl Scenario for F10 {
             Ok(())
         })
     }
-}
-
-/// Records a holder's event as a timeline step, with the database clock read when it arrived.
-async fn step(
-    lab: &Lab,
-    rec: &mut Recorder,
-    at: Instant,
-    actor: &str,
-    action: &str,
-    event: &Event,
-) {
-    let (mark, token) = match event {
-        Event::Acquired { token } => (Mark::Acquired, Some(*token)),
-        Event::BeforeCheck { token, .. }
-        | Event::AtWritePoint { token, .. }
-        | Event::DeadlinePassed { token, .. } => (Mark::Info, Some(*token)),
-        Event::Write { accepted, token } => (
-            Mark::Write {
-                accepted: *accepted,
-            },
-            Some(*token),
-        ),
-        _ => (Mark::Info, None),
-    };
-    let clock = lab.lease.db_clock().await.ok();
-    rec.step_at(at, mark, actor, action, token, event.to_string(), clock);
-}
-
-/// Records something the lab did to `actor` (or saw happen to its lease) as a timeline step.
-async fn lab_step(
-    lab: &Lab,
-    rec: &mut Recorder,
-    mark: Mark,
-    actor: &str,
-    action: &str,
-    outcome: impl Into<String>,
-) {
-    let clock = lab.lease.db_clock().await.ok();
-    rec.step(mark, actor, action, None, outcome, clock);
-}
-
-/// The distinct states of the threads, e.g. `T`.
-fn thread_states(threads: &[ThreadState]) -> String {
-    let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();
-    letters.sort();
-    letters.dedup();
-    letters.join(",")
-}
-
-/// Every thread with its state, as `/proc` shows them.
-fn thread_list(threads: &[ThreadState]) -> String {
-    threads
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(" ")
 }

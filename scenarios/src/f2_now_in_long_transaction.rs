@@ -9,6 +9,14 @@
 //! succeeds; and, in the opposite direction that the source leaves untested, a renew *revives* a
 //! lease that expired by the clock, while the same renew written with `clock_timestamp()` is
 //! refused. Property: only an autocommit statement judges expiry at the moment it runs (I1).
+//! That `clock_timestamp()` really runs on inside T is measured: `clock_timestamp() - now()` must
+//! lie within T's age as the lab's monotonic clock brackets it.
+//!
+//! Also shown here, where the lease has just expired with nobody taking over (the source's state
+//! diagram: expired → expired, renew refused): holder-a's renew in autocommit is refused and the
+//! row stays as it was — an expired lease is re-acquired, with a new token, never revived.
+
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fencing::lease::{stmt, JudgedBy};
@@ -21,6 +29,11 @@ use crate::{Lab, Outcome, Scenario};
 
 pub struct F2;
 
+/// How far the database's `clock_timestamp() - now()` may stray from the lab's monotonic bracket
+/// of T's age: both clocks are this machine's, so only their rates (NTP slewing, at most 0.05 %
+/// of 0.5 s) and microsecond rounding separate them; 5 ms is a wide margin for that.
+const TOLERANCE_MS: f64 = 5.0;
+
 impl Scenario for F2 {
     fn id(&self) -> &'static str {
         "F2"
@@ -31,7 +44,7 @@ impl Scenario for F2 {
     }
 
     fn checks(&self) -> usize {
-        12
+        14
     }
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
@@ -46,12 +59,15 @@ impl Scenario for F2 {
                 "ACQUIRED token=1",
                 &acquired(a.as_ref()),
             );
-            let a = a.context("holder-a could not acquire a fresh lease")?;
+            let mut a = a.context("holder-a could not acquire a fresh lease")?;
 
-            // T opens while the lease is still valid; its now() stays at this moment.
+            // T opens while the lease is still valid; its now() stays at this moment. The lab's
+            // monotonic clock brackets T's start: before BEGIN is sent, after the first read.
             let mut t_conn = lab.lease.pool().acquire().await?;
+            let before_begin = Instant::now();
             let mut t = t_conn.begin().await?;
             let t_start = stmt::clocks(&mut *t).await?;
+            let after_first_read = Instant::now();
             let valid_at_start = stmt::expired_by_now(&mut *t, LEASE).await? == Some(false);
             rec.step(
                 Mark::Info,
@@ -106,12 +122,68 @@ impl Scenario for F2 {
                 waited.as_millis()
             ));
 
+            // Expired, and nobody took over: holder-a's renew in autocommit is refused, and the
+            // row (holder, token, expires_at) stays as it was.
+            let before = lab.lease.inspect(LEASE).await?;
+            let renewed = lab.lease.renew(&mut a).await?;
+            let after = lab.lease.inspect(LEASE).await?;
+            let row_line = |row: Option<fencing::lease::LeaseRow>| {
+                shown(row.map(|r| {
+                    let state = if r.expired { "expired" } else { "unexpired" };
+                    format!("{} token={} {state}", r.holder, r.token)
+                }))
+            };
+            rec.check(
+                "holder-a renews in autocommit after its lease expired with nobody taking over: refused",
+                "lease holder-a token=1 expired; RENEW ok=false",
+                &format!("lease {}; RENEW ok={renewed}", row_line(before.clone())),
+            );
+            rec.step(
+                if renewed {
+                    Mark::Renewed
+                } else {
+                    Mark::Refused
+                },
+                "holder-a",
+                "renew after expiry (autocommit)",
+                Some(a.token),
+                format!("RENEW ok={renewed}"),
+                None,
+            );
+            rec.check(
+                "the refused renew left the row as it was: token not advanced, expires_at not moved",
+                &format!(
+                    "holder-a token=1 expired expires_at={}",
+                    shown(before.map(|r| r.expires_at))
+                ),
+                &format!(
+                    "{} expires_at={}",
+                    row_line(after.clone()),
+                    shown(after.map(|r| r.expires_at))
+                ),
+            );
+
+            let before_later_read = Instant::now();
             let t_later = stmt::clocks(&mut *t).await?;
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            // T's age by the monotonic clock: at least from the first read's reply to this
+            // read's request, at most from before BEGIN to this read's reply.
+            let (low, high) = (
+                ms(before_later_read - after_first_read),
+                ms(before_begin.elapsed()),
+            );
             rec.check("inside T, now() has not moved", &t_start.now, &t_later.now);
             rec.check_that(
-                "inside T, clock_timestamp() has passed now()",
-                t_later.clock_passed_now,
-                format_args!("clock_timestamp() = {}", t_later.clock_timestamp),
+                format!(
+                    "inside T, clock_timestamp() - now() is the time that passed since T began by \
+                     the lab's monotonic clock (±{TOLERANCE_MS} ms)"
+                ),
+                t_later.clock_minus_now_ms >= low - TOLERANCE_MS
+                    && t_later.clock_minus_now_ms <= high + TOLERANCE_MS,
+                format_args!(
+                    "expected {low:.1} to {high:.1} ms, actual {:.1} ms",
+                    t_later.clock_minus_now_ms
+                ),
             );
             let in_t = stmt::acquire(&mut *t, LEASE, HOLDER_B, ttl).await?;
             rec.check(

@@ -1,12 +1,14 @@
 //! F5 — negative control for F4: the same timeline, the same lease service, but the resource does
 //! not check tokens (unfenced). The flaw that must show: A's stale write is accepted and A's old
 //! result overwrites B's. If it does not show, the lab can no longer tell a fenced resource from
-//! an unfenced one, and that is a failure.
+//! an unfenced one, and that is a failure. The resource's own `write_attempt` log must show I3
+//! broken in so many words: a token accepted after a greater one. (Its `fence_floor` stays 0 —
+//! the unfenced mode never touches the floor, so that value could not fail and is only a note.)
 
 use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 
-use crate::lab::{shown, HOLDER_A};
+use crate::lab::HOLDER_A;
 use crate::paused_holder::{self, part_line, A_CONTENT};
 use crate::{Lab, Outcome, Scenario};
 
@@ -45,10 +47,11 @@ impl Scenario for F5 {
                     part_line(&r.summary)
                 ),
             );
-            rec.check(
-                "fence_floor after the run (the unfenced mode never reads it)",
-                "0",
-                &shown(r.floor),
+            let tokens: Vec<String> = r.accepted_tokens.iter().map(|t| t.to_string()).collect();
+            rec.expose(
+                "I3 broken in the resource's own write_attempt log: it accepted A's token 1 after B's token 2",
+                r.accepted_tokens == [2, 1],
+                format_args!("accepted tokens in log order: {}", tokens.join(", ")),
             );
             Ok(())
         })

@@ -3,7 +3,8 @@
 //!
 //! (a) check-then-write, the fault: A (token 1) checks the floor (0), passes and pauses; B (token
 //!     2) checks, writes floor 2 and new(B); A resumes and writes floor 1 and old(A). Negative
-//!     control: the floor regresses 2 → 1 and the old content wins.
+//!     control: the floor regresses 2 → 1 and the old content wins. The floor A's check read is
+//!     reported by the resource's hook (`Checked`), not assumed.
 //! (b) fenced-scope, A first: A's conditional UPDATE advances the floor to 1 and pauses inside its
 //!     open transaction; B's UPDATE blocks on the floor row's lock — observed in
 //!     `pg_stat_activity` and `pg_blocking_pids` — until A commits; then B re-evaluates `1 <= 2`
@@ -12,17 +13,15 @@
 //!     `2 <= 1` and is rejected.
 //! Property (I3): in both fenced orders the final content is B's, token 2, floor 2.
 
-use std::future::Future;
-
 use anyhow::Context as _;
 use fencing::resource::{self, Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
-use harness::holder::EVENT_TIMEOUT;
 use harness::observe;
 use sqlx::Connection as _;
 use tokio::sync::oneshot;
 
 use crate::lab::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
+use crate::latch::{finishes, latch, reached};
 use crate::paused_holder::part_line;
 use crate::{Lab, Outcome, Scenario};
 
@@ -48,39 +47,6 @@ fn write(writer: &'static str) -> Write<'static> {
             token: 2,
         },
     }
-}
-
-/// A gap that says when it is reached and then holds the writer until released (or until the
-/// release handle is dropped, so that an aborted scenario never leaves a writer stuck).
-fn latch() -> (
-    impl Future<Output = ()> + Send + 'static,
-    oneshot::Receiver<()>,
-    oneshot::Sender<()>,
-) {
-    let (reached_tx, reached) = oneshot::channel();
-    let (release, release_rx) = oneshot::channel::<()>();
-    let gap = async move {
-        let _ = reached_tx.send(());
-        let _ = release_rx.await;
-    };
-    (gap, reached, release)
-}
-
-async fn reached(what: &str, latch: oneshot::Receiver<()>) -> anyhow::Result<()> {
-    tokio::time::timeout(EVENT_TIMEOUT, latch)
-        .await
-        .with_context(|| format!("{what} never reached its gap"))?
-        .with_context(|| format!("{what} ended before its gap"))
-}
-
-/// Awaits a write that must finish now that nothing should hold it; a write that stays blocked
-/// (e.g. on a lock its own scenario holds) becomes an error instead of a hang.
-async fn finishes<T>(what: &str, write: impl Future<Output = T>) -> anyhow::Result<T> {
-    tokio::time::timeout(EVENT_TIMEOUT, write)
-        .await
-        .with_context(|| {
-            format!("{what} did not return within {EVENT_TIMEOUT:?}: is it blocked on a lock?")
-        })
 }
 
 impl Scenario for F6 {
@@ -117,16 +83,24 @@ impl Scenario for F6 {
 async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
     rec.step(Mark::Info, "lab", "(a) check-then-write", None, "", None);
     let (gap, at_gap, release) = latch();
+    // The hook is told the floor A's check read; it reports it, then holds A in its gap.
+    let (read_tx, read_rx) = oneshot::channel();
     let res = lab.resource.clone();
     let a = tokio::spawn(async move {
-        res.write_with_gap(&write(HOLDER_A), WriteMode::CheckThenWrite, gap)
-            .await
+        res.write_with_checked_gap(&write(HOLDER_A), WriteMode::CheckThenWrite, |checked| {
+            let _ = read_tx.send(checked.floor_read);
+            gap
+        })
+        .await
     });
     reached("A's check-then-write", at_gap).await?;
+    let a_read = read_rx
+        .await
+        .context("A's check reached its gap without reporting the floor it read")?;
     rec.step(
         Mark::Info,
         "A",
-        "read floor 0, check passed, paused",
+        &format!("read floor {}, check passed, paused", shown(a_read)),
         Some(1),
         "",
         None,
@@ -156,7 +130,8 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
     let floor = lab.resource.floor(SCOPE).await?;
     let part = lab.resource.part(SCOPE, SUMMARY).await?;
     rec.note(format!(
-        "check-then-write: B accepted={b_ok}, A accepted={a_ok}, final {}, fence_floor={}",
+        "check-then-write: A's check read fence_floor={}; B accepted={b_ok}, A accepted={a_ok}, final {}, fence_floor={}",
+        shown(a_read),
         part_line(&part),
         shown(floor)
     ));
@@ -165,8 +140,14 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
         .is_some_and(|p| p.writer == HOLDER_A && p.token == 1);
     rec.expose(
         "A's check was stale when it wrote: the old token overwrote the new result and fence_floor regressed 2 → 1",
-        a_ok && b_ok && floor_after_b == Some(2) && floor == Some(1) && old_won,
-        format_args!("fence_floor 0 → {} (B) → {} (A); final summary = {}", shown(floor_after_b), shown(floor), part_line(&part)),
+        a_read == Some(0) && a_ok && b_ok && floor_after_b == Some(2) && floor == Some(1) && old_won,
+        format_args!(
+            "fence_floor {} (read by A's check) → {} (B) → {} (A); final summary = {}",
+            shown(a_read),
+            shown(floor_after_b),
+            shown(floor),
+            part_line(&part)
+        ),
     );
     Ok(())
 }

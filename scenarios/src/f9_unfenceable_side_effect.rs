@@ -3,10 +3,16 @@
 //! idempotency keeps the *first arrival*: in the order A→B the stale content is kept — the
 //! negative control. The versioned publish carries the source token and keeps the highest: B's
 //! content in both orders (the fence rebuilt at the business layer).
+//!
+//! The tokens are real grants, not assumed: A acquires (token 1) with a short TTL, its lease
+//! expires by the database clock, B takes over (token 2), and only then does anyone publish.
 
+use anyhow::Context as _;
+use fencing::lease::Grant;
+use fencing::schema::{self, Database};
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{shown, HOLDER_A, HOLDER_B};
+use crate::lab::{acquired, shown, HOLDER_A, HOLDER_B, LEASE};
 use crate::{Lab, Outcome, Scenario};
 
 pub struct F9;
@@ -31,19 +37,66 @@ impl Scenario for F9 {
     }
 
     fn checks(&self) -> usize {
-        4
+        5
     }
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            rec.note("A publishes with token 1 (its holding was superseded), B with token 2");
-            let (b_ok, a_ok, kept) = publish(lab, rec, Variant::BusinessKey, false).await?;
+            let p = lab.params.clone();
+            let a = lab
+                .lease
+                .acquire(LEASE, HOLDER_A, p.short_ttl)
+                .await?
+                .context("holder-a could not acquire a fresh lease")?;
+            rec.step(
+                Mark::Acquired,
+                "A",
+                "acquire",
+                Some(a.token),
+                acquired(Some(&a)),
+                None,
+            );
+            lab.until_lease_expired("A's lease").await?;
+            let b = lab
+                .lease
+                .acquire(LEASE, HOLDER_B, p.ttl)
+                .await?
+                .context("holder-b could not acquire A's expired lease")?;
+            rec.step(
+                Mark::Acquired,
+                "B",
+                "acquire",
+                Some(b.token),
+                acquired(Some(&b)),
+                None,
+            );
+            let row = lab.lease.inspect(LEASE).await?;
+            rec.check(
+                "before anything is published, A's holding (token 1) is superseded: the lease is B's, token 2",
+                "A token=1; lease holder-b token=2 unexpired",
+                &format!(
+                    "A token={}; lease {}",
+                    a.token,
+                    shown(row.map(|r| format!(
+                        "{} token={} {}",
+                        r.holder,
+                        r.token,
+                        if r.expired { "expired" } else { "unexpired" }
+                    )))
+                ),
+            );
+            rec.note(format!(
+                "A publishes with its superseded token {}, B with token {}",
+                a.token, b.token
+            ));
+            let grants = (&a, &b);
+            let (b_ok, a_ok, kept) = publish(lab, rec, grants, Variant::BusinessKey, false).await?;
             rec.check(
                 "business key, order B→A: A's duplicate is dropped, B's content kept",
                 &format!("B accepted=true, A accepted=false, kept {B_FRESH}"),
                 &format!("B accepted={b_ok}, A accepted={a_ok}, kept {kept}"),
             );
-            let (b_ok, a_ok, kept) = publish(lab, rec, Variant::BusinessKey, true).await?;
+            let (b_ok, a_ok, kept) = publish(lab, rec, grants, Variant::BusinessKey, true).await?;
             rec.note(format!(
                 "business key, order A→B: A accepted={a_ok}, B accepted={b_ok}, kept {kept}"
             ));
@@ -54,7 +107,7 @@ impl Scenario for F9 {
             );
             for a_first in [true, false] {
                 let order = if a_first { "A→B" } else { "B→A" };
-                let (_, _, kept) = publish(lab, rec, Variant::Versioned, a_first).await?;
+                let (_, _, kept) = publish(lab, rec, grants, Variant::Versioned, a_first).await?;
                 rec.check(
                     format!("versioned publish, order {order}: B's content is kept"),
                     B_FRESH,
@@ -66,15 +119,17 @@ impl Scenario for F9 {
     }
 }
 
-/// Publishes A's and B's content in the given order on empty tables. Returns (B's publish stored,
-/// A's publish stored, the content kept).
+/// Publishes A's and B's content with their grants' tokens, in the given order, on an empty
+/// resource side (the lease, and with it the grants, stay as they are). Returns (B's publish
+/// stored, A's publish stored, the content kept).
 async fn publish(
     lab: &mut Lab,
     rec: &mut Recorder,
+    (a, b): (&Grant, &Grant),
     variant: Variant,
     a_first: bool,
 ) -> anyhow::Result<(bool, bool, String)> {
-    lab.reset().await?;
+    schema::reset(Database::Resource, lab.resource.pool()).await?;
     let phase = match (variant, a_first) {
         (Variant::BusinessKey, true) => "business key, A→B",
         (Variant::BusinessKey, false) => "business key, B→A",
@@ -84,8 +139,10 @@ async fn publish(
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let p = &lab.publisher;
     let mut stored = [false; 2];
-    let order: [(usize, &str, &str, i64); 2] =
-        [(0, HOLDER_A, A_STALE, 1), (1, HOLDER_B, B_FRESH, 2)];
+    let order: [(usize, &str, &str, i64); 2] = [
+        (0, HOLDER_A, A_STALE, a.token),
+        (1, HOLDER_B, B_FRESH, b.token),
+    ];
     let order = if a_first { order } else { [order[1], order[0]] };
     for (i, who, content, token) in order {
         stored[i] = match variant {

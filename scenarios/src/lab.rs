@@ -59,6 +59,9 @@ impl Default for Params {
 }
 
 impl Params {
+    /// The fewest contenders F3 races: measured here, 2 are often run one after the other by
+    /// the server (no race to show); from 4 on they overlap.
+    pub const MIN_CONTENDERS: usize = 4;
     /// The most contenders F3 may start (each holds its own connection).
     pub const MAX_CONTENDERS: usize = 500;
 
@@ -97,10 +100,12 @@ impl Params {
                 self.fenced_mode
             ));
         }
-        if !(2..=Self::MAX_CONTENDERS).contains(&self.contenders) {
+        if !(Self::MIN_CONTENDERS..=Self::MAX_CONTENDERS).contains(&self.contenders) {
             return Err(format!(
-                "--contenders {} is out of range: a race needs 2 to {} contenders",
+                "--contenders {} is out of range: a race needs {} to {} contenders (with fewer, the \
+                 server often runs the acquires one after the other and F3 shows no race)",
                 self.contenders,
+                Self::MIN_CONTENDERS,
                 Self::MAX_CONTENDERS
             ));
         }

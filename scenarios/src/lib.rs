@@ -23,7 +23,6 @@ mod f7_fence_granularity;
 mod f8_database_crash;
 mod f9_unfenceable_side_effect;
 pub mod lab;
-#[cfg_attr(not(feature = "mariadb"), allow(dead_code))]
 mod latch;
 #[cfg(feature = "mariadb")]
 mod maria;

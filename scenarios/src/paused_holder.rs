@@ -30,6 +30,8 @@ pub struct Resumed {
     pub floor: Option<i64>,
     /// Rejected attempts by holder-a in `write_attempt`.
     pub a_rejections: usize,
+    /// The tokens of the accepted attempts in `write_attempt`, in the order they were logged.
+    pub accepted_tokens: Vec<i64>,
 }
 
 /// The summary part as the evidence shows it: `content by writer token=N`.
@@ -41,7 +43,7 @@ pub fn part_line(part: &Option<Part>) -> String {
 }
 
 /// Records a holder's event as a timeline step, with the database clock read when it arrived.
-async fn step(
+pub(crate) async fn step(
     lab: &Lab,
     rec: &mut Recorder,
     at: Instant,
@@ -51,7 +53,9 @@ async fn step(
 ) {
     let token = match event {
         Event::Acquired { token }
+        | Event::BeforeCheck { token, .. }
         | Event::AtWritePoint { token, .. }
+        | Event::DeadlinePassed { token, .. }
         | Event::Write { token, .. } => Some(*token),
         _ => None,
     };
@@ -70,7 +74,7 @@ async fn step(
 }
 
 /// Records something the lab did to `actor` (or saw happen to its lease) as a timeline step.
-async fn lab_step(
+pub(crate) async fn lab_step(
     lab: &Lab,
     rec: &mut Recorder,
     mark: Mark,
@@ -82,6 +86,7 @@ async fn lab_step(
     rec.step(mark, actor, action, None, outcome, clock);
 }
 
+/// The distinct states of the threads, e.g. `T`.
 pub(crate) fn states(threads: &[ThreadState]) -> String {
     let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();
     letters.sort();
@@ -89,6 +94,7 @@ pub(crate) fn states(threads: &[ThreadState]) -> String {
     letters.join(",")
 }
 
+/// Every thread with its state, as `/proc` shows them.
 pub(crate) fn list(threads: &[ThreadState]) -> String {
     threads
         .iter()
@@ -303,10 +309,16 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         .iter()
         .filter(|x| x.writer == HOLDER_A && !x.accepted)
         .count();
+    let accepted_tokens = attempts
+        .iter()
+        .filter(|x| x.accepted)
+        .map(|x| x.token)
+        .collect();
     Ok(Resumed {
         a_accepted,
         summary,
         floor,
         a_rejections,
+        accepted_tokens,
     })
 }

@@ -44,6 +44,18 @@ const MASKS: &[(&str, &str)] = &[
     (r"\d+ renewals, \d+ ok", "<N> renewals, <N> ok"),
     (r"peak \d+ of", "peak <N> of"),
     (r"spread over \d+ µs", "spread over <N> µs"),
+    // F2: T's age by the lab's monotonic clock and by the database (the verdict stays).
+    (
+        r"expected -?[\d.]+ to -?[\d.]+ ms, actual -?[\d.]+ ms",
+        "expected <N> to <N> ms, actual <N> ms",
+    ),
+    // F8: the lease's validity around the crash and the downtime, in ms.
+    (r"-?\d+ ms of validity left", "<N> ms of validity left"),
+    (
+        r"validity -?\d+ ms before the crash → -?\d+ ms after recovery: -?\d+ ms lost",
+        "validity <N> ms before the crash → <N> ms after recovery: <N> ms lost",
+    ),
+    (r"downtime \d+ ms by", "downtime <N> ms by"),
 ];
 
 fn normalise(text: &str) -> String {
@@ -89,6 +101,17 @@ fn masks_hide_only_what_varies() {
     assert_ne!(
         normalise("  ok   A stops (BEFORE_CHECK token=1 deadline_left_ms=1194)"),
         normalise("  ok   A stops (BEFORE_CHECK token=2 deadline_left_ms=1194)")
+    );
+    // A measured figure is masked; the verdict in front of it is not.
+    let f8 = "  ok   holder-a still holds it (24828 ms of validity left at 2026-11-30 05:52:02.331001+00)";
+    assert_eq!(
+        normalise(f8),
+        "  ok   holder-a still holds it (<N> ms of validity left at <TIME>)\n"
+    );
+    assert_ne!(normalise(f8), normalise(&f8.replacen("ok  ", "FAIL", 1)));
+    assert_eq!(
+        normalise("(expected 510.2 to 517.6 ms, actual 517.3 ms)"),
+        "(expected <N> to <N> ms, actual <N> ms)\n"
     );
 }
 

@@ -65,6 +65,16 @@ pub struct LeaseRow {
     pub released: bool,
     /// The database clock at the moment of the read.
     pub db_now: String,
+    /// The database clock at the moment of the read, in seconds since the epoch.
+    pub db_now_epoch: f64,
+}
+
+impl LeaseRow {
+    /// The validity left at the moment of the read by the database clock (`expires_at - now()`),
+    /// in milliseconds: negative once expired, `-inf` once released.
+    pub fn remaining_ms(&self) -> f64 {
+        (self.expires_epoch - self.db_now_epoch) * 1000.0
+    }
 }
 
 /// A client of the lease table. Cheap to clone; every call takes a connection from the pool
@@ -92,21 +102,48 @@ impl LeaseStore {
     /// Takes the lease if it is absent, expired or released. `Some(grant)` carries a token one
     /// greater than any issued before for this name (1 for a new name); `None` means it is held.
     pub async fn acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
+        self.check_timing(ttl)?;
+        let sent = Instant::now();
+        let token = stmt::acquire(&self.pool, name, holder, ttl).await?;
+        Ok(token.map(|token| self.grant(name, holder, token, ttl, sent)))
+    }
+
+    /// [`LeaseStore::acquire`], the same statement, with the moments the database ran it (F3:
+    /// did the contenders' statements really execute at the same time on the server?).
+    pub async fn acquire_timed(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(Option<Grant>, stmt::ServerSpan)> {
+        self.check_timing(ttl)?;
+        let sent = Instant::now();
+        let timed = stmt::acquire_timed(&self.pool, name, holder, ttl).await?;
+        let grant = timed
+            .token
+            .map(|token| self.grant(name, holder, token, ttl, sent));
+        Ok((grant, timed.span))
+    }
+
+    fn check_timing(&self, ttl: Duration) -> Result<()> {
         if ttl <= self.margin {
             return Err(Error::Timing {
                 ttl_ms: ttl.as_millis(),
                 margin_ms: self.margin.as_millis(),
             });
         }
-        let sent = Instant::now();
-        let token = stmt::acquire(&self.pool, name, holder, ttl).await?;
-        Ok(token.map(|token| Grant {
+        Ok(())
+    }
+
+    /// The grant of a successful acquire whose request was sent at `sent`.
+    fn grant(&self, name: &str, holder: &str, token: i64, ttl: Duration, sent: Instant) -> Grant {
+        Grant {
             name: name.to_owned(),
             holder: holder.to_owned(),
             token,
             ttl,
             local_deadline: sent + (ttl - self.margin),
-        }))
+        }
     }
 
     /// Extends the holding identified by `grant` by its TTL, if it has not expired. An expired
@@ -141,7 +178,8 @@ impl LeaseStore {
     pub async fn inspect(&self, name: &str) -> Result<Option<LeaseRow>> {
         let row = sqlx::query(
             "SELECT holder, token, expires_at::text, extract(epoch FROM expires_at)::float8,
-                    expires_at <= now(), expires_at = '-infinity'::timestamptz, now()::text
+                    expires_at <= now(), expires_at = '-infinity'::timestamptz, now()::text,
+                    extract(epoch FROM now())::float8
                FROM lease WHERE name = $1",
         )
         .bind(name)
@@ -156,6 +194,7 @@ impl LeaseStore {
             expired: r.get(4),
             released: r.get(5),
             db_now: r.get(6),
+            db_now_epoch: r.get(7),
         }))
     }
 
@@ -186,6 +225,20 @@ impl LeaseStore {
 pub mod stmt {
     use super::*;
 
+    /// The acquire statement's text, one definition for [`acquire`] and [`acquire_timed`].
+    macro_rules! acquire_sql {
+        () => {
+            "INSERT INTO lease AS l (name, holder, token, expires_at)
+             VALUES ($1, $2, 1, now() + make_interval(secs => $3::float8 / 1000))
+             ON CONFLICT (name) DO UPDATE
+                SET holder = EXCLUDED.holder,
+                    token = l.token + 1,
+                    expires_at = EXCLUDED.expires_at
+              WHERE l.expires_at <= now()
+             RETURNING l.token"
+        };
+    }
+
     /// The acquire statement. A returned row is the only success test: `RETURNING` yields a row
     /// only for an inserted row or for a conflicting row the `WHERE` let the update through.
     pub async fn acquire<'e>(
@@ -194,22 +247,67 @@ pub mod stmt {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<i64>> {
-        sqlx::query_scalar(
-            "INSERT INTO lease AS l (name, holder, token, expires_at)
-             VALUES ($1, $2, 1, now() + make_interval(secs => $3::float8 / 1000))
-             ON CONFLICT (name) DO UPDATE
-                SET holder = EXCLUDED.holder,
-                    token = l.token + 1,
-                    expires_at = EXCLUDED.expires_at
-              WHERE l.expires_at <= now()
-             RETURNING l.token",
-        )
+        sqlx::query_scalar(acquire_sql!())
+            .bind(name)
+            .bind(holder)
+            .bind(millis(ttl))
+            .fetch_optional(e)
+            .await
+            .op("acquire the lease")
+    }
+
+    /// When the database ran one statement, by its own clock, in microseconds since the epoch.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct ServerSpan {
+        /// `statement_timestamp()`: when the server received the statement.
+        pub started_us: i64,
+        /// `clock_timestamp()` read once the statement's work was done (any lock wait
+        /// included), before its commit.
+        pub finished_us: i64,
+    }
+
+    /// An acquire with the moments the database ran it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct TimedAcquire {
+        /// The new token, as [`acquire`] returns it: `None` when the lease is held.
+        pub token: Option<i64>,
+        pub span: ServerSpan,
+    }
+
+    /// The acquire statement, unchanged, as a data-modifying CTE, with the statement's start
+    /// (`statement_timestamp()`) and the clock read after it (`clock_timestamp()`) returned
+    /// whether or not it granted the lease. Semantics are the acquire's: PostgreSQL runs a
+    /// data-modifying `WITH` exactly once and to completion, in the same autocommit statement;
+    /// the outer query only reads its result. The clock is read in the outer query, over the
+    /// materialized result, so it is read after the `INSERT` finished, lock waits included.
+    pub async fn acquire_timed<'e>(
+        e: impl PgExecutor<'e>,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<TimedAcquire> {
+        let r = sqlx::query(concat!(
+            "WITH attempt AS (",
+            acquire_sql!(),
+            "), outcome AS MATERIALIZED (SELECT (SELECT token FROM attempt) AS token)
+             SELECT token,
+                    (extract(epoch FROM statement_timestamp()) * 1000000)::int8,
+                    (extract(epoch FROM clock_timestamp()) * 1000000)::int8
+               FROM outcome"
+        ))
         .bind(name)
         .bind(holder)
         .bind(millis(ttl))
-        .fetch_optional(e)
+        .fetch_one(e)
         .await
-        .op("acquire the lease")
+        .op("acquire the lease (timed)")?;
+        Ok(TimedAcquire {
+            token: r.get(0),
+            span: ServerSpan {
+                started_us: r.get(1),
+                finished_us: r.get(2),
+            },
+        })
     }
 
     /// The renew statement: name and token identify the holding (I2 makes the token unique),
@@ -240,27 +338,30 @@ pub mod stmt {
     }
 
     /// Both database clocks as one statement sees them.
-    #[derive(Debug, Clone, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq)]
     pub struct Clocks {
         /// `now()`: the start of the current transaction.
         pub now: String,
         /// `clock_timestamp()`: the moment of the call.
         pub clock_timestamp: String,
-        /// `clock_timestamp() > now()`.
-        pub clock_passed_now: bool,
+        /// `clock_timestamp() - now()` in milliseconds: how long the transaction has been
+        /// open by the database clock (0 to a few µs in an autocommit statement).
+        pub clock_minus_now_ms: f64,
     }
 
-    /// Reads `now()` and `clock_timestamp()` in one statement.
+    /// Reads `now()` and `clock_timestamp()` in one statement (the clock read once).
     pub async fn clocks<'e>(e: impl PgExecutor<'e>) -> Result<Clocks> {
-        let r =
-            sqlx::query("SELECT now()::text, clock_timestamp()::text, clock_timestamp() > now()")
-                .fetch_one(e)
-                .await
-                .op("read the database clocks")?;
+        let r = sqlx::query(
+            "SELECT n::text, c::text, (extract(epoch FROM c - n) * 1000)::float8
+               FROM (SELECT now() AS n, clock_timestamp() AS c) AS t",
+        )
+        .fetch_one(e)
+        .await
+        .op("read the database clocks")?;
         Ok(Clocks {
             now: r.get(0),
             clock_timestamp: r.get(1),
-            clock_passed_now: r.get(2),
+            clock_minus_now_ms: r.get(2),
         })
     }
 

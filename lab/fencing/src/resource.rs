@@ -114,6 +114,17 @@ pub struct Attempt {
     pub accepted: bool,
 }
 
+/// What a write's check saw, handed to the test hook that runs between the check and the write
+/// ([`write_on_checked`]), so that a test can report what the check really read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// The fence floor the check read and compared the token with: `Some` only for
+    /// check-then-write, the one mode that reads the floor in a statement of its own. `None` for
+    /// the modes whose comparison is part of a write statement (fenced-scope's conditional
+    /// UPDATE, fenced-single, fenced-row) or that compare nothing (unfenced).
+    pub floor_read: Option<i64>,
+}
+
 /// The upsert every mode but fenced-row ends with.
 const UPSERT: &str = "INSERT INTO report_part AS r (scope, part, content, writer, token)
                       VALUES ($1, $2, $3, $4, $5)
@@ -179,8 +190,22 @@ impl Resource {
         mode: WriteMode,
         gap: impl Future<Output = ()>,
     ) -> Result<bool> {
+        self.write_with_checked_gap(w, mode, |_| gap).await
+    }
+
+    /// [`Resource::write_with_gap`] whose hook is told what the check saw ([`Checked`]).
+    pub async fn write_with_checked_gap<G, F>(
+        &self,
+        w: &Write<'_>,
+        mode: WriteMode,
+        gap: G,
+    ) -> Result<bool>
+    where
+        G: FnOnce(Checked) -> F,
+        F: Future<Output = ()>,
+    {
         let mut conn = self.pool.acquire().await.op("connect to the resource")?;
-        write_on(&mut conn, w, mode, gap).await
+        write_on_checked(&mut conn, w, mode, gap).await
     }
 
     /// The scope's fence floor, `None` if the scope was never set up.
@@ -240,6 +265,22 @@ pub async fn write_on(
     mode: WriteMode,
     gap: impl Future<Output = ()>,
 ) -> Result<bool> {
+    write_on_checked(conn, w, mode, |_| gap).await
+}
+
+/// [`write_on`] whose hook is told what the check saw ([`Checked`]): the hook is called, and its
+/// future awaited, only after a passed check.
+pub async fn write_on_checked<G, F>(
+    conn: &mut PgConnection,
+    w: &Write<'_>,
+    mode: WriteMode,
+    gap: G,
+) -> Result<bool>
+where
+    G: FnOnce(Checked) -> F,
+    F: Future<Output = ()>,
+{
+    let nothing_read = Checked { floor_read: None };
     let accepted = match mode {
         WriteMode::FencedScope => {
             let mut tx = conn.begin().await.op("begin the write transaction")?;
@@ -256,7 +297,7 @@ pub async fn write_on(
                 tx.rollback().await.op("roll back the rejected write")?;
                 false
             } else {
-                gap.await;
+                gap(nothing_read).await;
                 upsert(&mut tx, w).await?;
                 // An accepted write and its record commit together: none without the other.
                 log_attempt(&mut tx, w, mode, true).await?;
@@ -266,7 +307,7 @@ pub async fn write_on(
         }
         WriteMode::FencedRow => {
             // Check and write are one statement here; the hook runs just before it.
-            gap.await;
+            gap(nothing_read).await;
             sqlx::query(
                 "INSERT INTO report_part AS r (scope, part, content, writer, token)
                  VALUES ($1, $2, $3, $4, $5)
@@ -294,7 +335,7 @@ pub async fn write_on(
                     .await
                     .op("read the fence floor")?;
             if floor.is_some_and(|floor| floor <= w.token) {
-                gap.await;
+                gap(Checked { floor_read: floor }).await;
                 sqlx::query("UPDATE fence_floor SET max_token = $1 WHERE scope = $2")
                     .bind(w.token)
                     .bind(w.scope)
@@ -308,13 +349,13 @@ pub async fn write_on(
             }
         }
         WriteMode::Unfenced => {
-            gap.await;
+            gap(nothing_read).await;
             upsert(&mut *conn, w).await?;
             true
         }
         WriteMode::FencedSingle => {
             // Check, write and log are one statement here; the hook runs just before it.
-            gap.await;
+            gap(nothing_read).await;
             return sqlx::query_scalar(FENCED_SINGLE)
                 .bind(w.scope)
                 .bind(w.part)

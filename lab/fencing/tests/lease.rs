@@ -211,10 +211,30 @@ async fn inside_a_transaction_now_is_frozen_and_only_clock_timestamp_sees_expiry
         .await?
         .expect("fresh lease");
     let mut conn = db.lease.pool().acquire().await?;
+    let before_begin = Instant::now();
     let mut t = conn.begin().await?;
     let start = stmt::clocks(&mut *t).await?;
+    let after_start = Instant::now();
     db.until_free("job").await?;
-    assert_eq!(stmt::clocks(&mut *t).await?.now, start.now);
+    let before_later = Instant::now();
+    let later = stmt::clocks(&mut *t).await?;
+    let elapsed_ms = |from: Instant, to: Instant| (to - from).as_secs_f64() * 1000.0;
+    assert_eq!(later.now, start.now);
+    // clock_timestamp() - now() is T's age: bracketed by the monotonic clock (1 ms for the two
+    // clocks' rates and rounding).
+    let (low, high) = (
+        elapsed_ms(after_start, before_later),
+        elapsed_ms(before_begin, Instant::now()),
+    );
+    assert!(
+        later.clock_minus_now_ms >= low - 1.0 && later.clock_minus_now_ms <= high + 1.0,
+        "T's age {} ms, monotonic {low}..{high} ms",
+        later.clock_minus_now_ms
+    );
+    assert!(
+        low >= SHORT.as_secs_f64() * 1000.0 - 50.0,
+        "waited {low} ms"
+    );
     assert_eq!(stmt::expired_by_now(&mut *t, "job").await?, Some(false));
     assert!(stmt::acquire(&mut *t, "job", "b", TTL).await?.is_none());
     assert!(!stmt::renew(&mut *t, &a, JudgedBy::ClockTimestamp).await?);
@@ -275,5 +295,72 @@ async fn a_lease_table_truncated_by_hand_reissues_token_1_below_the_resources_fl
         "the current holder's token 1 is below the floor 2"
     );
     assert_eq!(db.resource.floor(common::SCOPE).await?, Some(2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_timed_acquire_grants_refuses_and_takes_over_like_the_acquire() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let (a, span) = db.lease.acquire_timed("job", "a", SHORT).await?;
+    let a = a.expect("fresh lease");
+    assert_eq!((a.token, a.holder.as_str(), a.ttl), (1, "a", SHORT));
+    assert!(span.started_us <= span.finished_us, "{span:?}");
+    let row = db.lease.inspect("job").await?.expect("row");
+    let (refused, _) = db.lease.acquire_timed("job", "b", TTL).await?;
+    assert!(refused.is_none(), "a held lease is refused");
+    let after = db.lease.inspect("job").await?.expect("row");
+    assert_eq!(
+        (after.holder, after.token, after.expires_at),
+        (row.holder, row.token, row.expires_at),
+        "a refused acquire changes nothing"
+    );
+    db.until_free("job").await?;
+    let (b, _) = db.lease.acquire_timed("job", "b", TTL).await?;
+    assert_eq!(b.expect("expired lease").token, 2);
+    let err = db.lease.acquire_timed("job", "c", common::MARGIN).await;
+    assert!(matches!(err, Err(Error::Timing { .. })), "{err:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_timed_acquire_span_covers_a_wait_on_the_row_lock() -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let db = common::start().await?;
+    let mut a = db
+        .lease
+        .acquire("job", "a", TTL)
+        .await?
+        .expect("fresh lease");
+    // T holds the lease row's lock (a renew inside an open transaction).
+    let mut t_conn = db.lease.pool().acquire().await?;
+    let mut t = t_conn.begin().await?;
+    assert!(stmt::renew(&mut *t, &a, JudgedBy::Now).await?);
+    let mut conn = db.lease.pool().acquire().await?;
+    let pid = harness::observe::backend_pid(&mut conn).await?;
+    let contender =
+        tokio::spawn(async move { stmt::acquire_timed(&mut *conn, "job", "b", TTL).await });
+    let admin = db.cluster.admin_pool().await?;
+    harness::wait::until(
+        "the timed acquire waits on a lock",
+        Duration::from_secs(30),
+        || async {
+            let act = harness::observe::activity(&admin, pid).await?;
+            Ok::<_, sqlx::Error>(act.is_some_and(|a| a.wait_event_type.as_deref() == Some("Lock")))
+        },
+    )
+    .await?;
+    let seen_waiting = Instant::now();
+    harness::wait::prescribed(Duration::from_millis(200)).await;
+    // Measured before the lock is released: the span must be at least this long.
+    let held_ms = seen_waiting.elapsed().as_micros() as i64 / 1000;
+    t.rollback().await?;
+    let timed = contender.await??;
+    assert_eq!(timed.token, None, "the lease is still a's");
+    let span_ms = (timed.span.finished_us - timed.span.started_us) / 1000;
+    assert!(
+        span_ms + 1 >= held_ms,
+        "the span ({span_ms} ms) must cover the wait seen from outside ({held_ms} ms)"
+    );
+    assert!(db.lease.renew(&mut a).await?, "a still holds it");
     Ok(())
 }

@@ -122,6 +122,36 @@ async fn the_gap_runs_between_a_passed_check_and_the_write_only() -> anyhow::Res
 }
 
 #[tokio::test]
+async fn the_checked_gap_is_told_the_floor_check_then_write_read() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let r = &db.resource;
+    assert!(
+        r.write(&w("summary", "b", 3), WriteMode::FencedScope)
+            .await?
+    );
+    for (mode, token, expected) in [
+        (WriteMode::CheckThenWrite, 4, Some(3)),
+        // The floor is now 4: what the check read moves with it.
+        (WriteMode::CheckThenWrite, 5, Some(4)),
+        (WriteMode::FencedScope, 6, None),
+        (WriteMode::FencedSingle, 7, None),
+        (WriteMode::FencedRow, 8, None),
+        (WriteMode::Unfenced, 9, None),
+    ] {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let accepted = r
+            .write_with_checked_gap(&w("summary", "a", token), mode, |checked| {
+                seen.lock().expect("lock").push(checked.floor_read);
+                async {}
+            })
+            .await?;
+        assert!(accepted, "{mode}: token {token} is the greatest yet");
+        assert_eq!(*seen.lock().expect("lock"), [expected], "{mode}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn fenced_row_rejects_a_smaller_token_on_an_existing_row_but_not_on_a_new_one(
 ) -> anyhow::Result<()> {
     let db = common::start().await?;
