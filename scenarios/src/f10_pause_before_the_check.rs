@@ -13,7 +13,6 @@
 //! the lab's hands, with no second renewer whose timing varies on a loaded machine.
 
 use std::convert::Infallible;
-use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use fencing::resource::{Write, WriteMode};
@@ -22,7 +21,10 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
 use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::paused_holder::{lab_step, list, part_line, states, step, A_CONTENT, B_CONTENT};
+use crate::paused_holder::{
+    freeze_and_show, lab_step, list, part_line, record_renewals, renewal_count, renewed_every_time,
+    step, until_expired_while_frozen, A_CONTENT, B_CONTENT,
+};
 use crate::{Lab, Outcome, Scenario};
 
 pub struct F10;
@@ -90,20 +92,11 @@ impl Scenario for F10 {
                 async move { Ok::<bool, Infallible>(seen) }
             })
             .await?;
-            let renewals = a.drain_renewals().to_vec();
-            for (at, ok) in &renewals {
-                let mark = if *ok { Mark::Renewed } else { Mark::Info };
-                let outcome = format!("ok={ok}");
-                rec.step_at(*at, mark, "A", "background renew", Some(1), outcome, None);
-            }
+            let renewals = record_renewals(rec, &mut a, "A", 1);
             rec.check_that(
                 "A's background renewer renewed while A waited before its check, every time with success",
-                !renewals.is_empty() && renewals.iter().all(|(_, ok)| *ok),
-                format_args!(
-                    "{} renewals, {} ok",
-                    renewals.len(),
-                    renewals.iter().filter(|(_, ok)| *ok).count()
-                ),
+                renewed_every_time(&renewals),
+                renewal_count(&renewals),
             );
             let row = lab.lease.inspect(LEASE).await?;
             rec.check(
@@ -115,36 +108,15 @@ impl Scenario for F10 {
                 })),
             );
 
-            a.freeze().await?;
-            let frozen_at = Instant::now();
-            // Read again, apart from freeze()'s own post-condition: what /proc shows now.
-            let frozen = a.threads()?;
-            lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
-            rec.check(
-                "after SIGSTOP before its check, /proc shows state T for A and every thread of A",
-                "T",
-                &states(&frozen),
-            );
-            rec.check_that(
-                "A's renewer thread is frozen with it: nothing moves A's local deadline",
-                frozen.iter().any(|t| t.name == "renewer" && t.state == 'T'),
-                format_args!("pid {}: {}", a.pid(), list(&frozen)),
-            );
-
-            lab.until_lease_expired("A's lease").await?;
-            lab_step(
+            let frozen_at = freeze_and_show(
                 lab,
                 rec,
-                Mark::LeaseExpired,
-                "A",
-                "lease expired (database clock)",
-                "",
+                &mut a,
+                " before its check",
+                "A's renewer thread is frozen with it: nothing moves A's local deadline",
             )
-            .await;
-            rec.note(format!(
-                "the lease expired by the database clock {} ms after A was frozen",
-                frozen_at.elapsed().as_millis()
-            ));
+            .await?;
+            until_expired_while_frozen(lab, rec, frozen_at).await?;
 
             let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
             let clock = lab.lease.db_clock().await.ok();

@@ -240,6 +240,22 @@ impl Lab {
         Ok(Ok(env))
     }
 
+    /// [`Lab::maria`] for a scenario that cannot run without MariaDB: when it is not installed
+    /// here, records the skip with its reason and install hint and returns `None`.
+    #[cfg(feature = "mariadb")]
+    pub async fn maria_or_skip(
+        &mut self,
+        rec: &mut harness::evidence::Recorder,
+    ) -> anyhow::Result<Option<&crate::maria::MariaEnv>> {
+        match self.maria().await? {
+            Ok(env) => Ok(Some(env)),
+            Err(reason) => {
+                rec.skip(reason);
+                Ok(None)
+            }
+        }
+    }
+
     /// Replaces every pool with a fresh one, e.g. after a restart of the cluster, so that no
     /// store hands out a connection to the server that is gone.
     pub async fn reopen(&mut self) -> anyhow::Result<()> {

@@ -86,6 +86,93 @@ pub(crate) async fn lab_step(
     rec.step(mark, actor, action, None, outcome, clock);
 }
 
+/// Records the background renewals `holder` reported so far as timeline steps of `actor` (with
+/// `token`); returns them (when each was reported, and whether it succeeded).
+pub(crate) fn record_renewals(
+    rec: &mut Recorder,
+    holder: &mut Holder,
+    actor: &str,
+    token: i64,
+) -> Vec<(Instant, bool)> {
+    let renewals = holder.drain_renewals().to_vec();
+    for (at, ok) in &renewals {
+        let mark = if *ok { Mark::Renewed } else { Mark::Info };
+        rec.step_at(
+            *at,
+            mark,
+            actor,
+            "background renew",
+            Some(token),
+            format!("ok={ok}"),
+            None,
+        );
+    }
+    renewals
+}
+
+/// Whether there were renewals and every one succeeded.
+pub(crate) fn renewed_every_time(renewals: &[(Instant, bool)]) -> bool {
+    !renewals.is_empty() && renewals.iter().all(|(_, ok)| *ok)
+}
+
+/// How the evidence counts renewals: `N renewals, M ok`.
+pub(crate) fn renewal_count(renewals: &[(Instant, bool)]) -> String {
+    let ok = renewals.iter().filter(|(_, ok)| *ok).count();
+    format!("{} renewals, {ok} ok", renewals.len())
+}
+
+/// Freezes A (SIGSTOP) and checks what `/proc`, read again apart from `freeze`'s own
+/// post-condition, shows: state T for A and every thread, the renewer among them. `when` follows
+/// "after SIGSTOP" in the first check line, `renewer` is the second check. Returns the instant
+/// A was frozen.
+pub(crate) async fn freeze_and_show(
+    lab: &Lab,
+    rec: &mut Recorder,
+    a: &mut Holder,
+    when: &str,
+    renewer: &str,
+) -> anyhow::Result<Instant> {
+    a.freeze().await?;
+    let frozen_at = Instant::now();
+    let frozen = a.threads()?;
+    lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
+    rec.check(
+        format!("after SIGSTOP{when}, /proc shows state T for A and every thread of A"),
+        "T",
+        &states(&frozen),
+    );
+    rec.check_that(
+        renewer,
+        frozen.iter().any(|t| t.name == "renewer" && t.state == 'T'),
+        format_args!("pid {}: {}", a.pid(), list(&frozen)),
+    );
+    Ok(frozen_at)
+}
+
+/// Waits until A's lease is expired by the database clock, and records when, counted from
+/// `frozen_at`.
+pub(crate) async fn until_expired_while_frozen(
+    lab: &Lab,
+    rec: &mut Recorder,
+    frozen_at: Instant,
+) -> anyhow::Result<()> {
+    lab.until_lease_expired("A's lease").await?;
+    lab_step(
+        lab,
+        rec,
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (database clock)",
+        "",
+    )
+    .await;
+    rec.note(format!(
+        "the lease expired by the database clock {} ms after A was frozen",
+        frozen_at.elapsed().as_millis()
+    ));
+    Ok(())
+}
+
 /// The distinct states of the threads, e.g. `T`.
 pub(crate) fn states(threads: &[ThreadState]) -> String {
     let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();
@@ -139,19 +226,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     let hold = p.ttl * 2;
     harness::wait::prescribed(hold).await;
     let row = lab.lease.inspect(LEASE).await?;
-    let renewals = a.drain_renewals().to_vec();
-    for (at, ok) in &renewals {
-        let mark = if *ok { Mark::Renewed } else { Mark::Info };
-        rec.step_at(
-            *at,
-            mark,
-            "A",
-            "background renew",
-            Some(1),
-            format!("ok={ok}"),
-            None,
-        );
-    }
+    let renewals = record_renewals(rec, &mut a, "A", 1);
     rec.check(
         format!(
             "A kept the lease by renewing while not paused (waited {} ms, TTL={} ms)",
@@ -170,44 +245,13 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     );
     rec.check_that(
         "A's background renewer renewed, every time with success",
-        !renewals.is_empty() && renewals.iter().all(|(_, ok)| *ok),
-        format_args!(
-            "{} renewals, {} ok",
-            renewals.len(),
-            renewals.iter().filter(|(_, ok)| *ok).count()
-        ),
+        renewed_every_time(&renewals),
+        renewal_count(&renewals),
     );
 
-    a.freeze().await?;
-    // Read again, apart from freeze()'s own post-condition: what /proc shows now.
-    let frozen = a.threads()?;
-    lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
-    rec.check(
-        "after SIGSTOP, /proc shows state T for A and every thread of A",
-        "T",
-        &states(&frozen),
-    );
-    rec.check_that(
-        "A's renewer thread is frozen with it",
-        frozen.iter().any(|t| t.name == "renewer" && t.state == 'T'),
-        format_args!("pid {}: {}", a.pid(), list(&frozen)),
-    );
-
-    let frozen_at = Instant::now();
-    lab.until_lease_expired("A's lease").await?;
-    lab_step(
-        lab,
-        rec,
-        Mark::LeaseExpired,
-        "A",
-        "lease expired (database clock)",
-        "",
-    )
-    .await;
-    rec.note(format!(
-        "the lease expired by the database clock {} ms after A was frozen",
-        frozen_at.elapsed().as_millis()
-    ));
+    let frozen_at =
+        freeze_and_show(lab, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
+    until_expired_while_frozen(lab, rec, frozen_at).await?;
 
     let mut b = Holder::spawn(&lab.holder_spec(HOLDER_B, B_CONTENT, mode, true)).await?;
     rec.note(format!(

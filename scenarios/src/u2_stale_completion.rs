@@ -22,7 +22,7 @@ mod imp {
     use holder_protocol::{exit, Event, HolderFlags, Request};
 
     use crate::maria::MariaEnv;
-    use crate::paused_holder::{list, states};
+    use crate::paused_holder::{list, record_renewals, renewal_count, renewed_every_time, states};
     use crate::u_common::{owner_token, JOB_LEASE};
     use crate::Lab;
 
@@ -98,8 +98,7 @@ mod imp {
     }
 
     pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-        if let Err(reason) = lab.maria().await? {
-            rec.skip(reason);
+        if lab.maria_or_skip(rec).await?.is_none() {
             return Ok(());
         }
         let env = lab.maria.as_ref().context("MariaDB is not running")?;
@@ -188,19 +187,7 @@ mod imp {
         // The run goes on for longer than the lease's TTL: A's renewer keeps the lease.
         let hold = lab.params.ttl + lab.params.renew;
         harness::wait::prescribed(hold).await;
-        let renewals = a.drain_renewals().to_vec();
-        for (at, ok) in &renewals {
-            let mark = if *ok { Mark::Renewed } else { Mark::Info };
-            rec.step_at(
-                *at,
-                mark,
-                "A",
-                "background renew",
-                Some(a_lease.fence_token),
-                format!("ok={ok}"),
-                None,
-            );
-        }
+        let renewals = record_renewals(rec, &mut a, "A", a_lease.fence_token);
         let still_held = jobs.is_held(&a_lease).await?;
         if fenced {
             rec.check_that(
@@ -209,12 +196,8 @@ mod imp {
                     hold.as_millis(),
                     lab.params.ttl.as_millis()
                 ),
-                still_held && !renewals.is_empty() && renewals.iter().all(|(_, ok)| *ok),
-                format_args!(
-                    "is_held={still_held}; {} renewals, {} ok",
-                    renewals.len(),
-                    renewals.iter().filter(|(_, ok)| *ok).count()
-                ),
+                still_held && renewed_every_time(&renewals),
+                format_args!("is_held={still_held}; {}", renewal_count(&renewals)),
             );
         }
 

@@ -33,12 +33,8 @@ mod imp {
                 return Ok(());
             }
         };
-        let env = match lab.maria().await? {
-            Ok(env) => env,
-            Err(reason) => {
-                rec.skip(reason);
-                return Ok(());
-            }
+        let Some(env) = lab.maria_or_skip(rec).await? else {
+            return Ok(());
         };
         let jobs = &env.jobs;
         let a = jobs

@@ -26,12 +26,8 @@ mod imp {
             lab.params.ttl,
             lab.params.wait_timeout,
         );
-        let env = match lab.maria().await? {
-            Ok(env) => env,
-            Err(reason) => {
-                rec.skip(reason);
-                return Ok(());
-            }
+        let Some(env) = lab.maria_or_skip(rec).await? else {
+            return Ok(());
         };
         let jobs = &env.jobs;
         // One instance, one owner token, for both of its holdings.

@@ -38,12 +38,8 @@ mod imp {
             lab.params.ttl,
             lab.params.wait_timeout,
         );
-        let env = match lab.maria().await? {
-            Ok(env) => env,
-            Err(reason) => {
-                rec.skip(reason);
-                return Ok(None);
-            }
+        let Some(env) = lab.maria_or_skip(rec).await? else {
+            return Ok(None);
         };
         let label = match write {
             CheckedWrite::Unconditional => "if (lease.isHeld()) UPDATE … WHERE run_id",

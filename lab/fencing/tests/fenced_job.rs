@@ -60,6 +60,31 @@ impl Env {
         Ok(())
     }
 
+    /// Instance `X` acquires (fence 1) and starts `old_runs` under it, lets the lease expire,
+    /// and acquires again with the same owner token (fence 2, `new_ttl`): (old, new).
+    async fn reacquired(
+        &self,
+        old_runs: &[&str],
+        new_ttl: Duration,
+    ) -> anyhow::Result<(JobLease, JobLease)> {
+        let old = self
+            .jobs
+            .acquire(LEASE, "X", Duration::from_millis(300))
+            .await?
+            .expect("a free lease");
+        for run in old_runs {
+            self.jobs.start_run(run, &old).await?;
+        }
+        self.until_free().await?;
+        let new = self
+            .jobs
+            .acquire(LEASE, "X", new_ttl)
+            .await?
+            .expect("an expired lease");
+        assert_eq!((new.owner_token.as_str(), new.fence_token), ("X", 2));
+        Ok((old, new))
+    }
+
     /// The truth value of each condition of the fenced completion for `run` and the caller's
     /// claim `who`, as the database evaluates it: (name, holds).
     async fn conditions(&self, run: &str, who: &JobLease) -> anyhow::Result<Vec<(&str, bool)>> {
@@ -171,17 +196,7 @@ async fn each_condition_of_the_fenced_completion_alone_rejects_a_stale_completio
     let env = Env::start().await?;
     let jobs = &env.jobs;
     // Instance X holds fence 1, lets it expire, holds fence 2: the owner token is the same.
-    let old = jobs
-        .acquire(LEASE, "X", Duration::from_millis(300))
-        .await?
-        .expect("a free lease");
-    jobs.start_run("r-old", &old).await?;
-    env.until_free().await?;
-    let new = jobs
-        .acquire(LEASE, "X", Duration::from_secs(3))
-        .await?
-        .expect("an expired lease");
-    assert_eq!((new.owner_token.as_str(), new.fence_token), ("X", 2));
+    let (old, new) = env.reacquired(&["r-old"], Duration::from_secs(3)).await?;
     jobs.start_run("r-new", &new).await?;
     jobs.start_run("r-new-2", &new).await?;
     // A run recorded by another owner under the current fence.
@@ -221,19 +236,10 @@ async fn the_naive_completions_let_an_old_execution_of_the_same_instance_finish(
 ) -> anyhow::Result<()> {
     let env = Env::start().await?;
     let jobs = &env.jobs;
-    let old = jobs
-        .acquire(LEASE, "X", Duration::from_millis(300))
-        .await?
-        .expect("a free lease");
-    for how in NaiveCompletion::ALL {
-        jobs.start_run(how.as_str(), &old).await?;
-    }
-    jobs.start_run("fenced", &old).await?;
-    env.until_free().await?;
-    let _new = jobs
-        .acquire(LEASE, "X", Duration::from_secs(5))
-        .await?
-        .expect("an expired lease");
+    let runs = NaiveCompletion::ALL.map(NaiveCompletion::as_str);
+    let (old, _new) = env
+        .reacquired(&[runs[0], runs[1], "fenced"], Duration::from_secs(5))
+        .await?;
     assert!(!jobs.complete_run("fenced", &old).await?);
     for how in NaiveCompletion::ALL {
         assert!(
