@@ -7,7 +7,10 @@
 //! that says what happened (see `holder --help` and `holder_protocol::exit`). With
 //! `--wait-before-check` it also stops before the check (`BEFORE_CHECK`, then a go-line), the one
 //! place where a pause is still seen by the holder itself: its check, judged by its monotonic
-//! clock, finds the deadline passed and it gives up ([`exit::DEADLINE_PASSED`]).
+//! clock, finds the deadline passed and it gives up ([`exit::DEADLINE_PASSED`]). With
+//! `--wait-before-commit` it stops inside its write transaction before COMMIT, with
+//! `--wait-after-write` right after the write: places where the lab kills it (F12). With
+//! `--renew-ms 0` it has no renewer: it acquires once and relies on the TTL (F13).
 //!
 //! The lease lives in one of two stores (`--store`): `postgres`, the lease store and fenced
 //! resource of SPEC §3 (the write is a part of a report scope), or `mariadb`, seed 000's fenced
@@ -75,10 +78,19 @@ fn main() -> ExitCode {
                 .mode
                 .parse::<WriteMode>()
                 .unwrap_or_else(|e| usage(format!("invalid value for '--mode <MODE>': {e}")));
+            if flags.wait_before_commit && mode != WriteMode::FencedScope {
+                usage(format!(
+                    "--wait-before-commit needs --mode fenced-scope (the one mode with a write \
+                     transaction to stop in), not {mode}"
+                ));
+            }
             run::<PgSide>(&flags, mode)
         }
         #[cfg(feature = "mariadb")]
         "mariadb" => {
+            if flags.wait_before_commit {
+                usage("--wait-before-commit: only --store postgres has a write transaction".into());
+            }
             let completion = job::Completion::parse(&flags.mode)
                 .unwrap_or_else(|e| usage(format!("invalid value for '--mode <MODE>': {e}")));
             if flags.run_id.is_none() {
@@ -209,6 +221,14 @@ where
     let current = held.lock().expect("holding lock").clone();
     let accepted = rt.block_on(side.write(flags, &current))?;
     emit(&Event::Write { accepted, token });
+    let renewer = if flags.wait_after_write {
+        match await_go(renewer)? {
+            Ok(running) => running,
+            Err(code) => return Ok(code),
+        }
+    } else {
+        renewer
+    };
     renewer.stop();
     let mut current = held.lock().expect("holding lock").clone();
     let renewed = rt.block_on(side.renew(&mut current))?;
@@ -288,10 +308,27 @@ impl Side for PgSide {
             writer: &flags.holder,
             token: held.token,
         };
-        resource
-            .write(&write, self.mode)
+        if !flags.wait_before_commit {
+            return resource
+                .write(&write, self.mode)
+                .await
+                .map_err(|e| format!("{e:#}"));
+        }
+        let mut conn = resource
+            .pool()
+            .acquire()
             .await
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| format!("failed to connect to the resource: {e}"))?;
+        // The transaction is open while the holder waits: blocking this thread's runtime is the
+        // point (nothing else of the write may move).
+        let go = async {
+            emit(&Event::BeforeCommit { token: held.token });
+            matches!(read_request(), Ok(Some(Request::Go)))
+        };
+        fencing::resource::write_fenced_scope_before_commit(&mut conn, &write, go)
+            .await
+            .map_err(|e| format!("{e:#}"))?
+            .ok_or_else(|| "no GO before the commit: the write was rolled back".into())
     }
 }
 
@@ -479,7 +516,8 @@ async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, Stri
 /// its own connection, renewing every `renew_ms` until stopped or refused.
 struct Renewer {
     stop: mpsc::Sender<()>,
-    thread: thread::JoinHandle<()>,
+    /// `None` with `--renew-ms 0`: no background renewer.
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Renewer {
@@ -492,6 +530,9 @@ impl Renewer {
         S::Mode: Send + 'static,
     {
         let (stop, stopped) = mpsc::channel::<()>();
+        if flags.renew_ms == 0 {
+            return Ok(Renewer { stop, thread: None });
+        }
         let every = Duration::from_millis(flags.renew_ms);
         let flags = flags.clone();
         let thread = thread::Builder::new()
@@ -529,12 +570,17 @@ impl Renewer {
                 }
             })
             .map_err(|e| format!("failed to start the renewer thread: {e}"))?;
-        Ok(Renewer { stop, thread })
+        Ok(Renewer {
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Stops the renewer and waits until its thread has ended.
     fn stop(self) {
         let _ = self.stop.send(());
-        let _ = self.thread.join();
+        if let Some(thread) = self.thread {
+            let _ = thread.join();
+        }
     }
 }

@@ -47,6 +47,8 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         run_id: None,
         release,
         wait_before_check: false,
+        wait_before_commit: false,
+        wait_after_write: false,
     }
 }
 
@@ -59,6 +61,7 @@ fn spec(env: &Env, holder: &str, release: bool) -> HolderSpec {
             holder,
             release,
         ),
+        env: Vec::new(),
     }
 }
 

@@ -308,7 +308,10 @@ impl Lab {
                 run_id: None,
                 release,
                 wait_before_check: false,
+                wait_before_commit: false,
+                wait_after_write: false,
             },
+            env: Vec::new(),
         }
     }
 

@@ -13,6 +13,7 @@ use harness::evidence::{Lanes, Recorder};
 
 mod f10_pause_before_the_check;
 mod f11_lease_table_reset;
+mod f12_holder_crash;
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
@@ -111,6 +112,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &f9_unfenceable_side_effect::F9,
     &f10_pause_before_the_check::F10,
     &f11_lease_table_reset::F11,
+    &f12_holder_crash::F12,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

@@ -50,7 +50,10 @@ mod imp {
                 run_id: Some(run_id.into()),
                 release: false,
                 wait_before_check: false,
+                wait_before_commit: false,
+                wait_after_write: false,
             },
+            env: Vec::new(),
         }
     }
 

@@ -14,10 +14,13 @@ use clap::Parser;
 
 /// The holder's `--help` epilogue: the protocol in one line and the exit-status table
 /// (the statuses are [`crate::exit`]).
-pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=2`; the holder \
-answers `HELLO version=2 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
+pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=3`; the holder \
+answers `HELLO version=3 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
 `GO`. With --wait-before-check it first reports BEFORE_CHECK and waits for a `GO` before its \
-local-deadline check; a deadline found passed there is reported as DEADLINE_PASSED.
+local-deadline check; a deadline found passed there is reported as DEADLINE_PASSED. With \
+--wait-before-commit it reports BEFORE_COMMIT inside its write transaction and waits for a `GO` to \
+commit; with --wait-after-write it waits for a `GO` after WRITE, before its renew. --renew-ms 0: \
+no background renewer (the holder acquires once and relies on the TTL).
 
 Exit status:
   0  wrote (accepted) and the lease was still held afterwards
@@ -62,7 +65,8 @@ pub struct HolderFlags {
     /// The lease's time to live.
     #[arg(long, value_name = "MS")]
     pub ttl_ms: u64,
-    /// The background renewer's interval.
+    /// The background renewer's interval; 0: no background renewer (the holder acquires once
+    /// and relies on the TTL).
     #[arg(long, value_name = "MS")]
     pub renew_ms: u64,
     /// The local deadline is ttl minus this.
@@ -92,6 +96,15 @@ pub struct HolderFlags {
     /// holder can be paused so that its own check judges the pause.
     #[arg(long)]
     pub wait_before_check: bool,
+    /// (postgres, fenced-scope) Inside the write transaction — after the floor UPDATE, the part's
+    /// upsert and the attempt record, before COMMIT — report BEFORE_COMMIT and wait for GO: a
+    /// place where the holder can be killed with its transaction open.
+    #[arg(long)]
+    pub wait_before_commit: bool,
+    /// After reporting WRITE, wait for GO before the renew: a place where the holder can be
+    /// killed right after its write committed.
+    #[arg(long)]
+    pub wait_after_write: bool,
 }
 
 impl HolderFlags {
@@ -114,6 +127,8 @@ impl HolderFlags {
             run_id,
             release,
             wait_before_check,
+            wait_before_commit,
+            wait_after_write,
         } = self;
         let mut args: Vec<OsString> = Vec::with_capacity(15);
         // `--name=value`, one argument each: a value that starts with `-` stays a value.
@@ -138,11 +153,15 @@ impl HolderFlags {
         if let Some(run_id) = run_id {
             flag("--run-id", run_id.into());
         }
-        if *release {
-            args.push("--release".into());
-        }
-        if *wait_before_check {
-            args.push("--wait-before-check".into());
+        for (on, switch) in [
+            (release, "--release"),
+            (wait_before_check, "--wait-before-check"),
+            (wait_before_commit, "--wait-before-commit"),
+            (wait_after_write, "--wait-after-write"),
+        ] {
+            if *on {
+                args.push(switch.into());
+            }
         }
         args
     }
@@ -172,6 +191,8 @@ mod tests {
             run_id: switch.then(|| "run-a".into()),
             release: switch,
             wait_before_check: switch,
+            wait_before_commit: switch,
+            wait_after_write: switch,
         }
     }
 
@@ -188,10 +209,12 @@ mod tests {
             assert_eq!(parse(&flags)?, flags);
         }
         // Each switch alone, so that neither rides on the other.
-        for (release, wait_before_check) in [(true, false), (false, true)] {
+        for switch in 0..4 {
             let flags = HolderFlags {
-                release,
-                wait_before_check,
+                release: switch == 0,
+                wait_before_check: switch == 1,
+                wait_before_commit: switch == 2,
+                wait_after_write: switch == 3,
                 ..example(false)
             };
             assert_eq!(parse(&flags)?, flags);
@@ -213,6 +236,8 @@ mod tests {
             run_id: Some("--run b".into()),
             release: true,
             wait_before_check: true,
+            wait_before_commit: true,
+            wait_after_write: true,
         };
         assert_eq!(parse(&other)?, other);
         Ok(())
@@ -239,7 +264,12 @@ mod tests {
                 "--{long} is missing from to_args: {args:?}"
             );
         }
-        for switch in ["--release", "--wait-before-check"] {
+        for switch in [
+            "--release",
+            "--wait-before-check",
+            "--wait-before-commit",
+            "--wait-after-write",
+        ] {
             assert!(
                 !example(false).to_args().iter().any(|a| a == switch),
                 "{switch} is a switch: absent when off"
@@ -256,6 +286,7 @@ mod tests {
         let hello = format!("HELLO version={}", crate::VERSION);
         assert!(help.contains(&hello), "{hello} missing from: {help}");
         assert!(help.contains("BEFORE_CHECK"), "{help}");
+        assert!(help.contains("BEFORE_COMMIT"), "{help}");
     }
 
     #[test]

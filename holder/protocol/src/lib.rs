@@ -7,8 +7,8 @@
 //! and waits at the write point for [`Request::Go`].
 //!
 //! ```text
-//! lab → holder   HELLO version=2
-//! holder → lab   HELLO version=2 pid=4242
+//! lab → holder   HELLO version=3
+//! holder → lab   HELLO version=3 pid=4242
 //! holder → lab   ACQUIRED token=1
 //! holder → lab   AT_WRITE_POINT token=1 deadline_left_ms=1196
 //! holder → lab   RENEWED ok=true token=1          (from the background renewer, any time)
@@ -28,6 +28,11 @@
 //! holder → lab   DEADLINE_PASSED token=1 overdue_ms=2310   (exit 8; or AT_WRITE_POINT …, GO, WRITE …)
 //! ```
 //!
+//! A holder started with `--wait-before-commit` (fenced-scope only) stops *inside* its write
+//! transaction — after the floor UPDATE, the part's upsert and the attempt record, before COMMIT —
+//! reports `BEFORE_COMMIT` and waits for a `GO` to commit; with `--wait-after-write` it waits for a
+//! `GO` after reporting `WRITE`, before its renew. Both are places where the lab can kill it (F12).
+//!
 //! The holder's command line is part of the same contract: [`HolderFlags`] (in `flags.rs`) is
 //! built into arguments by the lab and parsed by the holder.
 
@@ -38,8 +43,9 @@ mod flags;
 pub use flags::{HolderFlags, AFTER_HELP};
 
 /// Bumped whenever a message changes shape or a new one may appear. Version 2: `BEFORE_CHECK`,
-/// and `DEADLINE_PASSED` says by how much the deadline had passed (`overdue_ms`).
-pub const VERSION: u32 = 2;
+/// and `DEADLINE_PASSED` says by how much the deadline had passed (`overdue_ms`). Version 3:
+/// `BEFORE_COMMIT`.
+pub const VERSION: u32 = 3;
 
 /// The holder's exit statuses (documented in the holder's `--help`).
 pub mod exit {
@@ -110,6 +116,9 @@ pub enum Event {
     /// The local deadline had passed at the check, by `overdue_ms` on the holder's monotonic
     /// clock; the holder will not write.
     DeadlinePassed { token: i64, overdue_ms: u64 },
+    /// (`--wait-before-commit` only) The write's transaction has advanced the floor, upserted the
+    /// part and recorded the attempt, and waits for [`Request::Go`] before its COMMIT.
+    BeforeCommit { token: i64 },
     /// The write's result.
     Write { accepted: bool, token: i64 },
     /// The result of the one renew tried after the write.
@@ -165,6 +174,7 @@ impl fmt::Display for Event {
             Event::DeadlinePassed { token, overdue_ms } => {
                 write!(f, "DEADLINE_PASSED token={token} overdue_ms={overdue_ms}")
             }
+            Event::BeforeCommit { token } => write!(f, "BEFORE_COMMIT token={token}"),
             Event::Write { accepted, token } => {
                 write!(f, "WRITE accepted={accepted} token={token}")
             }
@@ -286,6 +296,12 @@ impl Event {
                     overdue_ms: f.get("overdue_ms")?,
                 }
             }
+            "BEFORE_COMMIT" => {
+                f.only(&["token"])?;
+                Event::BeforeCommit {
+                    token: f.get("token")?,
+                }
+            }
             "WRITE" => {
                 f.only(&["accepted", "token"])?;
                 Event::Write {
@@ -345,6 +361,7 @@ mod tests {
             Event::Error {
                 message: "failed to connect: no such file".into(),
             },
+            Event::BeforeCommit { token: 4 },
         ];
         // Every variant is in the list: a new one does not compile until `variant` names it,
         // and fails here until the list has it.
@@ -360,11 +377,12 @@ mod tests {
             Event::RenewAfterWrite { .. } => 8,
             Event::Released { .. } => 9,
             Event::Error { .. } => 10,
+            Event::BeforeCommit { .. } => 11,
         };
         let mut seen: Vec<usize> = events.iter().map(variant).collect();
         seen.sort_unstable();
         seen.dedup();
-        assert_eq!(seen, (0..=10).collect::<Vec<_>>(), "a variant is missing");
+        assert_eq!(seen, (0..=11).collect::<Vec<_>>(), "a variant is missing");
         for e in events {
             assert_eq!(Event::decode(&format!("{e}\n")), Ok(e.clone()), "{e}");
         }
@@ -403,6 +421,8 @@ mod tests {
             "RENEWED ok=true token=1.5",
             "AT_WRITE_POINT token=1 deadline_left_ms=-3",
             "BEFORE_CHECK token=1",
+            "BEFORE_COMMIT",
+            "BEFORE_COMMIT token=1 accepted=true",
             "BEFORE_CHECK token=1 deadline_left_ms=5 extra=1",
             // Version 1's shape: without how far the deadline had passed.
             "DEADLINE_PASSED token=1",

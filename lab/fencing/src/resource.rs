@@ -283,26 +283,9 @@ where
     let nothing_read = Checked { floor_read: None };
     let accepted = match mode {
         WriteMode::FencedScope => {
-            let mut tx = conn.begin().await.op("begin the write transaction")?;
-            let advanced = sqlx::query(
-                "UPDATE fence_floor SET max_token = $1 WHERE scope = $2 AND max_token <= $1",
-            )
-            .bind(w.token)
-            .bind(w.scope)
-            .execute(&mut *tx)
-            .await
-            .op("advance the fence floor")?
-            .rows_affected();
-            if advanced == 0 {
-                tx.rollback().await.op("roll back the rejected write")?;
-                false
-            } else {
-                gap(nothing_read).await;
-                upsert(&mut tx, w).await?;
-                // An accepted write and its record commit together: none without the other.
-                log_attempt(&mut tx, w, mode, true).await?;
-                tx.commit().await.op("commit the write")?;
-                return Ok(true);
+            match fenced_scope(conn, w, gap(nothing_read), async { true }).await? {
+                Some(true) => return Ok(true),
+                _ => false,
             }
         }
         WriteMode::FencedRow => {
@@ -372,6 +355,58 @@ where
     // controls, which have no transaction, record every attempt here.
     log_attempt(&mut *conn, w, mode, accepted).await?;
     Ok(accepted)
+}
+
+/// [`WriteMode::FencedScope`] with a test hook *before COMMIT*: `before_commit` is awaited once
+/// the floor has been advanced and the part and its attempt record written, with the transaction
+/// still open (F12 kills the writer there; nothing of it may survive). The hook answers whether
+/// to commit; `false` rolls everything back. Returns `Some(accepted)` once decided, `None` when
+/// the hook chose to roll back an accepted write. The connection must not be inside a
+/// transaction.
+pub async fn write_fenced_scope_before_commit(
+    conn: &mut PgConnection,
+    w: &Write<'_>,
+    before_commit: impl Future<Output = bool>,
+) -> Result<Option<bool>> {
+    let decided = fenced_scope(conn, w, async {}, before_commit).await?;
+    if decided == Some(false) {
+        log_attempt(conn, w, WriteMode::FencedScope, false).await?;
+    }
+    Ok(decided)
+}
+
+/// The fenced-scope transaction: advance the floor or roll back (`Some(false)`; the caller logs
+/// the rejected attempt after the rollback), await `gap`, upsert and log, await `before_commit`,
+/// commit (`Some(true)`) or roll back at its word (`None`).
+async fn fenced_scope(
+    conn: &mut PgConnection,
+    w: &Write<'_>,
+    gap: impl Future<Output = ()>,
+    before_commit: impl Future<Output = bool>,
+) -> Result<Option<bool>> {
+    let mut tx = conn.begin().await.op("begin the write transaction")?;
+    let advanced =
+        sqlx::query("UPDATE fence_floor SET max_token = $1 WHERE scope = $2 AND max_token <= $1")
+            .bind(w.token)
+            .bind(w.scope)
+            .execute(&mut *tx)
+            .await
+            .op("advance the fence floor")?
+            .rows_affected();
+    if advanced == 0 {
+        tx.rollback().await.op("roll back the rejected write")?;
+        return Ok(Some(false));
+    }
+    gap.await;
+    upsert(&mut tx, w).await?;
+    // An accepted write and its record commit together: none without the other.
+    log_attempt(&mut tx, w, WriteMode::FencedScope, true).await?;
+    if !before_commit.await {
+        tx.rollback().await.op("roll back the abandoned write")?;
+        return Ok(None);
+    }
+    tx.commit().await.op("commit the write")?;
+    Ok(Some(true))
 }
 
 async fn log_attempt(

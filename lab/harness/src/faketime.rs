@@ -4,6 +4,7 @@
 //! to run a holder's clock slow (F13). Started through [`crate::process::Spawn`] like every
 //! child; this module only finds the library and names the environment it needs.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::process::Spawn;
@@ -46,7 +47,18 @@ impl Faketime {
     /// `spawn` with its clock faked by `spec`, in libfaketime's own notation: `"-3"` runs 3 s
     /// behind, `"+0 x0.5"` runs at half speed from now.
     pub fn apply(&self, spawn: Spawn, spec: &str) -> Spawn {
-        spawn.env("LD_PRELOAD", &self.library).env("FAKETIME", spec)
+        self.env(spec)
+            .into_iter()
+            .fold(spawn, |spawn, (key, value)| spawn.env(key, value))
+    }
+
+    /// The environment that fakes a process's clock by `spec` (see [`Faketime::apply`]), for a
+    /// child started elsewhere (a holder: `crate::holder::HolderSpec::env`).
+    pub fn env(&self, spec: &str) -> Vec<(OsString, OsString)> {
+        vec![
+            ("LD_PRELOAD".into(), self.library.clone().into()),
+            ("FAKETIME".into(), spec.into()),
+        ]
     }
 }
 

@@ -24,6 +24,9 @@ pub const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct HolderSpec {
     pub bin: PathBuf,
     pub flags: HolderFlags,
+    /// Extra environment, e.g. libfaketime's (`crate::faketime::Faketime::env`): F13 runs a
+    /// holder's clock slow.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl HolderSpec {
@@ -118,11 +121,14 @@ impl Holder {
     /// Starts a holder and shakes hands with it. Returns once it answered `HELLO` with this
     /// protocol's version.
     pub async fn spawn(spec: &HolderSpec) -> Result<Holder, HolderError> {
-        let mut process = Spawn::new(&spec.flags.holder, &spec.bin)
+        let mut spawn = Spawn::new(&spec.flags.holder, &spec.bin)
             .args(spec.args())
             .stdin(Stream::Piped)
-            .capture_stderr()
-            .spawn()?;
+            .capture_stderr();
+        for (key, value) in &spec.env {
+            spawn = spawn.env(key, value);
+        }
+        let mut process = spawn.spawn()?;
         let stdin = process.take_stdin();
         let stdout = process.take_stdout().expect("piped stdout");
         let (tx, events) = mpsc::unbounded_channel();
@@ -273,6 +279,14 @@ impl Holder {
     /// See [`ChildProcess::thaw`].
     pub async fn thaw(&mut self) -> Result<Vec<ThreadState>, HolderError> {
         Ok(self.process.thaw().await?)
+    }
+
+    /// Kills the holder with SIGKILL — its whole process group, so no thread or child of it
+    /// survives — and reaps it: a crash, no handler runs. Returns the status waitpid(2) reported
+    /// (`None` only if even SIGKILL did not end it within a deadline).
+    pub async fn crash(&mut self) -> Option<std::process::ExitStatus> {
+        self.stdin = None;
+        self.process.crash().await
     }
 
     /// Waits for the holder to exit; its exit code. A holder still running after `timeout` is

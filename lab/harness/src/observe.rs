@@ -63,3 +63,66 @@ pub async fn settings(admin: &PgPool, names: &[&str]) -> sqlx::Result<Vec<(Strin
     out.extend(rows.into_iter().map(|r| (r.get(0), r.get(1))));
     Ok(out)
 }
+
+/// One session of a client, as `pg_stat_activity` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// The backend serving it (a server process: `/proc` shows it too).
+    pub pid: i32,
+    pub database: Option<String>,
+    /// `active`, `idle`, `idle in transaction`, …
+    pub state: Option<String>,
+    /// `backend_xid`: the transaction id it was assigned by its first write, while that
+    /// transaction is open.
+    pub xid: Option<String>,
+}
+
+impl std::fmt::Display for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "backend {} on {} {}",
+            self.pid,
+            self.database.as_deref().unwrap_or("?"),
+            self.state.as_deref().unwrap_or("?")
+        )?;
+        if let Some(xid) = &self.xid {
+            write!(f, " xid={xid}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The sessions whose `application_name` is `name` (a holder names its connections after
+/// itself), by backend pid. `admin` must connect as a superuser.
+pub async fn sessions_of(admin: &PgPool, name: &str) -> sqlx::Result<Vec<Session>> {
+    let rows = sqlx::query(
+        "SELECT pid, datname::text, state, backend_xid::text
+           FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid",
+    )
+    .bind(name)
+    .fetch_all(admin)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Session {
+            pid: r.get(0),
+            database: r.get(1),
+            state: r.get(2),
+            xid: r.get(3),
+        })
+        .collect())
+}
+
+/// What became of transaction `xid` (as `backend_xid` shows it): `in progress`, `committed` or
+/// `aborted` (`pg_xact_status`). The 32-bit id is widened with the current epoch: right for a
+/// transaction of this run on a cluster far from wraparound, as the lab's are.
+pub async fn xact_status(admin: &PgPool, xid: &str) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT pg_xact_status((((pg_snapshot_xmax(pg_current_snapshot())::text::bigint >> 32) << 32)
+                                 | $1::bigint)::text::xid8)",
+    )
+    .bind(xid.parse::<i64>().unwrap_or(-1))
+    .fetch_one(admin)
+    .await
+}

@@ -89,6 +89,24 @@ pub fn threads(pid: u32) -> io::Result<Vec<ThreadState>> {
     Ok(states)
 }
 
+/// Every process whose process group is `pgid` (a child of the lab leads its own group, whose
+/// id is its pid), as `/proc` lists them now: `(pid, comm, state)`. Empty when the group is gone.
+pub fn group_members(pgid: u32) -> Vec<(i32, String, char)> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    all.flatten()
+        .filter_map(|p| p.stat().ok())
+        .filter(|stat| stat.pgrp == pgid as i32)
+        .map(|stat| (stat.pid, stat.comm, stat.state))
+        .collect()
+}
+
+/// Whether `/proc` lists the process `pid` now (a zombie counts: it is not reaped yet).
+pub fn exists(pid: u32) -> bool {
+    procfs::process::Process::new(pid as i32).is_ok_and(|p| p.stat().is_ok())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
     #[error("failed to start {name} ({program})")]

@@ -186,6 +186,7 @@ mod tests {
             Mark::Thawed,
             Mark::Write { accepted: true },
             Mark::Restart,
+            Mark::Killed,
             Mark::Info,
         ] {
             events.push(step(mark, Duration::from_millis(3), None, None));
@@ -225,6 +226,7 @@ mod tests {
             "thawed",
             "write_accepted",
             "restart",
+            "killed",
             "info",
         ] {
             expected.push(step_json(mark));

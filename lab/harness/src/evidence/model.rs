@@ -54,6 +54,8 @@ pub enum Mark {
         accepted: bool,
     },
     Restart,
+    /// The actor was killed with SIGKILL (a crash: no handler ran).
+    Killed,
     Info,
 }
 
@@ -71,12 +73,13 @@ impl Mark {
             Mark::Write { accepted: true } => "write_accepted",
             Mark::Write { accepted: false } => "write_rejected",
             Mark::Restart => "restart",
+            Mark::Killed => "killed",
             Mark::Info => "info",
         }
     }
 
     /// Every mark, in declaration order.
-    pub const ALL: [Mark; 11] = [
+    pub const ALL: [Mark; 12] = [
         Mark::Acquired,
         Mark::Refused,
         Mark::Renewed,
@@ -87,6 +90,7 @@ impl Mark {
         Mark::Write { accepted: true },
         Mark::Write { accepted: false },
         Mark::Restart,
+        Mark::Killed,
         Mark::Info,
     ];
 

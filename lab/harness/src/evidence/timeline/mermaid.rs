@@ -87,6 +87,9 @@ pub fn mermaid(case: &CaseTimeline) -> String {
             Mark::Thawed => {
                 let _ = writeln!(out, "    Note over {a}: go-line, SIGCONT");
             }
+            Mark::Killed => {
+                let _ = writeln!(out, "    Note over {a}: SIGKILL: the process is gone");
+            }
             Mark::Write { accepted } => {
                 let verdict = if accepted { "accepted" } else { "rejected" };
                 let _ = writeln!(

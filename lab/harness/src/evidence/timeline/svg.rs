@@ -318,6 +318,7 @@ pub fn svg(case: &CaseTimeline) -> String {
                     Mark::Frozen => None,
                     Mark::Info => Some(short(&s.action)),
                     Mark::Thawed => Some("go + SIGCONT".into()),
+                    Mark::Killed => Some("SIGKILL".into()),
                     _ => None,
                 };
                 if let Some(label) = label {

@@ -1,0 +1,346 @@
+//! F12 — the holder crashes. The fault: holder A, a real holder process renewing in the
+//! background, is killed with SIGKILL — (a) inside its fenced write transaction, after the floor
+//! UPDATE, the part's upsert and the attempt record and before COMMIT; (b) right after its write
+//! committed. No handler runs: nothing of A gets to release, roll back or say goodbye.
+//! Property: (a) what the open transaction did — the floor advance, the part, the attempt record
+//! — is rolled back by the server with the dead connection (`pg_xact_status` says `aborted`), and
+//! the server keeps no session of A; (b) the committed part stays. In both, nobody releases A's
+//! lease: it outlives A until the database clock expires it, and then B acquires with token 2
+//! and writes. The orchestrator records how A died (signal 9, as waitpid reported it) and that
+//! no process of A's group remains.
+//!
+//! A writes in fenced-scope whatever `--fenced-mode` says: it is the one mode with a write
+//! transaction to be killed in. B is the lab's own lease client (as in F10): B is not under test.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use fencing::resource::{Write, WriteMode};
+use harness::evidence::{Mark, Recorder};
+use harness::holder::{Holder, EVENT_TIMEOUT};
+use harness::observe::{self, Session};
+use harness::process::{self, describe_status};
+use holder_protocol::{Event, Request};
+
+use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
+use crate::lab::{DETAIL, SUMMARY};
+use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
+use crate::{Lab, Outcome, Scenario};
+
+pub struct F12;
+
+impl Scenario for F12 {
+    fn id(&self) -> &'static str {
+        "F12"
+    }
+
+    fn title(&self) -> &'static str {
+        "the holder crashes (kill -9): (a) inside its write transaction, (b) right after its commit; its lease outlives it until the database clock expires it"
+    }
+
+    fn checks(&self) -> usize {
+        21
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["its write transaction is open", "the committed part stays"]
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let admin = lab.cluster.admin_pool().await?;
+            rec.note("(a) A is killed inside its write transaction, before COMMIT");
+            inside_the_transaction(lab, rec, &admin).await?;
+            lab.reset().await?;
+            rec.note("(b) A is killed right after its write committed");
+            after_the_commit(lab, rec, &admin).await?;
+            admin.close().await;
+            Ok(())
+        })
+    }
+}
+
+/// A, spawned with `wait` set on its flags, acquired token 1 and was given the go-line at its
+/// write point. Returns it and its sessions on the server as they were then.
+async fn start_a(
+    lab: &Lab,
+    rec: &mut Recorder,
+    set: impl FnOnce(&mut holder_protocol::HolderFlags),
+) -> anyhow::Result<Holder> {
+    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, WriteMode::FencedScope, false);
+    set(&mut spec.flags);
+    let mut a = Holder::spawn(&spec).await?;
+    let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "acquire", &event).await;
+    rec.check(
+        format!("A (pid {}) acquires the lease, token=1", a.pid()),
+        "ACQUIRED token=1",
+        &event.to_string(),
+    );
+    let (_, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    if !matches!(ready, Event::AtWritePoint { token: 1, .. }) {
+        bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
+    }
+    a.send(Request::Go).await?;
+    Ok(a)
+}
+
+/// Kills A with SIGKILL and checks how it died and that nothing of it is left: no process of its
+/// group, and — once the server noticed the closed connections — no session and no backend of
+/// the `sessions` A had.
+async fn kill_and_show(
+    lab: &Lab,
+    rec: &mut Recorder,
+    admin: &sqlx::PgPool,
+    a: &mut Holder,
+    sessions: &[Session],
+) -> anyhow::Result<Instant> {
+    let pid = a.pid();
+    let status = a
+        .crash()
+        .await
+        .context("A could not be reaped after SIGKILL")?;
+    let killed_at = Instant::now();
+    lab_step(
+        lab,
+        rec,
+        Mark::Killed,
+        "A",
+        "SIGKILL",
+        describe_status(&status),
+    )
+    .await;
+    use std::os::unix::process::ExitStatusExt as _;
+    rec.check(
+        "waitpid reports A killed by signal 9 (SIGKILL): no handler of A ran",
+        "signal 9",
+        &status
+            .signal()
+            .map_or_else(|| describe_status(&status), |s| format!("signal {s}")),
+    );
+    let left = process::group_members(pid);
+    rec.check_that(
+        format!("/proc: no process of A's group (pgid {pid}) remains, A's own pid is gone"),
+        left.is_empty() && !process::exists(pid),
+        format_args!("group members left: {left:?}"),
+    );
+    let timeout = lab.params.wait_timeout;
+    harness::wait::until("the server has no session of A left", timeout, || async {
+        observe::sessions_of(admin, HOLDER_A)
+            .await
+            .map(|s| s.is_empty())
+    })
+    .await?;
+    let backends: Vec<i32> = sessions.iter().map(|s| s.pid).collect();
+    let alive: Vec<i32> = backends
+        .iter()
+        .copied()
+        .filter(|&b| process::exists(b as u32))
+        .collect();
+    rec.check_that(
+        "the server has no session of A left (pg_stat_activity), and /proc no backend that served it",
+        alive.is_empty() && !backends.is_empty(),
+        format_args!(
+            "A's backends before the kill: {backends:?}; still in /proc: {alive:?}; found gone {} ms after the kill",
+            killed_at.elapsed().as_millis()
+        ),
+    );
+    Ok(killed_at)
+}
+
+/// After the kill: nobody released A's lease — B is refused at once — until it expires by the
+/// database clock; then B acquires token 2 and writes `part`.
+async fn the_lease_outlives_a(
+    lab: &Lab,
+    rec: &mut Recorder,
+    killed_at: Instant,
+    part: &str,
+) -> anyhow::Result<()> {
+    let p = lab.params.clone();
+    let row = lab.lease.inspect(LEASE).await?;
+    let early = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    rec.check(
+        "nobody released A's lease: B's acquire right after the kill is refused while A's row stands",
+        "REFUSED (holder-a token=1 unexpired)",
+        &format!(
+            "{} ({})",
+            acquired(early.as_ref()),
+            shown(row.map(|r| {
+                let state = if r.released {
+                    "released"
+                } else if r.expired {
+                    "expired"
+                } else {
+                    "unexpired"
+                };
+                format!("{} token={} {state}", r.holder, r.token)
+            }))
+        ),
+    );
+    lab.until_lease_expired("A's lease").await?;
+    lab_step(
+        lab,
+        rec,
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (database clock)",
+        "",
+    )
+    .await;
+    rec.note(format!(
+        "A's lease expired by the database clock {} ms after A was killed (TTL {} ms, renewed every {} ms while A lived)",
+        killed_at.elapsed().as_millis(),
+        p.ttl.as_millis(),
+        p.renew.as_millis()
+    ));
+    let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step(
+        acquire_mark(b.as_ref()),
+        "B",
+        "acquire",
+        b.as_ref().map(|g| g.token),
+        acquired(b.as_ref()),
+        clock,
+    );
+    rec.check(
+        "B (the lab's lease client) acquires the expired lease with token + 1",
+        "ACQUIRED token=2",
+        &acquired(b.as_ref()),
+    );
+    let b = b.context("B could not acquire the expired lease")?;
+    let write = Write {
+        scope: SCOPE,
+        part,
+        content: B_CONTENT,
+        writer: HOLDER_B,
+        token: b.token,
+    };
+    let ok = lab.resource.write(&write, p.fenced_mode).await?;
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step(
+        Mark::Write { accepted: ok },
+        "B",
+        &format!("write {part}"),
+        Some(b.token),
+        wrote(ok, b.token),
+        clock,
+    );
+    rec.check(
+        format!(
+            "B's write of the {part} part is accepted (mode={})",
+            p.fenced_mode
+        ),
+        &wrote(true, 2),
+        &wrote(ok, b.token),
+    );
+    Ok(())
+}
+
+/// (a): killed with its transaction open.
+async fn inside_the_transaction(
+    lab: &Lab,
+    rec: &mut Recorder,
+    admin: &sqlx::PgPool,
+) -> anyhow::Result<()> {
+    let mut a = start_a(lab, rec, |f| f.wait_before_commit = true).await?;
+    let (at, event) = a.next("A before its COMMIT", EVENT_TIMEOUT).await?;
+    step(
+        lab,
+        rec,
+        at,
+        "A",
+        "inside its write transaction, before COMMIT",
+        &event,
+    )
+    .await;
+    rec.check(
+        "A advanced the floor, upserted the part and recorded the attempt, and stands before COMMIT",
+        "BEFORE_COMMIT token=1",
+        &event.to_string(),
+    );
+    let sessions = observe::sessions_of(admin, HOLDER_A).await?;
+    let open = sessions
+        .iter()
+        .find(|s| s.database.as_deref() == Some("res26") && s.xid.is_some());
+    rec.check_that(
+        "pg_stat_activity: A's write transaction is open on res26 (idle in transaction, with a transaction id)",
+        open.is_some_and(|s| s.state.as_deref() == Some("idle in transaction")),
+        format_args!(
+            "A's sessions: {}",
+            sessions
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    );
+    let xid = open.and_then(|s| s.xid.clone());
+    let killed_at = kill_and_show(lab, rec, admin, &mut a, &sessions).await?;
+
+    let status = match &xid {
+        Some(xid) => observe::xact_status(admin, xid).await?,
+        None => None,
+    };
+    rec.check(
+        format!(
+            "pg_xact_status: A's transaction (xid {}) was aborted by the server with the dead connection",
+            shown(xid.as_deref())
+        ),
+        "aborted",
+        &shown(status),
+    );
+    let floor = lab.resource.floor(SCOPE).await?;
+    let part = lab.resource.part(SCOPE, SUMMARY).await?;
+    let attempts = lab.resource.attempts(SCOPE).await?;
+    rec.check(
+        "rolled back with it: the floor advance, the part and the attempt record",
+        "fence_floor=0 summary=none write_attempt rows=0",
+        &format!(
+            "fence_floor={} summary={} write_attempt rows={}",
+            shown(floor),
+            part_line(&part),
+            attempts.len()
+        ),
+    );
+    the_lease_outlives_a(lab, rec, killed_at, SUMMARY).await
+}
+
+/// (b): killed right after its write committed.
+async fn after_the_commit(
+    lab: &Lab,
+    rec: &mut Recorder,
+    admin: &sqlx::PgPool,
+) -> anyhow::Result<()> {
+    let mut a = start_a(lab, rec, |f| f.wait_after_write = true).await?;
+    let (at, event) = a.next("A's write", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "write (committed)", &event).await;
+    rec.check(
+        "A's write is accepted and committed; A waits before its renew",
+        "WRITE accepted=true token=1",
+        &event.to_string(),
+    );
+    let sessions = observe::sessions_of(admin, HOLDER_A).await?;
+    let killed_at = kill_and_show(lab, rec, admin, &mut a, &sessions).await?;
+    rec.check(
+        "the committed part stays after A's death, and the floor A advanced",
+        &format!("summary={A_CONTENT} by holder-a token=1 fence_floor=1"),
+        &format!(
+            "summary={} fence_floor={}",
+            part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
+            shown(lab.resource.floor(SCOPE).await?)
+        ),
+    );
+    the_lease_outlives_a(lab, rec, killed_at, DETAIL).await?;
+    rec.check(
+        "final state: A's committed summary (token 1) beside B's detail (token 2), floor at B's token",
+        &format!("summary={A_CONTENT} by holder-a token=1 detail={B_CONTENT} by holder-b token=2 fence_floor=2"),
+        &format!(
+            "summary={} detail={} fence_floor={}",
+            part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
+            part_line(&lab.resource.part(SCOPE, DETAIL).await?),
+            shown(lab.resource.floor(SCOPE).await?)
+        ),
+    );
+    Ok(())
+}
