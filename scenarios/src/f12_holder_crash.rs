@@ -15,16 +15,18 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
-use fencing::resource::{Write, WriteMode};
+use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{Holder, EVENT_TIMEOUT};
 use harness::observe::{self, Session};
 use harness::process::{self, describe_status};
 use holder_protocol::{Event, Request};
 
-use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
+use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::lab::{DETAIL, SUMMARY};
-use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
+use crate::paused_holder::{
+    lab_client_takes_over, lab_step, part_line, step, A_CONTENT, B_CONTENT,
+};
 use crate::{Lab, Outcome, Scenario};
 
 pub struct F12;
@@ -193,38 +195,11 @@ async fn the_lease_outlives_a(
         p.ttl.as_millis(),
         p.renew.as_millis()
     ));
-    let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
-    let clock = lab.lease.db_clock().await.ok();
-    rec.step(
-        acquire_mark(b.as_ref()),
-        "B",
-        "acquire",
-        b.as_ref().map(|g| g.token),
-        acquired(b.as_ref()),
-        clock,
-    );
+    let (b, ok) = lab_client_takes_over(lab, rec, part, B_CONTENT, p.fenced_mode).await?;
     rec.check(
         "B (the lab's lease client) acquires the expired lease with token + 1",
         "ACQUIRED token=2",
         &acquired(b.as_ref()),
-    );
-    let b = b.context("B could not acquire the expired lease")?;
-    let write = Write {
-        scope: SCOPE,
-        part,
-        content: B_CONTENT,
-        writer: HOLDER_B,
-        token: b.token,
-    };
-    let ok = lab.resource.write(&write, p.fenced_mode).await?;
-    let clock = lab.lease.db_clock().await.ok();
-    rec.step(
-        Mark::Write { accepted: ok },
-        "B",
-        &format!("write {part}"),
-        Some(b.token),
-        wrote(ok, b.token),
-        clock,
     );
     rec.check(
         format!(
@@ -232,7 +207,10 @@ async fn the_lease_outlives_a(
             p.fenced_mode
         ),
         &wrote(true, 2),
-        &wrote(ok, b.token),
+        &ok.zip(b.as_ref()).map_or_else(
+            || "no write: B holds no lease".into(),
+            |(ok, g)| wrote(ok, g.token),
+        ),
     );
     Ok(())
 }

@@ -14,6 +14,7 @@ use harness::evidence::{Lanes, Recorder};
 mod f10_pause_before_the_check;
 mod f11_lease_table_reset;
 mod f12_holder_crash;
+mod f13_clock_drift;
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
@@ -49,6 +50,8 @@ pub enum Needs {
     Nothing,
     /// MariaDB installed and the `mariadb` feature built in (the U-series).
     MariaDb,
+    /// libfaketime installed (F13: a holder's clock run slow).
+    Faketime,
 }
 
 /// One experiment. Adding one is one file implementing this trait plus one line in [`ALL`]
@@ -113,12 +116,35 @@ pub const ALL: &[&dyn Scenario] = &[
     &f10_pause_before_the_check::F10,
     &f11_lease_table_reset::F11,
     &f12_holder_crash::F12,
+    &f13_clock_drift::F13 {
+        uncovered_rate: None,
+    },
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
     &u4_reacquired_instance::U4,
     &u5_check_then_complete::U5,
 ];
+
+/// Deliberately broken variants of experiments, for the tests that prove their checks can fail
+/// (a reviewer's "break it and see it fail", kept as a test). Never in [`ALL`].
+pub mod broken {
+    use crate::Scenario;
+
+    /// F13 with the not-covered rows' clock at rate 1: no drift, so the flaw cannot show and its
+    /// negative control must fail.
+    pub static F13_UNCOVERED_AT_RATE_1: crate::f13_clock_drift::F13 = crate::f13_clock_drift::F13 {
+        uncovered_rate: Some(1.0),
+    };
+
+    /// Every broken variant, with the words of a check that must fail in it.
+    pub fn all() -> Vec<(&'static dyn Scenario, &'static str)> {
+        vec![(
+            &F13_UNCOVERED_AT_RATE_1,
+            "unfenced: A's write, made after B's, is accepted",
+        )]
+    }
+}
 
 /// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.
 pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {

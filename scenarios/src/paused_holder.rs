@@ -173,6 +173,49 @@ pub(crate) async fn until_expired_while_frozen(
     Ok(())
 }
 
+/// B, the lab's own lease client (not under test), takes the lease over and writes `content` to
+/// `part` in `mode`; the acquire and the write become timeline steps. Returns the acquire's
+/// answer and, when it was granted, whether the write was accepted.
+pub(crate) async fn lab_client_takes_over(
+    lab: &Lab,
+    rec: &mut Recorder,
+    part: &str,
+    content: &str,
+    mode: WriteMode,
+) -> anyhow::Result<(Option<fencing::lease::Grant>, Option<bool>)> {
+    let b = lab.lease.acquire(LEASE, HOLDER_B, lab.params.ttl).await?;
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step(
+        crate::lab::acquire_mark(b.as_ref()),
+        "B",
+        "acquire",
+        b.as_ref().map(|g| g.token),
+        crate::lab::acquired(b.as_ref()),
+        clock,
+    );
+    let Some(grant) = b else {
+        return Ok((None, None));
+    };
+    let write = fencing::resource::Write {
+        scope: SCOPE,
+        part,
+        content,
+        writer: HOLDER_B,
+        token: grant.token,
+    };
+    let ok = lab.resource.write(&write, mode).await?;
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step(
+        Mark::Write { accepted: ok },
+        "B",
+        &format!("write {part}"),
+        Some(grant.token),
+        crate::lab::wrote(ok, grant.token),
+        clock,
+    );
+    Ok((Some(grant), Some(ok)))
+}
+
 /// The distinct states of the threads, e.g. `T`.
 pub(crate) fn states(threads: &[ThreadState]) -> String {
     let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();

@@ -13,9 +13,8 @@ use scenarios::{Lab, Needs, Params, Scenario};
 /// The preflight's checks, made before every selection.
 const PREFLIGHT_CHECKS: usize = 3;
 
-/// Runs `scenario` alone on its own lab; `Err` with the run's text when it did not pass.
-async fn run_with(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<()> {
-    let id = scenario.id();
+/// Runs `scenario` alone on its own lab; its recorder (the preflight first).
+async fn run_alone(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<Recorder> {
     let bins = tokio::task::spawn_blocking(|| PgBinaries::locate(None)).await??;
     let cluster = ClusterConfig {
         max_connections: params.max_connections(),
@@ -26,6 +25,13 @@ async fn run_with(scenario: &'static dyn Scenario, params: Params) -> anyhow::Re
     let mut rec = Recorder::new(Vec::new());
     scenarios::run_all(&mut lab, &mut rec, &[scenario]).await;
     lab.shutdown().await;
+    Ok(rec)
+}
+
+/// Runs `scenario` alone on its own lab; `Err` with the run's text when it did not pass.
+async fn run_with(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<()> {
+    let id = scenario.id();
+    let rec = run_alone(scenario, params).await?;
     let text = rec
         .events()
         .iter()
@@ -79,6 +85,29 @@ async fn run_each(scenarios: Vec<&'static dyn Scenario>, params: Params) -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scenario_passes_alone_with_the_number_of_checks_it_declares() -> anyhow::Result<()> {
     run_each(scenarios::ALL.to_vec(), Params::default()).await
+}
+
+/// A reviewer's "break it and see it fail", kept: each deliberately broken variant
+/// (`scenarios::broken`) fails, at the check that guards against it — or, where its need is not
+/// met here, says `skip`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_broken_variant_fails_at_the_check_that_guards_it() -> anyhow::Result<()> {
+    for (scenario, guard) in scenarios::broken::all() {
+        let rec = run_alone(scenario, Params::default()).await?;
+        let s = rec.summary();
+        let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
+        if s.skipped == 1 && s.failed == 0 && scenario.needs() != Needs::Nothing {
+            continue;
+        }
+        assert!(
+            text.iter()
+                .any(|l| l.trim_start().starts_with("FAIL") && l.contains(guard)),
+            "broken {}: no failed check says {guard:?}:\n{}",
+            scenario.id(),
+            text.join("\n")
+        );
+    }
+    Ok(())
 }
 
 /// The one-statement fence keeps the guarantee: every fence-dependent scenario passes with it.

@@ -1,0 +1,407 @@
+//! F13 — the holder's clock runs slow. The fault: holder A runs under libfaketime at a clock
+//! rate below 1, so its monotonic clock — the one its local deadline is counted on — runs slow;
+//! nothing else on the machine, and not the database, is touched. A acquires once and does not
+//! renew (`--renew-ms 0`: a job that relies on its TTL), then stands before its local-deadline
+//! check until the lab gives the go-line.
+//!
+//! Property (Chubby §2.8): the local deadline `ttl - margin` on A's clock is safe only while it
+//! does not outlast the lease on the database clock. With A's clock at rate r, the deadline
+//! falls `(ttl - margin) / r` of real time after A sent its acquire, and the lease expires `ttl`
+//! after the database's `now()` — no sooner than that, since the acquire reaches the database
+//! after it was sent (the flight time is in A's favour here, as the deadline is counted from
+//! before the send). So the margin must cover the rate difference over the TTL,
+//! `margin >= (1 - r) * ttl`, and the boundary rate is `r* = (ttl - margin) / ttl`.
+//!
+//! - **Covered** (`r = (1 + r*) / 2`): at the moment the database expires the lease, A's own
+//!   clock already says its deadline passed: A stops by itself, nothing written.
+//! - **Not covered** (`r = r* / 2`): the lease expires, B takes over and writes; A's check, made
+//!   after that, still finds its deadline ahead, and A writes believing it holds the lease. The
+//!   fenced resource rejects it; the unfenced one accepts it (the negative control).
+//!
+//! Each row's measured clock rate is checked against the one asked for, and every outcome
+//! against the one the bound predicts. Needs libfaketime; without it F13 says `skip`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use fencing::resource::WriteMode;
+use harness::evidence::{Mark, Recorder};
+use harness::faketime::Faketime;
+use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+use holder_protocol::{Event, Request};
+
+use crate::lab::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
+use crate::paused_holder::{
+    lab_client_takes_over, lab_step, part_line, step, A_CONTENT, B_CONTENT,
+};
+use crate::{Lab, Needs, Outcome, Scenario};
+
+/// F13 as `./run.sh` runs it. `uncovered_rate` replaces the not-covered rows' clock rate: only a
+/// deliberately broken variant ([`crate::broken`]) sets it.
+pub struct F13 {
+    pub uncovered_rate: Option<f64>,
+}
+
+/// How far a measured clock rate may stray from the one asked for: the two clock readings it is
+/// made of reach the lab through a pipe, a few milliseconds apart from when A made them, over
+/// more than a second of real time.
+const RATE_TOLERANCE: f64 = 0.05;
+
+impl Scenario for F13 {
+    fn id(&self) -> &'static str {
+        "F13"
+    }
+
+    fn title(&self) -> &'static str {
+        "the holder's clock runs slow (libfaketime): a drift the margin covers stops A in time; one it does not cover lets A write after B took over — fenced rejects, unfenced accepts"
+    }
+
+    fn checks(&self) -> usize {
+        14
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::Faketime
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["still finds its deadline ahead"]
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let faketime = match Faketime::locate() {
+                Ok(f) => f,
+                Err(reason) => {
+                    rec.skip(reason);
+                    return Ok(());
+                }
+            };
+            let p = lab.params.clone();
+            let (ttl, margin) = (p.ttl.as_secs_f64() * 1e3, p.margin.as_secs_f64() * 1e3);
+            let boundary = (ttl - margin) / ttl;
+            let covered = round2((1.0 + boundary) / 2.0);
+            let uncovered = self.uncovered_rate.unwrap_or(round2(boundary / 2.0));
+            rec.note(format!(
+                "the bound: margin >= (1 - r) × TTL, so with TTL={ttl:.0} ms and margin={margin:.0} ms the boundary rate is r* = (TTL - margin) / TTL = {boundary:.2}; rows: r={covered} (covered), r={uncovered} (not covered)"
+            ));
+            // Each row's timeline is its own (the covered one asks at the expiry, the others
+            // after B's takeover); what the bound predicts is judged apart from it.
+            let rows = [
+                (covered, p.fenced_mode, true),
+                (uncovered, p.fenced_mode, false),
+                (uncovered, WriteMode::Unfenced, false),
+            ];
+            let mut table = Vec::new();
+            for (i, (rate, mode, covered_row_timeline)) in rows.into_iter().enumerate() {
+                if i > 0 {
+                    lab.reset().await?;
+                }
+                let predicted_stop = rate >= boundary;
+                let outcome = if covered_row_timeline {
+                    covered_row(lab, rec, &faketime, rate, mode).await?
+                } else {
+                    uncovered_row(lab, rec, &faketime, rate, mode).await?
+                };
+                table.push((rate, mode, predicted_stop, outcome));
+            }
+            rec.note("rate | margin | A's local deadline (real ms after its acquire) | lease TTL (database clock) | the bound predicts | observed");
+            for (rate, mode, predicted_stop, outcome) in &table {
+                rec.note(format!(
+                    "{rate} | {margin:.0} ms | {:.0} | {ttl:.0} ms | {} | {} (mode={mode})",
+                    (ttl - margin) / rate,
+                    if *predicted_stop {
+                        "A stops in time"
+                    } else {
+                        "A writes after the takeover"
+                    },
+                    outcome.seen
+                ));
+            }
+            let agree = table
+                .iter()
+                .all(|(_, _, predicted_stop, o)| o.stopped == Some(*predicted_stop));
+            rec.check_that(
+                format!(
+                    "every row's outcome is the one the boundary rate r* = {boundary:.2} predicts"
+                ),
+                agree,
+                table
+                    .iter()
+                    .map(|(rate, _, _, o)| format!("r={rate}: {}", o.seen))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+            Ok(())
+        })
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// What a row showed: whether A stopped by itself (`None`: neither stopped nor wrote), in words.
+struct RowOutcome {
+    stopped: Option<bool>,
+    seen: String,
+}
+
+/// Starts A under libfaketime at `rate`, acquiring once (no renewer) and standing before its
+/// check. Returns A, the instant its BEFORE_CHECK arrived and the deadline it reported then (ms
+/// on its own clock).
+async fn start_a(
+    lab: &Lab,
+    rec: &mut Recorder,
+    faketime: &Faketime,
+    rate: f64,
+    mode: WriteMode,
+) -> anyhow::Result<(Holder, Instant, u64)> {
+    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
+    spec.flags.renew_ms = 0;
+    spec.flags.wait_before_check = true;
+    spec.env = faketime.env(&format!("+0 x{rate}"));
+    let mut a = Holder::spawn(&spec).await?;
+    let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(
+        lab,
+        rec,
+        at,
+        "A",
+        &format!("acquire (clock rate {rate})"),
+        &event,
+    )
+    .await;
+    if event != (Event::Acquired { token: 1 }) {
+        bail!(a.unexpected("ACQUIRED token=1", &event));
+    }
+    let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
+    step(
+        lab,
+        rec,
+        at,
+        "A",
+        "stands before its local-deadline check",
+        &before,
+    )
+    .await;
+    let Event::BeforeCheck {
+        token: 1,
+        deadline_left_ms,
+    } = before
+    else {
+        bail!(a.unexpected("BEFORE_CHECK token=1", &before));
+    };
+    Ok((a, at, deadline_left_ms))
+}
+
+/// Checks the clock rate A really ran at: how far its deadline moved on its own clock between
+/// two of its readings, over the real time between them.
+fn check_rate(rec: &mut Recorder, rate: f64, own_ms: f64, real: Duration) {
+    let measured = own_ms / (real.as_secs_f64() * 1e3);
+    rec.check_that(
+        format!("libfaketime runs A's monotonic clock at rate {rate} (± {RATE_TOLERANCE}), the lab's at 1"),
+        (measured - rate).abs() <= RATE_TOLERANCE,
+        format_args!(
+            "measured {measured:.3}: {own_ms:.0} ms on A's clock in {} ms of real time",
+            real.as_millis()
+        ),
+    );
+}
+
+/// The drift the margin covers: the go-line for A's check is given the moment the database
+/// expires the lease; A's own clock must already say its deadline passed.
+async fn covered_row(
+    lab: &Lab,
+    rec: &mut Recorder,
+    faketime: &Faketime,
+    rate: f64,
+    mode: WriteMode,
+) -> anyhow::Result<RowOutcome> {
+    rec.note(format!("rate {rate}: a drift the margin covers"));
+    let (mut a, reported_at, left_ms) = start_a(lab, rec, faketime, rate, mode).await?;
+    lab.until_lease_expired("A's lease").await?;
+    lab_step(
+        lab,
+        rec,
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (database clock)",
+        "",
+    )
+    .await;
+    a.send(Request::Go).await?;
+    let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
+    step(
+        lab,
+        rec,
+        at,
+        "A",
+        "local-deadline check, at the expiry",
+        &verdict,
+    )
+    .await;
+    let own_ms = match &verdict {
+        Event::DeadlinePassed { overdue_ms, .. } => left_ms as f64 + *overdue_ms as f64,
+        Event::AtWritePoint {
+            deadline_left_ms, ..
+        } => left_ms as f64 - *deadline_left_ms as f64,
+        _ => f64::NAN,
+    };
+    check_rate(rec, rate, own_ms, at - reported_at);
+    let stopped = matches!(verdict, Event::DeadlinePassed { .. });
+    rec.check(
+        format!("rate {rate}: when the database expires the lease, A's own clock already says its deadline passed"),
+        "DEADLINE_PASSED token=1",
+        &match &verdict {
+            Event::DeadlinePassed { token, .. } => format!("DEADLINE_PASSED token={token}"),
+            other => other.to_string(),
+        },
+    );
+    if !stopped {
+        // It would write: end it without the go-line (stdin closed: exit 6, nothing written).
+        let _ = a.exit_code(EVENT_TIMEOUT).await;
+    } else {
+        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        rec.note(format!("A exits: {}", describe(Some(code))));
+    }
+    let attempts = lab.resource.attempts(SCOPE).await?;
+    rec.check(
+        format!("rate {rate}: A stopped by itself — write_attempt has no row of A"),
+        &0,
+        &attempts.iter().filter(|x| x.writer == HOLDER_A).count(),
+    );
+    Ok(RowOutcome {
+        stopped: Some(stopped),
+        seen: if stopped {
+            "stopped by itself (DEADLINE_PASSED, exit 8)".into()
+        } else {
+            verdict.to_string()
+        },
+    })
+}
+
+/// The drift the margin does not cover: the lease expires, B takes over and writes, then A's
+/// check — on its slow clock — still passes and A writes with token 1.
+async fn uncovered_row(
+    lab: &Lab,
+    rec: &mut Recorder,
+    faketime: &Faketime,
+    rate: f64,
+    mode: WriteMode,
+) -> anyhow::Result<RowOutcome> {
+    rec.note(format!(
+        "rate {rate}: a drift the margin does not cover, resource mode={mode}"
+    ));
+    let (mut a, reported_at, left_ms) = start_a(lab, rec, faketime, rate, mode).await?;
+    lab.until_lease_expired("A's lease").await?;
+    lab_step(
+        lab,
+        rec,
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (database clock)",
+        "",
+    )
+    .await;
+    let (b, b_ok) = lab_client_takes_over(lab, rec, SUMMARY, B_CONTENT, mode).await?;
+    rec.check(
+        format!("rate {rate}, {mode}: B takes the expired lease over and writes"),
+        "ACQUIRED token=2, WRITE accepted=true token=2",
+        &format!(
+            "{}, {}",
+            acquired(b.as_ref()),
+            b_ok.zip(b.as_ref())
+                .map_or_else(|| "no write".into(), |(ok, g)| wrote(ok, g.token))
+        ),
+    );
+    a.send(Request::Go).await?;
+    let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
+    step(
+        lab,
+        rec,
+        at,
+        "A",
+        "local-deadline check, after B's write",
+        &verdict,
+    )
+    .await;
+    let own_ms = match &verdict {
+        Event::AtWritePoint {
+            deadline_left_ms, ..
+        } => left_ms as f64 - *deadline_left_ms as f64,
+        Event::DeadlinePassed { overdue_ms, .. } => left_ms as f64 + *overdue_ms as f64,
+        _ => f64::NAN,
+    };
+    check_rate(rec, rate, own_ms, at - reported_at);
+    let believes = matches!(verdict, Event::AtWritePoint { .. });
+    rec.check_that(
+        format!("rate {rate}, {mode}: after B took over, A's check on its slow clock still finds its deadline ahead"),
+        believes,
+        &verdict,
+    );
+    let write = if believes {
+        a.send(Request::Go).await?;
+        let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
+        step(
+            lab,
+            rec,
+            at,
+            "A",
+            "write, believing it holds the lease",
+            &write,
+        )
+        .await;
+        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        rec.note(format!(
+            "A exits: {} (its renew after the write finds the lease taken)",
+            describe(Some(code))
+        ));
+        match write {
+            Event::Write { accepted, token: 1 } => Some(accepted),
+            other => bail!(a.unexpected("WRITE … token=1", &other)),
+        }
+    } else {
+        let _ = a.exit_code(EVENT_TIMEOUT).await;
+        None
+    };
+    let a_wrote = write.map_or_else(|| "no write: A gave up".into(), |ok| wrote(ok, 1));
+    let summary = part_line(&lab.resource.part(SCOPE, SUMMARY).await?);
+    if mode == WriteMode::Unfenced {
+        rec.expose(
+            format!("rate {rate}, unfenced: A's write, made after B's, is accepted"),
+            write == Some(true),
+            &a_wrote,
+        );
+        rec.expose(
+            "unfenced: A's stale content replaced B's",
+            summary.starts_with(A_CONTENT),
+            format_args!("final summary = {summary}"),
+        );
+    } else {
+        rec.check(
+            format!(
+                "rate {rate}, {mode}: the fenced resource rejects A's write (token 1 < floor 2)"
+            ),
+            &wrote(false, 1),
+            &a_wrote,
+        );
+        rec.check(
+            format!("{mode}: B's part stays"),
+            &format!("{B_CONTENT} by holder-b token=2"),
+            &summary,
+        );
+    }
+    Ok(RowOutcome {
+        stopped: match (write, believes) {
+            (Some(_), _) => Some(false),
+            (None, false) => Some(true),
+            (None, true) => None,
+        },
+        seen: match write {
+            Some(true) => "wrote after B's takeover: accepted".into(),
+            Some(false) => "wrote after B's takeover: rejected".into(),
+            None => format!("did not write ({})", shown(Some(verdict))),
+        },
+    })
+}
