@@ -122,6 +122,9 @@ impl Params {
 /// resort of a panic (a blocking immediate shutdown of every server).
 pub struct Lab {
     pub cluster: Cluster,
+    /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
+    /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
+    pub adopted: Vec<Cluster>,
     /// The MariaDB server of the U-series, started by the first U scenario that runs.
     #[cfg(feature = "mariadb")]
     pub maria: Option<crate::maria::MariaEnv>,
@@ -156,6 +159,7 @@ impl Lab {
             resource: Resource::new(resource_pool.clone()),
             publisher: Publisher::new(resource_pool),
             cluster,
+            adopted: Vec::new(),
             #[cfg(feature = "mariadb")]
             maria: None,
             holder_bin,
@@ -164,7 +168,7 @@ impl Lab {
     }
 
     /// Creates the roles and databases, applies the migrations; the lease and resource pools.
-    async fn provision(cluster: &Cluster) -> anyhow::Result<(PgPool, PgPool)> {
+    pub(crate) async fn provision(cluster: &Cluster) -> anyhow::Result<(PgPool, PgPool)> {
         let mut admin = cluster
             .admin()
             .await
@@ -182,7 +186,6 @@ impl Lab {
     pub fn keep(&mut self) -> Vec<String> {
         self.cluster.keep_on_drop();
         let c = &self.cluster;
-        #[allow(unused_mut)]
         let mut kept = vec![format!(
             "kept the cluster at {} (server log {}); it is stopped. To look inside, start it as \
              the directory's owner: {}  (Ctrl-C stops it)",
@@ -190,6 +193,15 @@ impl Lab {
             c.log_path().display(),
             c.restart_hint(),
         )];
+        for other in &mut self.adopted {
+            other.keep_on_drop();
+            kept.push(format!(
+                "kept the cluster at {} (server log {}); it is stopped. To look inside: {}",
+                other.root().display(),
+                other.log_path().display(),
+                other.restart_hint(),
+            ));
+        }
         #[cfg(feature = "mariadb")]
         if let Some(m) = self.maria.as_mut() {
             m.server.keep_on_drop();
@@ -213,6 +225,15 @@ impl Lab {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         self.cluster.stop().await;
+        for mut other in self.adopted.drain(..) {
+            other.stop().await;
+        }
+    }
+
+    /// Takes over a cluster a scenario made: stopped now, kept or removed with the lab's own.
+    pub async fn adopt(&mut self, mut cluster: Cluster) {
+        cluster.stop().await;
+        self.adopted.push(cluster);
     }
 
     /// A pool that connects to `db` as its owner role.

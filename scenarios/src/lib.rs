@@ -15,6 +15,7 @@ mod f10_pause_before_the_check;
 mod f11_lease_table_reset;
 mod f12_holder_crash;
 mod f13_clock_drift;
+mod f14_lease_store_failover;
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
@@ -119,6 +120,9 @@ pub const ALL: &[&dyn Scenario] = &[
     &f13_clock_drift::F13 {
         uncovered_rate: None,
     },
+    &f14_lease_store_failover::F14 {
+        synchronous_names: true,
+    },
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
@@ -137,12 +141,25 @@ pub mod broken {
         uncovered_rate: Some(1.0),
     };
 
+    /// F14 with part (b)'s `synchronous_standby_names` left empty: replication stays
+    /// asynchronous, so the acquire during the cut is acknowledged at once.
+    pub static F14_WITHOUT_SYNCHRONOUS_STANDBY: crate::f14_lease_store_failover::F14 =
+        crate::f14_lease_store_failover::F14 {
+            synchronous_names: false,
+        };
+
     /// Every broken variant, with the words of a check that must fail in it.
     pub fn all() -> Vec<(&'static dyn Scenario, &'static str)> {
-        vec![(
-            &F13_UNCOVERED_AT_RATE_1,
-            "unfenced: A's write, made after B's, is accepted",
-        )]
+        vec![
+            (
+                &F13_UNCOVERED_AT_RATE_1,
+                "unfenced: A's write, made after B's, is accepted",
+            ),
+            (
+                &F14_WITHOUT_SYNCHRONOUS_STANDBY,
+                "while the standby is cut off, A's acquire is not acknowledged",
+            ),
+        ]
     }
 }
 

@@ -4,9 +4,11 @@
 //!
 //! - [`postgres`]: the embedded PostgreSQL cluster (SPEC §4), the default lease store and
 //!   resource.
+//! - [`standby`]: a streaming standby of an embedded cluster, with the faults of a failover —
+//!   the link cut, the primary's host lost, the standby promoted (F14).
 //! - [`mariadb`] (feature `mariadb`): the embedded MariaDB of the U-series.
 //!
-//! A new kind of server — a streaming standby, a PostgreSQL in a container — is a new file here
+//! A new kind of server — a PostgreSQL in a container — is a new file here
 //! implementing [`Server`]; scenarios reach servers through `scenarios::Lab` and never start,
 //! stop or signal one themselves. Every server process is a [`crate::process::ChildProcess`].
 
@@ -19,6 +21,7 @@ pub mod dir;
 #[cfg(feature = "mariadb")]
 pub mod mariadb;
 pub mod postgres;
+pub mod standby;
 
 pub use dir::{remove_leftovers, Removed, ServerDir};
 pub use postgres::{Cluster, ClusterConfig, PgBinaries};

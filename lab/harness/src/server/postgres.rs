@@ -218,6 +218,30 @@ impl Cluster {
         }
     }
 
+    /// A cluster in `dir` that is neither made nor started: a standby fills it with a base
+    /// backup (`super::standby`).
+    pub(crate) fn unstarted(cfg: ClusterConfig, dir: ServerDir) -> Cluster {
+        Cluster {
+            cfg,
+            postmaster: None,
+            dir,
+        }
+    }
+
+    /// How it was made: a second cluster like it starts from this.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.cfg
+    }
+
+    /// SIGKILL to the postmaster's whole process group, then reaps it: a lost host (see
+    /// `super::standby::lose_host`). Returns the postmaster's exit status.
+    pub(crate) async fn kill_group(&mut self) -> Option<std::process::ExitStatus> {
+        match self.postmaster.take() {
+            Some(mut postmaster) => postmaster.crash().await,
+            None => None,
+        }
+    }
+
     async fn initdb(&self) -> Result<()> {
         let out = Spawn::new("initdb", self.cfg.bins.bin("initdb"))
             .arg("-D")

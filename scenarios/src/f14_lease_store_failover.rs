@@ -1,0 +1,467 @@
+//! F14 — the lease store fails over. The fault: the lease database lives on its own primary
+//! with a streaming standby (a second embedded cluster, base-backed-up from it, replicating over
+//! its Unix socket); the resource's database stays on the lab's cluster. The standby's link is
+//! cut, holder A acquires on the primary, the primary's host is lost (SIGKILL to its whole
+//! process group), the standby is promoted, and B acquires there.
+//!
+//! - (a) **asynchronous** replication: A's acquire is acknowledged at once although its WAL never
+//!   left the primary; the promoted standby never saw it and grants B the same token — two
+//!   holders with one token, I2 broken. At the resource the floor cannot tell them apart: A's
+//!   stale write is accepted after B's (the negative control). The LSNs say why: A's commit lies
+//!   beyond what the standby had received when it was promoted.
+//! - (b) **synchronous** replication (`synchronous_standby_names`, `synchronous_commit = on`):
+//!   the same cut holds A's acquire unacknowledged (its commit waits on `SyncRep`) until the link
+//!   is back and the standby has it; then the primary is lost. After the failover every
+//!   acknowledged token is still there: B's token is above A's, and A's stale write is rejected.
+//!
+//! A, Z (an earlier holding that shows replication working) and B are the lab's own lease clients:
+//! the subject is the lease store, not a holder process.
+
+use std::time::Instant;
+
+use anyhow::Context as _;
+use fencing::lease::{Grant, LeaseStore};
+use fencing::resource::Write;
+use fencing::schema::Database;
+use harness::evidence::{Mark, Recorder};
+use harness::server::standby::{self, Lsn, Standby};
+use harness::server::Cluster;
+use sqlx::PgPool;
+
+use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::paused_holder::{A_CONTENT, B_CONTENT};
+use crate::{Lab, Outcome, Scenario};
+
+/// F14 as `./run.sh` runs it. `synchronous_names` false leaves `synchronous_standby_names` empty
+/// in part (b): only a deliberately broken variant ([`crate::broken`]) does that.
+pub struct F14 {
+    pub synchronous_names: bool,
+}
+
+/// The standby's name at the primary.
+const STANDBY: &str = "lab_standby";
+const HOLDER_Z: &str = "holder-z";
+
+impl Scenario for F14 {
+    fn id(&self) -> &'static str {
+        "F14"
+    }
+
+    fn title(&self) -> &'static str {
+        "the lease store fails over to a streaming standby: (a) asynchronous — an acknowledged token is granted again and A's stale write accepted; (b) synchronous — every acknowledged token survives, A is rejected"
+    }
+
+    fn checks(&self) -> usize {
+        15
+    }
+
+    fn fence_dependent(&self) -> bool {
+        true
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["the standby is promoted"]
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            rec.note("(a) asynchronous replication");
+            failover(lab, rec, Replication::Asynchronous).await?;
+            lab.reset().await?;
+            rec.note(if self.synchronous_names {
+                "(b) synchronous replication: synchronous_standby_names names the standby, synchronous_commit = on"
+            } else {
+                "(b) synchronous replication — BROKEN VARIANT: synchronous_standby_names left empty"
+            });
+            failover(
+                lab,
+                rec,
+                Replication::Synchronous {
+                    names: self.synchronous_names,
+                },
+            )
+            .await
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replication {
+    Asynchronous,
+    /// `names`: whether `synchronous_standby_names` really names the standby.
+    Synchronous {
+        names: bool,
+    },
+}
+
+/// The lease primary and its standby, with their pools; handed to the lab at the end, whatever
+/// happened, so that a failing run keeps them.
+struct Pair {
+    primary: Cluster,
+    standby: Standby,
+    primary_admin: PgPool,
+    standby_admin: PgPool,
+}
+
+async fn failover(lab: &mut Lab, rec: &mut Recorder, mode: Replication) -> anyhow::Result<()> {
+    let primary = Cluster::create(lab.cluster.config().clone())
+        .await
+        .context("failed to start the lease store's primary")?;
+    let made = async {
+        let (lease_pool, resource_pool) = Lab::provision(&primary).await?;
+        resource_pool.close().await;
+        let primary_admin = primary.admin_pool().await?;
+        let standby = Standby::create(&primary, &primary_admin, STANDBY)
+            .await
+            .context("failed to make the streaming standby")?;
+        let standby_admin = standby.cluster().admin_pool().await?;
+        anyhow::Ok((lease_pool, primary_admin, standby, standby_admin))
+    };
+    let (lease_pool, primary_admin, standby, standby_admin) = match made.await {
+        Ok(made) => made,
+        Err(e) => {
+            lab.adopt(primary).await;
+            return Err(e);
+        }
+    };
+    let mut pair = Pair {
+        primary,
+        standby,
+        primary_admin,
+        standby_admin,
+    };
+    let outcome = timeline(lab, rec, mode, &mut pair, lease_pool).await;
+    let Pair {
+        primary,
+        standby,
+        primary_admin,
+        standby_admin,
+    } = pair;
+    primary_admin.close().await;
+    standby_admin.close().await;
+    lab.adopt(primary).await;
+    lab.adopt(standby.into_cluster()).await;
+    outcome
+}
+
+async fn timeline(
+    lab: &Lab,
+    rec: &mut Recorder,
+    mode: Replication,
+    pair: &mut Pair,
+    lease_pool: PgPool,
+) -> anyhow::Result<()> {
+    let p = lab.params.clone();
+    let on_primary = LeaseStore::new(lease_pool, p.margin);
+    if let Replication::Synchronous { names } = mode {
+        let name = names.then_some(STANDBY);
+        standby::set_synchronous_standby(&pair.primary_admin, name).await?;
+        if names {
+            let admin = &pair.primary_admin;
+            harness::wait::until("the standby is synchronous", p.wait_timeout, || async {
+                Ok::<bool, sqlx::Error>(
+                    standby::senders(admin)
+                        .await?
+                        .iter()
+                        .any(|s| s.application_name == STANDBY && s.sync_state == "sync"),
+                )
+            })
+            .await?;
+        }
+    }
+    let senders = standby::senders(&pair.primary_admin).await?;
+    rec.note(format!(
+        "lease store: primary {} with standby {} (base backup, streaming over the primary's Unix socket); the resource stays on the lab's cluster; senders: {}",
+        pair.primary.root().display(),
+        pair.standby.cluster().root().display(),
+        senders
+            .iter()
+            .map(|s| format!("{} {} {}", s.application_name, s.state, s.sync_state))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+
+    // An earlier holding, replicated and replayed: the link works before the cut.
+    let z = on_primary
+        .acquire(LEASE, HOLDER_Z, p.ttl)
+        .await?
+        .context("Z could not acquire")?;
+    on_primary.release(&z).await?;
+    let flushed = standby::flush_lsn(&pair.primary_admin).await?;
+    let admin = &pair.standby_admin;
+    harness::wait::until(
+        "the standby replayed Z's holding",
+        p.wait_timeout,
+        || async {
+            Ok::<bool, sqlx::Error>(Standby::lsns(admin).await?.1.is_some_and(|r| r >= flushed))
+        },
+    )
+    .await?;
+    let (_, replayed) = Standby::lsns(admin).await?;
+    rec.check_that(
+        "before the cut the standby has replayed the primary's WAL (Z's holding, token 1, released)",
+        replayed.is_some_and(|r| r >= flushed) && z.token == 1,
+        format_args!(
+            "primary flushed {flushed}, standby replayed {}",
+            shown(replayed)
+        ),
+    );
+
+    pair.standby
+        .cut(&pair.standby_admin, &pair.primary_admin)
+        .await?;
+    let (received_at_cut, _) = Standby::lsns(&pair.standby_admin).await?;
+    let senders = standby::senders(&pair.primary_admin).await?;
+    rec.step(
+        Mark::Info,
+        "lab",
+        "link cut",
+        None,
+        "the standby's WAL receiver stopped",
+        None,
+    );
+    rec.check(
+        "the standby's link is cut: no WAL receiver on it, no WAL sender for it on the primary",
+        "0 senders",
+        &format!("{} senders", senders.len()),
+    );
+
+    let before_a = standby::flush_lsn(&pair.primary_admin).await?;
+    let a = match mode {
+        Replication::Asynchronous => {
+            let a = on_primary.acquire(LEASE, HOLDER_A, p.ttl).await?;
+            let after_a = standby::flush_lsn(&pair.primary_admin).await?;
+            rec.step(
+                crate::lab::acquire_mark(a.as_ref()),
+                "A",
+                "acquire (on the primary)",
+                a.as_ref().map(|g| g.token),
+                acquired(a.as_ref()),
+                None,
+            );
+            rec.check_that(
+                "A's acquire is acknowledged with token 2 although its WAL never reached the standby",
+                a.as_ref().is_some_and(|g| g.token == 2)
+                    && received_at_cut.is_some_and(|r| r <= before_a),
+                format_args!(
+                    "{}; A's commit lies in the primary's WAL ({before_a}, {after_a}], the standby received up to {}",
+                    acquired(a.as_ref()),
+                    shown(received_at_cut)
+                ),
+            );
+            a
+        }
+        Replication::Synchronous { .. } => {
+            synchronous_acquire(lab, rec, pair, &on_primary, before_a).await?
+        }
+    };
+    let a = a.context("A was not granted the lease")?;
+
+    let (received, replayed) = Standby::lsns(&pair.standby_admin).await?;
+    let status = standby::lose_host(&mut pair.primary).await;
+    rec.step(
+        Mark::Restart,
+        "lab",
+        "primary's host lost (SIGKILL to its process group)",
+        None,
+        status.clone(),
+        None,
+    );
+    drop(on_primary);
+    let promote_at = Instant::now();
+    let promoted = pair.standby.promote(&pair.standby_admin).await?;
+    rec.check_that(
+        "the primary's host is lost (SIGKILL to its process group) and the standby is promoted: it accepts writes",
+        promoted,
+        format_args!(
+            "primary: {status}; standby at promotion: received {}, replayed {}; promoted in {} ms",
+            shown(received),
+            shown(replayed),
+            promote_at.elapsed().as_millis()
+        ),
+    );
+    rec.note(format!(
+        "LSNs: A's commit in the primary's WAL ({before_a}, …]; the standby had received {} and replayed {} when it was promoted",
+        shown(received),
+        shown(replayed)
+    ));
+
+    let on_standby = LeaseStore::new(
+        Lab::pool(pair.standby.cluster(), Database::Lease).await?,
+        p.margin,
+    );
+    if mode != Replication::Asynchronous {
+        // A's holding survived: B waits for it to expire by the new primary's clock.
+        let store = &on_standby;
+        harness::wait::until(
+            "A's lease expired on the promoted standby",
+            p.wait_timeout,
+            || store.is_free(LEASE),
+        )
+        .await?;
+    }
+    let b = on_standby.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    rec.step(
+        crate::lab::acquire_mark(b.as_ref()),
+        "B",
+        "acquire (on the promoted standby)",
+        b.as_ref().map(|g| g.token),
+        acquired(b.as_ref()),
+        None,
+    );
+    match mode {
+        Replication::Asynchronous => {
+            rec.expose(
+                "I2 broken: B is granted token 2 again — the token A was acknowledged before the failover",
+                b.as_ref().is_some_and(|g| g.token == a.token),
+                format_args!("A: token {}; B: {}", a.token, acquired(b.as_ref())),
+            );
+        }
+        Replication::Synchronous { .. } => {
+            rec.check(
+                "every acknowledged token survived: B's token is above A's",
+                &format!("ACQUIRED token={}", a.token + 1),
+                &acquired(b.as_ref()),
+            );
+        }
+    }
+    let b = b.context("B could not acquire on the promoted standby")?;
+    let b_ok = write(lab, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
+    rec.check(
+        format!("B's write is accepted (mode={})", p.fenced_mode),
+        &wrote(true, b.token),
+        &wrote(b_ok, b.token),
+    );
+    let a_ok = write(lab, rec, "A", HOLDER_A, A_CONTENT, &a).await?;
+    match mode {
+        Replication::Asynchronous => {
+            rec.expose(
+                format!(
+                    "the floor cannot tell two holders of token {} apart: A's stale write is accepted after B's ({})",
+                    a.token, p.fenced_mode
+                ),
+                a_ok,
+                wrote(a_ok, a.token),
+            );
+        }
+        Replication::Synchronous { .. } => {
+            rec.check(
+                format!("A's stale write is rejected ({})", p.fenced_mode),
+                &wrote(false, a.token),
+                &wrote(a_ok, a.token),
+            );
+        }
+    }
+    on_standby.pool().close().await;
+    Ok(())
+}
+
+/// (b): A's acquire during the cut waits for the standby; it is acknowledged only once the link
+/// is back and the standby has A's commit.
+async fn synchronous_acquire(
+    lab: &Lab,
+    rec: &mut Recorder,
+    pair: &Pair,
+    on_primary: &LeaseStore,
+    before_a: Lsn,
+) -> anyhow::Result<Option<Grant>> {
+    let p = &lab.params;
+    let store = on_primary.clone();
+    let ttl = p.ttl;
+    let sent = Instant::now();
+    let mut acquire = tokio::spawn(async move { store.acquire(LEASE, HOLDER_A, ttl).await });
+    // A state, polled: A's commit waits on its synchronous standby — or was acknowledged.
+    let admin = &pair.primary_admin;
+    let mut waiting = Vec::new();
+    harness::wait::until(
+        "A's commit waits on SyncRep, or is acknowledged",
+        p.wait_timeout,
+        || {
+            let finished = acquire.is_finished();
+            async move {
+                Ok::<bool, sqlx::Error>(
+                    finished || !standby::waiting_on(admin, "SyncRep").await?.is_empty(),
+                )
+            }
+        },
+    )
+    .await?;
+    if !acquire.is_finished() {
+        // The timeline prescribes how long the link stays cut: one TTL. A commit waiting for its
+        // synchronous standby has no timeout of its own.
+        harness::wait::prescribed(p.ttl).await;
+        waiting = standby::waiting_on(admin, "SyncRep").await?;
+    }
+    rec.check_that(
+        format!(
+            "while the standby is cut off (held for one TTL, {} ms), A's acquire is not acknowledged: its commit waits on SyncRep",
+            p.ttl.as_millis()
+        ),
+        !acquire.is_finished() && !waiting.is_empty(),
+        format_args!(
+            "backends waiting on SyncRep: {waiting:?}; A's acquire {} after {} ms",
+            if acquire.is_finished() {
+                "already answered"
+            } else {
+                "still unanswered"
+            },
+            sent.elapsed().as_millis()
+        ),
+    );
+    pair.standby
+        .reconnect(&pair.standby_admin, &pair.primary_admin)
+        .await?;
+    let a = tokio::time::timeout(p.wait_timeout, &mut acquire)
+        .await
+        .context("A's acquire was not answered after the link came back")???;
+    let blocked = sent.elapsed();
+    let (received, _) = Standby::lsns(&pair.standby_admin).await?;
+    rec.step(
+        crate::lab::acquire_mark(a.as_ref()),
+        "A",
+        "acquire (on the primary, acknowledged)",
+        a.as_ref().map(|g| g.token),
+        acquired(a.as_ref()),
+        None,
+    );
+    rec.check_that(
+        "A's acquire is acknowledged with token 2 only once the link is back and the standby has its commit",
+        a.as_ref().is_some_and(|g| g.token == 2) && received.is_some_and(|r| r > before_a),
+        format_args!(
+            "{}; the standby had received {} (A's commit lies beyond {before_a}); the acquire waited {} ms — the price of the cut",
+            acquired(a.as_ref()),
+            shown(received),
+            blocked.as_millis()
+        ),
+    );
+    Ok(a)
+}
+
+/// `who` writes `content` to the summary with `grant`'s token, in the run's fenced mode.
+async fn write(
+    lab: &Lab,
+    rec: &mut Recorder,
+    who: &str,
+    writer: &str,
+    content: &str,
+    grant: &Grant,
+) -> anyhow::Result<bool> {
+    let write = Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer,
+        token: grant.token,
+    };
+    let ok = lab.resource.write(&write, lab.params.fenced_mode).await?;
+    let clock = lab.lease.db_clock().await.ok();
+    rec.step(
+        Mark::Write { accepted: ok },
+        who,
+        "write",
+        Some(grant.token),
+        wrote(ok, grant.token),
+        clock,
+    );
+    Ok(ok)
+}
