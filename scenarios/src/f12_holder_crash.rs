@@ -127,23 +127,36 @@ async fn kill_and_show(
         format_args!("group members left: {left:?}"),
     );
     let timeout = lab.params.wait_timeout;
-    harness::wait::until("the server has no session of A left", timeout, || async {
-        observe::sessions_of(admin, HOLDER_A)
-            .await
-            .map(|s| s.is_empty())
-    })
-    .await?;
     let backends: Vec<i32> = sessions.iter().map(|s| s.pid).collect();
-    let alive: Vec<i32> = backends
-        .iter()
-        .copied()
-        .filter(|&b| process::exists(b as u32))
-        .collect();
+    let alive = || -> Vec<i32> {
+        backends
+            .iter()
+            .copied()
+            .filter(|&b| process::exists(b as u32))
+            .collect()
+    };
+    // A state, polled: the server drops the sessions first, and the backend processes exit (and
+    // are reaped by the postmaster) a moment later.
+    let gone = harness::wait::until(
+        "the server has no session and no backend of A left",
+        timeout,
+        || async {
+            let sessions = observe::sessions_of(admin, HOLDER_A).await?;
+            Ok::<bool, sqlx::Error>(sessions.is_empty() && alive().is_empty())
+        },
+    )
+    .await;
+    let alive = alive();
+    let sessions_left = observe::sessions_of(admin, HOLDER_A).await?;
+    if let Err(e) = gone {
+        rec.note(format!("{e}"));
+    }
     rec.check_that(
         "the server has no session of A left (pg_stat_activity), and /proc no backend that served it",
-        alive.is_empty() && !backends.is_empty(),
+        alive.is_empty() && sessions_left.is_empty() && !backends.is_empty(),
         format_args!(
-            "A's backends before the kill: {backends:?}; still in /proc: {alive:?}; found gone {} ms after the kill",
+            "A's backends before the kill: {backends:?}; sessions left: {}; still in /proc: {alive:?}; found gone {} ms after the kill",
+            sessions_left.len(),
             killed_at.elapsed().as_millis()
         ),
     );

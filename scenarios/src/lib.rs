@@ -157,7 +157,7 @@ pub mod broken {
             ),
             (
                 &F14_WITHOUT_SYNCHRONOUS_STANDBY,
-                "while the standby is cut off, A's acquire is not acknowledged",
+                "A's acquire is not acknowledged: its commit waits on SyncRep",
             ),
         ]
     }

@@ -56,6 +56,19 @@ const MASKS: &[(&str, &str)] = &[
         "validity <N> ms before the crash → <N> ms after recovery: <N> ms lost",
     ),
     (r"downtime \d+ ms by", "downtime <N> ms by"),
+    // F12: the killed holder's process group, its backends, its transaction id, and how soon
+    // the server noticed; when its lease expired.
+    (r"pgid \d+", "pgid <PID>"),
+    (r"\[\d+(, \d+)*\]", "[<PIDS>]"),
+    (r"xid[ =]\d+", "xid <XID>"),
+    (r"gone \d+ ms after the kill", "gone <N> ms after the kill"),
+    (r"\d+ ms after A was killed", "<N> ms after A was killed"),
+    // F14: the standby's directories, WAL positions, and how long promotion and the cut took.
+    (r"\S*/fencing-lab-\w+", "<DIR>"),
+    (r"\b[0-9A-F]{1,8}/[0-9A-F]{4,8}\b", "<LSN>"),
+    (r"promoted in \d+ ms", "promoted in <N> ms"),
+    (r"unanswered after \d+ ms", "unanswered after <N> ms"),
+    (r"waited \d+ ms — the price", "waited <N> ms — the price"),
 ];
 
 fn normalise(text: &str) -> String {
@@ -102,6 +115,13 @@ fn masks_hide_only_what_varies() {
         normalise("  ok   A stops (BEFORE_CHECK token=1 deadline_left_ms=1194)"),
         normalise("  ok   A stops (BEFORE_CHECK token=2 deadline_left_ms=1194)")
     );
+    // F14's WAL positions are masked, a token next to them is not.
+    assert_eq!(
+        normalise(
+            "(ACQUIRED token=2; A's commit lies in the primary's WAL (0/3000200, 0/30002C0])"
+        ),
+        "(ACQUIRED token=2; A's commit lies in the primary's WAL (<LSN>, <LSN>])\n"
+    );
     // A measured figure is masked; the verdict in front of it is not.
     let f8 = "  ok   holder-a still holds it (24828 ms of validity left at 2026-11-30 05:52:02.331001+00)";
     assert_eq!(
@@ -132,10 +152,16 @@ fn a_full_run_says_what_the_reference_says() -> anyhow::Result<()> {
         .arg(&ev)
         .env("TMPDIR", sandbox.path())
         .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let failed: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("FAIL"))
+        .collect();
     assert_eq!(
         out.status.code(),
         Some(0),
-        "{}",
+        "failed checks:\n{}\n{}",
+        failed.join("\n"),
         String::from_utf8_lossy(&out.stderr)
     );
 
