@@ -45,7 +45,7 @@ impl Scenario for F12 {
     }
 
     fn fault_moments(&self) -> &'static [&'static str] {
-        &["its write transaction is open", "the committed part stays"]
+        &["write transaction is open", "the committed part stays"]
     }
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
