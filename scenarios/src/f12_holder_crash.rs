@@ -1,6 +1,6 @@
 //! F12 — the holder crashes. The fault: holder A, a real holder process renewing in the
 //! background, is killed with SIGKILL — (a) inside its fenced write transaction, after the floor
-//! UPDATE, the part's upsert and the attempt record and before COMMIT; (b) right after its write
+//! UPDATE, the part's upsert and the attempt record and before its commit; (b) right after its write
 //! committed. No handler runs: nothing of A gets to release, roll back or say goodbye.
 //! Property: (a) what the open transaction did — the floor advance, the part, the attempt record
 //! — is rolled back by the server with the dead connection (`pg_xact_status` says `aborted`), and
@@ -51,7 +51,7 @@ impl Scenario for F12 {
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let admin = lab.cluster.admin_pool().await?;
-            rec.note("(a) A is killed inside its write transaction, before COMMIT");
+            rec.note("(a) A is killed inside its write transaction, before its commit");
             inside_the_transaction(lab, rec, &admin).await?;
             lab.reset().await?;
             rec.note("(b) A is killed right after its write committed");
@@ -235,18 +235,18 @@ async fn inside_the_transaction(
     admin: &sqlx::PgPool,
 ) -> anyhow::Result<()> {
     let mut a = start_a(lab, rec, |f| f.wait_before_commit = true).await?;
-    let (at, event) = a.next("A before its COMMIT", EVENT_TIMEOUT).await?;
+    let (at, event) = a.next("A before its commit", EVENT_TIMEOUT).await?;
     step(
         lab,
         rec,
         at,
         "A",
-        "inside its write transaction, before COMMIT",
+        "inside its write transaction, before its commit",
         &event,
     )
     .await;
     rec.check(
-        "A advanced the floor, upserted the part and recorded the attempt, and stands before COMMIT",
+        "A advanced the floor, upserted the part and recorded the attempt, and stands before its commit",
         "BEFORE_COMMIT token=1",
         &event.to_string(),
     );
