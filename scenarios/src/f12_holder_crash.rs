@@ -52,9 +52,25 @@ impl Scenario for F12 {
         Box::pin(async move {
             let admin = lab.cluster.admin_pool().await?;
             rec.note("(a) A is killed inside its write transaction, before its commit");
+            rec.step(
+                Mark::Info,
+                "lab",
+                "(a) kill inside the transaction",
+                None,
+                "",
+                None,
+            );
             inside_the_transaction(lab, rec, &admin).await?;
             lab.reset().await?;
             rec.note("(b) A is killed right after its write committed");
+            rec.step(
+                Mark::Info,
+                "lab",
+                "(b) kill after the commit",
+                None,
+                "",
+                None,
+            );
             after_the_commit(lab, rec, &admin).await?;
             admin.close().await;
             Ok(())

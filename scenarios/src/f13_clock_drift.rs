@@ -98,6 +98,14 @@ impl Scenario for F13 {
                     lab.reset().await?;
                 }
                 let predicted_stop = rate >= boundary;
+                rec.step(
+                    Mark::Info,
+                    "lab",
+                    &format!("clock rate {rate}, {mode}"),
+                    None,
+                    "",
+                    None,
+                );
                 let outcome = if covered_row_timeline {
                     covered_row(lab, rec, &faketime, rate, mode).await?
                 } else {

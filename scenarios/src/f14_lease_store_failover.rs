@@ -66,6 +66,7 @@ impl Scenario for F14 {
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             rec.note("(a) asynchronous replication");
+            rec.step(Mark::Info, "lab", "(a) asynchronous", None, "", None);
             failover(lab, rec, Replication::Asynchronous).await?;
             lab.reset().await?;
             rec.note(if self.synchronous_names {
@@ -73,6 +74,7 @@ impl Scenario for F14 {
             } else {
                 "(b) synchronous replication — BROKEN VARIANT: synchronous_standby_names left empty"
             });
+            rec.step(Mark::Info, "lab", "(b) synchronous", None, "", None);
             failover(
                 lab,
                 rec,
@@ -260,7 +262,7 @@ async fn timeline(
     let (received, replayed) = Standby::lsns(&pair.standby_admin).await?;
     let status = standby::lose_host(&mut pair.primary).await;
     rec.step(
-        Mark::Restart,
+        Mark::Failover,
         "lab",
         "primary's host lost (SIGKILL to its process group)",
         None,

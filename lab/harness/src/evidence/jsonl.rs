@@ -186,6 +186,7 @@ mod tests {
             Mark::Thawed,
             Mark::Write { accepted: true },
             Mark::Restart,
+            Mark::Failover,
             Mark::Killed,
             Mark::Info,
         ] {
@@ -226,6 +227,7 @@ mod tests {
             "thawed",
             "write_accepted",
             "restart",
+            "failover",
             "killed",
             "info",
         ] {

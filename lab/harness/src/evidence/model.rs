@@ -54,6 +54,8 @@ pub enum Mark {
         accepted: bool,
     },
     Restart,
+    /// The lease store failed over: its primary lost, a standby promoted in its place.
+    Failover,
     /// The actor was killed with SIGKILL (a crash: no handler ran).
     Killed,
     Info,
@@ -73,13 +75,14 @@ impl Mark {
             Mark::Write { accepted: true } => "write_accepted",
             Mark::Write { accepted: false } => "write_rejected",
             Mark::Restart => "restart",
+            Mark::Failover => "failover",
             Mark::Killed => "killed",
             Mark::Info => "info",
         }
     }
 
     /// Every mark, in declaration order.
-    pub const ALL: [Mark; 12] = [
+    pub const ALL: [Mark; 13] = [
         Mark::Acquired,
         Mark::Refused,
         Mark::Renewed,
@@ -90,6 +93,7 @@ impl Mark {
         Mark::Write { accepted: true },
         Mark::Write { accepted: false },
         Mark::Restart,
+        Mark::Failover,
         Mark::Killed,
         Mark::Info,
     ];

@@ -87,6 +87,12 @@ pub fn mermaid(case: &CaseTimeline) -> String {
             Mark::Thawed => {
                 let _ = writeln!(out, "    Note over {a}: go-line, SIGCONT");
             }
+            Mark::Failover => {
+                let _ = writeln!(
+                    out,
+                    "    Note over L: failover: the primary's host lost, the standby promoted"
+                );
+            }
             Mark::Killed => {
                 let _ = writeln!(out, "    Note over {a}: SIGKILL: the process is gone");
             }

@@ -240,16 +240,21 @@ pub fn svg(case: &CaseTimeline) -> String {
                 .map_or_else(String::new, |c| format!(" (db clock {c})"))
         ));
         match s.mark {
-            Mark::Restart => {
+            Mark::Restart | Mark::Failover => {
                 let _ = writeln!(
                     out,
                     r##"<line x1="{sx:.1}" y1="{TOP}" x2="{sx:.1}" y2="{axis_y}" stroke="#d93025" stroke-width="2" stroke-dasharray="6 3"><title>{title}</title></line>"##
                 );
                 let _ = writeln!(
                     out,
-                    r##"<text x="{:.1}" y="{}" fill="#d93025" font-weight="bold">database crash + restart</text>"##,
+                    r##"<text x="{:.1}" y="{}" fill="#d93025" font-weight="bold">{}</text>"##,
                     sx + 4.0,
-                    TOP - 4.0
+                    TOP - 4.0,
+                    if s.mark == Mark::Failover {
+                        "lease store failover"
+                    } else {
+                        "database crash + restart"
+                    }
                 );
             }
             Mark::Write { accepted } => {
