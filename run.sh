@@ -8,8 +8,9 @@ cd "$(dirname "$0")"
 scripts/ensure-postgres.sh
 scripts/ensure-faketime.sh
 features=$(scripts/ensure-mariadb.sh)
-# shellcheck disable=SC2086 # $features is empty or one flag
-cargo build --release --locked --quiet -p lab -p holder $features
+containers=$(scripts/ensure-containers.sh)
+# shellcheck disable=SC2086 # $features and $containers are empty or one flag each
+cargo build --release --locked --quiet -p lab -p holder $features $containers
 case "${1:-}" in
   list | run | clean | bench | help | -V | --version) exec target/release/lab "$@" ;;
   *) exec target/release/lab run "$@" ;;

@@ -497,11 +497,17 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A pool of one connection to `db` as its owner role.
+/// A pool of one connection to `db` as its owner role: over the Unix socket, or over TCP for the
+/// resource when it lives on a host of its own (`--resource-host`).
 async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
-    let opts = PgConnectOptions::new_without_pgpass()
-        .socket(&flags.socket_dir)
-        .port(flags.port)
+    let opts = PgConnectOptions::new_without_pgpass();
+    let opts = match (&flags.resource_host, db) {
+        (Some(host), Database::Resource) => {
+            opts.host(host).port(flags.resource_port.unwrap_or(5432))
+        }
+        _ => opts.socket(&flags.socket_dir).port(flags.port),
+    };
+    let opts = opts
         .username(db.role())
         .database(db.name())
         .application_name(&flags.holder);

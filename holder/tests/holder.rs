@@ -49,6 +49,8 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         wait_before_check: false,
         wait_before_commit: false,
         wait_after_write: false,
+        resource_host: None,
+        resource_port: None,
     }
 }
 

@@ -125,6 +125,9 @@ pub struct Lab {
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
     /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
     pub adopted: Vec<Cluster>,
+    /// This run's mark: the label value on every container, network and network hold the run
+    /// makes (feature `containers`), so that leftovers can be found and removed.
+    pub run_mark: String,
     /// The MariaDB server of the U-series, started by the first U scenario that runs.
     #[cfg(feature = "mariadb")]
     pub maria: Option<crate::maria::MariaEnv>,
@@ -160,6 +163,13 @@ impl Lab {
             publisher: Publisher::new(resource_pool),
             cluster,
             adopted: Vec::new(),
+            run_mark: format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis())
+            ),
             #[cfg(feature = "mariadb")]
             maria: None,
             holder_bin,
@@ -227,6 +237,12 @@ impl Lab {
         self.cluster.stop().await;
         for mut other in self.adopted.drain(..) {
             other.stop().await;
+        }
+        // A scenario interrupted while its containers ran: whatever carries this run's mark.
+        #[cfg(feature = "containers")]
+        {
+            let _ = harness::containers::remove_labelled(Some(&self.run_mark)).await;
+            harness::containers::remove_held_rules(Some(&self.run_mark)).await;
         }
     }
 
@@ -331,6 +347,8 @@ impl Lab {
                 wait_before_check: false,
                 wait_before_commit: false,
                 wait_after_write: false,
+                resource_host: None,
+                resource_port: None,
             },
             env: Vec::new(),
         }

@@ -16,6 +16,7 @@ mod f11_lease_table_reset;
 mod f12_holder_crash;
 mod f13_clock_drift;
 mod f14_lease_store_failover;
+mod f15_delayed_write;
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
@@ -53,6 +54,8 @@ pub enum Needs {
     MariaDb,
     /// libfaketime installed (F13: a holder's clock run slow).
     Faketime,
+    /// A Docker engine, the `containers` feature built in, and a way to build the image (F15).
+    Containers,
 }
 
 /// One experiment. Adding one is one file implementing this trait plus one line in [`ALL`]
@@ -123,6 +126,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &f14_lease_store_failover::F14 {
         synchronous_names: true,
     },
+    &f15_delayed_write::F15 { hold: true },
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
@@ -148,6 +152,10 @@ pub mod broken {
             synchronous_names: false,
         };
 
+    /// F15 with A's write sent without holding it in the network: it arrives at once.
+    pub static F15_WITHOUT_HOLD: crate::f15_delayed_write::F15 =
+        crate::f15_delayed_write::F15 { hold: false };
+
     /// Every broken variant, with the words of a check that must fail in it.
     pub fn all() -> Vec<(&'static dyn Scenario, &'static str)> {
         vec![
@@ -159,6 +167,7 @@ pub mod broken {
                 &F14_WITHOUT_SYNCHRONOUS_STANDBY,
                 "A's acquire is not acknowledged: its commit waits on SyncRep",
             ),
+            (&F15_WITHOUT_HOLD, "unfenced: A's late write is accepted"),
         ]
     }
 }

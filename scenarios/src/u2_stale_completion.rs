@@ -52,6 +52,8 @@ mod imp {
                 wait_before_check: false,
                 wait_before_commit: false,
                 wait_after_write: false,
+                resource_host: None,
+                resource_port: None,
             },
             env: Vec::new(),
         }

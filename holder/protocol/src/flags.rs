@@ -101,6 +101,13 @@ pub struct HolderFlags {
     /// place where the holder can be killed with its transaction open.
     #[arg(long)]
     pub wait_before_commit: bool,
+    /// The resource's server over TCP at this host (its `res26`), instead of the Unix socket —
+    /// when the resource lives on a host of its own (F15).
+    #[arg(long, value_name = "HOST")]
+    pub resource_host: Option<String>,
+    /// The resource's TCP port (with --resource-host).
+    #[arg(long, value_name = "PORT", requires = "resource_host")]
+    pub resource_port: Option<u16>,
     /// After reporting WRITE, wait for GO before the renew: a place where the holder can be
     /// killed right after its write committed.
     #[arg(long)]
@@ -129,6 +136,8 @@ impl HolderFlags {
             wait_before_check,
             wait_before_commit,
             wait_after_write,
+            resource_host,
+            resource_port,
         } = self;
         let mut args: Vec<OsString> = Vec::with_capacity(15);
         // `--name=value`, one argument each: a value that starts with `-` stays a value.
@@ -152,6 +161,12 @@ impl HolderFlags {
         flag("--mode", mode.into());
         if let Some(run_id) = run_id {
             flag("--run-id", run_id.into());
+        }
+        if let Some(host) = resource_host {
+            flag("--resource-host", host.into());
+        }
+        if let Some(port) = resource_port {
+            flag("--resource-port", port.to_string().into());
         }
         for (on, switch) in [
             (release, "--release"),
@@ -193,6 +208,8 @@ mod tests {
             wait_before_check: switch,
             wait_before_commit: switch,
             wait_after_write: switch,
+            resource_host: switch.then(|| "172.18.0.2".into()),
+            resource_port: switch.then_some(5432),
         }
     }
 
@@ -238,6 +255,8 @@ mod tests {
             wait_before_check: true,
             wait_before_commit: true,
             wait_after_write: true,
+            resource_host: Some("db".into()),
+            resource_port: Some(1),
         };
         assert_eq!(parse(&other)?, other);
         Ok(())

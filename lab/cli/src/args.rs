@@ -53,9 +53,18 @@ pub enum Command {
     /// 16, 64 and 256 contenders, and pgbench on the same cluster as the reference.
     Bench(BenchArgs),
     /// Remove every cluster directory the lab kept (--keep, failed runs) or left behind (a lab
-    /// killed outright), stopping a server still running from one. Clusters of running labs
-    /// are left alone.
-    Clean,
+    /// killed outright), stopping a server still running from one — and, built with the
+    /// feature `containers`, the containers, networks and network holds such labs left. What
+    /// belongs to running labs is left alone.
+    Clean(CleanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// Also remove the container images the lab built (fencing-lab/postgres:*); the next
+    /// container experiment builds them again (about a minute).
+    #[arg(long)]
+    pub images: bool,
 }
 
 #[derive(Debug, Args)]

@@ -57,16 +57,31 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Clean => {
+        Command::Clean(args) => {
             let removed = harness::server::remove_leftovers(&std::env::temp_dir(), true);
             for r in &removed {
                 report_removed(r);
             }
-            print_or_fail(&format!(
+            let mut text = format!(
                 "lab clean: removed {} cluster director{}\n",
                 removed.len(),
                 if removed.len() == 1 { "y" } else { "ies" }
-            ))
+            );
+            #[cfg(feature = "containers")]
+            match clean_containers(args.images) {
+                Ok(line) => text.push_str(&line),
+                Err(e) => {
+                    eprintln!("lab clean: {e}");
+                    return ExitCode::from(EXIT_HARNESS);
+                }
+            }
+            #[cfg(not(feature = "containers"))]
+            if args.images {
+                text.push_str(
+                    "lab clean: built without the containers feature: no images to remove\n",
+                );
+            }
+            print_or_fail(&text)
         }
         Command::Run(args) => match config::resolve(args) {
             Ok(cfg) => run(cfg),
@@ -76,6 +91,32 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `lab clean`'s container part: the containers, networks and network holds of labs that are not
+/// running any more, and with `images` the images the lab built. One line saying what went.
+#[cfg(feature = "containers")]
+fn clean_containers(images: bool) -> Result<String, String> {
+    use harness::containers;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        if containers::engine().await.is_err() {
+            return Ok("lab clean: no Docker engine answers: no containers to remove\n".into());
+        }
+        let (c, n) = containers::remove_labelled(None).await.map_err(|e| e.to_string())?;
+        let holds = containers::remove_held_rules(None).await;
+        let mut line = format!(
+            "lab clean: removed {c} container(s), {n} network(s) and {holds} network hold(s) left by labs no longer running\n"
+        );
+        if images {
+            let i = containers::remove_images().await.map_err(|e| e.to_string())?;
+            line.push_str(&format!("lab clean: removed {i} image(s)\n"));
+        }
+        Ok(line)
+    })
 }
 
 /// Writes `text` to stdout. A reader that went away (`lab list | head -1`) is no error: the text
@@ -181,6 +222,18 @@ async fn run_lab(cfg: &Config) -> ExitCode {
         }
     };
     let started = std::time::Instant::now();
+    // Containers, networks and network holds of a lab killed outright, like its cluster above.
+    #[cfg(feature = "containers")]
+    if harness::containers::engine().await.is_ok() {
+        if let Ok((c, n)) = harness::containers::remove_labelled(None).await {
+            let holds = harness::containers::remove_held_rules(None).await;
+            if c + n + holds > 0 {
+                eprintln!(
+                    "lab: removed {c} container(s), {n} network(s) and {holds} network hold(s) left by a lab that was killed outright"
+                );
+            }
+        }
+    }
     let lab = tokio::select! {
         lab = Lab::start(cfg.cluster.clone(), cfg.params.clone(), cfg.holder_bin.clone()) => lab,
         _ = sigint.recv() => return ExitCode::from(130),

@@ -136,7 +136,7 @@ fn an_interrupted_lab_leaves_nothing_behind_wherever_it_is_stopped() -> anyhow::
     for s in scenarios::ALL.iter().filter(|s| match s.needs() {
         scenarios::Needs::Nothing => true,
         scenarios::Needs::Faketime => faketime,
-        scenarios::Needs::MariaDb => false,
+        scenarios::Needs::MariaDb | scenarios::Needs::Containers => false,
     }) {
         match s.fault_moments() {
             [] => points.push(Point::Line {

@@ -7,6 +7,8 @@
 //! - [`server`]: the throwaway servers behind one interface (`Server`: start, stop, crash,
 //!   restart, keep) over one private-directory type with owner marks and leftover removal: the
 //!   embedded PostgreSQL cluster and (feature `mariadb`) the embedded MariaDB.
+//! - `containers` (feature `containers`): PostgreSQL in containers built here from Debian
+//!   packages, on a private network, with netem on its bridge (F15).
 //! - [`faketime`]: a child's clock, skewed or slowed by libfaketime.
 //! - [`holder`]: driving a holder process over its line protocol, with deadlines.
 //! - [`observe`]: the server seen from the side (backend pids, lock waits).
@@ -18,6 +20,8 @@
 //! The harness must not know the fencing implementation: it never imports `fencing`, and it holds
 //! no SQL of the system under test (only the administration it needs to run a cluster).
 
+#[cfg(feature = "containers")]
+pub mod containers;
 pub mod evidence;
 pub mod faketime;
 pub mod holder;

@@ -126,3 +126,15 @@ pub async fn xact_status(admin: &PgPool, xid: &str) -> sqlx::Result<Option<Strin
     .fetch_one(admin)
     .await
 }
+
+/// The client ports of the TCP sessions whose `application_name` is `name` (sessions over a
+/// Unix socket have none). `admin` must connect as a superuser.
+pub async fn client_ports(admin: &PgPool, name: &str) -> sqlx::Result<Vec<i32>> {
+    sqlx::query_scalar(
+        "SELECT client_port FROM pg_stat_activity
+          WHERE application_name = $1 AND client_port > 0 ORDER BY pid",
+    )
+    .bind(name)
+    .fetch_all(admin)
+    .await
+}

@@ -1,0 +1,539 @@
+//! Servers on hosts of their own (feature `containers`): PostgreSQL in a Docker container on a
+//! private network the lab creates, started with testcontainers from an image the lab builds
+//! here from Debian packages — nothing is pulled from a registry — and a hold on one client's
+//! TCP connection (an iptables rule on this host), so that its request is held in the network.
+//!
+//! - [`engine`]: whether a Docker engine answers; the reason when not (experiments then `skip`).
+//! - [`postgres_image`]: the image for a PostgreSQL major version, built once with `debootstrap`
+//!   (a minimal Debian root with `postgresql-N` and `iproute2`) and `docker import`, tagged by its
+//!   recipe's hash, reused while the tag exists. `lab clean --images` removes them.
+//! - [`Network`]: a bridge network labelled with the run's mark; removed on drop.
+//! - [`PgContainer`]: a PostgreSQL server in a container on that network (initdb inside, trust
+//!   for the network's hosts, every statement logged); removed on drop.
+//! - [`Hold`]: every packet of one TCP connection (by source port) to one host dropped until
+//!   lifted — the request is held, nothing else is; removed on drop. (netem is not in this
+//!   machine kind's kernel: see [`Hold`].)
+//!
+//! Every container and network carries the label [`LABEL`]: [`remove_labelled`] removes what a
+//! lab killed outright left behind (`lab clean`, and the next run).
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgConnectOptions;
+use testcontainers::core::WaitFor;
+use testcontainers::runners::AsyncRunner as _;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
+
+use crate::process::{describe_status, Spawn};
+
+/// The label on every container and network the lab makes; its value is the run's mark.
+pub const LABEL: &str = "fencing-lab.run";
+/// The repository of the images the lab builds.
+pub const IMAGE_REPO: &str = "fencing-lab/postgres";
+/// How to get a Docker engine, for a `skip` line.
+pub const INSTALL_HINT: &str = "start a Docker engine (docker info must answer) and build with \
+     --features lab/containers (./run.sh and scripts/test.sh do when one answers)";
+
+const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+/// The PostgreSQL port inside a container.
+pub const PG_PORT: u16 = 5432;
+
+/// Why a container could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    #[error("{what} failed: {detail}")]
+    Cli { what: String, detail: String },
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
+    #[error("the container did not start: {0}")]
+    Start(#[from] testcontainers::TestcontainersError),
+}
+
+/// Runs a command line tool (docker, tc, debootstrap, sh) to its end; its stdout, or an error
+/// quoting its output.
+async fn run(
+    what: &str,
+    program: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<String, ContainerError> {
+    let out = Spawn::new(what, program).args(args).output(timeout).await?;
+    if !out.status.success() {
+        let mut detail = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        if detail.is_empty() {
+            detail = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        }
+        // The last lines say why; one line, for a check or a skip.
+        let lines: Vec<&str> = detail.lines().collect();
+        let detail = lines[lines.len().saturating_sub(3)..].join(" / ");
+        return Err(ContainerError::Cli {
+            what: format!("{what} ({})", describe_status(&out.status)),
+            detail,
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// `Ok(server version)` when a Docker engine answers; else the reason, with the hint.
+pub async fn engine() -> Result<String, String> {
+    match run(
+        "docker info",
+        "docker",
+        &["info", "--format", "{{.ServerVersion}}"],
+        Duration::from_secs(20),
+    )
+    .await
+    {
+        Ok(version) if !version.is_empty() => Ok(version),
+        Ok(_) => Err(format!("no Docker engine answers: {INSTALL_HINT}")),
+        Err(e) => Err(format!("no Docker engine answers ({e}): {INSTALL_HINT}")),
+    }
+}
+
+/// A locally built image: its reference, and how long building it took (`None`: it was there).
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub reference: String,
+    pub major: u32,
+    pub built_in: Option<Duration>,
+}
+
+/// What goes into the image: bump `RECIPE` when the steps change, and the tag changes with it.
+const RECIPE: &str = "v1: debootstrap --variant=minbase, docker import";
+
+/// The Debian suite that ships PostgreSQL `major`.
+pub fn suite_for(major: u32) -> Option<&'static str> {
+    match major {
+        13 => Some("bullseye"),
+        15 => Some("bookworm"),
+        17 => Some("trixie"),
+        _ => None,
+    }
+}
+
+/// One image build at a time in this process (tests run scenarios side by side).
+static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The image for PostgreSQL `major`, built here from Debian packages if it is not there yet.
+pub async fn postgres_image(major: u32) -> Result<Image, ContainerError> {
+    let _one_at_a_time = BUILDING.lock().await;
+    let suite = suite_for(major).ok_or_else(|| ContainerError::Cli {
+        what: format!("PostgreSQL {major}"),
+        detail: "no Debian suite ships it (13: bullseye, 15: bookworm, 17: trixie)".into(),
+    })?;
+    let packages = format!("postgresql-{major},iproute2");
+    let hash = fnv1a(&format!("{RECIPE}|{suite}|{packages}"));
+    let reference = format!("{IMAGE_REPO}:{major}-{suite}-{hash:08x}");
+    if run(
+        "docker image inspect",
+        "docker",
+        &["image", "inspect", &reference],
+        CLI_TIMEOUT,
+    )
+    .await
+    .is_ok()
+    {
+        return Ok(Image {
+            reference,
+            major,
+            built_in: None,
+        });
+    }
+    let started = Instant::now();
+    let root = tempfile::Builder::new()
+        .prefix("fencing-lab-image-")
+        .tempdir()
+        .map_err(|e| ContainerError::Cli {
+            what: "make the image's root directory".into(),
+            detail: e.to_string(),
+        })?;
+    let dir = root.path().join("root");
+    let dir_s = dir.to_string_lossy().into_owned();
+    let include = format!("--include={packages}");
+    run(
+        "debootstrap",
+        "debootstrap",
+        &["--variant=minbase", &include, suite, &dir_s, &mirror()],
+        BUILD_TIMEOUT,
+    )
+    .await?;
+    let import = format!(
+        "tar -C '{dir_s}' -c . | docker import --change 'LABEL fencing-lab.image={major}' - '{reference}'"
+    );
+    run("docker import", "sh", &["-c", &import], BUILD_TIMEOUT).await?;
+    Ok(Image {
+        reference,
+        major,
+        built_in: Some(started.elapsed()),
+    })
+}
+
+/// The Debian mirror this machine's apt uses (not its security or snapshot archive), else
+/// deb.debian.org.
+fn mirror() -> String {
+    let sources = std::fs::read_to_string("/etc/apt/sources.list.d/debian.sources")
+        .or_else(|_| std::fs::read_to_string("/etc/apt/sources.list"))
+        .unwrap_or_default();
+    sources
+        .split_whitespace()
+        .find(|w| w.starts_with("http") && !w.contains("security") && !w.contains("snapshot"))
+        .unwrap_or("http://deb.debian.org/debian")
+        .to_owned()
+}
+
+/// FNV-1a: a stable hash for the image tag (std's hasher may change between releases).
+fn fnv1a(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Removes the lab's images (`lab clean --images`); how many.
+pub async fn remove_images() -> Result<usize, ContainerError> {
+    let list = run(
+        "docker images",
+        "docker",
+        &["images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPO],
+        CLI_TIMEOUT,
+    )
+    .await?;
+    let refs: Vec<&str> = list.lines().filter(|l| !l.is_empty()).collect();
+    for reference in &refs {
+        run(
+            "docker rmi",
+            "docker",
+            &["rmi", "-f", reference],
+            CLI_TIMEOUT,
+        )
+        .await?;
+    }
+    Ok(refs.len())
+}
+
+/// Whether the lab whose run mark is `mark` (`<pid>-<ms>`) is still running.
+fn lab_alive(mark: &str) -> bool {
+    mark.split('-')
+        .next()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| pid != std::process::id() && crate::process::exists(pid))
+}
+
+/// Removes every container and network labelled [`LABEL`] with `mark`, or, when `None`, those
+/// of every lab that is not running any more (what a lab killed outright left). Returns how
+/// many of each.
+pub async fn remove_labelled(mark: Option<&str>) -> Result<(usize, usize), ContainerError> {
+    let filter = match mark {
+        Some(m) => format!("label={LABEL}={m}"),
+        None => format!("label={LABEL}"),
+    };
+    let format = format!("{{{{.ID}}}} {{{{.Label \"{LABEL}\"}}}}");
+    let ids = run(
+        "docker ps",
+        "docker",
+        &["ps", "-a", "--filter", &filter, "--format", &format],
+        CLI_TIMEOUT,
+    )
+    .await?;
+    let containers: Vec<&str> = ids
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, m)| mark.is_some() || !lab_alive(m))
+        .map(|(id, _)| id)
+        .collect();
+    if !containers.is_empty() {
+        let mut args = vec!["rm", "-f", "-v"];
+        args.extend(&containers);
+        run("docker rm", "docker", &args, CLI_TIMEOUT).await?;
+    }
+    let format = format!("{{{{.ID}}}} {{{{.Label \"{LABEL}\"}}}}");
+    let ids = run(
+        "docker network ls",
+        "docker",
+        &["network", "ls", "--filter", &filter, "--format", &format],
+        CLI_TIMEOUT,
+    )
+    .await?;
+    let networks: Vec<&str> = ids
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, m)| mark.is_some() || !lab_alive(m))
+        .map(|(id, _)| id)
+        .collect();
+    for id in &networks {
+        run(
+            "docker network rm",
+            "docker",
+            &["network", "rm", id],
+            CLI_TIMEOUT,
+        )
+        .await?;
+    }
+    Ok((containers.len(), networks.len()))
+}
+
+/// A private bridge network of the run. Its bridge device on this host is `bridge`.
+#[derive(Debug)]
+pub struct Network {
+    pub name: String,
+    pub bridge: String,
+    removed: bool,
+}
+
+impl Network {
+    /// Creates the network, labelled with the run's `mark`.
+    pub async fn create(mark: &str) -> Result<Network, ContainerError> {
+        let suffix = fnv1a(&format!("{mark}{:?}", Instant::now()));
+        let name = format!("fencing-lab-{suffix:08x}");
+        let bridge = format!("fl{suffix:08x}");
+        let label = format!("{LABEL}={mark}");
+        let option = format!("com.docker.network.bridge.name={bridge}");
+        run(
+            "docker network create",
+            "docker",
+            &[
+                "network", "create", "--driver", "bridge", "--label", &label, "-o", &option, &name,
+            ],
+            CLI_TIMEOUT,
+        )
+        .await?;
+        Ok(Network {
+            name,
+            bridge,
+            removed: false,
+        })
+    }
+
+    /// Removes the network (its containers must be gone).
+    pub async fn remove(mut self) {
+        self.removed = true;
+        let _ = run(
+            "docker network rm",
+            "docker",
+            &["network", "rm", &self.name],
+            CLI_TIMEOUT,
+        )
+        .await;
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        if !self.removed {
+            let _ = Spawn::new("docker network rm", "docker")
+                .args(["network", "rm", &self.name])
+                .output_blocking();
+        }
+    }
+}
+
+/// A PostgreSQL server in a container on a [`Network`]: initdb'd inside, trusting the network's
+/// hosts (it is private), logging every statement with its time and application name.
+pub struct PgContainer {
+    container: ContainerAsync<GenericImage>,
+    pub ip: IpAddr,
+}
+
+impl PgContainer {
+    /// Starts it from `image` on `network`; returns once it accepts connections.
+    pub async fn start(
+        image: &Image,
+        network: &Network,
+        mark: &str,
+    ) -> Result<PgContainer, ContainerError> {
+        let (repo, tag) = image
+            .reference
+            .split_once(':')
+            .unwrap_or((image.reference.as_str(), "latest"));
+        let bin = format!("/usr/lib/postgresql/{}/bin", image.major);
+        let script = format!(
+            "{bin}/initdb -D /tmp/pg -U lab -A trust -E UTF8 --locale=C --no-sync >/dev/null \
+             && echo 'host all all 0.0.0.0/0 trust' >> /tmp/pg/pg_hba.conf \
+             && exec {bin}/postgres -D /tmp/pg -k /tmp -c listen_addresses='*' \
+                -c log_line_prefix='%m [%a] ' -c log_statement=all"
+        );
+        let container = GenericImage::new(repo, tag)
+            .with_wait_for(WaitFor::message_on_stderr(
+                "database system is ready to accept connections",
+            ))
+            .with_cmd(["sh", "-c", &script])
+            .with_user("postgres")
+            .with_network(network.name.clone())
+            .with_label(LABEL, mark)
+            .with_startup_timeout(Duration::from_secs(60))
+            .start()
+            .await?;
+        let ip = container.get_bridge_ip_address().await?;
+        Ok(PgContainer { container, ip })
+    }
+
+    /// Connection options for `database` as `user`, over TCP to the container's address.
+    pub fn connect_options(&self, database: &str, user: &str) -> PgConnectOptions {
+        PgConnectOptions::new_without_pgpass()
+            .host(&self.ip.to_string())
+            .port(PG_PORT)
+            .username(user)
+            .database(database)
+            .application_name("fencing-lab")
+    }
+
+    /// The server's log so far (its stderr).
+    pub async fn log(&self) -> String {
+        self.container
+            .stderr_to_vec()
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Stops and removes the container.
+    pub async fn remove(self) {
+        let _ = self.container.rm().await;
+    }
+}
+
+/// A request held in the network: this host drops every packet of one TCP connection — from
+/// its source port `sport` to `dst` — until the hold is lifted; then TCP's next retransmission
+/// delivers what was sent meanwhile. The request left the client when the client sent it and
+/// reaches the server only after [`Hold::lift`]: what a partition of that length, or a network
+/// that delays it, does to a request in flight.
+///
+/// Why not netem: this machine kind's kernel has no `sch_netem` (nor `sch_prio`, nor TC actions);
+/// `tc qdisc add … netem` answers "Specified qdisc kind is unknown". The hold is an iptables rule
+/// in the host's OUTPUT chain, commented with the run's mark so that a lab killed outright leaves
+/// nothing that [`remove_labelled`] cannot find.
+#[derive(Debug)]
+pub struct Hold {
+    rule: Vec<String>,
+    lifted: bool,
+}
+
+impl Hold {
+    /// Starts holding; returns the hold and the rule as iptables lists it.
+    pub async fn start(
+        dst: IpAddr,
+        sport: u16,
+        mark: &str,
+    ) -> Result<(Hold, String), ContainerError> {
+        let rule: Vec<String> = [
+            "OUTPUT",
+            "-d",
+            &dst.to_string(),
+            "-p",
+            "tcp",
+            "--sport",
+            &sport.to_string(),
+            "-m",
+            "comment",
+            "--comment",
+            &format!("{LABEL}={mark}"),
+            "-j",
+            "DROP",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut add = vec!["-I"];
+        add.extend(rule.iter().map(String::as_str));
+        run("iptables -I", "iptables", &add, CLI_TIMEOUT).await?;
+        let hold = Hold {
+            rule,
+            lifted: false,
+        };
+        let shown = hold.listed().await;
+        Ok((hold, shown))
+    }
+
+    /// The rule with its counters, as `iptables -L OUTPUT -v -n` lists it.
+    pub async fn listed(&self) -> String {
+        let listing = run(
+            "iptables -L",
+            "iptables",
+            &["-L", "OUTPUT", "-v", "-n", "-x"],
+            CLI_TIMEOUT,
+        )
+        .await
+        .unwrap_or_default();
+        let mark = self.rule.iter().rev().nth(2).cloned().unwrap_or_default();
+        listing
+            .lines()
+            .find(|l| l.contains(&mark))
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Lifts the hold: the next retransmission gets through.
+    pub async fn lift(mut self) -> Result<(), ContainerError> {
+        self.lifted = true;
+        let mut del = vec!["-D"];
+        del.extend(self.rule.iter().map(String::as_str));
+        run("iptables -D", "iptables", &del, CLI_TIMEOUT)
+            .await
+            .map(|_| ())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if !self.lifted {
+            let _ = Spawn::new("iptables -D", "iptables")
+                .arg("-D")
+                .args(&self.rule)
+                .output_blocking();
+        }
+    }
+}
+
+/// Removes the hold rules with the lab's comment — this run's (`mark`), or any run's when `None`
+/// (what a lab killed outright left); how many.
+pub async fn remove_held_rules(mark: Option<&str>) -> usize {
+    let needle = match mark {
+        Some(m) => format!("{LABEL}={m}"),
+        None => LABEL.to_owned(),
+    };
+    let rules = run("iptables -S", "iptables", &["-S", "OUTPUT"], CLI_TIMEOUT)
+        .await
+        .unwrap_or_default();
+    let mut removed = 0;
+    let dead_lab = |line: &str| {
+        line.split(&format!("{LABEL}="))
+            .nth(1)
+            .and_then(|rest| rest.split(['"', ' ']).next())
+            .is_some_and(|m| !lab_alive(m))
+    };
+    for line in rules
+        .lines()
+        .filter(|l| l.contains(&needle) && l.starts_with("-A ") && (mark.is_some() || dead_lab(l)))
+    {
+        let args: Vec<String> = line[3..]
+            .split_whitespace()
+            .map(|a| a.trim_matches('"').to_owned())
+            .collect();
+        let mut del = vec!["-D".to_owned()];
+        del.extend(args);
+        let del: Vec<&str> = del.iter().map(String::as_str).collect();
+        if run("iptables -D", "iptables", &del, CLI_TIMEOUT)
+            .await
+            .is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_tags_are_stable_and_follow_the_recipe() {
+        assert_eq!(fnv1a(""), 0x811c_9dc5);
+        assert_ne!(fnv1a("v1|bookworm|a"), fnv1a("v1|bookworm|b"));
+        assert_eq!(suite_for(15), Some("bookworm"));
+        assert_eq!(suite_for(14), None);
+    }
+}

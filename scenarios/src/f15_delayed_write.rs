@@ -1,0 +1,395 @@
+//! F15 — the write held in the network. The fault: the resource lives on a host of its own (a
+//! PostgreSQL container on the lab's private network, reached over TCP); holder A, which
+//! acquired once and relies on its TTL (no renewer), passes its local-deadline check while its
+//! lease is valid and sends its write — and the network holds that request: every packet of A's
+//! connection to the resource is dropped until the hold is lifted. The lease expires by the
+//! database clock, B acquires token 2 and writes; then the hold is lifted and TCP's next
+//! retransmission delivers A's request.
+//!
+//! Property: the request left A while A was valid and reached the resource after B's write (the
+//! resource's own statement log says when each arrived). The fenced resource rejects it; the
+//! unfenced one accepts it (the negative control). No check in A could have helped: the request
+//! was already sent.
+//!
+//! Needs the `containers` feature and a Docker engine; the image is built here from Debian
+//! packages on first use (about a minute). Without them F15 says `skip` with the reason.
+
+use crate::{Lab, Needs, Outcome, Scenario};
+
+/// F15 as `./run.sh` runs it. `hold: false` sends A's write without holding it: only a
+/// deliberately broken variant ([`crate::broken`]) does that.
+pub struct F15 {
+    pub hold: bool,
+}
+
+impl Scenario for F15 {
+    fn id(&self) -> &'static str {
+        "F15"
+    }
+
+    fn title(&self) -> &'static str {
+        "the write held in the network (containers): A's request leaves while A is valid and reaches the resource after B's write — fenced rejects, unfenced accepts"
+    }
+
+    fn checks(&self) -> usize {
+        13
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::Containers
+    }
+
+    fn fence_dependent(&self) -> bool {
+        true
+    }
+
+    fn fault_moments(&self) -> &'static [&'static str] {
+        &["is held in the network"]
+    }
+
+    fn run<'a>(
+        &'a self,
+        lab: &'a mut Lab,
+        rec: &'a mut harness::evidence::Recorder,
+    ) -> Outcome<'a> {
+        Box::pin(async move {
+            #[cfg(feature = "containers")]
+            {
+                imp::run(lab, rec, self.hold).await
+            }
+            #[cfg(not(feature = "containers"))]
+            {
+                let _ = (lab, self.hold);
+                rec.skip(format!(
+                    "this lab was built without the containers feature: {}",
+                    "start a Docker engine and build with --features lab/containers (./run.sh and scripts/test.sh do when one answers)"
+                ));
+                Ok(())
+            }
+        })
+    }
+}
+
+#[cfg(feature = "containers")]
+mod imp {
+    use std::time::{Duration, Instant};
+
+    use anyhow::{bail, Context as _};
+    use fencing::resource::{Resource, Write, WriteMode};
+    use fencing::schema::{self, Database};
+    use harness::containers::{self, Hold, Network, PgContainer, PG_PORT};
+    use harness::evidence::{Mark, Recorder};
+    use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+    use holder_protocol::{Event, Request};
+    use sqlx::postgres::PgPoolOptions;
+    use sqlx::PgPool;
+
+    use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+    use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
+    use crate::Lab;
+
+    pub async fn run(lab: &mut Lab, rec: &mut Recorder, hold: bool) -> anyhow::Result<()> {
+        if let Err(reason) = containers::engine().await {
+            rec.skip(reason);
+            return Ok(());
+        }
+        let image = match containers::postgres_image(15).await {
+            Ok(image) => image,
+            Err(e) => {
+                rec.skip(format!(
+                    "no way to build the PostgreSQL image here ({e}); building needs root, \
+                     debootstrap and the Debian archive"
+                ));
+                return Ok(());
+            }
+        };
+        match image.built_in {
+            Some(took) => rec.note(format!(
+                "built the image {} from Debian packages in {:.1} s (debootstrap + docker import; reused from now on)",
+                image.reference,
+                took.as_secs_f64()
+            )),
+            None => rec.note(format!("image {} (built here earlier, reused)", image.reference)),
+        }
+        let mark = lab.run_mark.clone();
+        let network = Network::create(&mark).await?;
+        let outcome = match PgContainer::start(&image, &network, &mark).await {
+            Ok(r) => {
+                let outcome = with_resource_host(lab, rec, &r, hold).await;
+                r.remove().await;
+                outcome
+            }
+            Err(e) => Err(e.into()),
+        };
+        network.remove().await;
+        outcome
+    }
+
+    async fn pool(r: &PgContainer, db: &str, user: &str) -> anyhow::Result<PgPool> {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(r.connect_options(db, user))
+            .await
+            .with_context(|| {
+                format!("failed to connect to {db} as {user} in the resource's container")
+            })
+    }
+
+    async fn with_resource_host(
+        lab: &mut Lab,
+        rec: &mut Recorder,
+        r: &PgContainer,
+        hold: bool,
+    ) -> anyhow::Result<()> {
+        let admin = pool(r, "postgres", "lab").await?;
+        schema::provision(&mut *admin.acquire().await?).await?;
+        let res_pool = pool(r, Database::Resource.name(), Database::Resource.role()).await?;
+        schema::migrate(Database::Resource, &res_pool).await?;
+        let resource = Resource::new(res_pool.clone());
+        let version: String = harness::observe::settings(&admin, &[])
+            .await?
+            .first()
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        rec.check_that(
+            "the resource lives on a host of its own: a PostgreSQL container on the lab's private network, reached over TCP",
+            !r.ip.is_loopback(),
+            format_args!("res26 at {}:{PG_PORT} (PostgreSQL {version}); the lease store stays on the embedded cluster", r.ip),
+        );
+        let p = lab.params.clone();
+        for (i, mode) in [p.fenced_mode, WriteMode::Unfenced].into_iter().enumerate() {
+            if i > 0 {
+                lab.reset().await?;
+            }
+            schema::reset(Database::Resource, &res_pool).await?;
+            resource.setup_scope(SCOPE).await?;
+            rec.step(
+                Mark::Info,
+                "lab",
+                &format!("resource mode {mode}"),
+                None,
+                "",
+                None,
+            );
+            row(lab, rec, r, &admin, &resource, mode, hold).await?;
+        }
+        res_pool.close().await;
+        admin.close().await;
+        Ok(())
+    }
+
+    /// The log line of the resource's server that shows `who`'s first statement on the scope's
+    /// tables, at or after `from` in the log: its timestamp (the server's clock) and the line.
+    fn arrival(log: &str, who: &str, from: usize) -> Option<(String, String)> {
+        let tag = format!("[{who}]");
+        log.get(from..)?
+            .lines()
+            .find(|l| {
+                l.contains(&tag)
+                    && (l.contains("fence_floor") || l.contains("report_part"))
+                    && (l.contains("execute") || l.contains("statement"))
+            })
+            .map(|l| (l.get(..23).unwrap_or("").to_owned(), l.trim().to_owned()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn row(
+        lab: &Lab,
+        rec: &mut Recorder,
+        r: &PgContainer,
+        admin: &PgPool,
+        resource: &Resource,
+        mode: WriteMode,
+        hold: bool,
+    ) -> anyhow::Result<()> {
+        let p = lab.params.clone();
+        let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
+        spec.flags.renew_ms = 0;
+        spec.flags.resource_host = Some(r.ip.to_string());
+        spec.flags.resource_port = Some(PG_PORT);
+        let mut a = Holder::spawn(&spec).await?;
+        let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+        step(lab, rec, at, "A", "acquire (once; no renewer)", &event).await;
+        if event != (Event::Acquired { token: 1 }) {
+            bail!(a.unexpected("ACQUIRED token=1", &event));
+        }
+        let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+        step(lab, rec, at, "A", "local-deadline check passed", &ready).await;
+        let row = lab.lease.inspect(LEASE).await?;
+        rec.check_that(
+            format!("{mode}: A passes its local-deadline check while its lease is valid by the database clock"),
+            matches!(ready, Event::AtWritePoint { token: 1, .. })
+                && row.as_ref().is_some_and(|r| !r.expired && r.holder == HOLDER_A),
+            format_args!(
+                "{ready}; lease row {}",
+                shown(row.map(|r| format!(
+                    "{} token={} {:.0} ms left",
+                    r.holder,
+                    r.token,
+                    r.remaining_ms()
+                )))
+            ),
+        );
+
+        let ports = client_ports(admin, HOLDER_A).await?;
+        let port = *ports
+            .first()
+            .context("A has no connection to the resource")?;
+        let log_from = r.log().await.len();
+        let (held, rule) = if hold {
+            let (held, rule) = Hold::start(r.ip, port, &lab.run_mark).await?;
+            (Some(held), rule)
+        } else {
+            (None, "no rule installed".to_owned())
+        };
+        rec.check_that(
+            format!("{mode}: A's connection to the resource (port {port}) is held in the network: its packets are dropped until the hold is lifted"),
+            rule.contains("DROP") && rule.contains(&port.to_string()),
+            format_args!("iptables OUTPUT: {rule}"),
+        );
+        lab_step(lab, rec, Mark::Info, "A", "request held in the network", "").await;
+        let sent = Instant::now();
+        a.send(Request::Go).await?;
+
+        lab.until_lease_expired("A's lease").await?;
+        lab_step(
+            lab,
+            rec,
+            Mark::LeaseExpired,
+            "A",
+            "lease expired (database clock)",
+            "",
+        )
+        .await;
+        let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+        rec.step(
+            crate::lab::acquire_mark(b.as_ref()),
+            "B",
+            "acquire",
+            b.as_ref().map(|g| g.token),
+            acquired(b.as_ref()),
+            None,
+        );
+        let b_ok = match &b {
+            Some(g) => {
+                let w = Write {
+                    scope: SCOPE,
+                    part: SUMMARY,
+                    content: B_CONTENT,
+                    writer: HOLDER_B,
+                    token: g.token,
+                };
+                Some(resource.write(&w, mode).await?)
+            }
+            None => None,
+        };
+        if let (Some(g), Some(ok)) = (&b, b_ok) {
+            rec.step(
+                Mark::Write { accepted: ok },
+                "B",
+                "write",
+                Some(g.token),
+                wrote(ok, g.token),
+                None,
+            );
+        }
+        rec.check(
+            format!(
+                "{mode}: the lease expires while A's request is in flight; B acquires and writes"
+            ),
+            "ACQUIRED token=2, WRITE accepted=true token=2",
+            &format!(
+                "{}, {}",
+                acquired(b.as_ref()),
+                b_ok.map_or_else(|| "no write".into(), |ok| wrote(ok, 2))
+            ),
+        );
+
+        let lifted_at = Instant::now();
+        if let Some(held) = held {
+            let counted = held.listed().await;
+            held.lift().await?;
+            rec.note(format!(
+                "hold lifted {} ms after A sent its write; the rule had counted: {counted}",
+                sent.elapsed().as_millis()
+            ));
+        }
+        let (at, write) = a.next("A's write", Duration::from_secs(30)).await?;
+        step(lab, rec, at, "A", "write (arrived late)", &write).await;
+        rec.note(format!(
+            "A's write answered {} ms after it was sent, {} ms after the hold was lifted (TCP's next retransmission)",
+            sent.elapsed().as_millis(),
+            lifted_at.elapsed().as_millis()
+        ));
+        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        rec.note(format!("A exits: {}", describe(Some(code))));
+        let Event::Write {
+            accepted: a_ok,
+            token: 1,
+        } = write
+        else {
+            bail!(a.unexpected("WRITE … token=1", &write));
+        };
+
+        let log = r.log().await;
+        let a_arrived = arrival(&log, HOLDER_A, log_from);
+        let b_arrived = arrival(&log, "fencing-lab", log_from);
+        let arrived_late = match (&a_arrived, &b_arrived) {
+            (Some((a, _)), Some((b, _))) => a > b,
+            _ => false,
+        };
+        rec.check_that(
+            format!(
+                "{mode}: the resource's statement log shows A's request arriving after B's write"
+            ),
+            arrived_late,
+            format_args!(
+                "B: {}; A: {}",
+                shown(b_arrived.as_ref().map(|(_, l)| l.as_str())),
+                shown(a_arrived.as_ref().map(|(_, l)| l.as_str()))
+            ),
+        );
+        let summary = part_line(&resource.part(SCOPE, SUMMARY).await?);
+        if mode == WriteMode::Unfenced {
+            rec.expose(
+                "unfenced: A's late write is accepted",
+                a_ok && arrived_late,
+                format_args!(
+                    "{}, {}",
+                    wrote(a_ok, 1),
+                    if arrived_late {
+                        "arrived after B's"
+                    } else {
+                        "not after B's"
+                    }
+                ),
+            );
+            rec.expose(
+                "unfenced: A's stale content replaced B's",
+                summary.starts_with(A_CONTENT),
+                format_args!("final summary = {summary}"),
+            );
+        } else {
+            rec.check(
+                format!("{mode}: the fenced resource rejects A's late write (token 1 < floor 2)"),
+                &wrote(false, 1),
+                &wrote(a_ok, 1),
+            );
+            rec.check(
+                format!("{mode}: B's part stays"),
+                &format!("{B_CONTENT} by holder-b token=2"),
+                &summary,
+            );
+        }
+        Ok(())
+    }
+
+    /// The client ports of `name`'s sessions on the server `admin` reaches (TCP only).
+    async fn client_ports(admin: &PgPool, name: &str) -> anyhow::Result<Vec<u16>> {
+        Ok(harness::observe::client_ports(admin, name)
+            .await?
+            .into_iter()
+            .filter_map(|p| u16::try_from(p).ok())
+            .collect())
+    }
+}
