@@ -182,14 +182,28 @@ mod imp {
     /// tables, at or after `from` in the log: its timestamp (the server's clock) and the line.
     fn arrival(log: &str, who: &str, from: usize) -> Option<(String, String)> {
         let tag = format!("[{who}]");
-        log.get(from..)?
-            .lines()
-            .find(|l| {
-                l.contains(&tag)
-                    && (l.contains("fence_floor") || l.contains("report_part"))
-                    && (l.contains("execute") || l.contains("statement"))
+        let lines: Vec<&str> = log.get(from..)?.lines().collect();
+        // A logged statement runs on over the following lines (a CTE, a long INSERT) until the
+        // next line that starts with a timestamp.
+        lines.iter().enumerate().find_map(|(i, l)| {
+            if !(l.contains(&tag) && (l.contains("execute") || l.contains("statement:"))) {
+                return None;
+            }
+            let statement: String = std::iter::once(*l)
+                .chain(
+                    lines[i + 1..]
+                        .iter()
+                        .take_while(|n| !n.starts_with("20"))
+                        .copied(),
+                )
+                .collect::<Vec<_>>()
+                .join(" ");
+            (statement.contains("fence_floor") || statement.contains("report_part")).then(|| {
+                let shown = statement.split_whitespace().collect::<Vec<_>>().join(" ");
+                let shown: String = shown.chars().take(160).collect();
+                (l.get(..23).unwrap_or("").to_owned(), shown)
             })
-            .map(|l| (l.get(..23).unwrap_or("").to_owned(), l.trim().to_owned()))
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
