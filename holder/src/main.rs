@@ -497,12 +497,13 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A pool of one connection to `db` as its owner role: over the Unix socket, or over TCP for the
-/// resource when it lives on a host of its own (`--resource-host`).
+/// A pool of one connection to `db` as its owner role: over the Unix socket, or over TCP when
+/// that database lives on a host of its own (`--lease-host`, `--resource-host`).
 async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
     let opts = PgConnectOptions::new_without_pgpass();
-    let opts = match (&flags.resource_host, db) {
-        (Some(host), Database::Resource) => {
+    let opts = match (db, &flags.lease_host, &flags.resource_host) {
+        (Database::Lease, Some(host), _) => opts.host(host).port(flags.lease_port.unwrap_or(5432)),
+        (Database::Resource, _, Some(host)) => {
             opts.host(host).port(flags.resource_port.unwrap_or(5432))
         }
         _ => opts.socket(&flags.socket_dir).port(flags.port),
@@ -540,6 +541,7 @@ impl Renewer {
             return Ok(Renewer { stop, thread: None });
         }
         let every = Duration::from_millis(flags.renew_ms);
+        let ttl = Duration::from_millis(flags.ttl_ms);
         let flags = flags.clone();
         let thread = thread::Builder::new()
             .name("renewer".into())
@@ -562,7 +564,13 @@ impl Renewer {
                 // The renew interval is a duration the timeline prescribes; a stop ends the wait.
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                     let mut current = held.lock().expect("holding lock").clone();
-                    let ok = rt.block_on(side.renew(&mut current)).unwrap_or(false);
+                    // A renew not answered within the TTL failed: the lease may be gone by now
+                    // (a partition holds the request, F16).
+                    let ok = rt
+                        .block_on(async {
+                            tokio::time::timeout(ttl, side.renew(&mut current)).await
+                        })
+                        .is_ok_and(|r| r.unwrap_or(false));
                     if ok {
                         *held.lock().expect("holding lock") = current.clone();
                     }

@@ -51,6 +51,8 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         wait_after_write: false,
         resource_host: None,
         resource_port: None,
+        lease_host: None,
+        lease_port: None,
     }
 }
 

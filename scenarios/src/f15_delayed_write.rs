@@ -16,6 +16,11 @@
 
 use crate::{Lab, Needs, Outcome, Scenario};
 
+/// The skip of a container experiment in a lab built without the feature.
+#[cfg(not(feature = "containers"))]
+pub const NOT_BUILT: &str = "this lab was built without the containers feature: start a Docker \
+    engine and build with --features lab/containers (./run.sh and scripts/test.sh do when one answers)";
+
 /// F15 as `./run.sh` runs it. `hold: false` sends A's write without holding it: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
 pub struct F15 {
@@ -60,10 +65,7 @@ impl Scenario for F15 {
             #[cfg(not(feature = "containers"))]
             {
                 let _ = (lab, self.hold);
-                rec.skip(format!(
-                    "this lab was built without the containers feature: {}",
-                    "start a Docker engine and build with --features lab/containers (./run.sh and scripts/test.sh do when one answers)"
-                ));
+                rec.skip(NOT_BUILT);
                 Ok(())
             }
         })
@@ -71,7 +73,7 @@ impl Scenario for F15 {
 }
 
 #[cfg(feature = "containers")]
-mod imp {
+pub(crate) mod imp {
     use std::time::{Duration, Instant};
 
     use anyhow::{bail, Context as _};
@@ -88,10 +90,33 @@ mod imp {
     use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
     use crate::Lab;
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder, hold: bool) -> anyhow::Result<()> {
+    /// The container hosts of a scenario: its private network and its PostgreSQL servers.
+    pub struct Hosts {
+        network: Network,
+        pub servers: Vec<PgContainer>,
+    }
+
+    impl Hosts {
+        /// Removes the servers, then the network.
+        pub async fn remove(self) {
+            for server in self.servers {
+                server.remove().await;
+            }
+            self.network.remove().await;
+        }
+    }
+
+    /// Starts `n` PostgreSQL containers on a private network of the run, building the image on
+    /// first use. `None` (recorded as a `skip` with the reason) when there is no Docker engine or
+    /// no way to build the image here.
+    pub async fn start_hosts(
+        lab: &Lab,
+        rec: &mut Recorder,
+        n: usize,
+    ) -> anyhow::Result<Option<Hosts>> {
         if let Err(reason) = containers::engine().await {
             rec.skip(reason);
-            return Ok(());
+            return Ok(None);
         }
         let image = match containers::postgres_image(15).await {
             Ok(image) => image,
@@ -100,7 +125,7 @@ mod imp {
                     "no way to build the PostgreSQL image here ({e}); building needs root, \
                      debootstrap and the Debian archive"
                 ));
-                return Ok(());
+                return Ok(None);
             }
         };
         match image.built_in {
@@ -112,27 +137,38 @@ mod imp {
             None => rec.note(format!("image {} (built here earlier, reused)", image.reference)),
         }
         let mark = lab.run_mark.clone();
-        let network = Network::create(&mark).await?;
-        let outcome = match PgContainer::start(&image, &network, &mark).await {
-            Ok(r) => {
-                let outcome = with_resource_host(lab, rec, &r, hold).await;
-                r.remove().await;
-                outcome
-            }
-            Err(e) => Err(e.into()),
+        let mut hosts = Hosts {
+            network: Network::create(&mark).await?,
+            servers: Vec::new(),
         };
-        network.remove().await;
+        for _ in 0..n {
+            match PgContainer::start(&image, &hosts.network, &mark).await {
+                Ok(server) => hosts.servers.push(server),
+                Err(e) => {
+                    hosts.remove().await;
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Some(hosts))
+    }
+
+    pub async fn run(lab: &mut Lab, rec: &mut Recorder, hold: bool) -> anyhow::Result<()> {
+        let Some(hosts) = start_hosts(lab, rec, 1).await? else {
+            return Ok(());
+        };
+        let outcome = with_resource_host(lab, rec, &hosts.servers[0], hold).await;
+        hosts.remove().await;
         outcome
     }
 
-    async fn pool(r: &PgContainer, db: &str, user: &str) -> anyhow::Result<PgPool> {
+    /// A small pool to `db` as `user` on the container `r`.
+    pub async fn pool(r: &PgContainer, db: &str, user: &str) -> anyhow::Result<PgPool> {
         PgPoolOptions::new()
             .max_connections(2)
             .connect_with(r.connect_options(db, user))
             .await
-            .with_context(|| {
-                format!("failed to connect to {db} as {user} in the resource's container")
-            })
+            .with_context(|| format!("failed to connect to {db} as {user} in a container"))
     }
 
     async fn with_resource_host(
@@ -399,7 +435,7 @@ mod imp {
     }
 
     /// The client ports of `name`'s sessions on the server `admin` reaches (TCP only).
-    async fn client_ports(admin: &PgPool, name: &str) -> anyhow::Result<Vec<u16>> {
+    pub async fn client_ports(admin: &PgPool, name: &str) -> anyhow::Result<Vec<u16>> {
         Ok(harness::observe::client_ports(admin, name)
             .await?
             .into_iter()

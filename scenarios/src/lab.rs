@@ -349,6 +349,8 @@ impl Lab {
                 wait_after_write: false,
                 resource_host: None,
                 resource_port: None,
+                lease_host: None,
+                lease_port: None,
             },
             env: Vec::new(),
         }

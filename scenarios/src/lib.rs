@@ -17,6 +17,7 @@ mod f12_holder_crash;
 mod f13_clock_drift;
 mod f14_lease_store_failover;
 mod f15_delayed_write;
+mod f16_partitioned_holder;
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
@@ -127,6 +128,7 @@ pub const ALL: &[&dyn Scenario] = &[
         synchronous_names: true,
     },
     &f15_delayed_write::F15 { hold: true },
+    &f16_partitioned_holder::F16,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

@@ -54,6 +54,8 @@ mod imp {
                 wait_after_write: false,
                 resource_host: None,
                 resource_port: None,
+                lease_host: None,
+                lease_port: None,
             },
             env: Vec::new(),
         }

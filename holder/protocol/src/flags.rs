@@ -101,6 +101,13 @@ pub struct HolderFlags {
     /// place where the holder can be killed with its transaction open.
     #[arg(long)]
     pub wait_before_commit: bool,
+    /// The lease store's server over TCP at this host (its `lease26`), instead of the Unix
+    /// socket — when the lease store lives on a host of its own (F16).
+    #[arg(long, value_name = "HOST")]
+    pub lease_host: Option<String>,
+    /// The lease store's TCP port (with --lease-host).
+    #[arg(long, value_name = "PORT", requires = "lease_host")]
+    pub lease_port: Option<u16>,
     /// The resource's server over TCP at this host (its `res26`), instead of the Unix socket —
     /// when the resource lives on a host of its own (F15).
     #[arg(long, value_name = "HOST")]
@@ -138,6 +145,8 @@ impl HolderFlags {
             wait_after_write,
             resource_host,
             resource_port,
+            lease_host,
+            lease_port,
         } = self;
         let mut args: Vec<OsString> = Vec::with_capacity(15);
         // `--name=value`, one argument each: a value that starts with `-` stays a value.
@@ -161,6 +170,12 @@ impl HolderFlags {
         flag("--mode", mode.into());
         if let Some(run_id) = run_id {
             flag("--run-id", run_id.into());
+        }
+        if let Some(host) = lease_host {
+            flag("--lease-host", host.into());
+        }
+        if let Some(port) = lease_port {
+            flag("--lease-port", port.to_string().into());
         }
         if let Some(host) = resource_host {
             flag("--resource-host", host.into());
@@ -210,6 +225,8 @@ mod tests {
             wait_after_write: switch,
             resource_host: switch.then(|| "172.18.0.2".into()),
             resource_port: switch.then_some(5432),
+            lease_host: switch.then(|| "172.18.0.3".into()),
+            lease_port: switch.then_some(5433),
         }
     }
 
@@ -257,6 +274,8 @@ mod tests {
             wait_after_write: true,
             resource_host: Some("db".into()),
             resource_port: Some(1),
+            lease_host: Some("ls".into()),
+            lease_port: Some(2),
         };
         assert_eq!(parse(&other)?, other);
         Ok(())
