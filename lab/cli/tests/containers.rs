@@ -1,0 +1,152 @@
+//! The container leftover audit (feature `containers`): the lab is stopped while F15 holds A's
+//! request in the network — by SIGINT (it must exit 130 within 10 s and leave nothing) and by
+//! SIGKILL (it leaves its container, network and iptables hold, and `lab clean` must remove
+//! them). Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
+//! the lab this test started: other labs' containers are not this test's business. Without a
+//! Docker engine the test says so and checks nothing else.
+#![cfg(feature = "containers")]
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::poll;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const LABEL: &str = "fencing-lab.run";
+
+/// Lines of `docker <args>` output.
+fn docker(args: &[&str]) -> Vec<String> {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What still carries the mark of the lab with `pid`: containers, networks, iptables rules.
+fn left_by(pid: u32) -> (usize, usize, usize) {
+    let prefix = format!("{pid}-");
+    let format = format!("{{{{.Label \"{LABEL}\"}}}}");
+    let filter = format!("label={LABEL}");
+    let ours = |lines: Vec<String>| lines.iter().filter(|m| m.starts_with(&prefix)).count();
+    let containers = ours(docker(&[
+        "ps", "-a", "--filter", &filter, "--format", &format,
+    ]));
+    let networks = ours(docker(&[
+        "network", "ls", "--filter", &filter, "--format", &format,
+    ]));
+    let rules = Command::new("iptables")
+        .args(["-S", "OUTPUT"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains(&format!("{LABEL}={prefix}")))
+                .count()
+        })
+        .unwrap_or(0);
+    (containers, networks, rules)
+}
+
+/// Starts `lab run --only F15` and returns it once A's request is held in the network.
+fn lab_holding(tmp: &std::path::Path) -> anyhow::Result<Child> {
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--only", "F15", "--evidence-dir"])
+        .arg(tmp.join("ev"))
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = lab.stdout.take().expect("piped");
+    let (tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The first run may build the image (about a minute).
+    let reached = loop {
+        match lines.recv_timeout(Duration::from_secs(300)) {
+            Ok(line) if line.contains("is held in the network") => break true,
+            Ok(line) if line.contains("skip") => break false,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    if !reached {
+        let _ = lab.kill();
+        let _ = lab.wait();
+        anyhow::bail!("F15 never held A's request (no engine, or it skipped)");
+    }
+    Ok(lab)
+}
+
+#[test]
+fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Result<()> {
+    if Command::new("docker")
+        .arg("info")
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        eprintln!("no Docker engine answers: nothing to audit here");
+        return Ok(());
+    }
+    let sandbox = tempfile::tempdir()?;
+    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
+
+    // SIGINT: the lab stops everything itself.
+    let mut lab = lab_holding(sandbox.path())?;
+    let pid = lab.id();
+    assert_ne!(
+        left_by(pid),
+        (0, 0, 0),
+        "the audit must see what a running F15 has"
+    );
+    kill(Pid::from_raw(pid as i32), Signal::SIGINT)?;
+    let exited = poll(Duration::from_secs(10), || {
+        matches!(lab.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "still running 10 s after SIGINT");
+    assert_eq!(lab.wait()?.code(), Some(130));
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "SIGINT: containers, networks, holds left"
+    );
+
+    // SIGKILL: nothing runs to clean up; `lab clean` finds it by the label.
+    let mut lab = lab_holding(sandbox.path())?;
+    let pid = lab.id();
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
+    lab.wait()?;
+    let (c, n, r) = left_by(pid);
+    assert!(
+        c >= 1 && n >= 1 && r >= 1,
+        "a killed lab leaves ({c}, {n}, {r})"
+    );
+    let clean = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .arg("clean")
+        .env("TMPDIR", sandbox.path())
+        .output()?;
+    assert!(clean.status.success(), "{clean:?}");
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "lab clean left containers, networks or holds"
+    );
+    Ok(())
+}
