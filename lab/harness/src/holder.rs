@@ -285,8 +285,11 @@ impl Holder {
     /// survives — and reaps it: a crash, no handler runs. Returns the status waitpid(2) reported
     /// (`None` only if even SIGKILL did not end it within a deadline).
     pub async fn crash(&mut self) -> Option<std::process::ExitStatus> {
+        // Killed first, its stdin closed after: a holder whose stdin closes first may exit by
+        // itself (orphaned) before the signal lands, and the crash would not be one.
+        let status = self.process.crash().await;
         self.stdin = None;
-        self.process.crash().await
+        status
     }
 
     /// Waits for the holder to exit; its exit code. A holder still running after `timeout` is
