@@ -611,13 +611,18 @@ impl ChildProcess {
     }
 
     /// SIGCONT. Returns once no thread of the process is in state `T` any more, with the
-    /// states; at once with [`ProcessError::Exited`] if it has exited.
+    /// states; at once with [`ProcessError::Exited`] if it had exited before. A child that runs
+    /// on and exits right after the SIGCONT (it had its go-line waiting) was thawed: that is
+    /// `Ok` with no threads left to show.
     pub async fn thaw(&mut self) -> Result<Vec<ThreadState>, ProcessError> {
         const WANTED: &str = "no thread in state T";
         self.alive_for(WANTED)?;
         self.signal(Signal::SIGCONT);
         self.frozen = false;
-        self.await_threads(WANTED, |s| s.state != 'T').await
+        match self.await_threads(WANTED, |s| s.state != 'T').await {
+            Err(ProcessError::Exited { .. }) => Ok(Vec::new()),
+            other => other,
+        }
     }
 
     fn alive_for(&mut self, wanted: &'static str) -> Result<(), ProcessError> {
