@@ -25,7 +25,7 @@ use holder_protocol::{Event, Request};
 use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::lab::{DETAIL, SUMMARY};
 use crate::paused_holder::{
-    lab_client_takes_over, lab_step, part_line, step, A_CONTENT, B_CONTENT,
+    lab_client_takes_over, lab_step, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
 };
 use crate::{Lab, Outcome, Scenario};
 
@@ -208,16 +208,7 @@ async fn the_lease_outlives_a(
             }))
         ),
     );
-    lab.until_lease_expired("A's lease").await?;
-    lab_step(
-        lab,
-        rec,
-        Mark::LeaseExpired,
-        "A",
-        "lease expired (database clock)",
-        "",
-    )
-    .await;
+    until_lease_expired(lab, rec).await?;
     rec.note(format!(
         "A's lease expired by the database clock {} ms after A was killed (TTL {} ms, renewed every {} ms while A lived)",
         killed_at.elapsed().as_millis(),

@@ -32,7 +32,7 @@ use holder_protocol::{Event, Request};
 
 use crate::lab::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
 use crate::paused_holder::{
-    lab_client_takes_over, lab_step, part_line, step, A_CONTENT, B_CONTENT,
+    lab_client_takes_over, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
 };
 use crate::{Lab, Needs, Outcome, Scenario};
 
@@ -204,8 +204,16 @@ async fn start_a(
 }
 
 /// Checks the clock rate A really ran at: how far its deadline moved on its own clock between
-/// two of its readings, over the real time between them.
-fn check_rate(rec: &mut Recorder, rate: f64, own_ms: f64, real: Duration) {
+/// two of its readings — `left_ms` before its check, and what its check's `verdict` said — over
+/// the `real` time between them.
+fn check_rate(rec: &mut Recorder, rate: f64, left_ms: u64, verdict: &Event, real: Duration) {
+    let own_ms = match verdict {
+        Event::DeadlinePassed { overdue_ms, .. } => left_ms as f64 + *overdue_ms as f64,
+        Event::AtWritePoint {
+            deadline_left_ms, ..
+        } => left_ms as f64 - *deadline_left_ms as f64,
+        _ => f64::NAN,
+    };
     let measured = own_ms / (real.as_secs_f64() * 1e3);
     rec.check_that(
         format!("libfaketime runs A's monotonic clock at rate {rate} (± {RATE_TOLERANCE}), the lab's at 1"),
@@ -228,16 +236,7 @@ async fn covered_row(
 ) -> anyhow::Result<RowOutcome> {
     rec.note(format!("rate {rate}: a drift the margin covers"));
     let (mut a, reported_at, left_ms) = start_a(lab, rec, faketime, rate, mode).await?;
-    lab.until_lease_expired("A's lease").await?;
-    lab_step(
-        lab,
-        rec,
-        Mark::LeaseExpired,
-        "A",
-        "lease expired (database clock)",
-        "",
-    )
-    .await;
+    until_lease_expired(lab, rec).await?;
     a.send(Request::Go).await?;
     let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
     step(
@@ -249,14 +248,7 @@ async fn covered_row(
         &verdict,
     )
     .await;
-    let own_ms = match &verdict {
-        Event::DeadlinePassed { overdue_ms, .. } => left_ms as f64 + *overdue_ms as f64,
-        Event::AtWritePoint {
-            deadline_left_ms, ..
-        } => left_ms as f64 - *deadline_left_ms as f64,
-        _ => f64::NAN,
-    };
-    check_rate(rec, rate, own_ms, at - reported_at);
+    check_rate(rec, rate, left_ms, &verdict, at - reported_at);
     let stopped = matches!(verdict, Event::DeadlinePassed { .. });
     rec.check(
         format!("rate {rate}: when the database expires the lease, A's own clock already says its deadline passed"),
@@ -302,16 +294,7 @@ async fn uncovered_row(
         "rate {rate}: a drift the margin does not cover, resource mode={mode}"
     ));
     let (mut a, reported_at, left_ms) = start_a(lab, rec, faketime, rate, mode).await?;
-    lab.until_lease_expired("A's lease").await?;
-    lab_step(
-        lab,
-        rec,
-        Mark::LeaseExpired,
-        "A",
-        "lease expired (database clock)",
-        "",
-    )
-    .await;
+    until_lease_expired(lab, rec).await?;
     let (b, b_ok) = lab_client_takes_over(lab, rec, SUMMARY, B_CONTENT, mode).await?;
     rec.check(
         format!("rate {rate}, {mode}: B takes the expired lease over and writes"),
@@ -334,14 +317,7 @@ async fn uncovered_row(
         &verdict,
     )
     .await;
-    let own_ms = match &verdict {
-        Event::AtWritePoint {
-            deadline_left_ms, ..
-        } => left_ms as f64 - *deadline_left_ms as f64,
-        Event::DeadlinePassed { overdue_ms, .. } => left_ms as f64 + *overdue_ms as f64,
-        _ => f64::NAN,
-    };
-    check_rate(rec, rate, own_ms, at - reported_at);
+    check_rate(rec, rate, left_ms, &verdict, at - reported_at);
     let believes = matches!(verdict, Event::AtWritePoint { .. });
     rec.check_that(
         format!("rate {rate}, {mode}: after B took over, A's check on its slow clock still finds its deadline ahead"),

@@ -149,13 +149,8 @@ pub(crate) async fn freeze_and_show(
     Ok(frozen_at)
 }
 
-/// Waits until A's lease is expired by the database clock, and records when, counted from
-/// `frozen_at`.
-pub(crate) async fn until_expired_while_frozen(
-    lab: &Lab,
-    rec: &mut Recorder,
-    frozen_at: Instant,
-) -> anyhow::Result<()> {
+/// Waits until A's lease is expired by the database clock and marks it on A's timeline.
+pub(crate) async fn until_lease_expired(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
     lab.until_lease_expired("A's lease").await?;
     lab_step(
         lab,
@@ -166,6 +161,17 @@ pub(crate) async fn until_expired_while_frozen(
         "",
     )
     .await;
+    Ok(())
+}
+
+/// Waits until A's lease is expired by the database clock, and records when, counted from
+/// `frozen_at`.
+pub(crate) async fn until_expired_while_frozen(
+    lab: &Lab,
+    rec: &mut Recorder,
+    frozen_at: Instant,
+) -> anyhow::Result<()> {
+    until_lease_expired(lab, rec).await?;
     rec.note(format!(
         "the lease expired by the database clock {} ms after A was frozen",
         frozen_at.elapsed().as_millis()
