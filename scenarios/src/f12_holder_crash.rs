@@ -50,7 +50,7 @@ impl Scenario for F12 {
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let admin = lab.cluster.admin_pool().await?;
+            let admin = lab.cluster()?.admin_pool().await?;
             rec.note("(a) A is killed inside its write transaction, before its commit");
             rec.step(
                 Mark::Info,

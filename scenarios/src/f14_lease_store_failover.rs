@@ -106,7 +106,7 @@ struct Pair {
 }
 
 async fn failover(lab: &mut Lab, rec: &mut Recorder, mode: Replication) -> anyhow::Result<()> {
-    let primary = Cluster::create(lab.cluster.config().clone())
+    let primary = Cluster::create(lab.cluster()?.config().clone())
         .await
         .context("failed to start the lease store's primary")?;
     let made = async {

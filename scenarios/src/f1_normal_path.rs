@@ -25,6 +25,10 @@ impl Scenario for F1 {
         8
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let ttl = lab.params.ttl;

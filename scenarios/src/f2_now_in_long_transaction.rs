@@ -47,6 +47,10 @@ impl Scenario for F2 {
         14
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let ttl = lab.params.short_ttl;

@@ -45,6 +45,10 @@ impl Scenario for F3 {
         11
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let n = lab.params.contenders;

@@ -25,6 +25,10 @@ impl Scenario for F4 {
         17
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn fence_dependent(&self) -> bool {
         true
     }

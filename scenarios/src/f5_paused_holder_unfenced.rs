@@ -27,6 +27,10 @@ impl Scenario for F5 {
         15
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn fault_moments(&self) -> &'static [&'static str] {
         &["/proc shows state T"]
     }

@@ -62,6 +62,10 @@ impl Scenario for F6 {
         15
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn fence_dependent(&self) -> bool {
         true
     }
@@ -174,7 +178,7 @@ async fn fenced_scope(
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = (name(first), name(second));
-    let admin = lab.cluster.admin_pool().await?;
+    let admin = lab.admin_pool(fencing::schema::Database::Resource).await?;
     let mut conn_first = lab.resource.pool().acquire().await?;
     let mut conn_second = lab.resource.pool().acquire().await?;
     let first_pid = observe::backend_pid(&mut conn_first).await?;

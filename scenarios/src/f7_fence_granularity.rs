@@ -26,6 +26,10 @@ impl Scenario for F7 {
         4
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn fence_dependent(&self) -> bool {
         true
     }

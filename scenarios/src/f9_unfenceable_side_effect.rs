@@ -40,6 +40,10 @@ impl Scenario for F9 {
         5
     }
 
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let p = lab.params.clone();

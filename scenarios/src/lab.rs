@@ -13,7 +13,7 @@ use fencing::schema::{self, Database};
 use harness::holder::HolderSpec;
 use harness::server::{Cluster, ClusterConfig, Server};
 use holder_protocol::HolderFlags;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 /// The run's parameters (SPEC §5 defaults). Validated before anything starts.
@@ -121,7 +121,10 @@ impl Params {
 /// The environment of a run. End it with [`Lab::shutdown`]; dropping it instead is the last
 /// resort of a panic (a blocking immediate shutdown of every server).
 pub struct Lab {
-    pub cluster: Cluster,
+    /// Where the lease store and the resource live: [`Lab::cluster`] for the embedded default.
+    pub servers: Servers,
+    /// `--keep` or a failing run: the servers stay after [`Lab::shutdown`] (stopped).
+    kept: bool,
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
     /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
     pub adopted: Vec<Cluster>,
@@ -147,13 +150,58 @@ impl Lab {
         params: Params,
         holder_bin: PathBuf,
     ) -> anyhow::Result<Lab> {
-        let mut cluster = Cluster::create(cluster)
-            .await
-            .context("failed to start the embedded PostgreSQL")?;
-        let (lease_pool, resource_pool) = match Self::provision(&cluster).await {
+        Self::start_on(
+            Backend::Embedded,
+            Self::new_run_mark(),
+            cluster,
+            params,
+            holder_bin,
+        )
+        .await
+    }
+
+    /// A new run mark: `<pid>-<ms since the epoch>` — whether the lab that made something is
+    /// still running is read off its pid.
+    pub fn new_run_mark() -> String {
+        format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
+        )
+    }
+
+    /// [`Lab::start`] on `backend`: the embedded cluster (`cluster` says how to make it), or a
+    /// PostgreSQL container per database. On error nothing is left running.
+    /// `run_mark` labels whatever the run makes outside this process ([`Lab::new_run_mark`]).
+    pub async fn start_on(
+        backend: Backend,
+        run_mark: String,
+        cluster: ClusterConfig,
+        params: Params,
+        holder_bin: PathBuf,
+    ) -> anyhow::Result<Lab> {
+        let servers = match backend {
+            Backend::Embedded => Servers::Embedded(
+                Cluster::create(cluster)
+                    .await
+                    .context("failed to start the embedded PostgreSQL")?,
+            ),
+            #[cfg(feature = "containers")]
+            Backend::Containers { pg_major } => Servers::Containers(
+                crate::hosts::ContainerServers::start(&run_mark, pg_major).await?,
+            ),
+            #[cfg(not(feature = "containers"))]
+            Backend::Containers { .. } => anyhow::bail!(
+                "--backend containers: {}",
+                crate::f15_delayed_write::NOT_BUILT
+            ),
+        };
+        let (lease_pool, resource_pool) = match Self::provision_servers(&servers).await {
             Ok(pools) => pools,
             Err(e) => {
-                cluster.stop().await;
+                servers.remove().await;
                 return Err(e);
             }
         };
@@ -161,20 +209,81 @@ impl Lab {
             lease: LeaseStore::new(lease_pool, params.margin),
             resource: Resource::new(resource_pool.clone()),
             publisher: Publisher::new(resource_pool),
-            cluster,
+            servers,
+            kept: false,
             adopted: Vec::new(),
-            run_mark: format!(
-                "{}-{}",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis())
-            ),
+            run_mark,
             #[cfg(feature = "mariadb")]
             maria: None,
             holder_bin,
             params,
         })
+    }
+
+    /// The embedded cluster; an error on another backend (where only the scenarios that run on
+    /// every backend run, so no scenario reaching this meets it).
+    pub fn cluster(&self) -> anyhow::Result<&Cluster> {
+        match &self.servers {
+            Servers::Embedded(c) => Ok(c),
+            #[cfg(feature = "containers")]
+            Servers::Containers(_) => {
+                anyhow::bail!("this experiment needs the embedded cluster (--backend embedded)")
+            }
+        }
+    }
+
+    /// Where the servers are, for the environment record: the cluster's directory, or each
+    /// container's address and network and the image.
+    pub fn describe_servers(&self) -> String {
+        match &self.servers {
+            Servers::Embedded(c) => format!("embedded: cluster {}", c.root().display()),
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.describe(),
+        }
+    }
+
+    /// Which backend the lab runs on.
+    pub fn backend(&self) -> Backend {
+        self.servers.backend()
+    }
+
+    /// Connection options for `database` as `user`, on the server that holds `db`.
+    pub fn connect_options(&self, db: Database, database: &str, user: &str) -> PgConnectOptions {
+        self.servers.connect_options(db, database, user)
+    }
+
+    /// A small superuser pool on the maintenance database of the server that holds `db`, for
+    /// observing it (`pg_stat_activity`, `pg_locks`).
+    pub async fn admin_pool(&self, db: Database) -> anyhow::Result<PgPool> {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(
+                self.servers
+                    .connect_options(db, "postgres", self.servers.superuser()),
+            )
+            .await
+            .context("failed to connect as the superuser")
+    }
+
+    /// Crashes every server of the lab (immediate stop: no checkpoint) and starts it again on
+    /// the same data; returns once each has recovered and accepts connections, with what each
+    /// logged meanwhile. The pools are stale afterwards: call [`Lab::reopen`].
+    pub async fn crash_and_restart(&mut self) -> anyhow::Result<Vec<Restarted>> {
+        match &mut self.servers {
+            Servers::Embedded(c) => {
+                let offset = c.log_len();
+                let old_pid = c.postmaster_pid();
+                c.restart_immediate().await?;
+                Ok(vec![Restarted {
+                    server: "the cluster".into(),
+                    old_pid,
+                    new_pid: c.postmaster_pid(),
+                    log: c.log_since(offset)?,
+                }])
+            }
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.crash_and_restart(self.params.wait_timeout).await,
+        }
     }
 
     /// Creates the roles and databases, applies the migrations; the lease and resource pools.
@@ -191,18 +300,56 @@ impl Lab {
         Ok((lease_pool, resource_pool))
     }
 
+    /// [`Lab::provision`] on whatever `servers` is: on separate hosts, each gets the roles and
+    /// databases, and each database's tables go on the host that holds it.
+    async fn provision_servers(servers: &Servers) -> anyhow::Result<(PgPool, PgPool)> {
+        match servers {
+            Servers::Embedded(c) => Self::provision(c).await,
+            #[cfg(feature = "containers")]
+            Servers::Containers(_) => {
+                for db in [Database::Lease, Database::Resource] {
+                    let opts = servers.connect_options(db, "postgres", servers.superuser());
+                    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect_with(&opts)
+                        .await
+                        .context("failed to connect as the superuser")?;
+                    schema::provision(&mut admin).await?;
+                }
+                let lease_pool = Self::side_pool(servers, Database::Lease).await?;
+                let resource_pool = Self::side_pool(servers, Database::Resource).await?;
+                schema::migrate(Database::Lease, &lease_pool).await?;
+                schema::migrate(Database::Resource, &resource_pool).await?;
+                Ok((lease_pool, resource_pool))
+            }
+        }
+    }
+
+    /// A pool that connects to `db` as its owner role, wherever `db` lives.
+    async fn side_pool(servers: &Servers, db: Database) -> anyhow::Result<PgPool> {
+        PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(servers.connect_options(db, db.name(), db.role()))
+            .await
+            .with_context(|| format!("failed to connect to {} as {}", db.name(), db.role()))
+    }
+
     /// Keeps every server's directory (data, socket, log) after the lab ends: one line per
     /// server saying where it is and how to look inside. Call [`Lab::shutdown`] next.
     pub fn keep(&mut self) -> Vec<String> {
-        self.cluster.keep_on_drop();
-        let c = &self.cluster;
-        let mut kept = vec![format!(
-            "kept the cluster at {} (server log {}); it is stopped. To look inside, start it as \
-             the directory's owner: {}  (Ctrl-C stops it)",
-            c.root().display(),
-            c.log_path().display(),
-            c.restart_hint(),
-        )];
+        self.kept = true;
+        let mut kept = match &mut self.servers {
+            Servers::Embedded(c) => {
+                c.keep_on_drop();
+                vec![format!(
+                    "kept the cluster at {} (server log {}); it is stopped. To look inside, start it as \
+                     the directory's owner: {}  (Ctrl-C stops it)",
+                    c.root().display(),
+                    c.log_path().display(),
+                    c.restart_hint(),
+                )]
+            }
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.kept_lines(),
+        };
         for other in &mut self.adopted {
             other.keep_on_drop();
             kept.push(format!(
@@ -234,14 +381,22 @@ impl Lab {
         for pool in [self.lease.pool().clone(), self.resource.pool().clone()] {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
-        self.cluster.stop().await;
+        #[cfg(feature = "containers")]
+        let kept = self.kept;
+        match self.servers {
+            Servers::Embedded(mut c) => c.stop().await,
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) if kept => h.stop_and_keep().await,
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.remove().await,
+        }
         for mut other in self.adopted.drain(..) {
             other.stop().await;
         }
         // A scenario interrupted while its containers ran: whatever carries this run's mark.
         #[cfg(feature = "containers")]
-        {
-            let _ = harness::containers::remove_labelled(Some(&self.run_mark)).await;
+        if !kept {
+            let _ = harness::containers::remove_labelled(Some(&self.run_mark), false).await;
             harness::containers::remove_held_rules(Some(&self.run_mark)).await;
         }
     }
@@ -296,8 +451,8 @@ impl Lab {
     /// Replaces every pool with a fresh one, e.g. after a restart of the cluster, so that no
     /// store hands out a connection to the server that is gone.
     pub async fn reopen(&mut self) -> anyhow::Result<()> {
-        let lease_pool = Self::pool(&self.cluster, Database::Lease).await?;
-        let resource_pool = Self::pool(&self.cluster, Database::Resource).await?;
+        let lease_pool = Self::side_pool(&self.servers, Database::Lease).await?;
+        let resource_pool = Self::side_pool(&self.servers, Database::Resource).await?;
         let old = [self.lease.pool().clone(), self.resource.pool().clone()];
         self.lease = LeaseStore::new(lease_pool, self.params.margin);
         self.resource = Resource::new(resource_pool.clone());
@@ -331,8 +486,8 @@ impl Lab {
             bin: self.holder_bin.clone(),
             flags: HolderFlags {
                 store: "postgres".into(),
-                socket_dir: self.cluster.socket_dir(),
-                port: self.cluster.port(),
+                socket_dir: self.servers.socket_dir(),
+                port: self.servers.port(),
                 lease: LEASE.into(),
                 holder: holder.into(),
                 ttl_ms: ms(self.params.ttl),
@@ -347,10 +502,10 @@ impl Lab {
                 wait_before_check: false,
                 wait_before_commit: false,
                 wait_after_write: false,
-                resource_host: None,
-                resource_port: None,
-                lease_host: None,
-                lease_port: None,
+                resource_host: self.servers.host(Database::Resource),
+                resource_port: self.servers.host(Database::Resource).map(|_| PG_PORT),
+                lease_host: self.servers.host(Database::Lease),
+                lease_port: self.servers.host(Database::Lease).map(|_| PG_PORT),
             },
             env: Vec::new(),
         }
@@ -369,10 +524,11 @@ impl Lab {
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(1)
-            .connect_with(
-                self.cluster
-                    .connect_options(Database::Lease.name(), Database::Lease.role()),
-            )
+            .connect_with(self.servers.connect_options(
+                Database::Lease,
+                Database::Lease.name(),
+                Database::Lease.role(),
+            ))
             .await
             .context("failed to open a contender's connection")?;
         Ok(LeaseStore::new(pool, self.params.margin))
@@ -403,4 +559,112 @@ pub fn wrote(accepted: bool, token: i64) -> String {
 /// An optional value as the evidence shows it: the value, or `none`.
 pub fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "none".into(), |v| v.to_string())
+}
+
+/// The PostgreSQL port on a host of its own (a container's).
+const PG_PORT: u16 = 5432;
+
+/// Where the lease store and the resource run (`--backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Both databases on the embedded cluster, over its Unix socket: the default.
+    Embedded,
+    /// Each database on a PostgreSQL container of its own (this major version), on networks
+    /// of their own that the lab creates, reached over TCP (feature `containers`).
+    Containers { pg_major: u32 },
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Embedded => f.write_str("embedded"),
+            Backend::Containers { pg_major } => write!(f, "containers (PostgreSQL {pg_major})"),
+        }
+    }
+}
+
+/// The servers of a run.
+// One value per run: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Servers {
+    /// The embedded cluster holds both databases.
+    Embedded(Cluster),
+    /// A container per database.
+    #[cfg(feature = "containers")]
+    Containers(crate::hosts::ContainerServers),
+}
+
+impl Servers {
+    fn backend(&self) -> Backend {
+        match self {
+            Servers::Embedded(_) => Backend::Embedded,
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => Backend::Containers {
+                pg_major: h.image.major,
+            },
+        }
+    }
+
+    /// Connection options for `database` as `user` on the server that holds `db`.
+    #[cfg_attr(not(feature = "containers"), allow(unused_variables))]
+    fn connect_options(&self, db: Database, database: &str, user: &str) -> PgConnectOptions {
+        match self {
+            Servers::Embedded(c) => c.connect_options(database, user),
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => sqlx::ConnectOptions::disable_statement_logging(
+                h.server(db).connect_options(database, user),
+            ),
+        }
+    }
+
+    fn superuser(&self) -> &'static str {
+        harness::server::postgres::SUPERUSER
+    }
+
+    /// The host a holder connects to for `db` over TCP; `None`: the Unix socket.
+    #[cfg_attr(not(feature = "containers"), allow(unused_variables))]
+    fn host(&self, db: Database) -> Option<String> {
+        match self {
+            Servers::Embedded(_) => None,
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => Some(h.server(db).ip.to_string()),
+        }
+    }
+
+    fn socket_dir(&self) -> PathBuf {
+        match self {
+            Servers::Embedded(c) => c.socket_dir(),
+            #[cfg(feature = "containers")]
+            Servers::Containers(_) => std::env::temp_dir(),
+        }
+    }
+
+    fn port(&self) -> u16 {
+        match self {
+            Servers::Embedded(c) => c.port(),
+            #[cfg(feature = "containers")]
+            Servers::Containers(_) => PG_PORT,
+        }
+    }
+
+    /// Stops and removes them (a start that failed half-way).
+    async fn remove(self) {
+        match self {
+            Servers::Embedded(mut c) => c.stop().await,
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.remove().await,
+        }
+    }
+}
+
+/// A server crashed and started again ([`Lab::crash_and_restart`]).
+#[derive(Debug)]
+pub struct Restarted {
+    /// Which: `the cluster`, or `lease26's host`.
+    pub server: String,
+    /// The postmaster's pid before the crash and after the restart, as this host sees them.
+    pub old_pid: Option<u32>,
+    pub new_pid: Option<u32>,
+    /// What it logged from just before the crash until it accepted connections again.
+    pub log: String,
 }

@@ -27,6 +27,8 @@ mod f6_interleavings;
 mod f7_fence_granularity;
 mod f8_database_crash;
 mod f9_unfenceable_side_effect;
+#[cfg(feature = "containers")]
+mod hosts;
 pub mod lab;
 mod latch;
 #[cfg(feature = "mariadb")]
@@ -40,7 +42,7 @@ mod u4_reacquired_instance;
 mod u5_check_then_complete;
 mod u_common;
 
-pub use lab::{Lab, Params};
+pub use lab::{Backend, Lab, Params};
 
 /// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
 pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
@@ -77,6 +79,11 @@ pub trait Scenario: Sync {
     /// Whether its verdicts depend on the correct write mode under test (`--fenced-mode`): such
     /// scenarios are run against every fenced mode the lab offers.
     fn fence_dependent(&self) -> bool {
+        false
+    }
+    /// Whether it runs on the container backend too (`--backend containers`: the lease store
+    /// and the resource on PostgreSQL hosts of their own). One that does not says `skip` there.
+    fn on_containers(&self) -> bool {
         false
     }
     /// Words of check lines printed while its fault is in force (a holder frozen, a server just
@@ -211,11 +218,28 @@ pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
 /// complete, or completes with another number of checks than it declares, is recorded as a
 /// failed check and the run goes on with the next one.
 pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
-    let all = std::iter::once(&preflight::P0 as &dyn Scenario).chain(scenarios.iter().copied());
+    let preflight: &dyn Scenario = match lab.backend() {
+        Backend::Embedded => &preflight::P0 {
+            separate_hosts: false,
+        },
+        Backend::Containers { .. } => &preflight::P0 {
+            separate_hosts: true,
+        },
+    };
+    let all = std::iter::once(preflight).chain(scenarios.iter().copied());
     for scenario in all {
         rec.case_with_lanes(scenario.id(), scenario.title(), scenario.lanes());
         let before = rec.summary();
+        let on_containers = !matches!(lab.backend(), Backend::Embedded);
         let outcome = match lab.reset().await {
+            Ok(()) if on_containers && !scenario.on_containers() => {
+                rec.skip(format!(
+                    "{} runs on the embedded backend only; the container backend runs F1–F9 \
+                     (run it without --backend containers)",
+                    scenario.id()
+                ));
+                Ok(())
+            }
             Ok(()) => scenario.run(lab, rec).await,
             Err(e) => Err(e),
         };

@@ -1,14 +1,19 @@
 //! P0, the preflight: before any experiment, prove the premise that the resource side cannot
 //! read the lease. The role the resource connects as must be refused by `lease26`, while each
-//! role can reach its own database (so the refusal is not just a broken connection).
+//! role can reach its own database (so the refusal is not just a broken connection). On the
+//! container backend the separation is stronger, and P0 shows that too: the resource's host has
+//! no route to the lease store's server at all, while it reaches its own.
 
-use fencing::schema::{LEASE_DB, LEASE_ROLE, RESOURCE_DB, RESOURCE_ROLE};
+use fencing::schema::{Database, LEASE_DB, LEASE_ROLE, RESOURCE_DB, RESOURCE_ROLE};
 use harness::evidence::Recorder;
 use sqlx::{Connection, PgConnection};
 
 use crate::{Lab, Outcome, Scenario};
 
-pub struct P0;
+/// `separate_hosts`: the container backend's P0, with the two checks of the network.
+pub struct P0 {
+    pub separate_hosts: bool,
+}
 
 impl Scenario for P0 {
     fn id(&self) -> &'static str {
@@ -20,17 +25,25 @@ impl Scenario for P0 {
     }
 
     fn checks(&self) -> usize {
-        3
+        if self.separate_hosts {
+            5
+        } else {
+            3
+        }
+    }
+
+    fn on_containers(&self) -> bool {
+        true
     }
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            for (db, role, expect_ok) in [
-                (LEASE_DB, LEASE_ROLE, true),
-                (RESOURCE_DB, RESOURCE_ROLE, true),
-                (LEASE_DB, RESOURCE_ROLE, false),
+            for (side, db, role, expect_ok) in [
+                (Database::Lease, LEASE_DB, LEASE_ROLE, true),
+                (Database::Resource, RESOURCE_DB, RESOURCE_ROLE, true),
+                (Database::Lease, LEASE_DB, RESOURCE_ROLE, false),
             ] {
-                let opts = lab.cluster.connect_options(db, role);
+                let opts = lab.connect_options(side, db, role);
                 let actual = match PgConnection::connect_with(&opts).await {
                     Ok(conn) => {
                         conn.close().await?;
@@ -48,7 +61,40 @@ impl Scenario for P0 {
                 };
                 rec.check(format!("{role} connects to {db}"), &expected, &actual);
             }
+            if self.separate_hosts {
+                network_checks(lab, rec).await?;
+            }
             Ok(())
         })
     }
+}
+
+/// The container backend's two checks: from the resource's host, the lease store's server does
+/// not answer (no common network), and its own server does (so the silence is the network's).
+#[cfg(feature = "containers")]
+async fn network_checks(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+    let crate::lab::Servers::Containers(hosts) = &lab.servers else {
+        anyhow::bail!("the network checks need the container backend");
+    };
+    let timeout = std::time::Duration::from_secs(2);
+    let [to_lease, to_own] = hosts.resource_host_reaches(timeout).await?;
+    rec.check_that(
+        format!(
+            "from the resource's host, the lease store's server does not answer (pg_isready -t {}): no route between them",
+            timeout.as_secs()
+        ),
+        to_lease.contains("no response"),
+        format_args!("pg_isready -h {}: {to_lease}", hosts.lease.ip),
+    );
+    rec.check_that(
+        "from the resource's host, its own server answers (the control)",
+        to_own.contains("accepting connections"),
+        format_args!("pg_isready -h {}: {to_own}", hosts.resource.ip),
+    );
+    Ok(())
+}
+
+#[cfg(not(feature = "containers"))]
+async fn network_checks(_: &Lab, _: &mut Recorder) -> anyhow::Result<()> {
+    anyhow::bail!("the network checks need the container backend")
 }

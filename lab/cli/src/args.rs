@@ -5,6 +5,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// Where the lease store and the resource run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// One throwaway cluster from the local server binaries holds both databases.
+    Embedded,
+    /// Each database on a PostgreSQL container of its own, on networks of their own.
+    Containers,
+}
+
 /// What the lab prints on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -44,7 +53,9 @@ pub enum Command {
     /// Run the experiments (all of them unless --only) and write the evidence.
     #[command(
         after_help = "Examples:\n  lab run\n  lab run --only F2,F3 --contenders 32\n  \
-                            lab run --only F1 --keep --evidence-dir /tmp/ev"
+                            lab run --only F1 --keep --evidence-dir /tmp/ev\n  \
+                            lab run --backend containers --only F1,F4,F8\n  \
+                            lab run --pg-versions 13,15,17 --only F1,F2,F3,F4,F5,F6,F7,F8,F9"
     )]
     Run(RunArgs),
     /// List the experiments: id and what each one shows.
@@ -100,6 +111,21 @@ pub struct RunArgs {
     /// kept after a failing run.
     #[arg(long)]
     pub keep: bool,
+
+    /// Where the lease store and the resource run. `embedded`: one throwaway cluster from the
+    /// local server binaries, over its Unix socket. `containers`: each database on a PostgreSQL
+    /// container of its own (PostgreSQL 15, image built here from Debian packages on first use,
+    /// about a minute), on private networks with no route between the two servers, reached over
+    /// TCP; runs P0 and F1–F9, the others say skip. Needs a Docker engine and a lab built with
+    /// --features lab/containers (./run.sh does both when an engine answers).
+    #[arg(long, value_enum, default_value_t = BackendArg::Embedded)]
+    pub backend: BackendArg,
+
+    /// One container run per PostgreSQL major version (13: Debian bullseye, 15: bookworm, 17:
+    /// trixie), each with its own evidence in <evidence-dir>/pgN, then a matrix of version ×
+    /// experiment (matrix.md). Implies --backend containers.
+    #[arg(long, value_delimiter = ',', value_name = "VERSIONS")]
+    pub pg_versions: Option<Vec<u32>>,
 
     /// The PostgreSQL server binaries to use (a directory holding initdb and postgres, version
     /// 15 or newer). Default: found on PATH, via pg_config, or under /usr/lib/postgresql.

@@ -97,7 +97,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut lab = Lab::start(cluster, params, PathBuf::new()).await?;
     eprintln!(
         "bench: PostgreSQL {}, {} ms per cell after {} warm-up writes per writer",
-        lab.cluster.binaries().version,
+        lab.cluster()?.binaries().version,
         duration.as_millis(),
         args.warmup
     );
@@ -159,9 +159,11 @@ async fn write_cell(
     duration: Duration,
     warmup: usize,
 ) -> anyhow::Result<Cell> {
-    let opts = lab
-        .cluster
-        .connect_options(fencing::schema::RESOURCE_DB, fencing::schema::RESOURCE_ROLE);
+    let opts = lab.connect_options(
+        fencing::schema::Database::Resource,
+        fencing::schema::RESOURCE_DB,
+        fencing::schema::RESOURCE_ROLE,
+    );
     let pool = PgPoolOptions::new()
         .max_connections(n as u32)
         .connect_with(opts)
@@ -258,10 +260,10 @@ async fn pgbench_cell(
         .arg("-f")
         .arg(&script)
         .arg("-h")
-        .arg(lab.cluster.socket_dir())
+        .arg(lab.cluster()?.socket_dir())
         .args([
             "-p",
-            &lab.cluster.port().to_string(),
+            &lab.cluster()?.port().to_string(),
             "-U",
             fencing::schema::RESOURCE_ROLE,
             fencing::schema::RESOURCE_DB,

@@ -7,15 +7,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use harness::server::{ClusterConfig, PgBinaries};
-use scenarios::{Lab, Params, Scenario};
+use scenarios::{Backend, Lab, Params, Scenario};
 
-use crate::args::{Format, RunArgs};
+use crate::args::{BackendArg, Format, RunArgs};
 
 /// A run, ready to go.
 pub struct Config {
     pub scenarios: Vec<&'static dyn Scenario>,
     pub params: Params,
     pub cluster: ClusterConfig,
+    /// One run per backend: one, or one per `--pg-versions` entry (then a matrix).
+    pub backends: Vec<Backend>,
     pub holder_bin: PathBuf,
     pub evidence_dir: PathBuf,
     /// Whether this run made the evidence directory (and may remove it if it stays empty).
@@ -54,6 +56,42 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                 args.port
             )
         })?;
+    }
+    let backends = match (&args.pg_versions, args.backend) {
+        (Some(versions), BackendArg::Containers | BackendArg::Embedded) => {
+            if versions.is_empty() {
+                bail!("--pg-versions needs at least one major version (13, 15 or 17)");
+            }
+            let mut seen = Vec::new();
+            for &v in versions {
+                if harness::server::postgres::debian_suite_for(v).is_none() {
+                    bail!(
+                        "--pg-versions: PostgreSQL {v} is not shipped by a Debian suite the lab \
+                         builds images from; pass 13 (bullseye), 15 (bookworm) or 17 (trixie)"
+                    );
+                }
+                if seen.contains(&v) {
+                    bail!("--pg-versions names {v} twice; name each version once");
+                }
+                seen.push(v);
+            }
+            if args.backend == BackendArg::Embedded && backend_given() {
+                bail!("--pg-versions runs on containers: drop --backend embedded");
+            }
+            versions
+                .iter()
+                .map(|&pg_major| Backend::Containers { pg_major })
+                .collect()
+        }
+        (None, BackendArg::Embedded) => vec![Backend::Embedded],
+        (None, BackendArg::Containers) => vec![Backend::Containers { pg_major: 15 }],
+    };
+    if backends != [Backend::Embedded] && !cfg!(feature = "containers") {
+        bail!(
+            "--backend containers and --pg-versions need a lab built with the containers feature: \
+             start a Docker engine and run ./run.sh (it builds with --features lab/containers when \
+             one answers), or cargo build --features lab/containers"
+        );
     }
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
     let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
@@ -94,6 +132,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         scenarios,
         params,
         cluster,
+        backends,
         holder_bin,
         evidence_dir: dir,
         made_evidence_dir,
@@ -117,7 +156,7 @@ impl Config {
     /// and goes to `environment.json`.
     pub async fn environment(&self, lab: &Lab) -> Vec<(String, String)> {
         let p = &self.params;
-        let bins = lab.cluster.binaries();
+        let bins = self.cluster.bins.clone();
         let mut env = vec![
             (
                 "lab".to_owned(),
@@ -137,10 +176,7 @@ impl Config {
                 "postgresql_binaries".to_owned(),
                 format!("{} ({})", bins.version, bins.bindir.display()),
             ),
-            (
-                "cluster".to_owned(),
-                lab.cluster.root().display().to_string(),
-            ),
+            ("backend".to_owned(), lab.describe_servers()),
             ("mariadb_binaries".to_owned(), self.mariadb.clone()),
         ];
         let names = [
@@ -151,7 +187,7 @@ impl Config {
             "max_connections",
             "listen_addresses",
         ];
-        match lab.cluster.admin_pool().await {
+        match lab.admin_pool(fencing::schema::Database::Lease).await {
             Ok(admin) => match harness::observe::settings(&admin, &names).await {
                 Ok(settings) => env.extend(settings),
                 Err(e) => env.push(("settings".into(), format!("unknown ({e})"))),
@@ -230,4 +266,9 @@ fn kernel() -> String {
         read("/proc/sys/kernel/ostype"),
         read("/proc/sys/kernel/osrelease")
     )
+}
+
+/// Whether `--backend` was given on the command line (its default is `embedded`).
+fn backend_given() -> bool {
+    std::env::args().any(|a| a == "--backend" || a.starts_with("--backend="))
 }

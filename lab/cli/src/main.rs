@@ -10,7 +10,9 @@
 mod args;
 mod bench;
 mod config;
+mod matrix;
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser as _;
@@ -18,7 +20,7 @@ use clap::Parser as _;
 use harness::evidence::junit::JunitReporter;
 use harness::evidence::timeline::TimelineReporter;
 use harness::evidence::{EnvironmentReporter, JsonlReporter, Recorder, Reporter, TextReporter};
-use scenarios::Lab;
+use scenarios::{Backend, Lab};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::args::{Cli, Command, Format};
@@ -106,7 +108,7 @@ fn clean_containers(images: bool) -> Result<String, String> {
         if containers::engine().await.is_err() {
             return Ok("lab clean: no Docker engine answers: no containers to remove\n".into());
         }
-        let (c, n) = containers::remove_labelled(None).await.map_err(|e| e.to_string())?;
+        let (c, n) = containers::remove_labelled(None, true).await.map_err(|e| e.to_string())?;
         let holds = containers::remove_held_rules(None).await;
         let mut line = format!(
             "lab clean: removed {c} container(s), {n} network(s) and {holds} network hold(s) left by labs no longer running\n"
@@ -203,14 +205,78 @@ fn run(cfg: Config) -> ExitCode {
     // The lab's own children (the postmaster, holders) are spawned from this thread, inside
     // block_on: the parent-death signal fires when the spawning thread exits, and this one lives
     // as long as the lab.
-    let code = runtime.block_on(run_lab(&cfg));
+    let code = if let [backend] = cfg.backends[..] {
+        runtime
+            .block_on(run_lab(&cfg, backend, &cfg.evidence_dir))
+            .0
+    } else {
+        runtime.block_on(run_matrix(&cfg))
+    };
     if code == ExitCode::from(EXIT_HARNESS) {
         cfg.remove_evidence_dir_if_made_and_empty();
     }
     code
 }
 
-async fn run_lab(cfg: &Config) -> ExitCode {
+/// `--pg-versions`: one container run per version, each with its evidence in `pgN/`, then the
+/// matrix of version × experiment on stdout and in `matrix.md`. Stops at an interruption.
+async fn run_matrix(cfg: &Config) -> ExitCode {
+    let mut columns = Vec::new();
+    let mut worst = ExitCode::SUCCESS;
+    for &backend in &cfg.backends {
+        let Backend::Containers { pg_major } = backend else {
+            continue;
+        };
+        let dir = cfg.evidence_dir.join(format!("pg{pg_major}"));
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            eprintln!("lab: cannot make {}: {e}", dir.display());
+            return ExitCode::from(EXIT_HARNESS);
+        }
+        eprintln!(
+            "lab: PostgreSQL {pg_major} on containers; evidence in {}",
+            dir.display()
+        );
+        let (code, verdicts) = run_lab(cfg, backend, &dir).await;
+        if code == ExitCode::from(130) || code == ExitCode::from(143) {
+            return code;
+        }
+        if code != ExitCode::SUCCESS && worst == ExitCode::SUCCESS
+            || code == ExitCode::from(EXIT_HARNESS)
+        {
+            worst = code;
+        }
+        columns.push(matrix::Column {
+            major: pg_major,
+            could_not_run: code == ExitCode::from(EXIT_HARNESS),
+            verdicts,
+        });
+    }
+    let table = matrix::render(&columns);
+    if cfg.format == Format::Text {
+        if let Err(e) = print_stdout(&table) {
+            eprintln!("lab: failed to write the matrix to stdout: {e}");
+        }
+    }
+    let path = cfg.evidence_dir.join("matrix.md");
+    if let Err(e) = std::fs::write(&path, &table) {
+        eprintln!("lab: failed to write {}: {e}", path.display());
+        return ExitCode::from(EXIT_HARNESS);
+    }
+    eprintln!("lab: the matrix is in {}", path.display());
+    worst
+}
+
+/// One run on `backend` with its evidence in `dir`: its exit status, and each case's verdict.
+async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> (ExitCode, Vec<(String, String)>) {
+    let (code, verdicts) = run_lab_inner(cfg, backend, dir).await;
+    (code, verdicts.unwrap_or_default())
+}
+
+async fn run_lab_inner(
+    cfg: &Config,
+    backend: Backend,
+    dir: &Path,
+) -> (ExitCode, Option<Vec<(String, String)>>) {
     let (mut sigint, mut sigterm) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -218,14 +284,14 @@ async fn run_lab(cfg: &Config) -> ExitCode {
         (Ok(i), Ok(t)) => (i, t),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("lab: failed to install the signal handlers: {e}");
-            return ExitCode::from(EXIT_HARNESS);
+            return (ExitCode::from(EXIT_HARNESS), None);
         }
     };
     let started = std::time::Instant::now();
     // Containers, networks and network holds of a lab killed outright, like its cluster above.
     #[cfg(feature = "containers")]
     if harness::containers::engine().await.is_ok() {
-        if let Ok((c, n)) = harness::containers::remove_labelled(None).await {
+        if let Ok((c, n)) = harness::containers::remove_labelled(None, false).await {
             let holds = harness::containers::remove_held_rules(None).await;
             if c + n + holds > 0 {
                 eprintln!(
@@ -234,19 +300,26 @@ async fn run_lab(cfg: &Config) -> ExitCode {
             }
         }
     }
+    let mark = Lab::new_run_mark();
+    let start = Lab::start_on(
+        backend,
+        mark.clone(),
+        cfg.cluster.clone(),
+        cfg.params.clone(),
+        cfg.holder_bin.clone(),
+    );
     let lab = tokio::select! {
-        lab = Lab::start(cfg.cluster.clone(), cfg.params.clone(), cfg.holder_bin.clone()) => lab,
-        _ = sigint.recv() => return ExitCode::from(130),
-        _ = sigterm.recv() => return ExitCode::from(143),
+        lab = start => lab,
+        _ = sigint.recv() => return (interrupted_start(&mark, 130).await, None),
+        _ = sigterm.recv() => return (interrupted_start(&mark, 143).await, None),
     };
     let mut lab = match lab {
         Ok(lab) => lab,
         Err(e) => {
             eprintln!("lab: {e:#}");
-            return ExitCode::from(EXIT_HARNESS);
+            return (ExitCode::from(EXIT_HARNESS), None);
         }
     };
-    let dir = &cfg.evidence_dir;
     let reporters: Vec<Box<dyn Reporter>> = vec![
         Box::new(TextReporter::new(
             cfg.format == Format::Text,
@@ -261,7 +334,7 @@ async fn run_lab(cfg: &Config) -> ExitCode {
             cfg.format == Format::Junit,
         )),
         Box::new(EnvironmentReporter::new(dir.join("environment.json"))),
-        Box::new(TimelineReporter::new(dir.clone())),
+        Box::new(TimelineReporter::new(dir.to_path_buf())),
     ];
     let mut rec = Recorder::new(reporters);
     rec.environment(cfg.environment(&lab).await);
@@ -274,19 +347,20 @@ async fn run_lab(cfg: &Config) -> ExitCode {
     if let Some((name, _)) = interrupted {
         rec.interrupted(name);
     }
-    let limits = evidence_limits(&cfg.evidence_dir);
+    let verdicts = matrix::verdicts(rec.events());
+    let limits = evidence_limits(dir);
     let summary = match rec.finish().and_then(|summary| limits.map(|()| summary)) {
         Ok(summary) => summary,
         Err(e) => {
             eprintln!(
                 "lab: failed to write the evidence into {}: {e}",
-                cfg.evidence_dir.display()
+                dir.display()
             );
             for line in lab.keep() {
                 eprintln!("lab: {line}");
             }
             lab.shutdown().await;
-            return ExitCode::from(EXIT_HARNESS);
+            return (ExitCode::from(EXIT_HARNESS), None);
         }
     };
     let secs = started.elapsed().as_secs_f64();
@@ -297,14 +371,22 @@ async fn run_lab(cfg: &Config) -> ExitCode {
         }
     }
     lab.shutdown().await;
-    eprintln!(
-        "lab: evidence in {}; {:.1} s",
-        cfg.evidence_dir.display(),
-        secs
-    );
-    match interrupted {
+    eprintln!("lab: evidence in {}; {:.1} s", dir.display(), secs);
+    let code = match interrupted {
         Some((_, code)) => ExitCode::from(code),
         None if summary.all_passed() => ExitCode::SUCCESS,
         None => ExitCode::from(1),
+    };
+    (code, Some(verdicts))
+}
+
+/// An interruption while the servers were starting: whatever of this run's containers and
+/// networks exist already goes (a cluster half-made removes itself on drop); the exit status.
+async fn interrupted_start(mark: &str, code: u8) -> ExitCode {
+    #[cfg(feature = "containers")]
+    {
+        let _ = harness::containers::remove_labelled(Some(mark), false).await;
     }
+    let _ = mark;
+    ExitCode::from(code)
 }

@@ -29,6 +29,9 @@ use crate::process::{describe_status, Spawn};
 
 /// The label on every container and network the lab makes; its value is the run's mark.
 pub const LABEL: &str = "fencing-lab.run";
+/// The name prefix of a container a kept or failing run left for inspection: the next run leaves
+/// it alone, `lab clean` removes it.
+pub const KEPT_PREFIX: &str = "fencing-lab-kept-";
 /// The repository of the images the lab builds.
 pub const IMAGE_REPO: &str = "fencing-lab/postgres";
 /// How to get a Docker engine, for a `skip` line.
@@ -103,15 +106,7 @@ pub struct Image {
 /// What goes into the image: bump `RECIPE` when the steps change, and the tag changes with it.
 const RECIPE: &str = "v1: debootstrap --variant=minbase, docker import";
 
-/// The Debian suite that ships PostgreSQL `major`.
-pub fn suite_for(major: u32) -> Option<&'static str> {
-    match major {
-        13 => Some("bullseye"),
-        15 => Some("bookworm"),
-        17 => Some("trixie"),
-        _ => None,
-    }
-}
+pub use crate::server::postgres::debian_suite_for as suite_for;
 
 /// One image build at a time in this process (tests run scenarios side by side).
 static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -221,14 +216,18 @@ fn lab_alive(mark: &str) -> bool {
 }
 
 /// Removes every container and network labelled [`LABEL`] with `mark`, or, when `None`, those
-/// of every lab that is not running any more (what a lab killed outright left). Returns how
-/// many of each.
-pub async fn remove_labelled(mark: Option<&str>) -> Result<(usize, usize), ContainerError> {
+/// of every lab that is not running any more (what a lab killed outright left; with
+/// `kept_too`, also what a kept or failing run left on purpose: `lab clean`). A network that
+/// still has a container is left. Returns how many of each.
+pub async fn remove_labelled(
+    mark: Option<&str>,
+    kept_too: bool,
+) -> Result<(usize, usize), ContainerError> {
     let filter = match mark {
         Some(m) => format!("label={LABEL}={m}"),
         None => format!("label={LABEL}"),
     };
-    let format = format!("{{{{.ID}}}} {{{{.Label \"{LABEL}\"}}}}");
+    let format = format!("{{{{.ID}}}} {{{{.Names}}}} {{{{.Label \"{LABEL}\"}}}}");
     let ids = run(
         "docker ps",
         "docker",
@@ -236,11 +235,24 @@ pub async fn remove_labelled(mark: Option<&str>) -> Result<(usize, usize), Conta
         CLI_TIMEOUT,
     )
     .await?;
-    let containers: Vec<&str> = ids
+    let listed: Vec<(&str, &str, &str)> = ids
         .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, m)| mark.is_some() || !lab_alive(m))
-        .map(|(id, _)| id)
+        .filter_map(|l| {
+            let mut words = l.split(' ');
+            Some((words.next()?, words.next()?, words.next()?))
+        })
+        .collect();
+    let is_kept = |name: &str| !kept_too && mark.is_none() && name.starts_with(KEPT_PREFIX);
+    // The runs whose kept containers stay: their networks stay too.
+    let kept_marks: Vec<&str> = listed
+        .iter()
+        .filter(|(_, name, _)| is_kept(name))
+        .map(|(_, _, m)| *m)
+        .collect();
+    let containers: Vec<&str> = listed
+        .iter()
+        .filter(|(_, name, m)| mark.is_some() || (!lab_alive(m) && !is_kept(name)))
+        .map(|(id, _, _)| *id)
         .collect();
     if !containers.is_empty() {
         let mut args = vec!["rm", "-f", "-v"];
@@ -258,19 +270,25 @@ pub async fn remove_labelled(mark: Option<&str>) -> Result<(usize, usize), Conta
     let networks: Vec<&str> = ids
         .lines()
         .filter_map(|l| l.split_once(' '))
-        .filter(|(_, m)| mark.is_some() || !lab_alive(m))
+        .filter(|(_, m)| mark.is_some() || (!lab_alive(m) && !kept_marks.contains(m)))
         .map(|(id, _)| id)
         .collect();
+    let mut removed_networks = 0;
     for id in &networks {
-        run(
+        // A network a kept container is on stays (docker refuses while it has endpoints).
+        if run(
             "docker network rm",
             "docker",
             &["network", "rm", id],
             CLI_TIMEOUT,
         )
-        .await?;
+        .await
+        .is_ok()
+        {
+            removed_networks += 1;
+        }
     }
-    Ok((containers.len(), networks.len()))
+    Ok((containers.len(), removed_networks))
 }
 
 /// A private bridge network of the run. Its bridge device on this host is `bridge`.
@@ -303,6 +321,11 @@ impl Network {
             bridge,
             removed: false,
         })
+    }
+
+    /// Leaves the network in place (its kept containers are on it); `lab clean` removes it.
+    pub fn keep(mut self) {
+        self.removed = true;
     }
 
     /// Removes the network (its containers must be gone).
@@ -347,9 +370,12 @@ impl PgContainer {
             .split_once(':')
             .unwrap_or((image.reference.as_str(), "latest"));
         let bin = format!("/usr/lib/postgresql/{}/bin", image.major);
+        // initdb only on the first start: a restart (after a crash, F8) runs the same command
+        // and recovers the data directory the container's own layer kept.
         let script = format!(
-            "{bin}/initdb -D /tmp/pg -U lab -A trust -E UTF8 --locale=C --no-sync >/dev/null \
-             && echo 'host all all 0.0.0.0/0 trust' >> /tmp/pg/pg_hba.conf \
+            "{{ [ -s /tmp/pg/PG_VERSION ] || {{ {bin}/initdb -D /tmp/pg -U lab -A trust -E UTF8 \
+                 --locale=C --no-sync >/dev/null \
+               && echo 'host all all 0.0.0.0/0 trust' >> /tmp/pg/pg_hba.conf; }}; }} \
              && exec {bin}/postgres -D /tmp/pg -k /tmp -c listen_addresses='*' \
                 -c log_line_prefix='%m [%a] ' -c log_statement=all"
         );
@@ -387,9 +413,116 @@ impl PgContainer {
             .unwrap_or_default()
     }
 
+    /// The server's whole log, across restarts, as `docker logs` keeps it.
+    pub async fn full_log(&self) -> String {
+        // `docker logs` replays the container's stderr on its own stderr.
+        match Spawn::new("docker logs", "docker")
+            .args(["logs", self.container.id()])
+            .output(CLI_TIMEOUT)
+            .await
+        {
+            Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// The container's id, as `docker ps` shows it.
+    pub fn id(&self) -> &str {
+        self.container.id()
+    }
+
+    /// The postmaster's pid as this host sees it (the container's first process), while it runs.
+    pub async fn postmaster_pid(&self) -> Option<u32> {
+        run(
+            "docker inspect",
+            "docker",
+            &["inspect", "--format", "{{.State.Pid}}", self.container.id()],
+            CLI_TIMEOUT,
+        )
+        .await
+        .ok()
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .filter(|&pid| pid > 0)
+    }
+
+    /// A crash and a restart on the same data: SIGQUIT to the postmaster (immediate shutdown —
+    /// every backend quits, no checkpoint), then SIGKILL if it lingers; once the container has
+    /// stopped, it is started again, recovers its data directory from the WAL, and this returns
+    /// when it accepts connections (its address is read again: the network may give it another).
+    pub async fn crash_restart(&mut self, timeout: Duration) -> Result<(), ContainerError> {
+        if let Some(pid) = self.postmaster_pid().await {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGQUIT);
+            let container = &self.container;
+            let stopped =
+                crate::wait::until("the container's postmaster has exited", timeout, || async {
+                    container.is_running().await.map(|running| !running)
+                })
+                .await;
+            if stopped.is_err() {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        self.container.start().await?;
+        self.ip = self.container.get_bridge_ip_address().await?;
+        let opts = self.connect_options("postgres", "lab");
+        crate::wait::until(
+            "the restarted container accepts connections",
+            timeout,
+            || {
+                let opts = opts.clone();
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        <sqlx::PgConnection as sqlx::Connection>::connect_with(&opts)
+                            .await
+                            .is_ok(),
+                    )
+                }
+            },
+        )
+        .await
+        .map_err(|e| ContainerError::Cli {
+            what: "restart the container".into(),
+            detail: e.to_string(),
+        })?;
+        Ok(())
+    }
+
+    /// Runs `script` with `sh -c` inside the container: its exit code and its output (stdout
+    /// and stderr, trimmed).
+    pub async fn shell(&self, script: &str) -> Result<(i32, String), ContainerError> {
+        let out = Spawn::new("docker exec", "docker")
+            .args(["exec", self.container.id(), "sh", "-c", script])
+            .output(CLI_TIMEOUT)
+            .await?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((out.status.code().unwrap_or(-1), text.trim().to_owned()))
+    }
+
     /// Stops and removes the container.
     pub async fn remove(self) {
         let _ = self.container.rm().await;
+    }
+
+    /// Stops the container and leaves it in place, renamed `fencing-lab-kept-<id>` so that the
+    /// next run leaves it alone (`lab clean` removes it): a kept or failing run.
+    pub async fn stop_and_keep(self) {
+        let _ = self.container.stop_with_timeout(Some(5)).await;
+        let id = self.container.id().to_owned();
+        let name = format!("{KEPT_PREFIX}{}", &id[..12.min(id.len())]);
+        let _ = run(
+            "docker rename",
+            "docker",
+            &["rename", &id, &name],
+            CLI_TIMEOUT,
+        )
+        .await;
+        // Dropping the handle would remove the container.
+        std::mem::forget(self.container);
     }
 }
 

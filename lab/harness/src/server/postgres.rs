@@ -43,6 +43,16 @@ pub const MIN_MAJOR: u32 = 15;
 pub const DEFAULT_PORT: u16 = 55426;
 /// The bootstrap superuser made by initdb. Only the harness connects as it.
 pub const SUPERUSER: &str = "lab";
+
+/// The Debian suite that ships PostgreSQL `major`: the container images are built from it.
+pub fn debian_suite_for(major: u32) -> Option<&'static str> {
+    match major {
+        13 => Some("bullseye"),
+        15 => Some("bookworm"),
+        17 => Some("trixie"),
+        _ => None,
+    }
+}
 /// The unprivileged user the server runs as when the lab runs as root.
 pub const SERVER_USER: &str = "postgres";
 
