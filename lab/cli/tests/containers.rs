@@ -150,3 +150,122 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// Runs `lab run <args>` to its end in `tmp`, with its evidence in `tmp/<dir>`: its pid, exit
+/// code and stdout.
+fn lab_run(tmp: &std::path::Path, dir: &str, args: &[&str]) -> anyhow::Result<(u32, i32, String)> {
+    let child = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .arg("run")
+        .args(args)
+        .arg("--evidence-dir")
+        .arg(tmp.join(dir))
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let pid = child.id();
+    let out = child.wait_with_output()?;
+    Ok((
+        pid,
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+/// Containers of the lab with `pid` whose name says a kept run left them.
+fn kept_by(pid: u32) -> Vec<String> {
+    let format = format!("{{{{.Names}}}} {{{{.State}}}} {{{{.Label \"{LABEL}\"}}}}");
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label={LABEL}"),
+        "--format",
+        &format,
+    ])
+    .into_iter()
+    .filter(|l| l.starts_with("fencing-lab-kept-"))
+    .filter(|l| {
+        l.split(' ')
+            .nth(2)
+            .is_some_and(|m| m.starts_with(&format!("{pid}-")))
+    })
+    .collect()
+}
+
+#[test]
+fn the_container_backend_runs_f1_to_f9_keeps_on_request_and_leaves_nothing_otherwise(
+) -> anyhow::Result<()> {
+    if Command::new("docker")
+        .arg("info")
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        eprintln!("no Docker engine answers: nothing to run here");
+        return Ok(());
+    }
+    let sandbox = tempfile::tempdir()?;
+    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
+    let all = "F1,F2,F3,F4,F5,F6,F7,F8,F9";
+
+    // Every experiment of F1–F9 runs there and passes; P0 shows the hosts have no route.
+    let (pid, code, out) = lab_run(
+        sandbox.path(),
+        "ev",
+        &["--backend", "containers", "--only", all],
+    )?;
+    assert_eq!(code, 0, "F1–F9 on containers did not pass:\n{out}");
+    for id in all.split(',') {
+        assert!(
+            out.contains(&format!("CASE {id} ")),
+            "{id} did not run:\n{out}"
+        );
+    }
+    assert!(!out.contains("  skip") && !out.contains("  FAIL"), "{out}");
+    assert!(
+        out.contains("no route between them"),
+        "P0's network check is missing:\n{out}"
+    );
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "a passing run left containers or networks"
+    );
+
+    // --keep: both servers stay, stopped and renamed; the next run leaves them; lab clean
+    // removes them.
+    let (kept_pid, code, out) = lab_run(
+        sandbox.path(),
+        "ev-kept",
+        &["--backend", "containers", "--only", "F1", "--keep"],
+    )?;
+    assert_eq!(code, 0, "{out}");
+    let kept = kept_by(kept_pid);
+    assert_eq!(kept.len(), 2, "--keep must keep both servers: {kept:?}");
+    assert!(
+        kept.iter().all(|l| l.contains(" exited ")),
+        "kept servers must be stopped: {kept:?}"
+    );
+    let (_, code, out) = lab_run(
+        sandbox.path(),
+        "ev-next",
+        &["--backend", "containers", "--only", "F1"],
+    )?;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        kept_by(kept_pid).len(),
+        2,
+        "the next run removed what a kept run kept"
+    );
+    let clean = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .arg("clean")
+        .env("TMPDIR", sandbox.path())
+        .output()?;
+    assert!(clean.status.success(), "{clean:?}");
+    assert_eq!(
+        left_by(kept_pid),
+        (0, 0, 0),
+        "lab clean left a kept run's containers or networks"
+    );
+    Ok(())
+}

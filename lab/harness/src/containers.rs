@@ -445,14 +445,21 @@ impl PgContainer {
         .filter(|&pid| pid > 0)
     }
 
-    /// A crash and a restart on the same data: SIGQUIT to the postmaster (immediate shutdown —
-    /// every backend quits, no checkpoint), then SIGKILL if it lingers; once the container has
+    /// A crash and a restart on the same data: SIGQUIT to the postmaster, sent by the engine
+    /// (immediate shutdown — every backend quits, no checkpoint), then SIGKILL if it lingers; once the container has
     /// stopped, it is started again, recovers its data directory from the WAL, and this returns
     /// when it accepts connections (its address is read again: the network may give it another).
     pub async fn crash_restart(&mut self, timeout: Duration) -> Result<(), ContainerError> {
-        if let Some(pid) = self.postmaster_pid().await {
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGQUIT);
+        if self.postmaster_pid().await.is_some() {
+            // The engine signals the container's first process: the postmaster.
+            let id = self.container.id().to_owned();
+            run(
+                "docker kill --signal QUIT",
+                "docker",
+                &["kill", "--signal", "QUIT", &id],
+                CLI_TIMEOUT,
+            )
+            .await?;
             let container = &self.container;
             let stopped =
                 crate::wait::until("the container's postmaster has exited", timeout, || async {
@@ -460,7 +467,7 @@ impl PgContainer {
                 })
                 .await;
             if stopped.is_err() {
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = run("docker kill", "docker", &["kill", &id], CLI_TIMEOUT).await;
             }
         }
         self.container.start().await?;
