@@ -135,7 +135,7 @@ pub const ALL: &[&dyn Scenario] = &[
         synchronous_names: true,
     },
     &f15_delayed_write::F15 { hold: true },
-    &f16_partitioned_holder::F16,
+    &f16_partitioned_holder::F16 { cut: true },
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
@@ -165,6 +165,10 @@ pub mod broken {
     pub static F15_WITHOUT_HOLD: crate::f15_delayed_write::F15 =
         crate::f15_delayed_write::F15 { hold: false };
 
+    /// F16 with A's lease connections left alone: no partition, so its renewals go on.
+    pub static F16_WITHOUT_CUT: crate::f16_partitioned_holder::F16 =
+        crate::f16_partitioned_holder::F16 { cut: false };
+
     /// Every broken variant, with the words of a check that must fail in it.
     pub fn all() -> Vec<(&'static dyn Scenario, &'static str)> {
         vec![
@@ -177,6 +181,7 @@ pub mod broken {
                 "A's acquire is not acknowledged: its commit waits on SyncRep",
             ),
             (&F15_WITHOUT_HOLD, "unfenced: A's late write is accepted"),
+            (&F16_WITHOUT_CUT, "A's renewals fail during the partition"),
         ]
     }
 }

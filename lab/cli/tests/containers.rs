@@ -1,7 +1,8 @@
 //! The container leftover audit (feature `containers`): the lab is stopped while F15 holds A's
 //! request in the network — by SIGINT (it must exit 130 within 10 s and leave nothing) and by
 //! SIGKILL (it leaves its container, network and iptables hold, and `lab clean` must remove
-//! them). Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
+//! them) — and by SIGTERM while F16 holds A's lease connections (143, nothing left). The
+//! container backend runs F1–F9, keeps its servers on `--keep` and leaves nothing otherwise. Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
 //! the lab this test started: other labs' containers are not this test's business. Without a
 //! Docker engine the test says so and checks nothing else.
 #![cfg(feature = "containers")]
@@ -62,8 +63,13 @@ fn left_by(pid: u32) -> (usize, usize, usize) {
 
 /// Starts `lab run --only F15` and returns it once A's request is held in the network.
 fn lab_holding(tmp: &std::path::Path) -> anyhow::Result<Child> {
+    lab_at(tmp, "F15", "is held in the network")
+}
+
+/// Starts `lab run --only <id>` and returns it once it printed a line with `words`.
+fn lab_at(tmp: &std::path::Path, id: &str, words: &str) -> anyhow::Result<Child> {
     let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["run", "--only", "F15", "--evidence-dir"])
+        .args(["run", "--only", id, "--evidence-dir"])
         .arg(tmp.join("ev"))
         .env("TMPDIR", tmp)
         .stdout(Stdio::piped())
@@ -81,7 +87,7 @@ fn lab_holding(tmp: &std::path::Path) -> anyhow::Result<Child> {
     // The first run may build the image (about a minute).
     let reached = loop {
         match lines.recv_timeout(Duration::from_secs(300)) {
-            Ok(line) if line.contains("is held in the network") => break true,
+            Ok(line) if line.contains(words) => break true,
             Ok(line) if line.contains("skip") => break false,
             Ok(_) => {}
             Err(_) => break false,
@@ -90,7 +96,7 @@ fn lab_holding(tmp: &std::path::Path) -> anyhow::Result<Child> {
     if !reached {
         let _ = lab.kill();
         let _ = lab.wait();
-        anyhow::bail!("F15 never held A's request (no engine, or it skipped)");
+        anyhow::bail!("{id} never printed {words:?} (no engine, or it skipped)");
     }
     Ok(lab)
 }
@@ -126,6 +132,21 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
         left_by(pid),
         (0, 0, 0),
         "SIGINT: containers, networks, holds left"
+    );
+
+    // SIGTERM while F16 holds A's lease connections (A partitioned): 143, nothing left.
+    let mut lab = lab_at(sandbox.path(), "F16", "A is cut off from the lease store")?;
+    let pid = lab.id();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM)?;
+    let exited = poll(Duration::from_secs(10), || {
+        matches!(lab.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "still running 10 s after SIGTERM");
+    assert_eq!(lab.wait()?.code(), Some(143));
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "SIGTERM during F16's partition: containers, networks, holds left"
     );
 
     // SIGKILL: nothing runs to clean up; `lab clean` finds it by the label.
