@@ -239,8 +239,8 @@ pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenar
         let outcome = match lab.reset().await {
             Ok(()) if on_containers && !scenario.on_containers() => {
                 rec.skip(format!(
-                    "{} runs on the embedded backend only; the container backend runs F1–F9 \
-                     (run it without --backend containers)",
+                    "{} runs in the default run only (./run.sh without --backend containers); \
+                     the container backend runs P0 and F1–F9",
                     scenario.id()
                 ));
                 Ok(())
