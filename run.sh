@@ -12,6 +12,6 @@ containers=$(scripts/ensure-containers.sh)
 # shellcheck disable=SC2086 # $features and $containers are empty or one flag each
 cargo build --release --locked --quiet -p lab -p holder $features $containers
 case "${1:-}" in
-  list | run | clean | bench | help | -V | --version) exec target/release/lab "$@" ;;
+  list | run | clean | bench | chaos | help | -V | --version) exec target/release/lab "$@" ;;
   *) exec target/release/lab run "$@" ;;
 esac

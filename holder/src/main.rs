@@ -36,6 +36,8 @@ use fencing::schema::Database;
 use holder_protocol::{exit, Event, HolderFlags, Request, VERSION};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+mod looping;
+
 /// Parses the command line; `--help` and `--version` print and exit 0, bad arguments print a
 /// usage error and exit [`exit::USAGE`].
 fn parse_flags() -> HolderFlags {
@@ -78,6 +80,22 @@ fn main() -> ExitCode {
                 .mode
                 .parse::<WriteMode>()
                 .unwrap_or_else(|e| usage(format!("invalid value for '--mode <MODE>': {e}")));
+            if let Some(seed) = flags.loop_seed {
+                return ExitCode::from(match handshake() {
+                    Ok(None) => match looping::run(&flags, mode, seed) {
+                        Ok(()) => exit::WROTE,
+                        Err(message) => {
+                            emit(&Event::Error { message });
+                            exit::FAILURE
+                        }
+                    },
+                    Ok(Some(code)) => code,
+                    Err(message) => {
+                        emit(&Event::Error { message });
+                        exit::FAILURE
+                    }
+                } as u8);
+            }
             if flags.wait_before_commit && mode != WriteMode::FencedScope {
                 usage(format!(
                     "--wait-before-commit needs --mode fenced-scope (the one mode with a write \
@@ -149,25 +167,34 @@ trait Side: Sized {
     ) -> impl Future<Output = Result<bool, String>>;
 }
 
-fn run<S>(flags: &HolderFlags, mode: S::Mode) -> Result<i32, String>
-where
-    S: Side + Send + 'static,
-    S::Mode: Send + 'static,
-{
+/// The handshake: `Ok(None)` when the orchestrator speaks this protocol's version, else the
+/// exit status to end with.
+fn handshake() -> Result<Option<i32>, String> {
     match read_request()? {
         Some(Request::Hello { version }) if version == VERSION => {}
         Some(other) => {
             emit(&Event::Error {
                 message: format!("expected HELLO version={VERSION}, got {other}"),
             });
-            return Ok(exit::PROTOCOL);
+            return Ok(Some(exit::PROTOCOL));
         }
-        None => return Ok(exit::ORPHANED),
+        None => return Ok(Some(exit::ORPHANED)),
     }
     emit(&Event::Hello {
         version: VERSION,
         pid: std::process::id(),
     });
+    Ok(None)
+}
+
+fn run<S>(flags: &HolderFlags, mode: S::Mode) -> Result<i32, String>
+where
+    S: Side + Send + 'static,
+    S::Mode: Send + 'static,
+{
+    if let Some(code) = handshake()? {
+        return Ok(code);
+    }
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

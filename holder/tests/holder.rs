@@ -53,6 +53,9 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         resource_port: None,
         lease_host: None,
         lease_port: None,
+        loop_seed: None,
+        loop_parts: 3,
+        control_scope: None,
     }
 }
 

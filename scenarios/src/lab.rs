@@ -506,6 +506,9 @@ impl Lab {
                 resource_port: self.servers.host(Database::Resource).map(|_| PG_PORT),
                 lease_host: self.servers.host(Database::Lease),
                 lease_port: self.servers.host(Database::Lease).map(|_| PG_PORT),
+                loop_seed: None,
+                loop_parts: 3,
+                control_scope: None,
             },
             env: Vec::new(),
         }

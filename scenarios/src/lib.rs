@@ -11,6 +11,7 @@ use std::pin::Pin;
 
 use harness::evidence::{Lanes, Recorder};
 
+pub mod chaos;
 mod f10_pause_before_the_check;
 mod f11_lease_table_reset;
 mod f12_holder_crash;

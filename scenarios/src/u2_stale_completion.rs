@@ -56,6 +56,9 @@ mod imp {
                 resource_port: None,
                 lease_host: None,
                 lease_port: None,
+                loop_seed: None,
+                loop_parts: 3,
+                control_scope: None,
             },
             env: Vec::new(),
         }

@@ -14,13 +14,16 @@ use clap::Parser;
 
 /// The holder's `--help` epilogue: the protocol in one line and the exit-status table
 /// (the statuses are [`crate::exit`]).
-pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=3`; the holder \
-answers `HELLO version=3 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
+pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=4`; the holder \
+answers `HELLO version=4 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
 `GO`. With --wait-before-check it first reports BEFORE_CHECK and waits for a `GO` before its \
 local-deadline check; a deadline found passed there is reported as DEADLINE_PASSED. With \
 --wait-before-commit it reports BEFORE_COMMIT inside its write transaction and waits for a `GO` to \
 commit; with --wait-after-write it waits for a `GO` after WRITE, before its renew. --renew-ms 0: \
-no background renewer (the holder acquires once and relies on the TTL).
+no background renewer (the holder acquires once and relies on the TTL). --loop-seed: the holder \
+loops (acquire, work, check, write parts, renew, release) until stdin closes and reports every \
+operation as `OP id=N phase=invoke|ok|fail|info f=acquire|write|renew|release token=T scope=S \
+part=P` (`lab chaos`).
 
 Exit status:
   0  wrote (accepted) and the lease was still held afterwards
@@ -119,6 +122,20 @@ pub struct HolderFlags {
     /// killed right after its write committed.
     #[arg(long)]
     pub wait_after_write: bool,
+    /// (postgres) Loop instead of one timeline, with this seed for its own random choices:
+    /// acquire (or wait and try again) → work → local-deadline check → write `--loop-parts` parts
+    /// of `--scope`, each after more work → renew → release, until stdin closes. Every operation
+    /// is reported as an `OP` invocation and its completion (`lab chaos`). `--part`, `--content`
+    /// and the wait flags are not used.
+    #[arg(long, value_name = "SEED")]
+    pub loop_seed: Option<u64>,
+    /// (with --loop-seed) How many parts each holding writes.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub loop_parts: u32,
+    /// (with --loop-seed) Also write each part to this scope with the unfenced mode, right after
+    /// the write under test: the run's built-in negative control.
+    #[arg(long, value_name = "SCOPE")]
+    pub control_scope: Option<String>,
 }
 
 impl HolderFlags {
@@ -147,6 +164,9 @@ impl HolderFlags {
             resource_port,
             lease_host,
             lease_port,
+            loop_seed,
+            loop_parts,
+            control_scope,
         } = self;
         let mut args: Vec<OsString> = Vec::with_capacity(15);
         // `--name=value`, one argument each: a value that starts with `-` stays a value.
@@ -182,6 +202,13 @@ impl HolderFlags {
         }
         if let Some(port) = resource_port {
             flag("--resource-port", port.to_string().into());
+        }
+        if let Some(seed) = loop_seed {
+            flag("--loop-seed", seed.to_string().into());
+        }
+        flag("--loop-parts", loop_parts.to_string().into());
+        if let Some(scope) = control_scope {
+            flag("--control-scope", scope.into());
         }
         for (on, switch) in [
             (release, "--release"),
@@ -227,6 +254,9 @@ mod tests {
             resource_port: switch.then_some(5432),
             lease_host: switch.then(|| "172.18.0.3".into()),
             lease_port: switch.then_some(5433),
+            loop_seed: switch.then_some(7),
+            loop_parts: 3,
+            control_scope: switch.then(|| "control".into()),
         }
     }
 
@@ -276,6 +306,9 @@ mod tests {
             resource_port: Some(1),
             lease_host: Some("ls".into()),
             lease_port: Some(2),
+            loop_seed: Some(u64::MAX),
+            loop_parts: 1,
+            control_scope: Some("--c".into()),
         };
         assert_eq!(parse(&other)?, other);
         Ok(())

@@ -7,8 +7,8 @@
 //! and waits at the write point for [`Request::Go`].
 //!
 //! ```text
-//! lab → holder   HELLO version=3
-//! holder → lab   HELLO version=3 pid=4242
+//! lab → holder   HELLO version=4
+//! holder → lab   HELLO version=4 pid=4242
 //! holder → lab   ACQUIRED token=1
 //! holder → lab   AT_WRITE_POINT token=1 deadline_left_ms=1196
 //! holder → lab   RENEWED ok=true token=1          (from the background renewer, any time)
@@ -33,6 +33,17 @@
 //! reports `BEFORE_COMMIT` and waits for a `GO` to commit; with `--wait-after-write` it waits for a
 //! `GO` after reporting `WRITE`, before its renew. Both are places where the lab can kill it (F12).
 //!
+//! A holder started with `--loop-seed` loops until stdin closes and reports each operation twice:
+//! its invocation, then its completion — `ok`, `fail` (known not to have happened: refused,
+//! rejected) or `info` (outcome unknown: an error, e.g. the server went away mid-statement).
+//!
+//! ```text
+//! holder → lab   OP id=1 phase=invoke f=acquire token=0 scope=- part=-
+//! holder → lab   OP id=1 phase=ok f=acquire token=7 scope=- part=-
+//! holder → lab   OP id=2 phase=invoke f=write token=7 scope=daily-report part=p2
+//! holder → lab   OP id=2 phase=fail f=write token=7 scope=daily-report part=p2
+//! ```
+//!
 //! The holder's command line is part of the same contract: [`HolderFlags`] (in `flags.rs`) is
 //! built into arguments by the lab and parsed by the holder.
 
@@ -44,8 +55,8 @@ pub use flags::{HolderFlags, AFTER_HELP};
 
 /// Bumped whenever a message changes shape or a new one may appear. Version 2: `BEFORE_CHECK`,
 /// and `DEADLINE_PASSED` says by how much the deadline had passed (`overdue_ms`). Version 3:
-/// `BEFORE_COMMIT`.
-pub const VERSION: u32 = 3;
+/// `BEFORE_COMMIT`. Version 4: `OP` (a looping holder's operations, `--loop-seed`).
+pub const VERSION: u32 = 4;
 
 /// The holder's exit statuses (documented in the holder's `--help`).
 pub mod exit {
@@ -127,7 +138,82 @@ pub enum Event {
     Released { ok: bool },
     /// Something went wrong; the holder exits next.
     Error { message: String },
+    /// (`--loop-seed` only) An operation's invocation or completion. `token` is the holding's
+    /// (for an acquire's `ok`: the token granted; 0 before one is known); `scope` and `part` are
+    /// `-` where they do not apply.
+    Op {
+        id: u64,
+        phase: OpPhase,
+        f: OpKind,
+        token: i64,
+        scope: String,
+        part: String,
+    },
 }
+
+/// Where an operation stands: invoked, or completed as ok / fail / info (Jepsen's terms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpPhase {
+    Invoke,
+    /// It happened: granted, accepted, renewed, released.
+    Ok,
+    /// It is known not to have happened: refused, rejected, not renewed.
+    Fail,
+    /// Its outcome is unknown (an error): it may or may not have happened.
+    Info,
+}
+
+/// What an operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Acquire,
+    Write,
+    Renew,
+    Release,
+}
+
+/// Names on the wire (and in the lab's history) and back.
+macro_rules! wire_names {
+    ($ty:ident { $($variant:ident = $name:literal),+ $(,)? }) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = ();
+
+            fn from_str(s: &str) -> Result<Self, ()> {
+                match s {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(()),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+wire_names!(OpPhase {
+    Invoke = "invoke",
+    Ok = "ok",
+    Fail = "fail",
+    Info = "info",
+});
+wire_names!(OpKind {
+    Acquire = "acquire",
+    Write = "write",
+    Renew = "renew",
+    Release = "release",
+});
 
 /// A line that is not a message of this protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -182,6 +268,17 @@ impl fmt::Display for Event {
             Event::Released { ok } => write!(f, "RELEASED ok={ok}"),
             // The message is the rest of the line, with line breaks flattened.
             Event::Error { message } => write!(f, "ERROR {}", message.replace(['\n', '\r'], " ")),
+            Event::Op {
+                id,
+                phase,
+                f: kind,
+                token,
+                scope,
+                part,
+            } => write!(
+                f,
+                "OP id={id} phase={phase} f={kind} token={token} scope={scope} part={part}"
+            ),
         }
     }
 }
@@ -320,6 +417,17 @@ impl Event {
             "ERROR" => Event::Error {
                 message: f.rest.to_owned(),
             },
+            "OP" => {
+                f.only(&["id", "phase", "f", "token", "scope", "part"])?;
+                Event::Op {
+                    id: f.get("id")?,
+                    phase: f.get("phase")?,
+                    f: f.get("f")?,
+                    token: f.get("token")?,
+                    scope: f.get("scope")?,
+                    part: f.get("part")?,
+                }
+            }
             _ => return Err(f.err("unknown event")),
         };
         Ok(event)
@@ -362,6 +470,14 @@ mod tests {
                 message: "failed to connect: no such file".into(),
             },
             Event::BeforeCommit { token: 4 },
+            Event::Op {
+                id: 2,
+                phase: OpPhase::Info,
+                f: OpKind::Write,
+                token: 7,
+                scope: "daily-report".into(),
+                part: "p2".into(),
+            },
         ];
         // Every variant is in the list: a new one does not compile until `variant` names it,
         // and fails here until the list has it.
@@ -378,11 +494,23 @@ mod tests {
             Event::Released { .. } => 9,
             Event::Error { .. } => 10,
             Event::BeforeCommit { .. } => 11,
+            Event::Op { .. } => 12,
         };
         let mut seen: Vec<usize> = events.iter().map(variant).collect();
         seen.sort_unstable();
         seen.dedup();
-        assert_eq!(seen, (0..=11).collect::<Vec<_>>(), "a variant is missing");
+        assert_eq!(seen, (0..=12).collect::<Vec<_>>(), "a variant is missing");
+        for phase in [OpPhase::Invoke, OpPhase::Ok, OpPhase::Fail, OpPhase::Info] {
+            assert_eq!(phase.as_str().parse(), Ok(phase));
+        }
+        for kind in [
+            OpKind::Acquire,
+            OpKind::Write,
+            OpKind::Renew,
+            OpKind::Release,
+        ] {
+            assert_eq!(kind.as_str().parse(), Ok(kind));
+        }
         for e in events {
             assert_eq!(Event::decode(&format!("{e}\n")), Ok(e.clone()), "{e}");
         }

@@ -68,6 +68,48 @@ pub enum Command {
     /// feature `containers`, the containers, networks and network holds such labs left. What
     /// belongs to running labs is left alone.
     Clean(CleanArgs),
+    /// Pauses nobody chose: N looping holder processes compete for the lease and write parts of
+    /// one scope while a nemesis driven only by the seed freezes them (shorter and longer than
+    /// the TTL), kills and restarts them and crashes the cluster. A checker over the recorded
+    /// history says whether I2, I3 (in commit order) and durability held; an unfenced control
+    /// scope written beside, under the same schedule, must show at least one violation.
+    #[command(after_help = "Examples:\n  lab chaos --seed 1 --time 30s\n  \
+                      lab chaos --seed 1 --time 30s --mode unfenced     (exits 1, listing violations)\n  \
+                      lab chaos --holders 8 --faults pause")]
+    Chaos(ChaosArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ChaosArgs {
+    /// The nemesis's seed: the same seed (with the same --time, --holders, --faults) replays
+    /// the same schedule; the holders' interleavings inside it may differ. Default: drawn now
+    /// and printed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// How long the holders run (30s, 2m, 7500ms; at least 5s).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::chaos::parse_duration)]
+    pub time: std::time::Duration,
+    /// How many looping holder processes compete.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=32))]
+    pub holders: u64,
+    /// The write mode under test at the scope `chaos` (the control scope is always unfenced).
+    #[arg(long, value_name = "MODE", default_value = "fenced-scope")]
+    pub mode: fencing::resource::WriteMode,
+    /// The faults the nemesis may inject (comma-separated): pause, kill, crash.
+    #[arg(
+        long,
+        value_name = "FAULTS",
+        value_delimiter = ',',
+        default_value = "pause,kill,crash"
+    )]
+    pub faults: Vec<scenarios::chaos::schedule::FaultKind>,
+    /// Where the evidence goes: output.txt, events.jsonl, schedule.txt, history.jsonl,
+    /// verdict.md, report.html.
+    #[arg(long, value_name = "DIR", default_value = "evidence/chaos")]
+    pub evidence_dir: PathBuf,
+    /// The PostgreSQL server binaries to use.
+    #[arg(long, value_name = "DIR")]
+    pub pg_bindir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@
 
 mod args;
 mod bench;
+mod chaos;
 mod config;
 mod matrix;
 
@@ -84,6 +85,19 @@ fn main() -> ExitCode {
                 );
             }
             print_or_fail(&text)
+        }
+        Command::Chaos(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(rt) => rt.block_on(chaos::run(args)),
+                Err(e) => {
+                    eprintln!("lab chaos: failed to start the async runtime: {e}");
+                    ExitCode::from(EXIT_HARNESS)
+                }
+            }
         }
         Command::Run(args) => match config::resolve(args) {
             Ok(cfg) => run(cfg),

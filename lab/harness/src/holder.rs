@@ -257,6 +257,32 @@ impl Holder {
         &self.renewals
     }
 
+    /// Every event that arrived so far, with the instant it arrived, without waiting (a looping
+    /// holder's stream: `lab chaos` reads it between its faults). Renewals are recorded too.
+    pub fn take_events(&mut self) -> Vec<(Instant, Result<Event, DecodeError>)> {
+        let mut taken: Vec<_> = self.pending.drain(..).collect();
+        while let Ok(item) = self.events.try_recv() {
+            if let (at, Ok(Event::Renewed { ok, .. })) = &item {
+                self.renewals.push((*at, *ok));
+            }
+            taken.push(item);
+        }
+        taken
+    }
+
+    /// Closes the holder's stdin (a looping holder ends by itself) and waits for it to exit;
+    /// `None` if it had to be killed after `timeout`.
+    pub async fn finish(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        self.stdin = None;
+        match self.process.wait_exit(timeout).await {
+            Ok(Some(status)) => Some(status),
+            _ => {
+                self.process.crash().await;
+                None
+            }
+        }
+    }
+
     /// An error for an event the lab did not expect at this point.
     pub fn unexpected(&self, what: &str, got: &Event) -> HolderError {
         HolderError::Unexpected {

@@ -138,3 +138,130 @@ pub async fn client_ports(admin: &PgPool, name: &str) -> sqlx::Result<Vec<i32>> 
     .fetch_all(admin)
     .await
 }
+
+/// Installs the lab's record of every committed version of the resource's parts: a trigger on
+/// `report_part` that copies each inserted or updated row, in the write's own transaction, into
+/// `lab_part_history` — so a write that rolled back leaves nothing, and the row's `xmin` is the
+/// writing transaction (its commit time, with `track_commit_timestamp`, orders the commits). The
+/// harness's instrument, not the system under test's: `resource` connects as the table's owner.
+pub async fn record_part_history(resource: &PgPool) -> sqlx::Result<()> {
+    for statement in [
+        "CREATE TABLE IF NOT EXISTS lab_part_history (
+           scope text NOT NULL, part text NOT NULL, content text NOT NULL, writer text NOT NULL,
+           token bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+        "CREATE OR REPLACE FUNCTION lab_part_history() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO lab_part_history (scope, part, content, writer, token)
+           VALUES (NEW.scope, NEW.part, NEW.content, NEW.writer, NEW.token);
+           RETURN NULL;
+         END $$",
+        "DROP TRIGGER IF EXISTS lab_part_history ON report_part",
+        "CREATE TRIGGER lab_part_history AFTER INSERT OR UPDATE ON report_part
+           FOR EACH ROW EXECUTE FUNCTION lab_part_history()",
+    ] {
+        sqlx::query(statement).execute(resource).await?;
+    }
+    Ok(())
+}
+
+/// One committed version of a part (see [`record_part_history`]); times in µs since the epoch
+/// by the database clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartVersion {
+    pub scope: String,
+    pub part: String,
+    pub content: String,
+    pub token: i64,
+    /// When the write ran (`clock_timestamp()` in its transaction).
+    pub at_us: i64,
+    /// When its transaction committed (`pg_xact_commit_timestamp`); `None` without
+    /// `track_commit_timestamp`.
+    pub commit_us: Option<i64>,
+}
+
+/// Every committed part version, in commit order (then write order).
+pub async fn part_history(resource: &PgPool) -> sqlx::Result<Vec<PartVersion>> {
+    let rows = sqlx::query(
+        "SELECT scope, part, content, token, (extract(epoch FROM at) * 1000000)::int8,
+                (extract(epoch FROM pg_xact_commit_timestamp(xmin)) * 1000000)::int8
+           FROM lab_part_history ORDER BY 6, 5",
+    )
+    .fetch_all(resource)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| PartVersion {
+            scope: r.get(0),
+            part: r.get(1),
+            content: r.get(2),
+            token: r.get(3),
+            at_us: r.get(4),
+            commit_us: r.get(5),
+        })
+        .collect())
+}
+
+/// Installs the lab's record of the lease table: a trigger on `lease` that copies every inserted
+/// or updated row (a grant, a renewal, a release) into `lab_lease_history`, in the statement's
+/// transaction. `lease` connects as the table's owner.
+pub async fn record_lease_history(lease: &PgPool) -> sqlx::Result<()> {
+    for statement in [
+        "CREATE TABLE IF NOT EXISTS lab_lease_history (
+           name text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
+           expires_at timestamptz NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+        "CREATE OR REPLACE FUNCTION lab_lease_history() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO lab_lease_history (name, holder, token, expires_at)
+           VALUES (NEW.name, NEW.holder, NEW.token, NEW.expires_at);
+           RETURN NULL;
+         END $$",
+        "DROP TRIGGER IF EXISTS lab_lease_history ON lease",
+        "CREATE TRIGGER lab_lease_history AFTER INSERT OR UPDATE ON lease
+           FOR EACH ROW EXECUTE FUNCTION lab_lease_history()",
+    ] {
+        sqlx::query(statement).execute(lease).await?;
+    }
+    Ok(())
+}
+
+/// One version of the lease row (see [`record_lease_history`]): µs since the epoch by the
+/// database clock; a released lease's `expires_us` is `None` (`-infinity`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseVersion {
+    pub holder: String,
+    pub token: i64,
+    pub at_us: i64,
+    pub expires_us: Option<i64>,
+}
+
+/// Every committed version of the lease row, in the order they were written.
+pub async fn lease_history(lease: &PgPool) -> sqlx::Result<Vec<LeaseVersion>> {
+    let rows = sqlx::query(
+        "SELECT holder, token, (extract(epoch FROM at) * 1000000)::int8,
+                CASE WHEN isfinite(expires_at)
+                     THEN (extract(epoch FROM expires_at) * 1000000)::int8 END
+           FROM lab_lease_history ORDER BY at",
+    )
+    .fetch_all(lease)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| LeaseVersion {
+            holder: r.get(0),
+            token: r.get(1),
+            at_us: r.get(2),
+            expires_us: r.get(3),
+        })
+        .collect())
+}
+
+/// The parts as they stand: (scope, part, content, token).
+pub async fn final_parts(resource: &PgPool) -> sqlx::Result<Vec<(String, String, String, i64)>> {
+    let rows = sqlx::query("SELECT scope, part, content, token FROM report_part ORDER BY 1, 2")
+        .fetch_all(resource)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect())
+}

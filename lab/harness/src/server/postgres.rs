@@ -184,6 +184,9 @@ pub struct ClusterConfig {
     /// Also listen on 127.0.0.1:`port`. Off by default: the socket directory is private.
     pub listen_tcp: bool,
     pub max_connections: u32,
+    /// `track_commit_timestamp = on`: each transaction's commit time is kept, so that the order
+    /// in which writes committed can be read back (`lab chaos`'s checker).
+    pub track_commit_timestamp: bool,
 }
 
 impl ClusterConfig {
@@ -193,6 +196,7 @@ impl ClusterConfig {
             port: DEFAULT_PORT,
             listen_tcp: false,
             max_connections: 100,
+            track_commit_timestamp: false,
         }
     }
 }
@@ -456,6 +460,15 @@ impl Server for Cluster {
             .arg(format!("listen_addresses={listen}"))
             .arg("-c")
             .arg(format!("max_connections={}", self.cfg.max_connections))
+            .arg("-c")
+            .arg(format!(
+                "track_commit_timestamp={}",
+                if self.cfg.track_commit_timestamp {
+                    "on"
+                } else {
+                    "off"
+                }
+            ))
             .current_dir(self.root())
             .stdout(Stream::File(log))
             .stderr(Stream::File(log2))

@@ -1,0 +1,511 @@
+//! The checker: reads the recorded history (every operation's invocation and completion, the
+//! nemesis's faults) and the database's own records (every committed part version with its
+//! commit time, every version of the lease row, the final parts) and says which invariant broke
+//! where, each violation with the smallest excerpt that shows it.
+//!
+//! - **I2**: no token granted twice; a grant that completed before another was invoked has the
+//!   smaller token (real-time order).
+//! - **I3** per scope: in commit order, an accepted write never has a smaller token than one that
+//!   committed before it. Commits at the same microsecond are taken as concurrent.
+//! - **Durability**: every write acknowledged as accepted is among the committed versions, and
+//!   each part's final content is its last committed version. A write whose outcome is unknown
+//!   (`info`: killed mid-write, server gone) is resolved from the committed versions, never
+//!   counted as failed.
+//! - **Stale writes**: committed versions whose token is below a token the lease store had
+//!   granted before they committed (database clock) — the fence's whole business.
+//! - **I1** (efficiency only): holdings (grant to expiry or release, database clock) that
+//!   overlap, as a statistic.
+
+use std::collections::BTreeMap;
+
+use harness::observe::{LeaseVersion, PartVersion};
+use holder_protocol::OpKind;
+
+use super::schedule::FaultKind;
+
+/// How an operation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// It happened (granted, accepted, renewed, released).
+    Ok,
+    /// It is known not to have happened (refused, rejected).
+    Fail,
+    /// Unknown: an error, or no completion at all (killed, or the run ended while it ran).
+    Info,
+}
+
+/// One operation of the history.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Op {
+    /// The holder process: slot and incarnation, `h2.1`.
+    pub process: String,
+    pub id: u64,
+    #[serde(serialize_with = "kind_name")]
+    pub f: OpKind,
+    pub token: i64,
+    pub scope: String,
+    pub part: String,
+    /// On the lab's monotonic clock, ms from the start of the run.
+    pub invoke_ms: f64,
+    pub complete_ms: Option<f64>,
+    pub outcome: Outcome,
+}
+
+fn kind_name<S: serde::Serializer>(kind: &OpKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind.as_str())
+}
+
+impl Op {
+    /// What a write stores as its content: the process and the operation.
+    pub fn content(&self) -> String {
+        format!("{}#{}", self.process, self.id)
+    }
+
+    fn line(&self) -> String {
+        let done = self
+            .complete_ms
+            .map_or_else(|| "never completed".into(), |c| format!("{c:.0} ms"));
+        let place = if self.f == OpKind::Write {
+            format!(" {}/{}", self.scope, self.part)
+        } else {
+            String::new()
+        };
+        format!(
+            "{} op {} {}{place} token={} invoked {:.0} ms, completed {done}: {:?}",
+            self.process,
+            self.id,
+            self.f.as_str(),
+            self.token,
+            self.invoke_ms,
+            self.outcome
+        )
+    }
+}
+
+/// A fault as it was carried out (times on the lab's monotonic clock, ms from the start).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Injected {
+    #[serde(serialize_with = "fault_name")]
+    pub kind: FaultKind,
+    /// The holder process it hit (`-` for a crash).
+    pub process: String,
+    pub start_ms: f64,
+    pub end_ms: f64,
+}
+
+fn fault_name<S: serde::Serializer>(kind: &FaultKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind.as_str())
+}
+
+/// One broken invariant, with the history lines that show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub what: String,
+    pub excerpt: Vec<String>,
+}
+
+/// Per fault kind: how many were injected, how many committed stale writes they made, how many
+/// writes the fence rejected after them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultRow {
+    pub injected: usize,
+    pub stale_accepted: BTreeMap<String, usize>,
+    pub rejected: BTreeMap<String, usize>,
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Default)]
+pub struct Verdict {
+    pub i2: Vec<Violation>,
+    /// Per scope.
+    pub i3: BTreeMap<String, Vec<Violation>>,
+    pub durability: Vec<Violation>,
+    /// Per scope: committed versions with a superseded token.
+    pub stale: BTreeMap<String, usize>,
+    /// Writes with an unknown outcome: (applied, not applied).
+    pub info_writes: (usize, usize),
+    pub holdings: usize,
+    pub overlapping_holdings: usize,
+    /// Per fault kind (and `none`): see [`FaultRow`].
+    pub by_fault: BTreeMap<String, FaultRow>,
+    pub ops: usize,
+}
+
+/// Everything the checker reads.
+pub struct Observed<'a> {
+    pub ops: &'a [Op],
+    pub faults: &'a [Injected],
+    pub parts: &'a [PartVersion],
+    pub final_parts: &'a [(String, String, String, i64)],
+    pub lease: &'a [LeaseVersion],
+}
+
+pub fn check(o: &Observed<'_>) -> Verdict {
+    let mut v = Verdict {
+        ops: o.ops.len(),
+        ..Verdict::default()
+    };
+    check_i2(o, &mut v);
+    check_i3(o, &mut v);
+    check_durability(o, &mut v);
+    check_stale(o, &mut v);
+    check_i1(o, &mut v);
+    v
+}
+
+fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
+    let grants: Vec<&Op> = o
+        .ops
+        .iter()
+        .filter(|op| op.f == OpKind::Acquire && op.outcome == Outcome::Ok)
+        .collect();
+    let mut by_token: BTreeMap<i64, &Op> = BTreeMap::new();
+    for g in &grants {
+        if let Some(first) = by_token.insert(g.token, g) {
+            v.i2.push(Violation {
+                what: format!("token {} was granted twice", g.token),
+                excerpt: vec![first.line(), g.line()],
+            });
+        }
+    }
+    for a in &grants {
+        let Some(done) = a.complete_ms else { continue };
+        if let Some(b) = grants
+            .iter()
+            .find(|b| b.invoke_ms > done && b.token <= a.token)
+        {
+            v.i2.push(Violation {
+                what: format!(
+                    "token {} was granted after token {} had been granted (real-time order)",
+                    b.token, a.token
+                ),
+                excerpt: vec![a.line(), b.line()],
+            });
+        }
+    }
+}
+
+/// The operation that wrote `version`, if the history has it.
+fn writer_of<'o>(o: &'o Observed<'_>, version: &PartVersion) -> Option<&'o Op> {
+    o.ops
+        .iter()
+        .find(|op| op.f == OpKind::Write && op.content() == version.content)
+}
+
+fn version_line(o: &Observed<'_>, version: &PartVersion) -> String {
+    let by = writer_of(o, version).map_or_else(|| "an unknown writer".into(), Op::line);
+    format!(
+        "{}/{} token={} committed at {} µs (db clock), by {by}",
+        version.scope,
+        version.part,
+        version.token,
+        version.commit_us.unwrap_or(version.at_us)
+    )
+}
+
+fn check_i3(o: &Observed<'_>, v: &mut Verdict) {
+    let mut scopes: BTreeMap<&str, Vec<&PartVersion>> = BTreeMap::new();
+    for p in o.parts {
+        scopes.entry(&p.scope).or_default().push(p);
+    }
+    for (scope, mut versions) in scopes {
+        versions.sort_by_key(|p| (p.commit_us.unwrap_or(p.at_us), p.at_us));
+        let found = v.i3.entry(scope.to_owned()).or_default();
+        for (i, p) in versions.iter().enumerate() {
+            let at = p.commit_us.unwrap_or(p.at_us);
+            // The greatest token committed strictly before this one.
+            let before = versions[..i]
+                .iter()
+                .filter(|q| q.commit_us.unwrap_or(q.at_us) < at)
+                .max_by_key(|q| q.token);
+            if let Some(q) = before.filter(|q| q.token > p.token) {
+                found.push(Violation {
+                    what: format!(
+                        "{scope}: token {} accepted after token {} had committed",
+                        p.token, q.token
+                    ),
+                    excerpt: vec![version_line(o, q), version_line(o, p)],
+                });
+            }
+        }
+    }
+}
+
+fn check_durability(o: &Observed<'_>, v: &mut Verdict) {
+    for op in o.ops.iter().filter(|op| op.f == OpKind::Write) {
+        let committed = o.parts.iter().any(|p| p.content == op.content());
+        match op.outcome {
+            Outcome::Ok if !committed => v.durability.push(Violation {
+                what: format!(
+                    "a write acknowledged as accepted is not among the committed versions ({})",
+                    op.content()
+                ),
+                excerpt: vec![op.line()],
+            }),
+            Outcome::Fail if committed => v.durability.push(Violation {
+                what: format!(
+                    "a write reported as rejected was committed ({})",
+                    op.content()
+                ),
+                excerpt: vec![op.line()],
+            }),
+            Outcome::Info if committed => v.info_writes.0 += 1,
+            Outcome::Info => v.info_writes.1 += 1,
+            _ => {}
+        }
+    }
+    for (scope, part, content, token) in o.final_parts {
+        let last = o
+            .parts
+            .iter()
+            .filter(|p| &p.scope == scope && &p.part == part)
+            .max_by_key(|p| (p.commit_us.unwrap_or(p.at_us), p.at_us));
+        if last.is_none_or(|l| &l.content != content) {
+            v.durability.push(Violation {
+                what: format!("{scope}/{part}'s final content is not its last committed version"),
+                excerpt: vec![
+                    format!("final: {content} token={token}"),
+                    last.map_or_else(|| "no committed version".into(), |l| version_line(o, l)),
+                ],
+            });
+        }
+    }
+}
+
+/// The holder process's fault that came between its grant of `token` and `until` (ms): the
+/// latest one, by kind; `none` when nothing hit it.
+fn blame(o: &Observed<'_>, process: &str, token: i64, until: f64) -> String {
+    let granted = o
+        .ops
+        .iter()
+        .filter(|op| {
+            op.process == process
+                && op.f == OpKind::Acquire
+                && op.outcome == Outcome::Ok
+                && op.token == token
+        })
+        .filter_map(|op| op.complete_ms)
+        .next()
+        .unwrap_or(0.0);
+    o.faults
+        .iter()
+        .filter(|f| f.process == process || f.kind == FaultKind::Crash)
+        .filter(|f| f.start_ms <= until && f.end_ms >= granted)
+        .max_by(|a, b| a.start_ms.total_cmp(&b.start_ms))
+        .map_or_else(|| "none".into(), |f| f.kind.as_str().to_owned())
+}
+
+fn check_stale(o: &Observed<'_>, v: &mut Verdict) {
+    // When each token was first granted, by the database clock.
+    let mut granted: BTreeMap<i64, i64> = BTreeMap::new();
+    for l in o.lease {
+        granted.entry(l.token).or_insert(l.at_us);
+    }
+    for f in o.faults {
+        v.by_fault
+            .entry(f.kind.as_str().into())
+            .or_default()
+            .injected += 1;
+    }
+    for p in o.parts {
+        let at = p.commit_us.unwrap_or(p.at_us);
+        let stale = granted.iter().any(|(t, g)| *t > p.token && *g < at);
+        if stale {
+            *v.stale.entry(p.scope.clone()).or_default() += 1;
+            let kind = writer_of(o, p).map_or_else(
+                || "none".into(),
+                |op| blame(o, &op.process, op.token, op.complete_ms.unwrap_or(f64::MAX)),
+            );
+            *v.by_fault
+                .entry(kind)
+                .or_default()
+                .stale_accepted
+                .entry(p.scope.clone())
+                .or_default() += 1;
+        }
+    }
+    for op in o
+        .ops
+        .iter()
+        .filter(|op| op.f == OpKind::Write && op.outcome == Outcome::Fail)
+    {
+        let kind = blame(o, &op.process, op.token, op.complete_ms.unwrap_or(f64::MAX));
+        *v.by_fault
+            .entry(kind)
+            .or_default()
+            .rejected
+            .entry(op.scope.clone())
+            .or_default() += 1;
+    }
+}
+
+fn check_i1(o: &Observed<'_>, v: &mut Verdict) {
+    // Each token's holding: from its first version to its last expiry (or its release).
+    let mut holdings: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for l in o.lease {
+        let end = l.expires_us.unwrap_or(l.at_us);
+        holdings
+            .entry(l.token)
+            .and_modify(|(_, e)| *e = end)
+            .or_insert((l.at_us, end));
+    }
+    v.holdings = holdings.len();
+    let spans: Vec<(i64, i64)> = holdings.values().copied().collect();
+    v.overlapping_holdings = spans.windows(2).filter(|w| w[1].0 < w[0].1).count();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(process: &str, id: u64, f: OpKind, token: i64, t: (f64, f64), outcome: Outcome) -> Op {
+        Op {
+            process: process.into(),
+            id,
+            f,
+            token,
+            scope: if f == OpKind::Write {
+                "s".into()
+            } else {
+                "-".into()
+            },
+            part: if f == OpKind::Write {
+                "p1".into()
+            } else {
+                "-".into()
+            },
+            invoke_ms: t.0,
+            complete_ms: Some(t.1),
+            outcome,
+        }
+    }
+
+    fn version(content: &str, token: i64, commit_us: i64) -> PartVersion {
+        PartVersion {
+            scope: "s".into(),
+            part: "p1".into(),
+            content: content.into(),
+            token,
+            at_us: commit_us - 10,
+            commit_us: Some(commit_us),
+        }
+    }
+
+    fn lease(token: i64, at_us: i64, expires_us: i64) -> LeaseVersion {
+        LeaseVersion {
+            holder: format!("h{token}"),
+            token,
+            at_us,
+            expires_us: Some(expires_us),
+        }
+    }
+
+    /// A then B: A (token 1) wrote, B (token 2) wrote; A's late write with token 1 commits last.
+    fn stale_history(late_accepted: bool) -> (Vec<Op>, Vec<PartVersion>, Vec<LeaseVersion>) {
+        let mut ops = vec![
+            op("h0.0", 1, OpKind::Acquire, 1, (0.0, 1.0), Outcome::Ok),
+            op("h0.0", 2, OpKind::Write, 1, (2.0, 3.0), Outcome::Ok),
+            op("h1.0", 1, OpKind::Acquire, 2, (2000.0, 2001.0), Outcome::Ok),
+            op("h1.0", 2, OpKind::Write, 2, (2002.0, 2003.0), Outcome::Ok),
+        ];
+        let outcome = if late_accepted {
+            Outcome::Ok
+        } else {
+            Outcome::Fail
+        };
+        ops.push(op("h0.0", 3, OpKind::Write, 1, (2500.0, 2501.0), outcome));
+        let mut versions = vec![version("h0.0#2", 1, 3_000), version("h1.0#2", 2, 2_003_000)];
+        if late_accepted {
+            versions.push(version("h0.0#3", 1, 2_501_000));
+        }
+        let leases = vec![lease(1, 0, 1_500_000), lease(2, 2_000_000, 3_500_000)];
+        (ops, versions, leases)
+    }
+
+    fn run(ops: &[Op], parts: &[PartVersion], lease: &[LeaseVersion]) -> Verdict {
+        let last = parts.iter().max_by_key(|p| p.commit_us).expect("a version");
+        let finals = vec![("s".into(), "p1".into(), last.content.clone(), last.token)];
+        let faults = vec![Injected {
+            kind: FaultKind::Pause,
+            process: "h0.0".into(),
+            start_ms: 4.0,
+            end_ms: 2400.0,
+        }];
+        check(&Observed {
+            ops,
+            faults: &faults,
+            parts,
+            final_parts: &finals,
+            lease,
+        })
+    }
+
+    #[test]
+    fn a_stale_write_accepted_after_a_greater_token_breaks_i3_and_is_blamed_on_the_pause() {
+        let (ops, parts, lease) = stale_history(true);
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.i3["s"].len(), 1, "{v:?}");
+        assert!(
+            v.i3["s"][0].what.contains("token 1 accepted after token 2"),
+            "{v:?}"
+        );
+        assert_eq!(v.i3["s"][0].excerpt.len(), 2);
+        assert_eq!(v.stale["s"], 1);
+        assert_eq!(v.by_fault["pause"].stale_accepted["s"], 1);
+        assert!(v.i2.is_empty() && v.durability.is_empty(), "{v:?}");
+        assert_eq!((v.holdings, v.overlapping_holdings), (2, 0));
+    }
+
+    #[test]
+    fn the_same_history_fenced_is_clean_and_counts_the_rejection() {
+        let (ops, parts, lease) = stale_history(false);
+        let v = run(&ops, &parts, &lease);
+        assert!(
+            v.i3["s"].is_empty() && v.i2.is_empty() && v.durability.is_empty(),
+            "{v:?}"
+        );
+        assert!(v.stale.is_empty());
+        assert_eq!(v.by_fault["pause"].rejected["s"], 1);
+    }
+
+    #[test]
+    fn a_token_granted_twice_or_out_of_real_time_order_breaks_i2() {
+        let (mut ops, parts, lease) = stale_history(false);
+        ops.push(op(
+            "h2.0",
+            1,
+            OpKind::Acquire,
+            2,
+            (3000.0, 3001.0),
+            Outcome::Ok,
+        ));
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.i2.len(), 2, "{v:?}");
+        assert!(v.i2[0].what.contains("token 2 was granted twice"));
+        assert!(v.i2[1].what.contains("real-time order"));
+    }
+
+    #[test]
+    fn a_lost_acknowledged_write_breaks_durability_and_info_writes_are_resolved() {
+        let (mut ops, mut parts, lease) = stale_history(false);
+        parts.retain(|p| p.content != "h1.0#2");
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.durability.len(), 1, "{v:?}");
+        assert!(v.durability[0].what.contains("h1.0#2"));
+        // A write killed mid-flight: unknown, resolved from the committed versions.
+        let (_, parts, _) = stale_history(false);
+        ops[4].outcome = Outcome::Info;
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.info_writes, (0, 1));
+        assert!(v.durability.is_empty(), "{v:?}");
+    }
+
+    #[test]
+    fn overlapping_holdings_are_counted_not_failed() {
+        let (ops, parts, _) = stale_history(false);
+        let lease = vec![lease(1, 0, 2_500_000), lease(2, 2_000_000, 3_500_000)];
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.overlapping_holdings, 1);
+    }
+}

@@ -1,0 +1,238 @@
+//! The nemesis's schedule: which fault, when, against whom, for how long — drawn from the seed
+//! alone (ChaCha8, value-stable), so that the same seed, duration, holder count, fault set and
+//! TTL give the same schedule on every run. What the holders do in between is theirs: the
+//! interleavings inside a replayed schedule may differ.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::{Rng as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
+
+/// A kind of fault the nemesis injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGSTOP to a holder for a while, then SIGCONT: a GC pause, a VM stall.
+    Pause,
+    /// SIGKILL to a holder; a new incarnation of it starts after a while.
+    Kill,
+    /// The cluster stopped immediately (no checkpoint) and started again: WAL recovery.
+    Crash,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 3] = [FaultKind::Pause, FaultKind::Kill, FaultKind::Crash];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::Pause => "pause",
+            FaultKind::Kill => "kill",
+            FaultKind::Crash => "crash",
+        }
+    }
+
+    /// How often it is drawn, relative to the others.
+    fn weight(self) -> u32 {
+        match self {
+            FaultKind::Pause => 8,
+            FaultKind::Kill => 2,
+            FaultKind::Crash => 1,
+        }
+    }
+}
+
+impl std::str::FromStr for FaultKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown fault {s:?}: the faults are pause, kill and crash"))
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// From the start of the run.
+    pub at: Duration,
+    pub kind: FaultKind,
+    /// The holder slot (pause, kill); 0 and meaningless for a crash.
+    pub target: usize,
+    /// How long the holder stays frozen (pause) or dead before it is started again (kill);
+    /// zero for a crash (the restart is as fast as the server is).
+    pub length: Duration,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = self.at.as_millis();
+        match self.kind {
+            FaultKind::Crash => write!(
+                f,
+                "{at:>6} ms  crash   the cluster (immediate stop, restart)"
+            ),
+            FaultKind::Pause => write!(
+                f,
+                "{at:>6} ms  pause   h{} for {} ms",
+                self.target,
+                self.length.as_millis()
+            ),
+            FaultKind::Kill => write!(
+                f,
+                "{at:>6} ms  kill    h{}, restarted after {} ms",
+                self.target,
+                self.length.as_millis()
+            ),
+        }
+    }
+}
+
+/// The schedule's inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub seed: u64,
+    pub time: Duration,
+    pub holders: usize,
+    pub faults: Vec<FaultKind>,
+    pub ttl: Duration,
+}
+
+/// The seed of holder `slot`'s `incarnation`: its own choices, replayed with the run's seed.
+pub fn holder_seed(seed: u64, slot: usize, incarnation: u32) -> u64 {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+    rng.set_stream(((slot as u64) << 32) | u64::from(incarnation));
+    rng.random()
+}
+
+/// The faults, in time order. Between two faults 150–900 ms pass; a pause lasts 0.1–2.5 TTL
+/// (shorter and longer than the lease), a killed holder stays dead 0–1 TTL. A holder is never
+/// the target of a fault while the last one against it still runs; a crash leaves 2 s for the
+/// restart before the next fault. The last second of the run has no fault.
+pub fn schedule(plan: &Plan) -> Vec<Fault> {
+    let mut rng = ChaCha8Rng::seed_from_u64(plan.seed);
+    let mut faults = Vec::new();
+    if plan.faults.is_empty() || plan.holders == 0 {
+        return faults;
+    }
+    let total: u32 = plan.faults.iter().map(|k| k.weight()).sum();
+    let ttl = plan.ttl.as_millis() as u64;
+    let mut busy_until = vec![Duration::ZERO; plan.holders];
+    let mut at = Duration::from_millis(rng.random_range(300..=800));
+    let end = plan.time.saturating_sub(Duration::from_secs(1));
+    while at < end {
+        let mut pick = rng.random_range(0..total);
+        let kind = *plan
+            .faults
+            .iter()
+            .find(|k| {
+                let hit = pick < k.weight();
+                pick = pick.saturating_sub(k.weight());
+                hit
+            })
+            .expect("the weights add up to the total");
+        let target = rng.random_range(0..plan.holders);
+        let length = match kind {
+            FaultKind::Pause => Duration::from_millis(rng.random_range(ttl / 10..=ttl * 5 / 2)),
+            FaultKind::Kill => Duration::from_millis(rng.random_range(0..=ttl)),
+            FaultKind::Crash => Duration::ZERO,
+        };
+        let gap = Duration::from_millis(rng.random_range(150..=900));
+        let free = kind == FaultKind::Crash || busy_until[target] <= at;
+        if free {
+            if kind != FaultKind::Crash {
+                busy_until[target] = at + length + Duration::from_millis(50);
+            }
+            faults.push(Fault {
+                at,
+                kind,
+                target: if kind == FaultKind::Crash { 0 } else { target },
+                length,
+            });
+        }
+        at += gap
+            + if kind == FaultKind::Crash && free {
+                Duration::from_secs(2)
+            } else {
+                Duration::ZERO
+            };
+    }
+    faults
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(seed: u64) -> Plan {
+        Plan {
+            seed,
+            time: Duration::from_secs(30),
+            holders: 4,
+            faults: FaultKind::ALL.to_vec(),
+            ttl: Duration::from_millis(1500),
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_schedule_and_another_seed_another() {
+        assert_eq!(schedule(&plan(1)), schedule(&plan(1)));
+        assert_ne!(schedule(&plan(1)), schedule(&plan(2)));
+        assert_eq!(holder_seed(1, 2, 0), holder_seed(1, 2, 0));
+        assert_ne!(holder_seed(1, 2, 0), holder_seed(1, 2, 1));
+    }
+
+    #[test]
+    fn faults_stay_inside_the_run_and_never_overlap_on_one_holder() {
+        for seed in 0..50 {
+            let p = plan(seed);
+            let faults = schedule(&p);
+            assert!(!faults.is_empty());
+            assert!(faults.windows(2).all(|w| w[0].at < w[1].at));
+            assert!(faults
+                .iter()
+                .all(|f| f.at < p.time - Duration::from_secs(1)));
+            for f in &faults {
+                let later = faults.iter().filter(|g| {
+                    g.kind != FaultKind::Crash
+                        && f.kind != FaultKind::Crash
+                        && g.target == f.target
+                        && g.at > f.at
+                        && g.at < f.at + f.length
+                });
+                assert_eq!(later.count(), 0, "seed {seed}: {f} overlaps");
+            }
+            // Pauses both shorter and longer than the TTL are drawn.
+            let pauses: Vec<_> = faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::Pause)
+                .collect();
+            assert!(pauses
+                .iter()
+                .all(|f| f.length >= p.ttl / 10 && f.length <= p.ttl * 5 / 2));
+        }
+        let all = (0..50).flat_map(|s| schedule(&plan(s))).collect::<Vec<_>>();
+        assert!(all
+            .iter()
+            .any(|f| f.kind == FaultKind::Pause && f.length < Duration::from_millis(1500)));
+        assert!(all
+            .iter()
+            .any(|f| f.kind == FaultKind::Pause && f.length > Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn only_the_chosen_faults_are_drawn() {
+        let p = Plan {
+            faults: vec![FaultKind::Pause],
+            ..plan(3)
+        };
+        assert!(schedule(&p).iter().all(|f| f.kind == FaultKind::Pause));
+    }
+}
