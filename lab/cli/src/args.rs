@@ -75,7 +75,8 @@ pub enum Command {
     /// scope written beside, under the same schedule, must show at least one violation.
     #[command(after_help = "Examples:\n  lab chaos --seed 1 --time 30s\n  \
                       lab chaos --seed 1 --time 30s --mode unfenced     (exits 1, listing violations)\n  \
-                      lab chaos --holders 8 --faults pause")]
+                      lab chaos --holders 8 --faults pause\n  \
+                      lab chaos --sweep 20 --faults pause --time 30s")]
     Chaos(ChaosArgs),
 }
 
@@ -107,6 +108,11 @@ pub struct ChaosArgs {
     /// verdict.md, report.html.
     #[arg(long, value_name = "DIR", default_value = "evidence/chaos")]
     pub evidence_dir: PathBuf,
+    /// Seed 004's open question: N runs (seeds --seed … --seed+N-1), then the share of pauses,
+    /// by length as a fraction of the TTL, that led to an I3 violation at the unfenced control
+    /// (and at the scope under test), with its spread (sweep.md). Try --faults pause.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub sweep: Option<u64>,
     /// The PostgreSQL server binaries to use.
     #[arg(long, value_name = "DIR")]
     pub pg_bindir: Option<PathBuf>,

@@ -85,19 +85,60 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         ..ClusterConfig::new(bins)
     };
     let dir = args.evidence_dir.clone();
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("--evidence-dir {}: cannot be made", dir.display()))?;
     let mut lab = tokio::select! {
         lab = Lab::start(cluster, params, holder_bin) => lab?,
         _ = sigint.recv() => return Ok(ExitCode::from(130)),
         _ = sigterm.recv() => return Ok(ExitCode::from(143)),
     };
+    let outcome = match args.sweep {
+        None => single(&mut lab, &cfg, &dir, &mut sigint, &mut sigterm).await,
+        Some(n) => sweep(&mut lab, &cfg, n, &dir, &mut sigint, &mut sigterm).await,
+    };
+    let keep = matches!(&outcome, Ok(Ran::Failed));
+    if keep {
+        for line in lab.keep() {
+            eprintln!("lab chaos: {line}; `./run.sh clean` removes it");
+        }
+    }
+    lab.shutdown().await;
+    let ran = outcome?;
+    eprintln!(
+        "lab chaos: seed {seed}; evidence in {} (schedule.txt, history.jsonl, verdict.md, report.html{})",
+        dir.display(),
+        if args.sweep.is_some() { "; sweep.md, one directory per seed" } else { "" }
+    );
+    Ok(match ran {
+        Ran::Interrupted(code) => ExitCode::from(code),
+        Ran::Passed => ExitCode::SUCCESS,
+        Ran::Failed => ExitCode::from(1),
+    })
+}
+
+/// How a run (or a sweep) ended.
+enum Ran {
+    Passed,
+    Failed,
+    Interrupted(u8),
+}
+
+/// One run with its evidence in `dir`, printed when `to_stdout`: how it ended, and what it found
+/// (`None` when it could not complete or was interrupted).
+async fn one(
+    lab: &mut Lab,
+    cfg: &ChaosConfig,
+    dir: &std::path::Path,
+    to_stdout: bool,
+    sigint: &mut tokio::signal::unix::Signal,
+    sigterm: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<(Ran, Option<chaos::Found>)> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--evidence-dir {}: cannot be made", dir.display()))?;
     let reporters: Vec<Box<dyn Reporter>> = vec![
-        Box::new(TextReporter::new(true, Some(dir.join("output.txt")))),
+        Box::new(TextReporter::new(to_stdout, Some(dir.join("output.txt")))),
         Box::new(JsonlReporter::new(Some(dir.join("events.jsonl")), false)),
         Box::new(JunitReporter::new(Some(dir.join("junit.xml")), false)),
         Box::new(EnvironmentReporter::new(dir.join("environment.json"))),
-        Box::new(TimelineReporter::new(dir.clone())),
+        Box::new(TimelineReporter::new(dir.to_path_buf())),
     ];
     let mut rec = Recorder::new(reporters);
     rec.environment(vec![
@@ -109,12 +150,12 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             "command_line".into(),
             std::env::args().collect::<Vec<_>>().join(" "),
         ),
-        ("seed".into(), seed.to_string()),
+        ("seed".into(), cfg.seed.to_string()),
         ("backend".into(), lab.describe_servers()),
         (
             "chaos".into(),
             format!(
-                "time={}ms holders={} mode={} faults={}",
+                "time={}ms holders={} mode={} faults={} ttl={}ms",
                 cfg.time.as_millis(),
                 cfg.holders,
                 cfg.mode,
@@ -122,41 +163,130 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
                     .iter()
                     .map(|k| k.as_str())
                     .collect::<Vec<_>>()
-                    .join(",")
+                    .join(","),
+                lab.params.ttl.as_millis()
             ),
         ),
     ]);
     rec.case_with_lanes(chaos::CASE, chaos::TITLE, chaos::lanes(cfg.holders));
-    let interrupted = tokio::select! {
-        found = chaos::run(&mut lab, &mut rec, &cfg, &dir) => {
-            if let Err(e) = found {
+    let (found, interrupted) = tokio::select! {
+        found = chaos::run(lab, &mut rec, cfg, dir) => match found {
+            Ok(found) => (Some(found), None),
+            Err(e) => {
                 rec.abort(&format!("{e:#}"));
+                (None, None)
             }
-            None
-        }
-        _ = sigint.recv() => Some(("SIGINT", 130)),
-        _ = sigterm.recv() => Some(("SIGTERM", 143)),
+        },
+        _ = sigint.recv() => (None, Some(("SIGINT", 130))),
+        _ = sigterm.recv() => (None, Some(("SIGTERM", 143))),
     };
     if let Some((name, _)) = interrupted {
         rec.interrupted(name);
     }
-    let summary = rec.finish();
-    if summary.as_ref().is_ok_and(|s| !s.all_passed()) && interrupted.is_none() {
-        for line in lab.keep() {
-            eprintln!("lab chaos: {line}; `./run.sh clean` removes it");
+    let summary = rec
+        .finish()
+        .with_context(|| format!("failed to write the evidence into {}", dir.display()))?;
+    let ran = match interrupted {
+        Some((_, code)) => Ran::Interrupted(code),
+        None if summary.all_passed() => Ran::Passed,
+        None => Ran::Failed,
+    };
+    Ok((ran, found))
+}
+
+async fn single(
+    lab: &mut Lab,
+    cfg: &ChaosConfig,
+    dir: &std::path::Path,
+    sigint: &mut tokio::signal::unix::Signal,
+    sigterm: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<Ran> {
+    Ok(one(lab, cfg, dir, true, sigint, sigterm).await?.0)
+}
+
+/// `--sweep N`: N runs, seeds `seed` … `seed + N - 1`, each with its evidence in `seed-K/`; one
+/// line per run, then the table of pause lengths (stdout and `sweep.md`). Fails when a run broke
+/// an invariant at the scope under test; a run whose control showed nothing is counted, not
+/// failed (its pauses still count in the table).
+async fn sweep(
+    lab: &mut Lab,
+    cfg: &ChaosConfig,
+    n: u64,
+    dir: &std::path::Path,
+    sigint: &mut tokio::signal::unix::Signal,
+    sigterm: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<Ran> {
+    let mut runs = Vec::new();
+    let mut broken = 0;
+    let mut gentle = 0;
+    for k in 0..n {
+        let seed = cfg.seed + k;
+        let run_cfg = ChaosConfig {
+            seed,
+            ..cfg.clone()
+        };
+        let (ran, found) = one(
+            lab,
+            &run_cfg,
+            &dir.join(format!("seed-{seed}")),
+            false,
+            sigint,
+            sigterm,
+        )
+        .await?;
+        if let Ran::Interrupted(code) = ran {
+            return Ok(Ran::Interrupted(code));
         }
+        let Some(found) = found else {
+            println!("seed {seed}: could not complete (see seed-{seed}/output.txt)");
+            broken += 1;
+            continue;
+        };
+        let v = &found.verdict;
+        let at = |scope: &str| v.i3.get(scope).map_or(0, Vec::len);
+        let fenced_ok = v.i2.is_empty() && at(chaos::SCOPE) == 0 && v.durability.is_empty();
+        broken += usize::from(!fenced_ok);
+        gentle += usize::from(at(chaos::CONTROL_SCOPE) == 0);
+        let pauses = found
+            .injected
+            .iter()
+            .filter(|f| f.kind == chaos::schedule::FaultKind::Pause)
+            .count();
+        println!(
+            "seed {seed}: {pauses} pauses; I3 violations {} at {} ({}), {} at the unfenced control; {}",
+            at(chaos::SCOPE),
+            chaos::SCOPE,
+            cfg.mode,
+            at(chaos::CONTROL_SCOPE),
+            if fenced_ok { "fence held" } else { "FENCE BROKEN" }
+        );
+        runs.push(chaos::sweep::Run::of(seed, &found, lab.params.ttl));
     }
-    lab.shutdown().await;
-    let summary =
-        summary.with_context(|| format!("failed to write the evidence into {}", dir.display()))?;
-    eprintln!(
-        "lab chaos: seed {seed}; evidence in {} (schedule.txt, history.jsonl, verdict.md, report.html)",
-        dir.display()
+    let table = chaos::sweep::table(&runs, &cfg.mode.to_string());
+    let text = format!(
+        "# Chaos sweep — seeds {}–{}, {} ms each, {} holders, faults {}, TTL {} ms\n\n\
+         A pause is harmful when the checker blames an I3 violation on it: a write of the paused \
+         holder, made with its old token, committed after a newer token's write at that scope.\n\n\
+         {table}\n{n} runs: {broken} broke an invariant at the scope under test; {gentle} showed \
+         no violation at the unfenced control.\n",
+        cfg.seed,
+        cfg.seed + n - 1,
+        cfg.time.as_millis(),
+        cfg.holders,
+        cfg.faults
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        lab.params.ttl.as_millis()
     );
-    Ok(match interrupted {
-        Some((_, code)) => ExitCode::from(code),
-        None if summary.all_passed() => ExitCode::SUCCESS,
-        None => ExitCode::from(1),
+    print!("{text}");
+    std::fs::write(dir.join("sweep.md"), &text)
+        .with_context(|| format!("failed to write {}", dir.join("sweep.md").display()))?;
+    Ok(if broken == 0 {
+        Ran::Passed
+    } else {
+        Ran::Failed
     })
 }
 

@@ -139,7 +139,7 @@ pub async fn client_ports(admin: &PgPool, name: &str) -> sqlx::Result<Vec<i32>> 
     .await
 }
 
-/// Installs the lab's record of every committed version of the resource's parts: a trigger on
+/// Installs (or empties) the lab's record of every committed version of the resource's parts: a trigger on
 /// `report_part` that copies each inserted or updated row, in the write's own transaction, into
 /// `lab_part_history` — so a write that rolled back leaves nothing, and the row's `xmin` is the
 /// writing transaction (its commit time, with `track_commit_timestamp`, orders the commits). The
@@ -158,6 +158,7 @@ pub async fn record_part_history(resource: &PgPool) -> sqlx::Result<()> {
         "DROP TRIGGER IF EXISTS lab_part_history ON report_part",
         "CREATE TRIGGER lab_part_history AFTER INSERT OR UPDATE ON report_part
            FOR EACH ROW EXECUTE FUNCTION lab_part_history()",
+        "TRUNCATE lab_part_history",
     ] {
         sqlx::query(statement).execute(resource).await?;
     }
@@ -201,7 +202,7 @@ pub async fn part_history(resource: &PgPool) -> sqlx::Result<Vec<PartVersion>> {
         .collect())
 }
 
-/// Installs the lab's record of the lease table: a trigger on `lease` that copies every inserted
+/// Installs (or empties) the lab's record of the lease table: a trigger on `lease` that copies every inserted
 /// or updated row (a grant, a renewal, a release) into `lab_lease_history`, in the statement's
 /// transaction. `lease` connects as the table's owner.
 pub async fn record_lease_history(lease: &PgPool) -> sqlx::Result<()> {
@@ -218,6 +219,7 @@ pub async fn record_lease_history(lease: &PgPool) -> sqlx::Result<()> {
         "DROP TRIGGER IF EXISTS lab_lease_history ON lease",
         "CREATE TRIGGER lab_lease_history AFTER INSERT OR UPDATE ON lease
            FOR EACH ROW EXECUTE FUNCTION lab_lease_history()",
+        "TRUNCATE lab_lease_history",
     ] {
         sqlx::query(statement).execute(lease).await?;
     }

@@ -129,6 +129,9 @@ pub struct Verdict {
     pub overlapping_holdings: usize,
     /// Per fault kind (and `none`): see [`FaultRow`].
     pub by_fault: BTreeMap<String, FaultRow>,
+    /// Per injected fault (in [`Observed::faults`]' order): the I3 violations it is blamed for,
+    /// per scope — the write that went back in token order came from the process it hit.
+    pub fault_effects: Vec<BTreeMap<String, usize>>,
     pub ops: usize,
 }
 
@@ -144,6 +147,7 @@ pub struct Observed<'a> {
 pub fn check(o: &Observed<'_>) -> Verdict {
     let mut v = Verdict {
         ops: o.ops.len(),
+        fault_effects: vec![BTreeMap::new(); o.faults.len()],
         ..Verdict::default()
     };
     check_i2(o, &mut v);
@@ -220,6 +224,11 @@ fn check_i3(o: &Observed<'_>, v: &mut Verdict) {
                 .filter(|q| q.commit_us.unwrap_or(q.at_us) < at)
                 .max_by_key(|q| q.token);
             if let Some(q) = before.filter(|q| q.token > p.token) {
+                if let Some(i) = writer_of(o, p).and_then(|op| {
+                    blamed(o, &op.process, op.token, op.complete_ms.unwrap_or(f64::MAX))
+                }) {
+                    *v.fault_effects[i].entry(scope.to_owned()).or_default() += 1;
+                }
                 found.push(Violation {
                     what: format!(
                         "{scope}: token {} accepted after token {} had committed",
@@ -276,6 +285,12 @@ fn check_durability(o: &Observed<'_>, v: &mut Verdict) {
 /// The holder process's fault that came between its grant of `token` and `until` (ms): the
 /// latest one, by kind; `none` when nothing hit it.
 fn blame(o: &Observed<'_>, process: &str, token: i64, until: f64) -> String {
+    blamed(o, process, token, until)
+        .map_or_else(|| "none".into(), |i| o.faults[i].kind.as_str().to_owned())
+}
+
+/// [`blame`]'s fault, as its index in [`Observed::faults`].
+fn blamed(o: &Observed<'_>, process: &str, token: i64, until: f64) -> Option<usize> {
     let granted = o
         .ops
         .iter()
@@ -290,10 +305,11 @@ fn blame(o: &Observed<'_>, process: &str, token: i64, until: f64) -> String {
         .unwrap_or(0.0);
     o.faults
         .iter()
-        .filter(|f| f.process == process || f.kind == FaultKind::Crash)
-        .filter(|f| f.start_ms <= until && f.end_ms >= granted)
-        .max_by(|a, b| a.start_ms.total_cmp(&b.start_ms))
-        .map_or_else(|| "none".into(), |f| f.kind.as_str().to_owned())
+        .enumerate()
+        .filter(|(_, f)| f.process == process || f.kind == FaultKind::Crash)
+        .filter(|(_, f)| f.start_ms <= until && f.end_ms >= granted)
+        .max_by(|(_, a), (_, b)| a.start_ms.total_cmp(&b.start_ms))
+        .map(|(i, _)| i)
 }
 
 fn check_stale(o: &Observed<'_>, v: &mut Verdict) {
@@ -453,6 +469,7 @@ mod tests {
         assert_eq!(v.i3["s"][0].excerpt.len(), 2);
         assert_eq!(v.stale["s"], 1);
         assert_eq!(v.by_fault["pause"].stale_accepted["s"], 1);
+        assert_eq!(v.fault_effects, [BTreeMap::from([("s".to_owned(), 1)])]);
         assert!(v.i2.is_empty() && v.durability.is_empty(), "{v:?}");
         assert_eq!((v.holdings, v.overlapping_holdings), (2, 0));
     }

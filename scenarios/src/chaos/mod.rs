@@ -13,6 +13,7 @@
 
 pub mod checker;
 pub mod schedule;
+pub mod sweep;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -52,6 +53,8 @@ pub struct ChaosConfig {
 pub struct Found {
     pub verdict: Verdict,
     pub schedule: Vec<Fault>,
+    /// The faults as carried out, in the order [`Verdict::fault_effects`] follows.
+    pub injected: Vec<Injected>,
 }
 
 /// A holder slot: its current process and how many it has had.
@@ -339,6 +342,7 @@ pub async fn run(
     Ok(Found {
         verdict,
         schedule: faults,
+        injected,
     })
 }
 
