@@ -65,12 +65,31 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             ""
         }
     );
+    use chaos::schedule::FaultKind;
+    let located = harness::faketime::Faketime::locate();
+    let (faults, faketime) = match (&args.faults, located) {
+        (Some(faults), Ok(f)) => (faults.clone(), Some(f)),
+        (Some(faults), Err(reason)) if faults.contains(&FaultKind::Drift) => {
+            anyhow::bail!("--faults drift: {reason}; or leave drift out of --faults")
+        }
+        (Some(faults), Err(_)) => (faults.clone(), None),
+        (None, Ok(f)) => (FaultKind::ALL.to_vec(), Some(f)),
+        (None, Err(reason)) => {
+            eprintln!("lab chaos: the drift fault is left out: {reason}");
+            let faults = FaultKind::ALL
+                .into_iter()
+                .filter(|k| *k != FaultKind::Drift)
+                .collect();
+            (faults, None)
+        }
+    };
     let cfg = ChaosConfig {
         seed,
         time: args.time,
         holders: args.holders as usize,
         mode: args.mode,
-        faults: args.faults.clone(),
+        faults,
+        faketime,
     };
     let (mut sigint, mut sigterm) = (
         signal(SignalKind::interrupt())?,

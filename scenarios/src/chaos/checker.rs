@@ -103,6 +103,9 @@ fn fault_name<S: serde::Serializer>(kind: &FaultKind, s: S) -> Result<S::Ok, S::
 pub struct Violation {
     pub what: String,
     pub excerpt: Vec<String>,
+    /// The holder process whose operation broke it, and when that operation completed (ms):
+    /// where the timeline marks it.
+    pub by: Option<(String, u64)>,
 }
 
 /// Per fault kind: how many were injected, how many committed stale writes they made, how many
@@ -170,6 +173,7 @@ fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
             v.i2.push(Violation {
                 what: format!("token {} was granted twice", g.token),
                 excerpt: vec![first.line(), g.line()],
+                by: mark(g),
             });
         }
     }
@@ -185,9 +189,18 @@ fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
                     b.token, a.token
                 ),
                 excerpt: vec![a.line(), b.line()],
+                by: mark(b),
             });
         }
     }
+}
+
+/// Where the timeline marks a violation `op` made.
+fn mark(op: &Op) -> Option<(String, u64)> {
+    Some((
+        op.process.clone(),
+        op.complete_ms.unwrap_or(op.invoke_ms) as u64,
+    ))
 }
 
 /// The operation that wrote `version`, if the history has it.
@@ -235,6 +248,7 @@ fn check_i3(o: &Observed<'_>, v: &mut Verdict) {
                         p.token, q.token
                     ),
                     excerpt: vec![version_line(o, q), version_line(o, p)],
+                    by: writer_of(o, p).and_then(mark),
                 });
             }
         }
@@ -251,6 +265,7 @@ fn check_durability(o: &Observed<'_>, v: &mut Verdict) {
                     op.content()
                 ),
                 excerpt: vec![op.line()],
+                by: mark(op),
             }),
             Outcome::Fail if committed => v.durability.push(Violation {
                 what: format!(
@@ -258,6 +273,7 @@ fn check_durability(o: &Observed<'_>, v: &mut Verdict) {
                     op.content()
                 ),
                 excerpt: vec![op.line()],
+                by: mark(op),
             }),
             Outcome::Info if committed => v.info_writes.0 += 1,
             Outcome::Info => v.info_writes.1 += 1,
@@ -277,6 +293,7 @@ fn check_durability(o: &Observed<'_>, v: &mut Verdict) {
                     format!("final: {content} token={token}"),
                     last.map_or_else(|| "no committed version".into(), |l| version_line(o, l)),
                 ],
+                by: None,
             });
         }
     }

@@ -46,6 +46,8 @@ pub struct ChaosConfig {
     /// The write mode under test.
     pub mode: WriteMode,
     pub faults: Vec<FaultKind>,
+    /// libfaketime, for the drift fault (required when `faults` has it).
+    pub faketime: Option<harness::faketime::Faketime>,
 }
 
 /// What the run found, beyond the checks it recorded.
@@ -63,6 +65,7 @@ struct Slot {
     incarnation: u32,
     frozen_since: Option<f64>,
     killed_at: Option<f64>,
+    drifted_since: Option<f64>,
 }
 
 /// What the nemesis does at one moment of the schedule.
@@ -73,6 +76,9 @@ enum Action {
     Kill(usize),
     Respawn(usize),
     Crash,
+    /// A new incarnation with its clock at this rate (%).
+    Drift(usize, u32),
+    Undrift(usize),
 }
 
 /// The lanes of the run's timeline: a lane per holder slot.
@@ -152,22 +158,33 @@ pub async fn run(
                 actions.push((f.at + f.length, Action::Respawn(f.target)));
             }
             FaultKind::Crash => actions.push((f.at, Action::Crash)),
+            FaultKind::Drift => {
+                actions.push((f.at, Action::Drift(f.target, f.rate_pct)));
+                actions.push((f.at + f.length, Action::Undrift(f.target)));
+            }
         }
     }
     actions.sort_by_key(|(at, _)| *at);
 
+    if cfg.faults.contains(&FaultKind::Drift) && cfg.faketime.is_none() {
+        anyhow::bail!(
+            "the drift fault needs libfaketime: {}",
+            harness::faketime::INSTALL_HINT
+        );
+    }
     let started = Instant::now();
     let mut slots: Vec<Slot> = Vec::new();
     let mut events: Vec<(String, Instant, Event)> = Vec::new();
     let mut injected: Vec<Injected> = Vec::new();
     let outcome = async {
         for slot in 0..cfg.holders {
-            let holder = spawn(lab, cfg, slot, 0).await?;
+            let holder = spawn(lab, cfg, slot, 0, None).await?;
             slots.push(Slot {
                 holder: Some(holder),
                 incarnation: 0,
                 frozen_since: None,
                 killed_at: None,
+                drifted_since: None,
             });
         }
         let ms = |at: Instant| at.saturating_duration_since(started).as_secs_f64() * 1000.0;
@@ -237,7 +254,44 @@ pub async fn run(
                         });
                     }
                     slots[i].incarnation += 1;
-                    let holder = spawn(lab, cfg, i, slots[i].incarnation).await?;
+                    let holder = spawn(lab, cfg, i, slots[i].incarnation, None).await?;
+                    slots[i].holder = Some(holder);
+                }
+                Action::Drift(i, rate) => {
+                    collect(&mut slots, &mut events);
+                    // The incarnation on the real clock ends (stdin closed; an operation it had
+                    // in flight has no completion: unknown), one on a slow clock takes over.
+                    if let Some(mut old) = slots[i].holder.take() {
+                        old.finish(Duration::from_secs(5)).await;
+                        collect_one(&mut old, &mut events);
+                    }
+                    slots[i].incarnation += 1;
+                    let holder = spawn(lab, cfg, i, slots[i].incarnation, Some(rate)).await?;
+                    slots[i].holder = Some(holder);
+                    slots[i].drifted_since = Some(ms(Instant::now()));
+                    rec.step(
+                        Mark::Info,
+                        &format!("h{i}"),
+                        "drift",
+                        None,
+                        format!("clock at {rate} %"),
+                        None,
+                    );
+                }
+                Action::Undrift(i) => {
+                    collect(&mut slots, &mut events);
+                    if let Some(mut old) = slots[i].holder.take() {
+                        old.finish(Duration::from_secs(5)).await;
+                        collect_one(&mut old, &mut events);
+                        injected.push(Injected {
+                            kind: FaultKind::Drift,
+                            process: old.name().to_owned(),
+                            start_ms: slots[i].drifted_since.take().unwrap_or(0.0),
+                            end_ms: ms(Instant::now()),
+                        });
+                    }
+                    slots[i].incarnation += 1;
+                    let holder = spawn(lab, cfg, i, slots[i].incarnation, None).await?;
                     slots[i].holder = Some(holder);
                 }
                 Action::Crash => {
@@ -336,6 +390,26 @@ pub async fn run(
         }
     }
 
+    // Every violation, marked where the operation that broke it completed.
+    let all = verdict
+        .i2
+        .iter()
+        .chain(verdict.i3.values().flatten())
+        .chain(&verdict.durability);
+    for violation in all {
+        if let Some((process, at_ms)) = &violation.by {
+            let lane = process.split('.').next().unwrap_or(process);
+            rec.step_at(
+                started + Duration::from_millis(*at_ms),
+                Mark::Info,
+                lane,
+                "✗ violation",
+                None,
+                violation.what.clone(),
+                None,
+            );
+        }
+    }
     record(rec, cfg, &verdict, &notes, ops.len(), ended_ms);
     std::fs::write(dir.join("verdict.md"), verdict_markdown(cfg, &verdict))
         .with_context(|| format!("failed to write {}", dir.join("verdict.md").display()))?;
@@ -358,18 +432,22 @@ fn count_by_kind(faults: &[Fault]) -> String {
         .join(", ")
 }
 
-/// Starts holder slot `slot`'s `incarnation`.
+/// Starts holder slot `slot`'s `incarnation`, its clock at `rate` % when given (libfaketime).
 async fn spawn(
     lab: &Lab,
     cfg: &ChaosConfig,
     slot: usize,
     incarnation: u32,
+    rate: Option<u32>,
 ) -> anyhow::Result<Holder> {
     let name = format!("h{slot}.{incarnation}");
     let mut spec = lab.holder_spec(&name, "", cfg.mode, false);
     spec.flags.scope = SCOPE.into();
     spec.flags.loop_seed = Some(schedule::holder_seed(cfg.seed, slot, incarnation));
     spec.flags.control_scope = Some(CONTROL_SCOPE.into());
+    if let (Some(rate), Some(faketime)) = (rate, cfg.faketime.as_ref()) {
+        spec.env = faketime.env(&format!("+0 x{:.2}", f64::from(rate) / 100.0));
+    }
     Holder::spawn(&spec)
         .await
         .with_context(|| format!("failed to start holder {name}"))
@@ -379,12 +457,16 @@ async fn spawn(
 fn collect(slots: &mut [Slot], events: &mut Vec<(String, Instant, Event)>) {
     for slot in slots.iter_mut() {
         if let Some(h) = slot.holder.as_mut() {
-            let name = h.name().to_owned();
-            for (at, event) in h.take_events() {
-                if let Ok(event) = event {
-                    events.push((name.clone(), at, event));
-                }
-            }
+            collect_one(h, events);
+        }
+    }
+}
+
+fn collect_one(h: &mut Holder, events: &mut Vec<(String, Instant, Event)>) {
+    let name = h.name().to_owned();
+    for (at, event) in h.take_events() {
+        if let Ok(event) = event {
+            events.push((name.clone(), at, event));
         }
     }
 }

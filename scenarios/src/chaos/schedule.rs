@@ -18,16 +18,25 @@ pub enum FaultKind {
     Kill,
     /// The cluster stopped immediately (no checkpoint) and started again: WAL recovery.
     Crash,
+    /// A holder's clock runs slow (libfaketime): a new incarnation of it starts with the clock
+    /// at `rate_pct` % of real time, and is replaced by a normal one after a while.
+    Drift,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 3] = [FaultKind::Pause, FaultKind::Kill, FaultKind::Crash];
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::Pause,
+        FaultKind::Kill,
+        FaultKind::Crash,
+        FaultKind::Drift,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             FaultKind::Pause => "pause",
             FaultKind::Kill => "kill",
             FaultKind::Crash => "crash",
+            FaultKind::Drift => "drift",
         }
     }
 
@@ -37,6 +46,7 @@ impl FaultKind {
             FaultKind::Pause => 8,
             FaultKind::Kill => 2,
             FaultKind::Crash => 1,
+            FaultKind::Drift => 2,
         }
     }
 }
@@ -66,9 +76,11 @@ pub struct Fault {
     pub kind: FaultKind,
     /// The holder slot (pause, kill); 0 and meaningless for a crash.
     pub target: usize,
-    /// How long the holder stays frozen (pause) or dead before it is started again (kill);
-    /// zero for a crash (the restart is as fast as the server is).
+    /// How long the holder stays frozen (pause), dead before it is started again (kill), or on
+    /// its slow clock (drift); zero for a crash (the restart is as fast as the server is).
     pub length: Duration,
+    /// (drift) The holder's clock rate, in % of real time; 100 otherwise.
+    pub rate_pct: u32,
 }
 
 impl fmt::Display for Fault {
@@ -89,6 +101,13 @@ impl fmt::Display for Fault {
                 f,
                 "{at:>6} ms  kill    h{}, restarted after {} ms",
                 self.target,
+                self.length.as_millis()
+            ),
+            FaultKind::Drift => write!(
+                f,
+                "{at:>6} ms  drift   h{}'s clock at {} % for {} ms (a new incarnation)",
+                self.target,
+                self.rate_pct,
                 self.length.as_millis()
             ),
         }
@@ -113,7 +132,8 @@ pub fn holder_seed(seed: u64, slot: usize, incarnation: u32) -> u64 {
 }
 
 /// The faults, in time order. Between two faults 150–900 ms pass; a pause lasts 0.1–2.5 TTL
-/// (shorter and longer than the lease), a killed holder stays dead 0–1 TTL. A holder is never
+/// (shorter and longer than the lease), a killed holder stays dead 0–1 TTL, a drifted clock runs
+/// at 30–70 % for 1–3 TTL. A holder is never
 /// the target of a fault while the last one against it still runs; a crash leaves 2 s for the
 /// restart before the next fault. The last second of the run has no fault.
 pub fn schedule(plan: &Plan) -> Vec<Fault> {
@@ -143,6 +163,12 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
             FaultKind::Pause => Duration::from_millis(rng.random_range(ttl / 10..=ttl * 5 / 2)),
             FaultKind::Kill => Duration::from_millis(rng.random_range(0..=ttl)),
             FaultKind::Crash => Duration::ZERO,
+            FaultKind::Drift => Duration::from_millis(rng.random_range(ttl..=ttl * 3)),
+        };
+        let rate_pct = if kind == FaultKind::Drift {
+            rng.random_range(30..=70)
+        } else {
+            100
         };
         let gap = Duration::from_millis(rng.random_range(150..=900));
         let free = kind == FaultKind::Crash || busy_until[target] <= at;
@@ -155,6 +181,7 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
                 kind,
                 target: if kind == FaultKind::Crash { 0 } else { target },
                 length,
+                rate_pct,
             });
         }
         at += gap
