@@ -349,7 +349,7 @@ pub async fn run(
         final_parts: &final_parts,
         lease: &lease,
     });
-    write_history(dir, &ops, &injected)?;
+    write_history(dir, &ops, &injected, &parts, &lease)?;
     for op in ops
         .iter()
         .filter(|op| op.outcome == Outcome::Ok || op.f == OpKind::Write)
@@ -535,7 +535,17 @@ fn other_events(events: &[(String, Instant, Event)]) -> BTreeMap<&'static str, u
     counts
 }
 
-fn write_history(dir: &Path, ops: &[Op], faults: &[Injected]) -> anyhow::Result<()> {
+/// The history, one JSON object per line: the faults as carried out, then every operation with
+/// its invocation and completion on the lab's monotonic clock (ms from the start) and, where the
+/// database recorded it, on the database clock (µs since the epoch): a write's commit
+/// (`db_commit_us`, from the record of committed versions), a grant's row version (`db_at_us`).
+fn write_history(
+    dir: &Path,
+    ops: &[Op],
+    faults: &[Injected],
+    parts: &[harness::observe::PartVersion],
+    lease: &[harness::observe::LeaseVersion],
+) -> anyhow::Result<()> {
     let mut text = String::new();
     for f in faults {
         let mut line = serde_json::to_value(f)?;
@@ -546,6 +556,19 @@ fn write_history(dir: &Path, ops: &[Op], faults: &[Injected]) -> anyhow::Result<
     for op in ops {
         let mut line = serde_json::to_value(op)?;
         line["type"] = "op".into();
+        match op.f {
+            OpKind::Write => {
+                if let Some(p) = parts.iter().find(|p| p.content == op.content()) {
+                    line["db_commit_us"] = p.commit_us.unwrap_or(p.at_us).into();
+                }
+            }
+            OpKind::Acquire if op.outcome == Outcome::Ok => {
+                if let Some(l) = lease.iter().find(|l| l.token == op.token) {
+                    line["db_at_us"] = l.at_us.into();
+                }
+            }
+            _ => {}
+        }
         text.push_str(&line.to_string());
         text.push('\n');
     }
