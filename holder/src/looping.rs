@@ -43,8 +43,8 @@ pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String
         .map_err(|e| format!("failed to start a runtime: {e}"))?;
     rt.block_on(async {
         let margin = Duration::from_millis(flags.margin_ms);
-        let lease = LeaseStore::new(pg_pool(flags, Database::Lease).await?, margin);
-        let resource = Resource::new(pg_pool(flags, Database::Resource).await?);
+        let lease = LeaseStore::new(connect(flags, Database::Lease).await, margin);
+        let resource = Resource::new(connect(flags, Database::Resource).await);
         let mut worker = Worker {
             flags,
             mode,
@@ -57,6 +57,17 @@ pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String
             worker.one_holding().await;
         }
     })
+}
+
+/// A pool to `db`, retried until the server answers: a holder started while the cluster is
+/// being crashed and restarted waits for it, as a real worker would.
+async fn connect(flags: &HolderFlags, db: Database) -> sqlx::PgPool {
+    loop {
+        if let Ok(pool) = pg_pool(flags, db).await {
+            return pool;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 struct Worker<'a> {
@@ -141,7 +152,7 @@ impl Worker<'_> {
                 return;
             }
         };
-        self.work(ttl / 5).await;
+        self.work(ttl / 10).await;
         // The check: the deadline by the monotonic clock, with time for every part's work and
         // write still ahead of it. The write phase is most of a holding: a pause that hits the
         // holder is more often there than anywhere else — as in a real job.

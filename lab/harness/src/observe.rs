@@ -267,3 +267,37 @@ pub async fn final_parts(resource: &PgPool) -> sqlx::Result<Vec<(String, String,
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect())
 }
+
+/// One row of the resource's own attempt log (`write_attempt`, the system under test's): the
+/// write's scope, part, writer, token, whether it was accepted, and when it was recorded (µs since
+/// the epoch by the database clock — just after the write's transaction ended).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub scope: String,
+    pub part: String,
+    pub writer: String,
+    pub token: i64,
+    pub accepted: bool,
+    pub at_us: i64,
+}
+
+/// Every attempt the resource logged, in order.
+pub async fn attempts(resource: &PgPool) -> sqlx::Result<Vec<Attempt>> {
+    let rows = sqlx::query(
+        "SELECT scope, part, writer, token, accepted, (extract(epoch FROM at) * 1000000)::int8
+           FROM write_attempt ORDER BY id",
+    )
+    .fetch_all(resource)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Attempt {
+            scope: r.get(0),
+            part: r.get(1),
+            writer: r.get(2),
+            token: r.get(3),
+            accepted: r.get(4),
+            at_us: r.get(5),
+        })
+        .collect())
+}

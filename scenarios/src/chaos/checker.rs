@@ -13,12 +13,15 @@
 //!   counted as failed.
 //! - **Stale writes**: committed versions whose token is below a token the lease store had
 //!   granted before they committed (database clock) — the fence's whole business.
+//! - **Liveness of the fence**: a write is rejected only when a greater token had been granted
+//!   before the resource logged the rejection (database clock) — else the fence turned away the
+//!   current holding.
 //! - **I1** (efficiency only): holdings (grant to expiry or release, database clock) that
 //!   overlap, as a statistic.
 
 use std::collections::BTreeMap;
 
-use harness::observe::{LeaseVersion, PartVersion};
+use harness::observe::{Attempt, LeaseVersion, PartVersion};
 use holder_protocol::OpKind;
 
 use super::schedule::FaultKind;
@@ -124,6 +127,8 @@ pub struct Verdict {
     /// Per scope.
     pub i3: BTreeMap<String, Vec<Violation>>,
     pub durability: Vec<Violation>,
+    /// Per scope: writes rejected although no greater token had been granted.
+    pub liveness: BTreeMap<String, Vec<Violation>>,
     /// Per scope: committed versions with a superseded token.
     pub stale: BTreeMap<String, usize>,
     /// Writes with an unknown outcome: (applied, not applied).
@@ -145,6 +150,8 @@ pub struct Observed<'a> {
     pub parts: &'a [PartVersion],
     pub final_parts: &'a [(String, String, String, i64)],
     pub lease: &'a [LeaseVersion],
+    /// The resource's own attempt log.
+    pub attempts: &'a [Attempt],
 }
 
 pub fn check(o: &Observed<'_>) -> Verdict {
@@ -156,6 +163,7 @@ pub fn check(o: &Observed<'_>) -> Verdict {
     check_i2(o, &mut v);
     check_i3(o, &mut v);
     check_durability(o, &mut v);
+    check_liveness(o, &mut v);
     check_stale(o, &mut v);
     check_i1(o, &mut v);
     v
@@ -295,6 +303,40 @@ fn check_durability(o: &Observed<'_>, v: &mut Verdict) {
                 ],
                 by: None,
             });
+        }
+    }
+}
+
+fn check_liveness(o: &Observed<'_>, v: &mut Verdict) {
+    for op in o
+        .ops
+        .iter()
+        .filter(|op| op.f == OpKind::Write && op.outcome == Outcome::Fail)
+    {
+        let logged = o.attempts.iter().find(|a| {
+            !a.accepted
+                && a.writer == op.process
+                && a.token == op.token
+                && a.scope == op.scope
+                && a.part == op.part
+        });
+        let Some(logged) = logged else { continue };
+        let justified = o
+            .lease
+            .iter()
+            .any(|l| l.token > op.token && l.at_us < logged.at_us);
+        if !justified {
+            v.liveness
+                .entry(op.scope.clone())
+                .or_default()
+                .push(Violation {
+                    what: format!(
+                    "{}: a write with token {} was rejected, and no greater token had been granted",
+                    op.scope, op.token
+                ),
+                    excerpt: vec![op.line()],
+                    by: mark(op),
+                });
         }
     }
 }
@@ -465,12 +507,26 @@ mod tests {
             start_ms: 4.0,
             end_ms: 2400.0,
         }];
+        // The resource logged each rejected write 1 ms after it completed.
+        let attempts: Vec<Attempt> = ops
+            .iter()
+            .filter(|op| op.f == OpKind::Write && op.outcome == Outcome::Fail)
+            .map(|op| Attempt {
+                scope: op.scope.clone(),
+                part: op.part.clone(),
+                writer: op.process.clone(),
+                token: op.token,
+                accepted: false,
+                at_us: (op.complete_ms.unwrap_or(0.0) as i64 + 1) * 1000,
+            })
+            .collect();
         check(&Observed {
             ops,
             faults: &faults,
             parts,
             final_parts: &finals,
             lease,
+            attempts: &attempts,
         })
     }
 
@@ -533,6 +589,22 @@ mod tests {
         let v = run(&ops, &parts, &lease);
         assert_eq!(v.info_writes, (0, 1));
         assert!(v.durability.is_empty(), "{v:?}");
+    }
+
+    #[test]
+    fn a_rejection_with_no_greater_token_granted_breaks_the_fences_liveness() {
+        let (mut ops, parts, lease) = stale_history(false);
+        // The stale write's rejection is justified: token 2 was granted at 2000 ms.
+        assert!(run(&ops, &parts, &lease).liveness.is_empty());
+        // B's own write rejected: nothing greater than 2 was ever granted.
+        ops[3].outcome = Outcome::Fail;
+        let parts: Vec<_> = parts
+            .into_iter()
+            .filter(|p| p.content != "h1.0#2")
+            .collect();
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.liveness["s"].len(), 1, "{v:?}");
+        assert!(v.liveness["s"][0].what.contains("token 2 was rejected"));
     }
 
     #[test]

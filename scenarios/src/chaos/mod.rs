@@ -195,16 +195,29 @@ pub async fn run(
             match *action {
                 Action::Freeze(i) => {
                     if let Some(h) = slots[i].holder.as_mut() {
-                        h.freeze().await?;
-                        slots[i].frozen_since = Some(ms(Instant::now()));
-                        rec.step(
-                            Mark::Frozen,
-                            &format!("h{i}"),
-                            "pause",
-                            None,
-                            "SIGSTOP",
-                            None,
-                        );
+                        match h.freeze().await {
+                            Ok(_) => {
+                                slots[i].frozen_since = Some(ms(Instant::now()));
+                                rec.step(
+                                    Mark::Frozen,
+                                    &format!("h{i}"),
+                                    "pause",
+                                    None,
+                                    "SIGSTOP",
+                                    None,
+                                );
+                            }
+                            // A holder that ended by itself is a finding, not the end of the run:
+                            // it is said, and a new incarnation takes its place.
+                            Err(e) => {
+                                rec.note(format!("h{i}: {e}; {}", h.stderr().trim()));
+                                collect(&mut slots, &mut events);
+                                slots[i].incarnation += 1;
+                                let holder =
+                                    spawn(lab, cfg, i, slots[i].incarnation, None).await?;
+                                slots[i].holder = Some(holder);
+                            }
+                        }
                     }
                 }
                 Action::Thaw(i) => {
@@ -342,12 +355,14 @@ pub async fn run(
     let parts = harness::observe::part_history(lab.resource.pool()).await?;
     let lease = harness::observe::lease_history(lab.lease.pool()).await?;
     let final_parts = harness::observe::final_parts(lab.resource.pool()).await?;
+    let attempts = harness::observe::attempts(lab.resource.pool()).await?;
     let verdict = checker::check(&checker::Observed {
         ops: &ops,
         faults: &injected,
         parts: &parts,
         final_parts: &final_parts,
         lease: &lease,
+        attempts: &attempts,
     });
     write_history(dir, &ops, &injected, &parts, &lease)?;
     for op in ops
@@ -395,6 +410,7 @@ pub async fn run(
         .i2
         .iter()
         .chain(verdict.i3.values().flatten())
+        .chain(verdict.liveness.values().flatten())
         .chain(&verdict.durability);
     for violation in all {
         if let Some((process, at_ms)) = &violation.by {
@@ -640,6 +656,16 @@ fn record(
         v.durability.is_empty(),
         format_args!("{} violations", v.durability.len()),
     );
+    let turned_away = v.liveness.get(SCOPE).map(Vec::as_slice).unwrap_or_default();
+    show(rec, turned_away);
+    rec.check_that(
+        format!(
+            "the fence turned no current holding away ({} at scope {SCOPE}): every rejected write had a greater token granted before it",
+            cfg.mode
+        ),
+        turned_away.is_empty(),
+        format_args!("{} violations", turned_away.len()),
+    );
     let control =
         v.i3.get(CONTROL_SCOPE)
             .map(Vec::as_slice)
@@ -722,5 +748,11 @@ fn verdict_markdown(cfg: &ChaosConfig, v: &Verdict) -> String {
         section(&format!("I3 at {scope}"), found);
     }
     section("Durability", &v.durability);
+    for (scope, found) in &v.liveness {
+        section(
+            &format!("Rejections without a greater token at {scope}"),
+            found,
+        );
+    }
     text
 }

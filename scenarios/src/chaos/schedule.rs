@@ -43,7 +43,7 @@ impl FaultKind {
     /// How often it is drawn, relative to the others.
     fn weight(self) -> u32 {
         match self {
-            FaultKind::Pause => 8,
+            FaultKind::Pause => 10,
             FaultKind::Kill => 2,
             FaultKind::Crash => 1,
             FaultKind::Drift => 2,
@@ -131,10 +131,10 @@ pub fn holder_seed(seed: u64, slot: usize, incarnation: u32) -> u64 {
     rng.random()
 }
 
-/// The faults, in time order. Between two faults 150–900 ms pass; a pause lasts 0.1–2.5 TTL
+/// The faults, in time order. Between two faults 100–700 ms pass; a pause lasts 0.1–2.5 TTL
 /// (shorter and longer than the lease), a killed holder stays dead 0–1 TTL, a drifted clock runs
 /// at 30–70 % for 1–3 TTL. A holder is never
-/// the target of a fault while the last one against it still runs; a crash leaves 2 s for the
+/// the target of a fault while the last one against it still runs; a crash leaves 1 s for the
 /// restart before the next fault. The last second of the run has no fault.
 pub fn schedule(plan: &Plan) -> Vec<Fault> {
     let mut rng = ChaCha8Rng::seed_from_u64(plan.seed);
@@ -170,7 +170,7 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
         } else {
             100
         };
-        let gap = Duration::from_millis(rng.random_range(150..=900));
+        let gap = Duration::from_millis(rng.random_range(100..=700));
         let free = kind == FaultKind::Crash || busy_until[target] <= at;
         if free {
             if kind != FaultKind::Crash {
@@ -186,7 +186,7 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
         }
         at += gap
             + if kind == FaultKind::Crash && free {
-                Duration::from_secs(2)
+                Duration::from_secs(1)
             } else {
                 Duration::ZERO
             };
