@@ -213,8 +213,7 @@ pub async fn run(
                                 rec.note(format!("h{i}: {e}; {}", h.stderr().trim()));
                                 collect(&mut slots, &mut events);
                                 slots[i].incarnation += 1;
-                                let holder =
-                                    spawn(lab, cfg, i, slots[i].incarnation, None).await?;
+                                let holder = spawn(lab, cfg, i, slots[i].incarnation, None).await?;
                                 slots[i].holder = Some(holder);
                             }
                         }
