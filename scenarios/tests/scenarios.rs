@@ -13,8 +13,14 @@ use scenarios::{Lab, Needs, Params, Scenario};
 /// The preflight's checks, made before every selection.
 const PREFLIGHT_CHECKS: usize = 3;
 
+/// The scenarios running at once in this test binary, whichever test started them: its tests run
+/// side by side, and an uncapped sum (the broken variants beside every scenario beside the
+/// fenced-single run) loaded a 2-core CI machine until F3's contenders no longer overlapped.
+static RUNNING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(AT_ONCE);
+
 /// Runs `scenario` alone on its own lab; its recorder (the preflight first).
 async fn run_alone(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<Recorder> {
+    let _running = RUNNING.acquire().await?;
     let bins = tokio::task::spawn_blocking(|| PgBinaries::locate(None)).await??;
     let cluster = ClusterConfig {
         max_connections: params.max_connections(),
