@@ -66,6 +66,8 @@ async fn connect(flags: &HolderFlags, db: Database) -> sqlx::PgPool {
         if let Ok(pool) = pg_pool(flags, db).await {
             return pool;
         }
+        // Polling the server's state (does it answer?), not waiting a fixed time for it: the
+        // holder has no deadline of its own; the orchestrator ends it by closing stdin.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

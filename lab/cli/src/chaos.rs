@@ -178,11 +178,7 @@ async fn one(
                 cfg.time.as_millis(),
                 cfg.holders,
                 cfg.mode,
-                cfg.faults
-                    .iter()
-                    .map(|k| k.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
+                cfg.fault_names(),
                 lab.params.ttl.as_millis()
             ),
         ),
@@ -292,11 +288,7 @@ async fn sweep(
         cfg.seed + n - 1,
         cfg.time.as_millis(),
         cfg.holders,
-        cfg.faults
-            .iter()
-            .map(|k| k.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
+        cfg.fault_names(),
         lab.params.ttl.as_millis()
     );
     print!("{text}");

@@ -22,6 +22,14 @@ use nix::unistd::Pid;
 
 const LABEL: &str = "fencing-lab.run";
 
+/// Whether no Docker engine answers (`docker info`): the tests then say so and check nothing.
+fn no_engine() -> bool {
+    Command::new("docker")
+        .arg("info")
+        .output()
+        .map_or(true, |o| !o.status.success())
+}
+
 /// Lines of `docker <args>` output.
 fn docker(args: &[&str]) -> Vec<String> {
     Command::new("docker")
@@ -103,11 +111,7 @@ fn lab_at(tmp: &std::path::Path, id: &str, words: &str) -> anyhow::Result<Child>
 
 #[test]
 fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Result<()> {
-    if Command::new("docker")
-        .arg("info")
-        .output()
-        .map_or(true, |o| !o.status.success())
-    {
+    if no_engine() {
         eprintln!("no Docker engine answers: nothing to audit here");
         return Ok(());
     }
@@ -217,11 +221,7 @@ fn kept_by(pid: u32) -> Vec<String> {
 #[test]
 fn the_container_backend_runs_f1_to_f9_keeps_on_request_and_leaves_nothing_otherwise(
 ) -> anyhow::Result<()> {
-    if Command::new("docker")
-        .arg("info")
-        .output()
-        .map_or(true, |o| !o.status.success())
-    {
+    if no_engine() {
         eprintln!("no Docker engine answers: nothing to run here");
         return Ok(());
     }

@@ -50,6 +50,17 @@ pub struct ChaosConfig {
     pub faketime: Option<harness::faketime::Faketime>,
 }
 
+impl ChaosConfig {
+    /// The faults as the command line names them: `pause,kill,crash,drift`.
+    pub fn fault_names(&self) -> String {
+        self.faults
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
 /// What the run found, beyond the checks it recorded.
 #[derive(Debug)]
 pub struct Found {
@@ -115,11 +126,7 @@ pub async fn run(
         cfg.time.as_millis(),
         cfg.holders,
         cfg.mode,
-        cfg.faults
-            .iter()
-            .map(|k| k.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
+        cfg.fault_names(),
         ttl.as_millis()
     );
     for f in &faults {
