@@ -15,7 +15,9 @@ use fencing::lease::{operator_mistake, Grant};
 use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::lab::{
+    acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
+};
 use crate::paused_holder::part_line;
 use crate::{Lab, Outcome, Scenario};
 
@@ -26,8 +28,6 @@ pub struct F11;
 const GRANTS_BEFORE: i64 = 4;
 /// How many more grants holder-c takes after its first one past the reset.
 const FURTHER_GRANTS: i64 = 2;
-/// The holder after the reset: a new, legitimate one.
-const HOLDER_C: &str = "holder-c";
 
 impl Scenario for F11 {
     fn id(&self) -> &'static str {

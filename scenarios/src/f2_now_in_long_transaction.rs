@@ -12,6 +12,10 @@
 //! That `clock_timestamp()` really runs on inside T is measured: `clock_timestamp() - now()` must
 //! lie within T's age as the lab's monotonic clock brackets it.
 //!
+//! Part three: an autocommit acquire judges expiry at the instant its statement runs. A
+//! contender polling from while the lease is still valid is refused until the database clock
+//! reaches `expires_at`, and granted at or after it — never a few hundred milliseconds early.
+//!
 //! Also shown here, where the lease has just expired with nobody taking over (the source's state
 //! diagram: expired → expired, renew refused): holder-a's renew in autocommit is refused and the
 //! row stays as it was — an expired lease is re-acquired, with a new token, never revived.
@@ -24,7 +28,7 @@ use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use sqlx::Connection;
 
-use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
 
 pub struct F2;
@@ -44,7 +48,7 @@ impl Scenario for F2 {
     }
 
     fn checks(&self) -> usize {
-        14
+        16
     }
 
     fn on_containers(&self) -> bool {
@@ -237,7 +241,73 @@ impl Scenario for F2 {
                 ),
             );
             t2.rollback().await?;
+
+            // Part three: an acquire judges expiry at the instant it runs, to the statement.
+            // holder-b takes its expired lease again; from then on holder-c sends an acquire at
+            // every poll. Each must be refused while the statement's now() is before holder-b's
+            // expires_at, and the first grant must come at or after it — a takeover even a few
+            // hundred milliseconds early is a lease store that breaks I1 by its own clock.
+            let again = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+            rec.check(
+                "holder-b takes its expired lease again in autocommit, token=3",
+                "ACQUIRED token=3",
+                &acquired(again.as_ref()),
+            );
+            let row = lab
+                .lease
+                .inspect(LEASE)
+                .await?
+                .context("the lease row is missing")?;
+            let expires_us = (row.expires_epoch * 1e6).round() as i64;
+            let (refused, granted) = poll_acquire(lab, HOLDER_C, ttl).await?;
+            let last_refused = refused.iter().map(|s| s.started_us).max();
+            rec.check_that(
+                "holder-c's acquire, sent at every poll from then on, is refused while the \
+                 statement's now() is before holder-b's expires_at and granted only at or after it",
+                last_refused.is_some_and(|t| t < expires_us) && granted.started_us >= expires_us,
+                format_args!(
+                    "{} refused, the last at expires_at {} ms; granted at expires_at {} ms",
+                    refused.len(),
+                    last_refused.map_or("-".into(), |t| us_as_ms(t - expires_us)),
+                    us_as_ms(granted.started_us - expires_us),
+                ),
+            );
             Ok(())
         })
     }
+}
+
+/// Sends `holder`'s acquire at every poll until one is granted: the server spans of the refused
+/// attempts, and of the granted one.
+async fn poll_acquire(
+    lab: &Lab,
+    holder: &str,
+    ttl: Duration,
+) -> anyhow::Result<(Vec<stmt::ServerSpan>, stmt::ServerSpan)> {
+    let spans = std::sync::Mutex::new((Vec::new(), None));
+    let spans_ref = &spans;
+    harness::wait::until(
+        &format!("{holder}'s acquire is granted"),
+        lab.params.wait_timeout,
+        || {
+            let lease = lab.lease.clone();
+            async move {
+                let (grant, span) = lease.acquire_timed(LEASE, holder, ttl).await?;
+                let mut spans = spans_ref.lock().expect("no panic while held");
+                match grant {
+                    Some(_) => spans.1 = Some(span),
+                    None => spans.0.push(span),
+                }
+                Ok::<_, fencing::Error>(grant.is_some())
+            }
+        },
+    )
+    .await?;
+    let (refused, granted) = spans.into_inner().expect("no panic while held");
+    Ok((refused, granted.context("a grant ended the wait")?))
+}
+
+/// Microseconds as signed milliseconds with one decimal: `-3.2`, `+3.7`.
+fn us_as_ms(us: i64) -> String {
+    format!("{:+.1}", us as f64 / 1000.0)
 }

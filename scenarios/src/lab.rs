@@ -43,6 +43,7 @@ pub const SUMMARY: &str = "summary";
 pub const DETAIL: &str = "detail";
 pub const HOLDER_A: &str = "holder-a";
 pub const HOLDER_B: &str = "holder-b";
+pub const HOLDER_C: &str = "holder-c";
 
 impl Default for Params {
     fn default() -> Self {

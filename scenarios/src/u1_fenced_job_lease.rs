@@ -1,17 +1,27 @@
 //! U1 — the source's lease integration test, on MariaDB. The fault: A's job lease expires by
 //! database time and B takes it over. Property: B's takeover bumps the fence token; every
 //! operation of A (release, renew, is_held) now fails, because each requires lease name + owner
-//! token + fence token; B's still succeed.
+//! token + fence token; B's still succeed. A run A started stays A's: B's holding cannot
+//! complete it (the run's fence is A's).
+//!
+//! Then the job lease's row is deleted by hand (seed 000's tables, as F11 truncates the F-series'
+//! lease table): the fence restarts, and C's new holding carries fence 1 again — A's old fence.
+//! Where the fence repeats, the completion's owner join is what still refuses C's completion of
+//! the run A started under fence 1.
 
-crate::u_common::u_scenario!(U1, "U1", 8, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
+crate::u_common::u_scenario!(U1, "U1", 11, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
 
 #[cfg(feature = "mariadb")]
 mod imp {
     use anyhow::Context as _;
+    use fencing::fenced_job::{operator_mistake, JobLease, JobLeaseStore};
     use harness::evidence::{Mark, Recorder};
 
     use crate::u_common::{owner_token, JOB_LEASE};
     use crate::Lab;
+
+    /// The day's reconciliation run: its id names the job, not the holder.
+    const RUN: &str = "run-of-the-day";
 
     pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
         let (short, long, timeout) = (
@@ -40,6 +50,8 @@ mod imp {
             &1,
             &a.fence_token,
         );
+        // The day's run, started under A's holding.
+        jobs.start_run(RUN, &a).await?;
         rec.check("A's is_held", &true, &jobs.is_held(&a).await?);
         env.until_expired(timeout).await?;
         rec.step(
@@ -71,6 +83,11 @@ mod imp {
         rec.check("A's renew fails", &false, &jobs.renew(&a).await?);
         rec.check("A's is_held", &false, &jobs.is_held(&a).await?);
         rec.check("B's renew still succeeds", &true, &jobs.renew(&b).await?);
+        rec.check(
+            "B's holding cannot complete the run A started (the run's fence is 1, B's is 2)",
+            "completed=false status=running",
+            &completion(jobs, RUN, &b).await?,
+        );
         let released = jobs.release(&b).await?;
         rec.step(
             Mark::Released,
@@ -81,6 +98,42 @@ mod imp {
             None,
         );
         rec.check("B's release still succeeds", &true, &released);
+
+        // The row is lost: the fence restarts, and C's holding carries A's old fence again.
+        operator_mistake::delete_the_job_lease(jobs.pool(), JOB_LEASE).await?;
+        let c = jobs
+            .acquire(JOB_LEASE, &owner_token("C"), long)
+            .await?
+            .context("C could not acquire a job lease whose row was deleted")?;
+        rec.step(
+            Mark::Acquired,
+            "C",
+            "acquire after the lease row was deleted by hand",
+            Some(c.fence_token),
+            "",
+            None,
+        );
+        rec.check(
+            "after the row was deleted by hand C acquires with fence_token=1 again — A's old fence",
+            &1,
+            &c.fence_token,
+        );
+        rec.check(
+            "C's holding cannot complete the run A started under the same fence: the owner join refuses it",
+            "completed=false status=running",
+            &completion(jobs, RUN, &c).await?,
+        );
         Ok(())
+    }
+
+    /// The fenced completion of `run` under `lease`, and the run's status after it.
+    async fn completion(
+        jobs: &JobLeaseStore,
+        run: &str,
+        lease: &JobLease,
+    ) -> anyhow::Result<String> {
+        let completed = jobs.complete_run(run, lease).await?;
+        let status = jobs.run_status(run).await?.unwrap_or_default();
+        Ok(format!("completed={completed} status={status}"))
     }
 }

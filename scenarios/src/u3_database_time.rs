@@ -1,10 +1,12 @@
 //! U3 — whose clock decides, on MariaDB. The fault: a client whose clock really lags — a separate
 //! process whose clock libfaketime sets 3 s behind (nothing else on the machine is skewed). A
 //! lease judged expired by `CURRENT_TIMESTAMP(3)` cannot be renewed; the same renew judged by
-//! that client's clock is fooled and revives the expired lease — the negative control. Needs
+//! that client's clock is fooled and revives the expired lease — the negative control. Nor can the
+//! expired holding complete its run, though nobody took the lease over: the completion judges
+//! expiry by `CURRENT_TIMESTAMP(3)` in the statement that writes. Needs
 //! MariaDB and libfaketime; without either it says `skip` with the install hint.
 
-crate::u_common::u_scenario!(U3, "U3", 3, "database time (MariaDB): an expired lease cannot be renewed; a renew judged by a client's lagging clock (libfaketime) can");
+crate::u_common::u_scenario!(U3, "U3", 4, "database time (MariaDB): an expired lease cannot be renewed; a renew judged by a client's lagging clock (libfaketime) can");
 
 #[cfg(feature = "mariadb")]
 mod imp {
@@ -41,7 +43,17 @@ mod imp {
             .acquire(JOB_LEASE, &owner_token("A"), short)
             .await?
             .context("A could not acquire")?;
+        jobs.start_run("run-a", &a).await?;
         env.until_expired(timeout).await?;
+        let completed = jobs.complete_run("run-a", &a).await?;
+        rec.check(
+            "an expired holding nobody took over cannot complete its run (expiry judged in the completion)",
+            "completed=false status=running",
+            &format!(
+                "completed={completed} status={}",
+                jobs.run_status("run-a").await?.unwrap_or_default()
+            ),
+        );
 
         // The client's notion of now: read from a separate process whose clock lags.
         let client = faketime

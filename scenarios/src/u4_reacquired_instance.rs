@@ -4,12 +4,13 @@
 //! acquires again (fence n+1, same owner token) and starts a new run; then the old execution
 //! tries to finish — and to renew, ask is_held, release. Property: only the fence token tells the
 //! two holdings apart: the fenced completion (run and lease agree on fence and owner) affects 0
-//! rows, and the old holding's renew, is_held and release all fail, while the new holding's
+//! rows — also when the old execution is handed the new holding (the run's own fence is joined
+//! to the lease's) — and the old holding's renew, is_held and release all fail, while the new holding's
 //! completion succeeds (positive control). Negative controls: a completion checking only
 //! `lease_name` (+ expiry) and one checking only `owner_token` (+ expiry) each let the old
 //! execution finish — an owner check cannot tell a generation.
 
-crate::u_common::u_scenario!(U4, "U4", 10, "the same instance acquires again (fence n → n+1) while its old run is still going: only the fence rejects the old run's completion");
+crate::u_common::u_scenario!(U4, "U4", 11, "the same instance acquires again (fence n → n+1) while its old run is still going: only the fence rejects the old run's completion");
 
 #[cfg(feature = "mariadb")]
 mod imp {
@@ -140,6 +141,17 @@ mod imp {
                 }
             }
         }
+        // An instance that hands its *current* holding to every execution: the old run's
+        // completion now carries the new fence. The run was started under fence 1.
+        let with_new = jobs.complete_run("run-old-fenced", &new).await?;
+        rec.check(
+            "the old run completed with the new holding's fence affects 0 rows: the run's own fence is joined to the lease's",
+            "completed=false status=running",
+            &format!(
+                "completed={with_new} status={}",
+                jobs.run_status("run-old-fenced").await?.unwrap_or_default()
+            ),
+        );
         let completed = jobs.complete_run("run-new", &new).await?;
         rec.step(
             Mark::Write {

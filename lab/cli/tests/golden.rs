@@ -49,6 +49,11 @@ const MASKS: &[(&str, &str)] = &[
         r"expected -?[\d.]+ to -?[\d.]+ ms, actual -?[\d.]+ ms",
         "expected <N> to <N> ms, actual <N> ms",
     ),
+    // F2: how close holder-c's polled acquires came to expires_at on either side.
+    (
+        r"\d+ refused, the last at expires_at [-+][\d.]+ ms; granted at expires_at [-+][\d.]+ ms",
+        "<N> refused, the last at expires_at <N> ms; granted at expires_at <N> ms",
+    ),
     // F8: the lease's validity around the crash and the downtime, in ms.
     (r"-?\d+ ms of validity left", "<N> ms of validity left"),
     (

@@ -380,6 +380,25 @@ const COMPLETE_RUN: &str = "UPDATE reconciliation_runs AS r
                                AND r.owner_token = l.owner_token AND l.owner_token = ?
                                AND l.leased_until > CURRENT_TIMESTAMP(3)";
 
+/// What an operator does by hand, not what a service does: kept here because it is SQL of the
+/// job lease store, and only so that U1 can show what is left when it happens.
+pub mod operator_mistake {
+    use super::*;
+
+    /// The mistake: deletes a job lease's row by hand, as a "cleanup" of stale leases might. Its
+    /// fence is forgotten with the row: the next acquire starts again at fence 1, so a fence no
+    /// longer names one holding — only the owner token in the completion's join still tells a
+    /// new holding's runs from an old one's.
+    pub async fn delete_the_job_lease(pool: &MySqlPool, lease_name: &str) -> Result<()> {
+        sqlx::query("DELETE FROM fenced_job_leases WHERE lease_name = ?")
+            .bind(lease_name)
+            .execute(pool)
+            .await
+            .op("delete the job lease by hand")?;
+        Ok(())
+    }
+}
+
 /// Creates the database the fenced-job tables live in, if it is missing. `name` must be a plain
 /// identifier (letters, digits, `_`): it cannot be a bound parameter.
 pub async fn create_database(conn: &mut sqlx::MySqlConnection, name: &str) -> Result<()> {
