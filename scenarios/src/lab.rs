@@ -266,6 +266,31 @@ impl Lab {
             .context("failed to connect as the superuser")
     }
 
+    /// (containers) Drops every packet of `process`'s open connections to `db`'s host — by
+    /// the connections' source ports, as the server's `pg_stat_activity` names them — until the
+    /// returned holds are lifted or dropped. A connection it opens meanwhile is not held.
+    #[cfg(feature = "containers")]
+    pub async fn cut(
+        &self,
+        process: &str,
+        db: Database,
+    ) -> anyhow::Result<Vec<harness::containers::Hold>> {
+        let Servers::Containers(hosts) = &self.servers else {
+            anyhow::bail!("cutting a process off a server needs --backend containers");
+        };
+        let ip = hosts.server(db).ip;
+        let admin = self.admin_pool(db).await?;
+        let ports = harness::observe::client_ports(&admin, process).await;
+        admin.close().await;
+        let mut holds = Vec::new();
+        for port in ports.context("failed to list the process's connections")? {
+            let port = u16::try_from(port).context("a client port out of range")?;
+            let (hold, _) = harness::containers::Hold::start(ip, port, &self.run_mark).await?;
+            holds.push(hold);
+        }
+        Ok(holds)
+    }
+
     /// Crashes every server of the lab (immediate stop: no checkpoint) and starts it again on
     /// the same data; returns once each has recovered and accepts connections, with what each
     /// logged meanwhile. The pools are stale afterwards: call [`Lab::reopen`].

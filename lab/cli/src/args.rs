@@ -97,11 +97,20 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "MODE", default_value = "fenced-scope")]
     pub mode: fencing::resource::WriteMode,
     /// The faults the nemesis may inject (comma-separated): pause (SIGSTOP … SIGCONT), kill
-    /// (SIGKILL, restarted later), crash (the cluster stopped immediately and restarted), drift
-    /// (a holder's clock slowed with libfaketime). Default: all four (drift only where
-    /// libfaketime is installed; the run says when it leaves drift out).
+    /// (SIGKILL, restarted later), crash (the servers stopped immediately and restarted), drift
+    /// (a holder's clock slowed with libfaketime); with --backend containers also delay (a
+    /// holder's packets to the resource dropped for a while, then let through: its write
+    /// arrives late) and partition (a holder cut off from the lease store for a while). Default:
+    /// every one the backend can carry out (drift only where libfaketime is installed; the run
+    /// says when it leaves drift out).
     #[arg(long, value_name = "FAULTS", value_delimiter = ',')]
     pub faults: Option<Vec<scenarios::chaos::schedule::FaultKind>>,
+    /// Where the lease store and the resource run: `embedded` (one throwaway cluster), or
+    /// `containers` (each on a PostgreSQL 15 container of its own, reached over TCP, so that the
+    /// network between a holder and a server can fail: the delay and partition faults). Needs a
+    /// Docker engine and a lab built with --features lab/containers.
+    #[arg(long, value_enum, default_value_t = BackendArg::Embedded)]
+    pub backend: BackendArg,
     /// Where the evidence goes: output.txt, events.jsonl, schedule.txt, history.jsonl,
     /// verdict.md, report.html.
     #[arg(long, value_name = "DIR", default_value = "evidence/chaos")]

@@ -11,10 +11,10 @@ use harness::evidence::timeline::TimelineReporter;
 use harness::evidence::{EnvironmentReporter, JsonlReporter, Recorder, Reporter, TextReporter};
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::chaos::{self, ChaosConfig};
-use scenarios::{Lab, Params};
+use scenarios::{Backend, Lab, Params};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::args::ChaosArgs;
+use crate::args::{BackendArg, ChaosArgs};
 
 /// Parses a duration as `30s`, `2m`, `1500ms` or plain seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -66,6 +66,29 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         }
     );
     use chaos::schedule::FaultKind;
+    let backend = match args.backend {
+        BackendArg::Embedded => Backend::Embedded,
+        BackendArg::Containers if cfg!(feature = "containers") => {
+            Backend::Containers { pg_major: 15 }
+        }
+        BackendArg::Containers => anyhow::bail!(
+            "--backend containers needs a lab built with the containers feature: start a Docker \
+             engine and run ./run.sh chaos (it builds with --features lab/containers when one \
+             answers), or cargo build --features lab/containers"
+        ),
+    };
+    let containers = backend != Backend::Embedded;
+    if let Some(kind) = args
+        .faults
+        .iter()
+        .flatten()
+        .find(|k| k.needs_containers() && !containers)
+    {
+        anyhow::bail!(
+            "--faults {kind}: it needs a network between the holders and the servers: add \
+             --backend containers, or leave {kind} out"
+        );
+    }
     let located = harness::faketime::Faketime::locate();
     let (faults, faketime) = match (&args.faults, located) {
         (Some(faults), Ok(f)) => (faults.clone(), Some(f)),
@@ -73,10 +96,10 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("--faults drift: {reason}; or leave drift out of --faults")
         }
         (Some(faults), Err(_)) => (faults.clone(), None),
-        (None, Ok(f)) => (FaultKind::ALL.to_vec(), Some(f)),
+        (None, Ok(f)) => (FaultKind::defaults(containers), Some(f)),
         (None, Err(reason)) => {
             eprintln!("lab chaos: the drift fault is left out: {reason}");
-            let faults = FaultKind::ALL
+            let faults = FaultKind::defaults(containers)
                 .into_iter()
                 .filter(|k| *k != FaultKind::Drift)
                 .collect();
@@ -105,7 +128,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     };
     let dir = args.evidence_dir.clone();
     let mut lab = tokio::select! {
-        lab = Lab::start(cluster, params, holder_bin) => lab?,
+        lab = Lab::start_on(backend, Lab::new_run_mark(), cluster, params, holder_bin) => lab?,
         _ = sigint.recv() => return Ok(ExitCode::from(130)),
         _ = sigterm.recv() => return Ok(ExitCode::from(143)),
     };

@@ -134,3 +134,23 @@ fn an_interrupted_chaos_run_exits_130_and_leaves_no_process() -> anyhow::Result<
     assert!(left.is_empty(), "left running: {left:?}");
     Ok(())
 }
+
+#[test]
+fn network_faults_without_a_network_are_refused_before_anything_runs() -> anyhow::Result<()> {
+    let sandbox = sandbox()?;
+    let tmp = sandbox.path();
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["chaos", "--seed", "1", "--faults", "pause,partition"])
+        .arg("--evidence-dir")
+        .arg(tmp.join("ev"))
+        .env("TMPDIR", tmp)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--faults partition") && stderr.contains("--backend containers"),
+        "{stderr}"
+    );
+    assert!(processes_mentioning(tmp).is_empty());
+    Ok(())
+}

@@ -2,7 +2,8 @@
 //! request in the network — by SIGINT (it must exit 130 within 10 s and leave nothing) and by
 //! SIGKILL (it leaves its container, network and iptables hold, and `lab clean` must remove
 //! them) — and by SIGTERM while F16 holds A's lease connections (143, nothing left). The
-//! container backend runs F1–F9, keeps its servers on `--keep` and leaves nothing otherwise. Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
+//! container backend runs F1–F9, keeps its servers on `--keep` and leaves nothing otherwise;
+//! `lab chaos` on it injects delays and partitions, passes, and leaves nothing. Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
 //! the lab this test started: other labs' containers are not this test's business. Without a
 //! Docker engine the test says so and checks nothing else.
 #![cfg(feature = "containers")]
@@ -288,5 +289,58 @@ fn the_container_backend_runs_f1_to_f9_keeps_on_request_and_leaves_nothing_other
         (0, 0, 0),
         "lab clean left a kept run's containers or networks"
     );
+    Ok(())
+}
+
+#[test]
+fn chaos_on_containers_delays_and_partitions_holders_and_leaves_nothing() -> anyhow::Result<()> {
+    if no_engine() {
+        eprintln!("no Docker engine answers: nothing to run here");
+        return Ok(());
+    }
+    let sandbox = tempfile::tempdir()?;
+    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
+    let ev = sandbox.path().join("ev");
+    let lab = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args([
+            "chaos",
+            "--backend",
+            "containers",
+            "--seed",
+            "1",
+            "--time",
+            "30s",
+        ])
+        .args(["--faults", "pause,delay,partition", "--evidence-dir"])
+        .arg(&ev)
+        .env("TMPDIR", sandbox.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let pid = lab.id();
+    let out = lab.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("ok   negative control exposes"), "{stdout}");
+    // Both network faults were carried out: each dropped a holder's connections.
+    let verdict = fs::read_to_string(ev.join("verdict.md"))?;
+    for kind in ["delay", "partition"] {
+        let injected = verdict
+            .lines()
+            .find(|l| l.starts_with(&format!("| {kind} |")))
+            .and_then(|l| l.split('|').nth(2))
+            .and_then(|n| n.trim().parse::<u32>().ok());
+        assert!(injected.is_some_and(|n| n > 0), "no {kind} in:\n{verdict}");
+    }
+    let events = fs::read_to_string(ev.join("events.jsonl"))?;
+    let dropped: Vec<u32> = events
+        .split(" connection(s) dropped")
+        .filter_map(|before| before.rsplit('"').next()?.parse().ok())
+        .collect();
+    assert!(
+        !dropped.is_empty() && dropped.iter().all(|&n| n >= 1),
+        "every cut drops at least one connection: {dropped:?}"
+    );
+    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
     Ok(())
 }

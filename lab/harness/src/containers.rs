@@ -352,7 +352,8 @@ impl Drop for Network {
 }
 
 /// A PostgreSQL server in a container on a [`Network`]: initdb'd inside, trusting the network's
-/// hosts (it is private), logging every statement with its time and application name.
+/// hosts (it is private), logging every statement with its time and application name, keeping
+/// commit timestamps (the chaos checker orders writes by commit).
 pub struct PgContainer {
     container: ContainerAsync<GenericImage>,
     pub ip: IpAddr,
@@ -377,7 +378,7 @@ impl PgContainer {
                  --locale=C --no-sync >/dev/null \
                && echo 'host all all 0.0.0.0/0 trust' >> /tmp/pg/pg_hba.conf; }}; }} \
              && exec {bin}/postgres -D /tmp/pg -k /tmp -c listen_addresses='*' \
-                -c log_line_prefix='%m [%a] ' -c log_statement=all"
+                -c log_line_prefix='%m [%a] ' -c log_statement=all -c track_commit_timestamp=on"
         );
         let container = GenericImage::new(repo, tag)
             .with_wait_for(WaitFor::message_on_stderr(

@@ -77,7 +77,16 @@ struct Slot {
     frozen_since: Option<f64>,
     killed_at: Option<f64>,
     drifted_since: Option<f64>,
+    /// (containers) The packets of its connections being dropped: since when, and the rules.
+    cut: Option<(f64, Cut)>,
 }
+
+/// The iptables rules of a delay or partition in force (`harness::containers::Hold`); dropping
+/// them lifts them.
+#[cfg(feature = "containers")]
+type Cut = Vec<harness::containers::Hold>;
+#[cfg(not(feature = "containers"))]
+type Cut = Vec<std::convert::Infallible>;
 
 /// What the nemesis does at one moment of the schedule.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +99,10 @@ enum Action {
     /// A new incarnation with its clock at this rate (%).
     Drift(usize, u32),
     Undrift(usize),
+    /// (containers) Drops every packet of the slot's connections to the resource (delay) or to
+    /// the lease store (partition), until it is mended.
+    Cut(usize, FaultKind),
+    Mend(usize, FaultKind),
 }
 
 /// The lanes of the run's timeline: a lane per holder slot.
@@ -169,6 +182,17 @@ pub async fn run(
                 actions.push((f.at, Action::Drift(f.target, f.rate_pct)));
                 actions.push((f.at + f.length, Action::Undrift(f.target)));
             }
+            FaultKind::Delay | FaultKind::Partition => {
+                actions.push((f.at, Action::Cut(f.target, f.kind)));
+                actions.push((f.at + f.length, Action::Mend(f.target, f.kind)));
+            }
+        }
+    }
+    if let Some(kind) = cfg.faults.iter().find(|k| k.needs_containers()) {
+        if lab.backend() == crate::Backend::Embedded {
+            anyhow::bail!(
+                "the {kind} fault needs the servers on hosts of their own: --backend containers"
+            );
         }
     }
     actions.sort_by_key(|(at, _)| *at);
@@ -192,6 +216,7 @@ pub async fn run(
                 frozen_since: None,
                 killed_at: None,
                 drifted_since: None,
+                cut: None,
             });
         }
         let ms = |at: Instant| at.saturating_duration_since(started).as_secs_f64() * 1000.0;
@@ -313,6 +338,50 @@ pub async fn run(
                     let holder = spawn(lab, cfg, i, slots[i].incarnation, None).await?;
                     slots[i].holder = Some(holder);
                 }
+                Action::Cut(i, kind) => {
+                    if let Some(h) = slots[i].holder.as_ref() {
+                        let name = h.name().to_owned();
+                        let rules = cut(lab, &name, kind).await?;
+                        if rules.is_empty() {
+                            rec.note(format!(
+                                "h{i}: {name} had no open connection to cut: no {kind} this time"
+                            ));
+                            continue;
+                        }
+                        rec.step(
+                            Mark::Info,
+                            &format!("h{i}"),
+                            kind.as_str(),
+                            None,
+                            format!("{} connection(s) dropped", rules.len()),
+                            None,
+                        );
+                        slots[i].cut = Some((ms(Instant::now()), rules));
+                    }
+                }
+                Action::Mend(i, kind) => {
+                    if let Some((since, rules)) = slots[i].cut.take() {
+                        drop(rules);
+                        let process = slots[i]
+                            .holder
+                            .as_ref()
+                            .map_or("-".to_owned(), |h| h.name().to_owned());
+                        injected.push(Injected {
+                            kind,
+                            process,
+                            start_ms: since,
+                            end_ms: ms(Instant::now()),
+                        });
+                        rec.step(
+                            Mark::Info,
+                            &format!("h{i}"),
+                            &format!("{kind} ends"),
+                            None,
+                            "packets let through",
+                            None,
+                        );
+                    }
+                }
                 Action::Crash => {
                     let from = ms(Instant::now());
                     lab.crash_and_restart().await?;
@@ -338,7 +407,10 @@ pub async fn run(
         anyhow::Ok(())
     }
     .await;
-    // Every path: thaw, drain, end each holder (a frozen one is never left behind).
+    // Every path: mend, thaw, drain, end each holder (a frozen one is never left behind).
+    for slot in &mut slots {
+        slot.cut = None;
+    }
     for slot in &mut slots {
         if let Some(h) = slot.holder.as_mut() {
             if slot.frozen_since.is_some() {
@@ -473,6 +545,22 @@ async fn spawn(
     Holder::spawn(&spec)
         .await
         .with_context(|| format!("failed to start holder {name}"))
+}
+
+/// Drops every packet of `process`'s open connections to the resource (a delay: what it sends
+/// meanwhile arrives when the rules go) or to the lease store (a partition).
+#[cfg(feature = "containers")]
+async fn cut(lab: &Lab, process: &str, kind: FaultKind) -> anyhow::Result<Cut> {
+    let db = match kind {
+        FaultKind::Delay => fencing::schema::Database::Resource,
+        _ => fencing::schema::Database::Lease,
+    };
+    lab.cut(process, db).await
+}
+
+#[cfg(not(feature = "containers"))]
+async fn cut(_: &Lab, _: &str, kind: FaultKind) -> anyhow::Result<Cut> {
+    anyhow::bail!("the {kind} fault: {}", crate::f15_delayed_write::NOT_BUILT)
 }
 
 /// Takes every event that arrived from every holder so far.

@@ -21,14 +21,22 @@ pub enum FaultKind {
     /// A holder's clock runs slow (libfaketime): a new incarnation of it starts with the clock
     /// at `rate_pct` % of real time, and is replaced by a normal one after a while.
     Drift,
+    /// (containers) Every packet of a holder's connections to the resource's host dropped for a
+    /// while, then let through: a write sent meanwhile reaches the resource late.
+    Delay,
+    /// (containers) Every packet of a holder's connections to the lease store's host dropped for
+    /// a while: its renewals go unanswered while its resource connections are untouched.
+    Partition,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::Pause,
         FaultKind::Kill,
         FaultKind::Crash,
         FaultKind::Drift,
+        FaultKind::Delay,
+        FaultKind::Partition,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -37,7 +45,23 @@ impl FaultKind {
             FaultKind::Kill => "kill",
             FaultKind::Crash => "crash",
             FaultKind::Drift => "drift",
+            FaultKind::Delay => "delay",
+            FaultKind::Partition => "partition",
         }
+    }
+
+    /// Whether it needs the servers on hosts of their own (`--backend containers`): a network
+    /// between the holders and a server to cut.
+    pub fn needs_containers(self) -> bool {
+        matches!(self, FaultKind::Delay | FaultKind::Partition)
+    }
+
+    /// The faults a run injects when none are named: every one the backend can carry out.
+    pub fn defaults(containers: bool) -> Vec<FaultKind> {
+        FaultKind::ALL
+            .into_iter()
+            .filter(|k| containers || !k.needs_containers())
+            .collect()
     }
 
     /// How often it is drawn, relative to the others.
@@ -47,6 +71,8 @@ impl FaultKind {
             FaultKind::Kill => 2,
             FaultKind::Crash => 1,
             FaultKind::Drift => 2,
+            FaultKind::Delay => 4,
+            FaultKind::Partition => 3,
         }
     }
 }
@@ -58,7 +84,12 @@ impl std::str::FromStr for FaultKind {
         FaultKind::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown fault {s:?}: the faults are pause, kill and crash"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown fault {s:?}: the faults are pause, kill, crash, drift, and with \
+                     --backend containers delay and partition"
+                )
+            })
     }
 }
 
@@ -110,6 +141,18 @@ impl fmt::Display for Fault {
                 self.rate_pct,
                 self.length.as_millis()
             ),
+            FaultKind::Delay => write!(
+                f,
+                "{at:>6} ms  delay   h{}'s packets to the resource dropped for {} ms, then let through",
+                self.target,
+                self.length.as_millis()
+            ),
+            FaultKind::Partition => write!(
+                f,
+                "{at:>6} ms  partition h{} cut off from the lease store for {} ms",
+                self.target,
+                self.length.as_millis()
+            ),
         }
     }
 }
@@ -133,7 +176,8 @@ pub fn holder_seed(seed: u64, slot: usize, incarnation: u32) -> u64 {
 
 /// The faults, in time order. Between two faults 100–700 ms pass; a pause lasts 0.1–2.5 TTL
 /// (shorter and longer than the lease), a killed holder stays dead 0–1 TTL, a drifted clock runs
-/// at 30–70 % for 1–3 TTL. A holder is never
+/// at 30–70 % for 1–3 TTL; a delay holds a holder's packets to the resource 0.1–2.5 TTL, a
+/// partition cuts it from the lease store 0.5–3 TTL. A holder is never
 /// the target of a fault while the last one against it still runs; a crash leaves 1 s for the
 /// restart before the next fault. The last second of the run has no fault.
 pub fn schedule(plan: &Plan) -> Vec<Fault> {
@@ -164,6 +208,8 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
             FaultKind::Kill => Duration::from_millis(rng.random_range(0..=ttl)),
             FaultKind::Crash => Duration::ZERO,
             FaultKind::Drift => Duration::from_millis(rng.random_range(ttl..=ttl * 3)),
+            FaultKind::Delay => Duration::from_millis(rng.random_range(ttl / 10..=ttl * 5 / 2)),
+            FaultKind::Partition => Duration::from_millis(rng.random_range(ttl / 2..=ttl * 3)),
         };
         let rate_pct = if kind == FaultKind::Drift {
             rng.random_range(30..=70)
@@ -203,7 +249,7 @@ mod tests {
             seed,
             time: Duration::from_secs(30),
             holders: 4,
-            faults: FaultKind::ALL.to_vec(),
+            faults: FaultKind::defaults(false),
             ttl: Duration::from_millis(1500),
         }
     }
