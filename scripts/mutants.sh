@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# The gate's own gate: each SQL mutant of the system under test (scripts/sql-mutants.txt — a
-# fence condition dropped, `<=` made `<`, no token bump, expiry ignored, an early takeover, a renew
-# after expiry, a release that resets the token, each join condition of the completion) is applied
-# to a scratch copy of this checkout's HEAD, built, and run through the lab's gates: the full
-# `lab run`, the fence-dependent experiments with fenced-single, a seeded chaos run, and the
-# system under test's own cargo tests. A baseline of the unmutated copy must pass every gate first.
-# Writes evidence/mutants.md: the kill matrix (mutant × what caught it). Usage:
-#   scripts/mutants.sh [--only ID,ID] [--chaos-time 30s]
-# About 3 minutes per mutant on 2 cores (cargo-mutants on lab/fencing is not run here yet).
+# The gate's own gate, in two parts.
+#
+# 1. The SQL catalogue (scripts/sql-mutants.txt — a fence condition dropped, `<=` made `<`, no
+#    token bump, expiry ignored, an early takeover, a renew after expiry, a release that resets
+#    the token, each join condition of the completion): each mutant applied to a scratch copy of
+#    this checkout's HEAD, built, and run through the lab's gates — the full `lab run` (every
+#    fence-dependent experiment with both fenced modes), a seeded chaos run, and the system under
+#    test's own cargo tests. A baseline of the unmutated copy must pass every gate first.
+#    → evidence/mutants.md, the kill matrix (mutant × what caught it).
+# 2. cargo-mutants (crates.io; installed with `cargo install --locked` when missing) on
+#    lab/fencing: pass one tests each mutant with the system under test's own tests
+#    (`cargo test -p fencing`, real PostgreSQL and MariaDB); pass two takes every mutant pass one
+#    missed, applies its diff to a scratch copy of HEAD and runs the lab's gates on it (the full
+#    `lab run` and the seeded chaos run). → evidence/cargo-mutants.md.
+#
+# Usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s]
+#                           [--cargo-out DIR]
+#   --cargo-out DIR  reuse (or keep) pass one's output in DIR instead of running it again.
+# On 2 cores: about 3 minutes per SQL mutant; pass one about 30 s per mutant (184 at 6a1d2c4),
+# pass two about 2 minutes per mutant it takes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 only=""
 chaos_time=30s
+sql=1
+cargo_part=1
+cargo_out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only="$2"; shift 2 ;;
     --chaos-time) chaos_time="$2"; shift 2 ;;
-    *) echo "usage: scripts/mutants.sh [--only ID,ID] [--chaos-time 30s]" >&2; exit 2 ;;
+    --sql-only) cargo_part=0; shift ;;
+    --cargo-only) sql=0; shift ;;
+    --cargo-out) cargo_out="$2"; shift 2 ;;
+    *) echo "usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s] [--cargo-out DIR]" >&2
+       exit 2 ;;
   esac
 done
 scripts/ensure-postgres.sh
@@ -26,25 +44,23 @@ features=$(scripts/ensure-mariadb.sh)
 work=$(mktemp -d /tmp/lab-mutants.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export CARGO_TARGET_DIR="$root/target/mutants"
+head_rev=$(git rev-parse --short HEAD)
 
-# Failed experiments of a `lab run`, from its event log: "F2,F4" (or "" when none failed).
+# Failed experiments of a `lab run`, from its event log: "F2,F4-fenced-single" (or "").
 failed_cases() {
-  grep '"passed":false' "$1/events.jsonl" 2>/dev/null | grep -o '"case":"[A-Z][0-9]*"' \
-    | cut -d'"' -f4 | sort -u | paste -sd, - || true
+  grep '"passed":false' "$1/events.jsonl" 2>/dev/null \
+    | grep -oE '"case":"[A-Z][0-9]+(-[a-z-]+)?"' | cut -d'"' -f4 | sort -u | paste -sd, - || true
 }
 
-# Runs every gate against the copy in $1; prints four cells: run | single | chaos | cargo test.
-gates() {
+# The lab's gates on the copy in $1 (evidence under $2): two cells, run | chaos.
+lab_gates() {
   local copy=$1 ev=$2 bin="$CARGO_TARGET_DIR/debug"
   # shellcheck disable=SC2086 # $features is empty or one flag
   (cd "$copy" && cargo build --quiet -p lab -p holder $features) >"$ev/build.log" 2>&1 \
-    || { echo "build failed | build failed | build failed | build failed"; return; }
-  local run single chaos tests
+    || { echo "build failed | build failed"; return; }
+  local run chaos
   if timeout 900 "$bin/lab" run --evidence-dir "$ev/run" >"$ev/run.out" 2>&1; then run="passed"
   else run="killed ($(failed_cases "$ev/run"))"; fi
-  if timeout 600 "$bin/lab" run --fenced-mode fenced-single --only F4,F6,F7 \
-      --evidence-dir "$ev/single" >"$ev/single.out" 2>&1; then single="passed"
-  else single="killed ($(failed_cases "$ev/single"))"; fi
   timeout 600 "$bin/lab" chaos --seed 1 --time "$chaos_time" --evidence-dir "$ev/chaos" \
     >"$ev/chaos.out" 2>&1 || true
   # The checker's verdict at the scope under test (its control failing is not a kill).
@@ -54,14 +70,20 @@ gates() {
   if [ -n "$broken" ]; then chaos="killed ($broken)"
   elif grep -q '^SUMMARY' "$ev/chaos.out"; then chaos="passed"
   else chaos="could not run"; fi
+  echo "$run | $chaos"
+}
+
+# Every gate on the copy in $1: three cells, run | chaos | cargo test.
+gates() {
+  local copy=$1 ev=$2 cells tests own=""
+  cells=$(lab_gates "$copy" "$ev")
   # The system under test's own tests (its MariaDB ones when MariaDB is here).
-  local own=""
   [ -n "$features" ] && own="--features fencing/mariadb"
   # shellcheck disable=SC2086
   if (cd "$copy" && timeout 900 cargo test --quiet --locked -p fencing $own) \
       >"$ev/test.out" 2>&1; then tests="passed"
   else tests="killed"; fi
-  echo "$run | $single | $chaos | $tests"
+  echo "$cells | $tests"
 }
 
 copy_of_head() {
@@ -69,55 +91,137 @@ copy_of_head() {
   git -C "$root" archive HEAD | tar -x -C "$1"
 }
 
-out="$root/evidence/mutants.md"
-rows=""
-echo "mutants: baseline (HEAD unmutated)" >&2
-mkdir -p "$work/baseline"
-copy_of_head "$work/baseline/src"
-baseline=$(gates "$work/baseline/src" "$work/baseline")
-echo "  $baseline" >&2
-if [ "$baseline" != "passed | passed | passed | passed" ]; then
-  echo "mutants: the unmutated baseline does not pass every gate ($baseline); see $work/baseline (kept)" >&2
-  trap - EXIT
-  exit 1
-fi
-killed=0 total=0
-while IFS='|' read -r id file from to what; do
-  id=$(echo "$id" | xargs); file=$(echo "$file" | xargs)
-  from=$(echo "$from" | sed -E 's/^ //; s/ $//'); to=$(echo "$to" | sed -E 's/^ //; s/ $//')
-  what=$(echo "$what" | sed -E 's/^ //')
-  case "$id" in ''|'#'*) continue ;; esac
-  if [ -n "$only" ] && ! echo ",$only," | grep -q ",$id,"; then continue; fi
-  total=$((total + 1))
-  dir="$work/$id"
-  mkdir -p "$dir"
-  copy_of_head "$dir/src"
-  target="$dir/src/$file"
-  if [ "$(grep -cF -- "$from" "$target")" != 1 ]; then
-    echo "mutants: $id: the text is not found exactly once in $file; fix scripts/sql-mutants.txt" >&2
-    exit 2
+status=0
+if [ "$sql" = 1 ]; then
+  out="$root/evidence/mutants.md"
+  rows=""
+  echo "mutants: baseline (HEAD unmutated)" >&2
+  mkdir -p "$work/baseline"
+  copy_of_head "$work/baseline/src"
+  baseline=$(gates "$work/baseline/src" "$work/baseline")
+  echo "  $baseline" >&2
+  if [ "$baseline" != "passed | passed | passed" ]; then
+    echo "mutants: the unmutated baseline does not pass every gate ($baseline); see $work/baseline (kept)" >&2
+    trap - EXIT
+    exit 1
   fi
-  FROM="$from" TO="$to" perl -0pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$target"
-  echo "mutants: $id ($what)" >&2
-  cells=$(gates "$dir/src" "$dir")
-  echo "  $cells" >&2
-  if echo "$cells" | grep -q killed; then verdict="killed"; killed=$((killed + 1)); else verdict="**SURVIVED**"; fi
-  rows+="| $id | $what | $cells | $verdict |"$'\n'
-  rm -rf "$dir/src"
-done < scripts/sql-mutants.txt
+  rm -rf "$work/baseline"
+  killed=0 total=0
+  while IFS='|' read -r id file from to what; do
+    id=$(echo "$id" | xargs); file=$(echo "$file" | xargs)
+    from=$(echo "$from" | sed -E 's/^ //; s/ $//'); to=$(echo "$to" | sed -E 's/^ //; s/ $//')
+    what=$(echo "$what" | sed -E 's/^ //')
+    case "$id" in ''|'#'*) continue ;; esac
+    if [ -n "$only" ] && ! echo ",$only," | grep -q ",$id,"; then continue; fi
+    total=$((total + 1))
+    dir="$work/$id"
+    mkdir -p "$dir"
+    copy_of_head "$dir/src"
+    target="$dir/src/$file"
+    if [ "$(grep -cF -- "$from" "$target")" != 1 ]; then
+      echo "mutants: $id: the text is not found exactly once in $file; fix scripts/sql-mutants.txt" >&2
+      exit 2
+    fi
+    FROM="$from" TO="$to" perl -0pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$target"
+    echo "mutants: $id ($what)" >&2
+    cells=$(gates "$dir/src" "$dir")
+    echo "  $cells" >&2
+    # Killed by the lab itself: ./run.sh or the chaos run (the cargo tests are shown beside).
+    lab_cells=$(echo "$cells" | cut -d'|' -f1-2)
+    if echo "$lab_cells" | grep -q killed; then verdict="killed"; killed=$((killed + 1))
+    else verdict="**SURVIVED**"; fi
+    rows+="| $id | $what | $cells | $verdict |"$'\n'
+    rm -rf "$dir"
+  done < scripts/sql-mutants.txt
 
-{
-  echo "# Mutation testing: the SQL catalogue"
-  echo
-  echo "Each mutant of scripts/sql-mutants.txt applied to a copy of $(git rev-parse --short HEAD), built and"
-  echo "run through every gate; a cell says which experiments (or checks) failed on it. Made by"
-  echo "scripts/mutants.sh on $(date -u +%Y-%m-%d)."
-  echo
-  echo "| mutant | what it breaks | ./run.sh (F, U) | fenced-single F4,F6,F7 | chaos --seed 1 --time $chaos_time | cargo test -p fencing | verdict |"
-  echo "|---|---|---|---|---|---|---|"
-  printf '%s' "$rows"
-  echo
-  echo "$killed of $total mutants killed."
-} >"$out"
-echo "mutants: $killed of $total killed; the matrix is in $out" >&2
-[ "$killed" = "$total" ]
+  {
+    echo "# Mutation testing: the SQL catalogue"
+    echo
+    echo "Each mutant of scripts/sql-mutants.txt applied to a copy of $head_rev, built and run through"
+    echo "every gate; a cell says which experiments (or checks) failed on it. A mutant counts as killed"
+    echo "when \`./run.sh\` (every experiment, each fence-dependent one with both fenced modes) or the"
+    echo "chaos run kills it; \`cargo test -p fencing\` is shown beside. Made by scripts/mutants.sh on"
+    echo "$(date -u +%Y-%m-%d). cargo-mutants' mutants of lab/fencing: cargo-mutants.md."
+    echo
+    echo "| mutant | what it breaks | ./run.sh (F, U) | chaos --seed 1 --time $chaos_time | cargo test -p fencing | verdict |"
+    echo "|---|---|---|---|---|---|"
+    printf '%s' "$rows"
+    echo
+    echo "$killed of $total mutants killed by ./run.sh and the chaos run."
+  } >"$out"
+  echo "mutants: $killed of $total SQL mutants killed; the matrix is in $out" >&2
+  [ "$killed" = "$total" ] || status=1
+fi
+
+if [ "$cargo_part" = 1 ]; then
+  command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
+  own=""
+  [ -n "$features" ] && own="--features mariadb"
+  pass1=${cargo_out:-$work/cargo-mutants}
+  if [ ! -f "$pass1/mutants.out/outcomes.json" ] \
+      || ! python3 -c "import json,sys; sys.exit(0 if json.load(open('$pass1/mutants.out/outcomes.json')).get('end_time') else 1)"; then
+    echo "mutants: cargo-mutants pass one on lab/fencing (its own tests) into $pass1" >&2
+    mkdir -p "$pass1"
+    # A missed mutant is not an error here: pass two takes it.
+    # shellcheck disable=SC2086
+    (unset CARGO_TARGET_DIR; cargo mutants -p fencing $own --test-package fencing -j 1 \
+      --no-shuffle --output "$pass1") >"$pass1/run.log" 2>&1 || true
+  fi
+  outcomes="$pass1/mutants.out/outcomes.json"
+  # name <TAB> summary <TAB> diff path, one line per mutant
+  python3 - "$outcomes" >"$work/outcomes.tsv" <<'EOF'
+import json, sys
+for o in json.load(open(sys.argv[1]))["outcomes"]:
+    m = o["scenario"]
+    if not isinstance(m, dict) or "Mutant" not in m:
+        continue
+    print("\t".join([m["Mutant"]["name"], o["summary"], o.get("diff_path") or ""]))
+EOF
+  total=$(wc -l <"$work/outcomes.tsv")
+  caught=$(grep -c $'\tCaughtMutant\t' "$work/outcomes.tsv" || true)
+  unviable=$(grep -c $'\tUnviable\t' "$work/outcomes.tsv" || true)
+  timeouts=$(grep -c $'\tTimeout\t' "$work/outcomes.tsv" || true)
+  rows=""
+  killed2=0 survived=0 equivalent=0
+  while IFS=$'\t' read -r name summary diff; do
+    [ "$summary" = "MissedMutant" ] || continue
+    file=${name%%:*}
+    dir="$work/cm"
+    rm -rf "$dir"; mkdir -p "$dir"
+    copy_of_head "$dir/src"
+    if ! patch --quiet -p0 "$dir/src/$file" <"$pass1/mutants.out/$diff" >"$dir/patch.log" 2>&1; then
+      rows+="| \`$name\` | the diff no longer applies to $head_rev | - | not tested |"$'\n'
+      continue
+    fi
+    echo "mutants: $name" >&2
+    cells=$(lab_gates "$dir/src" "$dir")
+    echo "  $cells" >&2
+    argued=$(awk -F' [|] ' -v n="$name" '$1 == n { print $2 }' scripts/equivalent-mutants.txt)
+    if echo "$cells" | grep -q killed; then verdict="killed"; killed2=$((killed2 + 1))
+    elif [ -n "$argued" ]; then verdict="equivalent: $argued"; equivalent=$((equivalent + 1))
+    else verdict="**SURVIVED**"; survived=$((survived + 1)); fi
+    rows+="| \`$name\` | $cells | $verdict |"$'\n'
+  done <"$work/outcomes.tsv"
+  {
+    echo "# Mutation testing: cargo-mutants on lab/fencing"
+    echo
+    echo "$(python3 -c "import json; print(json.load(open('$outcomes'))['cargo_mutants_version'])" 2>/dev/null \
+      | sed 's/^/cargo-mutants /'), on the system under test at $head_rev, made by scripts/mutants.sh on"
+    echo "$(date -u +%Y-%m-%d). Pass one tested every mutant with the system under test's own tests"
+    echo "(\`cargo test -p fencing\`, real PostgreSQL and MariaDB): of $total mutants, $caught caught,"
+    echo "$unviable unviable (do not build), $timeouts timed out, and the rest missed. Pass two ran"
+    echo "each missed mutant through the lab's gates: the full \`lab run\` and the seeded chaos run."
+    echo
+    echo "| mutant (missed by cargo test -p fencing) | ./run.sh (F, U) | chaos --seed 1 --time $chaos_time | verdict |"
+    echo "|---|---|---|---|"
+    printf '%s' "$rows"
+    echo
+    viable=$((total - unviable))
+    done_=$((caught + timeouts + killed2 + equivalent))
+    echo "Killed or argued equivalent: $done_ of $viable viable mutants ($((100 * done_ / viable)) %): $caught by"
+    echo "the cargo tests, $timeouts by timing out, $killed2 by the lab's gates, $equivalent argued equivalent"
+    echo "(scripts/equivalent-mutants.txt, one line each); $survived survived."
+  } >"$root/evidence/cargo-mutants.md"
+  echo "mutants: cargo-mutants: $caught caught by cargo test, $killed2 more by the lab, $equivalent argued equivalent, $survived survived; evidence/cargo-mutants.md" >&2
+fi
+exit "$status"

@@ -33,6 +33,10 @@ pub struct Params {
     pub wait_timeout: Duration,
     /// The correct write mode F4, F6 and F7 check: fenced-scope, or its one-statement form.
     pub fenced_mode: WriteMode,
+    /// The other fenced modes every fence-dependent experiment runs again with, each as a case
+    /// of its own (`F4-fenced-single`), right after its run with `fenced_mode`: how the default
+    /// `lab run` gates every fence the lab offers. Empty: each experiment runs once.
+    pub again_with: Vec<WriteMode>,
 }
 
 /// The lease every scenario contends for.
@@ -55,6 +59,7 @@ impl Default for Params {
             contenders: 16,
             wait_timeout: Duration::from_secs(30),
             fenced_mode: WriteMode::FencedScope,
+            again_with: Vec::new(),
         }
     }
 }
@@ -92,13 +97,12 @@ impl Params {
                 ms(self.ttl - self.margin)
             ));
         }
-        if !matches!(
-            self.fenced_mode,
-            WriteMode::FencedScope | WriteMode::FencedSingle
-        ) {
+        if let Some(mode) = std::iter::once(&self.fenced_mode)
+            .chain(&self.again_with)
+            .find(|m| !matches!(m, WriteMode::FencedScope | WriteMode::FencedSingle))
+        {
             return Err(format!(
-                "--fenced-mode {} is a negative control, not a fence: pass fenced-scope or fenced-single",
-                self.fenced_mode
+                "--fenced-mode {mode} is a negative control, not a fence: pass fenced-scope or fenced-single"
             ));
         }
         if !(Self::MIN_CONTENDERS..=Self::MAX_CONTENDERS).contains(&self.contenders) {

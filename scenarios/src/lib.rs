@@ -220,9 +220,11 @@ pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
     Ok(chosen)
 }
 
-/// Runs the preflight and then each scenario on freshly emptied tables. A scenario that cannot
-/// complete, or completes with another number of checks than it declares, is recorded as a
-/// failed check and the run goes on with the next one.
+/// Runs the preflight and then each scenario on freshly emptied tables; a fence-dependent one
+/// that ran (not skipped) runs again with each mode of [`Params::again_with`], as a case of its
+/// own (`F4-fenced-single`). A scenario that cannot complete, or completes with another number
+/// of checks than it declares, is recorded as a failed check and the run goes on with the next
+/// one.
 pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
     let preflight: &dyn Scenario = match lab.backend() {
         Backend::Embedded => &preflight::P0 {
@@ -234,39 +236,63 @@ pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenar
     };
     let all = std::iter::once(preflight).chain(scenarios.iter().copied());
     for scenario in all {
-        rec.case_with_lanes(scenario.id(), scenario.title(), scenario.lanes());
-        let before = rec.summary();
-        let on_containers = !matches!(lab.backend(), Backend::Embedded);
-        let outcome = match lab.reset().await {
-            Ok(()) if on_containers && !scenario.on_containers() => {
-                rec.skip(format!(
-                    "{} runs in the default run only (./run.sh without --backend containers); \
-                     the container backend runs P0 and F1–F9",
-                    scenario.id()
-                ));
-                Ok(())
-            }
-            Ok(()) => scenario.run(lab, rec).await,
-            Err(e) => Err(e),
-        };
-        let after = rec.summary();
-        let made = (after.passed + after.failed) - (before.passed + before.failed);
-        let skipped = after.skipped > before.skipped;
-        match outcome {
-            Err(e) => {
-                rec.abort(&format!("{e:#}"));
-            }
-            Ok(()) if !skipped && made != scenario.checks() => {
-                rec.check(
-                    "the scenario made the number of checks it declares",
-                    &scenario.checks(),
-                    &made,
-                );
-            }
-            Ok(()) => {}
+        let ran = run_case(lab, rec, scenario, scenario.id(), scenario.title()).await;
+        if !ran || !scenario.fence_dependent() {
+            continue;
         }
-        rec.end_case();
+        let first = lab.params.fenced_mode;
+        for mode in lab.params.again_with.clone() {
+            lab.params.fenced_mode = mode;
+            let id = format!("{}-{mode}", scenario.id());
+            let title = format!("{} — again, with --fenced-mode {mode}", scenario.title());
+            run_case(lab, rec, scenario, &id, &title).await;
+        }
+        lab.params.fenced_mode = first;
     }
+}
+
+/// One case: `scenario` on freshly emptied tables, recorded as `id`; whether it ran (was not
+/// skipped).
+async fn run_case(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    scenario: &dyn Scenario,
+    id: &str,
+    title: &str,
+) -> bool {
+    rec.case_with_lanes(id, title, scenario.lanes());
+    let before = rec.summary();
+    let on_containers = !matches!(lab.backend(), Backend::Embedded);
+    let outcome = match lab.reset().await {
+        Ok(()) if on_containers && !scenario.on_containers() => {
+            rec.skip(format!(
+                "{} runs in the default run only (./run.sh without --backend containers); \
+                 the container backend runs P0 and F1–F9",
+                scenario.id()
+            ));
+            Ok(())
+        }
+        Ok(()) => scenario.run(lab, rec).await,
+        Err(e) => Err(e),
+    };
+    let after = rec.summary();
+    let made = (after.passed + after.failed) - (before.passed + before.failed);
+    let skipped = after.skipped > before.skipped;
+    match outcome {
+        Err(e) => {
+            rec.abort(&format!("{e:#}"));
+        }
+        Ok(()) if !skipped && made != scenario.checks() => {
+            rec.check(
+                "the scenario made the number of checks it declares",
+                &scenario.checks(),
+                &made,
+            );
+        }
+        Ok(()) => {}
+    }
+    rec.end_case();
+    !skipped
 }
 
 #[cfg(test)]

@@ -237,10 +237,12 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 
-    /// The correct write mode F4, F6 and F7 check: fenced-scope (floor UPDATE, then the data, in
-    /// one transaction) or fenced-single (the same in one statement).
-    #[arg(long, value_name = "MODE", default_value = "fenced-scope")]
-    pub fenced_mode: fencing::resource::WriteMode,
+    /// The correct write mode the fence-dependent experiments (F4, F6, F7, F11, F14–F16) check:
+    /// fenced-scope (floor UPDATE, then the data, in one transaction) or fenced-single (the same
+    /// in one statement). Default: both — each of those experiments runs with fenced-scope, then
+    /// again with fenced-single as a case of its own (F4-fenced-single). Naming one runs only it.
+    #[arg(long, value_name = "MODE")]
+    pub fenced_mode: Option<fencing::resource::WriteMode>,
 
     /// How many contenders race for the lease in F3.
     #[arg(

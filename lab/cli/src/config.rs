@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use fencing::resource::WriteMode;
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::{Backend, Lab, Params, Scenario};
 
@@ -44,7 +45,12 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         renew: Duration::from_millis(args.renew_ms),
         margin: Duration::from_millis(args.margin_ms),
         contenders: args.contenders,
-        fenced_mode: args.fenced_mode,
+        fenced_mode: args.fenced_mode.unwrap_or(WriteMode::FencedScope),
+        // Every fence the lab offers is gated unless one was named.
+        again_with: match args.fenced_mode {
+            Some(_) => Vec::new(),
+            None => vec![WriteMode::FencedSingle],
+        },
         ..Params::default()
     };
     params.validate().map_err(anyhow::Error::msg)?;
@@ -197,14 +203,18 @@ impl Config {
         env.push((
             "parameters".to_owned(),
             format!(
-                "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={} wait_timeout={}s fenced_mode={}",
+                "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={} wait_timeout={}s fenced_mode={}{}",
                 p.ttl.as_millis(),
                 p.short_ttl.as_millis(),
                 p.renew.as_millis(),
                 p.margin.as_millis(),
                 p.contenders,
                 p.wait_timeout.as_secs(),
-                p.fenced_mode
+                p.fenced_mode,
+                p.again_with
+                    .iter()
+                    .map(|m| format!(" then {m}"))
+                    .collect::<String>()
             ),
         ));
         let ids: Vec<&str> = self.scenarios.iter().map(|s| s.id()).collect();
