@@ -191,7 +191,7 @@ async fn fenced_scope(
             // One statement cannot pause between its check and its write: it runs inside an
             // explicit transaction and pauses before the commit, holding the floor row's lock
             // just the same.
-            WriteMode::FencedSingle => {
+            WriteMode::FencedSingle | WriteMode::FencedShared => {
                 let mut tx = conn_first
                     .begin()
                     .await

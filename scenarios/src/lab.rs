@@ -99,10 +99,11 @@ impl Params {
         }
         if let Some(mode) = std::iter::once(&self.fenced_mode)
             .chain(&self.again_with)
-            .find(|m| !matches!(m, WriteMode::FencedScope | WriteMode::FencedSingle))
+            .find(|m| !m.is_fence())
         {
             return Err(format!(
-                "--fenced-mode {mode} is a negative control, not a fence: pass fenced-scope or fenced-single"
+                "--fenced-mode {mode} is a negative control, not a fence: pass fenced-scope, \
+                 fenced-single or fenced-shared"
             ));
         }
         if !(Self::MIN_CONTENDERS..=Self::MAX_CONTENDERS).contains(&self.contenders) {

@@ -238,9 +238,11 @@ pub struct RunArgs {
     pub format: Format,
 
     /// The correct write mode the fence-dependent experiments (F4, F6, F7, F11, F14–F16) check:
-    /// fenced-scope (floor UPDATE, then the data, in one transaction) or fenced-single (the same
-    /// in one statement). Default: both — each of those experiments runs with fenced-scope, then
-    /// again with fenced-single as a case of its own (F4-fenced-single). Naming one runs only it.
+    /// fenced-scope (floor UPDATE, then the data, in one transaction), fenced-single (the same
+    /// in one statement) or fenced-shared (one statement; writers of the current token share the
+    /// floor row, only an advance takes it exclusively). Default: all three — each of those
+    /// experiments runs with fenced-scope, then again with each of the others as a case of its
+    /// own (F4-fenced-single, F4-fenced-shared). Naming one runs only it.
     #[arg(long, value_name = "MODE")]
     pub fenced_mode: Option<fencing::resource::WriteMode>,
 

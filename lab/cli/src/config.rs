@@ -49,7 +49,10 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         // Every fence the lab offers is gated unless one was named.
         again_with: match args.fenced_mode {
             Some(_) => Vec::new(),
-            None => vec![WriteMode::FencedSingle],
+            None => WriteMode::FENCES
+                .into_iter()
+                .filter(|&m| m != WriteMode::FencedScope)
+                .collect(),
         },
         ..Params::default()
     };

@@ -6,7 +6,8 @@
 //! scope in `fence_floor` (Chubby §2.4) and connects as a role that cannot reach `lease26`.
 //!
 //! [`WriteMode::FencedScope`] is the correct implementation and [`WriteMode::FencedSingle`] the
-//! same fence in one statement. The other three modes are negative controls kept side by side so
+//! same fence in one statement; [`WriteMode::FencedShared`] is the same guarantee without
+//! serializing the writers that hold the current token. The other three modes are negative controls kept side by side so
 //! that the lab can show, in the same run, what each one lets through. Every attempt is logged in
 //! `write_attempt`: an accepted fenced write in its own transaction (committed together), a
 //! rejected one after its rollback (so its record survives it).
@@ -32,6 +33,30 @@ pub enum WriteMode {
     /// a row, and logs the attempt. The UPDATE takes the same row lock and a blocked writer
     /// re-evaluates the same way under Read Committed, so I3 holds as for fenced-scope.
     FencedSingle,
+    /// The scope fence in one statement, with writers of the *current* token in parallel: a
+    /// write whose token equals the floor takes the floor row `FOR SHARE` (shared with every
+    /// other such writer); only a write that must advance the floor takes it exclusively
+    /// (`UPDATE … WHERE max_token <= $t`). Why I3 holds, under Read Committed:
+    ///
+    /// - An accepted write commits holding a lock on the floor row at its token: shared at
+    ///   `max_token = t`, or exclusive having set it to `t`. Both are held until commit.
+    /// - An advance to `t' > t` needs the exclusive lock, so it waits until every write holding
+    ///   the row at `t` has committed: those commit *before* the advance does.
+    /// - A writer blocked by an advance in progress re-reads the row once it commits (Read
+    ///   Committed re-evaluates a locking clause's `WHERE` on the newest row version): it sees
+    ///   `t'`, its shared path finds no row, its `max_token <= t` finds none either — rejected.
+    ///   So no write with `t` commits after an advance past `t`: in commit order, tokens never
+    ///   go back.
+    /// - Two writers of a new token `t` racing past a floor below it both miss the shared path;
+    ///   the second waits for the first's advance and, re-reading `t <= t`, advances again —
+    ///   accepted, as an equal token must be.
+    ///
+    /// No deadlock: the statement locks the floor row first and the part row second, and a
+    /// writer waiting for the floor holds no part row; writers of one token share the floor and
+    /// queue only on a part row whose holder waits for nothing. The price of sharing: an advance
+    /// waits for the current token's writers in flight (a new holder's first write may wait for
+    /// the old holder's last ones — which then commit first, as they should).
+    FencedShared,
     /// Negative control: the upsert compares only the existing row's token. A new row has
     /// nothing to compare against, so a stale holder can still create parts (F7).
     FencedRow,
@@ -43,9 +68,10 @@ pub enum WriteMode {
 }
 
 impl WriteMode {
-    pub const ALL: [WriteMode; 5] = [
+    pub const ALL: [WriteMode; 6] = [
         WriteMode::FencedScope,
         WriteMode::FencedSingle,
+        WriteMode::FencedShared,
         WriteMode::FencedRow,
         WriteMode::CheckThenWrite,
         WriteMode::Unfenced,
@@ -56,6 +82,7 @@ impl WriteMode {
         match self {
             WriteMode::FencedScope => "fenced-scope",
             WriteMode::FencedSingle => "fenced-single",
+            WriteMode::FencedShared => "fenced-shared",
             WriteMode::FencedRow => "fenced-row",
             WriteMode::CheckThenWrite => "check-then-write",
             WriteMode::Unfenced => "unfenced",
@@ -83,6 +110,20 @@ impl FromStr for WriteMode {
                     names.join(", ")
                 )
             })
+    }
+}
+
+impl WriteMode {
+    /// The fenced modes: the ones that keep I3 (the rest are negative controls).
+    pub const FENCES: [WriteMode; 3] = [
+        WriteMode::FencedScope,
+        WriteMode::FencedSingle,
+        WriteMode::FencedShared,
+    ];
+
+    /// Whether it keeps I3: one of [`WriteMode::FENCES`].
+    pub fn is_fence(self) -> bool {
+        WriteMode::FENCES.contains(&self)
     }
 }
 
@@ -149,6 +190,43 @@ const FENCED_SINGLE: &str = "WITH floor AS (
                                 INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
                                 SELECT $1, $2, $4, $5, $6, EXISTS (SELECT 1 FROM floor))
                              SELECT EXISTS (SELECT 1 FROM floor)";
+
+/// [`WriteMode::FencedShared`]: the current token's writers share the floor row (`held`), a write
+/// that must advance the floor takes it exclusively (`advanced`, only when `held` found nothing);
+/// upsert and attempt log as in [`FENCED_SINGLE`]. Same placeholders; returns whether accepted.
+const FENCED_SHARED: &str = "WITH held AS (
+                                SELECT scope FROM fence_floor
+                                 WHERE scope = $1 AND max_token = $5
+                                   FOR SHARE),
+                             advanced AS (
+                                UPDATE fence_floor SET max_token = $5
+                                 WHERE scope = $1 AND max_token <= $5
+                                   AND NOT EXISTS (SELECT 1 FROM held)
+                             RETURNING scope),
+                             fence AS (
+                                SELECT scope FROM held UNION ALL SELECT scope FROM advanced),
+                             part AS (
+                                INSERT INTO report_part AS r (scope, part, content, writer, token)
+                                SELECT $1, $2, $3, $4, $5 FROM fence
+                                ON CONFLICT (scope, part) DO UPDATE
+                                   SET content = EXCLUDED.content, writer = EXCLUDED.writer,
+                                       token = EXCLUDED.token, written_at = clock_timestamp()
+                             RETURNING 1),
+                             attempt AS (
+                                INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
+                                SELECT $1, $2, $4, $5, $6, EXISTS (SELECT 1 FROM fence))
+                             SELECT EXISTS (SELECT 1 FROM fence)";
+
+/// A deliberately broken fence, for the test that shows what the shared lock is for.
+pub mod broken {
+    /// [`super::WriteMode::FencedShared`]'s statement with its `FOR SHARE` removed: a writer of
+    /// the current token checks the floor without locking it, so an advance can commit while the
+    /// writer is still on its way, and the writer's old token lands after it (I3 broken in commit
+    /// order). Placeholders as the real one's. Nothing but that test runs it.
+    pub fn fenced_shared_without_the_lock() -> String {
+        super::FENCED_SHARED.replace("FOR SHARE", "")
+    }
+}
 
 /// The protected resource, reached through a pool that connects as the resource role.
 #[derive(Debug, Clone)]
@@ -336,10 +414,15 @@ where
             upsert(&mut *conn, w).await?;
             true
         }
-        WriteMode::FencedSingle => {
+        WriteMode::FencedSingle | WriteMode::FencedShared => {
             // Check, write and log are one statement here; the hook runs just before it.
             gap(nothing_read).await;
-            return sqlx::query_scalar(FENCED_SINGLE)
+            let statement = if mode == WriteMode::FencedSingle {
+                FENCED_SINGLE
+            } else {
+                FENCED_SHARED
+            };
+            return sqlx::query_scalar(statement)
                 .bind(w.scope)
                 .bind(w.part)
                 .bind(w.content)

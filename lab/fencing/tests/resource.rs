@@ -1,12 +1,14 @@
-//! The resource's five write modes against a real PostgreSQL (SPEC §3.2): what each accepts,
-//! what each rejects, and the `write_attempt` log.
+//! The resource's six write modes against a real PostgreSQL (SPEC §3.2): what each accepts,
+//! what each rejects, and the `write_attempt` log; and the shared fence's lock at work — writers
+//! of the current token in parallel, an advance ordered after them, and without the lock, I3
+//! broken.
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::SCOPE;
-use fencing::resource::{Write, WriteMode};
+use fencing::resource::{broken, Write, WriteMode};
 
 fn w(part: &'static str, writer: &'static str, token: i64) -> Write<'static> {
     Write {
@@ -195,9 +197,18 @@ async fn unfenced_accepts_a_smaller_token() -> anyhow::Result<()> {
 #[tokio::test]
 async fn fenced_single_keeps_the_scope_fence_and_logs_every_attempt_in_one_statement(
 ) -> anyhow::Result<()> {
+    one_statement_fence(WriteMode::FencedSingle).await
+}
+
+#[tokio::test]
+async fn fenced_shared_keeps_the_scope_fence_and_logs_every_attempt_in_one_statement(
+) -> anyhow::Result<()> {
+    one_statement_fence(WriteMode::FencedShared).await
+}
+
+async fn one_statement_fence(m: WriteMode) -> anyhow::Result<()> {
     let db = common::start().await?;
     let r = &db.resource;
-    let m = WriteMode::FencedSingle;
     assert!(r.write(&w("summary", "a", 1), m).await?);
     assert!(
         r.write(&w("summary", "a", 1), m).await?,
@@ -237,6 +248,155 @@ async fn fenced_single_keeps_the_scope_fence_and_logs_every_attempt_in_one_state
         .attempts(SCOPE)
         .await?
         .iter()
-        .all(|a| a.mode == "fenced-single"));
+        .all(|a| a.mode == m.as_str()));
+    Ok(())
+}
+
+/// Backends of the resource database waiting for a lock (the resource role sees its own
+/// sessions' wait events).
+async fn lock_waiters(pool: &sqlx::PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = 'res26' AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(pool)
+    .await
+}
+
+/// A write of `w` in `mode` inside a transaction left open: the caller commits it.
+async fn open_write(
+    r: &fencing::resource::Resource,
+    w: &Write<'_>,
+    mode: WriteMode,
+) -> anyhow::Result<(sqlx::Transaction<'static, sqlx::Postgres>, bool)> {
+    let mut tx = r.pool().begin().await?;
+    let ok = fencing::resource::write_on(&mut tx, w, mode, async {}).await?;
+    Ok((tx, ok))
+}
+
+#[tokio::test]
+async fn writers_of_the_current_token_share_the_floor_with_fenced_shared_and_queue_with_fenced_single(
+) -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let r = db.resource.clone();
+    for (mode, parallel) in [
+        (WriteMode::FencedShared, true),
+        (WriteMode::FencedSingle, false),
+    ] {
+        assert!(r.write(&w("summary", "a", 7), mode).await?);
+        // One writer of the current token holds its transaction open…
+        let (first, ok) = open_write(&r, &w("summary", "a", 7), mode).await?;
+        assert!(ok);
+        // …and another writer of the same token, to another part, comes along.
+        let second = tokio::spawn({
+            let r = r.clone();
+            async move { r.write(&w("detail", "a", 7), mode).await }
+        });
+        if parallel {
+            let ok = tokio::time::timeout(std::time::Duration::from_secs(10), second).await;
+            assert!(
+                matches!(ok, Ok(Ok(Ok(true)))),
+                "{mode}: the second writer of the current token went through while the first was open: {ok:?}"
+            );
+            first.commit().await?;
+        } else {
+            harness::wait::until(
+                "the second writer waits for the first",
+                std::time::Duration::from_secs(10),
+                || async { Ok::<_, sqlx::Error>(lock_waiters(r.pool()).await? == 1) },
+            )
+            .await?;
+            first.commit().await?;
+            assert!(second.await??, "{mode}: accepted once the first committed");
+        }
+        assert_eq!(r.floor(SCOPE).await?, Some(7));
+    }
+    Ok(())
+}
+
+/// A write of the current token stuck on the way (on a part row another transaction holds) and
+/// an advance: with the shared lock the advance waits and commits after it; without the lock
+/// (the broken statement) the advance commits first and the old token lands after it — I3 broken
+/// in commit order.
+#[tokio::test]
+async fn fenced_shared_orders_an_advance_after_the_current_tokens_writes_and_without_its_lock_does_not(
+) -> anyhow::Result<()> {
+    for locked in [true, false] {
+        let db = common::start().await?;
+        let r = db.resource.clone();
+        let m = WriteMode::FencedShared;
+        assert!(r.write(&w("detail", "a", 1), m).await?);
+        // A transaction holds the detail row: A's next write of it will wait there.
+        let mut holder = r.pool().begin().await?;
+        sqlx::query("SELECT 1 FROM report_part WHERE scope = $1 AND part = 'detail' FOR UPDATE")
+            .bind(SCOPE)
+            .execute(&mut *holder)
+            .await?;
+        let a = tokio::spawn({
+            let r = r.clone();
+            async move {
+                let a = w("detail", "a", 1);
+                if locked {
+                    Ok::<_, anyhow::Error>(r.write(&a, m).await?)
+                } else {
+                    Ok(
+                        sqlx::query_scalar(&broken::fenced_shared_without_the_lock())
+                            .bind(a.scope)
+                            .bind(a.part)
+                            .bind(a.content)
+                            .bind(a.writer)
+                            .bind(a.token)
+                            .bind("fenced-shared-without-the-lock")
+                            .fetch_one(r.pool())
+                            .await?,
+                    )
+                }
+            }
+        });
+        harness::wait::until(
+            "A's write waits on the detail row",
+            std::time::Duration::from_secs(10),
+            || async { Ok::<_, sqlx::Error>(lock_waiters(r.pool()).await? == 1) },
+        )
+        .await?;
+        // B, a newer holding, writes another part: it must advance the floor.
+        let b = tokio::spawn({
+            let r = r.clone();
+            async move { r.write(&w("summary", "b", 2), m).await }
+        });
+        let b_first = if locked {
+            // B waits for A's shared hold on the floor row.
+            harness::wait::until(
+                "B waits for A",
+                std::time::Duration::from_secs(10),
+                || async { Ok::<_, sqlx::Error>(lock_waiters(r.pool()).await? == 2) },
+            )
+            .await?;
+            assert!(
+                !b.is_finished(),
+                "B's advance committed while A was on its way"
+            );
+            holder.commit().await?;
+            let a_ok = a.await??;
+            let b_ok = b.await??;
+            assert!(a_ok && b_ok, "both accepted: A={a_ok} B={b_ok}");
+            false
+        } else {
+            // Nothing holds B: it advances and commits while A is still on its way.
+            let b_ok = tokio::time::timeout(std::time::Duration::from_secs(10), b).await???;
+            assert!(b_ok);
+            holder.commit().await?;
+            let a_ok = a.await??;
+            assert!(
+                a_ok,
+                "the broken fence accepted A's token 1 after B's token 2 committed"
+            );
+            true
+        };
+        assert_eq!(
+            b_first, !locked,
+            "with the lock, token 1 commits before token 2; without it, after"
+        );
+        assert_eq!(r.floor(SCOPE).await?, Some(2));
+    }
     Ok(())
 }
