@@ -86,9 +86,10 @@ gates() {
   echo "$cells | $tests"
 }
 
+# The commit the run started at, whatever is committed meanwhile.
 copy_of_head() {
   mkdir -p "$1"
-  git -C "$root" archive HEAD | tar -x -C "$1"
+  git -C "$root" archive "$head_rev" | tar -x -C "$1"
 }
 
 status=0
@@ -118,7 +119,7 @@ if [ "$sql" = 1 ]; then
     mkdir -p "$dir"
     copy_of_head "$dir/src"
     target="$dir/src/$file"
-    if [ "$(grep -cF -- "$from" "$target")" != 1 ]; then
+    if [ "$(FROM="$from" perl -0ne '$n = () = /\Q$ENV{FROM}\E/g; print $n' "$target")" != 1 ]; then
       echo "mutants: $id: the text is not found exactly once in $file; fix scripts/sql-mutants.txt" >&2
       exit 2
     fi

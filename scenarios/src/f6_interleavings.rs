@@ -11,7 +11,12 @@
 //!     on the new row version and is accepted.
 //! (c) fenced-scope, B first: B holds the floor at 2; A's UPDATE blocks, then re-evaluates
 //!     `2 <= 1` and is rejected.
-//! Property (I3): in both fenced orders the final content is B's, token 2, floor 2.
+//! (d) A first, the floor already at A's token (A wrote the summary before): A's write of the
+//!     detail, with the *current* token, pauses inside its open transaction; B's advance (to the
+//!     summary: no part row in common) must still wait for it,
+//!     so that A's token-1 commit precedes B's token-2 commit. (The shared fence lets writers of
+//!     the current token through together; this is the case its `FOR SHARE` is for.)
+//! Property (I3): in every fenced order the final content is B's, token 2, floor 2.
 
 use anyhow::Context as _;
 use fencing::resource::{self, Write, WriteMode};
@@ -59,7 +64,7 @@ impl Scenario for F6 {
     }
 
     fn checks(&self) -> usize {
-        15
+        22
     }
 
     fn on_containers(&self) -> bool {
@@ -75,10 +80,13 @@ impl Scenario for F6 {
             check_then_write(lab, rec).await?;
             lab.reset().await?;
             // A first: B (token 2) re-evaluates `1 <= 2` and is accepted.
-            fenced_scope(lab, rec, HOLDER_A, HOLDER_B, true).await?;
+            fenced_scope(lab, rec, HOLDER_A, HOLDER_B, true, false).await?;
             lab.reset().await?;
             // B first: A (token 1) re-evaluates `2 <= 1` and is rejected.
-            fenced_scope(lab, rec, HOLDER_B, HOLDER_A, false).await?;
+            fenced_scope(lab, rec, HOLDER_B, HOLDER_A, false, false).await?;
+            lab.reset().await?;
+            // A first with the floor already at 1: B's advance still waits for A's commit.
+            fenced_scope(lab, rec, HOLDER_A, HOLDER_B, true, true).await?;
             Ok(())
         })
     }
@@ -156,26 +164,40 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
     Ok(())
 }
 
-/// `first` advances the floor and pauses inside its open transaction; `second` must block on the
-/// floor row's lock until `first` commits, then re-evaluate its condition on the new row version.
+/// `first` writes (advancing the floor, or — `at_current` — at the floor its earlier write set)
+/// and pauses inside its open transaction; `second` must block on the floor row's lock until
+/// `first` commits, then re-evaluate its condition on the new row version.
 async fn fenced_scope(
     lab: &mut Lab,
     rec: &mut Recorder,
     first: &'static str,
     second: &'static str,
     second_accepted: bool,
+    at_current: bool,
 ) -> anyhow::Result<()> {
-    let order = if first == HOLDER_A {
-        "A first"
-    } else {
-        "B first"
-    };
-    let phase = if first == HOLDER_A {
-        "(b) fenced-scope, A first"
-    } else {
-        "(c) fenced-scope, B first"
+    let (order, phase) = match (first == HOLDER_A, at_current) {
+        (true, false) => ("A first", "(b) fenced-scope, A first"),
+        (false, _) => ("B first", "(c) fenced-scope, B first"),
+        (true, true) => (
+            "A first at the current token",
+            "(d) A first, the floor already at A's token",
+        ),
     };
     rec.step(Mark::Info, "lab", phase, None, "", None);
+    let mode = lab.params.fenced_mode;
+    // At the current token: A's earlier write (of the summary, committed) set the floor to A's
+    // token, and the write it pauses in is of another part than B's, so that only the floor row
+    // can make B wait.
+    let first_write = if at_current {
+        let ok = lab.resource.write(&write(first), mode).await?;
+        anyhow::ensure!(ok, "{first}'s earlier write was rejected");
+        Write {
+            part: crate::lab::DETAIL,
+            ..write(first)
+        }
+    } else {
+        write(first)
+    };
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = (name(first), name(second));
     let admin = lab.admin_pool(fencing::schema::Database::Resource).await?;
@@ -184,7 +206,6 @@ async fn fenced_scope(
     let first_pid = observe::backend_pid(&mut conn_first).await?;
     let second_pid = observe::backend_pid(&mut conn_second).await?;
 
-    let mode = lab.params.fenced_mode;
     let (gap, at_gap, release) = latch();
     let first_task = tokio::spawn(async move {
         match mode {
@@ -196,14 +217,14 @@ async fn fenced_scope(
                     .begin()
                     .await
                     .map_err(fencing::Error::from_sqlx("begin"))?;
-                let ok = resource::write_on(&mut tx, &write(first), mode, async {}).await?;
+                let ok = resource::write_on(&mut tx, &first_write, mode, async {}).await?;
                 gap.await;
                 tx.commit()
                     .await
                     .map_err(fencing::Error::from_sqlx("commit"))?;
                 Ok(ok)
             }
-            _ => resource::write_on(&mut conn_first, &write(first), mode, gap).await,
+            _ => resource::write_on(&mut conn_first, &first_write, mode, gap).await,
         }
     });
     reached(&format!("{f}'s fenced write"), at_gap).await?;
@@ -211,7 +232,11 @@ async fn fenced_scope(
     rec.step(
         Mark::Info,
         f,
-        "advanced the floor, paused in its open transaction",
+        if at_current {
+            "wrote at the current floor, paused in its open transaction"
+        } else {
+            "advanced the floor, paused in its open transaction"
+        },
         Some(floor_token),
         "",
         None,
@@ -219,12 +244,16 @@ async fn fenced_scope(
     let second_task = tokio::spawn(async move {
         resource::write_on(&mut conn_second, &write(second), mode, async {}).await
     });
+    // Until it waits — or, where nothing holds it, has already finished (then the check fails).
     let blocked = harness::wait::until(
         &format!("{s}'s UPDATE waits on a lock"),
         lab.params.wait_timeout,
         || async {
             let act = observe::activity(&admin, second_pid).await?;
-            Ok::<_, sqlx::Error>(act.is_some_and(|a| a.wait_event_type.as_deref() == Some("Lock")))
+            Ok::<_, sqlx::Error>(
+                second_task.is_finished()
+                    || act.is_some_and(|a| a.wait_event_type.as_deref() == Some("Lock")),
+            )
         },
     )
     .await;

@@ -200,8 +200,8 @@ const FENCED_SHARED: &str = "WITH held AS (
                                    FOR SHARE),
                              advanced AS (
                                 UPDATE fence_floor SET max_token = $5
-                                 WHERE scope = $1 AND max_token <= $5
-                                   AND NOT EXISTS (SELECT 1 FROM held)
+                                 WHERE scope = $1 AND NOT EXISTS (SELECT 1 FROM held)
+                                   AND max_token <= $5
                              RETURNING scope),
                              fence AS (
                                 SELECT scope FROM held UNION ALL SELECT scope FROM advanced),
