@@ -47,6 +47,11 @@ impl Scenario for F14 {
         "F14"
     }
 
+    fn runs_alone(&self) -> bool {
+        // It promotes standbys: two more clusters and their replication.
+        true
+    }
+
     fn title(&self) -> &'static str {
         "the lease store fails over to a streaming standby: (a) asynchronous — an acknowledged token is granted again and A's stale write accepted; (b) synchronous — every acknowledged token survives, A is rejected"
     }

@@ -37,6 +37,11 @@ impl Scenario for F3 {
         "F3"
     }
 
+    fn runs_alone(&self) -> bool {
+        // The contenders must overlap on the server: the load of another experiment is noise.
+        true
+    }
+
     fn title(&self) -> &'static str {
         "concurrent acquisition: contenders released by a barrier race for the lease in three rounds"
     }

@@ -71,6 +71,11 @@ impl Scenario for F8 {
         "F8"
     }
 
+    fn runs_alone(&self) -> bool {
+        // It crashes and restarts the server.
+        true
+    }
+
     fn title(&self) -> &'static str {
         "database crash: immediate stop and WAL recovery; the lease row and the floor survive, tokens are not reused"
     }

@@ -87,6 +87,11 @@ pub trait Scenario: Sync {
     fn on_containers(&self) -> bool {
         false
     }
+    /// Whether it must run with no other experiment at once (`lab run --jobs`): it stops or
+    /// crashes a server, or measures timing that the load of another experiment would distort.
+    fn runs_alone(&self) -> bool {
+        false
+    }
     /// Words of check lines printed while its fault is in force (a holder frozen, a server just
     /// restarted): the interruption audit stops the lab at each. Empty: at its first check.
     fn fault_moments(&self) -> &'static [&'static str] {
@@ -236,19 +241,127 @@ pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenar
     };
     let all = std::iter::once(preflight).chain(scenarios.iter().copied());
     for scenario in all {
-        let ran = run_case(lab, rec, scenario, scenario.id(), scenario.title()).await;
-        if !ran || !scenario.fence_dependent() {
+        run_scenario(lab, rec, scenario).await;
+    }
+}
+
+/// [`run_all`] on several labs at once (`lab run --jobs`), each on a cluster of its own:
+/// experiments run on whichever lab is free, those that must run alone
+/// ([`Scenario::runs_alone`]) with every other lab idle, and the U-series on the first lab (one
+/// MariaDB server). Each experiment records into a recorder of its own; `rec` takes them over
+/// in registry order as they complete, so the output is the sequential run's, whatever finished
+/// first. Everything runs on the caller's task: dropping the future drops the labs with it.
+pub async fn run_all_on(labs: &mut [Lab], rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
+    assert!(!labs.is_empty(), "at least one lab");
+    let preflight = match labs[0].backend() {
+        Backend::Embedded => preflight::P0 {
+            separate_hosts: false,
+        },
+        Backend::Containers { .. } => preflight::P0 {
+            separate_hosts: true,
+        },
+    };
+    run_scenario(&mut labs[0], rec, &preflight).await;
+    let mut i = 0;
+    while i < scenarios.len() {
+        if scenarios[i].runs_alone() || labs.len() == 1 {
+            run_scenario(&mut labs[0], rec, scenarios[i]).await;
+            i += 1;
             continue;
         }
-        let first = lab.params.fenced_mode;
-        for mode in lab.params.again_with.clone() {
-            lab.params.fenced_mode = mode;
-            let id = format!("{}-{mode}", scenario.id());
-            let title = format!("{} — again, with --fenced-mode {mode}", scenario.title());
-            run_case(lab, rec, scenario, &id, &title).await;
-        }
-        lab.params.fenced_mode = first;
+        let end = scenarios[i..]
+            .iter()
+            .position(|s| s.runs_alone())
+            .map_or(scenarios.len(), |p| i + p);
+        run_together(labs, rec, &scenarios[i..end]).await;
+        i = end;
     }
+}
+
+/// One stretch of experiments none of which must run alone, spread over `labs`.
+async fn run_together(labs: &mut [Lab], rec: &mut Recorder, stretch: &[&dyn Scenario]) {
+    use std::collections::{BTreeMap, VecDeque};
+    use std::sync::Mutex;
+
+    let queue = Mutex::new((0..stretch.len()).collect::<VecDeque<usize>>());
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let workers: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = labs
+        .iter_mut()
+        .enumerate()
+        .map(|(k, lab)| {
+            let (queue, done_tx) = (&queue, done_tx.clone());
+            Box::pin(async move {
+                loop {
+                    // The first lab takes anything; the others leave the U-series to it.
+                    let next = {
+                        let mut queue = queue.lock().expect("no panic while held");
+                        queue
+                            .iter()
+                            .position(|&i| k == 0 || stretch[i].needs() != Needs::MariaDb)
+                            .and_then(|p| queue.remove(p))
+                    };
+                    let Some(i) = next else { break };
+                    let mut own = Recorder::new(Vec::new());
+                    run_scenario(lab, &mut own, stretch[i]).await;
+                    let _ = done_tx.send((i, own));
+                }
+            }) as Pin<Box<dyn Future<Output = ()> + '_>>
+        })
+        .collect();
+    drop(done_tx);
+    let absorb = async {
+        let mut finished = BTreeMap::new();
+        let mut next = 0;
+        while let Some((i, own)) = done_rx.recv().await {
+            finished.insert(i, own);
+            while let Some(own) = finished.remove(&next) {
+                rec.absorb(own);
+                next += 1;
+            }
+        }
+    };
+    tokio::join!(join_all(workers.into_iter()), absorb);
+}
+
+/// Awaits every future together on this task (no spawn: the spawning thread of every child
+/// process stays this one); their outputs in order.
+pub async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<_> = futures.map(|f| Some(Box::pin(f))).collect();
+    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (slot, out) in pending.iter_mut().zip(done.iter_mut()) {
+            if let Some(f) = slot {
+                if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
+                    *out = Some(v);
+                    *slot = None;
+                }
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    done.into_iter().flatten().collect()
+}
+
+/// One experiment: its case, and — when it is fence-dependent and ran — one more case per mode
+/// of [`Params::again_with`].
+async fn run_scenario(lab: &mut Lab, rec: &mut Recorder, scenario: &dyn Scenario) {
+    let ran = run_case(lab, rec, scenario, scenario.id(), scenario.title()).await;
+    if !ran || !scenario.fence_dependent() {
+        return;
+    }
+    let first = lab.params.fenced_mode;
+    for mode in lab.params.again_with.clone() {
+        lab.params.fenced_mode = mode;
+        let id = format!("{}-{mode}", scenario.id());
+        let title = format!("{} — again, with --fenced-mode {mode}", scenario.title());
+        run_case(lab, rec, scenario, &id, &title).await;
+    }
+    lab.params.fenced_mode = first;
 }
 
 /// One case: `scenario` on freshly emptied tables, recorded as `id`; whether it ran (was not

@@ -167,6 +167,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub keep: bool,
 
+    /// How many experiments run at once, each on a cluster of its own (the output stays in
+    /// registry order). Those that crash or fail over a server, or measure timing that load
+    /// would distort (F3, F8, F13, F14), run alone. Default: the number of cores. Always 1 with
+    /// --backend containers or --tcp.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub jobs: Option<u64>,
+
     /// Where the lease store and the resource run. `embedded`: one throwaway cluster from the
     /// local server binaries, over its Unix socket. `containers`: each database on a PostgreSQL
     /// container of its own (PostgreSQL 15, image built here from Debian packages on first use,

@@ -24,6 +24,8 @@ pub struct Config {
     /// Whether this run made the evidence directory (and may remove it if it stays empty).
     made_evidence_dir: bool,
     pub keep: bool,
+    /// How many labs (clusters) run experiments at once.
+    pub jobs: usize,
     pub format: Format,
     command_line: String,
     /// Read before anything runs (it starts `git`, which blocks for a moment).
@@ -137,6 +139,15 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             dir.display()
         );
     }
+    // One cluster per job: with TCP they would share a port, and containers are heavy.
+    let jobs = if args.tcp || backends != [Backend::Embedded] {
+        1
+    } else {
+        args.jobs.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |n| n as usize,
+        )
+    };
     Ok(Config {
         scenarios,
         params,
@@ -146,6 +157,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         evidence_dir: dir,
         made_evidence_dir,
         keep: args.keep,
+        jobs,
         format: args.format,
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         git_revision: git_revision(),
@@ -222,6 +234,13 @@ impl Config {
         ));
         let ids: Vec<&str> = self.scenarios.iter().map(|s| s.id()).collect();
         env.push(("scenarios".to_owned(), ids.join(",")));
+        env.push((
+            "jobs".to_owned(),
+            format!(
+                "{} (experiments at once, each on a cluster of its own; F3, F8, F13, F14 alone)",
+                self.jobs
+            ),
+        ));
         env
     }
 }

@@ -327,13 +327,44 @@ async fn run_lab_inner(
         _ = sigint.recv() => return (interrupted_start(&mark, 130).await, None),
         _ = sigterm.recv() => return (interrupted_start(&mark, 143).await, None),
     };
-    let mut lab = match lab {
+    let lab = match lab {
         Ok(lab) => lab,
         Err(e) => {
             eprintln!("lab: {e:#}");
             return (ExitCode::from(EXIT_HARNESS), None);
         }
     };
+    // The other jobs' labs, each on a cluster of its own (an embedded cluster starts in about a
+    // second; they start together).
+    let mut labs = vec![lab];
+    if cfg.jobs > 1 && cfg.scenarios.len() > 1 {
+        let more = (1..cfg.jobs).map(|_| {
+            Lab::start_on(
+                backend,
+                Lab::new_run_mark(),
+                cfg.cluster.clone(),
+                cfg.params.clone(),
+                cfg.holder_bin.clone(),
+            )
+        });
+        let started = tokio::select! {
+            started = scenarios::join_all(more) => started,
+            _ = sigint.recv() => return (ExitCode::from(130), None),
+            _ = sigterm.recv() => return (ExitCode::from(143), None),
+        };
+        for lab in started {
+            match lab {
+                Ok(lab) => labs.push(lab),
+                Err(e) => {
+                    eprintln!("lab: another job's cluster: {e:#}");
+                    for lab in labs {
+                        lab.shutdown().await;
+                    }
+                    return (ExitCode::from(EXIT_HARNESS), None);
+                }
+            }
+        }
+    }
     let reporters: Vec<Box<dyn Reporter>> = vec![
         Box::new(TextReporter::new(
             cfg.format == Format::Text,
@@ -351,10 +382,10 @@ async fn run_lab_inner(
         Box::new(TimelineReporter::new(dir.to_path_buf())),
     ];
     let mut rec = Recorder::new(reporters);
-    rec.environment(cfg.environment(&lab).await);
+    rec.environment(cfg.environment(&labs[0]).await);
 
     let interrupted = tokio::select! {
-        () = scenarios::run_all(&mut lab, &mut rec, &cfg.scenarios) => None,
+        () = scenarios::run_all_on(&mut labs, &mut rec, &cfg.scenarios) => None,
         _ = sigint.recv() => Some(("SIGINT", 130)),
         _ = sigterm.recv() => Some(("SIGTERM", 143)),
     };
@@ -370,21 +401,25 @@ async fn run_lab_inner(
                 "lab: failed to write the evidence into {}: {e}",
                 dir.display()
             );
-            for line in lab.keep() {
-                eprintln!("lab: {line}");
+            for mut lab in labs {
+                for line in lab.keep() {
+                    eprintln!("lab: {line}");
+                }
+                lab.shutdown().await;
             }
-            lab.shutdown().await;
             return (ExitCode::from(EXIT_HARNESS), None);
         }
     };
     let secs = started.elapsed().as_secs_f64();
     // A failing run keeps its servers for inspection; an interrupted one was not a verdict.
-    if (!summary.all_passed() && interrupted.is_none()) || cfg.keep {
-        for line in lab.keep() {
-            eprintln!("lab: {line}; `./run.sh clean` removes it");
+    for mut lab in labs {
+        if (!summary.all_passed() && interrupted.is_none()) || cfg.keep {
+            for line in lab.keep() {
+                eprintln!("lab: {line}; `./run.sh clean` removes it");
+            }
         }
+        lab.shutdown().await;
     }
-    lab.shutdown().await;
     eprintln!("lab: evidence in {}; {:.1} s", dir.display(), secs);
     let code = match interrupted {
         Some((_, code)) => ExitCode::from(code),

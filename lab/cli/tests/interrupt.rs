@@ -169,3 +169,41 @@ fn an_interrupted_lab_leaves_nothing_behind_wherever_it_is_stopped() -> anyhow::
         .map_err(anyhow::Error::msg)?;
     Ok(())
 }
+
+/// `--jobs 2`: interrupted while both jobs' clusters run and a holder is alive, the lab exits
+/// 130 within 10 s and leaves nothing of either job.
+#[test]
+fn an_interrupted_parallel_run_leaves_nothing_of_any_job() -> anyhow::Result<()> {
+    let sandbox = tempfile::tempdir()?;
+    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
+    let tmp: PathBuf = sandbox.path().join("tmp");
+    fs::create_dir(&tmp)?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+    let ev = sandbox.path().join("ev");
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--jobs", "2", "--only", "F1,F2,F4,F5,F6,F7"])
+        .arg("--evidence-dir")
+        .arg(&ev)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let busy = poll(Duration::from_secs(60), || {
+        let running = processes_mentioning(&tmp);
+        let postmasters = running.iter().filter(|c| c.contains(" -D ")).count();
+        postmasters >= 2 && running.iter().any(|c| c.contains("holder"))
+    });
+    assert!(busy, "never saw two clusters and a holder at once");
+    kill(Pid::from_raw(lab.id() as i32), Signal::SIGINT)?;
+    let exited = poll(EXIT_WITHIN, || matches!(lab.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = lab.kill();
+    }
+    assert!(exited, "still running {EXIT_WITHIN:?} after SIGINT");
+    assert_eq!(lab.wait()?.code(), Some(130));
+    assert!(fs::read_to_string(ev.join("output.txt"))?.contains("INTERRUPTED by SIGINT"));
+    let left: Vec<_> = fs::read_dir(&tmp)?.flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "left behind {left:?}");
+    assert_eq!(processes_mentioning(&tmp), Vec::<String>::new());
+    Ok(())
+}

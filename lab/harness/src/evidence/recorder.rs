@@ -265,6 +265,26 @@ impl Recorder {
         self.summary
     }
 
+    /// Takes over the events and verdicts of `child`, a recorder without reporters that recorded
+    /// cases elsewhere (an experiment run on another job, `lab run --jobs`): each event goes to
+    /// this recorder's reporters as if it happened here, its timeline steps shifted to this
+    /// recorder's clock. The open case, if any, ends first.
+    pub fn absorb(&mut self, mut child: Recorder) {
+        child.end_case();
+        self.end_case();
+        let shift = child.started.saturating_duration_since(self.started);
+        for mut event in std::mem::take(&mut child.events) {
+            if let Event::Step(step) = &mut event {
+                step.at += shift;
+            }
+            self.emit(event);
+        }
+        self.summary.passed += child.summary.passed;
+        self.summary.failed += child.summary.failed;
+        self.summary.skipped += child.summary.skipped;
+        self.errors.append(&mut child.errors);
+    }
+
     pub fn events(&self) -> &[Event] {
         &self.events
     }
@@ -298,6 +318,34 @@ mod tests {
 
     fn lines(r: &Recorder) -> Vec<String> {
         r.events().iter().filter_map(render_text).collect()
+    }
+
+    #[test]
+    fn an_absorbed_recorder_adds_its_cases_and_verdicts_in_order() {
+        let mut main = recorder();
+        main.case("X1", "here");
+        main.check("one", &1, &1);
+        let mut child = recorder();
+        child.case("X2", "elsewhere");
+        child.check("two", &2, &3);
+        child.skip("not here");
+        child.step(Mark::Info, "A", "act", None, "", None);
+        main.absorb(child);
+        assert_eq!(
+            main.summary(),
+            Summary {
+                passed: 1,
+                failed: 1,
+                skipped: 1
+            }
+        );
+        let text = lines(&main).join("\n");
+        let (x1, x2) = (text.find("CASE X1").unwrap(), text.find("CASE X2").unwrap());
+        assert!(x1 < x2 && text.contains("FAIL two"), "{text}");
+        assert!(main
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::CaseFinished { id, .. } if id == "X2")));
     }
 
     #[test]
