@@ -59,6 +59,23 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
     let history = fs::read_to_string(fenced.join("history.jsonl"))?;
     assert!(history.lines().count() > 100, "a thin history:\n{history}");
     assert!(history.contains(r#""f":"write""#) && history.contains(r#""kind":"pause""#));
+    // Operations on the database clock too: every committed write, grant and release, and the
+    // renewals (matched to the lease row's versions).
+    let ok = |f: &str| {
+        history.lines().filter(move |l| {
+            l.contains(&format!(r#""f":"{f}""#)) && l.contains(r#""outcome":"ok""#)
+        })
+    };
+    for f in ["acquire", "release"] {
+        assert!(
+            ok(f).count() > 0 && ok(f).all(|l| l.contains("db_at_us")),
+            "{f}: {history}"
+        );
+    }
+    assert!(
+        ok("renew").any(|l| l.contains("db_at_us")),
+        "renew: {history}"
+    );
     assert!(fs::read_to_string(fenced.join("verdict.md"))?.contains("| pause |"));
 
     // The same seed: the same schedule (its first line names the run, the rest are the

@@ -648,7 +648,10 @@ fn other_events(events: &[(String, Instant, Event)]) -> BTreeMap<&'static str, u
 /// The history, one JSON object per line: the faults as carried out, then every operation with
 /// its invocation and completion on the lab's monotonic clock (ms from the start) and, where the
 /// database recorded it, on the database clock (µs since the epoch): a write's commit
-/// (`db_commit_us`, from the record of committed versions), a grant's row version (`db_at_us`).
+/// (`db_commit_us`, from the record of committed versions), a grant's, a renewal's or a
+/// release's row version (`db_at_us`). A holding's renewals are matched to its row versions in
+/// order, and only where their numbers agree (a renewal of unknown outcome that took effect
+/// would shift them: then none of that holding's renewals gets a database time).
 fn write_history(
     dir: &Path,
     ops: &[Op],
@@ -663,10 +666,53 @@ fn write_history(
         text.push_str(&line.to_string());
         text.push('\n');
     }
+    // Per token: the row versions its holder wrote after the grant — renewals (an expiry) and
+    // the release (none) — and the ok renewals, in the order they completed.
+    let mut renewed: BTreeMap<i64, (Vec<i64>, Vec<(&str, u64)>)> = BTreeMap::new();
+    for l in lease {
+        let first = lease.iter().position(|g| g.token == l.token);
+        if l.expires_us.is_some() && first.is_some_and(|i| !std::ptr::eq(&lease[i], l)) {
+            renewed.entry(l.token).or_default().0.push(l.at_us);
+        }
+    }
+    let mut by_completion: Vec<&Op> = ops
+        .iter()
+        .filter(|op| op.f == OpKind::Renew && op.outcome == Outcome::Ok)
+        .collect();
+    by_completion.sort_by(|a, b| {
+        a.complete_ms
+            .partial_cmp(&b.complete_ms)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    for op in by_completion {
+        renewed
+            .entry(op.token)
+            .or_default()
+            .1
+            .push((op.process.as_str(), op.id));
+    }
+    let renew_at: BTreeMap<(&str, u64), i64> = renewed
+        .values()
+        .filter(|(versions, ids)| versions.len() == ids.len())
+        .flat_map(|(versions, ids)| ids.iter().copied().zip(versions.iter().copied()))
+        .collect();
     for op in ops {
         let mut line = serde_json::to_value(op)?;
         line["type"] = "op".into();
         match op.f {
+            OpKind::Renew if op.outcome == Outcome::Ok => {
+                if let Some(at) = renew_at.get(&(op.process.as_str(), op.id)) {
+                    line["db_at_us"] = (*at).into();
+                }
+            }
+            OpKind::Release if op.outcome == Outcome::Ok => {
+                if let Some(l) = lease
+                    .iter()
+                    .find(|l| l.token == op.token && l.expires_us.is_none())
+                {
+                    line["db_at_us"] = l.at_us.into();
+                }
+            }
             OpKind::Write => {
                 if let Some(p) = parts.iter().find(|p| p.content == op.content()) {
                     line["db_commit_us"] = p.commit_us.unwrap_or(p.at_us).into();
