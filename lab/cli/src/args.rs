@@ -60,7 +60,7 @@ pub enum Command {
     Run(RunArgs),
     /// List the experiments: id and what each one shows.
     List,
-    /// Measure what fencing costs: every write mode at 1, 4 and 16 writers, lease contention at
+    /// Measure what fencing costs: every write mode at 1, 4, 16 and 64 writers, lease contention at
     /// 16, 64 and 256 contenders, and pgbench on the same cluster as the reference.
     Bench(BenchArgs),
     /// Remove every cluster directory the lab kept (--keep, failed runs) or left behind (a lab

@@ -1,6 +1,6 @@
 //! `lab bench`: what fencing costs, measured side by side in one run on one embedded cluster.
 //!
-//! - every resource write mode at 1, 4 and 16 concurrent writers (one connection each, all
+//! - every resource write mode at 1, 4, 16 and 64 concurrent writers (one connection each, all
 //!   holding the current token, writing distinct parts of one scope): writes per second and
 //!   latency p50 / p99, after a warm-up, over a fixed duration per cell;
 //! - lease contention: rounds of 16, 64 and 256 contenders on a fresh lease, exactly one winner
@@ -65,9 +65,12 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
+/// The writer counts every mode is measured at.
+const WRITERS: [usize; 4] = [1, 4, 16, 64];
+
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let clients: Vec<usize> = vec![1, 4, 16];
+    let clients: Vec<usize> = WRITERS.to_vec();
     let contenders: Vec<usize> = vec![16, 64, 256];
     let duration = Duration::from_millis(args.duration_ms);
     // The `--version` probes block for a moment: off the async workers.
@@ -386,16 +389,18 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
             ratio(reference(cells, "unfenced", c.clients)),
         );
     }
-    for n in [1, 4, 16] {
-        if let (Some(single), Some(tx)) = (
-            reference(cells, "fenced-single", n),
-            reference(cells, "fenced-scope", n),
-        ) {
-            let _ = writeln!(
-                out,
-                "fenced-single vs fenced-scope at {n:>2} writers: {:.2}× the writes per second",
-                single / tx
-            );
+    for n in WRITERS {
+        for mode in ["fenced-single", "fenced-shared"] {
+            if let (Some(one), Some(tx)) = (
+                reference(cells, mode, n),
+                reference(cells, "fenced-scope", n),
+            ) {
+                let _ = writeln!(
+                    out,
+                    "{mode} vs fenced-scope at {n:>2} writers: {:.2}× the writes per second",
+                    one / tx
+                );
+            }
         }
     }
     let _ = writeln!(
@@ -438,21 +443,22 @@ fn chart(cells: &[Cell]) -> String {
         "pgbench",
         "fenced-scope",
         "fenced-single",
+        "fenced-shared",
         "fenced-row",
         "check-then-write",
         "unfenced",
     ];
     let colors = [
-        "#5f6368", "#1f77b4", "#17becf", "#ff7f0e", "#d62728", "#2ca02c",
+        "#5f6368", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#d62728", "#2ca02c",
     ];
     let max = cells.iter().map(|c| c.per_sec).fold(1.0, f64::max);
-    let (w, h, left, top, plot_h) = (960.0, 380.0, 70.0, 40.0, 260.0);
-    let group_w = (w - left - 20.0) / 3.0;
+    let (w, h, left, top, plot_h) = (1120.0, 380.0, 70.0, 40.0, 260.0);
+    let group_w = (w - left - 20.0) / WRITERS.len() as f64;
     let bar_w = group_w / (names.len() as f64 + 1.0);
     let mut svg = format!(
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">writes per second by write mode and writer count (pgbench: one-row UPDATE per transaction)</text>"##
     );
-    for (g, n) in [1usize, 4, 16].iter().enumerate() {
+    for (g, n) in WRITERS.iter().enumerate() {
         let gx = left + group_w * g as f64;
         let _ = write!(
             svg,
