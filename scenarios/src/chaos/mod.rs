@@ -645,6 +645,9 @@ fn other_events(events: &[(String, Instant, Event)]) -> BTreeMap<&'static str, u
     counts
 }
 
+/// A holding's renewals: its row versions' database times, and its ok renewals (process, op id).
+type Renewals<'a> = (Vec<i64>, Vec<(&'a str, u64)>);
+
 /// The history, one JSON object per line: the faults as carried out, then every operation with
 /// its invocation and completion on the lab's monotonic clock (ms from the start) and, where the
 /// database recorded it, on the database clock (µs since the epoch): a write's commit
@@ -668,7 +671,7 @@ fn write_history(
     }
     // Per token: the row versions its holder wrote after the grant — renewals (an expiry) and
     // the release (none) — and the ok renewals, in the order they completed.
-    let mut renewed: BTreeMap<i64, (Vec<i64>, Vec<(&str, u64)>)> = BTreeMap::new();
+    let mut renewed: BTreeMap<i64, Renewals> = BTreeMap::new();
     for l in lease {
         let first = lease.iter().position(|g| g.token == l.token);
         if l.expires_us.is_some() && first.is_some_and(|i| !std::ptr::eq(&lease[i], l)) {
