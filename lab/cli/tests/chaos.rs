@@ -61,7 +61,7 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
     assert!(history.contains(r#""f":"write""#) && history.contains(r#""kind":"pause""#));
     // Operations on the database clock too: every committed write, grant and release, and the
     // renewals (matched to the lease row's versions).
-    let ok = |f: &str| {
+    let ok = |f: &'static str| {
         history.lines().filter(move |l| {
             l.contains(&format!(r#""f":"{f}""#)) && l.contains(r#""outcome":"ok""#)
         })
