@@ -81,7 +81,7 @@ impl Scenario for F8 {
     }
 
     fn checks(&self) -> usize {
-        10
+        11
     }
 
     fn on_containers(&self) -> bool {
@@ -106,11 +106,13 @@ impl Scenario for F8 {
                 "holder-a could not release its first holding"
             );
             let hold_ttl = holding_ttl(p.ttl);
+            let grant_sent = Instant::now();
             let mut a = lab
                 .lease
                 .acquire(LEASE, HOLDER_A, hold_ttl)
                 .await?
                 .context("holder-a could not re-acquire")?;
+            let granted = Instant::now();
             ensure!(
                 a.token == 2,
                 "holder-a's second grant has token {}",
@@ -152,11 +154,35 @@ impl Scenario for F8 {
                 "2",
                 &shown(lab.resource.floor(SCOPE).await?),
             );
+            let inspect_sent = Instant::now();
             let before = lab
                 .lease
                 .inspect(LEASE)
                 .await?
                 .context("the lease row is missing before the crash")?;
+            let read = Instant::now();
+            // The validity the database reports, against the lab's own clock: the grant's
+            // statement ran between sending and answering, the read's likewise, so what is left
+            // lies between TTL minus (read answered − grant sent) and TTL minus (read sent −
+            // grant answered).
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            let ttl_ms = ms(hold_ttl);
+            let (low, high) = (
+                ttl_ms - ms(read - grant_sent),
+                ttl_ms - ms(inspect_sent - granted),
+            );
+            rec.check_that(
+                format!(
+                    "before the crash, the validity left by the database clock is the TTL minus \
+                     the time since the grant by the lab's monotonic clock (±{TOLERANCE_MS} ms)"
+                ),
+                before.remaining_ms() >= low - TOLERANCE_MS
+                    && before.remaining_ms() <= high + TOLERANCE_MS,
+                format_args!(
+                    "expected {low:.1} to {high:.1} ms, actual {:.1} ms",
+                    before.remaining_ms()
+                ),
+            );
             rec.note(format!(
                 "holder-a holds the lease with token 2 (its second grant, TTL {} ms) and wrote with it; \
                  {:.0} ms of validity left by the database clock as the database is crashed",
