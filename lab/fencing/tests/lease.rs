@@ -181,6 +181,12 @@ async fn the_local_deadline_is_ttl_minus_margin_from_before_the_request() -> any
     let span = TTL - common::MARGIN;
     assert!(a.local_deadline() >= before + span && a.local_deadline() <= after + span);
     assert!(a.locally_valid());
+    // Once the monotonic clock reaches the deadline, the grant says so.
+    harness::wait::until("the local deadline passes", TTL * 4, || async {
+        Ok::<_, std::convert::Infallible>(Instant::now() >= a.local_deadline())
+    })
+    .await?;
+    assert!(!a.locally_valid());
     Ok(())
 }
 
