@@ -81,10 +81,16 @@ mod imp {
             &format!("RENEW ok={}", jobs.renew(&a).await?),
         );
         let fooled = jobs.renew_by_client_clock(&a, &client_now).await?;
+        // What the renew wrote: the client's now plus the TTL — a lease moved by a clock that
+        // does not decide.
+        let until = jobs.leased_until(JOB_LEASE).await?.unwrap_or(f64::NAN);
+        let wanted = client_now.parse::<f64>().unwrap_or(f64::NAN) + short.as_secs_f64();
         rec.expose(
             "a renew judged by the client's lagging clock revives the expired lease",
-            fooled,
-            format_args!("RENEW ok={fooled} with the client's now = {client_now}"),
+            fooled && (until - wanted).abs() < 0.002,
+            format_args!(
+                "RENEW ok={fooled} with the client's now = {client_now}; leased_until = {until:.3} (the client's now + TTL = {wanted:.3})"
+            ),
         );
         Ok(())
     }

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use sqlx::{Executor, MySqlPool, Row};
+use sqlx::{Executor, MySqlPool};
 
 use crate::{DbContext, Result};
 
@@ -169,6 +169,18 @@ impl JobLeaseStore {
         Ok(epoch.parse().unwrap_or(f64::NAN))
     }
 
+    /// The lease row's `leased_until`, as Unix seconds with a fraction (`None`: no such lease).
+    pub async fn leased_until(&self, lease_name: &str) -> Result<Option<f64>> {
+        let epoch: Option<String> = sqlx::query_scalar(
+            "SELECT CAST(UNIX_TIMESTAMP(leased_until) AS CHAR) FROM fenced_job_leases WHERE lease_name = ?",
+        )
+        .bind(lease_name)
+        .fetch_optional(&self.pool)
+        .await
+        .op("read the job lease's expiry")?;
+        Ok(epoch.map(|e| e.parse().unwrap_or(f64::NAN)))
+    }
+
     /// Ends the holding at once, if it is still the current, unexpired one.
     pub async fn release(&self, lease: &JobLease) -> Result<bool> {
         let done = sqlx::query(
@@ -211,15 +223,6 @@ impl JobLeaseStore {
         .await
         .op("ask whether the job lease is free")?;
         Ok(held == 0)
-    }
-
-    /// The database's `CURRENT_TIMESTAMP(3)`, as text.
-    pub async fn db_clock(&self) -> Result<String> {
-        let row = sqlx::query("SELECT CAST(CURRENT_TIMESTAMP(3) AS CHAR)")
-            .fetch_one(&self.pool)
-            .await
-            .op("read the database clock")?;
-        Ok(row.get(0))
     }
 
     /// Starts a run under `lease`.
