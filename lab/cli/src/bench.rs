@@ -40,6 +40,9 @@ struct Cell {
     per_sec: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// What the writers' backends waited for while measured: the two most frequent wait events
+    /// in `pg_stat_activity`, sampled every 10 ms, with their shares ("" for pgbench).
+    waits: String,
 }
 
 /// One contention size.
@@ -171,7 +174,8 @@ async fn write_cell(
         .max_connections(n as u32)
         .connect_with(opts)
         .await?;
-    let barrier = Arc::new(Barrier::new(n));
+    // The writers and the wait-event sampler start measuring together.
+    let barrier = Arc::new(Barrier::new(n + 1));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..n {
         let (pool, barrier) = (pool.clone(), barrier.clone());
@@ -200,6 +204,8 @@ async fn write_cell(
             anyhow::Ok((lat, start.elapsed(), rejected))
         });
     }
+    barrier.wait().await;
+    let waits = sample_waits(lab, duration).await?;
     let (mut all, mut longest, mut rejected) = (Vec::new(), Duration::ZERO, 0);
     while let Some(joined) = tasks.join_next().await {
         let (lat, took, rej) = joined??;
@@ -219,7 +225,35 @@ async fn write_cell(
         per_sec: writes as f64 / longest.as_secs_f64(),
         p50_ms: percentile(&all, 0.50),
         p99_ms: percentile(&all, 0.99),
+        waits,
     })
+}
+
+/// Samples the resource's active backends' wait events every 10 ms for `duration`; the two most
+/// frequent, with their share of all samples: "Lock:transactionid 64%, CPU 30%".
+async fn sample_waits(lab: &Lab, duration: Duration) -> anyhow::Result<String> {
+    let start = Instant::now();
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut total = 0usize;
+    while start.elapsed() < duration {
+        for wait in
+            harness::observe::active_waits(lab.resource.pool(), fencing::schema::RESOURCE_DB)
+                .await?
+        {
+            *counts.entry(wait).or_default() += 1;
+            total += 1;
+        }
+        // The sampling period, not a wait for a state.
+        harness::wait::prescribed(Duration::from_millis(10)).await;
+    }
+    let mut top: Vec<(String, usize)> = counts.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1));
+    Ok(top
+        .iter()
+        .take(2)
+        .map(|(w, n)| format!("{w} {:.0}%", 100.0 * *n as f64 / total.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", "))
 }
 
 /// The reference: pgbench, one-row UPDATE per transaction, each client its own row.
@@ -314,6 +348,7 @@ async fn pgbench_cell(
         per_sec: tps,
         p50_ms: percentile(&lat, 0.50),
         p99_ms: percentile(&lat, 0.99),
+        waits: String::new(),
     })
 }
 
@@ -372,14 +407,21 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<18} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10}",
-        "mode", "writers", "writes/s", "p50 ms", "p99 ms", "×pgbench", "×unfenced"
+        "{:<18} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10}  {}",
+        "mode",
+        "writers",
+        "writes/s",
+        "p50 ms",
+        "p99 ms",
+        "×pgbench",
+        "×unfenced",
+        "waits (pg_stat_activity)"
     );
     for c in cells {
         let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.2}", c.per_sec / r));
         let _ = writeln!(
             out,
-            "{:<18} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>9} {:>10}",
+            "{:<18} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>9} {:>10}  {}",
             c.name,
             c.clients,
             c.per_sec,
@@ -387,6 +429,7 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
             c.p99_ms,
             ratio(reference(cells, "pgbench", c.clients)),
             ratio(reference(cells, "unfenced", c.clients)),
+            c.waits,
         );
     }
     for n in WRITERS {
@@ -426,7 +469,7 @@ fn bench_json(cells: &[Cell], contention: &[Contention]) -> serde_json::Value {
     json!({
         "writes": cells.iter().map(|c| json!({
             "mode": c.name, "writers": c.clients, "writes": c.writes, "writes_per_sec": c.per_sec,
-            "p50_ms": c.p50_ms, "p99_ms": c.p99_ms,
+            "p50_ms": c.p50_ms, "p99_ms": c.p99_ms, "waits": c.waits,
             "ratio_to_pgbench": reference(cells, "pgbench", c.clients).map(|r| c.per_sec / r),
             "ratio_to_unfenced": reference(cells, "unfenced", c.clients).map(|r| c.per_sec / r),
         })).collect::<Vec<_>>(),

@@ -93,6 +93,19 @@ impl std::fmt::Display for Session {
     }
 }
 
+/// What each active backend on `database` other than the caller's is waiting for right now:
+/// `wait_event_type:wait_event`, or `CPU` when it waits for nothing (running, or ready to).
+/// A session sees the wait events of its own role's sessions; a superuser sees all.
+pub async fn active_waits(pool: &PgPool, database: &str) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar(
+        "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity
+          WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid()",
+    )
+    .bind(database)
+    .fetch_all(pool)
+    .await
+}
+
 /// The sessions whose `application_name` is `name` (a holder names its connections after
 /// itself), by backend pid. `admin` must connect as a superuser.
 pub async fn sessions_of(admin: &PgPool, name: &str) -> sqlx::Result<Vec<Session>> {
