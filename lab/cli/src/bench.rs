@@ -247,7 +247,7 @@ async fn sample_waits(lab: &Lab, duration: Duration) -> anyhow::Result<String> {
         harness::wait::prescribed(Duration::from_millis(10)).await;
     }
     let mut top: Vec<(String, usize)> = counts.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     Ok(top
         .iter()
         .take(2)
@@ -407,15 +407,8 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<18} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10}  {}",
-        "mode",
-        "writers",
-        "writes/s",
-        "p50 ms",
-        "p99 ms",
-        "×pgbench",
-        "×unfenced",
-        "waits (pg_stat_activity)"
+        "{:<18} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10}  waits (pg_stat_activity)",
+        "mode", "writers", "writes/s", "p50 ms", "p99 ms", "×pgbench", "×unfenced",
     );
     for c in cells {
         let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.2}", c.per_sec / r));
