@@ -5,9 +5,11 @@
 //! The resource never reads the lease database. It remembers the highest token it has seen per
 //! scope in `fence_floor` (Chubby §2.4) and connects as a role that cannot reach `lease26`.
 //!
-//! [`WriteMode::FencedScope`] is the correct implementation and [`WriteMode::FencedSingle`] the
-//! same fence in one statement; [`WriteMode::FencedShared`] is the same guarantee without
-//! serializing the writers that hold the current token. The other three modes are negative controls kept side by side so
+//! [`WriteMode::FencedScope`] is the correct implementation in its textbook form (the seed's) and
+//! [`WriteMode::FencedSingle`] the same fence in one statement; [`WriteMode::FencedShared`] is the
+//! same guarantee without serializing the writers that hold the current token — the one to copy
+//! (`lab bench`: it scales with writers where the other two queue on the floor row). The other
+//! three modes are negative controls kept side by side so
 //! that the lab can show, in the same run, what each one lets through. Every attempt is logged in
 //! `write_attempt`: an accepted fenced write in its own transaction (committed together), a
 //! rejected one after its rollback (so its record survives it).
