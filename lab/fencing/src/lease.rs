@@ -95,10 +95,6 @@ impl LeaseStore {
         &self.pool
     }
 
-    pub fn margin(&self) -> Duration {
-        self.margin
-    }
-
     /// Takes the lease if it is absent, expired or released. `Some(grant)` carries a token one
     /// greater than any issued before for this name (1 for a new name); `None` means it is held.
     pub async fn acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {

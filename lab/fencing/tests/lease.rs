@@ -95,7 +95,9 @@ async fn renew_moves_the_expiry_and_keeps_the_token() -> anyhow::Result<()> {
         .expect("fresh lease");
     let before = db.lease.inspect("job").await?.expect("row");
     let deadline = a.local_deadline();
+    let sent = Instant::now();
     assert!(db.lease.renew(&mut a).await?);
+    let answered = Instant::now();
     let after = db.lease.inspect("job").await?.expect("row");
     assert!(after.expires_epoch > before.expires_epoch);
     assert_eq!((a.token, after.token), (1, 1));
@@ -103,6 +105,40 @@ async fn renew_moves_the_expiry_and_keeps_the_token() -> anyhow::Result<()> {
         a.local_deadline() > deadline,
         "a successful renew moves the local deadline"
     );
+    // To TTL minus the margin from a clock read before the request was sent.
+    let span = TTL - common::MARGIN;
+    assert!(a.local_deadline() >= sent + span && a.local_deadline() <= answered + span);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_expiry_read_inside_a_transaction_and_the_database_clock_read_as_they_should(
+) -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let pool = db.lease.pool();
+    assert_eq!(
+        stmt::expired_by_now(pool, "job").await?,
+        None,
+        "no such lease"
+    );
+    db.lease
+        .acquire("job", "a", SHORT)
+        .await?
+        .expect("fresh lease");
+    assert_eq!(stmt::expired_by_now(pool, "job").await?, Some(false));
+    db.until_free("job").await?;
+    assert_eq!(stmt::expired_by_now(pool, "job").await?, Some(true));
+    // The database clock, as the evidence quotes it: a timestamp, moving forward.
+    let (first, second) = (db.lease.db_clock().await?, db.lease.db_clock().await?);
+    let b = first.as_bytes();
+    let timestamp = b.len() > 19
+        && [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+            .iter()
+            .all(|&i| b[i].is_ascii_digit())
+        && (b[4], b[7], b[10], b[13], b[16]) == (b'-', b'-', b' ', b':', b':');
+    assert!(timestamp, "{first:?}");
+    assert!(first < second, "{first} then {second}");
+    assert_eq!(db.lease.row_count().await?, 1);
     Ok(())
 }
 
