@@ -147,7 +147,7 @@ if [ "$sql" = 1 ]; then
     echo
     echo "Each mutant of scripts/sql-mutants.txt applied to a copy of $head_rev, built and run through"
     echo "every gate; a cell says which experiments (or checks) failed on it. A mutant counts as killed"
-    echo "when \`./run.sh\` (every experiment, each fence-dependent one with both fenced modes) or the"
+    echo "when \`./run.sh\` (every experiment, each fence-dependent one with every fenced mode) or the"
     echo "chaos run kills it; \`cargo test -p fencing\` is shown beside. Made by scripts/mutants.sh on"
     echo "$(date -u +%Y-%m-%d). cargo-mutants' mutants of lab/fencing: cargo-mutants.md."
     echo
@@ -190,7 +190,7 @@ EOF
   unviable=$(grep -c $'\tUnviable\t' "$work/outcomes.tsv" || true)
   timeouts=$(grep -c $'\tTimeout\t' "$work/outcomes.tsv" || true)
   rows=""
-  killed2=0 survived=0 equivalent=0
+  killed2=0 survived=0 equivalent=0 gone=0
   while IFS=$'\t' read -r name summary diff; do
     [ "$summary" = "MissedMutant" ] || continue
     file=${name%%:*}
@@ -198,7 +198,8 @@ EOF
     rm -rf "$dir"; mkdir -p "$dir"
     copy_of_head "$dir/src"
     if ! patch --quiet -p0 "$dir/src/$file" <"$pass1/mutants.out/$diff" >"$dir/patch.log" 2>&1; then
-      rows+="| \`$name\` | the diff no longer applies to $head_rev | - | - | not tested |"$'\n'
+      rows+="| \`$name\` | the diff no longer applies to $head_rev (the code was changed or removed since pass one) | - | - | gone |"$'\n'
+      gone=$((gone + 1))
       continue
     fi
     echo "mutants: $name" >&2
@@ -229,11 +230,12 @@ EOF
     echo "|---|---|---|---|---|"
     printf '%s' "$rows"
     echo
-    viable=$((total - unviable))
+    viable=$((total - unviable - gone))
     done_=$((caught + timeouts + killed2 + equivalent))
     echo "Killed or argued equivalent: $done_ of $viable viable mutants ($((100 * done_ / viable)) %): $caught by"
     echo "the cargo tests, $timeouts by timing out, $killed2 in pass two, $equivalent argued equivalent"
-    echo "(scripts/equivalent-mutants.txt, one line each); $survived survived."
+    echo "(scripts/equivalent-mutants.txt, one line each); $survived survived. $gone missed in pass one are"
+    echo "gone: their code was changed or removed since (counted neither way)."
   } >"$root/evidence/cargo-mutants.md"
   echo "mutants: cargo-mutants: $caught caught by cargo test, $killed2 more by the lab, $equivalent argued equivalent, $survived survived; evidence/cargo-mutants.md" >&2
 fi
