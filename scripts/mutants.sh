@@ -64,6 +64,11 @@ lab_gates() {
   if timeout 900 "$bin/lab" run ${only:+--only "$only"} --evidence-dir "$ev/run" >"$ev/run.out" 2>&1
   then run="passed${only:+ (--only $only)}"
   else run="killed ($(failed_cases "$ev/run"))"; fi
+  # Pass two needs one kill: the rest is not run once the lab run killed the mutant.
+  if [ "${short_circuit:-0}" = 1 ] && [ "${run#killed}" != "$run" ]; then
+    echo "$run | not needed"
+    return
+  fi
   if [ -n "$only" ]; then
     echo "$run | not run (only the U-series calls this code)"
     return
@@ -84,6 +89,10 @@ lab_gates() {
 gates() {
   local copy=$1 ev=$2 cells tests own=""
   cells=$(lab_gates "$copy" "$ev" "${3:-}")
+  if [ "${short_circuit:-0}" = 1 ] && echo "$cells" | grep -q killed; then
+    echo "$cells | not needed"
+    return
+  fi
   # The system under test's own tests (its MariaDB ones when MariaDB is here).
   [ -n "$features" ] && own="--features fencing/mariadb"
   # shellcheck disable=SC2086
@@ -191,22 +200,36 @@ EOF
   timeouts=$(grep -c $'\tTimeout\t' "$work/outcomes.tsv" || true)
   rows=""
   killed2=0 survived=0 equivalent=0 gone=0
+  # One copy for every mutant (each diff applied, then undone): cargo rebuilds only what a
+  # mutant touched. Verdicts are kept in $pass1/pass2.tsv, so that a run cut short resumes.
+  dir="$work/cm"
+  mkdir -p "$dir"
+  copy_of_head "$dir/src"
+  cache="$pass1/pass2.tsv"
+  touch "$cache"
+  short_circuit=1
   while IFS=$'\t' read -r name summary diff; do
     [ "$summary" = "MissedMutant" ] || continue
     file=${name%%:*}
-    dir="$work/cm"
-    rm -rf "$dir"; mkdir -p "$dir"
-    copy_of_head "$dir/src"
+    cp "$dir/src/$file" "$dir/original"
     if ! patch --quiet -p0 "$dir/src/$file" <"$pass1/mutants.out/$diff" >"$dir/patch.log" 2>&1; then
+      cp "$dir/original" "$dir/src/$file"
       rows+="| \`$name\` | the diff no longer applies to $head_rev (the code was changed or removed since pass one) | - | - | gone |"$'\n'
       gone=$((gone + 1))
       continue
     fi
     echo "mutants: $name" >&2
-    # The fenced job lease is the U-series' store (and the holder's for U2): nothing else calls it.
-    only=""
-    [ "$file" = lab/fencing/src/fenced_job.rs ] && only=U1,U2,U3,U4,U5
-    cells=$(gates "$dir/src" "$dir" "$only")
+    cells=$(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$cache" | head -1)
+    if [ -z "$cells" ]; then
+      # The fenced job lease is the U-series' store (and the holder's for U2): nothing else
+      # calls it.
+      only=""
+      [ "$file" = lab/fencing/src/fenced_job.rs ] && only=U1,U2,U3,U4,U5
+      rm -rf "$dir/run" "$dir/chaos"
+      cells=$(gates "$dir/src" "$dir" "$only")
+      printf '%s\t%s\n' "$name" "$cells" >>"$cache"
+    fi
+    cp "$dir/original" "$dir/src/$file"
     echo "  $cells" >&2
     argued=$(awk -F' [|] ' -v n="$name" '$1 == n { print $2 }' scripts/equivalent-mutants.txt)
     if echo "$cells" | grep -q killed; then verdict="killed"; killed2=$((killed2 + 1))
