@@ -212,7 +212,7 @@ EOF
     [ "$summary" = "MissedMutant" ] || continue
     file=${name%%:*}
     cp "$dir/src/$file" "$dir/original"
-    if ! patch --quiet -p0 "$dir/src/$file" <"$pass1/mutants.out/$diff" >"$dir/patch.log" 2>&1; then
+    if ! scripts/apply-mutant.py "$dir/src/$file" "$pass1/mutants.out/$diff"; then
       cp "$dir/original" "$dir/src/$file"
       rows+="| \`$name\` | the diff no longer applies to $head_rev (the code was changed or removed since pass one) | - | - | gone |"$'\n'
       gone=$((gone + 1))
