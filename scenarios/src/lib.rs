@@ -231,18 +231,7 @@ pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
 /// of checks than it declares, is recorded as a failed check and the run goes on with the next
 /// one.
 pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
-    let preflight: &dyn Scenario = match lab.backend() {
-        Backend::Embedded => &preflight::P0 {
-            separate_hosts: false,
-        },
-        Backend::Containers { .. } => &preflight::P0 {
-            separate_hosts: true,
-        },
-    };
-    let all = std::iter::once(preflight).chain(scenarios.iter().copied());
-    for scenario in all {
-        run_scenario(lab, rec, scenario).await;
-    }
+    run_all_on(std::slice::from_mut(lab), rec, scenarios).await;
 }
 
 /// [`run_all`] on several labs at once (`lab run --jobs`), each on a cluster of its own:
