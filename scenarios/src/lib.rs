@@ -274,7 +274,7 @@ async fn run_together(labs: &mut [Lab], rec: &mut Recorder, stretch: &[&dyn Scen
 
     let queue = Mutex::new((0..stretch.len()).collect::<VecDeque<usize>>());
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-    let workers: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = labs
+    let workers: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = labs
         .iter_mut()
         .enumerate()
         .map(|(k, lab)| {
@@ -294,7 +294,7 @@ async fn run_together(labs: &mut [Lab], rec: &mut Recorder, stretch: &[&dyn Scen
                     run_scenario(lab, &mut own, stretch[i]).await;
                     let _ = done_tx.send((i, own));
                 }
-            }) as Pin<Box<dyn Future<Output = ()> + '_>>
+            }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>
         })
         .collect();
     drop(done_tx);
