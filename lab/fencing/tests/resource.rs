@@ -179,6 +179,19 @@ async fn check_then_write_rejects_a_smaller_token_when_nothing_interleaves() -> 
     Ok(())
 }
 
+#[test]
+fn every_mode_reads_back_from_the_name_it_shows() {
+    for mode in WriteMode::ALL {
+        assert_eq!(mode.to_string(), mode.as_str());
+        assert_eq!(mode.to_string().parse::<WriteMode>(), Ok(mode));
+    }
+    assert!("fenced".parse::<WriteMode>().is_err());
+    assert_eq!(
+        WriteMode::ALL.iter().filter(|m| m.is_fence()).count(),
+        WriteMode::FENCES.len()
+    );
+}
+
 #[tokio::test]
 async fn unfenced_accepts_a_smaller_token() -> anyhow::Result<()> {
     let db = common::start().await?;
