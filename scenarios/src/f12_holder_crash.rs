@@ -320,13 +320,23 @@ async fn after_the_commit(
     );
     let sessions = observe::sessions_of(admin, HOLDER_A).await?;
     let killed_at = kill_and_show(lab, rec, admin, &mut a, &sessions).await?;
+    let attempts: Vec<String> = lab
+        .resource
+        .attempts(SCOPE)
+        .await?
+        .iter()
+        .map(|a| format!("{} token={} accepted={}", a.writer, a.token, a.accepted))
+        .collect();
     rec.check(
-        "the committed part stays after A's death, and the floor A advanced",
-        &format!("summary={A_CONTENT} by holder-a token=1 fence_floor=1"),
+        "the committed part stays after A's death, the floor A advanced, and the one record of its attempt",
         &format!(
-            "summary={} fence_floor={}",
+            "summary={A_CONTENT} by holder-a token=1 fence_floor=1 write_attempt=[holder-a token=1 accepted=true]"
+        ),
+        &format!(
+            "summary={} fence_floor={} write_attempt=[{}]",
             part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
-            shown(lab.resource.floor(SCOPE).await?)
+            shown(lab.resource.floor(SCOPE).await?),
+            attempts.join(", ")
         ),
     );
     the_lease_outlives_a(lab, rec, killed_at, DETAIL).await?;

@@ -179,6 +179,50 @@ async fn check_then_write_rejects_a_smaller_token_when_nothing_interleaves() -> 
     Ok(())
 }
 
+#[tokio::test]
+async fn the_before_commit_hook_decides_and_the_attempt_log_follows() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    let r = &db.resource;
+    let mut conn = r.pool().acquire().await?;
+    use fencing::resource::write_fenced_scope_before_commit as write;
+    // The hook says commit: accepted, one accepted record.
+    assert_eq!(
+        write(&mut conn, &w("summary", "a", 2), async { true }).await?,
+        Some(true)
+    );
+    // The hook says roll back: nothing of it stays, not even a record.
+    assert_eq!(
+        write(&mut conn, &w("detail", "a", 2), async { false }).await?,
+        None
+    );
+    // A stale token: rejected before the hook, and recorded as rejected after the rollback.
+    let ran = AtomicBool::new(false);
+    let hook = async {
+        ran.store(true, Ordering::SeqCst);
+        true
+    };
+    assert_eq!(
+        write(&mut conn, &w("summary", "b", 1), hook).await?,
+        Some(false)
+    );
+    assert!(!ran.load(Ordering::SeqCst), "no hook after a failed check");
+    let log: Vec<_> = r
+        .attempts(SCOPE)
+        .await?
+        .into_iter()
+        .map(|a| (a.part, a.writer, a.token, a.accepted))
+        .collect();
+    assert_eq!(
+        log,
+        [
+            ("summary".into(), "a".into(), 2, true),
+            ("summary".into(), "b".into(), 1, false)
+        ]
+    );
+    assert!(r.part(SCOPE, "detail").await?.is_none());
+    Ok(())
+}
+
 #[test]
 fn every_mode_reads_back_from_the_name_it_shows() {
     for mode in WriteMode::ALL {
