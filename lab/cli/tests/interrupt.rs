@@ -44,14 +44,20 @@ fn spawn_lab(tmp: &Path, ev: &Path, only: &str) -> anyhow::Result<Child> {
         .spawn()?)
 }
 
-/// Runs the lab, interrupts it at `point` with `signal`, and audits what is left.
-fn interrupt_at(point: Point, signal: Signal) -> anyhow::Result<()> {
+/// A private directory (removed on drop) with the lab's TMPDIR and its evidence directory in it.
+fn sandbox() -> anyhow::Result<(tempfile::TempDir, PathBuf, PathBuf)> {
     let sandbox = tempfile::tempdir()?;
     fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
     let tmp: PathBuf = sandbox.path().join("tmp");
     fs::create_dir(&tmp)?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
     let ev = sandbox.path().join("ev");
+    Ok((sandbox, tmp, ev))
+}
+
+/// Runs the lab, interrupts it at `point` with `signal`, and audits what is left.
+fn interrupt_at(point: Point, signal: Signal) -> anyhow::Result<()> {
+    let (_sandbox, tmp, ev) = sandbox()?;
     let only = match point {
         Point::ClusterStarting => "F1",
         Point::Line { id, .. } => id,
@@ -174,12 +180,7 @@ fn an_interrupted_lab_leaves_nothing_behind_wherever_it_is_stopped() -> anyhow::
 /// 130 within 10 s and leaves nothing of either job.
 #[test]
 fn an_interrupted_parallel_run_leaves_nothing_of_any_job() -> anyhow::Result<()> {
-    let sandbox = tempfile::tempdir()?;
-    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
-    let tmp: PathBuf = sandbox.path().join("tmp");
-    fs::create_dir(&tmp)?;
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
-    let ev = sandbox.path().join("ev");
+    let (_sandbox, tmp, ev) = sandbox()?;
     let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
         .args(["run", "--jobs", "2", "--only", "F1,F2,F4,F5,F6,F7"])
         .arg("--evidence-dir")

@@ -175,28 +175,43 @@ const UPSERT: &str = "INSERT INTO report_part AS r (scope, part, content, writer
                          SET content = EXCLUDED.content, writer = EXCLUDED.writer,
                              token = EXCLUDED.token, written_at = clock_timestamp()";
 
-/// [`WriteMode::FencedSingle`]: floor check-and-advance, upsert and attempt log in one statement.
-/// Placeholders: scope, part, content, writer, token, mode. Returns whether it was accepted.
-const FENCED_SINGLE: &str = "WITH floor AS (
-                                UPDATE fence_floor SET max_token = $5
-                                 WHERE scope = $1 AND max_token <= $5
-                             RETURNING scope),
-                             part AS (
+/// The tail both one-statement fences share: the part's upsert and the attempt's record, each
+/// conditioned on the CTE named `$fence` having returned the scope's floor row; the statement
+/// answers whether it did.
+macro_rules! upsert_and_log_if {
+    ($fence:literal) => {
+        concat!(
+            "part AS (
                                 INSERT INTO report_part AS r (scope, part, content, writer, token)
-                                SELECT $1, $2, $3, $4, $5 FROM floor
+                                SELECT $1, $2, $3, $4, $5 FROM ", $fence, "
                                 ON CONFLICT (scope, part) DO UPDATE
                                    SET content = EXCLUDED.content, writer = EXCLUDED.writer,
                                        token = EXCLUDED.token, written_at = clock_timestamp()
                              RETURNING 1),
                              attempt AS (
                                 INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
-                                SELECT $1, $2, $4, $5, $6, EXISTS (SELECT 1 FROM floor))
-                             SELECT EXISTS (SELECT 1 FROM floor)";
+                                SELECT $1, $2, $4, $5, $6, EXISTS (SELECT 1 FROM ", $fence, "))
+                             SELECT EXISTS (SELECT 1 FROM ", $fence, ")"
+        )
+    };
+}
+
+/// [`WriteMode::FencedSingle`]: floor check-and-advance, upsert and attempt log in one statement.
+/// Placeholders: scope, part, content, writer, token, mode. Returns whether it was accepted.
+const FENCED_SINGLE: &str = concat!(
+    "WITH floor AS (
+                                UPDATE fence_floor SET max_token = $5
+                                 WHERE scope = $1 AND max_token <= $5
+                             RETURNING scope),
+                             ",
+    upsert_and_log_if!("floor")
+);
 
 /// [`WriteMode::FencedShared`]: the current token's writers share the floor row (`held`), a write
 /// that must advance the floor takes it exclusively (`advanced`, only when `held` found nothing);
 /// upsert and attempt log as in [`FENCED_SINGLE`]. Same placeholders; returns whether accepted.
-const FENCED_SHARED: &str = "WITH held AS (
+const FENCED_SHARED: &str = concat!(
+    "WITH held AS (
                                 SELECT scope FROM fence_floor
                                  WHERE scope = $1 AND max_token = $5
                                    FOR SHARE),
@@ -207,17 +222,9 @@ const FENCED_SHARED: &str = "WITH held AS (
                              RETURNING scope),
                              fence AS (
                                 SELECT scope FROM held UNION ALL SELECT scope FROM advanced),
-                             part AS (
-                                INSERT INTO report_part AS r (scope, part, content, writer, token)
-                                SELECT $1, $2, $3, $4, $5 FROM fence
-                                ON CONFLICT (scope, part) DO UPDATE
-                                   SET content = EXCLUDED.content, writer = EXCLUDED.writer,
-                                       token = EXCLUDED.token, written_at = clock_timestamp()
-                             RETURNING 1),
-                             attempt AS (
-                                INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
-                                SELECT $1, $2, $4, $5, $6, EXISTS (SELECT 1 FROM fence))
-                             SELECT EXISTS (SELECT 1 FROM fence)";
+                             ",
+    upsert_and_log_if!("fence")
+);
 
 /// A deliberately broken fence, for the test that shows what the shared lock is for.
 pub mod broken {
