@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # The test command: sets up what the tests need (PostgreSQL server binaries; libfaketime for U3 and F13;
-# MariaDB for U1–U5 and a Docker engine's tools for F15 when it can), then runs every test of the workspace against real, throwaway servers. Extra
-# arguments go to cargo test.
+# MariaDB for U1–U5 and a Docker engine's tools for F15 when it can), then runs every test of the
+# workspace against real, throwaway servers. Extra arguments go to the test runner.
+#
+# The runner is cargo-nextest when it is installed (`.config/nextest.toml`: two server-starting
+# tests at a time across every test binary, per-test timeouts): measured on this 2-core machine,
+# 261 s against `cargo test`'s 365 s for the same build, since `cargo test` runs the binaries one
+# after the other and most tests wait on a lease's TTL. Without it, `cargo test`. (nextest runs no
+# doctests; the workspace has none.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-postgres.sh
 scripts/ensure-faketime.sh
 features=$(scripts/ensure-mariadb.sh)
 containers=$(scripts/ensure-containers.sh)
-# shellcheck disable=SC2086 # $features and $containers are empty or one flag each
+if cargo nextest --version >/dev/null 2>&1; then
+  # shellcheck disable=SC2086 # $features and $containers are empty or one flag each
+  exec cargo nextest run --workspace --locked $features $containers "$@"
+fi
+# shellcheck disable=SC2086
 exec cargo test --workspace --locked $features $containers "$@"
