@@ -84,7 +84,7 @@ impl Scenario for F11 {
             );
 
             let rows = lab.lease.row_count().await?;
-            operator_mistake::truncate_the_lease_table(lab.lease.pool()).await?;
+            operator_mistake::truncate_the_lease_table(lab.lease.sql(), lab.lease.pool()).await?;
             let left = lab.lease.row_count().await?;
             rec.step(
                 Mark::Info,

@@ -197,7 +197,7 @@ pub(crate) mod imp {
             if i > 0 {
                 lab.reset().await?;
             }
-            schema::reset(Database::Resource, &res_pool).await?;
+            schema::reset(&res_pool).await?;
             resource.setup_scope(SCOPE).await?;
             rec.step(
                 Mark::Info,

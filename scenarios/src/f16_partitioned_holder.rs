@@ -135,8 +135,8 @@ mod imp {
         .into_iter()
         .enumerate()
         {
-            schema::reset(Database::Lease, &l_pool).await?;
-            schema::reset(Database::Resource, &r_pool).await?;
+            schema::reset(&l_pool).await?;
+            schema::reset(&r_pool).await?;
             hosts.resource.setup_scope(SCOPE).await?;
             let what = if past_check {
                 format!("({}) A past its check, resource mode {mode}", i + 1)

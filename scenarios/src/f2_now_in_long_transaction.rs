@@ -76,7 +76,8 @@ impl Scenario for F2 {
             let mut t = t_conn.begin().await?;
             let t_start = stmt::clocks(&mut *t).await?;
             let after_first_read = Instant::now();
-            let valid_at_start = stmt::expired_by_now(&mut *t, LEASE).await? == Some(false);
+            let valid_at_start =
+                stmt::expired_by_now(lab.lease.sql(), &mut *t, LEASE).await? == Some(false);
             rec.step(
                 Mark::Info,
                 "T",
@@ -193,7 +194,7 @@ impl Scenario for F2 {
                     t_later.clock_minus_now_ms
                 ),
             );
-            let in_t = stmt::acquire(&mut *t, LEASE, HOLDER_B, ttl).await?;
+            let in_t = stmt::acquire(lab.lease.sql(), &mut *t, LEASE, HOLDER_B, ttl).await?;
             rec.check(
                 "inside T the acquire is refused: judged by T's start, the lease is still held",
                 "REFUSED",
@@ -217,20 +218,22 @@ impl Scenario for F2 {
             let mut t2_conn = lab.lease.pool().acquire().await?;
             let mut t2 = t2_conn.begin().await?;
             let t2_start = stmt::clocks(&mut *t2).await?;
-            let valid_at_t2 = stmt::expired_by_now(&mut *t2, LEASE).await? == Some(false);
+            let valid_at_t2 =
+                stmt::expired_by_now(lab.lease.sql(), &mut *t2, LEASE).await? == Some(false);
             rec.check_that(
                 "transaction T2 began while holder-b's lease was valid",
                 valid_at_t2,
                 format_args!("T2's now() = {}", t2_start.now),
             );
             lab.until_lease_expired("holder-b's lease").await?;
-            let by_clock = stmt::renew(&mut *t2, &b, JudgedBy::ClockTimestamp).await?;
+            let by_clock =
+                stmt::renew(lab.lease.sql(), &mut *t2, &b, JudgedBy::ClockTimestamp).await?;
             rec.check(
                 "inside T2 the renew written with clock_timestamp() is refused",
                 "RENEW ok=false",
                 &format!("RENEW ok={by_clock}"),
             );
-            let by_now = stmt::renew(&mut *t2, &b, JudgedBy::Now).await?;
+            let by_now = stmt::renew(lab.lease.sql(), &mut *t2, &b, JudgedBy::Now).await?;
             let revived = stmt::clocks(&mut *t2).await?;
             rec.expose(
                 "a renew judged by now() inside T2 revives a lease that expired by the clock",

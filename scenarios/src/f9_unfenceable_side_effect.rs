@@ -9,7 +9,7 @@
 
 use anyhow::Context as _;
 use fencing::lease::Grant;
-use fencing::schema::{self, Database};
+use fencing::schema;
 use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{acquired, shown, HOLDER_A, HOLDER_B, LEASE};
@@ -133,7 +133,7 @@ async fn publish(
     variant: Variant,
     a_first: bool,
 ) -> anyhow::Result<(bool, bool, String)> {
-    schema::reset(Database::Resource, lab.resource.pool()).await?;
+    schema::reset(lab.resource.pool()).await?;
     let phase = match (variant, a_first) {
         (Variant::BusinessKey, true) => "business key, A→B",
         (Variant::BusinessKey, false) => "business key, B→A",

@@ -497,8 +497,8 @@ impl Lab {
 
     /// Empties every table and sets the scope's floor up at 0: each scenario starts here.
     pub async fn reset(&mut self) -> anyhow::Result<()> {
-        schema::reset(Database::Lease, self.lease.pool()).await?;
-        schema::reset(Database::Resource, self.resource.pool()).await?;
+        schema::reset(self.lease.pool()).await?;
+        schema::reset(self.resource.pool()).await?;
         self.resource.setup_scope(SCOPE).await?;
         Ok(())
     }

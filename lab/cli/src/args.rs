@@ -78,6 +78,38 @@ pub enum Command {
                       lab chaos --holders 8 --faults pause\n  \
                       lab chaos --sweep 20 --faults pause --time 30s")]
     Chaos(ChaosArgs),
+    /// The systems under test as profiles (TOML: the lease table and its statements, the
+    /// resource's fence and its write): list the built-in ones, or check a file before anything
+    /// runs with it.
+    #[command(
+        after_help = "Examples:\n  lab profile list\n  lab profile check seed004\n  \
+                      lab profile check my-lock-table.toml     (exit 2 with one line naming the statement)"
+    )]
+    Profile(ProfileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    #[command(subcommand)]
+    pub action: ProfileAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProfileAction {
+    /// The built-in profiles: name, whether the resource sees a token, what the design is.
+    List,
+    /// Checks a profile: parses it (TOML, every statement's `:name` parameters), then prepares
+    /// every statement against scratch databases that hold its schema on a throwaway cluster.
+    /// Exit 0 when the server accepted all of them; 2 with one line naming the file, the
+    /// statement and the server's own error otherwise. Nothing is left behind.
+    Check {
+        /// A built-in profile's name (lab profile list) or a file's path.
+        profile: String,
+        /// The directory of the PostgreSQL server binaries (initdb, postgres, pg_ctl) to use
+        /// instead of the ones found on PATH or under /usr/lib/postgresql.
+        #[arg(long, value_name = "DIR")]
+        pg_bindir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]

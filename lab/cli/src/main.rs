@@ -12,6 +12,7 @@ mod bench;
 mod chaos;
 mod config;
 mod matrix;
+mod profile;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -99,6 +100,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Profile(args) => profile::run(args.action),
         Command::Run(args) => match config::resolve(args) {
             Ok(cfg) => run(cfg),
             Err(e) => {

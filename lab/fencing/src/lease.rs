@@ -10,10 +10,12 @@
 //! the request is sent, plus `ttl - margin`. It never compares its wall clock with `expires_at`.
 //! The local deadline is an efficiency device only: safety comes from the resource's fence.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::{PgExecutor, PgPool, Row};
 
+use crate::profile::{Args, LeaseSql, Profile};
 use crate::{DbContext, Error, Result};
 
 /// One continuous holding of a lease: the token identifies it for ever (I2).
@@ -77,22 +79,39 @@ impl LeaseRow {
     }
 }
 
-/// A client of the lease table. Cheap to clone; every call takes a connection from the pool
-/// and runs one autocommit statement.
+/// A client of the lease table, running the statements of a profile (by default the built-in
+/// `seed004`). Cheap to clone; every call takes a connection from the pool and runs one
+/// autocommit statement.
 #[derive(Debug, Clone)]
 pub struct LeaseStore {
     pool: PgPool,
     margin: Duration,
+    profile: Arc<Profile>,
 }
 
 impl LeaseStore {
-    /// `margin` is subtracted from every TTL to form the local deadline.
+    /// The lab's own lease store ([`Profile::seed004`]). `margin` is subtracted from every TTL to
+    /// form the local deadline.
     pub fn new(pool: PgPool, margin: Duration) -> Self {
-        LeaseStore { pool, margin }
+        LeaseStore::with_profile(pool, margin, Arc::new(Profile::seed004().clone()))
+    }
+
+    /// The lease store of `profile`.
+    pub fn with_profile(pool: PgPool, margin: Duration, profile: Arc<Profile>) -> Self {
+        LeaseStore {
+            pool,
+            margin,
+            profile,
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The lease side of the profile this store runs.
+    pub fn sql(&self) -> &LeaseSql {
+        &self.profile.lease
     }
 
     /// Takes the lease if it is absent, expired or released. `Some(grant)` carries a token one
@@ -100,7 +119,7 @@ impl LeaseStore {
     pub async fn acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
         self.check_timing(ttl)?;
         let sent = Instant::now();
-        let token = stmt::acquire(&self.pool, name, holder, ttl).await?;
+        let token = stmt::acquire(self.sql(), &self.pool, name, holder, ttl).await?;
         Ok(token.map(|token| self.grant(name, holder, token, ttl, sent)))
     }
 
@@ -114,7 +133,7 @@ impl LeaseStore {
     ) -> Result<(Option<Grant>, stmt::ServerSpan)> {
         self.check_timing(ttl)?;
         let sent = Instant::now();
-        let timed = stmt::acquire_timed(&self.pool, name, holder, ttl).await?;
+        let timed = stmt::acquire_timed(self.sql(), &self.pool, name, holder, ttl).await?;
         let grant = timed
             .token
             .map(|token| self.grant(name, holder, token, ttl, sent));
@@ -147,7 +166,7 @@ impl LeaseStore {
     /// On success the local deadline moves (from a clock read before the request was sent).
     pub async fn renew(&self, grant: &mut Grant) -> Result<bool> {
         let sent = Instant::now();
-        let renewed = stmt::renew(&self.pool, grant, JudgedBy::Now).await?;
+        let renewed = stmt::renew(self.sql(), &self.pool, grant, JudgedBy::Now).await?;
         if renewed {
             grant.local_deadline = sent + (grant.ttl - self.margin);
         }
@@ -157,31 +176,40 @@ impl LeaseStore {
     /// Gives the lease up at once (`expires_at = '-infinity'`). The token never goes back.
     /// `false` when this holding is no longer the lease's current one.
     pub async fn release(&self, grant: &Grant) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE lease SET expires_at = '-infinity'
-              WHERE name = $1 AND holder = $2 AND token = $3",
-        )
-        .bind(&grant.name)
-        .bind(&grant.holder)
-        .bind(grant.token)
-        .execute(&self.pool)
-        .await
-        .op("release the lease")?;
+        let done = self
+            .sql()
+            .release
+            .query(&stmt::args_of(grant))
+            .execute(&self.pool)
+            .await
+            .op("release the lease")?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Reads the lease row and the database's verdict on it, in one statement.
     pub async fn inspect(&self, name: &str) -> Result<Option<LeaseRow>> {
-        let row = sqlx::query(
+        // The profile's inspect answers holder, token and expires_at; the database's verdict on
+        // them is read around it, in the same statement.
+        let sql = format!(
             "SELECT holder, token, expires_at::text, extract(epoch FROM expires_at)::float8,
                     expires_at <= now(), expires_at = '-infinity'::timestamptz, now()::text,
                     extract(epoch FROM now())::float8
-               FROM lease WHERE name = $1",
-        )
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await
-        .op("read the lease row")?;
+               FROM ({}) AS l",
+            self.sql().inspect.sql()
+        );
+        let row = self
+            .sql()
+            .inspect
+            .query_with(
+                &sql,
+                &Args {
+                    name,
+                    ..Args::default()
+                },
+            )
+            .fetch_optional(&self.pool)
+            .await
+            .op("read the lease row")?;
         Ok(row.map(|r| LeaseRow {
             holder: r.get(0),
             token: r.get(1),
@@ -209,7 +237,7 @@ impl LeaseStore {
 
     /// The number of rows in the lease table.
     pub async fn row_count(&self) -> Result<i64> {
-        sqlx::query_scalar("SELECT count(*) FROM lease")
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.sql().table))
             .fetch_one(&self.pool)
             .await
             .op("count the lease rows")
@@ -217,39 +245,49 @@ impl LeaseStore {
 }
 
 /// The lease statements themselves, runnable on any executor. [`LeaseStore`] runs them in
-/// autocommit; experiments run them inside a transaction to show why that is wrong.
+/// autocommit; experiments run them inside a transaction to show why that is wrong. Each takes
+/// the profile's lease side ([`LeaseStore::sql`]).
 pub mod stmt {
     use super::*;
 
-    /// The acquire statement's text, one definition for [`acquire`] and [`acquire_timed`].
-    macro_rules! acquire_sql {
-        () => {
-            "INSERT INTO lease AS l (name, holder, token, expires_at)
-             VALUES ($1, $2, 1, now() + make_interval(secs => $3::float8 / 1000))
-             ON CONFLICT (name) DO UPDATE
-                SET holder = EXCLUDED.holder,
-                    token = l.token + 1,
-                    expires_at = EXCLUDED.expires_at
-              WHERE l.expires_at <= now()
-             RETURNING l.token"
-        };
+    /// The arguments of a statement about `grant`'s holding.
+    pub(crate) fn args_of(grant: &Grant) -> Args<'_> {
+        Args {
+            name: &grant.name,
+            holder: &grant.holder,
+            token: grant.token,
+            ttl_ms: millis(grant.ttl),
+            ..Args::default()
+        }
+    }
+
+    fn acquire_args<'a>(name: &'a str, holder: &'a str, ttl: Duration) -> Args<'a> {
+        Args {
+            name,
+            holder,
+            ttl_ms: millis(ttl),
+            ..Args::default()
+        }
     }
 
     /// The acquire statement. A returned row is the only success test: `RETURNING` yields a row
     /// only for an inserted row or for a conflicting row the `WHERE` let the update through.
     pub async fn acquire<'e>(
+        sql: &LeaseSql,
         e: impl PgExecutor<'e>,
         name: &str,
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<i64>> {
-        sqlx::query_scalar(acquire_sql!())
-            .bind(name)
-            .bind(holder)
-            .bind(millis(ttl))
+        let row = sql
+            .acquire
+            .query(&acquire_args(name, holder, ttl))
             .fetch_optional(e)
             .await
-            .op("acquire the lease")
+            .op("acquire the lease")?;
+        row.map(|r| r.try_get(0))
+            .transpose()
+            .op("read the granted token")
     }
 
     /// When the database ran one statement, by its own clock, in microseconds since the epoch.
@@ -277,26 +315,26 @@ pub mod stmt {
     /// the outer query only reads its result. The clock is read in the outer query, over the
     /// materialized result, so it is read after the `INSERT` finished, lock waits included.
     pub async fn acquire_timed<'e>(
+        sql: &LeaseSql,
         e: impl PgExecutor<'e>,
         name: &str,
         holder: &str,
         ttl: Duration,
     ) -> Result<TimedAcquire> {
-        let r = sqlx::query(concat!(
-            "WITH attempt AS (",
-            acquire_sql!(),
-            "), outcome AS MATERIALIZED (SELECT (SELECT token FROM attempt) AS token)
+        let timed = format!(
+            "WITH attempt AS ({}), outcome AS MATERIALIZED (SELECT (SELECT * FROM attempt) AS token)
              SELECT token,
                     (extract(epoch FROM statement_timestamp()) * 1000000)::int8,
                     (extract(epoch FROM clock_timestamp()) * 1000000)::int8
-               FROM outcome"
-        ))
-        .bind(name)
-        .bind(holder)
-        .bind(millis(ttl))
-        .fetch_one(e)
-        .await
-        .op("acquire the lease (timed)")?;
+               FROM outcome",
+            sql.acquire.sql()
+        );
+        let r = sql
+            .acquire
+            .query_with(&timed, &acquire_args(name, holder, ttl))
+            .fetch_one(e)
+            .await
+            .op("acquire the lease (timed)")?;
         Ok(TimedAcquire {
             token: r.get(0),
             span: ServerSpan {
@@ -306,27 +344,22 @@ pub mod stmt {
         })
     }
 
-    /// The renew statement: name and token identify the holding (I2 makes the token unique),
-    /// `expires_at > <clock>` refuses a renewal after expiry, and the holder guards against a
-    /// caller passing the wrong grant.
-    pub async fn renew<'e>(e: impl PgExecutor<'e>, grant: &Grant, clock: JudgedBy) -> Result<bool> {
-        let sql = match clock {
-            JudgedBy::Now => {
-                "UPDATE lease SET expires_at = now() + make_interval(secs => $4::float8 / 1000)
-                  WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now()"
-            }
-            JudgedBy::ClockTimestamp => {
-                "UPDATE lease
-                    SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000)
-                  WHERE name = $1 AND holder = $2 AND token = $3
-                    AND expires_at > clock_timestamp()"
-            }
+    /// The renew statement, judged by `clock`: [`JudgedBy::Now`] runs the profile's statement
+    /// as it is; [`JudgedBy::ClockTimestamp`] the same statement with every `now()` read as
+    /// `clock_timestamp()` (F2: what changes inside a long transaction).
+    pub async fn renew<'e>(
+        sql: &LeaseSql,
+        e: impl PgExecutor<'e>,
+        grant: &Grant,
+        clock: JudgedBy,
+    ) -> Result<bool> {
+        let text = match clock {
+            JudgedBy::Now => sql.renew.sql().to_owned(),
+            JudgedBy::ClockTimestamp => sql.renew.sql().replace("now()", "clock_timestamp()"),
         };
-        let done = sqlx::query(sql)
-            .bind(&grant.name)
-            .bind(&grant.holder)
-            .bind(grant.token)
-            .bind(millis(grant.ttl))
+        let done = sql
+            .renew
+            .query_with(&text, &args_of(grant))
             .execute(e)
             .await
             .op("renew the lease")?;
@@ -363,12 +396,28 @@ pub mod stmt {
 
     /// Whether the lease looks expired judged by `now()` of the executor's transaction (`None`
     /// when there is no row): the judgement every lease statement makes.
-    pub async fn expired_by_now<'e>(e: impl PgExecutor<'e>, name: &str) -> Result<Option<bool>> {
-        sqlx::query_scalar("SELECT expires_at <= now() FROM lease WHERE name = $1")
-            .bind(name)
+    pub async fn expired_by_now<'e>(
+        sql: &LeaseSql,
+        e: impl PgExecutor<'e>,
+        name: &str,
+    ) -> Result<Option<bool>> {
+        let judged = format!(
+            "SELECT expires_at <= now() FROM ({}) AS l",
+            sql.inspect.sql()
+        );
+        let row = sql
+            .inspect
+            .query_with(
+                &judged,
+                &Args {
+                    name,
+                    ..Args::default()
+                },
+            )
             .fetch_optional(e)
             .await
-            .op("judge the lease by now()")
+            .op("judge the lease by now()")?;
+        Ok(row.map(|r| r.get(0)))
     }
 
     fn millis(d: Duration) -> f64 {
@@ -386,8 +435,11 @@ pub mod operator_mistake {
     /// token 1 again (I2 broken) — below the floor of every resource that accepted a greater one,
     /// which from then on rejects the lease's legitimate holders (evidence/LIMITS.md says what
     /// repairs it). Releasing or expiring a lease never needs this: the row and its token stay.
-    pub async fn truncate_the_lease_table<'e>(e: impl PgExecutor<'e>) -> Result<()> {
-        sqlx::query("TRUNCATE lease")
+    pub async fn truncate_the_lease_table<'e>(
+        sql: &LeaseSql,
+        e: impl PgExecutor<'e>,
+    ) -> Result<()> {
+        sqlx::query(&format!("TRUNCATE {}", sql.table))
             .execute(e)
             .await
             .op("truncate the lease table by hand")?;

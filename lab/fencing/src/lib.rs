@@ -3,7 +3,8 @@
 //!
 //! This crate is the fencing implementation a reader would copy into a service. It knows nothing
 //! of clusters, processes, scenarios or evidence: it takes connection pools and answers with
-//! plain values. All the SQL of the lab's system under test lives here, one module per store.
+//! plain values. All the SQL of the lab's system under test lives here: the fence's in the built-in
+//! profiles (`profiles/*.toml`), the rest one module per store.
 //!
 //! - [`lease`]: `acquire` / `renew` / `release`, each one autocommit statement judged by the
 //!   database clock, plus the client's local deadline (SPEC §3.1, invariants I1 and I2).
@@ -12,11 +13,15 @@
 //! - [`publish`]: the business-key publish stand-in and its versioned variant (SPEC §3.3).
 //! - `fenced_job` (`--features mariadb`): the second source system, a fenced job lease with a
 //!   completion fenced by a join on the lease, on MariaDB.
-//! - [`schema`]: the two databases, their owner roles and embedded migrations.
+//! - [`profile`]: the system under test as data — lease table and statements, the resource's
+//!   fence and write — parsed from TOML and checked against a scratch database; the lab's own
+//!   design is the built-in profiles in `profiles/`, whose statements the stores above run.
+//! - [`schema`]: the two databases, their owner roles and migrations.
 
 #[cfg(feature = "mariadb")]
 pub mod fenced_job;
 pub mod lease;
+pub mod profile;
 pub mod publish;
 pub mod resource;
 pub mod schema;

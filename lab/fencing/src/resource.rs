@@ -20,6 +20,7 @@ use std::str::FromStr;
 
 use sqlx::{Acquire, PgConnection, PgPool, Row};
 
+use crate::profile::{Args, Profile, Statement, WriteSql};
 use crate::{DbContext, Result};
 
 /// How the resource decides whether to accept a write.
@@ -168,72 +169,67 @@ pub struct Checked {
     pub floor_read: Option<i64>,
 }
 
-/// The upsert every mode but fenced-row ends with.
-const UPSERT: &str = "INSERT INTO report_part AS r (scope, part, content, writer, token)
-                      VALUES ($1, $2, $3, $4, $5)
-                      ON CONFLICT (scope, part) DO UPDATE
-                         SET content = EXCLUDED.content, writer = EXCLUDED.writer,
-                             token = EXCLUDED.token, written_at = clock_timestamp()";
-
-/// The tail both one-statement fences share: the part's upsert and the attempt's record, each
-/// conditioned on the CTE named `$fence` having returned the scope's floor row; the statement
-/// answers whether it did.
-macro_rules! upsert_and_log_if {
-    ($fence:literal) => {
-        concat!(
-            "part AS (
-                                INSERT INTO report_part AS r (scope, part, content, writer, token)
-                                SELECT $1, $2, $3, $4, $5 FROM ", $fence, "
-                                ON CONFLICT (scope, part) DO UPDATE
-                                   SET content = EXCLUDED.content, writer = EXCLUDED.writer,
-                                       token = EXCLUDED.token, written_at = clock_timestamp()
-                             RETURNING 1),
-                             attempt AS (
-                                INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
-                                SELECT $1, $2, $4, $5, $6, EXISTS (SELECT 1 FROM ", $fence, "))
-                             SELECT EXISTS (SELECT 1 FROM ", $fence, ")"
-        )
-    };
+impl WriteMode {
+    /// The built-in profile whose write a fenced mode runs (`lab/fencing/profiles/`): seed004's
+    /// check and write for fenced-scope, the one statement of seed004-single and seed004-shared
+    /// for the other two. `None` for a negative control: those are the lab's own code.
+    pub fn profile(self) -> Option<&'static Profile> {
+        let name = match self {
+            WriteMode::FencedScope => "seed004",
+            WriteMode::FencedSingle => "seed004-single",
+            WriteMode::FencedShared => "seed004-shared",
+            WriteMode::FencedRow | WriteMode::CheckThenWrite | WriteMode::Unfenced => return None,
+        };
+        Some(Profile::built_in(name).expect("the fenced modes' profiles are built in"))
+    }
 }
 
-/// [`WriteMode::FencedSingle`]: floor check-and-advance, upsert and attempt log in one statement.
-/// Placeholders: scope, part, content, writer, token, mode. Returns whether it was accepted.
-const FENCED_SINGLE: &str = concat!(
-    "WITH floor AS (
-                                UPDATE fence_floor SET max_token = $5
-                                 WHERE scope = $1 AND max_token <= $5
-                             RETURNING scope),
-                             ",
-    upsert_and_log_if!("floor")
-);
+/// The arguments of the statements about one write.
+fn args<'a>(w: &Write<'a>, mode: WriteMode) -> Args<'a> {
+    Args {
+        scope: w.scope,
+        part: w.part,
+        content: w.content,
+        writer: w.writer,
+        token: w.token,
+        mode: mode.as_str(),
+        ..Args::default()
+    }
+}
 
-/// [`WriteMode::FencedShared`]: the current token's writers share the floor row (`held`), a write
-/// that must advance the floor takes it exclusively (`advanced`, only when `held` found nothing);
-/// upsert and attempt log as in [`FENCED_SINGLE`]. Same placeholders; returns whether accepted.
-const FENCED_SHARED: &str = concat!(
-    "WITH held AS (
-                                SELECT scope FROM fence_floor
-                                 WHERE scope = $1 AND max_token = $5
-                                   FOR SHARE),
-                             advanced AS (
-                                UPDATE fence_floor SET max_token = $5
-                                 WHERE scope = $1 AND NOT EXISTS (SELECT 1 FROM held)
-                                   AND max_token <= $5
-                             RETURNING scope),
-                             fence AS (
-                                SELECT scope FROM held UNION ALL SELECT scope FROM advanced),
-                             ",
-    upsert_and_log_if!("fence")
-);
+/// seed004's own write statement (the upsert of a part), which every negative control but
+/// fenced-row ends with: the same write, without its fence.
+fn seed004_write() -> &'static Statement {
+    match &Profile::seed004().resource.write {
+        WriteSql::CheckThenWrite { write, .. } => write,
+        WriteSql::OneStatement(_) => unreachable!("seed004 checks and writes in a transaction"),
+    }
+}
 
 /// A deliberately broken fence, for the test that shows what the shared lock is for.
 pub mod broken {
-    /// [`super::WriteMode::FencedShared`]'s statement with its `FOR SHARE` removed: a writer of
-    /// the current token checks the floor without locking it, so an advance can commit while the
-    /// writer is still on its way, and the writer's old token lands after it (I3 broken in commit
-    /// order). Placeholders as the real one's. Nothing but that test runs it.
-    pub fn fenced_shared_without_the_lock() -> String {
-        super::FENCED_SHARED.replace("FOR SHARE", "")
+    use super::*;
+
+    /// [`super::WriteMode::FencedShared`]'s statement (seed004-shared's) with its `FOR SHARE`
+    /// removed: a writer of the current token checks the floor without locking it, so an advance
+    /// can commit while the writer is still on its way, and the writer's old token lands after it
+    /// (I3 broken in commit order). Nothing but that test runs it; its attempts are recorded as
+    /// `fenced-shared-without-the-lock`.
+    pub async fn fenced_shared_without_the_lock(r: &Resource, w: &Write<'_>) -> Result<bool> {
+        let Some(WriteSql::OneStatement(statement)) =
+            WriteMode::FencedShared.profile().map(|p| &p.resource.write)
+        else {
+            unreachable!("seed004-shared writes in one statement")
+        };
+        let unlocked = statement.sql().replace("FOR SHARE", "");
+        let mut a = args(w, WriteMode::FencedShared);
+        a.mode = "fenced-shared-without-the-lock";
+        let row = statement
+            .query_with(&unlocked, &a)
+            .fetch_one(r.pool())
+            .await
+            .op("write the part (fenced-shared without its lock)")?;
+        row.try_get(0).op("read whether it was accepted")
     }
 }
 
@@ -254,13 +250,16 @@ impl Resource {
 
     /// Creates the scope's floor row with `max_token = 0`, before any write (idempotent).
     pub async fn setup_scope(&self, scope: &str) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO fence_floor (scope, max_token) VALUES ($1, 0) ON CONFLICT DO NOTHING",
-        )
-        .bind(scope)
-        .execute(&self.pool)
-        .await
-        .op("create the scope's fence floor")?;
+        Profile::seed004()
+            .resource
+            .setup
+            .query(&Args {
+                scope,
+                ..Args::default()
+            })
+            .execute(&self.pool)
+            .await
+            .op("create the scope's fence floor")?;
         Ok(())
     }
 
@@ -297,10 +296,21 @@ impl Resource {
 
     /// The scope's fence floor, `None` if the scope was never set up.
     pub async fn floor(&self, scope: &str) -> Result<Option<i64>> {
-        sqlx::query_scalar("SELECT max_token FROM fence_floor WHERE scope = $1")
-            .bind(scope)
+        let floor = Profile::seed004()
+            .resource
+            .floor
+            .as_ref()
+            .expect("seed004 keeps a floor");
+        let row = floor
+            .query(&Args {
+                scope,
+                ..Args::default()
+            })
             .fetch_optional(&self.pool)
             .await
+            .op("read the fence floor")?;
+        row.map(|r| r.try_get(0))
+            .transpose()
             .op("read the fence floor")
     }
 
@@ -426,21 +436,16 @@ where
         WriteMode::FencedSingle | WriteMode::FencedShared => {
             // Check, write and log are one statement here; the hook runs just before it.
             gap(nothing_read).await;
-            let statement = if mode == WriteMode::FencedSingle {
-                FENCED_SINGLE
-            } else {
-                FENCED_SHARED
+            let Some(WriteSql::OneStatement(statement)) = mode.profile().map(|p| &p.resource.write)
+            else {
+                unreachable!("{mode} writes in one statement")
             };
-            return sqlx::query_scalar(statement)
-                .bind(w.scope)
-                .bind(w.part)
-                .bind(w.content)
-                .bind(w.writer)
-                .bind(w.token)
-                .bind(mode.as_str())
+            let row = statement
+                .query(&args(w, mode))
                 .fetch_one(&mut *conn)
                 .await
-                .op("write the part (fenced, one statement)");
+                .op("write the part (fenced, one statement)")?;
+            return row.try_get(0).op("read whether it was accepted");
         }
     };
     // A rejected fenced-scope attempt is recorded here, after its rollback; the negative
@@ -476,21 +481,27 @@ async fn fenced_scope(
     gap: impl Future<Output = ()>,
     before_commit: impl Future<Output = bool>,
 ) -> Result<Option<bool>> {
+    let WriteSql::CheckThenWrite { check, write } = &Profile::seed004().resource.write else {
+        unreachable!("seed004 checks and writes in a transaction")
+    };
+    let a = args(w, WriteMode::FencedScope);
     let mut tx = conn.begin().await.op("begin the write transaction")?;
-    let advanced =
-        sqlx::query("UPDATE fence_floor SET max_token = $1 WHERE scope = $2 AND max_token <= $1")
-            .bind(w.token)
-            .bind(w.scope)
-            .execute(&mut *tx)
-            .await
-            .op("advance the fence floor")?
-            .rows_affected();
+    let advanced = check
+        .query(&a)
+        .execute(&mut *tx)
+        .await
+        .op("advance the fence floor")?
+        .rows_affected();
     if advanced == 0 {
         tx.rollback().await.op("roll back the rejected write")?;
         return Ok(Some(false));
     }
     gap.await;
-    upsert(&mut tx, w).await?;
+    write
+        .query(&a)
+        .execute(&mut *tx)
+        .await
+        .op("write the part")?;
     // An accepted write and its record commit together: none without the other.
     log_attempt(&mut tx, w, WriteMode::FencedScope, true).await?;
     if !before_commit.await {
@@ -524,12 +535,8 @@ async fn log_attempt(
 }
 
 async fn upsert(conn: &mut PgConnection, w: &Write<'_>) -> Result<()> {
-    sqlx::query(UPSERT)
-        .bind(w.scope)
-        .bind(w.part)
-        .bind(w.content)
-        .bind(w.writer)
-        .bind(w.token)
+    seed004_write()
+        .query(&args(w, WriteMode::Unfenced))
         .execute(conn)
         .await
         .op("write the part")?;

@@ -14,6 +14,7 @@ use std::pin::Pin;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{Executor, PgConnection, PgPool};
 
+use crate::profile::Profile;
 use crate::{DbContext, Error, Result};
 
 /// The database that holds the lease table.
@@ -48,25 +49,29 @@ impl Database {
         }
     }
 
-    fn migrations(self) -> &'static [(i64, &'static str, &'static str)] {
+    /// The migrations of this database for `profile`: the lease database holds only the
+    /// profile's lease schema; the resource database the lab's tables, then the profile's fence.
+    fn migrations(self, profile: &Profile) -> Vec<(i64, &'static str, String)> {
         match self {
-            Database::Lease => &[(
-                1,
-                "lease",
-                include_str!("../migrations/lease/0001_lease.sql"),
-            )],
-            Database::Resource => &[(
-                1,
-                "resource",
-                include_str!("../migrations/resource/0001_resource.sql"),
-            )],
+            Database::Lease => vec![(1, "lease", profile.lease.schema.clone())],
+            Database::Resource => {
+                let mut all = vec![(1, "resource", LAB_RESOURCE_SQL.to_owned())];
+                if !profile.resource.schema.trim().is_empty() {
+                    all.push((2, "fence", profile.resource.schema.clone()));
+                }
+                all
+            }
         }
     }
 }
 
-/// The embedded migrations of one database, as a source for sqlx's migrator.
+/// The lab's own tables in the resource database: the report parts, the attempt log, the
+/// publish stand-in. The fence's state is the system under test's (its profile's schema).
+pub const LAB_RESOURCE_SQL: &str = include_str!("../migrations/resource/0001_resource.sql");
+
+/// The migrations of one database, as a source for sqlx's migrator.
 #[derive(Debug)]
-struct Embedded(Database);
+struct Embedded(Vec<(i64, &'static str, String)>);
 
 impl<'s> MigrationSource<'s> for Embedded {
     fn resolve(
@@ -75,14 +80,13 @@ impl<'s> MigrationSource<'s> for Embedded {
     {
         let migrations = self
             .0
-            .migrations()
-            .iter()
-            .map(|&(version, description, sql)| {
+            .into_iter()
+            .map(|(version, description, sql)| {
                 Migration::new(
                     version,
                     Cow::Borrowed(description),
                     MigrationType::Simple,
-                    Cow::Borrowed(sql),
+                    Cow::Owned(sql),
                     false,
                 )
             })
@@ -118,9 +122,16 @@ pub async fn provision(admin: &mut PgConnection) -> Result<()> {
     Ok(())
 }
 
-/// Applies the embedded migrations of `db` through `pool`, which must connect as `db.role()`.
+/// Applies the migrations of `db` for the default system under test ([`Profile::seed004`])
+/// through `pool`, which must connect as `db.role()`.
 pub async fn migrate(db: Database, pool: &PgPool) -> Result<()> {
-    let migrator = Migrator::new(Embedded(db))
+    migrate_for(Profile::seed004(), db, pool).await
+}
+
+/// Applies the migrations of `db` for `profile` through `pool`, which must connect as
+/// `db.role()`.
+pub async fn migrate_for(profile: &Profile, db: Database, pool: &PgPool) -> Result<()> {
+    let migrator = Migrator::new(Embedded(db.migrations(profile)))
         .await
         .map_err(|source| Error::Migrate {
             database: db.name(),
@@ -132,15 +143,21 @@ pub async fn migrate(db: Database, pool: &PgPool) -> Result<()> {
     })
 }
 
-/// Empties every table of `db` (identity counters too), so that a scenario starts from empty
-/// tables (SPEC §5). Token numbering therefore restarts at 1 in each scenario.
-pub async fn reset(db: Database, pool: &PgPool) -> Result<()> {
-    let sql = match db {
-        Database::Lease => "TRUNCATE lease",
-        Database::Resource => {
-            "TRUNCATE fence_floor, report_part, write_attempt, publication RESTART IDENTITY"
-        }
-    };
-    pool.execute(sql).await.op("empty the tables")?;
+/// Empties every table of the database `pool` connects to (identity counters too) but the
+/// migrator's, so that a scenario starts from empty tables (SPEC §5) whichever profile made
+/// them. Token numbering therefore restarts at 1 in each scenario.
+pub async fn reset(pool: &PgPool) -> Result<()> {
+    let tables: Option<String> = sqlx::query_scalar(
+        "SELECT string_agg(format('%I', tablename), ', ' ORDER BY tablename) FROM pg_tables
+          WHERE schemaname = 'public' AND tablename <> '_sqlx_migrations'",
+    )
+    .fetch_one(pool)
+    .await
+    .op("list the tables")?;
+    if let Some(tables) = tables {
+        pool.execute(format!("TRUNCATE {tables} RESTART IDENTITY").as_str())
+            .await
+            .op("empty the tables")?;
+    }
     Ok(())
 }

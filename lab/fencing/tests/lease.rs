@@ -9,6 +9,11 @@ use fencing::lease::{stmt, JudgedBy};
 use fencing::Error;
 
 const TTL: Duration = Duration::from_millis(1500);
+
+/// The lease side of the lab's own design, whose statements the store runs by default.
+fn seed004() -> &'static fencing::profile::LeaseSql {
+    &fencing::profile::Profile::seed004().lease
+}
 const SHORT: Duration = Duration::from_millis(300);
 
 #[tokio::test]
@@ -117,7 +122,7 @@ async fn the_expiry_read_inside_a_transaction_and_the_database_clock_read_as_the
     let db = common::start().await?;
     let pool = db.lease.pool();
     assert_eq!(
-        stmt::expired_by_now(pool, "job").await?,
+        stmt::expired_by_now(seed004(), pool, "job").await?,
         None,
         "no such lease"
     );
@@ -125,9 +130,15 @@ async fn the_expiry_read_inside_a_transaction_and_the_database_clock_read_as_the
         .acquire("job", "a", SHORT)
         .await?
         .expect("fresh lease");
-    assert_eq!(stmt::expired_by_now(pool, "job").await?, Some(false));
+    assert_eq!(
+        stmt::expired_by_now(seed004(), pool, "job").await?,
+        Some(false)
+    );
     db.until_free("job").await?;
-    assert_eq!(stmt::expired_by_now(pool, "job").await?, Some(true));
+    assert_eq!(
+        stmt::expired_by_now(seed004(), pool, "job").await?,
+        Some(true)
+    );
     // The database clock, as the evidence quotes it: a timestamp, moving forward.
     let (first, second) = (db.lease.db_clock().await?, db.lease.db_clock().await?);
     let b = first.as_bytes();
@@ -277,11 +288,16 @@ async fn inside_a_transaction_now_is_frozen_and_only_clock_timestamp_sees_expiry
         low >= SHORT.as_secs_f64() * 1000.0 - 50.0,
         "waited {low} ms"
     );
-    assert_eq!(stmt::expired_by_now(&mut *t, "job").await?, Some(false));
-    assert!(stmt::acquire(&mut *t, "job", "b", TTL).await?.is_none());
-    assert!(!stmt::renew(&mut *t, &a, JudgedBy::ClockTimestamp).await?);
+    assert_eq!(
+        stmt::expired_by_now(seed004(), &mut *t, "job").await?,
+        Some(false)
+    );
+    assert!(stmt::acquire(seed004(), &mut *t, "job", "b", TTL)
+        .await?
+        .is_none());
+    assert!(!stmt::renew(seed004(), &mut *t, &a, JudgedBy::ClockTimestamp).await?);
     assert!(
-        stmt::renew(&mut *t, &a, JudgedBy::Now).await?,
+        stmt::renew(seed004(), &mut *t, &a, JudgedBy::Now).await?,
         "the stale now() revives it"
     );
     t.rollback().await?;
@@ -317,7 +333,7 @@ async fn a_lease_table_truncated_by_hand_reissues_token_1_below_the_resources_fl
     }
     assert_eq!(db.resource.floor(common::SCOPE).await?, Some(2));
 
-    operator_mistake::truncate_the_lease_table(db.lease.pool()).await?;
+    operator_mistake::truncate_the_lease_table(seed004(), db.lease.pool()).await?;
     assert_eq!(db.lease.row_count().await?, 0);
     let g = db
         .lease
@@ -376,11 +392,13 @@ async fn the_timed_acquire_span_covers_a_wait_on_the_row_lock() -> anyhow::Resul
     // T holds the lease row's lock (a renew inside an open transaction).
     let mut t_conn = db.lease.pool().acquire().await?;
     let mut t = t_conn.begin().await?;
-    assert!(stmt::renew(&mut *t, &a, JudgedBy::Now).await?);
+    assert!(stmt::renew(seed004(), &mut *t, &a, JudgedBy::Now).await?);
     let mut conn = db.lease.pool().acquire().await?;
     let pid = harness::observe::backend_pid(&mut conn).await?;
     let contender =
-        tokio::spawn(async move { stmt::acquire_timed(&mut *conn, "job", "b", TTL).await });
+        tokio::spawn(
+            async move { stmt::acquire_timed(seed004(), &mut *conn, "job", "b", TTL).await },
+        );
     let admin = db.cluster.admin_pool().await?;
     harness::wait::until(
         "the timed acquire waits on a lock",

@@ -395,17 +395,7 @@ async fn fenced_shared_orders_an_advance_after_the_current_tokens_writes_and_wit
                 if locked {
                     Ok::<_, anyhow::Error>(r.write(&a, m).await?)
                 } else {
-                    Ok(
-                        sqlx::query_scalar(&broken::fenced_shared_without_the_lock())
-                            .bind(a.scope)
-                            .bind(a.part)
-                            .bind(a.content)
-                            .bind(a.writer)
-                            .bind(a.token)
-                            .bind("fenced-shared-without-the-lock")
-                            .fetch_one(r.pool())
-                            .await?,
-                    )
+                    Ok(broken::fenced_shared_without_the_lock(&r, &a).await?)
                 }
             }
         });

@@ -1,9 +1,6 @@
--- The protected resource (SPEC §3.2) and the publish stand-in (SPEC §3.3), in database res26.
--- The resource never reads the lease: it only remembers the highest token it has seen per scope.
-CREATE TABLE fence_floor (
-  scope      text PRIMARY KEY,
-  max_token  bigint NOT NULL
-);
+-- The lab's tables of the protected resource (SPEC §3.2) and the publish stand-in (SPEC §3.3), in
+-- database res26. The fence's own state (seed004's fence_floor) is the system under test's: its
+-- profile's resource.schema creates it beside these (lab/fencing/profiles/).
 
 CREATE TABLE report_part (
   scope       text,

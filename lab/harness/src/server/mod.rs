@@ -24,7 +24,7 @@ pub mod postgres;
 pub mod standby;
 
 pub use dir::{remove_leftovers, Removed, ServerDir};
-pub use postgres::{Cluster, ClusterConfig, PgBinaries};
+pub use postgres::{Cluster, ClusterConfig, PgBinaries, SUPERUSER};
 
 use crate::process::ProcessError;
 

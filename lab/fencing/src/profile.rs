@@ -1,0 +1,837 @@
+//! Profiles: a system under test described as data — its lease table with the four statements on
+//! it, and the resource's fence with its write — in a TOML file (issue 17). The lab's own design
+//! ships as the built-in profiles `seed004`, `seed004-single` and `seed004-shared` (the files in
+//! `lab/fencing/profiles/`, compiled in): [`crate::lease::LeaseStore`] and
+//! [`crate::resource::Resource`] run their statements, so the SQL of the lab's fence lives in those
+//! files and nowhere else.
+//!
+//! A statement names its parameters `:name`; [`Statement::compile`] turns them into PostgreSQL's
+//! `$1`, `$2`, … in its place's order of parameters and refuses a name the place does not offer
+//! ([`Slot`]). A
+//! profile is refused before anything runs, with one line naming the file and the statement:
+//! [`Profile::parse`] judges its form (TOML syntax, a missing or unknown key, a parameter),
+//! [`Profile::prepare`] its SQL (every statement prepared against scratch databases that hold its
+//! schema, the server's own error quoted).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgTypeInfo};
+use sqlx::query::Query;
+use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor as _, PgConnection};
+use sqlx::{Postgres, Statement as _, TypeInfo as _};
+
+/// A parameter a statement may name, written `:name` in its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// The lease's name (text).
+    Name,
+    /// Who holds or asks for the lease (text).
+    Holder,
+    /// The fencing token of a holding (bigint).
+    Token,
+    /// The lease's time to live in milliseconds (double precision).
+    TtlMs,
+    /// The resource scope written to (text).
+    Scope,
+    /// The part of the scope written (text).
+    Part,
+    /// What is written (text).
+    Content,
+    /// Who writes (text).
+    Writer,
+    /// The write's record name in `write_attempt.mode` (text).
+    Mode,
+}
+
+impl Param {
+    const ALL: [Param; 9] = [
+        Param::Name,
+        Param::Holder,
+        Param::Token,
+        Param::TtlMs,
+        Param::Scope,
+        Param::Part,
+        Param::Content,
+        Param::Writer,
+        Param::Mode,
+    ];
+
+    /// The name a statement writes after its colon.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Param::Name => "name",
+            Param::Holder => "holder",
+            Param::Token => "token",
+            Param::TtlMs => "ttl_ms",
+            Param::Scope => "scope",
+            Param::Part => "part",
+            Param::Content => "content",
+            Param::Writer => "writer",
+            Param::Mode => "mode",
+        }
+    }
+
+    /// The type the lab binds it with.
+    fn type_info(self) -> PgTypeInfo {
+        match self {
+            Param::Token => PgTypeInfo::with_name("INT8"),
+            Param::TtlMs => PgTypeInfo::with_name("FLOAT8"),
+            _ => PgTypeInfo::with_name("TEXT"),
+        }
+    }
+}
+
+/// Where a statement sits in a profile: its key, the parameters it may name and what it must
+/// answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Acquire,
+    Renew,
+    Release,
+    Inspect,
+    Setup,
+    Floor,
+    Check,
+    Write,
+    Statement,
+}
+
+impl Slot {
+    /// The statement's key in the file.
+    pub fn key(self) -> &'static str {
+        match self {
+            Slot::Acquire => "lease.acquire",
+            Slot::Renew => "lease.renew",
+            Slot::Release => "lease.release",
+            Slot::Inspect => "lease.inspect",
+            Slot::Setup => "resource.setup",
+            Slot::Floor => "resource.floor",
+            Slot::Check => "resource.write.check",
+            Slot::Write => "resource.write.write",
+            Slot::Statement => "resource.write.statement",
+        }
+    }
+
+    /// The parameters the statement may name, in the order they are numbered (`$1`, `$2`, …,
+    /// among those it names).
+    pub fn params(self) -> &'static [Param] {
+        use Param::*;
+        match self {
+            Slot::Acquire => &[Name, Holder, TtlMs],
+            Slot::Renew => &[Name, Holder, Token, TtlMs],
+            Slot::Release => &[Name, Holder, Token],
+            Slot::Inspect => &[Name],
+            Slot::Setup | Slot::Floor => &[Scope],
+            Slot::Check => &[Token, Scope, Part, Writer],
+            Slot::Write => &[Scope, Part, Content, Writer, Token],
+            Slot::Statement => &[Scope, Part, Content, Writer, Token, Mode],
+        }
+    }
+
+    /// The columns the statement must return, by name (`None`: any name) and type; `None` when
+    /// only its count of changed rows is read.
+    fn returns(self) -> Option<&'static [(Option<&'static str>, &'static str)]> {
+        match self {
+            Slot::Acquire => Some(&[(None, "INT8")]),
+            Slot::Inspect => Some(&[
+                (Some("holder"), "TEXT"),
+                (Some("token"), "INT8"),
+                (Some("expires_at"), "TIMESTAMPTZ"),
+            ]),
+            Slot::Floor => Some(&[(None, "INT8")]),
+            Slot::Statement => Some(&[(None, "BOOL")]),
+            Slot::Renew | Slot::Release | Slot::Setup | Slot::Check | Slot::Write => None,
+        }
+    }
+}
+
+/// One statement of a profile, compiled: its `:name` parameters replaced by `$1`, `$2`, … in
+/// its slot's order of parameters ([`Slot::params`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement {
+    slot: Slot,
+    sql: String,
+    params: Vec<Param>,
+}
+
+/// The values a statement's parameters are bound from; each statement reads the ones it names.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Args<'a> {
+    pub name: &'a str,
+    pub holder: &'a str,
+    pub token: i64,
+    pub ttl_ms: f64,
+    pub scope: &'a str,
+    pub part: &'a str,
+    pub content: &'a str,
+    pub writer: &'a str,
+    pub mode: &'a str,
+}
+
+impl Statement {
+    /// Compiles `text` for `slot`: `Err` names the first parameter the slot does not offer, or a
+    /// positional one (`$1`: the lab binds by name). The text must not hold a NUL character.
+    pub fn compile(slot: Slot, text: &str) -> Result<Statement, String> {
+        let text = text.trim();
+        if text.contains('\0') {
+            return Err("a NUL character in the statement".into());
+        }
+        let mut sql = String::with_capacity(text.len());
+        let mut params: Vec<Param> = Vec::new();
+        let mut chars = text.char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\'' | '"' => {
+                    // A literal or a quoted identifier, copied as it is ('' and "" are two
+                    // quotes in a row: the copy closes and reopens).
+                    sql.push(c);
+                    for (_, d) in chars.by_ref() {
+                        sql.push(d);
+                        if d == c {
+                            break;
+                        }
+                    }
+                }
+                '-' if text[i..].starts_with("--") => {
+                    // A comment, copied as it is to the end of its line.
+                    sql.push(c);
+                    for (_, d) in chars.by_ref() {
+                        sql.push(d);
+                        if d == '\n' {
+                            break;
+                        }
+                    }
+                }
+                ':' if chars.peek().is_some_and(|&(_, d)| d == ':') => {
+                    sql.push_str("::");
+                    chars.next();
+                }
+                ':' if chars
+                    .peek()
+                    .is_some_and(|&(_, d)| d.is_ascii_lowercase() || d == '_') =>
+                {
+                    let mut name = String::new();
+                    while let Some(&(_, d)) = chars.peek() {
+                        if d.is_ascii_lowercase() || d.is_ascii_digit() || d == '_' {
+                            name.push(d);
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                    let param = slot
+                        .params()
+                        .iter()
+                        .copied()
+                        .find(|p| p.as_str() == name)
+                        .ok_or_else(|| {
+                            let known = Param::ALL.iter().any(|p| p.as_str() == name);
+                            format!(
+                                "{} parameter :{name}: this statement may name {}",
+                                if known { "unavailable" } else { "unknown" },
+                                slot.params()
+                                    .iter()
+                                    .map(|p| format!(":{}", p.as_str()))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        })?;
+                    // A marker for now: the numbers are known once every name is.
+                    if !params.contains(&param) {
+                        params.push(param);
+                    }
+                    sql.push_str(&format!("\u{0}{}\u{0}", param.as_str()));
+                }
+                '$' if chars.peek().is_some_and(|&(_, d)| d.is_ascii_digit()) => {
+                    return Err(
+                        "positional parameter $…: name the parameters (:name, :token, …)".into(),
+                    );
+                }
+                _ => sql.push(c),
+            }
+        }
+        if sql.trim().is_empty() {
+            return Err("empty statement".into());
+        }
+        // Numbered in the slot's order of parameters, among those the statement names: a
+        // statement's `$n` means the same wherever it is read (pg_stat_activity, the evidence).
+        let params: Vec<Param> = slot
+            .params()
+            .iter()
+            .copied()
+            .filter(|p| params.contains(p))
+            .collect();
+        for (k, p) in params.iter().enumerate() {
+            sql = sql.replace(&format!("\u{0}{}\u{0}", p.as_str()), &format!("${}", k + 1));
+        }
+        Ok(Statement { slot, sql, params })
+    }
+
+    pub fn slot(&self) -> Slot {
+        self.slot
+    }
+
+    /// The statement as PostgreSQL runs it (`$n` placeholders).
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// The parameters in the order of their placeholders.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// The statement with its parameters bound from `args`.
+    pub fn query<'q>(&'q self, args: &Args<'q>) -> Query<'q, Postgres, PgArguments> {
+        bind(sqlx::query(&self.sql), &self.params, args)
+    }
+
+    /// `sql` (this statement's text, changed by an experiment: wrapped, its clock swapped) with
+    /// this statement's parameters bound from `args`.
+    pub fn query_with<'q>(
+        &self,
+        sql: &'q str,
+        args: &Args<'q>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        bind(sqlx::query(sql), &self.params, args)
+    }
+}
+
+fn bind<'q>(
+    mut q: Query<'q, Postgres, PgArguments>,
+    params: &[Param],
+    args: &Args<'q>,
+) -> Query<'q, Postgres, PgArguments> {
+    for p in params {
+        q = match p {
+            Param::Name => q.bind(args.name),
+            Param::Holder => q.bind(args.holder),
+            Param::Token => q.bind(args.token),
+            Param::TtlMs => q.bind(args.ttl_ms),
+            Param::Scope => q.bind(args.scope),
+            Param::Part => q.bind(args.part),
+            Param::Content => q.bind(args.content),
+            Param::Writer => q.bind(args.writer),
+            Param::Mode => q.bind(args.mode),
+        };
+    }
+    q
+}
+
+/// The SQL dialect of a profile. The lab drives PostgreSQL profiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    Postgres,
+}
+
+/// What a design claims about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claims {
+    /// Whether the resource sees the holder's token (and can refuse a stale one).
+    pub token_at_resource: bool,
+}
+
+/// The lease side: its table, its schema and its four statements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSql {
+    /// The table the lease rows live in.
+    pub table: String,
+    /// The DDL that creates it, in the lease database.
+    pub schema: String,
+    pub acquire: Statement,
+    pub renew: Statement,
+    pub release: Statement,
+    pub inspect: Statement,
+}
+
+/// The resource's write: one statement, or a check and a write in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteSql {
+    /// One statement answering whether it accepted the write, and recording the attempt itself.
+    OneStatement(Statement),
+    /// In one transaction: `check` (passed when it changed a row; else rollback, rejected), the
+    /// test hook, `write`, COMMIT. The lab records the attempt.
+    CheckThenWrite { check: Statement, write: Statement },
+}
+
+/// The resource side: the fence's own state and the write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceSql {
+    /// The DDL of the fence's state, in the resource database beside the lab's tables.
+    pub schema: String,
+    /// Makes a scope writable, before any write.
+    pub setup: Statement,
+    /// The highest token the resource accepted in a scope, when the design keeps one.
+    pub floor: Option<Statement>,
+    /// The write's record name in `write_attempt.mode`.
+    pub mode: String,
+    pub write: WriteSql,
+}
+
+/// A system under test, parsed and compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub name: String,
+    pub about: String,
+    /// Where it came from: `built-in` or the file's path.
+    pub origin: String,
+    pub dialect: Dialect,
+    pub claims: Claims,
+    pub lease: LeaseSql,
+    pub resource: ResourceSql,
+}
+
+/// A profile refused, in one line: the file, the statement or line, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {place}: {message}")]
+pub struct ProfileError {
+    pub origin: String,
+    /// The statement's key, or the line in the file.
+    pub place: String,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    name: String,
+    about: String,
+    dialect: Dialect,
+    claims: Claims,
+    lease: RawLease,
+    resource: RawResource,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLease {
+    table: String,
+    schema: String,
+    acquire: String,
+    renew: String,
+    release: String,
+    inspect: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResource {
+    #[serde(default)]
+    schema: String,
+    setup: String,
+    floor: Option<String>,
+    write: RawWrite,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWrite {
+    mode: String,
+    statement: Option<String>,
+    check: Option<String>,
+    write: Option<String>,
+}
+
+/// The built-in profiles: name and file text.
+const BUILT_IN: [(&str, &str); 3] = [
+    ("seed004", include_str!("../profiles/seed004.toml")),
+    (
+        "seed004-single",
+        include_str!("../profiles/seed004-single.toml"),
+    ),
+    (
+        "seed004-shared",
+        include_str!("../profiles/seed004-shared.toml"),
+    ),
+];
+
+static PARSED: LazyLock<Vec<Profile>> = LazyLock::new(|| {
+    BUILT_IN
+        .iter()
+        .map(|(name, text)| {
+            Profile::parse(&format!("built-in {name}"), text)
+                .unwrap_or_else(|e| panic!("a built-in profile does not parse: {e}"))
+        })
+        .collect()
+});
+
+impl Profile {
+    /// The names of the built-in profiles, the default first.
+    pub fn built_in_names() -> impl Iterator<Item = &'static str> {
+        BUILT_IN.iter().map(|(name, _)| *name)
+    }
+
+    /// A built-in profile by name.
+    pub fn built_in(name: &str) -> Option<&'static Profile> {
+        PARSED.iter().find(|p| p.name == name)
+    }
+
+    /// The lab's own design in its textbook form: the default system under test.
+    pub fn seed004() -> &'static Profile {
+        &PARSED[0]
+    }
+
+    /// A built-in profile by name, or else the profile in the file at `name_or_path`.
+    pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
+        if let Some(p) = Profile::built_in(name_or_path) {
+            return Ok(p.clone());
+        }
+        let path = Path::new(name_or_path);
+        let text = std::fs::read_to_string(path).map_err(|e| ProfileError {
+            origin: name_or_path.to_owned(),
+            place: "file".into(),
+            message: if e.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "no such file, and no built-in profile of that name (built in: {})",
+                    Profile::built_in_names().collect::<Vec<_>>().join(", ")
+                )
+            } else {
+                e.to_string()
+            },
+        })?;
+        Profile::parse(name_or_path, &text)
+    }
+
+    /// Parses and compiles a profile's text; `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Profile, ProfileError> {
+        let raw: RawProfile = toml::from_str(text).map_err(|e| ProfileError {
+            origin: origin.to_owned(),
+            place: match e.span() {
+                Some(span) => format!("line {}", text[..span.start].lines().count().max(1)),
+                None => "file".into(),
+            },
+            message: e.message().trim().replace('\n', " "),
+        })?;
+        let compile = |slot: Slot, text: &str| {
+            Statement::compile(slot, text).map_err(|message| ProfileError {
+                origin: origin.to_owned(),
+                place: slot.key().to_owned(),
+                message,
+            })
+        };
+        let refuse = |place: &str, message: &str| ProfileError {
+            origin: origin.to_owned(),
+            place: place.to_owned(),
+            message: message.to_owned(),
+        };
+        let w = raw.resource.write;
+        let write = match (w.statement, w.check, w.write) {
+            (Some(s), None, None) => WriteSql::OneStatement(compile(Slot::Statement, &s)?),
+            (None, Some(check), Some(write)) => WriteSql::CheckThenWrite {
+                check: compile(Slot::Check, &check)?,
+                write: compile(Slot::Write, &write)?,
+            },
+            (None, Some(_), None) => {
+                return Err(refuse("resource.write", "a `check` needs its `write`"))
+            }
+            (None, None, Some(_)) => {
+                return Err(refuse(
+                    "resource.write",
+                    "a `write` needs its `check` (or write `statement` for one statement)",
+                ))
+            }
+            (None, None, None) => {
+                return Err(refuse(
+                    "resource.write",
+                    "missing the write: `statement`, or `check` and `write`",
+                ))
+            }
+            (Some(_), _, _) => {
+                return Err(refuse(
+                    "resource.write",
+                    "`statement` or `check` and `write`, not both",
+                ))
+            }
+        };
+        if raw.name.trim().is_empty() {
+            return Err(refuse("name", "empty"));
+        }
+        Ok(Profile {
+            name: raw.name,
+            about: raw.about,
+            origin: origin.to_owned(),
+            dialect: raw.dialect,
+            claims: raw.claims,
+            lease: LeaseSql {
+                table: raw.lease.table,
+                schema: raw.lease.schema,
+                acquire: compile(Slot::Acquire, &raw.lease.acquire)?,
+                renew: compile(Slot::Renew, &raw.lease.renew)?,
+                release: compile(Slot::Release, &raw.lease.release)?,
+                inspect: compile(Slot::Inspect, &raw.lease.inspect)?,
+            },
+            resource: ResourceSql {
+                schema: raw.resource.schema,
+                setup: compile(Slot::Setup, &raw.resource.setup)?,
+                floor: raw
+                    .resource
+                    .floor
+                    .map(|f| compile(Slot::Floor, &f))
+                    .transpose()?,
+                mode: w.mode,
+                write,
+            },
+        })
+    }
+
+    /// Every statement, lease side first.
+    pub fn statements(&self) -> Vec<&Statement> {
+        let l = &self.lease;
+        let r = &self.resource;
+        let mut all = vec![&l.acquire, &l.renew, &l.release, &l.inspect, &r.setup];
+        all.extend(r.floor.as_ref());
+        match &r.write {
+            WriteSql::OneStatement(s) => all.push(s),
+            WriteSql::CheckThenWrite { check, write } => all.extend([check, write]),
+        }
+        all
+    }
+
+    /// Prepares every statement against two scratch databases created on the server `admin`
+    /// connects to (a superuser, to a maintenance database): one with the lease schema, one with
+    /// the lab's resource tables and the profile's resource schema, as the lab lays them out.
+    /// `Err` quotes the server on the first schema or statement it refuses, or a statement whose
+    /// answer is not what its place needs. The scratch databases are dropped on every path.
+    pub async fn prepare(&self, admin: &PgConnectOptions) -> Result<(), ProfileError> {
+        let suffix = format!("{}_{}", std::process::id(), unique());
+        let lease_db = format!("lab_profile_lease_{suffix}");
+        let res_db = format!("lab_profile_res_{suffix}");
+        let mut conn = admin.connect().await.map_err(|e| self.error("server", e))?;
+        let outcome = async {
+            for db in [&lease_db, &res_db] {
+                conn.execute(format!("CREATE DATABASE {db}").as_str())
+                    .await
+                    .map_err(|e| self.error("server", e))?;
+            }
+            self.prepare_in(
+                &admin.clone().database(&lease_db),
+                &[("lease.schema", &self.lease.schema)],
+                &[
+                    &self.lease.acquire,
+                    &self.lease.renew,
+                    &self.lease.release,
+                    &self.lease.inspect,
+                ],
+            )
+            .await?;
+            let mut res_statements = vec![&self.resource.setup];
+            res_statements.extend(self.resource.floor.as_ref());
+            match &self.resource.write {
+                WriteSql::OneStatement(s) => res_statements.push(s),
+                WriteSql::CheckThenWrite { check, write } => res_statements.extend([check, write]),
+            }
+            self.prepare_in(
+                &admin.clone().database(&res_db),
+                &[
+                    ("the lab's resource tables", crate::schema::LAB_RESOURCE_SQL),
+                    ("resource.schema", &self.resource.schema),
+                ],
+                &res_statements,
+            )
+            .await
+        }
+        .await;
+        for db in [&lease_db, &res_db] {
+            let _ = conn
+                .execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str())
+                .await;
+        }
+        let _ = conn.close().await;
+        outcome
+    }
+
+    async fn prepare_in(
+        &self,
+        db: &PgConnectOptions,
+        schemas: &[(&str, &str)],
+        statements: &[&Statement],
+    ) -> Result<(), ProfileError> {
+        let mut conn = db.connect().await.map_err(|e| self.error("server", e))?;
+        let outcome = async {
+            for (place, ddl) in schemas {
+                if !ddl.trim().is_empty() {
+                    sqlx::raw_sql(ddl)
+                        .execute(&mut conn)
+                        .await
+                        .map_err(|e| self.error(place, e))?;
+                }
+            }
+            for s in statements {
+                self.prepare_one(&mut conn, s).await?;
+            }
+            Ok(())
+        }
+        .await;
+        let _ = conn.close().await;
+        outcome
+    }
+
+    async fn prepare_one(
+        &self,
+        conn: &mut PgConnection,
+        s: &Statement,
+    ) -> Result<(), ProfileError> {
+        let types: Vec<PgTypeInfo> = s.params.iter().map(|p| p.type_info()).collect();
+        let prepared = conn
+            .prepare_with(&s.sql, &types)
+            .await
+            .map_err(|e| self.error(s.slot.key(), e))?;
+        let Some(wanted) = s.slot.returns() else {
+            return Ok(());
+        };
+        let got: Vec<(String, String)> = prepared
+            .columns()
+            .iter()
+            .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
+            .collect();
+        let fits = got.len() == wanted.len()
+            && got
+                .iter()
+                .zip(wanted)
+                .all(|((name, ty), (want_name, want_ty))| {
+                    ty == want_ty && want_name.is_none_or(|w| w == name)
+                });
+        if fits {
+            return Ok(());
+        }
+        let describe = |cols: Vec<String>| format!("({})", cols.join(", "));
+        Err(ProfileError {
+            origin: self.origin.clone(),
+            place: s.slot.key().to_owned(),
+            message: format!(
+                "returns {}, must return {}",
+                describe(got.iter().map(|(n, t)| format!("{n} {t}")).collect()),
+                describe(
+                    wanted
+                        .iter()
+                        .map(|(n, t)| format!("{} {t}", n.unwrap_or("any name")))
+                        .collect()
+                )
+            ),
+        })
+    }
+
+    fn error(&self, place: &str, e: sqlx::Error) -> ProfileError {
+        let message = match &e {
+            sqlx::Error::Database(db) => format!("the server refused it: {}", db.message()),
+            other => other.to_string(),
+        };
+        ProfileError {
+            origin: self.origin.clone(),
+            place: place.to_owned(),
+            message: message.replace('\n', " "),
+        }
+    }
+}
+
+/// A number unique within this process, for scratch database names.
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_parameters_become_positional_in_the_slots_order() {
+        let s = Statement::compile(
+            Slot::Check,
+            "UPDATE f SET m = :token WHERE s = :scope AND m <= :token",
+        )
+        .unwrap();
+        assert_eq!(s.sql(), "UPDATE f SET m = $1 WHERE s = $2 AND m <= $1");
+        assert_eq!(s.params(), [Param::Token, Param::Scope]);
+        let s = Statement::compile(Slot::Write, "VALUES (:token, :writer, :scope)").unwrap();
+        assert_eq!(s.sql(), "VALUES ($3, $2, $1)");
+        assert_eq!(s.params(), [Param::Scope, Param::Writer, Param::Token]);
+    }
+
+    #[test]
+    fn casts_literals_identifiers_and_comments_are_not_parameters() {
+        let s = Statement::compile(
+            Slot::Acquire,
+            "SELECT :ttl_ms::float8, ':holder', \":name\" -- :nothing here\nFROM t WHERE n = :name",
+        )
+        .unwrap();
+        assert_eq!(
+            s.sql(),
+            "SELECT $2::float8, ':holder', \":name\" -- :nothing here\nFROM t WHERE n = $1"
+        );
+        assert_eq!(s.params(), [Param::Name, Param::TtlMs]);
+    }
+
+    #[test]
+    fn a_parameter_the_slot_does_not_offer_is_refused_by_name() {
+        let unknown = Statement::compile(Slot::Acquire, "SELECT :nme").unwrap_err();
+        assert!(unknown.starts_with("unknown parameter :nme"), "{unknown}");
+        assert!(unknown.contains(":name, :holder, :ttl_ms"), "{unknown}");
+        let unavailable = Statement::compile(Slot::Acquire, "SELECT :token").unwrap_err();
+        assert!(
+            unavailable.starts_with("unavailable parameter :token"),
+            "{unavailable}"
+        );
+        assert!(Statement::compile(Slot::Renew, "SELECT $1").is_err());
+        assert!(Statement::compile(Slot::Renew, "  ").is_err());
+    }
+
+    #[test]
+    fn the_built_in_profiles_parse_and_the_default_is_seed004() {
+        let names: Vec<_> = Profile::built_in_names().collect();
+        assert_eq!(names, ["seed004", "seed004-single", "seed004-shared"]);
+        for name in names {
+            let p = Profile::built_in(name).expect(name);
+            assert_eq!(p.name, name);
+            assert!(p.claims.token_at_resource);
+        }
+        assert_eq!(Profile::seed004().resource.mode, "fenced-scope");
+        assert!(matches!(
+            Profile::seed004().resource.write,
+            WriteSql::CheckThenWrite { .. }
+        ));
+    }
+
+    #[test]
+    fn a_bad_profile_is_refused_in_one_line_naming_the_file_and_the_place() {
+        let good = include_str!("../profiles/seed004.toml");
+        let cases = [
+            (good.replace("[lease]", "[lease"), "line "),
+            (good.replace("renew = ", "renewal = "), "line "),
+            (
+                good.replace(
+                    "WHERE name = :name AND holder",
+                    "WHERE name = :nmae AND holder",
+                ),
+                "lease.renew: unknown parameter :nmae",
+            ),
+            (good.replace("check = \"\"\"", "checked = \"\"\""), "line "),
+        ];
+        for (text, expected) in cases {
+            let e = Profile::parse("my.toml", &text).unwrap_err().to_string();
+            assert!(e.starts_with("my.toml: "), "{e}");
+            assert!(e.contains(expected), "{expected:?} not in {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // The renew statement cut out, whole.
+        let start = good.find("renew = \"\"\"").expect("renew");
+        let end = start + 12 + good[start + 12..].find("\"\"\"").expect("its end") + 3;
+        let without_renew = format!("{}{}", &good[..start], &good[end..]);
+        let missing = Profile::parse("my.toml", &without_renew)
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("missing field `renew`"), "{missing}");
+        assert!(!missing.contains('\n'), "{missing}");
+    }
+}
