@@ -17,7 +17,7 @@ mod imp {
     use fencing::fenced_job::{operator_mistake, JobLease, JobLeaseStore};
     use harness::evidence::{Mark, Recorder};
 
-    use crate::u_common::{owner_token, JOB_LEASE};
+    use crate::u_common::{on_lane, owner_token, JOB_LEASE};
     use crate::Lab;
 
     /// The day's reconciliation run: its id names the job, not the holder.
@@ -37,14 +37,7 @@ mod imp {
             .acquire(JOB_LEASE, &owner_token("A"), short)
             .await?
             .context("A could not acquire a free job lease")?;
-        rec.step(
-            Mark::Acquired,
-            "A",
-            "acquire",
-            Some(a.fence_token),
-            "",
-            None,
-        );
+        on_lane(rec, Mark::Acquired, "A", "acquire", a.fence_token);
         rec.check(
             "A acquires the job lease, fence_token=1",
             &1,
@@ -54,13 +47,12 @@ mod imp {
         jobs.start_run(RUN, &a).await?;
         rec.check("A's is_held", &true, &jobs.is_held(&a).await?);
         env.until_expired(timeout).await?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::LeaseExpired,
             "A",
             "lease expired (database time)",
-            Some(a.fence_token),
-            "",
-            None,
+            a.fence_token,
         );
         let b = jobs.acquire(JOB_LEASE, &owner_token("B"), long).await?;
         rec.check(
@@ -71,14 +63,7 @@ mod imp {
             }),
         );
         let b = b.context("B could not take over an expired lease")?;
-        rec.step(
-            Mark::Acquired,
-            "B",
-            "acquire",
-            Some(b.fence_token),
-            "",
-            None,
-        );
+        on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
         rec.check("A's release fails", &false, &jobs.release(&a).await?);
         rec.check("A's renew fails", &false, &jobs.renew(&a).await?);
         rec.check("A's is_held", &false, &jobs.is_held(&a).await?);
@@ -89,14 +74,7 @@ mod imp {
             &completion(jobs, RUN, &b).await?,
         );
         let released = jobs.release(&b).await?;
-        rec.step(
-            Mark::Released,
-            "B",
-            "release",
-            Some(b.fence_token),
-            "",
-            None,
-        );
+        on_lane(rec, Mark::Released, "B", "release", b.fence_token);
         rec.check("B's release still succeeds", &true, &released);
 
         // The row is lost: the fence restarts, and C's holding carries A's old fence again.
@@ -105,13 +83,12 @@ mod imp {
             .acquire(JOB_LEASE, &owner_token("C"), long)
             .await?
             .context("C could not acquire a job lease whose row was deleted")?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::Acquired,
             "C",
             "acquire after the lease row was deleted by hand",
-            Some(c.fence_token),
-            "",
-            None,
+            c.fence_token,
         );
         rec.check(
             "after the row was deleted by hand C acquires with fence_token=1 again — A's old fence",

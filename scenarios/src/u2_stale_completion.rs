@@ -23,7 +23,7 @@ mod imp {
 
     use crate::maria::MariaEnv;
     use crate::paused_holder::{list, record_renewals, renewal_count, renewed_every_time, states};
-    use crate::u_common::{owner_token, JOB_LEASE};
+    use crate::u_common::{on_lane, owner_token, JOB_LEASE};
     use crate::Lab;
 
     /// How A's completion checks its holding (the holder's `--mode` on `--store mariadb`).
@@ -171,13 +171,12 @@ mod imp {
         let env = lab.maria.as_ref().context("MariaDB is not running")?;
         let jobs = &env.jobs;
         let (mut a, a_lease) = start_a(lab, env, "run-a", mode).await?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::Acquired,
             "A",
             "acquire, start run-a",
-            Some(a_lease.fence_token),
-            "",
-            None,
+            a_lease.fence_token,
         );
         if fenced {
             rec.check(
@@ -223,26 +222,18 @@ mod imp {
             );
         }
         env.until_expired(timeout).await?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::LeaseExpired,
             "A",
             "lease expired (database time)",
-            Some(a_lease.fence_token),
-            "",
-            None,
+            a_lease.fence_token,
         );
         let b = jobs
             .acquire(JOB_LEASE, &owner_token("B"), long)
             .await?
             .context("B could not take over")?;
-        rec.step(
-            Mark::Acquired,
-            "B",
-            "acquire",
-            Some(b.fence_token),
-            "",
-            None,
-        );
+        on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
         jobs.start_run("run-b", &b).await?;
         let b_done = jobs.complete_run("run-b", &b).await?;
         rec.step(

@@ -18,7 +18,7 @@ mod imp {
     use fencing::fenced_job::NaiveCompletion;
     use harness::evidence::{Mark, Recorder};
 
-    use crate::u_common::{instance_token, JOB_LEASE};
+    use crate::u_common::{instance_token, on_lane, JOB_LEASE};
     use crate::Lab;
 
     pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
@@ -37,13 +37,12 @@ mod imp {
             .acquire(JOB_LEASE, &owner, short)
             .await?
             .context("instance A could not acquire a free job lease")?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::Acquired,
             "A",
             "acquire (old execution)",
-            Some(old.fence_token),
-            "",
-            None,
+            old.fence_token,
         );
         rec.check(
             "instance A acquires the job lease, fence_token=1",
@@ -62,25 +61,23 @@ mod imp {
 
         // The old execution stalls past its lease; nobody else is waiting for the lease.
         env.until_expired(timeout).await?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::LeaseExpired,
             "A",
             "lease expired (database time)",
-            Some(old.fence_token),
-            "",
-            None,
+            old.fence_token,
         );
         let new = jobs
             .acquire(JOB_LEASE, &owner, long)
             .await?
             .context("instance A could not acquire its expired job lease again")?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::Acquired,
             "A",
             "acquire again (new execution, same owner token)",
-            Some(new.fence_token),
-            "",
-            None,
+            new.fence_token,
         );
         rec.check(
             "instance A acquires again with the same owner token and fence+1",

@@ -15,7 +15,7 @@ mod imp {
     use harness::evidence::{Mark, Recorder};
 
     use crate::latch::{finishes, latch, reached};
-    use crate::u_common::{owner_token, JOB_LEASE};
+    use crate::u_common::{on_lane, owner_token, JOB_LEASE};
     use crate::Lab;
 
     pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
@@ -51,13 +51,12 @@ mod imp {
             .acquire(JOB_LEASE, &owner_token("A"), short)
             .await?
             .context("A could not acquire a free job lease")?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::Acquired,
             "A",
             "acquire, start run-a",
-            Some(a.fence_token),
-            "",
-            None,
+            a.fence_token,
         );
         jobs.start_run("run-a", &a).await?;
 
@@ -69,23 +68,21 @@ mod imp {
         reached("A's check-then-set", at_gap).await?;
         // Seen by the lab, apart from A's own check: the lease really was A's when A paused.
         let held_at_pause = jobs.is_held(&a).await?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::Info,
             "A",
             "isHeld() = true, paused before its write",
-            Some(a.fence_token),
-            "",
-            None,
+            a.fence_token,
         );
 
         env.until_expired(timeout).await?;
-        rec.step(
+        on_lane(
+            rec,
             Mark::LeaseExpired,
             "A",
             "lease expired (database time)",
-            Some(a.fence_token),
-            "",
-            None,
+            a.fence_token,
         );
         let b = jobs
             .acquire(JOB_LEASE, &owner_token("B"), long)
@@ -93,14 +90,7 @@ mod imp {
             .context("B could not take over the expired job lease")?;
         jobs.start_run("run-b", &b).await?;
         let b_done = jobs.complete_run("run-b", &b).await?;
-        rec.step(
-            Mark::Acquired,
-            "B",
-            "acquire",
-            Some(b.fence_token),
-            "",
-            None,
-        );
+        on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
         rec.step(
             Mark::Write { accepted: b_done },
             "B",

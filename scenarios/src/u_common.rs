@@ -23,6 +23,19 @@ pub fn owner_token(holder: &str) -> String {
     )
 }
 
+/// A step on the U-series' one lane: `actor` did `action` holding fence `fence`, with nothing
+/// more to say than that (the steps with an outcome call `Recorder::step` themselves).
+#[cfg_attr(not(feature = "mariadb"), allow(dead_code))]
+pub fn on_lane(
+    rec: &mut harness::evidence::Recorder,
+    mark: harness::evidence::Mark,
+    actor: &str,
+    action: &str,
+    fence: i64,
+) {
+    rec.step(mark, actor, action, Some(fence), "", None);
+}
+
 /// The U-series' timeline: the job lease and the runs live in one MariaDB database, one lane.
 pub fn lanes() -> harness::evidence::Lanes {
     let store = harness::evidence::Lane::new("fencing", "fencing (MariaDB: job lease and runs)");
