@@ -206,6 +206,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     pub jobs: Option<u64>,
 
+    /// The classroom: stop at each phase of each experiment's timeline (A holds, A frozen, the
+    /// lease expired, B wrote, A resumed, …), print what just happened, the SQL that shows the
+    /// state and the psql command that connects to the running cluster, and go on at Enter.
+    /// Ctrl-C stops the run and leaves nothing behind (no holder stays frozen). One experiment at
+    /// a time, on the embedded cluster; the evidence is the same as without it. Try
+    /// `lab run --only F4 --step`.
+    #[arg(long)]
+    pub step: bool,
+
     /// Where the lease store and the resource run. `embedded`: one throwaway cluster from the
     /// local server binaries, over its Unix socket. `containers`: each database on a PostgreSQL
     /// container of its own (PostgreSQL 15, image built here from Debian packages on first use,

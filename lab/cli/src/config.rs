@@ -26,6 +26,8 @@ pub struct Config {
     pub keep: bool,
     /// How many labs (clusters) run experiments at once.
     pub jobs: usize,
+    /// `--step`: stop at each phase of a timeline until Enter (one job, embedded).
+    pub step: bool,
     pub format: Format,
     command_line: String,
     /// Read before anything runs (it starts `git`, which blocks for a moment).
@@ -57,6 +59,15 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                 .collect(),
         },
         ..Params::default()
+    };
+    // Stepping through a timeline is for reading it: each experiment once, in one fenced mode.
+    let params = if args.step {
+        Params {
+            again_with: Vec::new(),
+            ..params
+        }
+    } else {
+        params
     };
     params.validate().map_err(anyhow::Error::msg)?;
     if args.tcp {
@@ -139,8 +150,12 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             dir.display()
         );
     }
-    // One cluster per job: with TCP they would share a port, and containers are heavy.
-    let jobs = if args.tcp || backends != [Backend::Embedded] {
+    if args.step && backends != [Backend::Embedded] {
+        bail!("--step runs on the embedded cluster (its psql command connects to it): drop --backend containers and --pg-versions");
+    }
+    // One cluster per job: with TCP they would share a port, and containers are heavy; one
+    // experiment at a time while a reader steps through them.
+    let jobs = if args.tcp || args.step || backends != [Backend::Embedded] {
         1
     } else {
         args.jobs.map_or_else(
@@ -158,6 +173,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         made_evidence_dir,
         keep: args.keep,
         jobs,
+        step: args.step,
         format: args.format,
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         git_revision: git_revision(),

@@ -13,6 +13,7 @@ mod chaos;
 mod config;
 mod matrix;
 mod profile;
+mod step;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -383,6 +384,20 @@ async fn run_lab_inner(
         Box::new(EnvironmentReporter::new(dir.join("environment.json"))),
         Box::new(TimelineReporter::new(dir.to_path_buf())),
     ];
+    let mut reporters = reporters;
+    if cfg.step {
+        // Last: each phase's check lines are on the terminal before the pause.
+        match labs[0].cluster() {
+            Ok(cluster) => reporters.push(Box::new(step::StepReporter::new(cluster))),
+            Err(e) => {
+                eprintln!("lab: --step: {e:#}");
+                for lab in labs {
+                    lab.shutdown().await;
+                }
+                return (ExitCode::from(EXIT_HARNESS), None);
+            }
+        }
+    }
     let mut rec = Recorder::new(reporters);
     rec.environment(cfg.environment(&labs[0]).await);
 

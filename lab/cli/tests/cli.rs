@@ -564,3 +564,161 @@ fn a_bad_profile_is_one_line_naming_the_file_and_the_statement_exit_2() -> anyho
     }
     Ok(())
 }
+
+/// A `--step` run of F4, driven by a scripted stdin: the blocks read so far, and the means to
+/// go on.
+struct Stepper {
+    lab: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Stepper {
+    fn start(sb: &Sandbox, ev: &Path) -> anyhow::Result<Stepper> {
+        use std::io::BufRead as _;
+        use std::process::Stdio;
+        let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["run", "--only", "F4", "--step", "--evidence-dir"])
+            .arg(ev)
+            .env("TMPDIR", sb.path("tmp"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stdin = lab.stdin.take().expect("piped");
+        let stderr = lab.stderr.take().expect("piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Stepper { lab, stdin, lines })
+    }
+
+    /// The next block, up to and with its prompt; `None` once the lab closed stderr.
+    fn next_block(&self) -> Option<Vec<String>> {
+        let mut block = Vec::new();
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .ok()?;
+            let prompt = line.contains("Enter: go on");
+            block.push(line);
+            if prompt {
+                return Some(block);
+            }
+        }
+    }
+
+    fn enter(&mut self) -> anyhow::Result<()> {
+        use std::io::Write as _;
+        self.stdin.write_all(b"\n")?;
+        Ok(self.stdin.flush()?)
+    }
+}
+
+/// Runs the lease store's psql command of a step block with `sql`; its one line of output.
+fn psql(block: &[String], sql: &str) -> anyhow::Result<String> {
+    let line = block
+        .iter()
+        .find(|l| l.contains("dbname=lease26"))
+        .ok_or_else(|| anyhow::anyhow!("no psql command for the lease store in {block:?}"))?;
+    let line = line.trim_start();
+    let bin = line.split(' ').next().expect("a word");
+    let conninfo = line.split('"').nth(1).expect("a quoted conninfo");
+    let out = Command::new(bin)
+        .arg(conninfo)
+        .args(["-Atc", sql])
+        .output()?;
+    anyhow::ensure!(out.status.success(), "psql: {}", stderr(&out));
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// `--step`: the lab stops at each phase of F4's timeline and goes on only at Enter — with A
+/// frozen and its lease long expired by the database clock, B has not taken it over while the
+/// lab waits, as the printed psql command shows; the run then passes. Ctrl-C while A is frozen
+/// at a pause exits 130 within 10 s and leaves nothing, A included.
+#[test]
+fn step_pauses_at_each_phase_until_enter_and_ctrl_c_there_leaves_nothing() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let mut run = Stepper::start(&sb, &sb.path("ev"))?;
+    let mut headers = Vec::new();
+    while let Some(block) = run.next_block() {
+        let header = block
+            .iter()
+            .find(|l| l.starts_with("── F4 · step"))
+            .cloned()
+            .unwrap_or_default();
+        if header.contains("SIGSTOP") {
+            // Paused with A frozen: wait, by the database clock, until A's lease is a second past
+            // its expiry — B would have taken it over long before, had the lab not stopped.
+            let expired = poll(std::time::Duration::from_secs(30), || {
+                psql(
+                    &block,
+                    "SELECT expires_at + interval '1 second' <= now() FROM lease",
+                )
+                .is_ok_and(|v| v == "t")
+            });
+            assert!(expired, "A's lease never ran out while paused");
+            assert_eq!(
+                psql(&block, "SELECT holder || ' ' || token FROM lease")?,
+                "holder-a 1",
+                "the lab went on without Enter"
+            );
+        }
+        headers.push(header);
+        run.enter()?;
+    }
+    let status = run.lab.wait()?;
+    assert_eq!(status.code(), Some(0), "{headers:#?}");
+    for phase in [
+        "A acquire token=1",
+        "A SIGSTOP",
+        "A lease expired",
+        "B acquire token=2",
+        "B write token=2",
+        "A go-line, SIGCONT",
+        "A write (after resuming) token=1 → WRITE accepted=false",
+    ] {
+        assert!(
+            headers.iter().any(|h| h.contains(phase)),
+            "no pause at {phase:?}: {headers:#?}"
+        );
+    }
+    assert!(
+        !headers.iter().any(|h| h.contains("F4-fenced")),
+        "--step steps through one fenced mode: {headers:#?}"
+    );
+    sb.assert_nothing_left()?;
+
+    // Again, interrupted at the pause where A is frozen.
+    let mut run = Stepper::start(&sb, &sb.path("ev2"))?;
+    loop {
+        let block = run.next_block().expect("the run reaches A's freeze");
+        if block.iter().any(|l| l.contains("A SIGSTOP")) {
+            break;
+        }
+        run.enter()?;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.lab.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )?;
+    let exited = poll(std::time::Duration::from_secs(10), || {
+        matches!(run.lab.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = run.lab.kill();
+    }
+    assert!(exited, "still running 10 s after SIGINT at a pause");
+    assert_eq!(run.lab.wait()?.code(), Some(130));
+    sb.assert_nothing_left()?;
+    Ok(())
+}

@@ -76,3 +76,61 @@ pub fn until_blocking(timeout: Duration, mut probe: impl FnMut() -> bool) -> boo
 pub async fn prescribed(duration: Duration) {
     tokio::time::sleep(duration).await;
 }
+
+/// What ended a wait for the reader ([`for_enter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// A line arrived on stdin.
+    Enter,
+    /// Stdin is closed (or cannot be read): nobody will press Enter.
+    Closed,
+    /// SIGINT or SIGTERM arrived while waiting (the run's own handlers see it too).
+    Interrupted,
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`for_enter`] was first called.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Blocks until the reader presses Enter (a line on stdin), stdin closes, or SIGINT or SIGTERM
+/// arrives — the classroom's pause (`lab run --step`). The state polled is stdin's readiness,
+/// every [`POLL_INTERVAL`] × 20, and a flag set by a signal action registered beside the
+/// process's other handlers (tokio's keep working: the run still sees the signal and cleans up).
+/// Reads stdin unbuffered, byte by byte, so that a second line typed ahead is not swallowed.
+pub fn for_enter() -> Reader {
+    use std::os::fd::AsFd as _;
+    use std::sync::atomic::Ordering;
+
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        for signal in [nix::libc::SIGINT, nix::libc::SIGTERM] {
+            // SAFETY: the action only stores to an atomic, which is async-signal-safe.
+            let _ = unsafe {
+                signal_hook_registry::register(signal, || INTERRUPTED.store(true, Ordering::SeqCst))
+            };
+        }
+    });
+    let stdin = std::io::stdin();
+    loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Reader::Interrupted;
+        }
+        let mut fds = [nix::poll::PollFd::new(
+            stdin.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => return Reader::Closed,
+        }
+        // One byte, unbuffered, and only once poll said one is there: a second line typed
+        // ahead stays for the next pause, and Ctrl-C is heard between keystrokes.
+        let mut byte = [0u8; 1];
+        match nix::unistd::read(stdin.as_fd(), &mut byte) {
+            Ok(0) => return Reader::Closed,
+            Ok(_) if byte[0] == b'\n' => return Reader::Enter,
+            Ok(_) | Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
+            Err(_) => return Reader::Closed,
+        }
+    }
+}
