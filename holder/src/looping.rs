@@ -43,6 +43,7 @@ pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String
         .map_err(|e| format!("failed to start a runtime: {e}"))?;
     rt.block_on(async {
         let margin = Duration::from_millis(flags.margin_ms);
+        // Chaos runs the lab's own design (its history checker reads seed004's tables).
         let lease = LeaseStore::new(connect(flags, Database::Lease).await, margin);
         let resource = Resource::new(connect(flags, Database::Resource).await);
         let mut worker = Worker {

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use clap::{CommandFactory as _, FromArgMatches as _};
 use fencing::lease::{Grant, LeaseStore};
+use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
 use holder_protocol::{exit, Event, HolderFlags, Request, VERSION};
@@ -96,10 +97,17 @@ fn main() -> ExitCode {
                     }
                 } as u8);
             }
-            if flags.wait_before_commit && mode != WriteMode::FencedScope {
+            if mode == WriteMode::Sut && flags.sut.is_none() {
+                usage("--mode sut needs --sut: the profile whose write it runs".into());
+            }
+            if let Err(e) = sut_of(&flags) {
+                usage(format!("invalid value for '--sut <PROFILE>': {e}"));
+            }
+            if flags.wait_before_commit && !matches!(mode, WriteMode::FencedScope | WriteMode::Sut)
+            {
                 usage(format!(
-                    "--wait-before-commit needs --mode fenced-scope (the one mode with a write \
-                     transaction to stop in), not {mode}"
+                    "--wait-before-commit needs --mode fenced-scope or sut (the modes with a \
+                     write transaction to stop in), not {mode}"
                 ));
             }
             run::<PgSide>(&flags, mode)
@@ -279,6 +287,15 @@ struct PgSide {
     mode: WriteMode,
 }
 
+/// The system under test: the profile `--sut` names (a built-in's name or a file's path), or the
+/// lab's own design.
+fn sut_of(flags: &HolderFlags) -> Result<Arc<Profile>, String> {
+    match &flags.sut {
+        Some(arg) => Profile::load(arg).map(Arc::new).map_err(|e| e.to_string()),
+        None => Ok(Arc::new(Profile::seed004().clone())),
+    }
+}
+
 impl Side for PgSide {
     type Mode = WriteMode;
     type Held = Grant;
@@ -289,11 +306,16 @@ impl Side for PgSide {
         for_renewer: bool,
     ) -> Result<PgSide, String> {
         let margin = Duration::from_millis(flags.margin_ms);
-        let lease = LeaseStore::new(pg_pool(flags, Database::Lease).await?, margin);
+        let sut = sut_of(flags)?;
+        let lease =
+            LeaseStore::with_profile(pg_pool(flags, Database::Lease).await?, margin, sut.clone());
         let resource = if for_renewer {
             None
         } else {
-            Some(Resource::new(pg_pool(flags, Database::Resource).await?))
+            Some(Resource::with_profile(
+                pg_pool(flags, Database::Resource).await?,
+                sut,
+            ))
         };
         Ok(PgSide {
             lease,
@@ -352,8 +374,14 @@ impl Side for PgSide {
             emit(&Event::BeforeCommit { token: held.token });
             matches!(read_request(), Ok(Some(Request::Go)))
         };
-        fencing::resource::write_fenced_scope_before_commit(&mut conn, &write, go)
-            .await
+        let decided = if self.mode == WriteMode::Sut {
+            fencing::resource::write_sut_before_commit(&mut conn, resource.profile(), &write, go)
+                .await
+                .ok_or("--wait-before-commit: the profile's write is one statement")?
+        } else {
+            fencing::resource::write_fenced_scope_before_commit(&mut conn, &write, go).await
+        };
+        decided
             .map_err(|e| format!("{e:#}"))?
             .ok_or_else(|| "no GO before the commit: the write was rolled back".into())
     }

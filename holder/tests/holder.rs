@@ -44,6 +44,7 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         part: "summary".into(),
         content: format!("by {holder}"),
         mode: WriteMode::FencedScope.as_str().into(),
+        sut: None,
         run_id: None,
         release,
         wait_before_check: false,

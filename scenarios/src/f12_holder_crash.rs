@@ -78,6 +78,16 @@ impl Scenario for F12 {
     }
 }
 
+/// The write A makes and is killed inside: the system under test's when it is a check and a
+/// write in one transaction (`--sut`), else seed004's (fenced-scope): a one-statement fence
+/// has no moment before its commit to stop at.
+fn before_commit_mode(lab: &Lab) -> WriteMode {
+    match (&lab.params.fenced_mode, &lab.params.sut.resource.write) {
+        (WriteMode::Sut, fencing::profile::WriteSql::CheckThenWrite { .. }) => WriteMode::Sut,
+        _ => WriteMode::FencedScope,
+    }
+}
+
 /// A, spawned with `wait` set on its flags, acquired token 1 and was given the go-line at its
 /// write point. Returns it and its sessions on the server as they were then.
 async fn start_a(
@@ -85,7 +95,7 @@ async fn start_a(
     rec: &mut Recorder,
     set: impl FnOnce(&mut holder_protocol::HolderFlags),
 ) -> anyhow::Result<Holder> {
-    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, WriteMode::FencedScope, false);
+    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, before_commit_mode(lab), false);
     set(&mut spec.flags);
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;

@@ -115,7 +115,7 @@ async fn failover(lab: &mut Lab, rec: &mut Recorder, mode: Replication) -> anyho
         .await
         .context("failed to start the lease store's primary")?;
     let made = async {
-        let (lease_pool, resource_pool) = Lab::provision(&primary).await?;
+        let (lease_pool, resource_pool) = Lab::provision(&primary, &lab.params.sut).await?;
         resource_pool.close().await;
         let primary_admin = primary.admin_pool().await?;
         let standby = Standby::create(&primary, &primary_admin, STANDBY)
@@ -159,7 +159,7 @@ async fn timeline(
     lease_pool: PgPool,
 ) -> anyhow::Result<()> {
     let p = lab.params.clone();
-    let on_primary = LeaseStore::new(lease_pool, p.margin);
+    let on_primary = LeaseStore::with_profile(lease_pool, p.margin, p.sut.clone());
     if let Replication::Synchronous { names } = mode {
         let name = names.then_some(STANDBY);
         standby::set_synchronous_standby(&pair.primary_admin, name).await?;
@@ -293,9 +293,10 @@ async fn timeline(
         shown(replayed)
     ));
 
-    let on_standby = LeaseStore::new(
+    let on_standby = LeaseStore::with_profile(
         Lab::pool(pair.standby.cluster(), Database::Lease).await?,
         p.margin,
+        p.sut.clone(),
     );
     if mode != Replication::Asynchronous {
         // A's holding survived: B waits for it to expire by the new primary's clock.

@@ -180,8 +180,8 @@ pub(crate) mod imp {
         let admin = pool(r, "postgres", "lab").await?;
         schema::provision(&mut *admin.acquire().await?).await?;
         let res_pool = pool(r, Database::Resource.name(), Database::Resource.role()).await?;
-        schema::migrate(Database::Resource, &res_pool).await?;
-        let resource = Resource::new(res_pool.clone());
+        schema::migrate_for(&lab.params.sut, Database::Resource, &res_pool).await?;
+        let resource = Resource::with_profile(res_pool.clone(), lab.params.sut.clone());
         let version: String = harness::observe::settings(&admin, &[])
             .await?
             .first()

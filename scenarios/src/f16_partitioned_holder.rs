@@ -110,11 +110,11 @@ mod imp {
         let l_admin = pool(l, "postgres", "lab").await?;
         schema::provision(&mut *l_admin.acquire().await?).await?;
         let l_pool = pool(l, Database::Lease.name(), Database::Lease.role()).await?;
-        schema::migrate(Database::Lease, &l_pool).await?;
+        schema::migrate_for(&p.sut, Database::Lease, &l_pool).await?;
         let r_admin = pool(r, "postgres", "lab").await?;
         schema::provision(&mut *r_admin.acquire().await?).await?;
         let r_pool = pool(r, Database::Resource.name(), Database::Resource.role()).await?;
-        schema::migrate(Database::Resource, &r_pool).await?;
+        schema::migrate_for(&p.sut, Database::Resource, &r_pool).await?;
         rec.check_that(
             "the lease store and the resource each live on a host of their own (containers on the lab's private network)",
             l.ip != r.ip,
@@ -124,8 +124,8 @@ mod imp {
             l,
             r,
             l_admin,
-            lease: LeaseStore::new(l_pool.clone(), p.margin),
-            resource: Resource::new(r_pool.clone()),
+            lease: LeaseStore::with_profile(l_pool.clone(), p.margin, p.sut.clone()),
+            resource: Resource::with_profile(r_pool.clone(), p.sut.clone()),
         };
         for (i, (past_check, mode)) in [
             (false, p.fenced_mode),

@@ -4,7 +4,7 @@
 //! resource's floor follows the tokens it accepted (I3).
 
 use anyhow::Context as _;
-use fencing::resource::{Write, WriteMode};
+use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
@@ -59,7 +59,7 @@ impl Scenario for F1 {
                 .resource
                 .write(
                     &write(HOLDER_A, "rows=100(A)", a.token),
-                    WriteMode::FencedScope,
+                    lab.params.fenced_mode,
                 )
                 .await?;
             rec.check(
@@ -140,7 +140,7 @@ impl Scenario for F1 {
                 .resource
                 .write(
                     &write(HOLDER_B, "rows=101(B)", b.token),
-                    WriteMode::FencedScope,
+                    lab.params.fenced_mode,
                 )
                 .await?;
             rec.check(

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fencing::lease::{stmt, JudgedBy};
-use fencing::resource::{Write, WriteMode};
+use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 use sqlx::Connection;
 
@@ -101,7 +101,7 @@ impl Scenario for F2 {
                     writer: HOLDER_A,
                     token: a.token,
                 };
-                let ok = lab.resource.write(&w, WriteMode::FencedScope).await?;
+                let ok = lab.resource.write(&w, lab.params.fenced_mode).await?;
                 rec.check(
                     format!("holder-a's write #{n} with token=1 is accepted (equal token, same holding)"),
                     "WRITE accepted=true token=1",

@@ -19,6 +19,7 @@
 //! Property (I3): in every fenced order the final content is B's, token 2, floor 2.
 
 use anyhow::Context as _;
+use fencing::profile::WriteSql;
 use fencing::resource::{self, Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use harness::observe;
@@ -207,24 +208,32 @@ async fn fenced_scope(
     let second_pid = observe::backend_pid(&mut conn_second).await?;
 
     let (gap, at_gap, release) = latch();
-    let first_task = tokio::spawn(async move {
-        match mode {
-            // One statement cannot pause between its check and its write: it runs inside an
-            // explicit transaction and pauses before the commit, holding the floor row's lock
-            // just the same.
-            WriteMode::FencedSingle | WriteMode::FencedShared => {
+    let sut = lab.params.sut.clone();
+    let one_statement = match mode {
+        WriteMode::FencedSingle | WriteMode::FencedShared => true,
+        WriteMode::Sut => matches!(sut.resource.write, WriteSql::OneStatement(_)),
+        _ => false,
+    };
+    let first_task = tokio::spawn({
+        let sut = sut.clone();
+        async move {
+            if one_statement {
+                // One statement cannot pause between its check and its write: it runs inside
+                // an explicit transaction and pauses before the commit, holding the floor row's
+                // lock just the same.
                 let mut tx = conn_first
                     .begin()
                     .await
                     .map_err(fencing::Error::from_sqlx("begin"))?;
-                let ok = resource::write_on(&mut tx, &first_write, mode, async {}).await?;
+                let ok = resource::write_on(&mut tx, &sut, &first_write, mode, async {}).await?;
                 gap.await;
                 tx.commit()
                     .await
                     .map_err(fencing::Error::from_sqlx("commit"))?;
                 Ok(ok)
+            } else {
+                resource::write_on(&mut conn_first, &sut, &first_write, mode, gap).await
             }
-            _ => resource::write_on(&mut conn_first, &first_write, mode, gap).await,
         }
     });
     reached(&format!("{f}'s fenced write"), at_gap).await?;
@@ -242,7 +251,7 @@ async fn fenced_scope(
         None,
     );
     let second_task = tokio::spawn(async move {
-        resource::write_on(&mut conn_second, &write(second), mode, async {}).await
+        resource::write_on(&mut conn_second, &sut, &write(second), mode, async {}).await
     });
     // Until it waits — or, where nothing holds it, has already finished (then the check fails).
     let blocked = harness::wait::until(

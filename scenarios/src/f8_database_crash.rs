@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
-use fencing::resource::{Write, WriteMode};
+use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
@@ -127,7 +127,7 @@ impl Scenario for F8 {
             };
             let ok = lab
                 .resource
-                .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::FencedScope)
+                .write(&w(HOLDER_A, "rows=300(A)", a.token), lab.params.fenced_mode)
                 .await?;
             ensure!(
                 ok,
@@ -332,7 +332,7 @@ impl Scenario for F8 {
             let b = b.context("holder-b could not acquire the expired lease")?;
             let b_ok = lab
                 .resource
-                .write(&w(HOLDER_B, "rows=301(B)", b.token), WriteMode::FencedScope)
+                .write(&w(HOLDER_B, "rows=301(B)", b.token), lab.params.fenced_mode)
                 .await?;
             rec.step(
                 Mark::Write { accepted: b_ok },
@@ -349,7 +349,7 @@ impl Scenario for F8 {
             );
             let a_ok = lab
                 .resource
-                .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::FencedScope)
+                .write(&w(HOLDER_A, "rows=300(A)", a.token), lab.params.fenced_mode)
                 .await?;
             rec.step(
                 Mark::Write { accepted: a_ok },

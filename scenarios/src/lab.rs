@@ -3,10 +3,12 @@
 //! stores of the system under test, and the run's parameters.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use fencing::lease::LeaseStore;
+use fencing::profile::Profile;
 use fencing::publish::Publisher;
 use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
@@ -37,6 +39,11 @@ pub struct Params {
     /// of its own (`F4-fenced-single`), right after its run with `fenced_mode`: how the default
     /// `lab run` gates every fence the lab offers. Empty: each experiment runs once.
     pub again_with: Vec<WriteMode>,
+    /// The system under test: the profile whose lease table and statements every lease store
+    /// runs, whose fence state the resource keeps, and whose write [`WriteMode::Sut`] runs
+    /// (`lab run --sut`). The built-in `seed004` unless named: the three fenced modes share its
+    /// lease and floor.
+    pub sut: Arc<Profile>,
 }
 
 /// The lease every scenario contends for.
@@ -60,6 +67,7 @@ impl Default for Params {
             wait_timeout: Duration::from_secs(30),
             fenced_mode: WriteMode::FencedScope,
             again_with: Vec::new(),
+            sut: Arc::new(Profile::seed004().clone()),
         }
     }
 }
@@ -204,7 +212,8 @@ impl Lab {
                 crate::f15_delayed_write::NOT_BUILT
             ),
         };
-        let (lease_pool, resource_pool) = match Self::provision_servers(&servers).await {
+        let (lease_pool, resource_pool) = match Self::provision_servers(&servers, &params.sut).await
+        {
             Ok(pools) => pools,
             Err(e) => {
                 servers.remove().await;
@@ -212,8 +221,8 @@ impl Lab {
             }
         };
         Ok(Lab {
-            lease: LeaseStore::new(lease_pool, params.margin),
-            resource: Resource::new(resource_pool.clone()),
+            lease: LeaseStore::with_profile(lease_pool, params.margin, params.sut.clone()),
+            resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
             publisher: Publisher::new(resource_pool),
             servers,
             kept: false,
@@ -318,7 +327,10 @@ impl Lab {
     }
 
     /// Creates the roles and databases, applies the migrations; the lease and resource pools.
-    pub(crate) async fn provision(cluster: &Cluster) -> anyhow::Result<(PgPool, PgPool)> {
+    pub(crate) async fn provision(
+        cluster: &Cluster,
+        sut: &Profile,
+    ) -> anyhow::Result<(PgPool, PgPool)> {
         let mut admin = cluster
             .admin()
             .await
@@ -326,16 +338,19 @@ impl Lab {
         schema::provision(&mut admin).await?;
         let lease_pool = Self::pool(cluster, Database::Lease).await?;
         let resource_pool = Self::pool(cluster, Database::Resource).await?;
-        schema::migrate(Database::Lease, &lease_pool).await?;
-        schema::migrate(Database::Resource, &resource_pool).await?;
+        schema::migrate_for(sut, Database::Lease, &lease_pool).await?;
+        schema::migrate_for(sut, Database::Resource, &resource_pool).await?;
         Ok((lease_pool, resource_pool))
     }
 
     /// [`Lab::provision`] on whatever `servers` is: on separate hosts, each gets the roles and
     /// databases, and each database's tables go on the host that holds it.
-    async fn provision_servers(servers: &Servers) -> anyhow::Result<(PgPool, PgPool)> {
+    async fn provision_servers(
+        servers: &Servers,
+        sut: &Profile,
+    ) -> anyhow::Result<(PgPool, PgPool)> {
         match servers {
-            Servers::Embedded(c) => Self::provision(c).await,
+            Servers::Embedded(c) => Self::provision(c, sut).await,
             #[cfg(feature = "containers")]
             Servers::Containers(_) => {
                 for db in [Database::Lease, Database::Resource] {
@@ -347,8 +362,8 @@ impl Lab {
                 }
                 let lease_pool = Self::side_pool(servers, Database::Lease).await?;
                 let resource_pool = Self::side_pool(servers, Database::Resource).await?;
-                schema::migrate(Database::Lease, &lease_pool).await?;
-                schema::migrate(Database::Resource, &resource_pool).await?;
+                schema::migrate_for(sut, Database::Lease, &lease_pool).await?;
+                schema::migrate_for(sut, Database::Resource, &resource_pool).await?;
                 Ok((lease_pool, resource_pool))
             }
         }
@@ -485,8 +500,9 @@ impl Lab {
         let lease_pool = Self::side_pool(&self.servers, Database::Lease).await?;
         let resource_pool = Self::side_pool(&self.servers, Database::Resource).await?;
         let old = [self.lease.pool().clone(), self.resource.pool().clone()];
-        self.lease = LeaseStore::new(lease_pool, self.params.margin);
-        self.resource = Resource::new(resource_pool.clone());
+        self.lease =
+            LeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone());
+        self.resource = Resource::with_profile(resource_pool.clone(), self.params.sut.clone());
         self.publisher = Publisher::new(resource_pool);
         for pool in old {
             // Connections to the server that is gone are dropped, not waited for.
@@ -528,6 +544,7 @@ impl Lab {
                 part: SUMMARY.into(),
                 content: content.into(),
                 mode: mode.as_str().into(),
+                sut: self.sut_arg(),
                 run_id: None,
                 release,
                 wait_before_check: false,
@@ -565,7 +582,16 @@ impl Lab {
             ))
             .await
             .context("failed to open a contender's connection")?;
-        Ok(LeaseStore::new(pool, self.params.margin))
+        Ok(LeaseStore::with_profile(
+            pool,
+            self.params.margin,
+            self.params.sut.clone(),
+        ))
+    }
+
+    /// The holder's `--sut`: the profile a holder loads, `None` for the lab's own design.
+    pub fn sut_arg(&self) -> Option<String> {
+        (*self.params.sut != *Profile::seed004()).then(|| self.params.sut.load_arg())
     }
 }
 

@@ -89,6 +89,11 @@ pub struct HolderFlags {
     /// run-id-only (the negative control).
     #[arg(long)]
     pub mode: String,
+    /// The system under test's profile (`lab run --sut`): a built-in profile's name or a
+    /// file's path, whose lease statements the holder runs and whose write `--mode sut` runs.
+    /// Default: the lab's own design (seed004).
+    #[arg(long, value_name = "PROFILE")]
+    pub sut: Option<String>,
     /// mariadb: the run the holder starts after acquiring and completes at its write point.
     #[arg(long, value_name = "ID")]
     pub run_id: Option<String>,
@@ -155,6 +160,7 @@ impl HolderFlags {
             part,
             content,
             mode,
+            sut,
             run_id,
             release,
             wait_before_check,
@@ -188,6 +194,9 @@ impl HolderFlags {
         flag("--part", part.into());
         flag("--content", content.into());
         flag("--mode", mode.into());
+        if let Some(sut) = sut {
+            flag("--sut", sut.into());
+        }
         if let Some(run_id) = run_id {
             flag("--run-id", run_id.into());
         }
@@ -245,6 +254,7 @@ mod tests {
             // A value that looks like a flag and one with spaces must survive as values.
             content: "--by holder a".into(),
             mode: "fenced-scope".into(),
+            sut: switch.then(|| "my profile.toml".into()),
             run_id: switch.then(|| "run-a".into()),
             release: switch,
             wait_before_check: switch,
@@ -297,6 +307,7 @@ mod tests {
             part: "p2".into(),
             content: String::new(),
             mode: "unfenced".into(),
+            sut: None,
             run_id: Some("--run b".into()),
             release: true,
             wait_before_check: true,

@@ -86,6 +86,20 @@ pub enum Command {
                       lab profile check my-lock-table.toml     (exit 2 with one line naming the statement)"
     )]
     Profile(ProfileArgs),
+    /// For a student: write a starting profile — the lab's own design with one flaw planted in
+    /// its SQL, or a template with every statement left to write — to fix until
+    /// `lab run --sut FILE` passes. Without a name, lists the exercises.
+    #[command(
+        after_help = "Examples:\n  lab exercise\n  lab exercise stale-write\n  \
+                      lab run --only F4,F6,F7 --sut stale-write.toml"
+    )]
+    Exercise {
+        /// The exercise (lab exercise lists them).
+        name: Option<String>,
+        /// Where to write it (default: ./NAME.toml); an existing file is never overwritten.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -293,6 +307,15 @@ pub struct RunArgs {
     /// own (F4-fenced-single, F4-fenced-shared). Naming one runs only it.
     #[arg(long, value_name = "MODE")]
     pub fenced_mode: Option<fencing::resource::WriteMode>,
+
+    /// The system under test, as a profile (`lab profile list`, `lab profile check`): a
+    /// built-in's name or a TOML file whose lease statements every holder runs and whose write
+    /// the fence-dependent experiments check in place of the lab's fence. The file is checked
+    /// first (every statement prepared on a throwaway cluster): a bad one is one line, exit 2.
+    /// The experiments still expect a design shaped like seed004 (a token from the lease, a
+    /// floor at the resource). Default: seed004 (and its one-statement forms, --fenced-mode).
+    #[arg(long, value_name = "PROFILE", conflicts_with = "fenced_mode")]
+    pub sut: Option<String>,
 
     /// How many contenders race for the lease in F3.
     #[arg(

@@ -190,13 +190,28 @@ async fn write_cell(
                 token: 1,
             };
             for _ in 0..warmup {
-                resource::write_on(&mut conn, &w, mode, async {}).await?;
+                resource::write_on(
+                    &mut conn,
+                    fencing::profile::Profile::seed004(),
+                    &w,
+                    mode,
+                    async {},
+                )
+                .await?;
             }
             barrier.wait().await;
             let (start, mut lat, mut rejected) = (Instant::now(), Vec::new(), 0usize);
             while start.elapsed() < duration {
                 let t = Instant::now();
-                if !resource::write_on(&mut conn, &w, mode, async {}).await? {
+                if !resource::write_on(
+                    &mut conn,
+                    fencing::profile::Profile::seed004(),
+                    &w,
+                    mode,
+                    async {},
+                )
+                .await?
+                {
                     rejected += 1;
                 }
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);

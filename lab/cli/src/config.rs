@@ -3,9 +3,11 @@
 
 use std::fs;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use fencing::profile::Profile;
 use fencing::resource::WriteMode;
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::{Backend, Lab, Params, Scenario};
@@ -59,6 +61,33 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                 .collect(),
         },
         ..Params::default()
+    };
+    // The system under test: a built-in seed004 form is its fenced mode; any other profile is
+    // run as `WriteMode::Sut`, each fence-dependent experiment once.
+    let params = match &args.sut {
+        None => params,
+        Some(arg) => {
+            let profile = Profile::load(arg).map_err(|e| anyhow::anyhow!("--sut {e}"))?;
+            if args.backend != BackendArg::Embedded || args.pg_versions.is_some() {
+                bail!("--sut runs on the embedded cluster for now: drop --backend containers and --pg-versions");
+            }
+            let built_in = WriteMode::FENCES
+                .into_iter()
+                .find(|m| m.profile().is_some_and(|p| *p == profile));
+            match built_in {
+                Some(mode) => Params {
+                    fenced_mode: mode,
+                    again_with: Vec::new(),
+                    ..params
+                },
+                None => Params {
+                    fenced_mode: WriteMode::Sut,
+                    again_with: Vec::new(),
+                    sut: Arc::new(profile),
+                    ..params
+                },
+            }
+        }
     };
     // Stepping through a timeline is for reading it: each experiment once, in one fenced mode.
     let params = if args.step {
@@ -248,6 +277,15 @@ impl Config {
                     .collect::<String>()
             ),
         ));
+        if p.fenced_mode == WriteMode::Sut {
+            env.push((
+                "system_under_test".to_owned(),
+                format!(
+                    "{} ({}; its write recorded as {}): {}",
+                    p.sut.name, p.sut.origin, p.sut.resource.mode, p.sut.about
+                ),
+            ));
+        }
         let ids: Vec<&str> = self.scenarios.iter().map(|s| s.id()).collect();
         env.push(("scenarios".to_owned(), ids.join(",")));
         env.push((

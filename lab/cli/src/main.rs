@@ -11,6 +11,7 @@ mod args;
 mod bench;
 mod chaos;
 mod config;
+mod exercise;
 mod matrix;
 mod profile;
 mod step;
@@ -102,6 +103,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Profile(args) => profile::run(args.action),
+        Command::Exercise { name, out } => exercise::run(name, out),
         Command::Run(args) => match config::resolve(args) {
             Ok(cfg) => run(cfg),
             Err(e) => {
@@ -315,6 +317,20 @@ async fn run_lab_inner(
                     "lab: removed {c} container(s), {n} network(s) and {holds} network hold(s) left by a lab that was killed outright"
                 );
             }
+        }
+    }
+    // A profile of the user's is checked before anything runs with it (the built-in ones are
+    // checked by the tests).
+    if cfg.params.sut.load_arg() != fencing::profile::Profile::seed004().name {
+        let check = profile::prepare_with(&cfg.params.sut, cfg.cluster.bins.clone());
+        let checked = tokio::select! {
+            checked = check => checked,
+            _ = sigint.recv() => return (ExitCode::from(130), None),
+            _ = sigterm.recv() => return (ExitCode::from(143), None),
+        };
+        if let Err(e) = checked {
+            eprintln!("lab: --sut {e:#}");
+            return (ExitCode::from(EXIT_HARNESS), None);
         }
     }
     let mark = Lab::new_run_mark();

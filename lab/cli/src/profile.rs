@@ -72,6 +72,12 @@ fn check(name_or_path: &str, pg_bindir: Option<PathBuf>) -> ExitCode {
 async fn prepare(profile: &Profile, pg_bindir: Option<PathBuf>) -> anyhow::Result<String> {
     let bins =
         tokio::task::spawn_blocking(move || PgBinaries::locate(pg_bindir.as_deref())).await??;
+    prepare_with(profile, bins).await
+}
+
+/// [`prepare`] with the server binaries found already (`lab run --sut` checks its profile so,
+/// before its own cluster starts).
+pub async fn prepare_with(profile: &Profile, bins: PgBinaries) -> anyhow::Result<String> {
     let mut cluster = Cluster::create(ClusterConfig::new(bins)).await?;
     let outcome = async {
         let version: String = sqlx::query_scalar("SHOW server_version")

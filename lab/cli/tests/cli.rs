@@ -722,3 +722,94 @@ fn step_pauses_at_each_phase_until_enter_and_ctrl_c_there_leaves_nothing() -> an
     sb.assert_nothing_left()?;
     Ok(())
 }
+
+/// Bring your own fence: an exercise's profile (seed004 with its floor check planted away) fails
+/// F4 at the stale write, and passes once the student restores the check; a profile the server
+/// refuses stops the run before any cluster of its own starts (one line, exit 2); a built-in
+/// form of seed004 is its fenced mode.
+#[test]
+fn a_profile_of_ones_own_is_run_and_judged_by_the_experiments() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let file = sb.path("stale-write.toml");
+    let out = sb.lab(&["exercise", "stale-write", "--out", file.to_str().unwrap()])?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let flawed = fs::read_to_string(&file)?;
+    let run = |ev: &str| -> anyhow::Result<(Option<i32>, String)> {
+        let out = sb.lab(&[
+            "run",
+            "--only",
+            "F4",
+            "--sut",
+            file.to_str().unwrap(),
+            "--evidence-dir",
+            sb.path(ev).to_str().unwrap(),
+        ])?;
+        Ok((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    };
+    let (code, text) = run("ev-flawed")?;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAIL A's stale write is rejected by the resource"),
+        "{text}"
+    );
+    let _ = sb.lab(&["clean"])?;
+
+    // The student's fix: the floor check back in place.
+    fs::write(
+        &file,
+        flawed.replace(
+            "UPDATE fence_floor SET max_token = :token WHERE scope = :scope\n",
+            "UPDATE fence_floor SET max_token = :token WHERE scope = :scope AND max_token <= :token\n",
+        ),
+    )?;
+    let (code, text) = run("ev-fixed")?;
+    assert_eq!(code, Some(0), "{text}");
+    let env = fs::read_to_string(sb.path("ev-fixed").join("environment.json"))?;
+    assert!(
+        env.contains("stale-write") && env.contains("fenced-scope"),
+        "the system under test is on record: {env}"
+    );
+    sb.assert_nothing_left()?;
+
+    // A statement the server refuses: one line naming it, exit 2, no run.
+    fs::write(
+        &file,
+        flawed.replace("AND expires_at > now()", "AND expires_on > now()"),
+    )?;
+    let out = sb.lab(&[
+        "run",
+        "--only",
+        "F4",
+        "--sut",
+        file.to_str().unwrap(),
+        "--evidence-dir",
+        sb.path("ev-bad").to_str().unwrap(),
+    ])?;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("stale-write.toml: lease.renew: the server refused it"),
+        "{err}"
+    );
+    assert!(!sb.path("ev-bad").join("output.txt").exists());
+    sb.assert_nothing_left()?;
+
+    // A built-in form of seed004 runs as its fenced mode.
+    let out = sb.lab(&[
+        "run",
+        "--only",
+        "F1",
+        "--sut",
+        "seed004-single",
+        "--evidence-dir",
+        sb.path("ev-single").to_str().unwrap(),
+    ])?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = fs::read_to_string(sb.path("ev-single").join("output.txt"))?;
+    assert!(text.contains("fenced_mode=fenced-single\n"), "{text}");
+    Ok(())
+}

@@ -253,8 +253,11 @@ impl Statement {
                 _ => sql.push(c),
             }
         }
-        if sql.trim().is_empty() {
-            return Err("empty statement".into());
+        if sql
+            .lines()
+            .all(|l| l.split("--").next().unwrap_or("").trim().is_empty())
+        {
+            return Err("empty statement (nothing but comments)".into());
         }
         // Numbered in the slot's order of parameters, among those the statement names: a
         // statement's `$n` means the same wherever it is read (pg_stat_activity, the evidence).
@@ -519,6 +522,21 @@ impl Profile {
             place: place.to_owned(),
             message: message.to_owned(),
         };
+        // In the file's order: the first statement refused is the first one a reader meets.
+        let lease = LeaseSql {
+            table: raw.lease.table,
+            schema: raw.lease.schema,
+            acquire: compile(Slot::Acquire, &raw.lease.acquire)?,
+            renew: compile(Slot::Renew, &raw.lease.renew)?,
+            release: compile(Slot::Release, &raw.lease.release)?,
+            inspect: compile(Slot::Inspect, &raw.lease.inspect)?,
+        };
+        let setup = compile(Slot::Setup, &raw.resource.setup)?;
+        let floor = raw
+            .resource
+            .floor
+            .map(|f| compile(Slot::Floor, &f))
+            .transpose()?;
         let w = raw.resource.write;
         let write = match (w.statement, w.check, w.write) {
             (Some(s), None, None) => WriteSql::OneStatement(compile(Slot::Statement, &s)?),
@@ -557,26 +575,25 @@ impl Profile {
             origin: origin.to_owned(),
             dialect: raw.dialect,
             claims: raw.claims,
-            lease: LeaseSql {
-                table: raw.lease.table,
-                schema: raw.lease.schema,
-                acquire: compile(Slot::Acquire, &raw.lease.acquire)?,
-                renew: compile(Slot::Renew, &raw.lease.renew)?,
-                release: compile(Slot::Release, &raw.lease.release)?,
-                inspect: compile(Slot::Inspect, &raw.lease.inspect)?,
-            },
+            lease,
             resource: ResourceSql {
                 schema: raw.resource.schema,
-                setup: compile(Slot::Setup, &raw.resource.setup)?,
-                floor: raw
-                    .resource
-                    .floor
-                    .map(|f| compile(Slot::Floor, &f))
-                    .transpose()?,
+                setup,
+                floor,
                 mode: w.mode,
                 write,
             },
         })
+    }
+
+    /// What [`Profile::load`] takes to load this profile again (a holder process does): the
+    /// built-in's name, or the file's path.
+    pub fn load_arg(&self) -> String {
+        if self.origin.starts_with("built-in ") {
+            self.name.clone()
+        } else {
+            self.origin.clone()
+        }
     }
 
     /// Every statement, lease side first.
@@ -785,6 +802,7 @@ mod tests {
         );
         assert!(Statement::compile(Slot::Renew, "SELECT $1").is_err());
         assert!(Statement::compile(Slot::Renew, "  ").is_err());
+        assert!(Statement::compile(Slot::Renew, "-- your statement here\n").is_err());
     }
 
     #[test]

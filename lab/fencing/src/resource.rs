@@ -17,6 +17,7 @@
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use sqlx::{Acquire, PgConnection, PgPool, Row};
 
@@ -68,6 +69,11 @@ pub enum WriteMode {
     CheckThenWrite,
     /// Negative control: a plain upsert, no token check at all (F5).
     Unfenced,
+    /// The write of the system under test's profile (`lab run --sut FILE`): its one statement,
+    /// or its check and write in one transaction with the test hook between them. The resource
+    /// that runs it must have been made with that profile ([`Resource::with_profile`]); its
+    /// attempts are recorded under the profile's own name for its write.
+    Sut,
 }
 
 impl WriteMode {
@@ -89,6 +95,7 @@ impl WriteMode {
             WriteMode::FencedRow => "fenced-row",
             WriteMode::CheckThenWrite => "check-then-write",
             WriteMode::Unfenced => "unfenced",
+            WriteMode::Sut => "sut",
         }
     }
 }
@@ -105,6 +112,7 @@ impl FromStr for WriteMode {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         WriteMode::ALL
             .into_iter()
+            .chain([WriteMode::Sut])
             .find(|m| m.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = WriteMode::ALL.iter().map(|m| m.as_str()).collect();
@@ -124,9 +132,10 @@ impl WriteMode {
         WriteMode::FencedShared,
     ];
 
-    /// Whether it keeps I3: one of [`WriteMode::FENCES`].
+    /// Whether it keeps I3: one of [`WriteMode::FENCES`], or the system under test's write
+    /// (which claims to; the experiments judge it).
     pub fn is_fence(self) -> bool {
-        WriteMode::FENCES.contains(&self)
+        WriteMode::FENCES.contains(&self) || self == WriteMode::Sut
     }
 }
 
@@ -178,7 +187,10 @@ impl WriteMode {
             WriteMode::FencedScope => "seed004",
             WriteMode::FencedSingle => "seed004-single",
             WriteMode::FencedShared => "seed004-shared",
-            WriteMode::FencedRow | WriteMode::CheckThenWrite | WriteMode::Unfenced => return None,
+            WriteMode::FencedRow
+            | WriteMode::CheckThenWrite
+            | WriteMode::Unfenced
+            | WriteMode::Sut => return None,
         };
         Some(Profile::built_in(name).expect("the fenced modes' profiles are built in"))
     }
@@ -233,24 +245,39 @@ pub mod broken {
     }
 }
 
-/// The protected resource, reached through a pool that connects as the resource role.
+/// The protected resource, reached through a pool that connects as the resource role, with the
+/// fence of a profile (by default the built-in `seed004`): its scope setup, its floor, and the
+/// write [`WriteMode::Sut`] runs.
 #[derive(Debug, Clone)]
 pub struct Resource {
     pool: PgPool,
+    profile: Arc<Profile>,
 }
 
 impl Resource {
+    /// The lab's own resource ([`Profile::seed004`]).
     pub fn new(pool: PgPool) -> Self {
-        Resource { pool }
+        Resource::with_profile(pool, Arc::new(Profile::seed004().clone()))
+    }
+
+    /// The resource with `profile`'s fence.
+    pub fn with_profile(pool: PgPool, profile: Arc<Profile>) -> Self {
+        Resource { pool, profile }
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
-    /// Creates the scope's floor row with `max_token = 0`, before any write (idempotent).
+    /// The profile whose fence this resource keeps.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// Makes the scope writable before any write (idempotent): seed004 creates its floor row
+    /// with `max_token = 0`.
     pub async fn setup_scope(&self, scope: &str) -> Result<()> {
-        Profile::seed004()
+        self.profile
             .resource
             .setup
             .query(&Args {
@@ -291,16 +318,14 @@ impl Resource {
         F: Future<Output = ()>,
     {
         let mut conn = self.pool.acquire().await.op("connect to the resource")?;
-        write_on_checked(&mut conn, w, mode, gap).await
+        write_on_checked(&mut conn, &self.profile, w, mode, gap).await
     }
 
-    /// The scope's fence floor, `None` if the scope was never set up.
+    /// The scope's fence floor, `None` if the scope was never set up or the profile keeps none.
     pub async fn floor(&self, scope: &str) -> Result<Option<i64>> {
-        let floor = Profile::seed004()
-            .resource
-            .floor
-            .as_ref()
-            .expect("seed004 keeps a floor");
+        let Some(floor) = self.profile.resource.floor.as_ref() else {
+            return Ok(None);
+        };
         let row = floor
             .query(&Args {
                 scope,
@@ -358,17 +383,19 @@ impl Resource {
 /// not be inside a transaction. Returns whether the resource accepted the write.
 pub async fn write_on(
     conn: &mut PgConnection,
+    sut: &Profile,
     w: &Write<'_>,
     mode: WriteMode,
     gap: impl Future<Output = ()>,
 ) -> Result<bool> {
-    write_on_checked(conn, w, mode, |_| gap).await
+    write_on_checked(conn, sut, w, mode, |_| gap).await
 }
 
 /// [`write_on`] whose hook is told what the check saw ([`Checked`]): the hook is called, and its
 /// future awaited, only after a passed check.
 pub async fn write_on_checked<G, F>(
     conn: &mut PgConnection,
+    sut: &Profile,
     w: &Write<'_>,
     mode: WriteMode,
     gap: G,
@@ -383,6 +410,37 @@ where
             match fenced_scope(conn, w, gap(nothing_read), async { true }).await? {
                 Some(true) => return Ok(true),
                 _ => false,
+            }
+        }
+        WriteMode::Sut => {
+            let record = sut.resource.mode.as_str();
+            match &sut.resource.write {
+                WriteSql::CheckThenWrite { check, write } => {
+                    let fence = Fence {
+                        check,
+                        write,
+                        record,
+                    };
+                    match in_transaction(conn, &fence, w, gap(nothing_read), async { true }).await?
+                    {
+                        Some(true) => return Ok(true),
+                        _ => {
+                            log_attempt(&mut *conn, w, record, false).await?;
+                            return Ok(false);
+                        }
+                    }
+                }
+                WriteSql::OneStatement(statement) => {
+                    gap(nothing_read).await;
+                    let mut a = args(w, mode);
+                    a.mode = record;
+                    let row = statement
+                        .query(&a)
+                        .fetch_one(&mut *conn)
+                        .await
+                        .op("write the part (the system under test's statement)")?;
+                    return row.try_get(0).op("read whether it was accepted");
+                }
             }
         }
         WriteMode::FencedRow => {
@@ -450,7 +508,7 @@ where
     };
     // A rejected fenced-scope attempt is recorded here, after its rollback; the negative
     // controls, which have no transaction, record every attempt here.
-    log_attempt(&mut *conn, w, mode, accepted).await?;
+    log_attempt(&mut *conn, w, mode.as_str(), accepted).await?;
     Ok(accepted)
 }
 
@@ -465,11 +523,60 @@ pub async fn write_fenced_scope_before_commit(
     w: &Write<'_>,
     before_commit: impl Future<Output = bool>,
 ) -> Result<Option<bool>> {
-    let decided = fenced_scope(conn, w, async {}, before_commit).await?;
+    write_before_commit(conn, &seed004_fence(), w, before_commit).await
+}
+
+/// [`write_fenced_scope_before_commit`] with the system under test's fence, when it is a check
+/// and a write in one transaction (`None` when it is one statement: there is no moment before
+/// its commit to stop at).
+pub async fn write_sut_before_commit(
+    conn: &mut PgConnection,
+    sut: &Profile,
+    w: &Write<'_>,
+    before_commit: impl Future<Output = bool>,
+) -> Option<Result<Option<bool>>> {
+    let WriteSql::CheckThenWrite { check, write } = &sut.resource.write else {
+        return None;
+    };
+    let fence = Fence {
+        check,
+        write,
+        record: &sut.resource.mode,
+    };
+    Some(write_before_commit(conn, &fence, w, before_commit).await)
+}
+
+async fn write_before_commit(
+    conn: &mut PgConnection,
+    fence: &Fence<'_>,
+    w: &Write<'_>,
+    before_commit: impl Future<Output = bool>,
+) -> Result<Option<bool>> {
+    let decided = in_transaction(conn, fence, w, async {}, before_commit).await?;
     if decided == Some(false) {
-        log_attempt(conn, w, WriteMode::FencedScope, false).await?;
+        log_attempt(conn, w, fence.record, false).await?;
     }
     Ok(decided)
+}
+
+/// A fence in the form check, hook, write, COMMIT: the statements and the name its attempts
+/// are recorded under.
+struct Fence<'p> {
+    check: &'p Statement,
+    write: &'p Statement,
+    record: &'p str,
+}
+
+/// seed004's fence (fenced-scope).
+fn seed004_fence() -> Fence<'static> {
+    let WriteSql::CheckThenWrite { check, write } = &Profile::seed004().resource.write else {
+        unreachable!("seed004 checks and writes in a transaction")
+    };
+    Fence {
+        check,
+        write,
+        record: WriteMode::FencedScope.as_str(),
+    }
 }
 
 /// The fenced-scope transaction: advance the floor or roll back (`Some(false)`; the caller logs
@@ -481,12 +588,25 @@ async fn fenced_scope(
     gap: impl Future<Output = ()>,
     before_commit: impl Future<Output = bool>,
 ) -> Result<Option<bool>> {
-    let WriteSql::CheckThenWrite { check, write } = &Profile::seed004().resource.write else {
-        unreachable!("seed004 checks and writes in a transaction")
-    };
-    let a = args(w, WriteMode::FencedScope);
+    in_transaction(conn, &seed004_fence(), w, gap, before_commit).await
+}
+
+/// A check-then-write fence's transaction: `check` (passed when it changed a row) or roll back
+/// (`Some(false)`; the caller logs the rejected attempt after the rollback), await `gap`,
+/// `write` and log, await `before_commit`, commit (`Some(true)`) or roll back at its word
+/// (`None`).
+async fn in_transaction(
+    conn: &mut PgConnection,
+    fence: &Fence<'_>,
+    w: &Write<'_>,
+    gap: impl Future<Output = ()>,
+    before_commit: impl Future<Output = bool>,
+) -> Result<Option<bool>> {
+    let mut a = args(w, WriteMode::FencedScope);
+    a.mode = fence.record;
     let mut tx = conn.begin().await.op("begin the write transaction")?;
-    let advanced = check
+    let advanced = fence
+        .check
         .query(&a)
         .execute(&mut *tx)
         .await
@@ -497,13 +617,14 @@ async fn fenced_scope(
         return Ok(Some(false));
     }
     gap.await;
-    write
+    fence
+        .write
         .query(&a)
         .execute(&mut *tx)
         .await
         .op("write the part")?;
     // An accepted write and its record commit together: none without the other.
-    log_attempt(&mut tx, w, WriteMode::FencedScope, true).await?;
+    log_attempt(&mut tx, w, fence.record, true).await?;
     if !before_commit.await {
         tx.rollback().await.op("roll back the abandoned write")?;
         return Ok(None);
@@ -515,7 +636,7 @@ async fn fenced_scope(
 async fn log_attempt(
     conn: &mut PgConnection,
     w: &Write<'_>,
-    mode: WriteMode,
+    record: &str,
     accepted: bool,
 ) -> Result<()> {
     sqlx::query(
@@ -526,7 +647,7 @@ async fn log_attempt(
     .bind(w.part)
     .bind(w.writer)
     .bind(w.token)
-    .bind(mode.as_str())
+    .bind(record)
     .bind(accepted)
     .execute(conn)
     .await

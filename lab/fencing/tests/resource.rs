@@ -326,7 +326,14 @@ async fn open_write(
     mode: WriteMode,
 ) -> anyhow::Result<(sqlx::Transaction<'static, sqlx::Postgres>, bool)> {
     let mut tx = r.pool().begin().await?;
-    let ok = fencing::resource::write_on(&mut tx, w, mode, async {}).await?;
+    let ok = fencing::resource::write_on(
+        &mut tx,
+        fencing::profile::Profile::seed004(),
+        w,
+        mode,
+        async {},
+    )
+    .await?;
     Ok((tx, ok))
 }
 

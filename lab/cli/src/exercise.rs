@@ -1,0 +1,169 @@
+//! `lab exercise`: a starting profile for a student — the lab's own design (`seed004`) with one
+//! flaw planted in its SQL, or a template with every statement left to write — and the command
+//! that shows whether it holds (`lab run --sut FILE`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use crate::{print_or_fail, EXIT_HARNESS};
+
+/// An exercise: its name, what the student is told, and the planted flaw (the text of seed004
+/// it replaces, and with what). `None`: the template.
+struct Exercise {
+    name: &'static str,
+    task: &'static str,
+    flaw: Option<(&'static str, &'static str)>,
+    /// The experiments that tell.
+    run: &'static str,
+}
+
+const EXERCISES: [Exercise; 4] = [
+    Exercise {
+        name: "stale-write",
+        task: "A paused old holder's write gets through this resource. Find the statement that \
+               lets it, and fix it.",
+        flaw: Some((
+            "UPDATE fence_floor SET max_token = :token WHERE scope = :scope AND max_token <= :token",
+            "UPDATE fence_floor SET max_token = :token WHERE scope = :scope",
+        )),
+        run: "F4,F6,F7",
+    },
+    Exercise {
+        name: "same-token",
+        task: "After a takeover, the new holder and the old one can no longer be told apart by \
+               the resource. Find why, and fix it.",
+        flaw: Some(("       token = l.token + 1,", "       token = l.token,")),
+        run: "F1,F4,F8",
+    },
+    Exercise {
+        name: "early-takeover",
+        task: "A second holder gets the lease while the first one's is still valid by the \
+               database's clock. Find why, and fix it.",
+        flaw: Some((
+            " WHERE l.expires_at <= now()",
+            " WHERE l.expires_at <= now() + interval '1 second'",
+        )),
+        run: "F1,F2,F3",
+    },
+    Exercise {
+        name: "template",
+        task: "Write every statement of a lease with fencing tokens and of a fenced resource \
+               write; `lab profile check` tells you what the server thinks of each.",
+        flaw: None,
+        run: "F1,F4,F6,F7",
+    },
+];
+
+const SEED004: &str = include_str!("../../fencing/profiles/seed004.toml");
+
+/// The exercise's file text.
+fn text(e: &Exercise, path: &Path) -> String {
+    let body = match e.flaw {
+        Some((from, to)) => SEED004.replacen(from, to, 1),
+        None => template(),
+    };
+    let body = body.replacen("name = \"seed004\"", &format!("name = \"{}\"", e.name), 1);
+    format!(
+        "# Exercise {name}: {task}\n#\n# Check it:   lab profile check {path}\n# Run it:     lab run --only {run} --sut {path}\n#\n# The experiments' FAIL lines are the evidence; when they all pass, the design holds against\n# those faults. lab/fencing/profiles/seed004.toml in the lab's sources is the answer.\n#\n{body}",
+        name = e.name,
+        task = e.task,
+        path = path.display(),
+        run = e.run,
+    )
+}
+
+/// seed004 with every statement emptied (its comments say what each must do).
+fn template() -> String {
+    let mut out = String::new();
+    let mut in_statement = false;
+    for line in SEED004.lines() {
+        let key_opens = line.contains(" = \"\"\"") && !line.starts_with('#');
+        if key_opens && !line.starts_with("schema") {
+            out.push_str(line);
+            out.push('\n');
+            out.push_str("-- your statement here\n");
+            in_statement = true;
+            continue;
+        }
+        if in_statement {
+            if line.starts_with("\"\"\"") {
+                out.push_str(line);
+                out.push('\n');
+                in_statement = false;
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+pub fn run(name: Option<String>, out: Option<PathBuf>) -> ExitCode {
+    let Some(name) = name else {
+        let list: String = EXERCISES
+            .iter()
+            .map(|e| format!("{:<16} {}\n", e.name, e.task))
+            .collect();
+        return print_or_fail(&list);
+    };
+    let Some(e) = EXERCISES.iter().find(|e| e.name == name) else {
+        let names: Vec<_> = EXERCISES.iter().map(|e| e.name).collect();
+        eprintln!(
+            "lab exercise: no exercise {name:?}; there are {}",
+            names.join(", ")
+        );
+        return ExitCode::from(EXIT_HARNESS);
+    };
+    let path = out.unwrap_or_else(|| PathBuf::from(format!("{name}.toml")));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path);
+    let written = file.and_then(|mut f| {
+        use std::io::Write as _;
+        f.write_all(text(e, &path).as_bytes())
+    });
+    match written {
+        Ok(()) => print_or_fail(&format!(
+            "lab exercise: wrote {}: {}\n  lab run --only {} --sut {}\n",
+            path.display(),
+            e.task,
+            e.run,
+            path.display()
+        )),
+        Err(err) => {
+            eprintln!(
+                "lab exercise: {}: {err} (an existing file is never overwritten; pass --out)",
+                path.display()
+            );
+            ExitCode::from(EXIT_HARNESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_planted_flaw_is_found_once_and_every_exercise_parses_or_says_what_is_missing() {
+        for e in &EXERCISES {
+            let text = text(e, Path::new("x.toml"));
+            match e.flaw {
+                Some((from, to)) => {
+                    assert_eq!(SEED004.matches(from).count(), 1, "{}", e.name);
+                    assert!(text.contains(to), "{}", e.name);
+                    let p = fencing::profile::Profile::parse("x.toml", &text).expect(e.name);
+                    assert_eq!(p.name, e.name);
+                }
+                None => {
+                    // The template's statements are placeholders: it does not parse until they
+                    // are written, and says which one is first.
+                    let err = fencing::profile::Profile::parse("x.toml", &text).unwrap_err();
+                    assert!(err.to_string().contains("lease.acquire"), "{err}");
+                }
+            }
+        }
+    }
+}
