@@ -20,6 +20,6 @@ esac
 # shellcheck disable=SC2086 # $features and $containers are empty or one flag each
 cargo build --profile "$profile" --locked --quiet -p lab -p holder $features $containers
 case "${1:-}" in
-  list | run | clean | bench | chaos | profile | exercise | help | -V | --version) exec "target/$dir/lab" "$@" ;;
+  list | run | clean | bench | chaos | profile | exercise | grade | help | -V | --version) exec "target/$dir/lab" "$@" ;;
   *) exec "target/$dir/lab" run "$@" ;;
 esac

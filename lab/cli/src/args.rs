@@ -86,6 +86,20 @@ pub enum Command {
                       lab profile check my-lock-table.toml     (exit 2 with one line naming the statement)"
     )]
     Profile(ProfileArgs),
+    /// The report card: each design through the experiments that judge a fence (F1–F4, F6–F8,
+    /// F10–F12), design × experiment → safe / UNSAFE (with the failed check that shows it) /
+    /// n/a, to stdout and <evidence-dir>/report-card.md. Without --sut: the lab's own three
+    /// forms (which must come out safe) and the exercises' planted flaws (which must not).
+    /// Exit 0 when every design came out as expected, 1 when not, 2 when one could not run.
+    #[command(after_help = "Examples:\n  lab grade\n  lab grade --sut stale-write.toml")]
+    Grade {
+        /// Grade this profile (a built-in's name or a file); repeatable.
+        #[arg(long, value_name = "PROFILE")]
+        sut: Vec<String>,
+        /// Where the card goes (report-card.md), and each design's evidence (grade/<design>/).
+        #[arg(long, value_name = "DIR", default_value = "evidence")]
+        evidence_dir: PathBuf,
+    },
     /// For a student: write a starting profile — the lab's own design with one flaw planted in
     /// its SQL, or a template with every statement left to write — to fix until
     /// `lab run --sut FILE` passes. Without a name, lists the exercises.

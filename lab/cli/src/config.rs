@@ -30,6 +30,12 @@ pub struct Config {
     pub jobs: usize,
     /// `--step`: stop at each phase of a timeline until Enter (one job, embedded).
     pub step: bool,
+    /// Nothing on stdout (`lab grade` runs several designs and prints only its card); the
+    /// evidence files are written all the same.
+    pub quiet: bool,
+    /// Keep the servers of a failing run for inspection (not for `lab grade`, where a flawed
+    /// design failing is the expected answer; its evidence stays).
+    pub keep_failed: bool,
     pub format: Format,
     command_line: String,
     /// Read before anything runs (it starts `git`, which blocks for a moment).
@@ -203,6 +209,8 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         keep: args.keep,
         jobs,
         step: args.step,
+        quiet: false,
+        keep_failed: true,
         format: args.format,
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         git_revision: git_revision(),

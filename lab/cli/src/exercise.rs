@@ -72,6 +72,16 @@ fn text(e: &Exercise, path: &Path) -> String {
     )
 }
 
+/// Every exercise with a planted flaw, as the file `lab exercise` writes into `dir`: name and
+/// text (`lab grade` shows each as a design known to be flawed).
+pub fn flawed(dir: &Path) -> Vec<(&'static str, String)> {
+    EXERCISES
+        .iter()
+        .filter(|e| e.flaw.is_some())
+        .map(|e| (e.name, text(e, &dir.join(format!("{}.toml", e.name)))))
+        .collect()
+}
+
 /// seed004 with every statement emptied (its comments say what each must do).
 fn template() -> String {
     let mut out = String::new();

@@ -12,6 +12,7 @@ mod bench;
 mod chaos;
 mod config;
 mod exercise;
+mod grade;
 mod matrix;
 mod profile;
 mod step;
@@ -47,10 +48,7 @@ fn main() -> ExitCode {
             print_or_fail(&list)
         }
         Command::Bench(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build();
+            let runtime = runtime();
             let result = match runtime {
                 Ok(rt) => rt.block_on(bench::run(args)),
                 Err(e) => Err(e.into()),
@@ -90,10 +88,7 @@ fn main() -> ExitCode {
             print_or_fail(&text)
         }
         Command::Chaos(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build();
+            let runtime = runtime();
             match runtime {
                 Ok(rt) => rt.block_on(chaos::run(args)),
                 Err(e) => {
@@ -104,6 +99,7 @@ fn main() -> ExitCode {
         }
         Command::Profile(args) => profile::run(args.action),
         Command::Exercise { name, out } => exercise::run(name, out),
+        Command::Grade { sut, evidence_dir } => grade::run(sut, evidence_dir),
         Command::Run(args) => match config::resolve(args) {
             Ok(cfg) => run(cfg),
             Err(e) => {
@@ -138,6 +134,15 @@ fn clean_containers(images: bool) -> Result<String, String> {
         }
         Ok(line)
     })
+}
+
+/// The lab's async runtime: two workers (the machines it runs on have two cores); its
+/// children are spawned from the thread that calls `block_on` on it.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
 }
 
 /// Writes `text` to stdout. A reader that went away (`lab list | head -1`) is no error: the text
@@ -210,11 +215,7 @@ fn run(cfg: Config) -> ExitCode {
     for r in harness::server::remove_leftovers(&std::env::temp_dir(), false) {
         report_removed(&r);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("lab: failed to start the async runtime: {e}");
@@ -286,7 +287,11 @@ async fn run_matrix(cfg: &Config) -> ExitCode {
 }
 
 /// One run on `backend` with its evidence in `dir`: its exit status, and each case's verdict.
-async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> (ExitCode, Vec<(String, String)>) {
+pub(crate) async fn run_lab(
+    cfg: &Config,
+    backend: Backend,
+    dir: &Path,
+) -> (ExitCode, Vec<(String, String)>) {
     let (code, verdicts) = run_lab_inner(cfg, backend, dir).await;
     (code, verdicts.unwrap_or_default())
 }
@@ -386,16 +391,16 @@ async fn run_lab_inner(
     }
     let reporters: Vec<Box<dyn Reporter>> = vec![
         Box::new(TextReporter::new(
-            cfg.format == Format::Text,
+            cfg.format == Format::Text && !cfg.quiet,
             Some(dir.join("output.txt")),
         )),
         Box::new(JsonlReporter::new(
             Some(dir.join("events.jsonl")),
-            cfg.format == Format::Json,
+            cfg.format == Format::Json && !cfg.quiet,
         )),
         Box::new(JunitReporter::new(
             Some(dir.join("junit.xml")),
-            cfg.format == Format::Junit,
+            cfg.format == Format::Junit && !cfg.quiet,
         )),
         Box::new(EnvironmentReporter::new(dir.join("environment.json"))),
         Box::new(TimelineReporter::new(dir.to_path_buf())),
@@ -446,7 +451,7 @@ async fn run_lab_inner(
     let secs = started.elapsed().as_secs_f64();
     // A failing run keeps its servers for inspection; an interrupted one was not a verdict.
     for mut lab in labs {
-        if (!summary.all_passed() && interrupted.is_none()) || cfg.keep {
+        if (!summary.all_passed() && interrupted.is_none() && cfg.keep_failed) || cfg.keep {
             for line in lab.keep() {
                 eprintln!("lab: {line}; `./run.sh clean` removes it");
             }

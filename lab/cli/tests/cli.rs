@@ -813,3 +813,44 @@ fn a_profile_of_ones_own_is_run_and_judged_by_the_experiments() -> anyhow::Resul
     assert!(text.contains("fenced_mode=fenced-single\n"), "{text}");
     Ok(())
 }
+
+/// `lab grade --sut`: a design with a planted flaw comes out UNSAFE in the experiments that catch
+/// it, each cell with the failed check that shows it, and the grade fails (exit 1); the card is
+/// in report-card.md and each design's evidence beside it.
+#[test]
+fn the_report_card_shows_a_flawed_design_unsafe_with_its_evidence() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let file = sb.path("stale-write.toml");
+    let out = sb.lab(&["exercise", "stale-write", "--out", file.to_str().unwrap()])?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ev = sb.path("grade");
+    let out = sb.lab(&[
+        "grade",
+        "--sut",
+        file.to_str().unwrap(),
+        "--evidence-dir",
+        ev.to_str().unwrap(),
+    ])?;
+    let card = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{card}\n{}", stderr(&out));
+    assert_eq!(fs::read_to_string(ev.join("report-card.md"))?, card);
+    let row = card
+        .lines()
+        .find(|l| l.starts_with("| stale-write |"))
+        .unwrap_or_else(|| panic!("no row for the design: {card}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    // "", design, expected, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, ""
+    assert_eq!(cells[6], "**UNSAFE**", "F4: {row}");
+    assert_eq!(cells[8], "**UNSAFE**", "F7: {row}");
+    assert_eq!(
+        cells[3], "safe",
+        "F1 does not depend on the floor check: {row}"
+    );
+    assert!(
+        card.contains("- stale-write × F4: A's stale write is rejected by the resource (expected=WRITE accepted=false token=1, actual=WRITE accepted=true token=1)"),
+        "{card}"
+    );
+    assert!(ev.join("grade/stale-write/output.txt").is_file());
+    sb.assert_nothing_left()?;
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! `lab grade`: the report card. Each design — the lab's own fence in its three forms, the
+//! exercises' planted flaws (designs known to be unsafe: the card must show it, or the lab has
+//! lost its teeth), or the profiles named with `--sut` — runs through the experiments that judge
+//! a fence, on a cluster of its own, with its evidence in a directory of its own. A cell is read
+//! off that run's events and text, never assumed: `safe` when every check of the experiment
+//! passed, `UNSAFE` with the first failed check (the line of evidence), `n/a` when the
+//! experiment said `skip`. The table goes to stdout and `<evidence-dir>/report-card.md`, each
+//! design's evidence to `<evidence-dir>/grade/<design>/`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use scenarios::Backend;
+
+use crate::args::{Cli, Command};
+use crate::{config, exercise, print_stdout, run_lab, EXIT_HARNESS};
+
+/// The experiments that judge a fence and run on the embedded cluster with nothing else
+/// installed.
+pub const EXPERIMENTS: &str = "F1,F2,F3,F4,F6,F7,F8,F10,F11,F12";
+
+/// The lab's own designs: each must come out safe everywhere.
+const OWN: [&str; 3] = ["seed004", "seed004-single", "seed004-shared"];
+
+/// One row of the card.
+struct Row {
+    design: String,
+    /// Where it came from (built in, an exercise's file, the user's file).
+    source: String,
+    /// Whether the design is expected to hold (the lab's own, the user's) or known to be
+    /// flawed (an exercise).
+    expected_safe: bool,
+    /// The run could not start: every cell says so.
+    could_not_run: bool,
+    cells: Vec<(String, String)>,
+}
+
+pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
+    let mut designs: Vec<(String, String, bool)> = Vec::new();
+    if suts.is_empty() {
+        for name in OWN {
+            designs.push((name.into(), name.into(), true));
+        }
+        let dir = evidence_dir.join("grade").join("designs");
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            eprintln!("lab grade: cannot make {}: {e}", dir.display());
+            return ExitCode::from(EXIT_HARNESS);
+        }
+        for (name, text) in exercise::flawed(&dir) {
+            let path = dir.join(format!("{name}.toml"));
+            if let Err(e) = std::fs::write(&path, text) {
+                eprintln!("lab grade: cannot write {}: {e}", path.display());
+                return ExitCode::from(EXIT_HARNESS);
+            }
+            designs.push((name.into(), path.display().to_string(), false));
+        }
+    } else {
+        for sut in suts {
+            designs.push((design_name(&sut), sut, true));
+        }
+    }
+    let runtime = match crate::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lab grade: failed to start the async runtime: {e}");
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    let mut rows = Vec::new();
+    for (design, sut, expected_safe) in designs {
+        let dir = evidence_dir.join("grade").join(&design);
+        let argv = [
+            "lab",
+            "run",
+            "--only",
+            EXPERIMENTS,
+            "--sut",
+            &sut,
+            "--evidence-dir",
+            &dir.display().to_string(),
+        ]
+        .map(str::to_owned);
+        let cfg = match Cli::try_parse_from(argv).map(|cli| cli.command) {
+            Ok(Command::Run(args)) => config::resolve(args),
+            Ok(_) => unreachable!("a run's arguments"),
+            Err(e) => Err(e.into()),
+        };
+        let mut cfg = match cfg {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                eprintln!("lab grade: {design}: {e:#}");
+                return ExitCode::from(EXIT_HARNESS);
+            }
+        };
+        cfg.quiet = true;
+        cfg.keep_failed = false;
+        eprintln!(
+            "lab grade: {design}: running {EXPERIMENTS}; evidence in {}",
+            dir.display()
+        );
+        let (code, verdicts) = runtime.block_on(run_lab(&cfg, Backend::Embedded, &dir));
+        if code == ExitCode::from(130) || code == ExitCode::from(143) {
+            return code;
+        }
+        let evidence = first_failures(&dir);
+        let cells = verdicts
+            .into_iter()
+            .filter(|(id, _)| id != "P0")
+            .map(|(id, verdict)| {
+                let cell = if verdict == "skip" {
+                    "n/a".to_owned()
+                } else if verdict.starts_with("passed") {
+                    "safe".to_owned()
+                } else {
+                    let line = evidence
+                        .iter()
+                        .find(|(case, _)| *case == id)
+                        .map_or("", |(_, line)| line.as_str());
+                    format!("UNSAFE: {line}")
+                };
+                (id, cell)
+            })
+            .collect();
+        rows.push(Row {
+            design,
+            source: sut,
+            expected_safe,
+            could_not_run: code == ExitCode::from(EXIT_HARNESS),
+            cells,
+        });
+    }
+    let card = render(&rows);
+    if let Err(e) = print_stdout(&card) {
+        eprintln!("lab grade: failed to write the card to stdout: {e}");
+    }
+    let path = evidence_dir.join("report-card.md");
+    if let Err(e) = std::fs::write(&path, &card) {
+        eprintln!("lab grade: failed to write {}: {e}", path.display());
+        return ExitCode::from(EXIT_HARNESS);
+    }
+    eprintln!("lab grade: the report card is in {}", path.display());
+    // A gate: a design expected to hold that does not, a flawed one the card cannot tell from a
+    // sound one, or a run that could not start, fails the grade.
+    let broken = rows.iter().any(|r| {
+        let unsafe_cells = r.cells.iter().any(|(_, c)| c.starts_with("UNSAFE"));
+        r.could_not_run || (r.expected_safe == unsafe_cells)
+    });
+    if rows.iter().any(|r| r.could_not_run) {
+        ExitCode::from(EXIT_HARNESS)
+    } else if broken {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// A design's name in the card: the profile's file name without `.toml`, or the built-in name.
+fn design_name(sut: &str) -> String {
+    Path::new(sut)
+        .file_stem()
+        .map_or_else(|| sut.to_owned(), |s| s.to_string_lossy().into_owned())
+}
+
+/// Each case's first failed check in a run's `output.txt`, as the text shows it.
+fn first_failures(dir: &Path) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(dir.join("output.txt")).unwrap_or_default();
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut case = String::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("CASE ") {
+            case = rest.split(" :: ").next().unwrap_or("").to_owned();
+        } else if let Some(fail) = line.strip_prefix("  FAIL ") {
+            if !out.iter().any(|(c, _)| *c == case) {
+                out.push((case.clone(), fail.trim().to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// The card as Markdown: a row per design, a column per experiment, then the evidence lines.
+fn render(rows: &[Row]) -> String {
+    let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
+    let mut text = String::from(
+        "Each cell is read off that design's run: safe — every check of the experiment passed; \
+         UNSAFE — a check failed (its first failed check is listed below); n/a — the experiment \
+         said skip.\n\n| design | expected |",
+    );
+    for id in &ids {
+        let _ = write!(text, " {id} |");
+    }
+    text.push_str("\n|---|---|");
+    text.push_str(&"---|".repeat(ids.len()));
+    text.push('\n');
+    let mut evidence = String::new();
+    for row in rows {
+        let _ = write!(
+            text,
+            "| {} | {} |",
+            row.design,
+            if row.expected_safe { "safe" } else { "flawed" }
+        );
+        for id in &ids {
+            let cell = match row.cells.iter().find(|(i, _)| i == id) {
+                _ if row.could_not_run => "could not run".to_owned(),
+                Some((_, c)) if c.starts_with("UNSAFE") => {
+                    let _ = writeln!(evidence, "- {} × {id}: {}", row.design, &c[8..]);
+                    "**UNSAFE**".to_owned()
+                }
+                Some((_, c)) => c.clone(),
+                None => "not run".to_owned(),
+            };
+            let _ = write!(text, " {cell} |");
+        }
+        text.push('\n');
+    }
+    text.push_str("\nDesigns: ");
+    text.push_str(
+        &rows
+            .iter()
+            .map(|r| format!("{} ({})", r.design, r.source))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    text.push_str(".\n");
+    if !evidence.is_empty() {
+        text.push_str("\nThe evidence (each unsafe cell's first failed check):\n\n");
+        text.push_str(&evidence);
+    }
+    text
+}
