@@ -4,8 +4,9 @@
 //! a fence, on a cluster of its own, with its evidence in a directory of its own. A cell is read
 //! off that run's events and text, never assumed: `safe` when every check of the experiment
 //! passed, `UNSAFE` with the first failed check (the line of evidence), `n/a` when the
-//! experiment said `skip`. The table goes to stdout and `<evidence-dir>/report-card.md`, each
-//! design's evidence to `<evidence-dir>/grade/<design>/`.
+//! experiment said `skip`. The table goes to stdout, `<evidence-dir>/report-card.md` and
+//! `report-card.html` (each cell linked to its design's run report), each design's evidence to
+//! `<evidence-dir>/grade/<design>/`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -140,7 +141,16 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
         eprintln!("lab grade: failed to write {}: {e}", path.display());
         return ExitCode::from(EXIT_HARNESS);
     }
-    eprintln!("lab grade: the report card is in {}", path.display());
+    let html_path = evidence_dir.join("report-card.html");
+    if let Err(e) = std::fs::write(&html_path, render_html(&rows)) {
+        eprintln!("lab grade: failed to write {}: {e}", html_path.display());
+        return ExitCode::from(EXIT_HARNESS);
+    }
+    eprintln!(
+        "lab grade: the report card is in {} and {}",
+        path.display(),
+        html_path.display()
+    );
     // A gate: a design expected to hold that does not, a flawed one the card cannot tell from a
     // sound one, or a run that could not start, fails the grade.
     let broken = rows.iter().any(|r| {
@@ -230,4 +240,71 @@ fn render(rows: &[Row]) -> String {
         text.push_str(&evidence);
     }
     text
+}
+
+/// The card as a page: the same table, each cell linked to the report of the run it was read
+/// off, and the evidence lines.
+fn render_html(rows: &[Row]) -> String {
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
+    let mut html = String::from(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>fencing lab: report card</title>\n\
+         <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}\
+         td,th{border:1px solid #999;padding:.3em .6em;text-align:center}\
+         .safe{background:#d9f2d9}.unsafe{background:#f7c8c8;font-weight:bold}.na{color:#777}\
+         li{margin:.2em 0}</style></head><body>\n<h1>Report card</h1>\n\
+         <p>Each cell is read off that design's run (click it for the run's report): safe — every \
+         check of the experiment passed; UNSAFE — a check failed (the first failed check is listed \
+         below); n/a — the experiment said skip.</p>\n<table><tr><th>design</th><th>expected</th>",
+    );
+    for id in &ids {
+        let _ = write!(html, "<th>{id}</th>");
+    }
+    html.push_str("</tr>\n");
+    let mut evidence = String::new();
+    for row in rows {
+        let report = format!("grade/{}/report.html", esc(&row.design));
+        let _ = write!(
+            html,
+            "<tr><th title=\"{}\">{}</th><td>{}</td>",
+            esc(&row.source),
+            esc(&row.design),
+            if row.expected_safe { "safe" } else { "flawed" }
+        );
+        for id in &ids {
+            let (class, cell) = match row.cells.iter().find(|(i, _)| i == id) {
+                _ if row.could_not_run => ("na", "could not run".to_owned()),
+                Some((_, c)) if c.starts_with("UNSAFE") => {
+                    let _ = writeln!(
+                        evidence,
+                        "<li><b>{} × {id}</b>: {}</li>",
+                        esc(&row.design),
+                        esc(&c[8..])
+                    );
+                    ("unsafe", "UNSAFE".to_owned())
+                }
+                Some((_, c)) if c == "safe" => ("safe", c.clone()),
+                Some((_, c)) => ("na", c.clone()),
+                None => ("na", "not run".to_owned()),
+            };
+            let _ = write!(
+                html,
+                "<td class=\"{class}\"><a href=\"{report}\">{cell}</a></td>"
+            );
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n");
+    if !evidence.is_empty() {
+        html.push_str("<h2>The evidence</h2>\n<ul>\n");
+        html.push_str(&evidence);
+        html.push_str("</ul>\n");
+    }
+    html.push_str("</body></html>\n");
+    html
 }

@@ -851,6 +851,14 @@ fn the_report_card_shows_a_flawed_design_unsafe_with_its_evidence() -> anyhow::R
         "{card}"
     );
     assert!(ev.join("grade/stale-write/output.txt").is_file());
+    let html = fs::read_to_string(ev.join("report-card.html"))?;
+    assert!(
+        html.contains(
+            "<td class=\"unsafe\"><a href=\"grade/stale-write/report.html\">UNSAFE</a></td>"
+        ),
+        "{html}"
+    );
+    assert!(ev.join("grade/stale-write/report.html").is_file());
     sb.assert_nothing_left()?;
     Ok(())
 }
