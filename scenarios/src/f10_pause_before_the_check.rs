@@ -20,7 +20,9 @@ use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
-use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::lab::{
+    acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY,
+};
 use crate::paused_holder::{
     freeze_and_show, lab_step, list, part_line, record_renewals, renewal_count, renewed_every_time,
     step, until_expired_while_frozen, A_CONTENT, B_CONTENT,
@@ -102,10 +104,7 @@ impl Scenario for F10 {
             rec.check(
                 "just before the freeze the lease is A's and unexpired (database clock)",
                 "holder-a token=1 unexpired",
-                &shown(row.map(|r| {
-                    let state = if r.expired { "expired" } else { "unexpired" };
-                    format!("{} token={} {state}", r.holder, r.token)
-                })),
+                &shown(row.as_ref().map(lease_state)),
             );
 
             let frozen_at = freeze_and_show(

@@ -16,7 +16,8 @@ use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{
-    acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
+    acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE,
+    SUMMARY,
 };
 use crate::paused_holder::part_line;
 use crate::{Lab, Outcome, Scenario};
@@ -110,10 +111,7 @@ impl Scenario for F11 {
             rec.check(
                 "holder-c is the lease's current, unexpired holder: a legitimate holding",
                 &format!("{HOLDER_C} token={} unexpired", g.token),
-                &shown(row.map(|r| {
-                    let state = if r.expired { "expired" } else { "unexpired" };
-                    format!("{} token={} {state}", r.holder, r.token)
-                })),
+                &shown(row.as_ref().map(lease_state)),
             );
             rec.expose(
                 format!(

@@ -22,7 +22,7 @@ use harness::observe::{self, Session};
 use harness::process::{self, describe_status};
 use holder_protocol::{Event, Request};
 
-use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
+use crate::lab::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::lab::{DETAIL, SUMMARY};
 use crate::paused_holder::{
     lab_client_takes_over, lab_step, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
@@ -206,16 +206,7 @@ async fn the_lease_outlives_a(
         &format!(
             "{} ({})",
             acquired(early.as_ref()),
-            shown(row.map(|r| {
-                let state = if r.released {
-                    "released"
-                } else if r.expired {
-                    "expired"
-                } else {
-                    "unexpired"
-                };
-                format!("{} token={} {state}", r.holder, r.token)
-            }))
+            shown(row.as_ref().map(lease_state))
         ),
     );
     until_lease_expired(lab, rec).await?;

@@ -595,6 +595,19 @@ impl Lab {
     }
 }
 
+/// A lease row as the checks show it: its holder, its token and the database's verdict on it —
+/// `holder-a token=1 unexpired`, or `released` once given up, `expired` once run out.
+pub fn lease_state(r: &fencing::lease::LeaseRow) -> String {
+    let state = if r.released {
+        "released"
+    } else if r.expired {
+        "expired"
+    } else {
+        "unexpired"
+    };
+    format!("{} token={} {state}", r.holder, r.token)
+}
+
 /// The timeline mark of an acquire's result.
 pub fn acquire_mark(grant: Option<&fencing::lease::Grant>) -> harness::evidence::Mark {
     match grant {

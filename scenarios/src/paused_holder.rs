@@ -14,7 +14,7 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use harness::process::ThreadState;
 use holder_protocol::{exit, Event, Request};
 
-use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::lab::{lease_state, shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::Lab;
 
 /// What A's content and B's content are.
@@ -283,14 +283,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
             p.ttl.as_millis()
         ),
         "holder-a token=1 unexpired",
-        &shown(row.map(|r| {
-            format!(
-                "{} token={} {}",
-                r.holder,
-                r.token,
-                if r.expired { "expired" } else { "unexpired" }
-            )
-        })),
+        &shown(row.as_ref().map(lease_state)),
     );
     rec.check_that(
         "A's background renewer renewed, every time with success",
