@@ -47,6 +47,11 @@ pub struct Config {
 /// Checks the arguments, finds the server binaries and makes sure the evidence directory can
 /// be written. Every error is one line that names the problem and the fix.
 pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
+    if args.fenced_mode == Some(WriteMode::Sut) {
+        bail!(
+            "--fenced-mode sut: name the profile with --sut FILE (or a built-in, lab profile list)"
+        );
+    }
     let scenarios = match &args.only {
         Some(ids) => scenarios::select(ids).map_err(anyhow::Error::msg)?,
         None => scenarios::ALL.to_vec(),
@@ -143,6 +148,9 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         (None, BackendArg::Embedded) => vec![Backend::Embedded],
         (None, BackendArg::Containers) => vec![Backend::Containers { pg_major: 15 }],
     };
+    if args.step && backends != [Backend::Embedded] {
+        bail!("--step runs on the embedded cluster (its psql command connects to it): drop --backend containers and --pg-versions");
+    }
     if backends != [Backend::Embedded] && !cfg!(feature = "containers") {
         bail!(
             "--backend containers and --pg-versions need a lab built with the containers feature: \
@@ -184,9 +192,6 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             "--evidence-dir {}: cannot be written ({e}); pass a writable directory",
             dir.display()
         );
-    }
-    if args.step && backends != [Backend::Embedded] {
-        bail!("--step runs on the embedded cluster (its psql command connects to it): drop --backend containers and --pg-versions");
     }
     // One cluster per job: with TCP they would share a port, and containers are heavy; one
     // experiment at a time while a reader steps through them.

@@ -118,6 +118,18 @@ fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()>
             &["run", "--evidence-dir", "/proc/no-such/ev"],
             "cannot be made",
         ),
+        (
+            &["run", "--fenced-mode", "sut"],
+            "--fenced-mode sut: name the profile with --sut",
+        ),
+        (
+            &["run", "--sut", "no-such-profile"],
+            "--sut no-such-profile: file: no such file, and no built-in profile of that name",
+        ),
+        (
+            &["run", "--step", "--backend", "containers"],
+            "--step runs on the embedded cluster",
+        ),
     ];
     // The holder binary missing (pointed elsewhere), with otherwise good arguments.
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
