@@ -375,9 +375,14 @@ impl Side for PgSide {
             matches!(read_request(), Ok(Some(Request::Go)))
         };
         let decided = if self.mode == WriteMode::Sut {
-            fencing::resource::write_sut_before_commit(&mut conn, resource.profile(), &write, go)
-                .await
-                .ok_or("--wait-before-commit: the profile's write is one statement")?
+            fencing::resource::write_profile_before_commit(
+                &mut conn,
+                resource.profile(),
+                &write,
+                go,
+            )
+            .await
+            .ok_or("--wait-before-commit: the profile's write is one statement")?
         } else {
             fencing::resource::write_fenced_scope_before_commit(&mut conn, &write, go).await
         };

@@ -82,8 +82,9 @@ impl Scenario for F12 {
 /// write in one transaction (`--sut`), else seed004's (fenced-scope): a one-statement fence
 /// has no moment before its commit to stop at.
 fn before_commit_mode(lab: &Lab) -> WriteMode {
-    match (&lab.params.fenced_mode, &lab.params.sut.resource.write) {
-        (WriteMode::Sut, fencing::profile::WriteSql::CheckThenWrite { .. }) => WriteMode::Sut,
+    let mode = lab.params.fenced_mode;
+    match mode.fence(&lab.params.sut).map(|f| &f.resource.write) {
+        Some(fencing::profile::WriteSql::CheckThenWrite { .. }) if mode == WriteMode::Sut => mode,
         _ => WriteMode::FencedScope,
     }
 }

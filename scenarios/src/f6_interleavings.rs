@@ -209,11 +209,9 @@ async fn fenced_scope(
 
     let (gap, at_gap, release) = latch();
     let sut = lab.params.sut.clone();
-    let one_statement = match mode {
-        WriteMode::FencedSingle | WriteMode::FencedShared => true,
-        WriteMode::Sut => matches!(sut.resource.write, WriteSql::OneStatement(_)),
-        _ => false,
-    };
+    let one_statement = mode
+        .fence(&sut)
+        .is_some_and(|f| matches!(f.resource.write, WriteSql::OneStatement(_)));
     let first_task = tokio::spawn({
         let sut = sut.clone();
         async move {

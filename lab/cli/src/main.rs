@@ -326,7 +326,7 @@ async fn run_lab_inner(
     }
     // A profile of the user's is checked before anything runs with it (the built-in ones are
     // checked by the tests).
-    if cfg.params.sut.load_arg() != fencing::profile::Profile::seed004().name {
+    if !cfg.params.sut.is_built_in() {
         let check = profile::prepare_with(&cfg.params.sut, cfg.cluster.bins.clone());
         let checked = tokio::select! {
             checked = check => checked,

@@ -586,10 +586,20 @@ impl Profile {
         })
     }
 
+    /// The text of a built-in profile's file (`lab exercise` starts from seed004's).
+    pub fn built_in_text(name: &str) -> Option<&'static str> {
+        BUILT_IN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+    }
+
+    /// Whether it is one of the built-in profiles (checked by the lab's own tests).
+    pub fn is_built_in(&self) -> bool {
+        self.origin.starts_with("built-in ")
+    }
+
     /// What [`Profile::load`] takes to load this profile again (a holder process does): the
     /// built-in's name, or the file's path.
     pub fn load_arg(&self) -> String {
-        if self.origin.starts_with("built-in ") {
+        if self.is_built_in() {
             self.name.clone()
         } else {
             self.origin.clone()

@@ -194,17 +194,26 @@ impl WriteMode {
         };
         Some(Profile::built_in(name).expect("the fenced modes' profiles are built in"))
     }
+
+    /// The profile whose write this mode runs: `sut` for [`WriteMode::Sut`], the built-in one of
+    /// a fenced mode ([`WriteMode::profile`]), `None` for a negative control.
+    pub fn fence(self, sut: &Profile) -> Option<&Profile> {
+        match self {
+            WriteMode::Sut => Some(sut),
+            mode => mode.profile(),
+        }
+    }
 }
 
-/// The arguments of the statements about one write.
-fn args<'a>(w: &Write<'a>, mode: WriteMode) -> Args<'a> {
+/// The arguments of the statements about one write, its attempts recorded as `record`.
+fn args<'a>(w: &Write<'a>, record: &'a str) -> Args<'a> {
     Args {
         scope: w.scope,
         part: w.part,
         content: w.content,
         writer: w.writer,
         token: w.token,
-        mode: mode.as_str(),
+        mode: record,
         ..Args::default()
     }
 }
@@ -234,10 +243,8 @@ pub mod broken {
             unreachable!("seed004-shared writes in one statement")
         };
         let unlocked = statement.sql().replace("FOR SHARE", "");
-        let mut a = args(w, WriteMode::FencedShared);
-        a.mode = "fenced-shared-without-the-lock";
         let row = statement
-            .query_with(&unlocked, &a)
+            .query_with(&unlocked, &args(w, "fenced-shared-without-the-lock"))
             .fetch_one(r.pool())
             .await
             .op("write the part (fenced-shared without its lock)")?;
@@ -405,44 +412,10 @@ where
     F: Future<Output = ()>,
 {
     let nothing_read = Checked { floor_read: None };
+    if let Some(fence) = mode.fence(sut) {
+        return write_fenced(conn, fence, w, gap(nothing_read)).await;
+    }
     let accepted = match mode {
-        WriteMode::FencedScope => {
-            match fenced_scope(conn, w, gap(nothing_read), async { true }).await? {
-                Some(true) => return Ok(true),
-                _ => false,
-            }
-        }
-        WriteMode::Sut => {
-            let record = sut.resource.mode.as_str();
-            match &sut.resource.write {
-                WriteSql::CheckThenWrite { check, write } => {
-                    let fence = Fence {
-                        check,
-                        write,
-                        record,
-                    };
-                    match in_transaction(conn, &fence, w, gap(nothing_read), async { true }).await?
-                    {
-                        Some(true) => return Ok(true),
-                        _ => {
-                            log_attempt(&mut *conn, w, record, false).await?;
-                            return Ok(false);
-                        }
-                    }
-                }
-                WriteSql::OneStatement(statement) => {
-                    gap(nothing_read).await;
-                    let mut a = args(w, mode);
-                    a.mode = record;
-                    let row = statement
-                        .query(&a)
-                        .fetch_one(&mut *conn)
-                        .await
-                        .op("write the part (the system under test's statement)")?;
-                    return row.try_get(0).op("read whether it was accepted");
-                }
-            }
-        }
         WriteMode::FencedRow => {
             // Check and write are one statement here; the hook runs just before it.
             gap(nothing_read).await;
@@ -491,25 +464,49 @@ where
             upsert(&mut *conn, w).await?;
             true
         }
-        WriteMode::FencedSingle | WriteMode::FencedShared => {
-            // Check, write and log are one statement here; the hook runs just before it.
-            gap(nothing_read).await;
-            let Some(WriteSql::OneStatement(statement)) = mode.profile().map(|p| &p.resource.write)
-            else {
-                unreachable!("{mode} writes in one statement")
-            };
+        WriteMode::FencedScope
+        | WriteMode::FencedSingle
+        | WriteMode::FencedShared
+        | WriteMode::Sut => unreachable!("{mode} is a fence, written above"),
+    };
+    // The negative controls, which have no transaction, record every attempt here.
+    log_attempt(&mut *conn, w, mode.as_str(), accepted).await?;
+    Ok(accepted)
+}
+
+/// Writes `w` with `fence`'s write, its attempts recorded under the profile's name for it: one
+/// statement (which records its attempt itself; the hook runs just before it), or the check, the
+/// hook and the write in one transaction (a rejected attempt recorded after the rollback).
+async fn write_fenced(
+    conn: &mut PgConnection,
+    fence: &Profile,
+    w: &Write<'_>,
+    gap: impl Future<Output = ()>,
+) -> Result<bool> {
+    let record = fence.resource.mode.as_str();
+    match &fence.resource.write {
+        WriteSql::OneStatement(statement) => {
+            gap.await;
             let row = statement
-                .query(&args(w, mode))
+                .query(&args(w, record))
                 .fetch_one(&mut *conn)
                 .await
                 .op("write the part (fenced, one statement)")?;
-            return row.try_get(0).op("read whether it was accepted");
+            row.try_get(0).op("read whether it was accepted")
         }
-    };
-    // A rejected fenced-scope attempt is recorded here, after its rollback; the negative
-    // controls, which have no transaction, record every attempt here.
-    log_attempt(&mut *conn, w, mode.as_str(), accepted).await?;
-    Ok(accepted)
+        WriteSql::CheckThenWrite { check, write } => {
+            let fence = Fence {
+                check,
+                write,
+                record,
+            };
+            if in_transaction(conn, &fence, w, gap, async { true }).await? == Some(true) {
+                return Ok(true);
+            }
+            log_attempt(&mut *conn, w, record, false).await?;
+            Ok(false)
+        }
+    }
 }
 
 /// [`WriteMode::FencedScope`] with a test hook *before COMMIT*: `before_commit` is awaited once
@@ -523,13 +520,15 @@ pub async fn write_fenced_scope_before_commit(
     w: &Write<'_>,
     before_commit: impl Future<Output = bool>,
 ) -> Result<Option<bool>> {
-    write_before_commit(conn, &seed004_fence(), w, before_commit).await
+    write_profile_before_commit(conn, Profile::seed004(), w, before_commit)
+        .await
+        .expect("seed004 checks and writes in a transaction")
 }
 
-/// [`write_fenced_scope_before_commit`] with the system under test's fence, when it is a check
-/// and a write in one transaction (`None` when it is one statement: there is no moment before
-/// its commit to stop at).
-pub async fn write_sut_before_commit(
+/// [`write_fenced_scope_before_commit`] with `sut`'s fence, when it is a check and a write in
+/// one transaction (`None` when it is one statement: there is no moment before its commit to
+/// stop at).
+pub async fn write_profile_before_commit(
     conn: &mut PgConnection,
     sut: &Profile,
     w: &Write<'_>,
@@ -567,30 +566,6 @@ struct Fence<'p> {
     record: &'p str,
 }
 
-/// seed004's fence (fenced-scope).
-fn seed004_fence() -> Fence<'static> {
-    let WriteSql::CheckThenWrite { check, write } = &Profile::seed004().resource.write else {
-        unreachable!("seed004 checks and writes in a transaction")
-    };
-    Fence {
-        check,
-        write,
-        record: WriteMode::FencedScope.as_str(),
-    }
-}
-
-/// The fenced-scope transaction: advance the floor or roll back (`Some(false)`; the caller logs
-/// the rejected attempt after the rollback), await `gap`, upsert and log, await `before_commit`,
-/// commit (`Some(true)`) or roll back at its word (`None`).
-async fn fenced_scope(
-    conn: &mut PgConnection,
-    w: &Write<'_>,
-    gap: impl Future<Output = ()>,
-    before_commit: impl Future<Output = bool>,
-) -> Result<Option<bool>> {
-    in_transaction(conn, &seed004_fence(), w, gap, before_commit).await
-}
-
 /// A check-then-write fence's transaction: `check` (passed when it changed a row) or roll back
 /// (`Some(false)`; the caller logs the rejected attempt after the rollback), await `gap`,
 /// `write` and log, await `before_commit`, commit (`Some(true)`) or roll back at its word
@@ -602,8 +577,7 @@ async fn in_transaction(
     gap: impl Future<Output = ()>,
     before_commit: impl Future<Output = bool>,
 ) -> Result<Option<bool>> {
-    let mut a = args(w, WriteMode::FencedScope);
-    a.mode = fence.record;
+    let a = args(w, fence.record);
     let mut tx = conn.begin().await.op("begin the write transaction")?;
     let advanced = fence
         .check
@@ -657,7 +631,7 @@ async fn log_attempt(
 
 async fn upsert(conn: &mut PgConnection, w: &Write<'_>) -> Result<()> {
     seed004_write()
-        .query(&args(w, WriteMode::Unfenced))
+        .query(&args(w, WriteMode::Unfenced.as_str()))
         .execute(conn)
         .await
         .op("write the part")?;
