@@ -72,12 +72,15 @@ impl Scenario for F10 {
             )
             .await;
             let Event::BeforeCheck {
-                token: 1,
+                token,
                 deadline_left_ms,
             } = before
             else {
                 bail!(a.unexpected("BEFORE_CHECK token=1", &before));
             };
+            if token != lab.token(1) {
+                bail!(a.unexpected("BEFORE_CHECK token=1", &before));
+            }
             rec.check_that(
                 "A stops before its local-deadline check, its deadline still ahead",
                 deadline_left_ms > 0,
@@ -226,11 +229,8 @@ impl Scenario for F10 {
                 &format!("{B_CONTENT} by holder-b token=2"),
                 &part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
             );
-            rec.check(
-                "fence_floor stays at B's token",
-                "2",
-                &shown(lab.resource.floor(SCOPE).await?),
-            );
+            lab.check_floor(rec, "fence_floor stays at B's token", 2)
+                .await?;
             let row = lab.lease.inspect(LEASE).await?;
             rec.check(
                 "the lease row is still B's holding: A, resumed, did not touch it",

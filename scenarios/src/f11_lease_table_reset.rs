@@ -47,6 +47,17 @@ impl Scenario for F11 {
         true
     }
 
+    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
+        if sut.claims.token_at_lease && sut.resource.floor.is_some() {
+            Ok(())
+        } else {
+            Err(
+                "it restarts the lease's tokens below the floor the resource keeps, and the \
+                 design has no token at the lease or no floor at the resource",
+            )
+        }
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let mut before = Vec::new();

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::lab::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
 
 pub struct F1;
@@ -149,8 +149,8 @@ impl Scenario for F1 {
                 &wrote(ok, b.token),
             );
 
-            let floor = lab.resource.floor(SCOPE).await?;
-            rec.check("the resource's fence_floor", "2", &shown(floor));
+            lab.check_floor(rec, "the resource's fence_floor", 2)
+                .await?;
             Ok(())
         })
     }

@@ -108,12 +108,12 @@ impl Scenario for F2 {
                     &wrote(ok, a.token),
                 );
             }
-            let floor = lab.resource.floor(SCOPE).await?;
-            rec.check(
+            lab.check_floor(
+                rec,
                 "fence_floor stays at 1 after two writes with token 1",
-                "1",
-                &shown(floor),
-            );
+                1,
+            )
+            .await?;
 
             // Wait until an autocommit statement judges the lease expired.
             let waited = lab.until_lease_expired("the lease").await?;

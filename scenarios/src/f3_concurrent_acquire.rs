@@ -94,10 +94,11 @@ impl Scenario for F3 {
                 let winners: Vec<i64> = attempts.iter().filter_map(|a| a.token).collect();
                 rec.check(format!("{label}: winners"), &want_winners, &winners.len());
                 if let Some(token) = want_token {
-                    rec.check(
+                    lab.check_token(
+                        rec,
                         format!("{label}: the winner's token"),
-                        &token.to_string(),
-                        &shown(winners.first()),
+                        token,
+                        winners.first().copied(),
                     );
                 }
                 let spans: Vec<ServerSpan> = attempts.iter().map(|a| a.span).collect();
@@ -125,7 +126,7 @@ impl Scenario for F3 {
                 "{total} attempts in all (3 rounds × {n} contenders)"
             ));
             let row = lab.lease.inspect(LEASE).await?;
-            rec.check("the final token", "2", &shown(row.map(|r| r.token)));
+            lab.check_token(rec, "the final token", 2, row.map(|r| r.token));
             rec.check("rows in the lease table", &1, &lab.lease.row_count().await?);
             Ok(())
         })

@@ -6,7 +6,7 @@
 
 use harness::evidence::Recorder;
 
-use crate::lab::{shown, wrote};
+use crate::lab::wrote;
 use crate::paused_holder::{self, part_line, B_CONTENT};
 use crate::{Lab, Outcome, Scenario};
 
@@ -50,7 +50,7 @@ impl Scenario for F4 {
                 &format!("{B_CONTENT} by holder-b token=2"),
                 &part_line(&r.summary),
             );
-            rec.check("fence_floor after the run", "2", &shown(r.floor));
+            lab.check_floor_is(rec, "fence_floor after the run", 2, r.floor);
             rec.check(
                 "write_attempt holds exactly one rejected attempt by A",
                 &1,

@@ -76,6 +76,15 @@ impl Scenario for F6 {
         true
     }
 
+    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
+        if sut.claims.token_at_resource {
+            Ok(())
+        } else {
+            Err("it interleaves two writers' token checks at the resource, and the design checks no \
+                 token there (token_at_resource = false): F4 shows what reaches it")
+        }
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             check_then_write(lab, rec).await?;

@@ -34,6 +34,18 @@ impl Scenario for F7 {
         true
     }
 
+    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
+        if sut.claims.token_at_resource {
+            Ok(())
+        } else {
+            Err(
+                "it compares how much a token check at the resource covers (a row or the scope), \
+                 and the design checks no token there (token_at_resource = false): F4 shows what \
+                 reaches it",
+            )
+        }
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             for mode in [WriteMode::FencedRow, lab.params.fenced_mode] {

@@ -114,7 +114,7 @@ impl Scenario for F8 {
                 .context("holder-a could not re-acquire")?;
             let granted = Instant::now();
             ensure!(
-                a.token == 2,
+                a.token == lab.token(2),
                 "holder-a's second grant has token {}",
                 a.token
             );
@@ -149,11 +149,12 @@ impl Scenario for F8 {
                 wrote(ok, 2),
                 None,
             );
-            rec.check(
+            lab.check_floor(
+                rec,
                 "before the crash, fence_floor = 2: holder-a's write with token 2 advanced it",
-                "2",
-                &shown(lab.resource.floor(SCOPE).await?),
-            );
+                2,
+            )
+            .await?;
             let inspect_sent = Instant::now();
             let before = lab
                 .lease
@@ -242,7 +243,7 @@ impl Scenario for F8 {
 
             rec.check(
                 "the lease row survived as it was: holder-a, token 2, the same expires_at (a lease does not end with the database connection)",
-                &format!("holder-a/2 expires_at={}", before.expires_at),
+                &format!("holder-a/{} expires_at={}", lab.token(2), before.expires_at),
                 &shown(
                     after
                         .as_ref()
@@ -298,11 +299,7 @@ impl Scenario for F8 {
                 "RENEW ok=true token=2",
                 &format!("RENEW ok={renewed} token={}", a.token),
             );
-            rec.check(
-                "fence_floor survived",
-                "2",
-                &shown(lab.resource.floor(SCOPE).await?),
-            );
+            lab.check_floor(rec, "fence_floor survived", 2).await?;
 
             lab.until_lease_expired("holder-a's lease").await?;
             rec.step(

@@ -12,6 +12,7 @@ use fencing::profile::Profile;
 use fencing::publish::Publisher;
 use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
+use harness::evidence::Recorder;
 use harness::holder::HolderSpec;
 use harness::server::{Cluster, ClusterConfig, Server};
 use holder_protocol::HolderFlags;
@@ -607,6 +608,83 @@ pub fn lease_state(r: &fencing::lease::LeaseRow) -> String {
     };
     format!("{} token={} {state}", r.holder, r.token)
 }
+
+impl Lab {
+    /// The token the `n`-th grant of a lease carries in this run: `n` for a design with a token
+    /// at the lease, `0` for one without (its profile's contract; the lease store refuses any
+    /// other answer, and the recorder shows such a run's tokens as `token=–`).
+    pub fn token(&self, n: i64) -> i64 {
+        if self.params.sut.claims.token_at_lease {
+            n
+        } else {
+            0
+        }
+    }
+
+    /// Checks the scope's fence floor against `expected` — or, for a design whose resource
+    /// keeps no floor (its profile has no `resource.floor`), records the check as waived, with
+    /// why.
+    pub async fn check_floor(
+        &self,
+        rec: &mut Recorder,
+        description: &str,
+        expected: i64,
+    ) -> anyhow::Result<()> {
+        let floor = self.resource.floor(SCOPE).await?;
+        self.check_floor_is(rec, description, expected, floor);
+        Ok(())
+    }
+
+    /// A floor as a check's text shows it: the value (or `none`), or `n/a` for a design whose
+    /// resource keeps no floor — on both sides of a check that compares more than the floor.
+    pub fn floor_shown(&self, floor: Option<i64>) -> String {
+        if self.params.sut.resource.floor.is_none() {
+            "n/a".into()
+        } else {
+            shown(floor)
+        }
+    }
+
+    /// [`Lab::check_floor`] on a floor read before (`None` for a design that keeps none).
+    pub fn check_floor_is(
+        &self,
+        rec: &mut Recorder,
+        description: &str,
+        expected: i64,
+        floor: Option<i64>,
+    ) {
+        if self.params.sut.resource.floor.is_none() {
+            rec.waive(description, NO_FLOOR);
+        } else {
+            rec.check(description, &expected.to_string(), &shown(floor));
+        }
+    }
+}
+
+impl Lab {
+    /// Checks a token read from the lease against `expected` — or, for a design that issues no
+    /// token (`token_at_lease = false`), records the check as waived, with why.
+    pub fn check_token(
+        &self,
+        rec: &mut Recorder,
+        description: impl Into<String>,
+        expected: i64,
+        actual: Option<i64>,
+    ) {
+        let description = description.into();
+        if self.params.sut.claims.token_at_lease {
+            rec.check(description, &expected.to_string(), &shown(actual));
+        } else {
+            rec.waive(description, NO_TOKEN);
+        }
+    }
+}
+
+/// Why a token check is waived.
+pub const NO_TOKEN: &str = "the design issues no token (token_at_lease = false)";
+
+/// Why a floor check is waived.
+pub const NO_FLOOR: &str = "the design keeps no floor at the resource (no resource.floor)";
 
 /// The timeline mark of an acquire's result.
 pub fn acquire_mark(grant: Option<&fencing::lease::Grant>) -> harness::evidence::Mark {

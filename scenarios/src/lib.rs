@@ -103,6 +103,13 @@ pub trait Scenario: Sync {
     fn lanes(&self) -> Lanes {
         Lanes::default()
     }
+    /// Whether it applies to the system under test (`lab run --sut`): `Err` says why not — the
+    /// design lacks what the experiment's fault needs to act on — and the case says `skip` (n/a
+    /// on the report card). Every experiment applies to the lab's own design.
+    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
+        let _ = sut;
+        Ok(())
+    }
     /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a>;
 }
@@ -363,9 +370,21 @@ async fn run_case(
     title: &str,
 ) -> bool {
     rec.case_with_lanes(id, title, scenario.lanes());
+    rec.blind_tokens(!lab.params.sut.claims.token_at_lease);
     let before = rec.summary();
+    let waived_before = rec.waived();
     let on_containers = !matches!(lab.backend(), Backend::Embedded);
+    let applies = scenario.applies_to(&lab.params.sut);
     let outcome = match lab.reset().await {
+        Ok(()) if applies.is_err() => {
+            let why = applies.err().unwrap_or_default();
+            rec.skip(format!(
+                "{} does not apply to {}: {why}",
+                scenario.id(),
+                lab.params.sut.name
+            ));
+            Ok(())
+        }
         Ok(()) if on_containers && !scenario.on_containers() => {
             rec.skip(format!(
                 "{} runs in the default run only (./run.sh without --backend containers); \
@@ -378,7 +397,8 @@ async fn run_case(
         Err(e) => Err(e),
     };
     let after = rec.summary();
-    let made = (after.passed + after.failed) - (before.passed + before.failed);
+    let made = (after.passed + after.failed) - (before.passed + before.failed)
+        + (rec.waived() - waived_before);
     let skipped = after.skipped > before.skipped;
     match outcome {
         Err(e) => {

@@ -261,12 +261,15 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     )
     .await;
     let Event::AtWritePoint {
-        token: 1,
+        token,
         deadline_left_ms,
     } = ready
     else {
         bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
     };
+    if token != lab.token(1) {
+        bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
+    }
     rec.note(format!(
         "A passed its local-deadline check ({deadline_left_ms} ms left) and waits at the write point, resource mode={mode}"
     ));
@@ -309,7 +312,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         &acquired.to_string(),
     );
     let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
-    if !matches!(ready, Event::AtWritePoint { token: 2, .. }) {
+    if !matches!(ready, Event::AtWritePoint { token, .. } if token == lab.token(2)) {
         bail!(b.unexpected("AT_WRITE_POINT token=2", &ready));
     }
     b.send(Request::Go).await?;
@@ -356,11 +359,14 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     rec.note(format!("A resumed: {write}; {renew}"));
     let Event::Write {
         accepted: a_accepted,
-        token: 1,
+        token,
     } = write
     else {
         bail!(a.unexpected("WRITE … token=1", &write));
     };
+    if token != lab.token(1) {
+        bail!(a.unexpected("WRITE … token=1", &write));
+    }
     rec.check(
         "A's renew after its write fails: its holding was superseded",
         "RENEW_AFTER_WRITE ok=false",

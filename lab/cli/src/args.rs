@@ -88,10 +88,13 @@ pub enum Command {
     Profile(ProfileArgs),
     /// The report card: each design through the experiments that judge a fence (F1–F4, F6–F8,
     /// F10–F12), design × experiment → safe / UNSAFE (with the failed check that shows it) /
-    /// n/a, to stdout and <evidence-dir>/report-card.md. Without --sut: the lab's own three
-    /// forms (which must come out safe) and the exercises' planted flaws (which must not).
+    /// n/a (with why), to stdout and <evidence-dir>/report-card.md. Without --sut: the lab's own
+    /// three forms (which must come out safe), the designs modelled on ShedLock, Quartz and
+    /// Kubernetes Leases and the exercises' planted flaws (which must not).
     /// Exit 0 when every design came out as expected, 1 when not, 2 when one could not run.
-    #[command(after_help = "Examples:\n  lab grade\n  lab grade --sut stale-write.toml")]
+    #[command(
+        after_help = "Examples:\n  lab grade\n  lab grade --sut stale-write.toml\n  lab grade --sut shedlock-style"
+    )]
     Grade {
         /// Grade this profile (a built-in's name or a file); repeatable.
         #[arg(long, value_name = "PROFILE")]
@@ -326,8 +329,9 @@ pub struct RunArgs {
     /// built-in's name or a TOML file whose lease statements every holder runs and whose write
     /// the fence-dependent experiments check in place of the lab's fence. The file is checked
     /// first (every statement prepared on a throwaway cluster): a bad one is one line, exit 2.
-    /// The experiments still expect a design shaped like seed004 (a token from the lease, a
-    /// floor at the resource). Default: seed004 (and its one-statement forms, --fenced-mode).
+    /// A design is judged on what its profile says it has: without a token at the lease or a
+    /// floor at the resource, those checks are noted n/a; without a token at the resource, F6
+    /// and F7 say skip. Default: seed004 (and its one-statement forms, --fenced-mode).
     #[arg(long, value_name = "PROFILE", conflicts_with = "fenced_mode")]
     pub sut: Option<String>,
 

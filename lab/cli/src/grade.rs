@@ -1,10 +1,11 @@
 //! `lab grade`: the report card. Each design — the lab's own fence in its three forms, the
-//! exercises' planted flaws (designs known to be unsafe: the card must show it, or the lab has
-//! lost its teeth), or the profiles named with `--sut` — runs through the experiments that judge
+//! designs modelled on widely used lock tables and the exercises' planted flaws (designs known to
+//! be unsafe: the card must show it, or the lab has lost its teeth), or the profiles named with
+//! `--sut` — runs through the experiments that judge
 //! a fence, on a cluster of its own, with its evidence in a directory of its own. A cell is read
 //! off that run's events and text, never assumed: `safe` when every check of the experiment
 //! passed, `UNSAFE` with the first failed check (the line of evidence), `n/a` when the
-//! experiment said `skip`. The table goes to stdout, `<evidence-dir>/report-card.md` and
+//! experiment said `skip` (with its reason). The table goes to stdout, `<evidence-dir>/report-card.md` and
 //! `report-card.html` (each cell linked to its design's run report), each design's evidence to
 //! `<evidence-dir>/grade/<design>/`.
 
@@ -25,6 +26,35 @@ pub const EXPERIMENTS: &str = "F1,F2,F3,F4,F6,F7,F8,F10,F11,F12";
 /// The lab's own designs: each must come out safe everywhere.
 const OWN: [&str; 3] = ["seed004", "seed004-single", "seed004-shared"];
 
+/// Built-in designs modelled on widely used lock tables, none of which checks a token at the
+/// resource: each must come out unsafe somewhere.
+const MODELLED: [&str; 3] = ["shedlock-style", "quartz-style", "k8s-lease-style"];
+
+/// One cell of the card, read off a design's run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cell {
+    /// Every check of the experiment passed.
+    Safe,
+    /// A check failed: the first failed check, as the run's text shows it.
+    Unsafe(String),
+    /// The experiment said skip: why.
+    NotApplicable(String),
+    /// The experiment did not report (the run stopped before it).
+    NotRun,
+}
+
+impl Cell {
+    /// The cell's word in the table.
+    fn word(&self) -> &'static str {
+        match self {
+            Cell::Safe => "safe",
+            Cell::Unsafe(_) => "UNSAFE",
+            Cell::NotApplicable(_) => "n/a",
+            Cell::NotRun => "not run",
+        }
+    }
+}
+
 /// One row of the card.
 struct Row {
     design: String,
@@ -35,7 +65,16 @@ struct Row {
     expected_safe: bool,
     /// The run could not start: every cell says so.
     could_not_run: bool,
-    cells: Vec<(String, String)>,
+    cells: Vec<(String, Cell)>,
+}
+
+impl Row {
+    fn cell(&self, id: &str) -> &Cell {
+        self.cells
+            .iter()
+            .find(|(i, _)| i == id)
+            .map_or(&Cell::NotRun, |(_, c)| c)
+    }
 }
 
 pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
@@ -43,6 +82,9 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
     if suts.is_empty() {
         for name in OWN {
             designs.push((name.into(), name.into(), true));
+        }
+        for name in MODELLED {
+            designs.push((name.into(), name.into(), false));
         }
         let dir = evidence_dir.join("grade").join("designs");
         if let Err(e) = std::fs::create_dir_all(&dir) {
@@ -59,7 +101,9 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
         }
     } else {
         for sut in suts {
-            designs.push((design_name(&sut), sut, true));
+            // The modelled designs are known to be flawed; any other is expected to hold.
+            let expected_safe = !MODELLED.contains(&sut.as_str());
+            designs.push((design_name(&sut), sut, expected_safe));
         }
     }
     let runtime = match crate::runtime() {
@@ -105,21 +149,23 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
         if code == ExitCode::from(130) || code == ExitCode::from(143) {
             return code;
         }
-        let evidence = first_failures(&dir);
+        let lines = case_lines(&dir);
+        let line_of = |id: &str, kind: &str| {
+            lines
+                .iter()
+                .find(|(case, k, _)| case == id && *k == kind)
+                .map_or_else(String::new, |(_, _, line)| line.clone())
+        };
         let cells = verdicts
             .into_iter()
             .filter(|(id, _)| id != "P0")
             .map(|(id, verdict)| {
                 let cell = if verdict == "skip" {
-                    "n/a".to_owned()
+                    Cell::NotApplicable(line_of(&id, "skip"))
                 } else if verdict.starts_with("passed") {
-                    "safe".to_owned()
+                    Cell::Safe
                 } else {
-                    let line = evidence
-                        .iter()
-                        .find(|(case, _)| *case == id)
-                        .map_or("", |(_, line)| line.as_str());
-                    format!("UNSAFE: {line}")
+                    Cell::Unsafe(line_of(&id, "FAIL"))
                 };
                 (id, cell)
             })
@@ -154,7 +200,7 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
     // A gate: a design expected to hold that does not, a flawed one the card cannot tell from a
     // sound one, or a run that could not start, fails the grade.
     let broken = rows.iter().any(|r| {
-        let unsafe_cells = r.cells.iter().any(|(_, c)| c.starts_with("UNSAFE"));
+        let unsafe_cells = r.cells.iter().any(|(_, c)| matches!(c, Cell::Unsafe(_)));
         r.could_not_run || (r.expected_safe == unsafe_cells)
     });
     if rows.iter().any(|r| r.could_not_run) {
@@ -173,38 +219,80 @@ fn design_name(sut: &str) -> String {
         .map_or_else(|| sut.to_owned(), |s| s.to_string_lossy().into_owned())
 }
 
-/// Each case's first failed check in a run's `output.txt`, as the text shows it.
-fn first_failures(dir: &Path) -> Vec<(String, String)> {
+/// Each case's first failed check and its skip reason in a run's `output.txt`, as the text shows
+/// them: (case, `FAIL` or `skip`, the line).
+fn case_lines(dir: &Path) -> Vec<(String, &'static str, String)> {
     let text = std::fs::read_to_string(dir.join("output.txt")).unwrap_or_default();
-    let mut out: Vec<(String, String)> = Vec::new();
+    let mut out: Vec<(String, &'static str, String)> = Vec::new();
     let mut case = String::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("CASE ") {
             case = rest.split(" :: ").next().unwrap_or("").to_owned();
-        } else if let Some(fail) = line.strip_prefix("  FAIL ") {
-            if !out.iter().any(|(c, _)| *c == case) {
-                out.push((case.clone(), fail.trim().to_owned()));
+            continue;
+        }
+        for kind in ["FAIL", "skip"] {
+            if let Some(found) = line.strip_prefix(&format!("  {kind} ")) {
+                if !out.iter().any(|(c, k, _)| *c == case && *k == kind) {
+                    out.push((case.clone(), kind, found.trim().to_owned()));
+                }
             }
         }
     }
     out
 }
 
+/// Lines under a card's table: (what they are about, the line).
+type Lines = Vec<(String, String)>;
+
+/// What the cards say under the table: every unsafe cell's evidence line, and why each
+/// experiment did not apply to a design (once per design and reason).
+fn notes(rows: &[Row]) -> (Lines, Lines) {
+    let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
+    let (mut evidence, mut not_applicable) = (Vec::new(), Vec::new());
+    for row in rows.iter().filter(|r| !r.could_not_run) {
+        let mut reasons: Vec<(Vec<&str>, &str)> = Vec::new();
+        for id in &ids {
+            match row.cell(id) {
+                Cell::Unsafe(line) => {
+                    evidence.push((format!("{} × {id}", row.design), line.clone()))
+                }
+                Cell::NotApplicable(why) => {
+                    // "F6 does not apply to x: why" — the reason after the design's name.
+                    let why = why.split_once(": ").map_or(why.as_str(), |(_, w)| w);
+                    match reasons.iter_mut().find(|(_, w)| *w == why) {
+                        Some((ids, _)) => ids.push(id),
+                        None => reasons.push((vec![id], why)),
+                    }
+                }
+                Cell::Safe | Cell::NotRun => {}
+            }
+        }
+        for (ids, why) in reasons {
+            not_applicable.push((
+                format!("{} × {}", row.design, ids.join(", ")),
+                why.to_owned(),
+            ));
+        }
+    }
+    (evidence, not_applicable)
+}
+
+const LEGEND: &str =
+    "Each cell is read off that design's run: safe — every check of the experiment \
+     passed (a check that reads what the design does not keep, a token or a floor, is noted n/a in \
+     its run and not counted); UNSAFE — a check failed (its first failed check is listed below); \
+     n/a — the experiment does not apply to the design (why: below).";
+
 /// The card as Markdown: a row per design, a column per experiment, then the evidence lines.
 fn render(rows: &[Row]) -> String {
     let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
-    let mut text = String::from(
-        "Each cell is read off that design's run: safe — every check of the experiment passed; \
-         UNSAFE — a check failed (its first failed check is listed below); n/a — the experiment \
-         said skip.\n\n| design | expected |",
-    );
+    let mut text = format!("{LEGEND}\n\n| design | expected |");
     for id in &ids {
         let _ = write!(text, " {id} |");
     }
     text.push_str("\n|---|---|");
     text.push_str(&"---|".repeat(ids.len()));
     text.push('\n');
-    let mut evidence = String::new();
     for row in rows {
         let _ = write!(
             text,
@@ -213,14 +301,10 @@ fn render(rows: &[Row]) -> String {
             if row.expected_safe { "safe" } else { "flawed" }
         );
         for id in &ids {
-            let cell = match row.cells.iter().find(|(i, _)| i == id) {
-                _ if row.could_not_run => "could not run".to_owned(),
-                Some((_, c)) if c.starts_with("UNSAFE") => {
-                    let _ = writeln!(evidence, "- {} × {id}: {}", row.design, &c[8..]);
-                    "**UNSAFE**".to_owned()
-                }
-                Some((_, c)) => c.clone(),
-                None => "not run".to_owned(),
+            let cell = match row.cell(id) {
+                _ if row.could_not_run => "could not run",
+                Cell::Unsafe(_) => "**UNSAFE**",
+                c => c.word(),
             };
             let _ = write!(text, " {cell} |");
         }
@@ -235,9 +319,18 @@ fn render(rows: &[Row]) -> String {
             .join(", "),
     );
     text.push_str(".\n");
+    let (evidence, not_applicable) = notes(rows);
     if !evidence.is_empty() {
         text.push_str("\nThe evidence (each unsafe cell's first failed check):\n\n");
-        text.push_str(&evidence);
+        for (cell, line) in evidence {
+            let _ = writeln!(text, "- {cell}: {line}");
+        }
+    }
+    if !not_applicable.is_empty() {
+        text.push_str("\nNot applicable:\n\n");
+        for (cells, why) in not_applicable {
+            let _ = writeln!(text, "- {cells}: {why}");
+        }
     }
     text
 }
@@ -252,21 +345,19 @@ fn render_html(rows: &[Row]) -> String {
             .replace('"', "&quot;")
     };
     let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
-    let mut html = String::from(
+    let mut html = format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>fencing lab: report card</title>\n\
-         <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}\
-         td,th{border:1px solid #999;padding:.3em .6em;text-align:center}\
-         .safe{background:#d9f2d9}.unsafe{background:#f7c8c8;font-weight:bold}.na{color:#777}\
-         li{margin:.2em 0}</style></head><body>\n<h1>Report card</h1>\n\
-         <p>Each cell is read off that design's run (click it for the run's report): safe — every \
-         check of the experiment passed; UNSAFE — a check failed (the first failed check is listed \
-         below); n/a — the experiment said skip.</p>\n<table><tr><th>design</th><th>expected</th>",
+         <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #999;padding:.3em .6em;text-align:center}}\
+         .safe{{background:#d9f2d9}}.unsafe{{background:#f7c8c8;font-weight:bold}}.na{{color:#777}}\
+         li{{margin:.2em 0}}</style></head><body>\n<h1>Report card</h1>\n\
+         <p>{} Click a cell for its run's report.</p>\n<table><tr><th>design</th><th>expected</th>",
+        esc(LEGEND)
     );
     for id in &ids {
         let _ = write!(html, "<th>{id}</th>");
     }
     html.push_str("</tr>\n");
-    let mut evidence = String::new();
     for row in rows {
         let report = format!("grade/{}/report.html", esc(&row.design));
         let _ = write!(
@@ -277,33 +368,35 @@ fn render_html(rows: &[Row]) -> String {
             if row.expected_safe { "safe" } else { "flawed" }
         );
         for id in &ids {
-            let (class, cell) = match row.cells.iter().find(|(i, _)| i == id) {
-                _ if row.could_not_run => ("na", "could not run".to_owned()),
-                Some((_, c)) if c.starts_with("UNSAFE") => {
-                    let _ = writeln!(
-                        evidence,
-                        "<li><b>{} × {id}</b>: {}</li>",
-                        esc(&row.design),
-                        esc(&c[8..])
-                    );
-                    ("unsafe", "UNSAFE".to_owned())
-                }
-                Some((_, c)) if c == "safe" => ("safe", c.clone()),
-                Some((_, c)) => ("na", c.clone()),
-                None => ("na", "not run".to_owned()),
+            let cell = row.cell(id);
+            let (class, word, title) = match cell {
+                _ if row.could_not_run => ("na", "could not run", ""),
+                Cell::Safe => ("safe", cell.word(), ""),
+                Cell::Unsafe(line) => ("unsafe", cell.word(), line.as_str()),
+                Cell::NotApplicable(why) => ("na", cell.word(), why.as_str()),
+                Cell::NotRun => ("na", cell.word(), ""),
             };
             let _ = write!(
                 html,
-                "<td class=\"{class}\"><a href=\"{report}\">{cell}</a></td>"
+                "<td class=\"{class}\" title=\"{}\"><a href=\"{report}\">{word}</a></td>",
+                esc(title)
             );
         }
         html.push_str("</tr>\n");
     }
     html.push_str("</table>\n");
-    if !evidence.is_empty() {
-        html.push_str("<h2>The evidence</h2>\n<ul>\n");
-        html.push_str(&evidence);
-        html.push_str("</ul>\n");
+    let (evidence, not_applicable) = notes(rows);
+    for (heading, items) in [
+        ("The evidence", evidence),
+        ("Not applicable", not_applicable),
+    ] {
+        if !items.is_empty() {
+            let _ = writeln!(html, "<h2>{heading}</h2>\n<ul>");
+            for (cell, line) in items {
+                let _ = writeln!(html, "<li><b>{}</b>: {}</li>", esc(&cell), esc(&line));
+            }
+            html.push_str("</ul>\n");
+        }
     }
     html.push_str("</body></html>\n");
     html

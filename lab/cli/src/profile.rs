@@ -19,12 +19,12 @@ pub fn run(action: ProfileAction) -> ExitCode {
                 .filter_map(Profile::built_in)
                 .map(|p| {
                     format!(
-                        "{:<16} {}  {}\n",
+                        "{:<16} {:<26}  {}\n",
                         p.name,
-                        if p.claims.token_at_resource {
-                            "token at the resource"
-                        } else {
-                            "no token at the resource"
+                        match (p.claims.token_at_lease, p.claims.token_at_resource) {
+                            (true, true) => "token at the resource",
+                            (true, false) => "token at the lease only",
+                            (false, _) => "no token",
                         },
                         p.about
                     )

@@ -826,6 +826,62 @@ fn a_profile_of_ones_own_is_run_and_judged_by_the_experiments() -> anyhow::Resul
     Ok(())
 }
 
+/// A design without a token (ShedLock-style, built in): graded on what it has. Its F4 is UNSAFE
+/// with the stale write's evidence, its token and floor checks are noted n/a in its run (never
+/// passed), the experiments about a token check at the resource are n/a with why, and the grade
+/// passes (exit 0): a modelled design is expected to be flawed.
+#[test]
+fn a_design_without_a_token_is_graded_on_what_it_has() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let ev = sb.path("grade");
+    let out = sb.lab(&[
+        "grade",
+        "--sut",
+        "shedlock-style",
+        "--evidence-dir",
+        ev.to_str().unwrap(),
+    ])?;
+    let card = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{card}\n{}", stderr(&out));
+    let row = card
+        .lines()
+        .find(|l| l.starts_with("| shedlock-style |"))
+        .unwrap_or_else(|| panic!("no row for the design: {card}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    // "", design, expected, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, ""
+    assert_eq!(cells[2], "flawed", "{row}");
+    assert_eq!(&cells[3..6], ["safe", "safe", "safe"], "F1–F3: {row}");
+    assert_eq!(cells[6], "**UNSAFE**", "F4: {row}");
+    assert_eq!(&cells[7..9], ["n/a", "n/a"], "F6, F7: {row}");
+    assert_eq!(cells[9], "**UNSAFE**", "F8: {row}");
+    assert_eq!(&cells[11..13], ["n/a", "n/a"], "F11, F12: {row}");
+    assert!(
+        card.contains("- shedlock-style × F4: A's stale write is rejected by the resource (expected=WRITE accepted=false token=–, actual=WRITE accepted=true token=–)"),
+        "{card}"
+    );
+    assert!(
+        card.contains("- shedlock-style × F6: it interleaves two writers' token checks at the resource, and the design checks no token there"),
+        "{card}"
+    );
+    let text = fs::read_to_string(ev.join("grade/shedlock-style/output.txt"))?;
+    assert!(
+        text.contains("  note n/a  the resource's fence_floor — the design keeps no floor"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  note n/a  round 1 (fresh lease): the winner's token — the design issues no token"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("token=1") && !text.contains("token=0"),
+        "{text}"
+    );
+    sb.assert_nothing_left()?;
+    Ok(())
+}
+
 /// `lab grade --sut`: a design with a planted flaw comes out UNSAFE in the experiments that catch
 /// it, each cell with the failed check that shows it, and the grade fails (exit 1); the card is
 /// in report-card.md and each design's evidence beside it.
@@ -865,9 +921,11 @@ fn the_report_card_shows_a_flawed_design_unsafe_with_its_evidence() -> anyhow::R
     assert!(ev.join("grade/stale-write/output.txt").is_file());
     let html = fs::read_to_string(ev.join("report-card.html"))?;
     assert!(
-        html.contains(
-            "<td class=\"unsafe\"><a href=\"grade/stale-write/report.html\">UNSAFE</a></td>"
-        ),
+        html.contains("<td class=\"unsafe\" title=\"A's stale write is rejected by the resource"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<a href=\"grade/stale-write/report.html\">UNSAFE</a></td>"),
         "{html}"
     );
     assert!(ev.join("grade/stale-write/report.html").is_file());

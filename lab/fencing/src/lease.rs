@@ -120,7 +120,9 @@ impl LeaseStore {
         self.check_timing(ttl)?;
         let sent = Instant::now();
         let token = stmt::acquire(self.sql(), &self.pool, name, holder, ttl).await?;
-        Ok(token.map(|token| self.grant(name, holder, token, ttl, sent)))
+        token
+            .map(|token| self.grant(name, holder, token, ttl, sent))
+            .transpose()
     }
 
     /// [`LeaseStore::acquire`], the same statement, with the moments the database ran it (F3:
@@ -136,7 +138,8 @@ impl LeaseStore {
         let timed = stmt::acquire_timed(self.sql(), &self.pool, name, holder, ttl).await?;
         let grant = timed
             .token
-            .map(|token| self.grant(name, holder, token, ttl, sent));
+            .map(|token| self.grant(name, holder, token, ttl, sent))
+            .transpose()?;
         Ok((grant, timed.span))
     }
 
@@ -150,14 +153,49 @@ impl LeaseStore {
         Ok(())
     }
 
-    /// The grant of a successful acquire whose request was sent at `sent`.
-    fn grant(&self, name: &str, holder: &str, token: i64, ttl: Duration, sent: Instant) -> Grant {
-        Grant {
+    /// The grant of a successful acquire whose request was sent at `sent`; `Err` when its token
+    /// contradicts the profile's claims.
+    fn grant(
+        &self,
+        name: &str,
+        holder: &str,
+        token: i64,
+        ttl: Duration,
+        sent: Instant,
+    ) -> Result<Grant> {
+        self.token_as_claimed("acquire", token)?;
+        Ok(Grant {
             name: name.to_owned(),
             holder: holder.to_owned(),
             token,
             ttl,
             local_deadline: sent + (ttl - self.margin),
+        })
+    }
+
+    /// `Err` when `token`, answered by `statement`, contradicts the profile's claims: a design
+    /// with a token at the lease answers one above 0, a design without answers 0.
+    pub fn token_as_claimed(&self, statement: &'static str, token: i64) -> Result<()> {
+        let (claim, fits) = if self.profile.claims.token_at_lease {
+            (
+                "a token at the lease (token_at_lease = true, above 0)",
+                token > 0,
+            )
+        } else {
+            (
+                "no token at the lease (token_at_lease = false: it answers 0)",
+                token == 0,
+            )
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(Error::Claim {
+                profile: self.profile.name.clone(),
+                claim,
+                statement,
+                token,
+            })
         }
     }
 
@@ -210,6 +248,9 @@ impl LeaseStore {
             .fetch_optional(&self.pool)
             .await
             .op("read the lease row")?;
+        if let Some(r) = &row {
+            self.token_as_claimed("inspect", r.get(1))?;
+        }
         Ok(row.map(|r| LeaseRow {
             holder: r.get(0),
             token: r.get(1),
@@ -308,6 +349,19 @@ pub mod stmt {
         pub span: ServerSpan,
     }
 
+    /// `acquire` (its text, `$n` placeholders) inside the query [`acquire_timed`] runs: a profile
+    /// is checked with it too, since not every statement may sit in a `WITH` (one with a
+    /// data-modifying `WITH` of its own may not).
+    pub fn timed_sql(acquire: &str) -> String {
+        format!(
+            "WITH attempt AS ({acquire}), outcome AS MATERIALIZED (SELECT (SELECT * FROM attempt) AS token)
+             SELECT token,
+                    (extract(epoch FROM statement_timestamp()) * 1000000)::int8,
+                    (extract(epoch FROM clock_timestamp()) * 1000000)::int8
+               FROM outcome"
+        )
+    }
+
     /// The acquire statement, unchanged, as a data-modifying CTE, with the statement's start
     /// (`statement_timestamp()`) and the clock read after it (`clock_timestamp()`) returned
     /// whether or not it granted the lease. Semantics are the acquire's: PostgreSQL runs a
@@ -321,14 +375,7 @@ pub mod stmt {
         holder: &str,
         ttl: Duration,
     ) -> Result<TimedAcquire> {
-        let timed = format!(
-            "WITH attempt AS ({}), outcome AS MATERIALIZED (SELECT (SELECT * FROM attempt) AS token)
-             SELECT token,
-                    (extract(epoch FROM statement_timestamp()) * 1000000)::int8,
-                    (extract(epoch FROM clock_timestamp()) * 1000000)::int8
-               FROM outcome",
-            sql.acquire.sql()
-        );
+        let timed = timed_sql(sql.acquire.sql());
         let r = sql
             .acquire
             .query_with(&timed, &acquire_args(name, holder, ttl))

@@ -335,6 +335,10 @@ pub enum Dialect {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {
+    /// Whether a grant carries a fencing token: a number that goes up at every grant. A design
+    /// without one answers `0` wherever the lab reads a token (acquire's column, inspect's
+    /// `token`), and the lease store refuses any other answer; its runs show `token=–`.
+    pub token_at_lease: bool,
     /// Whether the resource sees the holder's token (and can refuse a stale one).
     pub token_at_resource: bool,
 }
@@ -357,7 +361,8 @@ pub struct LeaseSql {
 pub enum WriteSql {
     /// One statement answering whether it accepted the write, and recording the attempt itself.
     OneStatement(Statement),
-    /// In one transaction: `check` (passed when it changed a row; else rollback, rejected), the
+    /// In one transaction: `check` (passed when it changed or returned a row — an UPDATE of the
+    /// floor, or a `SELECT … FOR UPDATE` of a lock row; else rollback, rejected), the
     /// test hook, `write`, COMMIT. The lab records the attempt.
     CheckThenWrite { check: Statement, write: Statement },
 }
@@ -367,8 +372,8 @@ pub enum WriteSql {
 pub struct ResourceSql {
     /// The DDL of the fence's state, in the resource database beside the lab's tables.
     pub schema: String,
-    /// Makes a scope writable, before any write.
-    pub setup: Statement,
+    /// Makes a scope writable, before any write, when the design needs that.
+    pub setup: Option<Statement>,
     /// The highest token the resource accepted in a scope, when the design keeps one.
     pub floor: Option<Statement>,
     /// The write's record name in `write_attempt.mode`.
@@ -426,7 +431,7 @@ struct RawLease {
 struct RawResource {
     #[serde(default)]
     schema: String,
-    setup: String,
+    setup: Option<String>,
     floor: Option<String>,
     write: RawWrite,
 }
@@ -441,7 +446,7 @@ struct RawWrite {
 }
 
 /// The built-in profiles: name and file text.
-const BUILT_IN: [(&str, &str); 3] = [
+const BUILT_IN: [(&str, &str); 6] = [
     ("seed004", include_str!("../profiles/seed004.toml")),
     (
         "seed004-single",
@@ -450,6 +455,18 @@ const BUILT_IN: [(&str, &str); 3] = [
     (
         "seed004-shared",
         include_str!("../profiles/seed004-shared.toml"),
+    ),
+    (
+        "shedlock-style",
+        include_str!("../profiles/shedlock-style.toml"),
+    ),
+    (
+        "quartz-style",
+        include_str!("../profiles/quartz-style.toml"),
+    ),
+    (
+        "k8s-lease-style",
+        include_str!("../profiles/k8s-lease-style.toml"),
     ),
 ];
 
@@ -531,7 +548,11 @@ impl Profile {
             release: compile(Slot::Release, &raw.lease.release)?,
             inspect: compile(Slot::Inspect, &raw.lease.inspect)?,
         };
-        let setup = compile(Slot::Setup, &raw.resource.setup)?;
+        let setup = raw
+            .resource
+            .setup
+            .map(|s| compile(Slot::Setup, &s))
+            .transpose()?;
         let floor = raw
             .resource
             .floor
@@ -610,7 +631,8 @@ impl Profile {
     pub fn statements(&self) -> Vec<&Statement> {
         let l = &self.lease;
         let r = &self.resource;
-        let mut all = vec![&l.acquire, &l.renew, &l.release, &l.inspect, &r.setup];
+        let mut all = vec![&l.acquire, &l.renew, &l.release, &l.inspect];
+        all.extend(r.setup.as_ref());
         all.extend(r.floor.as_ref());
         match &r.write {
             WriteSql::OneStatement(s) => all.push(s),
@@ -646,7 +668,7 @@ impl Profile {
                 ],
             )
             .await?;
-            let mut res_statements = vec![&self.resource.setup];
+            let mut res_statements: Vec<&Statement> = self.resource.setup.iter().collect();
             res_statements.extend(self.resource.floor.as_ref());
             match &self.resource.write {
                 WriteSql::OneStatement(s) => res_statements.push(s),
@@ -708,6 +730,19 @@ impl Profile {
             .prepare_with(&s.sql, &types)
             .await
             .map_err(|e| self.error(s.slot.key(), e))?;
+        if s.slot == Slot::Acquire {
+            // F3 times the acquire inside a WITH: it must run there too.
+            conn.prepare_with(&crate::lease::stmt::timed_sql(&s.sql), &types)
+                .await
+                .map_err(|e| {
+                    let mut e = self.error(s.slot.key(), e);
+                    e.message = format!(
+                        "F3 runs it inside a WITH, to time it on the server, and there {}",
+                        e.message
+                    );
+                    e
+                })?;
+        }
         let Some(wanted) = s.slot.returns() else {
             return Ok(());
         };
@@ -818,11 +853,28 @@ mod tests {
     #[test]
     fn the_built_in_profiles_parse_and_the_default_is_seed004() {
         let names: Vec<_> = Profile::built_in_names().collect();
-        assert_eq!(names, ["seed004", "seed004-single", "seed004-shared"]);
+        assert_eq!(
+            names,
+            [
+                "seed004",
+                "seed004-single",
+                "seed004-shared",
+                "shedlock-style",
+                "quartz-style",
+                "k8s-lease-style"
+            ]
+        );
         for name in names {
             let p = Profile::built_in(name).expect(name);
             assert_eq!(p.name, name);
-            assert!(p.claims.token_at_resource);
+            // The lab's own forms fence at the resource; the modelled designs do not.
+            let own = name.starts_with("seed004");
+            assert_eq!(p.claims.token_at_resource, own, "{name}");
+            assert_eq!(p.resource.floor.is_some(), own, "{name}");
+            assert_eq!(
+                p.claims.token_at_lease,
+                name != "shedlock-style" && name != "quartz-style"
+            );
         }
         assert_eq!(Profile::seed004().resource.mode, "fenced-scope");
         assert!(matches!(

@@ -282,18 +282,18 @@ impl Resource {
     }
 
     /// Makes the scope writable before any write (idempotent): seed004 creates its floor row
-    /// with `max_token = 0`.
+    /// with `max_token = 0`. Nothing for a design without a `resource.setup`.
     pub async fn setup_scope(&self, scope: &str) -> Result<()> {
-        self.profile
-            .resource
-            .setup
-            .query(&Args {
-                scope,
-                ..Args::default()
-            })
-            .execute(&self.pool)
-            .await
-            .op("create the scope's fence floor")?;
+        if let Some(setup) = &self.profile.resource.setup {
+            setup
+                .query(&Args {
+                    scope,
+                    ..Args::default()
+                })
+                .execute(&self.pool)
+                .await
+                .op("create the scope's fence floor")?;
+        }
         Ok(())
     }
 
@@ -566,7 +566,8 @@ struct Fence<'p> {
     record: &'p str,
 }
 
-/// A check-then-write fence's transaction: `check` (passed when it changed a row) or roll back
+/// A check-then-write fence's transaction: `check` (passed when it changed or returned a row —
+/// the command tag's count, `UPDATE 1` or `SELECT 1`) or roll back
 /// (`Some(false)`; the caller logs the rejected attempt after the rollback), await `gap`,
 /// `write` and log, await `before_commit`, commit (`Some(true)`) or roll back at its word
 /// (`None`).

@@ -67,6 +67,16 @@ async fn a_statement_the_server_refuses_is_named_with_the_servers_words() -> any
             ),
             "my.toml: lease.inspect: returns (holder TEXT, token INT8), must return",
         ),
+        // An acquire that runs alone but not where F3 times it, inside a WITH.
+        (
+            good.replace(
+                "INSERT INTO lease AS l (name, holder, token, expires_at)",
+                "WITH x AS (DELETE FROM lease WHERE false) INSERT INTO lease AS l (name, holder, token, expires_at)",
+            ),
+            "my.toml: lease.acquire: F3 runs it inside a WITH, to time it on the server, and there \
+             the server refused it: WITH clause containing a data-modifying statement must be at \
+             the top level",
+        ),
     ];
     for (text, expected) in cases {
         let profile = Profile::parse("my.toml", &text)?;
@@ -79,5 +89,50 @@ async fn a_statement_the_server_refuses_is_named_with_the_servers_words() -> any
         assert!(!e.contains('\n'), "{e}");
     }
     assert_eq!(scratch_left(&cluster).await?, Vec::<String>::new());
+    Ok(())
+}
+
+/// A design's answers are held to its claims: a design that claims no token must answer 0, one
+/// that claims a token must answer one above 0 — a run stops on the first contradiction, naming
+/// the profile, the claim and the statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_contradicts_the_claims_is_an_error() -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use fencing::lease::LeaseStore;
+    use fencing::schema::{self, Database};
+
+    let cluster = cluster().await?;
+    let admin = cluster.connect_options("postgres", SUPERUSER);
+    let pool = sqlx::PgPool::connect_with(admin).await?;
+    let seed004 = include_str!("../profiles/seed004.toml");
+    let shed = include_str!("../profiles/shedlock-style.toml");
+    let cases = [
+        // seed004 claiming no token: its acquire answers 1.
+        (
+            seed004.replace("token_at_lease = true", "token_at_lease = false"),
+            "the profile seed004 claims no token at the lease (token_at_lease = false: it answers 0), but its acquire answered token 1",
+        ),
+        // A ShedLock row claiming a token: its acquire answers 0.
+        (
+            shed.replace("token_at_lease = false", "token_at_lease = true"),
+            "the profile shedlock-style claims a token at the lease (token_at_lease = true, above 0), but its acquire answered token 0",
+        ),
+    ];
+    for (text, expected) in cases {
+        let profile = Arc::new(Profile::parse("my.toml", &text)?);
+        sqlx::raw_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+            .execute(&pool)
+            .await?;
+        schema::migrate_for(&profile, Database::Lease, &pool).await?;
+        let store = LeaseStore::with_profile(pool.clone(), Duration::from_millis(100), profile);
+        let e = store
+            .acquire("job", "holder-a", Duration::from_secs(2))
+            .await
+            .expect_err(expected)
+            .to_string();
+        assert_eq!(e, expected);
+    }
     Ok(())
 }

@@ -37,6 +37,10 @@ pub struct Recorder {
     reporters: Vec<Box<dyn Reporter>>,
     events: Vec<Event>,
     errors: Vec<io::Error>,
+    /// The system under test issues no token: token numbers are not evidence.
+    token_blind: bool,
+    /// Checks a case declares that did not apply to the system under test ([`Recorder::waive`]).
+    waived: usize,
 }
 
 impl Recorder {
@@ -54,7 +58,38 @@ impl Recorder {
             reporters,
             events: Vec::new(),
             errors: Vec::new(),
+            token_blind: false,
+            waived: 0,
         }
+    }
+
+    /// Whether the system under test issues no fencing token (its profile claims
+    /// `token_at_lease = false` and answers 0 for one): from now on every `token=N` in a check,
+    /// a note or a step reads `token=–`, so that a check compares what such a design does have
+    /// (granted or refused, accepted or rejected, by whom) and never a number it does not issue.
+    pub fn blind_tokens(&mut self, blind: bool) {
+        self.token_blind = blind;
+    }
+
+    fn masked(&self, text: String) -> String {
+        if self.token_blind {
+            mask_tokens(&text)
+        } else {
+            text
+        }
+    }
+
+    /// A check the case declares that does not apply to the system under test (what it reads,
+    /// the design does not keep): recorded as a note saying so and why, counted apart from the
+    /// verdicts — never a pass.
+    pub fn waive(&mut self, description: impl Display, why: impl Display) {
+        self.waived += 1;
+        self.note(format!("n/a  {description} — {why}"));
+    }
+
+    /// How many checks were waived so far ([`Recorder::waive`]).
+    pub fn waived(&self) -> usize {
+        self.waived
     }
 
     fn emit(&mut self, event: Event) {
@@ -104,19 +139,29 @@ impl Recorder {
         &self.case
     }
 
-    /// A value check: passes when `expected == actual`. Returns whether it passed.
+    /// A value check: passes when `expected == actual` (as text with the token numbers masked,
+    /// when [`Recorder::blind_tokens`]). Returns whether it passed.
     pub fn check<T: PartialEq + Display + ?Sized>(
         &mut self,
         description: impl Into<String>,
         expected: &T,
         actual: &T,
     ) -> bool {
-        let passed = expected == actual;
+        let (expected, actual, passed) = if self.token_blind {
+            let (e, a) = (
+                mask_tokens(&expected.to_string()),
+                mask_tokens(&actual.to_string()),
+            );
+            let passed = e == a;
+            (e, a, passed)
+        } else {
+            (expected.to_string(), actual.to_string(), expected == actual)
+        };
         self.verdict(
             CheckKind::Value,
             description.into(),
-            expected.to_string(),
-            actual.to_string(),
+            expected,
+            actual,
             passed,
         )
     }
@@ -176,6 +221,11 @@ impl Recorder {
             self.summary.failed += 1;
         }
         let case = self.case.clone();
+        let (description, expected, actual) = (
+            self.masked(description),
+            self.masked(expected),
+            self.masked(actual),
+        );
         self.emit(Event::Check(Check {
             case,
             kind,
@@ -189,10 +239,8 @@ impl Recorder {
 
     pub fn note(&mut self, text: impl Into<String>) {
         let case = self.case.clone();
-        self.emit(Event::Note {
-            case,
-            text: text.into(),
-        });
+        let text = self.masked(text.into());
+        self.emit(Event::Note { case, text });
     }
 
     /// Records a timeline step at the current monotonic time.
@@ -234,8 +282,8 @@ impl Recorder {
             at: at.saturating_duration_since(self.started),
             actor: actor.to_owned(),
             action: action.to_owned(),
-            token,
-            outcome: outcome.into(),
+            token: token.filter(|_| !self.token_blind),
+            outcome: self.masked(outcome.into()),
             db_clock,
         };
         self.emit(Event::Step(step));
@@ -282,6 +330,7 @@ impl Recorder {
         self.summary.passed += child.summary.passed;
         self.summary.failed += child.summary.failed;
         self.summary.skipped += child.summary.skipped;
+        self.waived += child.waived;
         self.errors.append(&mut child.errors);
     }
 
@@ -305,6 +354,28 @@ impl Recorder {
             None => Ok(summary),
         }
     }
+}
+
+/// `text` with the number after every `token=` replaced by `–`.
+fn mask_tokens(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("token=") {
+        let (head, tail) = rest.split_at(i + "token=".len());
+        out.push_str(head);
+        let sign = usize::from(tail.starts_with('-'));
+        let digits = tail[sign..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len() - sign);
+        if digits > 0 {
+            out.push('–');
+            rest = &tail[sign + digits..];
+        } else {
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -346,6 +417,44 @@ mod tests {
             .events()
             .iter()
             .any(|e| matches!(e, Event::CaseFinished { id, .. } if id == "X2")));
+    }
+
+    #[test]
+    fn a_token_blind_recorder_compares_everything_but_the_token_numbers() {
+        assert_eq!(
+            mask_tokens("A(token=1) ACQUIRED token=12, token=-3; max_token 2 token=x"),
+            "A(token=–) ACQUIRED token=–, token=–; max_token 2 token=x"
+        );
+        let mut r = recorder();
+        r.case("X1", "demo");
+        r.blind_tokens(true);
+        assert!(!r.check("B acquires, token=2", "ACQUIRED token=2", "REFUSED"));
+        assert!(r.check(
+            "B acquires, token=2",
+            "ACQUIRED token=2",
+            "ACQUIRED token=0"
+        ));
+        r.waive("the resource's fence_floor", "the design keeps no floor");
+        r.step(
+            Mark::Acquired,
+            "B",
+            "acquire",
+            Some(0),
+            "ACQUIRED token=0",
+            None,
+        );
+        assert_eq!(r.waived(), 1);
+        assert_eq!((r.summary().passed, r.summary().failed), (1, 1));
+        let text = lines(&r).join("\n");
+        assert!(
+            !text.contains("token=2") && !text.contains("token=0"),
+            "{text}"
+        );
+        assert!(text.contains("n/a  the resource's fence_floor — the design keeps no floor"));
+        assert!(r
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Step(s) if s.token.is_none())));
     }
 
     #[test]
