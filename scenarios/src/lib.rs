@@ -19,6 +19,7 @@ mod f13_clock_drift;
 mod f14_lease_store_failover;
 mod f15_delayed_write;
 mod f16_partitioned_holder;
+mod f17_patroni_failover;
 mod f1_normal_path;
 mod f2_now_in_long_transaction;
 mod f3_concurrent_acquire;
@@ -149,6 +150,7 @@ pub const ALL: &[&dyn Scenario] = &[
     },
     &f15_delayed_write::F15 { hold: true },
     &f16_partitioned_holder::F16 { cut: true },
+    &f17_patroni_failover::F17 { freeze: true },
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
@@ -182,6 +184,11 @@ pub mod broken {
     pub static F16_WITHOUT_CUT: crate::f16_partitioned_holder::F16 =
         crate::f16_partitioned_holder::F16 { cut: false };
 
+    /// F17 with the leader's WAL senders left alone (asynchronous mode only): A's second grant
+    /// reaches the replicas, so the failover loses nothing.
+    pub static F17_WITHOUT_FREEZE: crate::f17_patroni_failover::F17 =
+        crate::f17_patroni_failover::F17 { freeze: false };
+
     /// Every broken variant, with the words of a check that must fail in it.
     pub fn all() -> Vec<(&'static dyn Scenario, &'static str)> {
         vec![
@@ -195,6 +202,10 @@ pub mod broken {
             ),
             (&F15_WITHOUT_HOLD, "unfenced: A's late write is accepted"),
             (&F16_WITHOUT_CUT, "A's renewals fail during the partition"),
+            (
+                &F17_WITHOUT_FREEZE,
+                "I2 broken — the new leader grants B the token the old one acknowledged to A",
+            ),
         ]
     }
 }

@@ -10,6 +10,8 @@
 //! - [`Network`]: a bridge network labelled with the run's mark; removed on drop.
 //! - [`PgContainer`]: a PostgreSQL server in a container on that network (initdb inside, trust
 //!   for the network's hosts, every statement logged); removed on drop.
+//! - [`patroni`]: a highly available lease store — three PostgreSQL servers managed by Patroni on
+//!   a three-member etcd cluster, from [`patroni_image`].
 //! - [`Hold`]: every packet of one TCP connection (by source port) to one host dropped until
 //!   lifted — the request is held, nothing else is; removed on drop. (netem is not in this
 //!   machine kind's kernel: see [`Hold`].)
@@ -26,6 +28,8 @@ use testcontainers::runners::AsyncRunner as _;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
 
 use crate::process::{describe_status, Spawn};
+
+pub mod patroni;
 
 /// The label on every container and network the lab makes; its value is the run's mark.
 pub const LABEL: &str = "fencing-lab.run";
@@ -113,14 +117,29 @@ static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The image for PostgreSQL `major`, built here from Debian packages if it is not there yet.
 pub async fn postgres_image(major: u32) -> Result<Image, ContainerError> {
+    image_with(major, "", &[]).await
+}
+
+/// The image for PostgreSQL `major` with Patroni and etcd (Debian's `patroni` and `etcd-server`,
+/// and `procps` to find and signal a server's processes), built here if it is not there yet.
+pub async fn patroni_image(major: u32) -> Result<Image, ContainerError> {
+    image_with(major, "patroni-", &["patroni", "etcd-server", "procps"]).await
+}
+
+/// The image for PostgreSQL `major` and `extra` packages, tagged `<major>-<flavour><suite>-<hash>`.
+async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, ContainerError> {
     let _one_at_a_time = BUILDING.lock().await;
     let suite = suite_for(major).ok_or_else(|| ContainerError::Cli {
         what: format!("PostgreSQL {major}"),
         detail: "no Debian suite ships it (13: bullseye, 15: bookworm, 17: trixie)".into(),
     })?;
-    let packages = format!("postgresql-{major},iproute2");
+    let mut packages = format!("postgresql-{major},iproute2");
+    for p in extra {
+        packages.push(',');
+        packages.push_str(p);
+    }
     let hash = fnv1a(&format!("{RECIPE}|{suite}|{packages}"));
-    let reference = format!("{IMAGE_REPO}:{major}-{suite}-{hash:08x}");
+    let reference = format!("{IMAGE_REPO}:{major}-{flavour}{suite}-{hash:08x}");
     if run(
         "docker image inspect",
         "docker",

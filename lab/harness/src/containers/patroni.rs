@@ -1,0 +1,433 @@
+//! A lease store as production runs one (issue 18): three PostgreSQL servers managed by Patroni,
+//! with a three-member etcd cluster as Patroni's configuration store, each node one container on
+//! a private network of the run (an etcd member and a Patroni-managed server side by side, as
+//! small deployments put them). Patroni — not the lab — elects the leader and fails over when the
+//! leader's host is lost; the lab finds the leader as libpq's `target_session_attrs=read-write`
+//! would (the one server not in recovery) and reads what Patroni said in its log.
+//!
+//! The loss window of asynchronous replication is made deterministic without netem (not in this
+//! machine kind's kernel): the leader's WAL senders are frozen with SIGSTOP, so that what commits
+//! on the leader from then on is acknowledged to the client and sent to no replica. (Freezing a
+//! replica's WAL *receiver* is not enough: the bytes already sent wait in its socket and arrive
+//! once it is thawed.) The leader is then lost with SIGKILL to its container, frozen senders with
+//! it; nothing is left frozen.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection as _, PgConnection};
+use testcontainers::core::WaitFor;
+use testcontainers::runners::AsyncRunner as _;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
+
+use super::{run, ContainerError, Image, Network, CLI_TIMEOUT, LABEL, PG_PORT};
+use crate::process::Spawn;
+
+/// Patroni's replication mode (`synchronous_mode` in its dynamic configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// Patroni's default: asynchronous; a replica may be promoted if it lags the last known
+    /// leader position by at most `maximum_lag_on_failover`.
+    Asynchronous,
+    /// `synchronous_mode: true`: a commit waits for one synchronous standby, and only it may be
+    /// promoted; with no healthy standby Patroni lets commits go on without one.
+    Synchronous,
+    /// `synchronous_mode_strict: true` as well: commits wait even with no standby at all.
+    SynchronousStrict,
+}
+
+impl Replication {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replication::Asynchronous => "asynchronous",
+            Replication::Synchronous => "synchronous_mode",
+            Replication::SynchronousStrict => "synchronous_mode_strict",
+        }
+    }
+}
+
+/// The Patroni settings that decide a failover's timing and what it may lose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub replication: Replication,
+    /// Seconds the leader key lives in etcd without being refreshed: a lost leader is replaced
+    /// no sooner than this.
+    pub ttl: u32,
+    /// Seconds between Patroni's checks.
+    pub loop_wait: u32,
+    /// Seconds Patroni retries etcd and PostgreSQL before it gives up a loop.
+    pub retry_timeout: u32,
+    /// Bytes a replica may lag the last known leader position and still be promoted.
+    pub maximum_lag_on_failover: u64,
+}
+
+impl Settings {
+    /// The fastest timing Patroni accepts (`loop_wait + 2 × retry_timeout ≤ ttl`), default lag.
+    pub fn fast(replication: Replication) -> Settings {
+        Settings {
+            replication,
+            ttl: 10,
+            loop_wait: 1,
+            retry_timeout: 3,
+            maximum_lag_on_failover: 1_048_576,
+        }
+    }
+
+    /// How the evidence names them.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} (ttl {} s, loop_wait {} s, retry_timeout {} s, maximum_lag_on_failover {} bytes)",
+            self.replication.as_str(),
+            self.ttl,
+            self.loop_wait,
+            self.retry_timeout,
+            self.maximum_lag_on_failover
+        )
+    }
+}
+
+/// One node: an etcd member and a Patroni-managed PostgreSQL server in one container.
+pub struct Node {
+    container: ContainerAsync<GenericImage>,
+    /// Its name in Patroni and etcd (and its host name on the network).
+    pub name: String,
+    pub ip: IpAddr,
+    /// Lost with [`PatroniCluster::lose_host`].
+    pub lost: bool,
+}
+
+impl Node {
+    /// Connection options for `database` as the superuser `lab`, over TCP.
+    pub fn connect_options(&self, database: &str) -> PgConnectOptions {
+        PgConnectOptions::new_without_pgpass()
+            .host(&self.ip.to_string())
+            .port(PG_PORT)
+            .username("lab")
+            .database(database)
+            .application_name("fencing-lab")
+    }
+
+    /// Its container's log: Patroni's and PostgreSQL's lines.
+    pub async fn log(&self) -> String {
+        match Spawn::new("docker logs", "docker")
+            .args(["logs", self.container.id()])
+            .output(CLI_TIMEOUT)
+            .await
+        {
+            Ok(out) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Runs `script` with `sh -c` inside the node: its exit code and output.
+    pub async fn shell(&self, script: &str) -> Result<(i32, String), ContainerError> {
+        let out = Spawn::new("docker exec", "docker")
+            .args(["exec", self.container.id(), "sh", "-c", script])
+            .output(CLI_TIMEOUT)
+            .await?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((out.status.code().unwrap_or(-1), text.trim().to_owned()))
+    }
+
+    /// What the server says of itself, when it answers within a second: `Some(true)` for a
+    /// primary (not in recovery).
+    pub async fn is_primary(&self) -> Option<bool> {
+        let opts = self.connect_options("postgres");
+        let ask = async {
+            let mut conn = PgConnection::connect_with(&opts).await.ok()?;
+            let r: Option<bool> = sqlx::query_scalar("SELECT NOT pg_is_in_recovery()")
+                .fetch_one(&mut conn)
+                .await
+                .ok();
+            let _ = conn.close().await;
+            r
+        };
+        tokio::time::timeout(Duration::from_secs(1), ask)
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// Three nodes on a network of the run, Patroni on etcd; removed on drop.
+pub struct PatroniCluster {
+    pub nodes: Vec<Node>,
+    pub settings: Settings,
+    /// Patroni's and etcd's versions, as they answer `--version`.
+    pub versions: String,
+}
+
+/// The nodes' names on the network, `<prefix>-pg1`…: container names are global, so the prefix
+/// must be unique to the run.
+fn node_names(prefix: &str) -> Vec<String> {
+    (1..=3).map(|i| format!("{prefix}-pg{i}")).collect()
+}
+
+/// The node's start script: its etcd member in the background, then Patroni in its place.
+fn script(me: &str, all: &[String], s: &Settings, major: u32) -> String {
+    let cluster: Vec<String> = all.iter().map(|n| format!("{n}=http://{n}:2380")).collect();
+    let hosts: Vec<String> = all.iter().map(|n| format!("{n}:2379")).collect();
+    let (sync, strict) = match s.replication {
+        Replication::Asynchronous => (false, false),
+        Replication::Synchronous => (true, false),
+        Replication::SynchronousStrict => (true, true),
+    };
+    format!(
+        r#"etcd --name {me} --data-dir /tmp/etcd --listen-peer-urls http://0.0.0.0:2380 \
+  --listen-client-urls http://0.0.0.0:2379 --advertise-client-urls http://{me}:2379 \
+  --initial-advertise-peer-urls http://{me}:2380 --initial-cluster {cluster} \
+  --initial-cluster-state new --initial-cluster-token lab > /tmp/etcd.log 2>&1 &
+cat > /tmp/patroni.yml <<'YML'
+scope: lab
+name: {me}
+restapi:
+  listen: 0.0.0.0:8008
+  connect_address: {me}:8008
+etcd3:
+  hosts: {hosts}
+bootstrap:
+  dcs:
+    ttl: {ttl}
+    loop_wait: {loop_wait}
+    retry_timeout: {retry}
+    maximum_lag_on_failover: {lag}
+    synchronous_mode: {sync}
+    synchronous_mode_strict: {strict}
+    postgresql:
+      use_pg_rewind: false
+      parameters:
+        max_wal_senders: 10
+        max_replication_slots: 10
+  initdb:
+    - encoding: UTF8
+    - locale: C
+  pg_hba:
+    - host all all 0.0.0.0/0 trust
+    - host replication all 0.0.0.0/0 trust
+    - local all all trust
+postgresql:
+  listen: 0.0.0.0:{PG_PORT}
+  connect_address: {me}:{PG_PORT}
+  data_dir: /tmp/pgdata
+  bin_dir: /usr/lib/postgresql/{major}/bin
+  pgpass: /tmp/pgpass
+  authentication:
+    superuser:
+      username: lab
+      password: lab
+    replication:
+      username: replicator
+      password: replicator
+  parameters:
+    unix_socket_directories: /tmp
+    log_line_prefix: '%m [%a] '
+YML
+echo "lab: patroni $(patroni --version 2>&1 | tail -1), $(etcd --version 2>&1 | head -1)" >&2
+exec patroni /tmp/patroni.yml"#,
+        cluster = cluster.join(","),
+        hosts = hosts.join(","),
+        ttl = s.ttl,
+        loop_wait = s.loop_wait,
+        retry = s.retry_timeout,
+        lag = s.maximum_lag_on_failover,
+    )
+}
+
+impl PatroniCluster {
+    /// Starts the three nodes from `image` on `network`, named `<prefix>-pg1`… and labelled with
+    /// the run's `mark`, and returns once Patroni has a leader that every replica streams from
+    /// (and, in a synchronous mode, one of them is its synchronous standby), within `timeout`.
+    /// On error nothing is left.
+    pub async fn start(
+        image: &Image,
+        network: &Network,
+        mark: &str,
+        prefix: &str,
+        settings: Settings,
+        timeout: Duration,
+    ) -> Result<PatroniCluster, ContainerError> {
+        let names = node_names(prefix);
+        let (repo, tag) = image
+            .reference
+            .split_once(':')
+            .unwrap_or((image.reference.as_str(), "latest"));
+        let mut cluster = PatroniCluster {
+            nodes: Vec::new(),
+            settings,
+            versions: String::new(),
+        };
+        for name in &names {
+            let container = GenericImage::new(repo, tag)
+                .with_wait_for(WaitFor::message_on_stderr("lab: patroni"))
+                .with_cmd(["sh", "-c", &script(name, &names, &settings, image.major)])
+                .with_user("postgres")
+                .with_container_name(name.clone())
+                .with_hostname(name.clone())
+                .with_network(network.name.clone())
+                .with_label(LABEL, mark)
+                .with_startup_timeout(Duration::from_secs(60))
+                .start()
+                .await;
+            let container = match container {
+                Ok(c) => c,
+                Err(e) => {
+                    cluster.remove().await;
+                    return Err(e.into());
+                }
+            };
+            let ip = match container.get_bridge_ip_address().await {
+                Ok(ip) => ip,
+                Err(e) => {
+                    let _ = container.rm().await;
+                    cluster.remove().await;
+                    return Err(e.into());
+                }
+            };
+            cluster.nodes.push(Node {
+                container,
+                name: name.clone(),
+                ip,
+                lost: false,
+            });
+        }
+        cluster.versions = cluster.nodes[0]
+            .log()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix("lab: "))
+            .unwrap_or("patroni, etcd: versions unknown")
+            .to_owned();
+        let ready = crate::wait::until(
+            "Patroni has a leader that every replica streams from",
+            timeout,
+            || cluster.ready(),
+        )
+        .await;
+        if let Err(e) = ready {
+            let why = e.to_string();
+            cluster.remove().await;
+            return Err(ContainerError::Cli {
+                what: "start the Patroni cluster".into(),
+                detail: why,
+            });
+        }
+        Ok(cluster)
+    }
+
+    /// Whether a leader answers with both replicas streaming (and a synchronous standby in a
+    /// synchronous mode), and both replicas answer.
+    async fn ready(&self) -> Result<bool, std::convert::Infallible> {
+        let Some(leader) = self.leader().await else {
+            return Ok(false);
+        };
+        let want_sync = self.settings.replication != Replication::Asynchronous;
+        let streaming = async {
+            let mut conn = PgConnection::connect_with(&leader.connect_options("postgres"))
+                .await
+                .ok()?;
+            let r: Option<(i64, i64)> = sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE state = 'streaming'),
+                        count(*) FILTER (WHERE sync_state = 'sync')
+                   FROM pg_stat_replication",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .ok();
+            let _ = conn.close().await;
+            r
+        }
+        .await;
+        let Some((streaming, sync)) = streaming else {
+            return Ok(false);
+        };
+        if streaming < 2 || (want_sync && sync < 1) {
+            return Ok(false);
+        }
+        for node in self.nodes.iter().filter(|n| n.name != leader.name) {
+            if node.is_primary().await != Some(false) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The node that answers as a primary, among those not lost (the first, if two would).
+    pub async fn leader(&self) -> Option<&Node> {
+        for node in self.nodes.iter().filter(|n| !n.lost) {
+            if node.is_primary().await == Some(true) {
+                return Some(node);
+            }
+        }
+        None
+    }
+
+    /// Freezes (SIGSTOP) every WAL sender of `node`'s server: from now on nothing it commits
+    /// reaches a replica. Returns the frozen senders' process titles.
+    pub async fn freeze_wal_senders(&self, node: &Node) -> Result<String, ContainerError> {
+        self.signal_wal_senders(node, "STOP").await
+    }
+
+    /// Thaws what [`PatroniCluster::freeze_wal_senders`] froze.
+    pub async fn thaw_wal_senders(&self, node: &Node) -> Result<String, ContainerError> {
+        self.signal_wal_senders(node, "CONT").await
+    }
+
+    async fn signal_wal_senders(
+        &self,
+        node: &Node,
+        signal: &str,
+    ) -> Result<String, ContainerError> {
+        // Anchored: the shell running this has the pattern in its own command line.
+        let (code, out) = node
+            .shell(&format!(
+                "pkill -{signal} -f '^postgres: .*walsender' && ps -o pid=,stat=,args= -C postgres | grep walsender"
+            ))
+            .await?;
+        if code != 0 {
+            return Err(ContainerError::Cli {
+                what: format!("SIG{signal} to the WAL senders of {}", node.name),
+                detail: if out.is_empty() {
+                    "no WAL sender runs there".into()
+                } else {
+                    out
+                },
+            });
+        }
+        Ok(out.lines().map(str::trim).collect::<Vec<_>>().join("; "))
+    }
+
+    /// Loses `node`'s host: SIGKILL to its container (etcd member, Patroni and server at once).
+    /// Returns when the engine reports it stopped.
+    pub async fn lose_host(&mut self, name: &str) -> Result<Instant, ContainerError> {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .expect("a node of this cluster");
+        run(
+            "docker kill",
+            "docker",
+            &["kill", "--signal", "KILL", node.container.id()],
+            CLI_TIMEOUT,
+        )
+        .await?;
+        node.lost = true;
+        Ok(Instant::now())
+    }
+
+    /// Removes every node.
+    pub async fn remove(self) {
+        for node in self.nodes {
+            let _ = node.container.rm().await;
+        }
+    }
+}
