@@ -50,6 +50,11 @@ impl Scenario for F17 {
         true
     }
 
+    /// It makes its own hosts: it runs on every backend.
+    fn on_containers(&self) -> bool {
+        true
+    }
+
     fn fault_moments(&self) -> &'static [&'static str] {
         &["acknowledged by the leader alone", "not acknowledged while"]
     }

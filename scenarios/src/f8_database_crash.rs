@@ -92,6 +92,10 @@ impl Scenario for F8 {
         &["holder-a holds the lease with token 2"]
     }
 
+    fn on_patroni(&self) -> bool {
+        false
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let p = lab.params.clone();

@@ -4,19 +4,66 @@
 //! The lab's host is on both networks (it reaches both servers over TCP, and so do the holders it
 //! starts); the two servers are not on a common network, so the resource's host has no route to
 //! the lease store's: a stronger separation than the role check of the embedded cluster, and P0
-//! shows it.
+//! shows it. With `--lease-store patroni` the lease store is a Patroni-managed cluster of three
+//! nodes on etcd (issue 18) on the lease's network, and the lab talks to its leader.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fencing::schema::Database;
+use harness::containers::patroni::{PatroniCluster, Replication, Settings};
 use harness::containers::{self, Image, Network, PgContainer, PG_PORT};
+use sqlx::postgres::PgConnectOptions;
 
 use crate::lab::Restarted;
 
+/// Where the lease database lives on the container backend.
+pub enum LeaseHost {
+    /// A PostgreSQL container of its own.
+    Single(PgContainer),
+    /// A Patroni-managed cluster (`--lease-store patroni`): the lab talks to the node that led
+    /// when the run started.
+    Patroni {
+        cluster: PatroniCluster,
+        leader: usize,
+    },
+}
+
+impl LeaseHost {
+    /// The address the lab and the holders reach the lease database at.
+    pub fn ip(&self) -> IpAddr {
+        match self {
+            LeaseHost::Single(c) => c.ip,
+            LeaseHost::Patroni { cluster, leader } => cluster.nodes[*leader].ip,
+        }
+    }
+
+    fn connect_options(&self, database: &str, user: &str) -> PgConnectOptions {
+        match self {
+            LeaseHost::Single(c) => c.connect_options(database, user),
+            LeaseHost::Patroni { cluster, leader } => {
+                cluster.nodes[*leader].connect_options_as(database, user)
+            }
+        }
+    }
+
+    /// Whether it is a Patroni cluster.
+    pub fn is_patroni(&self) -> bool {
+        matches!(self, LeaseHost::Patroni { .. })
+    }
+
+    async fn remove(self) {
+        match self {
+            LeaseHost::Single(c) => c.remove().await,
+            LeaseHost::Patroni { cluster, .. } => cluster.remove().await,
+        }
+    }
+}
+
 /// The servers of a run on the container backend.
 pub struct ContainerServers {
-    pub lease: PgContainer,
+    pub lease: LeaseHost,
     pub resource: PgContainer,
     lease_net: Network,
     resource_net: Network,
@@ -25,21 +72,30 @@ pub struct ContainerServers {
 }
 
 impl ContainerServers {
-    /// Builds the image for PostgreSQL `pg_major` if it is not there yet, creates the two
-    /// networks and starts a server on each; returns once both accept connections. On error
-    /// nothing is left.
-    pub async fn start(mark: &str, pg_major: u32) -> anyhow::Result<ContainerServers> {
+    /// Builds the image for PostgreSQL `pg_major` if it is not there yet (with Patroni and etcd
+    /// when `patroni`), creates the two networks and starts the lease store (one server, or a
+    /// Patroni cluster of three) on one and the resource's server on the other; returns once
+    /// both accept connections (Patroni: once it has a leader every replica streams from). On
+    /// error nothing is left.
+    pub async fn start(
+        mark: &str,
+        pg_major: u32,
+        patroni: bool,
+    ) -> anyhow::Result<ContainerServers> {
         containers::engine()
             .await
             .map_err(|reason| anyhow::anyhow!("--backend containers: {reason}"))?;
-        let image = containers::postgres_image(pg_major)
-            .await
-            .with_context(|| {
-                format!(
-                    "--backend containers: no way to build the PostgreSQL {pg_major} image here \
+        let image = if patroni {
+            containers::patroni_image(pg_major).await
+        } else {
+            containers::postgres_image(pg_major).await
+        };
+        let image = image.with_context(|| {
+            format!(
+                "--backend containers: no way to build the PostgreSQL {pg_major} image here \
                  (building needs root, debootstrap and the Debian archive)"
-                )
-            })?;
+            )
+        })?;
         let lease_net = Network::create(mark).await?;
         let resource_net = match Network::create(mark).await {
             Ok(n) => n,
@@ -48,8 +104,17 @@ impl ContainerServers {
                 return Err(e.into());
             }
         };
-        let lease = PgContainer::start(&image, &lease_net, mark).await;
-        let resource = PgContainer::start(&image, &resource_net, mark).await;
+        let lease = if patroni {
+            start_patroni(&image, &lease_net, mark).await
+        } else {
+            PgContainer::start(&image, &lease_net, mark)
+                .await
+                .map(LeaseHost::Single)
+                .map_err(anyhow::Error::from)
+        };
+        let resource = PgContainer::start(&image, &resource_net, mark)
+            .await
+            .map_err(anyhow::Error::from);
         match (lease, resource) {
             (Ok(lease), Ok(resource)) => Ok(ContainerServers {
                 lease,
@@ -60,24 +125,34 @@ impl ContainerServers {
             }),
             (lease, resource) => {
                 let mut error = None;
-                for server in [lease, resource] {
-                    match server {
-                        Ok(s) => s.remove().await,
-                        Err(e) => error = Some(e),
-                    }
+                match lease {
+                    Ok(l) => l.remove().await,
+                    Err(e) => error = Some(e),
+                }
+                match resource {
+                    Ok(r) => r.remove().await,
+                    Err(e) => error = Some(e),
                 }
                 lease_net.remove().await;
                 resource_net.remove().await;
-                Err(error.expect("one of them failed").into())
+                Err(error.expect("one of them failed"))
             }
         }
     }
 
-    /// The server that holds `db`.
-    pub fn server(&self, db: Database) -> &PgContainer {
+    /// The address of the server that holds `db`.
+    pub fn ip(&self, db: Database) -> IpAddr {
         match db {
-            Database::Lease => &self.lease,
-            Database::Resource => &self.resource,
+            Database::Lease => self.lease.ip(),
+            Database::Resource => self.resource.ip,
+        }
+    }
+
+    /// Connection options for `database` as `user` on the server that holds `db`.
+    pub fn connect_options(&self, db: Database, database: &str, user: &str) -> PgConnectOptions {
+        match db {
+            Database::Lease => self.lease.connect_options(database, user),
+            Database::Resource => self.resource.connect_options(database, user),
         }
     }
 
@@ -87,14 +162,20 @@ impl ContainerServers {
             Some(took) => format!("built here in {:.1} s", took.as_secs_f64()),
             None => "built here earlier, reused".into(),
         };
+        let lease = match &self.lease {
+            LeaseHost::Single(c) => format!("lease26 at {}:{PG_PORT}", c.ip),
+            LeaseHost::Patroni { cluster, leader } => format!(
+                "lease26 on a Patroni cluster of three nodes ({}; {}), its leader {} at {}:{PG_PORT}",
+                cluster.versions,
+                cluster.settings.describe(),
+                cluster.nodes[*leader].name,
+                cluster.nodes[*leader].ip
+            ),
+        };
         format!(
-            "containers: lease26 at {}:{PG_PORT} on network {}, res26 at {}:{PG_PORT} on network {} \
+            "containers: {lease} on network {}, res26 at {}:{PG_PORT} on network {} \
              (no common network); image {} ({built})",
-            self.lease.ip,
-            self.lease_net.name,
-            self.resource.ip,
-            self.resource_net.name,
-            self.image.reference
+            self.lease_net.name, self.resource.ip, self.resource_net.name, self.image.reference
         )
     }
 
@@ -104,7 +185,7 @@ impl ContainerServers {
         let bin = format!("/usr/lib/postgresql/{}/bin/pg_isready", self.image.major);
         let secs = timeout.as_secs().max(1);
         let mut said = Vec::new();
-        for ip in [self.lease.ip, self.resource.ip] {
+        for ip in [self.lease.ip(), self.resource.ip] {
             let (code, out) = self
                 .resource
                 .shell(&format!("{bin} -h {ip} -p {PG_PORT} -t {secs}"))
@@ -117,8 +198,14 @@ impl ContainerServers {
     /// Crashes both servers and starts them again ([`PgContainer::crash_restart`]).
     pub async fn crash_and_restart(&mut self, timeout: Duration) -> anyhow::Result<Vec<Restarted>> {
         let mut restarted = Vec::new();
+        let LeaseHost::Single(lease) = &mut self.lease else {
+            anyhow::bail!(
+                "a crash and restart of the lease store's server: on Patroni a lost leader is \
+                 replaced, not restarted (F17)"
+            );
+        };
         for (name, server) in [
-            ("lease26's host", &mut self.lease),
+            ("lease26's host", lease),
             ("res26's host", &mut self.resource),
         ] {
             let before = server.full_log().await.len();
@@ -141,7 +228,12 @@ impl ContainerServers {
 
     /// For a kept run: what was kept and how to look inside.
     pub fn kept_lines(&self) -> Vec<String> {
-        [("lease26", &self.lease), ("res26", &self.resource)]
+        let mut kept: Vec<(&str, &PgContainer)> = vec![("res26", &self.resource)];
+        match &self.lease {
+            LeaseHost::Single(c) => kept.insert(0, ("lease26", c)),
+            LeaseHost::Patroni { .. } => {}
+        }
+        let mut lines: Vec<String> = kept
             .into_iter()
             .map(|(db, s)| {
                 format!(
@@ -150,13 +242,24 @@ impl ContainerServers {
                     &s.id()[..12.min(s.id().len())]
                 )
             })
-            .collect()
+            .collect();
+        if self.lease.is_patroni() {
+            lines.push(
+                "the Patroni cluster is not kept (a stopped cluster's leader key would be stale): \
+                 it was removed"
+                    .into(),
+            );
+        }
+        lines
     }
 
     /// Stops the servers and leaves them and their networks in place (`--keep`, a failing run);
     /// `lab clean` removes them.
     pub async fn stop_and_keep(self) {
-        self.lease.stop_and_keep().await;
+        match self.lease {
+            LeaseHost::Single(c) => c.stop_and_keep().await,
+            patroni @ LeaseHost::Patroni { .. } => patroni.remove().await,
+        }
         self.resource.stop_and_keep().await;
         self.lease_net.keep();
         self.resource_net.keep();
@@ -169,4 +272,28 @@ impl ContainerServers {
         self.lease_net.remove().await;
         self.resource_net.remove().await;
     }
+}
+
+/// The lease store as a Patroni cluster on `network` (asynchronous replication, Patroni's
+/// default, with the fastest timing it accepts), with the lease database on its leader.
+async fn start_patroni(image: &Image, network: &Network, mark: &str) -> anyhow::Result<LeaseHost> {
+    let cluster = PatroniCluster::start(
+        image,
+        network,
+        mark,
+        &format!("{mark}-lease"),
+        Settings::fast(Replication::Asynchronous),
+        Duration::from_secs(120),
+    )
+    .await?;
+    let Some(leader) = cluster.leader().await.map(|l| l.name.clone()) else {
+        cluster.remove().await;
+        anyhow::bail!("the Patroni cluster reported ready without a leader");
+    };
+    let leader = cluster
+        .nodes
+        .iter()
+        .position(|n| n.name == leader)
+        .expect("the leader is a node");
+    Ok(LeaseHost::Patroni { cluster, leader })
 }

@@ -204,8 +204,8 @@ impl Lab {
                     .context("failed to start the embedded PostgreSQL")?,
             ),
             #[cfg(feature = "containers")]
-            Backend::Containers { pg_major } => Servers::Containers(
-                crate::hosts::ContainerServers::start(&run_mark, pg_major).await?,
+            Backend::Containers { pg_major, patroni } => Servers::Containers(
+                crate::hosts::ContainerServers::start(&run_mark, pg_major, patroni).await?,
             ),
             #[cfg(not(feature = "containers"))]
             Backend::Containers { .. } => anyhow::bail!(
@@ -234,6 +234,11 @@ impl Lab {
             holder_bin,
             params,
         })
+    }
+
+    /// Whether the lease store is a Patroni cluster (`--lease-store patroni`).
+    pub fn lease_on_patroni(&self) -> bool {
+        matches!(self.backend(), Backend::Containers { patroni: true, .. })
     }
 
     /// The embedded cluster; an error on another backend (where only the scenarios that run on
@@ -293,7 +298,7 @@ impl Lab {
         let Servers::Containers(hosts) = &self.servers else {
             anyhow::bail!("cutting a process off a server needs --backend containers");
         };
-        let ip = hosts.server(db).ip;
+        let ip = hosts.ip(db);
         let admin = self.admin_pool(db).await?;
         let ports = harness::observe::client_ports(&admin, process).await;
         admin.close().await;
@@ -721,15 +726,27 @@ pub enum Backend {
     /// Both databases on the embedded cluster, over its Unix socket: the default.
     Embedded,
     /// Each database on a PostgreSQL container of its own (this major version), on networks
-    /// of their own that the lab creates, reached over TCP (feature `containers`).
-    Containers { pg_major: u32 },
+    /// of their own that the lab creates, reached over TCP (feature `containers`); with
+    /// `patroni`, the lease database on a Patroni-managed cluster of three (`--lease-store
+    /// patroni`).
+    Containers { pg_major: u32, patroni: bool },
 }
 
 impl std::fmt::Display for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Backend::Embedded => f.write_str("embedded"),
-            Backend::Containers { pg_major } => write!(f, "containers (PostgreSQL {pg_major})"),
+            Backend::Containers {
+                pg_major,
+                patroni: false,
+            } => write!(f, "containers (PostgreSQL {pg_major})"),
+            Backend::Containers {
+                pg_major,
+                patroni: true,
+            } => write!(
+                f,
+                "containers (PostgreSQL {pg_major}, the lease store on Patroni)"
+            ),
         }
     }
 }
@@ -752,6 +769,7 @@ impl Servers {
             #[cfg(feature = "containers")]
             Servers::Containers(h) => Backend::Containers {
                 pg_major: h.image.major,
+                patroni: h.lease.is_patroni(),
             },
         }
     }
@@ -763,7 +781,7 @@ impl Servers {
             Servers::Embedded(c) => c.connect_options(database, user),
             #[cfg(feature = "containers")]
             Servers::Containers(h) => sqlx::ConnectOptions::disable_statement_logging(
-                h.server(db).connect_options(database, user),
+                h.connect_options(db, database, user),
             ),
         }
     }
@@ -778,7 +796,7 @@ impl Servers {
         match self {
             Servers::Embedded(_) => None,
             #[cfg(feature = "containers")]
-            Servers::Containers(h) => Some(h.server(db).ip.to_string()),
+            Servers::Containers(h) => Some(h.ip(db).to_string()),
         }
     }
 

@@ -88,6 +88,12 @@ pub trait Scenario: Sync {
     fn on_containers(&self) -> bool {
         false
     }
+    /// Whether it runs with the lease store on Patroni (`--lease-store patroni`): the ones that
+    /// run on containers, unless they restart the lease store's server (a Patroni cluster
+    /// replaces a lost leader instead: F17).
+    fn on_patroni(&self) -> bool {
+        self.on_containers()
+    }
     /// Whether it must run with no other experiment at once (`lab run --jobs`): it stops or
     /// crashes a server, or measures timing that the load of another experiment would distort.
     fn runs_alone(&self) -> bool {
@@ -393,6 +399,15 @@ async fn run_case(
                 "{} does not apply to {}: {why}",
                 scenario.id(),
                 lab.params.sut.name
+            ));
+            Ok(())
+        }
+        Ok(()) if lab.lease_on_patroni() && !scenario.on_patroni() => {
+            rec.skip(format!(
+                "{} does not run with --lease-store patroni: it crashes and restarts the lease \
+                 store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
+                 shows that",
+                scenario.id()
             ));
             Ok(())
         }

@@ -84,7 +84,7 @@ async fn network_checks(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
             timeout.as_secs()
         ),
         to_lease.contains("no response"),
-        format_args!("pg_isready -h {}: {to_lease}", hosts.lease.ip),
+        format_args!("pg_isready -h {}: {to_lease}", hosts.lease.ip()),
     );
     rec.check_that(
         "from the resource's host, its own server answers (the control)",

@@ -14,6 +14,16 @@ pub enum BackendArg {
     Containers,
 }
 
+/// Where the lease database lives (`--lease-store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LeaseStoreArg {
+    /// Where the backend puts it: the embedded cluster, or a container of its own.
+    Single,
+    /// A Patroni-managed cluster of three PostgreSQL containers on a three-member etcd cluster
+    /// (asynchronous replication, Patroni's default); the lab talks to its leader.
+    Patroni,
+}
+
 /// What the lab prints on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -254,6 +264,14 @@ pub struct RunArgs {
     /// --features lab/containers (./run.sh does both when an engine answers).
     #[arg(long, value_enum, default_value_t = BackendArg::Embedded)]
     pub backend: BackendArg,
+
+    /// The lease store. `single`: the backend's (default). `patroni`: a Patroni-managed cluster
+    /// of three PostgreSQL containers on a three-member etcd cluster, Patroni's default
+    /// asynchronous replication, the lab and the holders talking to its leader; the resource on a
+    /// container of its own. Implies --backend containers (P0 and F1–F9 but F8 run on it; F17
+    /// fails such a cluster over by itself, whatever this says).
+    #[arg(long, value_enum, default_value_t = LeaseStoreArg::Single)]
+    pub lease_store: LeaseStoreArg,
 
     /// One container run per PostgreSQL major version (13: Debian bullseye, 15: bookworm, 17:
     /// trixie), each with its own evidence in <evidence-dir>/pgN, then a matrix of version ×

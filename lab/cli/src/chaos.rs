@@ -68,9 +68,10 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     use chaos::schedule::FaultKind;
     let backend = match args.backend {
         BackendArg::Embedded => Backend::Embedded,
-        BackendArg::Containers if cfg!(feature = "containers") => {
-            Backend::Containers { pg_major: 15 }
-        }
+        BackendArg::Containers if cfg!(feature = "containers") => Backend::Containers {
+            pg_major: 15,
+            patroni: false,
+        },
         BackendArg::Containers => anyhow::bail!(
             "--backend containers needs a lab built with the containers feature: start a Docker \
              engine and run ./run.sh chaos (it builds with --features lab/containers when one \

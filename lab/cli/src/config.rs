@@ -12,7 +12,7 @@ use fencing::resource::WriteMode;
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::{Backend, Lab, Params, Scenario};
 
-use crate::args::{BackendArg, Format, RunArgs};
+use crate::args::{BackendArg, Format, LeaseStoreArg, RunArgs};
 
 /// A run, ready to go.
 pub struct Config {
@@ -79,8 +79,11 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         None => params,
         Some(arg) => {
             let profile = Profile::load(arg).map_err(|e| anyhow::anyhow!("--sut {e}"))?;
-            if args.backend != BackendArg::Embedded || args.pg_versions.is_some() {
-                bail!("--sut runs on the embedded cluster for now: drop --backend containers and --pg-versions");
+            if args.backend != BackendArg::Embedded
+                || args.pg_versions.is_some()
+                || args.lease_store != LeaseStoreArg::Single
+            {
+                bail!("--sut runs on the embedded cluster for now: drop --backend containers, --lease-store and --pg-versions");
             }
             let built_in = WriteMode::FENCES
                 .into_iter()
@@ -119,7 +122,19 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             )
         })?;
     }
-    let backends = match (&args.pg_versions, args.backend) {
+    let patroni = args.lease_store == LeaseStoreArg::Patroni;
+    if patroni && args.pg_versions.is_some() {
+        bail!("--lease-store patroni runs PostgreSQL 15 (Debian bookworm's Patroni): drop --pg-versions");
+    }
+    if patroni && args.backend == BackendArg::Embedded && backend_given() {
+        bail!("--lease-store patroni runs on containers: drop --backend embedded");
+    }
+    let backend = if patroni {
+        BackendArg::Containers
+    } else {
+        args.backend
+    };
+    let backends = match (&args.pg_versions, backend) {
         (Some(versions), BackendArg::Containers | BackendArg::Embedded) => {
             if versions.is_empty() {
                 bail!("--pg-versions needs at least one major version (13, 15 or 17)");
@@ -142,18 +157,24 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             }
             versions
                 .iter()
-                .map(|&pg_major| Backend::Containers { pg_major })
+                .map(|&pg_major| Backend::Containers {
+                    pg_major,
+                    patroni: false,
+                })
                 .collect()
         }
         (None, BackendArg::Embedded) => vec![Backend::Embedded],
-        (None, BackendArg::Containers) => vec![Backend::Containers { pg_major: 15 }],
+        (None, BackendArg::Containers) => vec![Backend::Containers {
+            pg_major: 15,
+            patroni,
+        }],
     };
     if args.step && backends != [Backend::Embedded] {
-        bail!("--step runs on the embedded cluster (its psql command connects to it): drop --backend containers and --pg-versions");
+        bail!("--step runs on the embedded cluster (its psql command connects to it): drop --backend containers, --lease-store and --pg-versions");
     }
     if backends != [Backend::Embedded] && !cfg!(feature = "containers") {
         bail!(
-            "--backend containers and --pg-versions need a lab built with the containers feature: \
+            "--backend containers, --lease-store patroni and --pg-versions need a lab built with the containers feature: \
              start a Docker engine and run ./run.sh (it builds with --features lab/containers when \
              one answers), or cargo build --features lab/containers"
         );

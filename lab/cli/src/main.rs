@@ -244,7 +244,7 @@ async fn run_matrix(cfg: &Config) -> ExitCode {
     let mut columns = Vec::new();
     let mut worst = ExitCode::SUCCESS;
     for &backend in &cfg.backends {
-        let Backend::Containers { pg_major } = backend else {
+        let Backend::Containers { pg_major, .. } = backend else {
             continue;
         };
         let dir = cfg.evidence_dir.join(format!("pg{pg_major}"));

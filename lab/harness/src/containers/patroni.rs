@@ -100,10 +100,15 @@ pub struct Node {
 impl Node {
     /// Connection options for `database` as the superuser `lab`, over TCP.
     pub fn connect_options(&self, database: &str) -> PgConnectOptions {
+        self.connect_options_as(database, "lab")
+    }
+
+    /// Connection options for `database` as `user`, over TCP.
+    pub fn connect_options_as(&self, database: &str, user: &str) -> PgConnectOptions {
         PgConnectOptions::new_without_pgpass()
             .host(&self.ip.to_string())
             .port(PG_PORT)
-            .username("lab")
+            .username(user)
             .database(database)
             .application_name("fencing-lab")
     }
