@@ -19,6 +19,8 @@ use sqlx::postgres::PgConnectOptions;
 use crate::lab::Restarted;
 
 /// Where the lease database lives on the container backend.
+// One value per run: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum LeaseHost {
     /// A PostgreSQL container of its own.
     Single(PgContainer),

@@ -3,7 +3,8 @@
 //! SIGKILL (it leaves its container, network and iptables hold, and `lab clean` must remove
 //! them) — and by SIGTERM while F16 holds A's lease connections (143, nothing left). The
 //! container backend runs F1–F9, keeps its servers on `--keep` and leaves nothing otherwise;
-//! `lab chaos` on it injects delays and partitions, passes, and leaves nothing. Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
+//! `lab chaos` on it injects delays and partitions, passes, and leaves nothing. The lease store
+//! on Patroni runs F1 and F4, and a lab interrupted during F17's failover leaves nothing. Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
 //! the lab this test started: other labs' containers are not this test's business. Without a
 //! Docker engine the test says so and checks nothing else.
 #![cfg(feature = "containers")]
@@ -342,5 +343,57 @@ fn chaos_on_containers_delays_and_partitions_holders_and_leaves_nothing() -> any
         "every cut drops at least one connection: {dropped:?}"
     );
     assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
+    Ok(())
+}
+
+/// `--lease-store patroni` (issue 18): F1 and F4 pass with the lease database on a Patroni
+/// cluster's leader, and the run leaves nothing; SIGINT while F17 fails such a cluster over
+/// exits 130 within 10 s and leaves nothing either.
+#[test]
+fn the_lease_store_on_patroni_runs_f1_and_f4_and_an_interrupted_failover_leaves_nothing(
+) -> anyhow::Result<()> {
+    if no_engine() {
+        eprintln!("no Docker engine answers: nothing to run here");
+        return Ok(());
+    }
+    let sandbox = tempfile::tempdir()?;
+    fs::set_permissions(sandbox.path(), fs::Permissions::from_mode(0o755))?;
+    let (pid, code, out) = lab_run(
+        sandbox.path(),
+        "ev",
+        &["--lease-store", "patroni", "--only", "F1,F4"],
+    )?;
+    assert_eq!(code, 0, "F1, F4 on Patroni did not pass:\n{out}");
+    assert!(
+        out.contains("lease26 on a Patroni cluster of three nodes (patroni "),
+        "the environment names the Patroni cluster:\n{out}"
+    );
+    for id in ["F1", "F4"] {
+        assert!(
+            out.contains(&format!("CASE {id} ")),
+            "{id} did not run:\n{out}"
+        );
+    }
+    assert!(!out.contains("  skip") && !out.contains("  FAIL"), "{out}");
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "a passing run left containers or networks"
+    );
+
+    // SIGINT as F17's leader is lost, just after A's grant was acknowledged by it alone.
+    let mut lab = lab_at(sandbox.path(), "F17", "acknowledged by the leader alone")?;
+    let pid = lab.id();
+    kill(Pid::from_raw(pid as i32), Signal::SIGINT)?;
+    let exited = poll(Duration::from_secs(10), || {
+        matches!(lab.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "still running 10 s after SIGINT");
+    assert_eq!(lab.wait()?.code(), Some(130));
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "SIGINT during F17's failover: containers or networks left"
+    );
     Ok(())
 }
