@@ -235,22 +235,6 @@ mod imp {
         ))
     }
 
-    /// A query's one text answer on `node`'s server, `none` when it does not answer.
-    async fn ask(node: &Node, sql: &str) -> String {
-        let answer = async {
-            let p = pool(node.connect_options("postgres")).await.ok()?;
-            let r: Option<String> = sqlx::query_scalar(sql).fetch_one(&p).await.ok();
-            p.close().await;
-            r
-        };
-        shown(
-            tokio::time::timeout(Duration::from_secs(3), answer)
-                .await
-                .ok()
-                .flatten(),
-        )
-    }
-
     async fn timeline(
         lab: &Lab,
         rec: &mut Recorder,
@@ -279,8 +263,8 @@ mod imp {
         ));
         rec.step(
             Mark::Info,
-            "patroni",
-            &format!("leader {}", short(&leader_name)),
+            "lab",
+            &format!("Patroni's leader {}", short(&leader_name)),
             None,
             mode,
             None,
@@ -316,7 +300,11 @@ mod imp {
             wrote(a1_ok, a1.token),
             None,
         );
-        let lsn = ask(leader, "SELECT pg_current_wal_lsn()::text").await;
+        let lsn = leader
+            .wal()
+            .await
+            .written
+            .context("the leader did not say where its WAL stands")?;
         let replicas: Vec<&Node> = cluster
             .nodes
             .iter()
@@ -326,12 +314,8 @@ mod imp {
         for r in &replicas {
             let caught_up =
                 harness::wait::until("the replica replayed A's grant", p.wait_timeout, || async {
-                    let replayed = ask(
-                        r,
-                        &format!("SELECT (pg_last_wal_replay_lsn() >= '{lsn}')::text"),
-                    )
-                    .await;
-                    Ok::<_, std::convert::Infallible>(replayed == "true")
+                    let replayed = r.wal().await.replayed;
+                    Ok::<_, std::convert::Infallible>(replayed.is_some_and(|at| at >= lsn))
                 })
                 .await;
             on_replicas += usize::from(caught_up.is_ok());
@@ -367,7 +351,7 @@ mod imp {
         ));
         rec.step(
             Mark::Info,
-            "patroni",
+            "lab",
             "the leader's WAL senders frozen",
             None,
             "",
@@ -381,7 +365,12 @@ mod imp {
             Err(_) => None,
         };
         rec.step(
-            crate::lab::acquire_mark(a2.as_ref()),
+            // No answer is not a refusal: the acquire is still waiting.
+            if a2.is_some() {
+                Mark::Acquired
+            } else {
+                Mark::Info
+            },
             "A",
             "acquire again",
             a2.as_ref().map(|g| g.token),
@@ -392,7 +381,11 @@ mod imp {
             None,
         );
         // Where the leader's WAL stood once A's attempt was in: A's commit is at or before it.
-        let leader_lsn = ask(leader, "SELECT pg_current_wal_lsn()::text").await;
+        let leader_lsn = leader
+            .wal()
+            .await
+            .written
+            .context("the leader did not say where its WAL stands")?;
         if a2.is_some() {
             // The timeline gives the replicas a second to receive what the leader acknowledged.
             harness::wait::prescribed(Duration::from_secs(1)).await;
@@ -400,17 +393,9 @@ mod imp {
         let mut lsns = Vec::new();
         let mut with_it = 0;
         for r in &replicas {
-            lsns.push(format!(
-                "{} received {}",
-                short(&r.name),
-                ask(r, "SELECT pg_last_wal_receive_lsn()::text").await
-            ));
-            let has = ask(
-                r,
-                &format!("SELECT (pg_last_wal_receive_lsn() >= '{leader_lsn}')::text"),
-            )
-            .await;
-            with_it += usize::from(has == "true");
+            let received = r.wal().await.received;
+            lsns.push(format!("{} received {}", short(&r.name), shown(received)));
+            with_it += usize::from(received.is_some_and(|at| at >= leader_lsn));
         }
         rec.note(format!(
             "{mode}: at the loss, the leader {} had written up to {leader_lsn}; {} \
@@ -465,8 +450,8 @@ mod imp {
         let failover = b_at.duration_since(lost_at);
         rec.step(
             Mark::Info,
-            "patroni",
-            &format!("{} leads", short(&new_leader)),
+            "lab",
+            &format!("Patroni's new leader {}", short(&new_leader)),
             None,
             format!("{} ms after the loss", failover.as_millis()),
             None,

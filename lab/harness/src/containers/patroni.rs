@@ -23,6 +23,18 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
 
 use super::{run, ContainerError, Image, Network, CLI_TIMEOUT, LABEL, PG_PORT};
 use crate::process::Spawn;
+pub use crate::server::standby::Lsn;
+
+/// A node's WAL positions, each `None` where the server has none or does not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wal {
+    /// A primary's current write position (`pg_current_wal_lsn`).
+    pub written: Option<Lsn>,
+    /// A replica's last position received from its primary (`pg_last_wal_receive_lsn`).
+    pub received: Option<Lsn>,
+    /// A replica's last position replayed (`pg_last_wal_replay_lsn`).
+    pub replayed: Option<Lsn>,
+}
 
 /// Patroni's replication mode (`synchronous_mode` in its dynamic configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +153,32 @@ impl Node {
             String::from_utf8_lossy(&out.stderr)
         );
         Ok((out.status.code().unwrap_or(-1), text.trim().to_owned()))
+    }
+
+    /// Its WAL positions, read within 3 s.
+    pub async fn wal(&self) -> Wal {
+        let opts = self.connect_options("postgres");
+        let ask = async {
+            let mut conn = PgConnection::connect_with(&opts).await.ok()?;
+            let r: Option<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END,
+                        pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .ok();
+            let _ = conn.close().await;
+            r
+        };
+        let lsn = |t: Option<String>| t.as_deref().and_then(Lsn::parse);
+        match tokio::time::timeout(Duration::from_secs(3), ask).await {
+            Ok(Some((w, r, p))) => Wal {
+                written: lsn(w),
+                received: lsn(r),
+                replayed: lsn(p),
+            },
+            _ => Wal::default(),
+        }
     }
 
     /// What the server says of itself, when it answers within a second: `Some(true)` for a
