@@ -270,6 +270,21 @@ async fn inside_the_transaction(
         "BEFORE_COMMIT token=1",
         &event.to_string(),
     );
+    // A state, polled: A's renewer has its own connection to lease26 by now (it renews while A
+    // stands before its commit), so that the sessions shown — and killed — are all of A's.
+    harness::wait::until(
+        "A's renewer is connected to lease26",
+        lab.params.wait_timeout,
+        || async {
+            let lease_sessions = observe::sessions_of(admin, HOLDER_A)
+                .await?
+                .iter()
+                .filter(|s| s.database.as_deref() == Some("lease26"))
+                .count();
+            Ok::<_, sqlx::Error>(lease_sessions >= 2)
+        },
+    )
+    .await?;
     let sessions = observe::sessions_of(admin, HOLDER_A).await?;
     let open = sessions
         .iter()
