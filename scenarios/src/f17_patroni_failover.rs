@@ -50,6 +50,17 @@ impl Scenario for F17 {
         true
     }
 
+    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
+        if sut.claims.token_at_lease {
+            Ok(())
+        } else {
+            Err(
+                "it asks whether an acknowledged token survives the lease store's failover, \
+                 and the design issues no token",
+            )
+        }
+    }
+
     /// It makes its own hosts: it runs on every backend.
     fn on_containers(&self) -> bool {
         true
