@@ -128,32 +128,16 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
         (0, 0, 0),
         "the audit must see what a running F15 has"
     );
-    kill(Pid::from_raw(pid as i32), Signal::SIGINT)?;
-    let exited = poll(Duration::from_secs(10), || {
-        matches!(lab.try_wait(), Ok(Some(_)))
-    });
-    assert!(exited, "still running 10 s after SIGINT");
-    assert_eq!(lab.wait()?.code(), Some(130));
-    assert_eq!(
-        left_by(pid),
-        (0, 0, 0),
-        "SIGINT: containers, networks, holds left"
-    );
+    stopped_leaving_nothing(&mut lab, Signal::SIGINT, 130, "SIGINT")?;
 
     // SIGTERM while F16 holds A's lease connections (A partitioned): 143, nothing left.
     let mut lab = lab_at(sandbox.path(), "F16", "A is cut off from the lease store")?;
-    let pid = lab.id();
-    kill(Pid::from_raw(pid as i32), Signal::SIGTERM)?;
-    let exited = poll(Duration::from_secs(10), || {
-        matches!(lab.try_wait(), Ok(Some(_)))
-    });
-    assert!(exited, "still running 10 s after SIGTERM");
-    assert_eq!(lab.wait()?.code(), Some(143));
-    assert_eq!(
-        left_by(pid),
-        (0, 0, 0),
-        "SIGTERM during F16's partition: containers, networks, holds left"
-    );
+    stopped_leaving_nothing(
+        &mut lab,
+        Signal::SIGTERM,
+        143,
+        "SIGTERM during F16's partition",
+    )?;
 
     // SIGKILL: nothing runs to clean up; `lab clean` finds it by the label.
     let mut lab = lab_holding(sandbox.path())?;
@@ -174,6 +158,29 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
         left_by(pid),
         (0, 0, 0),
         "lab clean left containers, networks or holds"
+    );
+    Ok(())
+}
+
+/// Sends `signal` to the running `lab` and requires it to exit with `code` within 10 s, leaving
+/// no container, network or hold of its own (`what` names the moment in a failure).
+fn stopped_leaving_nothing(
+    lab: &mut Child,
+    signal: Signal,
+    code: i32,
+    what: &str,
+) -> anyhow::Result<()> {
+    let pid = lab.id();
+    kill(Pid::from_raw(pid as i32), signal)?;
+    let exited = poll(Duration::from_secs(10), || {
+        matches!(lab.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "{what}: still running 10 s after the signal");
+    assert_eq!(lab.wait()?.code(), Some(code), "{what}");
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "{what}: containers, networks, holds left"
     );
     Ok(())
 }
@@ -383,17 +390,11 @@ fn the_lease_store_on_patroni_runs_f1_and_f4_and_an_interrupted_failover_leaves_
 
     // SIGINT as F17's leader is lost, just after A's grant was acknowledged by it alone.
     let mut lab = lab_at(sandbox.path(), "F17", "acknowledged by the leader alone")?;
-    let pid = lab.id();
-    kill(Pid::from_raw(pid as i32), Signal::SIGINT)?;
-    let exited = poll(Duration::from_secs(10), || {
-        matches!(lab.try_wait(), Ok(Some(_)))
-    });
-    assert!(exited, "still running 10 s after SIGINT");
-    assert_eq!(lab.wait()?.code(), Some(130));
-    assert_eq!(
-        left_by(pid),
-        (0, 0, 0),
-        "SIGINT during F17's failover: containers or networks left"
-    );
+    stopped_leaving_nothing(
+        &mut lab,
+        Signal::SIGINT,
+        130,
+        "SIGINT during F17's failover",
+    )?;
     Ok(())
 }

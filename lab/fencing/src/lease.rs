@@ -175,7 +175,7 @@ impl LeaseStore {
 
     /// `Err` when `token`, answered by `statement`, contradicts the profile's claims: a design
     /// with a token at the lease answers one above 0, a design without answers 0.
-    pub fn token_as_claimed(&self, statement: &'static str, token: i64) -> Result<()> {
+    fn token_as_claimed(&self, statement: &'static str, token: i64) -> Result<()> {
         let (claim, fits) = if self.profile.claims.token_at_lease {
             (
                 "a token at the lease (token_at_lease = true, above 0)",

@@ -83,6 +83,21 @@ async fn run(
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// Runs `script` with `sh -c` inside the container `id`: its exit code and its output (stdout
+/// and stderr, trimmed).
+async fn shell(id: &str, script: &str) -> Result<(i32, String), ContainerError> {
+    let out = Spawn::new("docker exec", "docker")
+        .args(["exec", id, "sh", "-c", script])
+        .output(CLI_TIMEOUT)
+        .await?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.code().unwrap_or(-1), text.trim().to_owned()))
+}
+
 /// `Ok(server version)` when a Docker engine answers; else the reason, with the hint.
 pub async fn engine() -> Result<String, String> {
     match run(
@@ -518,16 +533,7 @@ impl PgContainer {
     /// Runs `script` with `sh -c` inside the container: its exit code and its output (stdout
     /// and stderr, trimmed).
     pub async fn shell(&self, script: &str) -> Result<(i32, String), ContainerError> {
-        let out = Spawn::new("docker exec", "docker")
-            .args(["exec", self.container.id(), "sh", "-c", script])
-            .output(CLI_TIMEOUT)
-            .await?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok((out.status.code().unwrap_or(-1), text.trim().to_owned()))
+        shell(self.container.id(), script).await
     }
 
     /// Stops and removes the container.

@@ -143,16 +143,7 @@ impl Node {
 
     /// Runs `script` with `sh -c` inside the node: its exit code and output.
     pub async fn shell(&self, script: &str) -> Result<(i32, String), ContainerError> {
-        let out = Spawn::new("docker exec", "docker")
-            .args(["exec", self.container.id(), "sh", "-c", script])
-            .output(CLI_TIMEOUT)
-            .await?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok((out.status.code().unwrap_or(-1), text.trim().to_owned()))
+        super::shell(self.container.id(), script).await
     }
 
     /// Its WAL positions, read within 3 s.

@@ -147,21 +147,19 @@ impl Recorder {
         expected: &T,
         actual: &T,
     ) -> bool {
-        let (expected, actual, passed) = if self.token_blind {
-            let (e, a) = (
-                mask_tokens(&expected.to_string()),
-                mask_tokens(&actual.to_string()),
-            );
-            let passed = e == a;
-            (e, a, passed)
+        let (shown_expected, shown_actual) = (expected.to_string(), actual.to_string());
+        // Blind to tokens, the texts are compared with their numbers masked (as `verdict`
+        // records them).
+        let passed = if self.token_blind {
+            mask_tokens(&shown_expected) == mask_tokens(&shown_actual)
         } else {
-            (expected.to_string(), actual.to_string(), expected == actual)
+            expected == actual
         };
         self.verdict(
             CheckKind::Value,
             description.into(),
-            expected,
-            actual,
+            shown_expected,
+            shown_actual,
             passed,
         )
     }
