@@ -23,7 +23,6 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnectOptions;
-use testcontainers::core::WaitFor;
 use testcontainers::runners::AsyncRunner as _;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
 
@@ -385,6 +384,56 @@ impl Drop for Network {
     }
 }
 
+/// How long a container may take to say it is ready.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a starting container's log is read (each read asks the engine for all of it).
+const LOG_POLL: Duration = Duration::from_millis(50);
+
+/// Waits, polled with a deadline, until `container`'s stderr holds `message`; an error if the
+/// container stops first (its exit code and the end of its log) or the deadline passes.
+///
+/// Each poll reads the log to its end (`docker logs` without following). testcontainers' own wait
+/// follows one log stream, and a CI run saw that stream end at once with no line at all while the
+/// container was starting ("End of stream reached before finding message: []"): the container
+/// never got the chance to say it was ready.
+pub async fn until_logged(
+    container: &ContainerAsync<GenericImage>,
+    message: &str,
+    timeout: Duration,
+) -> Result<(), ContainerError> {
+    let what = format!("the container logs {message:?}");
+    let logged = crate::wait::until_every(&what, timeout, LOG_POLL, || async {
+        let log = container.stderr_to_vec().await?;
+        if String::from_utf8_lossy(&log).contains(message) {
+            return Ok(true);
+        }
+        match container.exit_code().await? {
+            None => Ok(false),
+            Some(code) => Err(testcontainers::TestcontainersError::Other(
+                format!("it stopped with exit code {code} before it logged {message:?}").into(),
+            )),
+        }
+    })
+    .await;
+    if let Err(e) = logged {
+        let mut why = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            why = format!("{why}: {s}");
+            source = s.source();
+        }
+        let log = container.stderr_to_vec().await.unwrap_or_default();
+        let log = String::from_utf8_lossy(&log);
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(ContainerError::Cli {
+            what: format!("start container {}", container.id()),
+            detail: format!("{why}; the end of its log:\n{}", tail.join("\n")),
+        });
+    }
+    Ok(())
+}
+
 /// A PostgreSQL server in a container on a [`Network`]: initdb'd inside, trusting the network's
 /// hosts (it is private), logging every statement with its time and application name, keeping
 /// commit timestamps (the chaos checker orders writes by commit).
@@ -415,16 +464,18 @@ impl PgContainer {
                 -c log_line_prefix='%m [%a] ' -c log_statement=all -c track_commit_timestamp=on"
         );
         let container = GenericImage::new(repo, tag)
-            .with_wait_for(WaitFor::message_on_stderr(
-                "database system is ready to accept connections",
-            ))
             .with_cmd(["sh", "-c", &script])
             .with_user("postgres")
             .with_network(network.name.clone())
             .with_label(LABEL, mark)
-            .with_startup_timeout(Duration::from_secs(60))
             .start()
             .await?;
+        until_logged(
+            &container,
+            "database system is ready to accept connections",
+            STARTUP_TIMEOUT,
+        )
+        .await?;
         let ip = container.get_bridge_ip_address().await?;
         Ok(PgContainer { container, ip })
     }

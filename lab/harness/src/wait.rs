@@ -25,6 +25,22 @@ pub enum WaitError {
 pub async fn until<F, Fut, E>(
     what: &str,
     timeout: Duration,
+    probe: F,
+) -> Result<Duration, WaitError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    until_every(what, timeout, POLL_INTERVAL, probe).await
+}
+
+/// [`until`], polling every `interval`: for a probe that costs more than a query (one that asks
+/// the Docker engine for a container's whole log).
+pub async fn until_every<F, Fut, E>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
     mut probe: F,
 ) -> Result<Duration, WaitError>
 where
@@ -36,7 +52,7 @@ where
     loop {
         // A probe that blocks (e.g. on a lock) counts against the same deadline.
         let left = timeout.saturating_sub(start.elapsed());
-        match tokio::time::timeout(left.max(POLL_INTERVAL), probe()).await {
+        match tokio::time::timeout(left.max(interval), probe()).await {
             Ok(Ok(true)) => return Ok(start.elapsed()),
             Ok(Ok(false)) | Err(_) => {}
             Ok(Err(e)) => {
@@ -52,7 +68,7 @@ where
                 after: start.elapsed(),
             });
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

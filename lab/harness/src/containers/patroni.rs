@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection as _, PgConnection};
-use testcontainers::core::WaitFor;
 use testcontainers::runners::AsyncRunner as _;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
 
-use super::{run, ContainerError, Image, Network, CLI_TIMEOUT, LABEL, PG_PORT};
+use super::{
+    run, until_logged, ContainerError, Image, Network, CLI_TIMEOUT, LABEL, PG_PORT, STARTUP_TIMEOUT,
+};
 use crate::process::Spawn;
 pub use crate::server::standby::Lsn;
 
@@ -301,14 +302,12 @@ impl PatroniCluster {
         };
         for name in &names {
             let container = GenericImage::new(repo, tag)
-                .with_wait_for(WaitFor::message_on_stderr("lab: patroni"))
                 .with_cmd(["sh", "-c", &script(name, &names, &settings, image.major)])
                 .with_user("postgres")
                 .with_container_name(name.clone())
                 .with_hostname(name.clone())
                 .with_network(network.name.clone())
                 .with_label(LABEL, mark)
-                .with_startup_timeout(Duration::from_secs(60))
                 .start()
                 .await;
             let container = match container {
@@ -318,6 +317,11 @@ impl PatroniCluster {
                     return Err(e.into());
                 }
             };
+            if let Err(e) = until_logged(&container, "lab: patroni", STARTUP_TIMEOUT).await {
+                drop(container);
+                cluster.remove().await;
+                return Err(e);
+            }
             let ip = match container.get_bridge_ip_address().await {
                 Ok(ip) => ip,
                 Err(e) => {
