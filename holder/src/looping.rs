@@ -9,7 +9,9 @@
 //! `--control-scope`, the same write unfenced to the control scope) → renew → release. There is
 //! no check between the parts: a pause there is what a real job's pause looks like, and what the
 //! fence is for. Every operation is reported as its invocation and then its completion (`ok`,
-//! `fail`, or `info` when an error leaves its outcome unknown — the holder then goes on).
+//! `fail`, or `info` when an error leaves its outcome unknown — the holder then goes on). With
+//! several lease hosts (a Patroni cluster), a lease operation that ended in an error sends it to
+//! look for the read-write one again: a failover moves the lease store under it.
 
 use std::io::{self, BufRead as _};
 use std::thread;
@@ -22,7 +24,7 @@ use holder_protocol::{Event, HolderFlags, OpKind, OpPhase};
 use rand::{Rng as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{emit, pg_pool};
+use crate::{emit, pg_pool, several_lease_hosts};
 
 /// Runs until stdin closes (then returns `Ok`); an error only when it cannot start.
 pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String> {
@@ -150,6 +152,9 @@ impl Worker<'_> {
                     OpPhase::Info
                 };
                 self.report(id, phase, OpKind::Acquire, 0, "-", "-");
+                if other.is_err() {
+                    self.lease_failed().await;
+                }
                 // Refused: try again soon (a contender that notices an expired lease quickly).
                 self.work(ttl / 10).await;
                 return;
@@ -191,10 +196,26 @@ impl Worker<'_> {
         let mut grant = grant;
         let id = self.invoke(OpKind::Renew, grant.token, "-", "-");
         let renewed = self.lease.renew(&mut grant).await;
-        self.complete(id, OpKind::Renew, grant.token, "-", "-", renewed);
+        if self.complete(id, OpKind::Renew, grant.token, "-", "-", renewed).is_none() {
+            self.lease_failed().await;
+        }
         let id = self.invoke(OpKind::Release, grant.token, "-", "-");
         let released = self.lease.release(&grant).await;
-        self.complete(id, OpKind::Release, grant.token, "-", "-", released);
+        if self.complete(id, OpKind::Release, grant.token, "-", "-", released).is_none() {
+            self.lease_failed().await;
+        }
+    }
+
+    /// After a lease operation that ended in an error: with several lease hosts, a new
+    /// connection to whichever is read-write now (waiting, as a worker would, while none is —
+    /// during an election); with one, the pool reconnects by itself.
+    async fn lease_failed(&mut self) {
+        if several_lease_hosts(self.flags) {
+            let margin = Duration::from_millis(self.flags.margin_ms);
+            let pool = connect(self.flags, Database::Lease).await;
+            let old = std::mem::replace(&mut self.lease, LeaseStore::new(pool, margin));
+            old.pool().close().await;
+        }
     }
 
     /// One write of `part` with the holding's token; its content names the operation, so that

@@ -558,25 +558,65 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// A pool of one connection to `db` as its owner role: over the Unix socket, or over TCP when
-/// that database lives on a host of its own (`--lease-host`, `--resource-host`).
+/// that database lives on a host of its own (`--lease-host`, `--resource-host`); of several
+/// hosts, the one that is read-write.
 async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
-    let opts = PgConnectOptions::new_without_pgpass();
-    let opts = match (db, &flags.lease_host, &flags.resource_host) {
-        (Database::Lease, Some(host), _) => opts.host(host).port(flags.lease_port.unwrap_or(5432)),
-        (Database::Resource, _, Some(host)) => {
-            opts.host(host).port(flags.resource_port.unwrap_or(5432))
-        }
-        _ => opts.socket(&flags.socket_dir).port(flags.port),
-    };
-    let opts = opts
+    let base = PgConnectOptions::new_without_pgpass()
         .username(db.role())
         .database(db.name())
         .application_name(&flags.holder);
+    let opts = match (db, &flags.lease_host, &flags.resource_host) {
+        (Database::Lease, Some(hosts), _) => {
+            read_write(&base, hosts, flags.lease_port.unwrap_or(5432)).await?
+        }
+        (Database::Resource, _, Some(host)) => base
+            .host(host)
+            .port(flags.resource_port.unwrap_or(5432)),
+        _ => base.socket(&flags.socket_dir).port(flags.port),
+    };
     PgPoolOptions::new()
         .max_connections(1)
         .connect_with(opts)
         .await
         .map_err(|e| format!("failed to connect to {} as {}: {e}", db.name(), db.role()))
+}
+
+/// Whether `--lease-host` names several hosts (a Patroni cluster's nodes).
+fn several_lease_hosts(flags: &HolderFlags) -> bool {
+    flags.lease_host.as_deref().is_some_and(|h| h.contains(','))
+}
+
+/// `base` at the host of `hosts` (comma-separated) whose server is read-write — the first that
+/// answers `pg_is_in_recovery()` with false within a second, as libpq's
+/// `target_session_attrs=read-write` tries them in order. One host is taken as it is.
+async fn read_write(
+    base: &PgConnectOptions,
+    hosts: &str,
+    port: u16,
+) -> Result<PgConnectOptions, String> {
+    let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
+    if let [one] = hosts[..] {
+        return Ok(base.clone().host(one).port(port));
+    }
+    let mut said = Vec::new();
+    for host in &hosts {
+        let opts = base.clone().host(host).port(port);
+        let ask = async {
+            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect_with(&opts).await?;
+            let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                .fetch_one(&mut conn)
+                .await?;
+            let _ = sqlx::Connection::close(conn).await;
+            Ok::<_, sqlx::Error>(in_recovery)
+        };
+        match tokio::time::timeout(Duration::from_secs(1), ask).await {
+            Ok(Ok(false)) => return Ok(opts),
+            Ok(Ok(true)) => said.push(format!("{host}: in recovery")),
+            Ok(Err(e)) => said.push(format!("{host}: {e}")),
+            Err(_) => said.push(format!("{host}: no answer within 1 s")),
+        }
+    }
+    Err(format!("no read-write server among {}", said.join("; ")))
 }
 
 /// The background renewer: its own thread (so that a frozen process visibly freezes it too),

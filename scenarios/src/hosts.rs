@@ -55,6 +55,24 @@ impl LeaseHost {
         matches!(self, LeaseHost::Patroni { .. })
     }
 
+    /// The Patroni cluster's replication mode; `None` for a single server.
+    pub fn replication(&self) -> Option<Replication> {
+        match self {
+            LeaseHost::Single(_) => None,
+            LeaseHost::Patroni { cluster, .. } => Some(cluster.settings.replication),
+        }
+    }
+
+    /// Every address a client may find the lease database at: the single server's, or each
+    /// Patroni node's (a holder connects to the one that is read-write, as libpq's
+    /// `target_session_attrs=read-write` would).
+    pub fn ips(&self) -> Vec<IpAddr> {
+        match self {
+            LeaseHost::Single(c) => vec![c.ip],
+            LeaseHost::Patroni { cluster, .. } => cluster.nodes.iter().map(|n| n.ip).collect(),
+        }
+    }
+
     async fn remove(self) {
         match self {
             LeaseHost::Single(c) => c.remove().await,
@@ -82,12 +100,12 @@ impl ContainerServers {
     pub async fn start(
         mark: &str,
         pg_major: u32,
-        patroni: bool,
+        patroni: Option<Replication>,
     ) -> anyhow::Result<ContainerServers> {
         containers::engine()
             .await
             .map_err(|reason| anyhow::anyhow!("--backend containers: {reason}"))?;
-        let image = if patroni {
+        let image = if patroni.is_some() {
             containers::patroni_image(pg_major).await
         } else {
             containers::postgres_image(pg_major).await
@@ -106,8 +124,8 @@ impl ContainerServers {
                 return Err(e.into());
             }
         };
-        let lease = if patroni {
-            start_patroni(&image, &lease_net, mark).await
+        let lease = if let Some(replication) = patroni {
+            start_patroni(&image, &lease_net, mark, replication).await
         } else {
             PgContainer::start(&image, &lease_net, mark)
                 .await
@@ -197,6 +215,73 @@ impl ContainerServers {
         Ok([said[0].clone(), said[1].clone()])
     }
 
+    /// Cuts the lease store's leader off from the other Patroni nodes (not from the lab's host:
+    /// its clients still reach it), once the cluster is whole — a leader every replica streams
+    /// from — within `timeout`. Returns the leader's name.
+    pub async fn isolate_lease_leader(&mut self, timeout: Duration) -> anyhow::Result<String> {
+        let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
+            anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
+        };
+        let whole = harness::wait::until(
+            "the Patroni cluster has a leader every replica streams from",
+            timeout,
+            || cluster.ready(),
+        )
+        .await;
+        if let Err(e) = whole {
+            return Err(anyhow::Error::new(e).context(cluster.describe_state().await));
+        }
+        let name = match cluster.leader().await {
+            Some(node) => node.name.clone(),
+            None => anyhow::bail!("the Patroni cluster has no leader"),
+        };
+        *leader = node_index(cluster, &name);
+        cluster.isolate(&name).await?;
+        Ok(name)
+    }
+
+    /// Waits (within `timeout`) until Patroni has elected a leader other than the cut-off `old`,
+    /// lets `old` reach its peers again (it comes back as a replica) and talks to the new leader
+    /// from now on. Returns the new leader's name; on a timeout `old` is let back all the same.
+    pub async fn mend_lease_host(&mut self, old: &str, timeout: Duration) -> anyhow::Result<String> {
+        let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
+            anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
+        };
+        let elected = harness::wait::until(
+            &format!("Patroni elects a leader other than {old}"),
+            timeout,
+            || async {
+                Ok::<_, std::convert::Infallible>(cluster.leader_other_than(old).await.is_some())
+            },
+        )
+        .await;
+        let new = cluster.leader_other_than(old).await.map(|n| n.name.clone());
+        let state = match elected {
+            Ok(_) => None,
+            Err(e) => Some(anyhow::Error::new(e).context(cluster.describe_state().await)),
+        };
+        cluster.mend(old).await?;
+        if let Some(e) = state {
+            return Err(e);
+        }
+        let new = new.context("the new leader stopped answering")?;
+        *leader = node_index(cluster, &new);
+        Ok(new)
+    }
+
+    /// Each Patroni node's name and log (Patroni's, etcd's and the server's lines); none for a
+    /// single server.
+    pub async fn lease_logs(&self) -> Vec<(String, String)> {
+        let LeaseHost::Patroni { cluster, .. } = &self.lease else {
+            return Vec::new();
+        };
+        let mut logs = Vec::new();
+        for node in &cluster.nodes {
+            logs.push((node.name.clone(), node.log().await));
+        }
+        logs
+    }
+
     /// Crashes both servers and starts them again ([`PgContainer::crash_restart`]).
     pub async fn crash_and_restart(&mut self, timeout: Duration) -> anyhow::Result<Vec<Restarted>> {
         let mut restarted = Vec::new();
@@ -276,15 +361,20 @@ impl ContainerServers {
     }
 }
 
-/// The lease store as a Patroni cluster on `network` (asynchronous replication, Patroni's
-/// default, with the fastest timing it accepts), with the lease database on its leader.
-async fn start_patroni(image: &Image, network: &Network, mark: &str) -> anyhow::Result<LeaseHost> {
+/// The lease store as a Patroni cluster on `network` (`replication`, with the fastest timing
+/// Patroni accepts), with the lease database on its leader.
+async fn start_patroni(
+    image: &Image,
+    network: &Network,
+    mark: &str,
+    replication: Replication,
+) -> anyhow::Result<LeaseHost> {
     let cluster = PatroniCluster::start(
         image,
         network,
         mark,
         &format!("{mark}-lease"),
-        Settings::fast(Replication::Asynchronous),
+        Settings::fast(replication),
         Duration::from_secs(120),
     )
     .await?;
@@ -292,10 +382,15 @@ async fn start_patroni(image: &Image, network: &Network, mark: &str) -> anyhow::
         cluster.remove().await;
         anyhow::bail!("the Patroni cluster reported ready without a leader");
     };
-    let leader = cluster
+    let leader = node_index(&cluster, &leader);
+    Ok(LeaseHost::Patroni { cluster, leader })
+}
+
+/// The index of the node named `name`.
+fn node_index(cluster: &PatroniCluster, name: &str) -> usize {
+    cluster
         .nodes
         .iter()
-        .position(|n| n.name == leader)
-        .expect("the leader is a node");
-    Ok(LeaseHost::Patroni { cluster, leader })
+        .position(|n| n.name == name)
+        .expect("a node of this cluster")
 }

@@ -19,6 +19,8 @@ use holder_protocol::HolderFlags;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
+pub use harness::replication::Replication;
+
 /// The run's parameters (SPEC §5 defaults). Validated before anything starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Params {
@@ -236,9 +238,26 @@ impl Lab {
         })
     }
 
+    /// The lease store in a few words: `a single server`, or `Patroni, <replication mode>`.
+    pub fn describe_lease_store(&self) -> String {
+        match self.backend() {
+            Backend::Containers {
+                patroni: Some(replication),
+                ..
+            } => format!("Patroni, {replication}"),
+            _ => "a single server".into(),
+        }
+    }
+
     /// Whether the lease store is a Patroni cluster (`--lease-store patroni`).
     pub fn lease_on_patroni(&self) -> bool {
-        matches!(self.backend(), Backend::Containers { patroni: true, .. })
+        matches!(
+            self.backend(),
+            Backend::Containers {
+                patroni: Some(_),
+                ..
+            }
+        )
     }
 
     /// The embedded cluster; an error on another backend (where only the scenarios that run on
@@ -309,6 +328,40 @@ impl Lab {
             holds.push(hold);
         }
         Ok(holds)
+    }
+
+    /// Cuts the lease store's Patroni leader off from its peers (not from the lab's host) once
+    /// the cluster is whole: the first half of a failover by the engine. Its name.
+    pub async fn isolate_lease_leader(&mut self) -> anyhow::Result<String> {
+        match &mut self.servers {
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.isolate_lease_leader(WHOLE_TIMEOUT).await,
+            _ => anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni"),
+        }
+    }
+
+    /// The second half: once Patroni elected another leader, lets `old` back (as a replica) and
+    /// reopens the pools on the new leader. The new leader's name.
+    pub async fn mend_lease_host(&mut self, old: &str) -> anyhow::Result<String> {
+        let new = match &mut self.servers {
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.mend_lease_host(old, FAILOVER_TIMEOUT).await?,
+            _ => {
+                let _ = old;
+                anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni")
+            }
+        };
+        self.reopen().await?;
+        Ok(new)
+    }
+
+    /// Each Patroni node's name and log, when the lease store is on Patroni.
+    pub async fn lease_logs(&self) -> Vec<(String, String)> {
+        match &self.servers {
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => h.lease_logs().await,
+            _ => Vec::new(),
+        }
     }
 
     /// Crashes every server of the lab (immediate stop: no checkpoint) and starts it again on
@@ -720,6 +773,12 @@ pub fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
 /// The PostgreSQL port on a host of its own (a container's).
 const PG_PORT: u16 = 5432;
 
+/// How long a Patroni cluster may take to elect a new leader (its `ttl` is 10 s).
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a Patroni cluster may take to become whole again after a failover (an old leader
+/// rewound and streaming takes a few seconds).
+const WHOLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Where the lease store and the resource run (`--backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -727,9 +786,12 @@ pub enum Backend {
     Embedded,
     /// Each database on a PostgreSQL container of its own (this major version), on networks
     /// of their own that the lab creates, reached over TCP (feature `containers`); with
-    /// `patroni`, the lease database on a Patroni-managed cluster of three (`--lease-store
-    /// patroni`).
-    Containers { pg_major: u32, patroni: bool },
+    /// `patroni`, the lease database on a Patroni-managed cluster of three replicating so
+    /// (`--lease-store patroni…`).
+    Containers {
+        pg_major: u32,
+        patroni: Option<Replication>,
+    },
 }
 
 impl std::fmt::Display for Backend {
@@ -738,14 +800,14 @@ impl std::fmt::Display for Backend {
             Backend::Embedded => f.write_str("embedded"),
             Backend::Containers {
                 pg_major,
-                patroni: false,
+                patroni: None,
             } => write!(f, "containers (PostgreSQL {pg_major})"),
             Backend::Containers {
                 pg_major,
-                patroni: true,
+                patroni: Some(replication),
             } => write!(
                 f,
-                "containers (PostgreSQL {pg_major}, the lease store on Patroni)"
+                "containers (PostgreSQL {pg_major}, the lease store on Patroni, {replication})"
             ),
         }
     }
@@ -769,7 +831,7 @@ impl Servers {
             #[cfg(feature = "containers")]
             Servers::Containers(h) => Backend::Containers {
                 pg_major: h.image.major,
-                patroni: h.lease.is_patroni(),
+                patroni: h.lease.replication(),
             },
         }
     }
@@ -796,7 +858,17 @@ impl Servers {
         match self {
             Servers::Embedded(_) => None,
             #[cfg(feature = "containers")]
-            Servers::Containers(h) => Some(h.ip(db).to_string()),
+            Servers::Containers(h) => Some(match db {
+                // Each Patroni node's: the holder connects to the read-write one.
+                Database::Lease => h
+                    .lease
+                    .ips()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                Database::Resource => h.ip(db).to_string(),
+            }),
         }
     }
 

@@ -44,7 +44,7 @@ mod u4_reacquired_instance;
 mod u5_check_then_complete;
 mod u_common;
 
-pub use lab::{Backend, Lab, Params};
+pub use lab::{Backend, Lab, Params, Replication};
 
 /// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
 pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;

@@ -110,8 +110,11 @@ pub struct HolderFlags {
     #[arg(long)]
     pub wait_before_commit: bool,
     /// The lease store's server over TCP at this host (its `lease26`), instead of the Unix
-    /// socket — when the lease store lives on a host of its own (F16).
-    #[arg(long, value_name = "HOST")]
+    /// socket — when the lease store lives on a host of its own (F16). Several, comma-separated
+    /// (a Patroni cluster's nodes): the holder connects to the one that is read-write, as libpq's
+    /// `target_session_attrs=read-write` would, and the looping holder looks again after a
+    /// failed lease operation.
+    #[arg(long, value_name = "HOST[,HOST…]")]
     pub lease_host: Option<String>,
     /// The lease store's TCP port (with --lease-host).
     #[arg(long, value_name = "PORT", requires = "lease_host")]

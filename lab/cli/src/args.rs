@@ -22,6 +22,23 @@ pub enum LeaseStoreArg {
     /// A Patroni-managed cluster of three PostgreSQL containers on a three-member etcd cluster
     /// (asynchronous replication, Patroni's default); the lab talks to its leader.
     Patroni,
+    /// The same with `synchronous_mode: true`: a commit waits for a synchronous standby.
+    PatroniSync,
+    /// The same with `synchronous_mode_strict: true` as well: commits wait even with no standby.
+    PatroniStrict,
+}
+
+impl LeaseStoreArg {
+    /// The Patroni cluster's replication mode; `None` for a single server.
+    pub fn replication(self) -> Option<scenarios::Replication> {
+        use scenarios::Replication;
+        match self {
+            LeaseStoreArg::Single => None,
+            LeaseStoreArg::Patroni => Some(Replication::Asynchronous),
+            LeaseStoreArg::PatroniSync => Some(Replication::Synchronous),
+            LeaseStoreArg::PatroniStrict => Some(Replication::SynchronousStrict),
+        }
+    }
 }
 
 /// What the lab prints on stdout.
@@ -173,9 +190,11 @@ pub struct ChaosArgs {
     /// (SIGKILL, restarted later), crash (the servers stopped immediately and restarted), drift
     /// (a holder's clock slowed with libfaketime); with --backend containers also delay (a
     /// holder's packets to the resource dropped for a while, then let through: its write
-    /// arrives late) and partition (a holder cut off from the lease store for a while). Default:
-    /// every one the backend can carry out (drift only where libfaketime is installed; the run
-    /// says when it leaves drift out).
+    /// arrives late) and partition (a holder cut off from the lease store for a while); with
+    /// --lease-store patroni… also failover (the leader cut off from its peers, not from its
+    /// clients, until Patroni elects another, then let back). Default: every one the backend can
+    /// carry out (drift only where libfaketime is installed; the run says when it leaves drift
+    /// out).
     #[arg(long, value_name = "FAULTS", value_delimiter = ',')]
     pub faults: Option<Vec<scenarios::chaos::schedule::FaultKind>>,
     /// Where the lease store and the resource run: `embedded` (one throwaway cluster), or
@@ -184,6 +203,15 @@ pub struct ChaosArgs {
     /// Docker engine and a lab built with --features lab/containers.
     #[arg(long, value_enum, default_value_t = BackendArg::Embedded)]
     pub backend: BackendArg,
+    /// The lease store. `single`: the backend's (default). `patroni`, `patroni-sync`,
+    /// `patroni-strict`: a Patroni-managed cluster of three PostgreSQL containers on etcd,
+    /// replicating asynchronously (Patroni's default), with synchronous_mode, or with
+    /// synchronous_mode_strict; the holders connect to whichever node is read-write. Implies
+    /// --backend containers, and adds the failover fault (the leader cut off from its peers
+    /// until Patroni elects another) to the default faults; crash is left out (Patroni replaces
+    /// a lost leader, it does not restart it).
+    #[arg(long, value_enum, default_value_t = LeaseStoreArg::Single)]
+    pub lease_store: LeaseStoreArg,
     /// Where the evidence goes: output.txt, events.jsonl, schedule.txt, history.jsonl,
     /// verdict.md, report.html.
     #[arg(long, value_name = "DIR", default_value = "evidence/chaos")]
@@ -268,8 +296,9 @@ pub struct RunArgs {
     /// The lease store. `single`: the backend's (default). `patroni`: a Patroni-managed cluster
     /// of three PostgreSQL containers on a three-member etcd cluster, Patroni's default
     /// asynchronous replication, the lab and the holders talking to its leader; the resource on a
-    /// container of its own. Implies --backend containers (P0 and F1–F9 but F8 run on it; F17
-    /// fails such a cluster over by itself, whatever this says).
+    /// container of its own; `patroni-sync`, `patroni-strict`: the same with synchronous_mode
+    /// (and synchronous_mode_strict). Implies --backend containers (P0 and F1–F9 but F8 run on
+    /// it; F17 makes clusters of its own in every mode, whatever this says).
     #[arg(long, value_enum, default_value_t = LeaseStoreArg::Single)]
     pub lease_store: LeaseStoreArg,
 

@@ -66,19 +66,35 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         }
     );
     use chaos::schedule::FaultKind;
-    let backend = match args.backend {
-        BackendArg::Embedded => Backend::Embedded,
-        BackendArg::Containers if cfg!(feature = "containers") => Backend::Containers {
+    let patroni = args.lease_store.replication();
+    if patroni.is_some() && args.backend == BackendArg::Embedded && crate::config::backend_given()
+    {
+        anyhow::bail!("--lease-store patroni… runs on containers: drop --backend embedded");
+    }
+    let backend = match (args.backend, patroni) {
+        (BackendArg::Embedded, None) => Backend::Embedded,
+        _ if cfg!(feature = "containers") => Backend::Containers {
             pg_major: 15,
-            patroni: false,
+            patroni,
         },
-        BackendArg::Containers => anyhow::bail!(
+        _ => anyhow::bail!(
             "--backend containers needs a lab built with the containers feature: start a Docker \
              engine and run ./run.sh chaos (it builds with --features lab/containers when one \
              answers), or cargo build --features lab/containers"
         ),
     };
     let containers = backend != Backend::Embedded;
+    if let Some(kind) = args
+        .faults
+        .iter()
+        .flatten()
+        .find(|k| k.needs_patroni() && patroni.is_none())
+    {
+        anyhow::bail!(
+            "--faults {kind}: it needs the lease store on Patroni: add --lease-store patroni \
+             (or patroni-sync, patroni-strict), or leave {kind} out"
+        );
+    }
     if let Some(kind) = args
         .faults
         .iter()
@@ -90,6 +106,12 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
              --backend containers, or leave {kind} out"
         );
     }
+    if patroni.is_some() && args.faults.iter().flatten().any(|k| *k == FaultKind::Crash) {
+        anyhow::bail!(
+            "--faults crash: on Patroni a lost leader is replaced, not restarted — that is the \
+             failover fault; leave crash out"
+        );
+    }
     let located = harness::faketime::Faketime::locate();
     let (faults, faketime) = match (&args.faults, located) {
         (Some(faults), Ok(f)) => (faults.clone(), Some(f)),
@@ -97,10 +119,10 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("--faults drift: {reason}; or leave drift out of --faults")
         }
         (Some(faults), Err(_)) => (faults.clone(), None),
-        (None, Ok(f)) => (FaultKind::defaults(containers), Some(f)),
+        (None, Ok(f)) => (FaultKind::defaults(containers, patroni.is_some()), Some(f)),
         (None, Err(reason)) => {
             eprintln!("lab chaos: the drift fault is left out: {reason}");
-            let faults = FaultKind::defaults(containers)
+            let faults = FaultKind::defaults(containers, patroni.is_some())
                 .into_iter()
                 .filter(|k| *k != FaultKind::Drift)
                 .collect();
@@ -283,21 +305,32 @@ async fn sweep(
         };
         let v = &found.verdict;
         let at = |scope: &str| v.i3.get(scope).map_or(0, Vec::len);
-        let fenced_ok = v.i2.is_empty() && at(chaos::SCOPE) == 0 && v.durability.is_empty();
-        broken += usize::from(!fenced_ok);
+        let fenced_ok = at(chaos::SCOPE) == 0 && v.durability.is_empty();
+        broken += usize::from(!fenced_ok || !v.i2.is_empty());
         gentle += usize::from(at(chaos::CONTROL_SCOPE) == 0);
-        let pauses = found
-            .injected
-            .iter()
-            .filter(|f| f.kind == chaos::schedule::FaultKind::Pause)
-            .count();
+        let injected = |kind| found.injected.iter().filter(|f| f.kind == kind).count();
+        let pauses = injected(chaos::schedule::FaultKind::Pause);
+        let failovers = if cfg.faults.contains(&chaos::schedule::FaultKind::Failover) {
+            format!(
+                "{} failovers (lease store: {}); ",
+                injected(chaos::schedule::FaultKind::Failover),
+                lab.describe_lease_store()
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "seed {seed}: {pauses} pauses; I3 violations {} at {} ({}), {} at the unfenced control; {}",
+            "seed {seed}: {failovers}{pauses} pauses; I2 violations {}; I3 violations {} at {} ({}), {} at the unfenced control; {}",
+            v.i2.len(),
             at(chaos::SCOPE),
             chaos::SCOPE,
             cfg.mode,
             at(chaos::CONTROL_SCOPE),
-            if fenced_ok { "fence held" } else { "FENCE BROKEN" }
+            match (fenced_ok, v.i2.is_empty()) {
+                (true, true) => "fence held",
+                (true, false) => "the lease store broke I2; the fence held",
+                (false, _) => "FENCE BROKEN",
+            }
         );
         runs.push(chaos::sweep::Run::of(seed, &found, lab.params.ttl));
     }
@@ -306,8 +339,8 @@ async fn sweep(
         "# Chaos sweep — seeds {}–{}, {} ms each, {} holders, faults {}, TTL {} ms\n\n\
          A pause is harmful when the checker blames an I3 violation on it: a write of the paused \
          holder, made with its old token, committed after a newer token's write at that scope.\n\n\
-         {table}\n{n} runs: {broken} broke an invariant at the scope under test; {gentle} showed \
-         no violation at the unfenced control.\n",
+         {table}\n{n} runs: {broken} broke an invariant (I2 at the lease store, I3 or durability at the \
+         scope under test); {gentle} showed no violation at the unfenced control.\n",
         cfg.seed,
         cfg.seed + n - 1,
         cfg.time.as_millis(),

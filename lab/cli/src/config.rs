@@ -122,7 +122,8 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             )
         })?;
     }
-    let patroni = args.lease_store == LeaseStoreArg::Patroni;
+    let replication = args.lease_store.replication();
+    let patroni = replication.is_some();
     if patroni && args.pg_versions.is_some() {
         bail!("--lease-store patroni runs PostgreSQL 15 (Debian bookworm's Patroni): drop --pg-versions");
     }
@@ -159,14 +160,14 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                 .iter()
                 .map(|&pg_major| Backend::Containers {
                     pg_major,
-                    patroni: false,
+                    patroni: None,
                 })
                 .collect()
         }
         (None, BackendArg::Embedded) => vec![Backend::Embedded],
         (None, BackendArg::Containers) => vec![Backend::Containers {
             pg_major: 15,
-            patroni,
+            patroni: replication,
         }],
     };
     if args.step && backends != [Backend::Embedded] {
@@ -389,6 +390,6 @@ fn kernel() -> String {
 }
 
 /// Whether `--backend` was given on the command line (its default is `embedded`).
-fn backend_given() -> bool {
+pub fn backend_given() -> bool {
     std::env::args().any(|a| a == "--backend" || a.starts_with("--backend="))
 }

@@ -85,8 +85,22 @@ async fn run(
 /// Runs `script` with `sh -c` inside the container `id`: its exit code and its output (stdout
 /// and stderr, trimmed).
 async fn shell(id: &str, script: &str) -> Result<(i32, String), ContainerError> {
+    shell_as(id, None, script).await
+}
+
+/// [`shell`] as `user` (`None`: the container's own user).
+async fn shell_as(
+    id: &str,
+    user: Option<&str>,
+    script: &str,
+) -> Result<(i32, String), ContainerError> {
+    let mut args = vec!["exec"];
+    if let Some(user) = user {
+        args.extend(["-u", user]);
+    }
+    args.extend([id, "sh", "-c", script]);
     let out = Spawn::new("docker exec", "docker")
-        .args(["exec", id, "sh", "-c", script])
+        .args(args)
         .output(CLI_TIMEOUT)
         .await?;
     let text = format!(

@@ -27,5 +27,6 @@ pub mod faketime;
 pub mod holder;
 pub mod observe;
 pub mod process;
+pub mod replication;
 pub mod server;
 pub mod wait;

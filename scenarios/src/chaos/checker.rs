@@ -321,10 +321,19 @@ fn check_liveness(o: &Observed<'_>, v: &mut Verdict) {
                 && a.part == op.part
         });
         let Some(logged) = logged else { continue };
+        // Granted: in the lease store's own record, or acknowledged to a holder before this
+        // write began — a lease store that fails over may lose a grant it acknowledged (its row
+        // version with it), and the resource's floor still remembers the token.
         let justified = o
             .lease
             .iter()
-            .any(|l| l.token > op.token && l.at_us < logged.at_us);
+            .any(|l| l.token > op.token && l.at_us < logged.at_us)
+            || o.ops.iter().any(|g| {
+                g.f == OpKind::Acquire
+                    && g.outcome == Outcome::Ok
+                    && g.token > op.token
+                    && g.complete_ms.is_some_and(|done| done < op.invoke_ms)
+            });
         if !justified {
             v.liveness
                 .entry(op.scope.clone())

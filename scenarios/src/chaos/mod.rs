@@ -103,6 +103,10 @@ enum Action {
     /// the lease store (partition), until it is mended.
     Cut(usize, FaultKind),
     Mend(usize, FaultKind),
+    /// (Patroni) The lease store's leader cut off from its peers; later let back once another
+    /// leads.
+    Isolate,
+    Rejoin,
 }
 
 /// The lanes of the run's timeline: a lane per holder slot.
@@ -186,7 +190,17 @@ pub async fn run(
                 actions.push((f.at, Action::Cut(f.target, f.kind)));
                 actions.push((f.at + f.length, Action::Mend(f.target, f.kind)));
             }
+            FaultKind::Failover => {
+                actions.push((f.at, Action::Isolate));
+                actions.push((f.at + f.length, Action::Rejoin));
+            }
         }
+    }
+    if cfg.faults.contains(&FaultKind::Failover) && !lab.lease_on_patroni() {
+        anyhow::bail!(
+            "the failover fault needs the lease store on Patroni: --lease-store patroni \
+             (or patroni-sync, patroni-strict)"
+        );
     }
     if let Some(kind) = cfg.faults.iter().find(|k| k.needs_containers()) {
         if lab.backend() == crate::Backend::Embedded {
@@ -207,6 +221,8 @@ pub async fn run(
     let mut slots: Vec<Slot> = Vec::new();
     let mut events: Vec<(String, Instant, Event)> = Vec::new();
     let mut injected: Vec<Injected> = Vec::new();
+    // The failover in progress: since when, and the old leader's name.
+    let mut isolated: Option<(f64, String)> = None;
     let outcome = async {
         for slot in 0..cfg.holders {
             let holder = spawn(lab, cfg, slot, 0, None).await?;
@@ -341,7 +357,20 @@ pub async fn run(
                 Action::Cut(i, kind) => {
                     if let Some(h) = slots[i].holder.as_ref() {
                         let name = h.name().to_owned();
-                        let rules = cut(lab, &name, kind).await?;
+                        if kind == FaultKind::Partition && isolated.is_some() {
+                            rec.note(format!(
+                                "h{i}: no partition from the lease store while it fails over \
+                                 (which of its hosts would be cut is moving)"
+                            ));
+                            continue;
+                        }
+                        let rules = match cut(lab, &name, kind).await {
+                            Ok(rules) => rules,
+                            Err(e) => {
+                                rec.note(format!("h{i}: no {kind} this time: {e:#}"));
+                                continue;
+                            }
+                        };
                         if rules.is_empty() {
                             rec.note(format!(
                                 "h{i}: {name} had no open connection to cut: no {kind} this time"
@@ -378,6 +407,51 @@ pub async fn run(
                             &format!("{kind} ends"),
                             None,
                             "packets let through",
+                            None,
+                        );
+                    }
+                }
+                Action::Isolate => {
+                    let from = ms(Instant::now());
+                    // A cluster that did not become whole again is a finding, not the end of the
+                    // run: said, and this failover is not injected (the fault table counts those
+                    // that were).
+                    let old = match lab.isolate_lease_leader().await {
+                        Ok(old) => old,
+                        Err(e) => {
+                            rec.note(format!("failover not injected: {e:#}"));
+                            continue;
+                        }
+                    };
+                    rec.step(
+                        Mark::Info,
+                        "nemesis",
+                        "failover",
+                        None,
+                        format!("leader {old} cut off from its peers"),
+                        None,
+                    );
+                    isolated = Some((from, old));
+                }
+                Action::Rejoin => {
+                    if let Some((since, old)) = isolated.take() {
+                        let new = lab.mend_lease_host(&old).await?;
+                        injected.push(Injected {
+                            kind: FaultKind::Failover,
+                            process: "-".into(),
+                            start_ms: since,
+                            end_ms: ms(Instant::now()),
+                        });
+                        rec.note(format!(
+                            "failover: Patroni elected {new}; {old} let back (it rejoins as a replica)"
+                        ));
+                        // The orchestrator's steps are drawn on the lease lane.
+                        rec.step(
+                            Mark::Info,
+                            "nemesis",
+                            &format!("new leader {new}"),
+                            None,
+                            format!("{old} let back"),
                             None,
                         );
                     }
@@ -425,6 +499,13 @@ pub async fn run(
         }
     }
     collect(&mut slots, &mut events);
+    // What Patroni did, node by node, beside the history (on every path: a failed failover is
+    // read there).
+    for (node, log) in lab.lease_logs().await {
+        let path = dir.join(format!("patroni-{}.log", node.rsplit('-').next().unwrap_or(&node)));
+        std::fs::write(&path, log)
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
     outcome?;
     let ended_ms = started.elapsed().as_secs_f64() * 1000.0;
 

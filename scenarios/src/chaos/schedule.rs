@@ -27,16 +27,28 @@ pub enum FaultKind {
     /// (containers) Every packet of a holder's connections to the lease store's host dropped for
     /// a while: its renewals go unanswered while its resource connections are untouched.
     Partition,
+    /// (Patroni) The lease store's leader cut off from its peers — not from its clients — for
+    /// [`FAILOVER_HOLD`]: Patroni elects another leader, the old one demotes itself, and is let
+    /// back as a replica.
+    Failover,
 }
 
+/// How long a failover keeps the old leader cut off: longer than Patroni's `ttl` (10 s, the lab's
+/// setting) plus an election, so that another node leads before it is let back.
+pub const FAILOVER_HOLD: Duration = Duration::from_secs(15);
+/// After a failover's end, the time left for the old leader to rejoin as a replica before the
+/// next failover (which also waits, polled, until the cluster is whole).
+pub const FAILOVER_REJOIN: Duration = Duration::from_secs(10);
+
 impl FaultKind {
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Pause,
         FaultKind::Kill,
         FaultKind::Crash,
         FaultKind::Drift,
         FaultKind::Delay,
         FaultKind::Partition,
+        FaultKind::Failover,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,20 +59,38 @@ impl FaultKind {
             FaultKind::Drift => "drift",
             FaultKind::Delay => "delay",
             FaultKind::Partition => "partition",
+            FaultKind::Failover => "failover",
         }
     }
 
     /// Whether it needs the servers on hosts of their own (`--backend containers`): a network
     /// between the holders and a server to cut.
     pub fn needs_containers(self) -> bool {
-        matches!(self, FaultKind::Delay | FaultKind::Partition)
+        matches!(
+            self,
+            FaultKind::Delay | FaultKind::Partition | FaultKind::Failover
+        )
     }
 
-    /// The faults a run injects when none are named: every one the backend can carry out.
-    pub fn defaults(containers: bool) -> Vec<FaultKind> {
+    /// Whether it needs the lease store on Patroni (`--lease-store patroni…`).
+    pub fn needs_patroni(self) -> bool {
+        self == FaultKind::Failover
+    }
+
+    /// Whether it acts on the whole cluster rather than on one holder.
+    fn cluster_wide(self) -> bool {
+        matches!(self, FaultKind::Crash | FaultKind::Failover)
+    }
+
+    /// The faults a run injects when none are named: every one the backend can carry out — on
+    /// Patroni, failover instead of crash (Patroni replaces a lost leader, it does not restart
+    /// it).
+    pub fn defaults(containers: bool, patroni: bool) -> Vec<FaultKind> {
         FaultKind::ALL
             .into_iter()
             .filter(|k| containers || !k.needs_containers())
+            .filter(|k| patroni || !k.needs_patroni())
+            .filter(|k| !(patroni && *k == FaultKind::Crash))
             .collect()
     }
 
@@ -73,6 +103,7 @@ impl FaultKind {
             FaultKind::Drift => 2,
             FaultKind::Delay => 4,
             FaultKind::Partition => 3,
+            FaultKind::Failover => 2,
         }
     }
 }
@@ -86,8 +117,9 @@ impl std::str::FromStr for FaultKind {
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown fault {s:?}: the faults are pause, kill, crash, drift, and with \
-                     --backend containers delay and partition"
+                    "unknown fault {s:?}: the faults are pause, kill, crash, drift, with \
+                     --backend containers delay and partition, with --lease-store patroni \
+                     failover"
                 )
             })
     }
@@ -105,10 +137,11 @@ pub struct Fault {
     /// From the start of the run.
     pub at: Duration,
     pub kind: FaultKind,
-    /// The holder slot (pause, kill); 0 and meaningless for a crash.
+    /// The holder slot (pause, kill); 0 and meaningless for a crash or a failover.
     pub target: usize,
     /// How long the holder stays frozen (pause), dead before it is started again (kill), or on
-    /// its slow clock (drift); zero for a crash (the restart is as fast as the server is).
+    /// its slow clock (drift), or the leader cut off (failover); zero for a crash (the restart is
+    /// as fast as the server is).
     pub length: Duration,
     /// (drift) The holder's clock rate, in % of real time; 100 otherwise.
     pub rate_pct: u32,
@@ -153,6 +186,11 @@ impl fmt::Display for Fault {
                 self.target,
                 self.length.as_millis()
             ),
+            FaultKind::Failover => write!(
+                f,
+                "{at:>6} ms  failover the lease store's leader cut off from its peers for {} ms",
+                self.length.as_millis()
+            ),
         }
     }
 }
@@ -177,9 +215,11 @@ pub fn holder_seed(seed: u64, slot: usize, incarnation: u32) -> u64 {
 /// The faults, in time order. Between two faults 100–700 ms pass; a pause lasts 0.1–2.5 TTL
 /// (shorter and longer than the lease), a killed holder stays dead 0–1 TTL, a drifted clock runs
 /// at 30–70 % for 1–3 TTL; a delay holds a holder's packets to the resource 0.1–2.5 TTL, a
-/// partition cuts it from the lease store 0.5–3 TTL. A holder is never
-/// the target of a fault while the last one against it still runs; a crash leaves 1 s for the
-/// restart before the next fault. The last second of the run has no fault.
+/// partition cuts it from the lease store 0.5–3 TTL; a failover cuts the leader off for
+/// [`FAILOVER_HOLD`]. A holder is never the target of a fault while the last one against it still
+/// runs; a crash leaves 1 s for the restart before the next fault; a failover is drawn only when
+/// it ends before the run's last second, and no other failover or crash comes before
+/// [`FAILOVER_REJOIN`] after its end. The last second of the run has no fault.
 pub fn schedule(plan: &Plan) -> Vec<Fault> {
     let mut rng = ChaCha8Rng::seed_from_u64(plan.seed);
     let mut faults = Vec::new();
@@ -189,6 +229,7 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
     let total: u32 = plan.faults.iter().map(|k| k.weight()).sum();
     let ttl = plan.ttl.as_millis() as u64;
     let mut busy_until = vec![Duration::ZERO; plan.holders];
+    let mut cluster_busy_until = Duration::ZERO;
     let mut at = Duration::from_millis(rng.random_range(300..=800));
     let end = plan.time.saturating_sub(Duration::from_secs(1));
     while at < end {
@@ -210,6 +251,7 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
             FaultKind::Drift => Duration::from_millis(rng.random_range(ttl..=ttl * 3)),
             FaultKind::Delay => Duration::from_millis(rng.random_range(ttl / 10..=ttl * 5 / 2)),
             FaultKind::Partition => Duration::from_millis(rng.random_range(ttl / 2..=ttl * 3)),
+            FaultKind::Failover => FAILOVER_HOLD,
         };
         let rate_pct = if kind == FaultKind::Drift {
             rng.random_range(30..=70)
@@ -217,15 +259,21 @@ pub fn schedule(plan: &Plan) -> Vec<Fault> {
             100
         };
         let gap = Duration::from_millis(rng.random_range(100..=700));
-        let free = kind == FaultKind::Crash || busy_until[target] <= at;
+        let free = match kind {
+            FaultKind::Crash => cluster_busy_until <= at,
+            FaultKind::Failover => cluster_busy_until <= at && at + length < end,
+            _ => busy_until[target] <= at,
+        };
         if free {
-            if kind != FaultKind::Crash {
-                busy_until[target] = at + length + Duration::from_millis(50);
+            match kind {
+                FaultKind::Crash => {}
+                FaultKind::Failover => cluster_busy_until = at + length + FAILOVER_REJOIN,
+                _ => busy_until[target] = at + length + Duration::from_millis(50),
             }
             faults.push(Fault {
                 at,
                 kind,
-                target: if kind == FaultKind::Crash { 0 } else { target },
+                target: if kind.cluster_wide() { 0 } else { target },
                 length,
                 rate_pct,
             });
@@ -249,7 +297,7 @@ mod tests {
             seed,
             time: Duration::from_secs(30),
             holders: 4,
-            faults: FaultKind::defaults(false),
+            faults: FaultKind::defaults(false, false),
             ttl: Duration::from_millis(1500),
         }
     }
@@ -274,8 +322,8 @@ mod tests {
                 .all(|f| f.at < p.time - Duration::from_secs(1)));
             for f in &faults {
                 let later = faults.iter().filter(|g| {
-                    g.kind != FaultKind::Crash
-                        && f.kind != FaultKind::Crash
+                    !g.kind.cluster_wide()
+                        && !f.kind.cluster_wide()
                         && g.target == f.target
                         && g.at > f.at
                         && g.at < f.at + f.length
@@ -307,5 +355,40 @@ mod tests {
             ..plan(3)
         };
         assert!(schedule(&p).iter().all(|f| f.kind == FaultKind::Pause));
+    }
+
+    #[test]
+    fn failovers_end_inside_the_run_and_leave_time_to_rejoin() {
+        let mut seen = 0;
+        for seed in 0..50 {
+            let p = Plan {
+                time: Duration::from_secs(60),
+                faults: FaultKind::defaults(true, true),
+                ..plan(seed)
+            };
+            assert!(!p.faults.contains(&FaultKind::Crash));
+            let faults = schedule(&p);
+            let failovers: Vec<_> = faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::Failover)
+                .collect();
+            seen += failovers.len();
+            for f in &failovers {
+                assert_eq!(f.length, FAILOVER_HOLD);
+                assert!(f.at + f.length < p.time - Duration::from_secs(1), "seed {seed}: {f}");
+            }
+            for w in failovers.windows(2) {
+                assert!(
+                    w[1].at >= w[0].at + w[0].length + FAILOVER_REJOIN,
+                    "seed {seed}: {} then {}",
+                    w[0],
+                    w[1]
+                );
+            }
+        }
+        assert!(seen > 50, "failovers are drawn: {seen} in 50 schedules");
+        // Without Patroni, none.
+        assert!(!FaultKind::defaults(true, false).contains(&FaultKind::Failover));
+        assert!(FaultKind::defaults(false, false).contains(&FaultKind::Crash));
     }
 }

@@ -37,28 +37,7 @@ pub struct Wal {
     pub replayed: Option<Lsn>,
 }
 
-/// Patroni's replication mode (`synchronous_mode` in its dynamic configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replication {
-    /// Patroni's default: asynchronous; a replica may be promoted if it lags the last known
-    /// leader position by at most `maximum_lag_on_failover`.
-    Asynchronous,
-    /// `synchronous_mode: true`: a commit waits for one synchronous standby, and only it may be
-    /// promoted; with no healthy standby Patroni lets commits go on without one.
-    Synchronous,
-    /// `synchronous_mode_strict: true` as well: commits wait even with no standby at all.
-    SynchronousStrict,
-}
-
-impl Replication {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Replication::Asynchronous => "asynchronous",
-            Replication::Synchronous => "synchronous_mode",
-            Replication::SynchronousStrict => "synchronous_mode_strict",
-        }
-    }
-}
+pub use crate::replication::Replication;
 
 /// The Patroni settings that decide a failover's timing and what it may lose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +87,8 @@ pub struct Node {
     pub ip: IpAddr,
     /// Lost with [`PatroniCluster::lose_host`].
     pub lost: bool,
+    /// The addresses it has no route to while [`PatroniCluster::isolate`]d.
+    isolated_from: Vec<IpAddr>,
 }
 
 impl Node {
@@ -140,6 +121,11 @@ impl Node {
             ),
             Err(_) => String::new(),
         }
+    }
+
+    /// Whether it is cut off from the other nodes ([`PatroniCluster::isolate`]).
+    pub fn isolated(&self) -> bool {
+        !self.isolated_from.is_empty()
     }
 
     /// Runs `script` with `sh -c` inside the node: its exit code and output.
@@ -238,7 +224,11 @@ bootstrap:
     synchronous_mode: {sync}
     synchronous_mode_strict: {strict}
     postgresql:
-      use_pg_rewind: false
+      # A leader cut off and demoted (`isolate`) may have WAL the new leader never got:
+      # pg_rewind brings it back as a replica (wal_log_hints is on by Patroni's default).
+      use_pg_rewind: true
+      remove_data_directory_on_rewind_failure: true
+      remove_data_directory_on_diverged_timelines: true
       parameters:
         max_wal_senders: 10
         max_replication_slots: 10
@@ -304,6 +294,8 @@ impl PatroniCluster {
             let container = GenericImage::new(repo, tag)
                 .with_cmd(["sh", "-c", &script(name, &names, &settings, image.major)])
                 .with_user("postgres")
+                // To cut a node off from its peers with routes of its own (`isolate`).
+                .with_cap_add("NET_ADMIN")
                 .with_container_name(name.clone())
                 .with_hostname(name.clone())
                 .with_network(network.name.clone())
@@ -335,6 +327,7 @@ impl PatroniCluster {
                 name: name.clone(),
                 ip,
                 lost: false,
+                isolated_from: Vec::new(),
             });
         }
         cluster.versions = cluster.nodes[0]
@@ -362,8 +355,8 @@ impl PatroniCluster {
     }
 
     /// Whether a leader answers with both replicas streaming (and a synchronous standby in a
-    /// synchronous mode), and both replicas answer.
-    async fn ready(&self) -> Result<bool, std::convert::Infallible> {
+    /// synchronous mode), and both replicas answer: the cluster can lose its leader again.
+    pub async fn ready(&self) -> Result<bool, std::convert::Infallible> {
         let Some(leader) = self.leader().await else {
             return Ok(false);
         };
@@ -441,6 +434,103 @@ impl PatroniCluster {
             });
         }
         Ok(out.lines().map(str::trim).collect::<Vec<_>>().join("; "))
+    }
+
+    /// What Patroni says of its members (`patronictl list`, asked of each node that answers)
+    /// and the last lines each node logged: for an error that a cluster did not become whole.
+    pub async fn describe_state(&self) -> String {
+        let mut text = String::new();
+        for node in self.nodes.iter().filter(|n| !n.lost) {
+            if let Ok((0, list)) = node
+                .shell("patronictl -c /tmp/patroni.yml list 2>&1 | tail -n 8")
+                .await
+            {
+                text.push_str(&format!("patronictl list on {}:\n{list}\n", node.name));
+                break;
+            }
+        }
+        for node in self.nodes.iter().filter(|n| !n.lost) {
+            let log = node.log().await;
+            let tail: Vec<&str> = log.lines().rev().take(6).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            text.push_str(&format!("{} logged last:\n{}\n", node.name, tail.join("\n")));
+        }
+        text
+    }
+
+    /// The node that answers as a primary other than `name` (the new leader while `name` is
+    /// cut off), among those not lost.
+    pub async fn leader_other_than(&self, name: &str) -> Option<&Node> {
+        for node in self.nodes.iter().filter(|n| !n.lost && n.name != name) {
+            if node.is_primary().await == Some(true) {
+                return Some(node);
+            }
+        }
+        None
+    }
+
+    /// Cuts `name`'s host off from the other nodes — a blackhole route to each of their
+    /// addresses, inside its own container — while the lab's host (the holders, the lab) still
+    /// reaches it: its etcd member loses the quorum, the others see its leader key expire after
+    /// `ttl` and elect a new leader, and Patroni on it demotes its server once it cannot reach
+    /// etcd; until then it still answers its clients. [`PatroniCluster::mend`] lets it back.
+    pub async fn isolate(&mut self, name: &str) -> Result<(), ContainerError> {
+        let peers: Vec<IpAddr> = self
+            .nodes
+            .iter()
+            .filter(|n| n.name != name)
+            .map(|n| n.ip)
+            .collect();
+        let node = self.node_mut(name);
+        let script: Vec<String> = peers
+            .iter()
+            .map(|ip| format!("ip route add blackhole {ip}/32"))
+            .collect();
+        let (code, out) =
+            super::shell_as(node.container.id(), Some("root"), &script.join(" && ")).await?;
+        if code != 0 {
+            let _ = Self::unroute(node, &peers).await;
+            return Err(ContainerError::Cli {
+                what: format!("cut {name} off from its peers"),
+                detail: out,
+            });
+        }
+        node.isolated_from = peers;
+        Ok(())
+    }
+
+    /// Lets `name`'s host reach its peers again: Patroni on it finds the new leader and brings
+    /// its server back as a replica (pg_rewind where its WAL went further).
+    pub async fn mend(&mut self, name: &str) -> Result<(), ContainerError> {
+        let node = self.node_mut(name);
+        let peers = std::mem::take(&mut node.isolated_from);
+        Self::unroute(node, &peers).await
+    }
+
+    async fn unroute(node: &Node, peers: &[IpAddr]) -> Result<(), ContainerError> {
+        let script: Vec<String> = peers
+            .iter()
+            .map(|ip| format!("ip route del blackhole {ip}/32"))
+            .collect();
+        if script.is_empty() {
+            return Ok(());
+        }
+        let (code, out) =
+            super::shell_as(node.container.id(), Some("root"), &script.join("; ")).await?;
+        if code != 0 {
+            return Err(ContainerError::Cli {
+                what: format!("let {} reach its peers again", node.name),
+                detail: out,
+            });
+        }
+        Ok(())
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .expect("a node of this cluster")
     }
 
     /// Loses `node`'s host: SIGKILL to its container (etcd member, Patroni and server at once).
