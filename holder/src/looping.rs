@@ -196,12 +196,18 @@ impl Worker<'_> {
         let mut grant = grant;
         let id = self.invoke(OpKind::Renew, grant.token, "-", "-");
         let renewed = self.lease.renew(&mut grant).await;
-        if self.complete(id, OpKind::Renew, grant.token, "-", "-", renewed).is_none() {
+        if self
+            .complete(id, OpKind::Renew, grant.token, "-", "-", renewed)
+            .is_none()
+        {
             self.lease_failed().await;
         }
         let id = self.invoke(OpKind::Release, grant.token, "-", "-");
         let released = self.lease.release(&grant).await;
-        if self.complete(id, OpKind::Release, grant.token, "-", "-", released).is_none() {
+        if self
+            .complete(id, OpKind::Release, grant.token, "-", "-", released)
+            .is_none()
+        {
             self.lease_failed().await;
         }
     }

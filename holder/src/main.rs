@@ -569,9 +569,9 @@ async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, Stri
         (Database::Lease, Some(hosts), _) => {
             read_write(&base, hosts, flags.lease_port.unwrap_or(5432)).await?
         }
-        (Database::Resource, _, Some(host)) => base
-            .host(host)
-            .port(flags.resource_port.unwrap_or(5432)),
+        (Database::Resource, _, Some(host)) => {
+            base.host(host).port(flags.resource_port.unwrap_or(5432))
+        }
         _ => base.socket(&flags.socket_dir).port(flags.port),
     };
     PgPoolOptions::new()

@@ -8,7 +8,7 @@
 //! nodes on etcd (issue 18) on the lease's network, and the lab talks to its leader.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use fencing::schema::Database;
@@ -240,10 +240,40 @@ impl ContainerServers {
         Ok(name)
     }
 
+    /// Waits (within `timeout`) until the Patroni cluster has a leader and talks to it from now
+    /// on (a leader let back may take its place again after a failover); its name. Nothing for a
+    /// single server.
+    pub async fn follow_lease_leader(
+        &mut self,
+        timeout: Duration,
+    ) -> anyhow::Result<Option<String>> {
+        let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
+            return Ok(None);
+        };
+        let found = harness::wait::until("the Patroni cluster has a leader", timeout, || async {
+            Ok::<_, std::convert::Infallible>(cluster.leader().await.is_some())
+        })
+        .await;
+        if let Err(e) = found {
+            return Err(anyhow::Error::new(e).context(cluster.describe_state().await));
+        }
+        let name = cluster
+            .leader()
+            .await
+            .map(|n| n.name.clone())
+            .context("the leader stopped answering")?;
+        *leader = node_index(cluster, &name);
+        Ok(Some(name))
+    }
+
     /// Waits (within `timeout`) until Patroni has elected a leader other than the cut-off `old`,
     /// lets `old` reach its peers again (it comes back as a replica) and talks to the new leader
     /// from now on. Returns the new leader's name; on a timeout `old` is let back all the same.
-    pub async fn mend_lease_host(&mut self, old: &str, timeout: Duration) -> anyhow::Result<String> {
+    pub async fn mend_lease_host(
+        &mut self,
+        old: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<String> {
         let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
             anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
         };
@@ -269,15 +299,15 @@ impl ContainerServers {
         Ok(new)
     }
 
-    /// Each Patroni node's name and log (Patroni's, etcd's and the server's lines); none for a
-    /// single server.
-    pub async fn lease_logs(&self) -> Vec<(String, String)> {
+    /// Each Patroni node's name and log (Patroni's, etcd's and the server's lines) from `since`
+    /// on; none for a single server.
+    pub async fn lease_logs(&self, since: SystemTime) -> Vec<(String, String)> {
         let LeaseHost::Patroni { cluster, .. } = &self.lease else {
             return Vec::new();
         };
         let mut logs = Vec::new();
         for node in &cluster.nodes {
-            logs.push((node.name.clone(), node.log().await));
+            logs.push((node.name.clone(), node.log_since(Some(since)).await));
         }
         logs
     }

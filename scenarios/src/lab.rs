@@ -336,7 +336,9 @@ impl Lab {
         match &mut self.servers {
             #[cfg(feature = "containers")]
             Servers::Containers(h) => h.isolate_lease_leader(WHOLE_TIMEOUT).await,
-            _ => anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni"),
+            _ => {
+                anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni")
+            }
         }
     }
 
@@ -355,12 +357,31 @@ impl Lab {
         Ok(new)
     }
 
-    /// Each Patroni node's name and log, when the lease store is on Patroni.
-    pub async fn lease_logs(&self) -> Vec<(String, String)> {
+    /// On a Patroni lease store: waits for its leader (a failover may have moved it, and a
+    /// leader let back may have taken its place again) and reopens the pools on it. Nothing
+    /// otherwise.
+    pub async fn follow_lease_leader(&mut self) -> anyhow::Result<()> {
+        match &mut self.servers {
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) => {
+                if h.follow_lease_leader(FAILOVER_TIMEOUT).await?.is_some() {
+                    self.reopen().await?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Each Patroni node's name and log from `since` on, when the lease store is on Patroni.
+    pub async fn lease_logs(&self, since: std::time::SystemTime) -> Vec<(String, String)> {
         match &self.servers {
             #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.lease_logs().await,
-            _ => Vec::new(),
+            Servers::Containers(h) => h.lease_logs(since).await,
+            _ => {
+                let _ = since;
+                Vec::new()
+            }
         }
     }
 

@@ -67,8 +67,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     );
     use chaos::schedule::FaultKind;
     let patroni = args.lease_store.replication();
-    if patroni.is_some() && args.backend == BackendArg::Embedded && crate::config::backend_given()
-    {
+    if patroni.is_some() && args.backend == BackendArg::Embedded && crate::config::backend_given() {
         anyhow::bail!("--lease-store patroni… runs on containers: drop --backend embedded");
     }
     let backend = match (args.backend, patroni) {

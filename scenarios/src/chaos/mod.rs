@@ -160,6 +160,7 @@ pub async fn run(
         rec.note(format!("schedule: {f}"));
     }
 
+    lab.follow_lease_leader().await?;
     lab.reset().await?;
     lab.resource.setup_scope(SCOPE).await?;
     lab.resource.setup_scope(CONTROL_SCOPE).await?;
@@ -218,6 +219,8 @@ pub async fn run(
         );
     }
     let started = Instant::now();
+    // The Patroni nodes' logs are written from here on (a sweep's cluster serves every seed).
+    let wall_started = std::time::SystemTime::now();
     let mut slots: Vec<Slot> = Vec::new();
     let mut events: Vec<(String, Instant, Event)> = Vec::new();
     let mut injected: Vec<Injected> = Vec::new();
@@ -501,14 +504,19 @@ pub async fn run(
     collect(&mut slots, &mut events);
     // What Patroni did, node by node, beside the history (on every path: a failed failover is
     // read there).
-    for (node, log) in lab.lease_logs().await {
-        let path = dir.join(format!("patroni-{}.log", node.rsplit('-').next().unwrap_or(&node)));
+    for (node, log) in lab.lease_logs(wall_started).await {
+        let path = dir.join(format!(
+            "patroni-{}.log",
+            node.rsplit('-').next().unwrap_or(&node)
+        ));
         std::fs::write(&path, log)
             .with_context(|| format!("failed to write {}", path.display()))?;
     }
     outcome?;
     let ended_ms = started.elapsed().as_secs_f64() * 1000.0;
 
+    // The lease store's own record is read from its leader of now.
+    lab.follow_lease_leader().await?;
     let ops = ops_of(&events, started);
     let notes = other_events(&events);
     let parts = harness::observe::part_history(lab.resource.pool()).await?;

@@ -375,7 +375,10 @@ mod tests {
             seen += failovers.len();
             for f in &failovers {
                 assert_eq!(f.length, FAILOVER_HOLD);
-                assert!(f.at + f.length < p.time - Duration::from_secs(1), "seed {seed}: {f}");
+                assert!(
+                    f.at + f.length < p.time - Duration::from_secs(1),
+                    "seed {seed}: {f}"
+                );
             }
             for w in failovers.windows(2) {
                 assert!(

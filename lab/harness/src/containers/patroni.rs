@@ -109,8 +109,19 @@ impl Node {
 
     /// Its container's log: Patroni's and PostgreSQL's lines.
     pub async fn log(&self) -> String {
+        self.log_since(None).await
+    }
+
+    /// Its container's log from `since` on (`docker logs --since`), all of it for `None`.
+    pub async fn log_since(&self, since: Option<std::time::SystemTime>) -> String {
+        let mut args = vec!["logs".to_owned()];
+        if let Some(at) = since.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
+            args.push("--since".into());
+            args.push(format!("{}.{:09}", at.as_secs(), at.subsec_nanos()));
+        }
+        args.push(self.container.id().to_owned());
         match Spawn::new("docker logs", "docker")
-            .args(["logs", self.container.id()])
+            .args(args)
             .output(CLI_TIMEOUT)
             .await
         {
@@ -121,11 +132,6 @@ impl Node {
             ),
             Err(_) => String::new(),
         }
-    }
-
-    /// Whether it is cut off from the other nodes ([`PatroniCluster::isolate`]).
-    pub fn isolated(&self) -> bool {
-        !self.isolated_from.is_empty()
     }
 
     /// Runs `script` with `sh -c` inside the node: its exit code and output.
@@ -453,7 +459,11 @@ impl PatroniCluster {
             let log = node.log().await;
             let tail: Vec<&str> = log.lines().rev().take(6).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            text.push_str(&format!("{} logged last:\n{}\n", node.name, tail.join("\n")));
+            text.push_str(&format!(
+                "{} logged last:\n{}\n",
+                node.name,
+                tail.join("\n")
+            ));
         }
         text
     }
