@@ -217,19 +217,34 @@ impl ContainerServers {
 
     /// Cuts the lease store's leader off from the other Patroni nodes (not from the lab's host:
     /// its clients still reach it), once the cluster is whole — a leader every replica streams
-    /// from — within `timeout`. Returns the leader's name.
-    pub async fn isolate_lease_leader(&mut self, timeout: Duration) -> anyhow::Result<String> {
+    /// from — within `timeout`; a replica that does not stream by then is reinitialised (and the
+    /// wait begins again). Returns the leader's name and the replicas reinitialised.
+    pub async fn isolate_lease_leader(
+        &mut self,
+        timeout: Duration,
+    ) -> anyhow::Result<(String, Vec<String>)> {
         let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
             anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
         };
-        let whole = harness::wait::until(
-            "the Patroni cluster has a leader every replica streams from",
-            timeout,
-            || cluster.ready(),
-        )
-        .await;
-        if let Err(e) = whole {
-            return Err(anyhow::Error::new(e).context(cluster.describe_state().await));
+        let what = "the Patroni cluster has a leader every replica streams from";
+        let mut reinit = Vec::new();
+        if harness::wait::until(what, timeout, || cluster.ready())
+            .await
+            .is_err()
+        {
+            let state = cluster.describe_state().await;
+            reinit = cluster
+                .reinit_stragglers()
+                .await
+                .with_context(|| state.clone())?;
+            let whole = harness::wait::until(what, timeout * 2, || cluster.ready()).await;
+            if let Err(e) = whole {
+                let e = anyhow::Error::new(e).context(format!(
+                    "{} (after reinitialising {reinit:?})",
+                    cluster.describe_state().await
+                ));
+                return Err(e);
+            }
         }
         let name = match cluster.leader().await {
             Some(node) => node.name.clone(),
@@ -237,7 +252,7 @@ impl ContainerServers {
         };
         *leader = node_index(cluster, &name);
         cluster.isolate(&name).await?;
-        Ok(name)
+        Ok((name, reinit))
     }
 
     /// Waits (within `timeout`) until the Patroni cluster has a leader and talks to it from now

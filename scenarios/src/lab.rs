@@ -331,8 +331,9 @@ impl Lab {
     }
 
     /// Cuts the lease store's Patroni leader off from its peers (not from the lab's host) once
-    /// the cluster is whole: the first half of a failover by the engine. Its name.
-    pub async fn isolate_lease_leader(&mut self) -> anyhow::Result<String> {
+    /// the cluster is whole (a replica that does not stream is reinitialised first): the first
+    /// half of a failover by the engine. Its name, and the replicas reinitialised.
+    pub async fn isolate_lease_leader(&mut self) -> anyhow::Result<(String, Vec<String>)> {
         match &mut self.servers {
             #[cfg(feature = "containers")]
             Servers::Containers(h) => h.isolate_lease_leader(WHOLE_TIMEOUT).await,

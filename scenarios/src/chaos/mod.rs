@@ -420,7 +420,17 @@ pub async fn run(
                     // run: said, and this failover is not injected (the fault table counts those
                     // that were).
                     let old = match lab.isolate_lease_leader().await {
-                        Ok(old) => old,
+                        Ok((old, reinit)) => {
+                            if !reinit.is_empty() {
+                                rec.note(format!(
+                                    "failover: {} did not stream from the leader within 30 s \
+                                     (its WAL went another way): reinitialised from the leader \
+                                     first (patronictl reinit), as an operator would",
+                                    reinit.join(", ")
+                                ));
+                            }
+                            old
+                        }
                         Err(e) => {
                             rec.note(format!("failover not injected: {e:#}"));
                             continue;

@@ -442,6 +442,52 @@ impl PatroniCluster {
         Ok(out.lines().map(str::trim).collect::<Vec<_>>().join("; "))
     }
 
+    /// Reinitialises (`patronictl reinit --force`: a fresh base backup from the leader) every
+    /// replica that does not stream from the leader — what an operator does with a member whose
+    /// WAL went another way than the leader's without Patroni noticing (two promotions that chose
+    /// the same timeline). Their names; none when there is no leader to ask.
+    pub async fn reinit_stragglers(&self) -> Result<Vec<String>, ContainerError> {
+        let Some(leader) = self.leader().await else {
+            return Ok(Vec::new());
+        };
+        let streaming: Vec<String> = async {
+            let mut conn = PgConnection::connect_with(&leader.connect_options("postgres"))
+                .await
+                .ok()?;
+            let names = sqlx::query_scalar(
+                "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .ok();
+            let _ = conn.close().await;
+            names
+        }
+        .await
+        .unwrap_or_default();
+        let mut reinit = Vec::new();
+        for node in self
+            .nodes
+            .iter()
+            .filter(|n| !n.lost && n.name != leader.name && !streaming.contains(&n.name))
+        {
+            let (code, out) = leader
+                .shell(&format!(
+                    "patronictl -c /tmp/patroni.yml reinit lab {} --force 2>&1",
+                    node.name
+                ))
+                .await?;
+            if code != 0 {
+                return Err(ContainerError::Cli {
+                    what: format!("reinitialise {}", node.name),
+                    detail: out,
+                });
+            }
+            reinit.push(node.name.clone());
+        }
+        Ok(reinit)
+    }
+
     /// What Patroni says of its members (`patronictl list`, asked of each node that answers)
     /// and the last lines each node logged: for an error that a cluster did not become whole.
     pub async fn describe_state(&self) -> String {
