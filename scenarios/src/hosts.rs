@@ -5,7 +5,9 @@
 //! starts); the two servers are not on a common network, so the resource's host has no route to
 //! the lease store's: a stronger separation than the role check of the embedded cluster, and P0
 //! shows it. With `--lease-store patroni` the lease store is a Patroni-managed cluster of three
-//! nodes on etcd (issue 18) on the lease's network, and the lab talks to its leader.
+//! nodes on etcd (issue 18) on the lease's network, and the lab talks to its leader — after a
+//! failover (`lab chaos`'s failover fault: the leader cut off from its peers, then let back), to
+//! the new one; the holders are given every node's address and find the leader themselves.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
@@ -215,16 +217,13 @@ impl ContainerServers {
         Ok([said[0].clone(), said[1].clone()])
     }
 
-    /// Cuts the lease store's leader off from the other Patroni nodes (not from the lab's host:
-    /// its clients still reach it), once the cluster is whole — a leader every replica streams
-    /// from — within `timeout`; a replica that does not stream by then is reinitialised (and the
-    /// wait begins again). Returns the leader's name and the replicas reinitialised.
-    pub async fn isolate_lease_leader(
-        &mut self,
-        timeout: Duration,
-    ) -> anyhow::Result<(String, Vec<String>)> {
+    /// Waits until the Patroni cluster is whole — a leader every replica streams from — within
+    /// `timeout`; a replica that does not stream by then is reinitialised, and the wait begins
+    /// again (twice as long). Talks to its leader from now on. The replicas reinitialised; none
+    /// for a single server.
+    pub async fn heal_lease_store(&mut self, timeout: Duration) -> anyhow::Result<Vec<String>> {
         let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
-            anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
+            return Ok(Vec::new());
         };
         let what = "the Patroni cluster has a leader every replica streams from";
         let mut reinit = Vec::new();
@@ -251,6 +250,22 @@ impl ContainerServers {
             None => anyhow::bail!("the Patroni cluster has no leader"),
         };
         *leader = node_index(cluster, &name);
+        Ok(reinit)
+    }
+
+    /// Cuts the lease store's leader off from the other Patroni nodes (not from the lab's host:
+    /// its clients still reach it), once the cluster is whole
+    /// ([`ContainerServers::heal_lease_store`] within `timeout`). Returns the leader's name and
+    /// the replicas reinitialised first.
+    pub async fn isolate_lease_leader(
+        &mut self,
+        timeout: Duration,
+    ) -> anyhow::Result<(String, Vec<String>)> {
+        let reinit = self.heal_lease_store(timeout).await?;
+        let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
+            anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
+        };
+        let name = cluster.nodes[*leader].name.clone();
         cluster.isolate(&name).await?;
         Ok((name, reinit))
     }

@@ -358,6 +358,22 @@ impl Lab {
         Ok(new)
     }
 
+    /// On a Patroni lease store: waits until it is whole (a leader every replica streams from;
+    /// a replica that does not stream is reinitialised) and reopens the pools on its leader —
+    /// before a run that writes to it (with `synchronous_mode_strict` and no standby, a write
+    /// would wait for ever). The replicas reinitialised; none otherwise.
+    pub async fn heal_lease_store(&mut self) -> anyhow::Result<Vec<String>> {
+        match &mut self.servers {
+            #[cfg(feature = "containers")]
+            Servers::Containers(h) if h.lease.is_patroni() => {
+                let reinit = h.heal_lease_store(WHOLE_TIMEOUT).await?;
+                self.reopen().await?;
+                Ok(reinit)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// On a Patroni lease store: waits for its leader (a failover may have moved it, and a
     /// leader let back may have taken its place again) and reopens the pools on it. Nothing
     /// otherwise.

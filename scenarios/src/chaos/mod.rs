@@ -160,7 +160,13 @@ pub async fn run(
         rec.note(format!("schedule: {f}"));
     }
 
-    lab.follow_lease_leader().await?;
+    let reinit = lab.heal_lease_store().await?;
+    if !reinit.is_empty() {
+        rec.note(format!(
+            "the lease store was not whole: {} reinitialised from its leader (patronictl reinit)",
+            reinit.join(", ")
+        ));
+    }
     lab.reset().await?;
     lab.resource.setup_scope(SCOPE).await?;
     lab.resource.setup_scope(CONTROL_SCOPE).await?;
@@ -423,9 +429,10 @@ pub async fn run(
                         Ok((old, reinit)) => {
                             if !reinit.is_empty() {
                                 rec.note(format!(
-                                    "failover: {} did not stream from the leader within 30 s \
-                                     (its WAL went another way): reinitialised from the leader \
-                                     first (patronictl reinit), as an operator would",
+                                    "failover: not streaming from the leader within 30 s \
+                                     (WAL that went another way than the leader's), {} \
+                                     reinitialised from it first (patronictl reinit), as an \
+                                     operator would",
                                     reinit.join(", ")
                                 ));
                             }
@@ -448,16 +455,28 @@ pub async fn run(
                 }
                 Action::Rejoin => {
                     if let Some((since, old)) = isolated.take() {
-                        let new = lab.mend_lease_host(&old).await?;
+                        // No election within the deadline is a finding (availability), said;
+                        // the old leader is let back all the same.
+                        let elected = lab.mend_lease_host(&old).await;
+                        let new = match elected {
+                            Ok(new) => {
+                                rec.note(format!(
+                                    "failover: Patroni elected {new}; {old} let back (it rejoins \
+                                     as a replica)"
+                                ));
+                                new
+                            }
+                            Err(e) => {
+                                rec.note(format!("failover: {old} let back, {e:#}"));
+                                "no leader".into()
+                            }
+                        };
                         injected.push(Injected {
                             kind: FaultKind::Failover,
                             process: "-".into(),
                             start_ms: since,
                             end_ms: ms(Instant::now()),
                         });
-                        rec.note(format!(
-                            "failover: Patroni elected {new}; {old} let back (it rejoins as a replica)"
-                        ));
                         // The orchestrator's steps are drawn on the lease lane.
                         rec.step(
                             Mark::Info,
@@ -525,8 +544,13 @@ pub async fn run(
     outcome?;
     let ended_ms = started.elapsed().as_secs_f64() * 1000.0;
 
-    // The lease store's own record is read from its leader of now.
-    lab.follow_lease_leader().await?;
+    // The lease store's own record is read from its leader of now — or, with none, from the
+    // node the lab last talked to (a replica answers reads).
+    if let Err(e) = lab.follow_lease_leader().await {
+        rec.note(format!(
+            "the lease store's record is read without a leader: {e:#}"
+        ));
+    }
     let ops = ops_of(&events, started);
     let notes = other_events(&events);
     let parts = harness::observe::part_history(lab.resource.pool()).await?;
