@@ -346,16 +346,14 @@ impl Lab {
     /// The second half: once Patroni elected another leader, lets `old` back (as a replica) and
     /// reopens the pools on the new leader. The new leader's name.
     pub async fn mend_lease_host(&mut self, old: &str) -> anyhow::Result<String> {
-        let new = match &mut self.servers {
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.mend_lease_host(old, FAILOVER_TIMEOUT).await?,
-            _ => {
-                let _ = old;
-                anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni")
-            }
-        };
-        self.reopen().await?;
-        Ok(new)
+        #[cfg(feature = "containers")]
+        if let Servers::Containers(h) = &mut self.servers {
+            let new = h.mend_lease_host(old, FAILOVER_TIMEOUT).await?;
+            self.reopen().await?;
+            return Ok(new);
+        }
+        let _ = old;
+        anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni")
     }
 
     /// On a Patroni lease store: waits until it is whole (a leader every replica streams from;
@@ -812,9 +810,11 @@ pub fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
 const PG_PORT: u16 = 5432;
 
 /// How long a Patroni cluster may take to elect a new leader (its `ttl` is 10 s).
+#[cfg(feature = "containers")]
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a Patroni cluster may take to become whole again after a failover (an old leader
 /// rewound and streaming takes a few seconds).
+#[cfg(feature = "containers")]
 const WHOLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the lease store and the resource run (`--backend`).

@@ -617,6 +617,22 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_the_lease_store_lost_still_justifies_a_rejection() {
+        let (ops, parts, _) = stale_history(false);
+        // A failover lost the store's record of token 2's grant (its row version never reached
+        // the new leader); B's acquire of token 2 was acknowledged all the same, before A's
+        // stale write was rejected.
+        let lost = vec![lease(1, 0, 1_500_000)];
+        assert!(run(&ops, &parts, &lost).liveness.is_empty());
+        // Acknowledged only after the rejection: no justification.
+        let mut late = ops.clone();
+        late[2].invoke_ms = 2600.0;
+        late[2].complete_ms = Some(2601.0);
+        let v = run(&late, &parts, &lost);
+        assert_eq!(v.liveness["s"].len(), 1, "{v:?}");
+    }
+
+    #[test]
     fn overlapping_holdings_are_counted_not_failed() {
         let (ops, parts, _) = stale_history(false);
         let lease = vec![lease(1, 0, 2_500_000), lease(2, 2_000_000, 3_500_000)];
