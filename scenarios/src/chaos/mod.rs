@@ -421,7 +421,6 @@ pub async fn run(
                     }
                 }
                 Action::Isolate => {
-                    let from = ms(Instant::now());
                     // A cluster that did not become whole again is a finding, not the end of the
                     // run: said, and this failover is not injected (the fault table counts those
                     // that were).
@@ -443,6 +442,8 @@ pub async fn run(
                             continue;
                         }
                     };
+                    // From the cut on (the wait for a whole cluster before it is not the fault).
+                    let from = ms(Instant::now());
                     rec.step(
                         Mark::Info,
                         "nemesis",
