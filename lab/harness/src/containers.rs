@@ -438,14 +438,48 @@ pub async fn until_logged(
         }
         let log = container.stderr_to_vec().await.unwrap_or_default();
         let log = String::from_utf8_lossy(&log);
-        let tail: Vec<&str> = log.lines().rev().take(10).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(ContainerError::Cli {
             what: format!("start container {}", container.id()),
-            detail: format!("{why}; the end of its log:\n{}", tail.join("\n")),
+            detail: format!("{why}; the end of its log:\n{}", last_lines(&log, 10)),
         });
     }
     Ok(())
+}
+
+/// The last `n` lines of `text`, joined again.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Options for `database` as `user` over TCP to `ip`'s PostgreSQL port.
+fn tcp_options(ip: IpAddr, database: &str, user: &str) -> PgConnectOptions {
+    PgConnectOptions::new_without_pgpass()
+        .host(&ip.to_string())
+        .port(PG_PORT)
+        .username(user)
+        .database(database)
+        .application_name("fencing-lab")
+}
+
+/// `docker logs` of container `id` (from `since` on, all of it for `None`): its stdout and
+/// stderr as the engine replays them; `None` when the engine does not answer.
+async fn docker_logs(id: &str, since: Option<std::time::SystemTime>) -> Option<(String, String)> {
+    let mut args = vec!["logs".to_owned()];
+    if let Some(at) = since.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
+        args.push("--since".into());
+        args.push(format!("{}.{:09}", at.as_secs(), at.subsec_nanos()));
+    }
+    args.push(id.to_owned());
+    let out = Spawn::new("docker logs", "docker")
+        .args(args)
+        .output(CLI_TIMEOUT)
+        .await
+        .ok()?;
+    Some((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }
 
 /// A PostgreSQL server in a container on a [`Network`]: initdb'd inside, trusting the network's
@@ -496,12 +530,7 @@ impl PgContainer {
 
     /// Connection options for `database` as `user`, over TCP to the container's address.
     pub fn connect_options(&self, database: &str, user: &str) -> PgConnectOptions {
-        PgConnectOptions::new_without_pgpass()
-            .host(&self.ip.to_string())
-            .port(PG_PORT)
-            .username(user)
-            .database(database)
-            .application_name("fencing-lab")
+        tcp_options(self.ip, database, user)
     }
 
     /// The server's log so far (its stderr).
@@ -516,14 +545,10 @@ impl PgContainer {
     /// The server's whole log, across restarts, as `docker logs` keeps it.
     pub async fn full_log(&self) -> String {
         // `docker logs` replays the container's stderr on its own stderr.
-        match Spawn::new("docker logs", "docker")
-            .args(["logs", self.container.id()])
-            .output(CLI_TIMEOUT)
+        docker_logs(self.container.id(), None)
             .await
-        {
-            Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-            Err(_) => String::new(),
-        }
+            .map(|(_, stderr)| stderr)
+            .unwrap_or_default()
     }
 
     /// The container's id, as `docker ps` shows it.

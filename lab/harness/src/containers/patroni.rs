@@ -23,7 +23,6 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
 use super::{
     run, until_logged, ContainerError, Image, Network, CLI_TIMEOUT, LABEL, PG_PORT, STARTUP_TIMEOUT,
 };
-use crate::process::Spawn;
 pub use crate::server::standby::Lsn;
 
 /// A node's WAL positions, each `None` where the server has none or does not answer.
@@ -99,12 +98,7 @@ impl Node {
 
     /// Connection options for `database` as `user`, over TCP.
     pub fn connect_options_as(&self, database: &str, user: &str) -> PgConnectOptions {
-        PgConnectOptions::new_without_pgpass()
-            .host(&self.ip.to_string())
-            .port(PG_PORT)
-            .username(user)
-            .database(database)
-            .application_name("fencing-lab")
+        super::tcp_options(self.ip, database, user)
     }
 
     /// Its container's log: Patroni's and PostgreSQL's lines.
@@ -114,23 +108,9 @@ impl Node {
 
     /// Its container's log from `since` on (`docker logs --since`), all of it for `None`.
     pub async fn log_since(&self, since: Option<std::time::SystemTime>) -> String {
-        let mut args = vec!["logs".to_owned()];
-        if let Some(at) = since.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
-            args.push("--since".into());
-            args.push(format!("{}.{:09}", at.as_secs(), at.subsec_nanos()));
-        }
-        args.push(self.container.id().to_owned());
-        match Spawn::new("docker logs", "docker")
-            .args(args)
-            .output(CLI_TIMEOUT)
-            .await
-        {
-            Ok(out) => format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(_) => String::new(),
+        match super::docker_logs(self.container.id(), since).await {
+            Some((stdout, stderr)) => format!("{stdout}{stderr}"),
+            None => String::new(),
         }
     }
 
@@ -503,12 +483,10 @@ impl PatroniCluster {
         }
         for node in self.nodes.iter().filter(|n| !n.lost) {
             let log = node.log().await;
-            let tail: Vec<&str> = log.lines().rev().take(6).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
             text.push_str(&format!(
                 "{} logged last:\n{}\n",
                 node.name,
-                tail.join("\n")
+                super::last_lines(&log, 6)
             ));
         }
         text
@@ -538,18 +516,10 @@ impl PatroniCluster {
             .map(|n| n.ip)
             .collect();
         let node = self.node_mut(name);
-        let script: Vec<String> = peers
-            .iter()
-            .map(|ip| format!("ip route add blackhole {ip}/32"))
-            .collect();
-        let (code, out) =
-            super::shell_as(node.container.id(), Some("root"), &script.join(" && ")).await?;
-        if code != 0 {
-            let _ = Self::unroute(node, &peers).await;
-            return Err(ContainerError::Cli {
-                what: format!("cut {name} off from its peers"),
-                detail: out,
-            });
+        if let Err(e) = Self::routes(node, "add", &peers, " && ").await {
+            // Whatever was added goes (a route that is not there is not an error worth more).
+            let _ = Self::routes(node, "del", &peers, "; ").await;
+            return Err(e);
         }
         node.isolated_from = peers;
         Ok(())
@@ -560,22 +530,29 @@ impl PatroniCluster {
     pub async fn mend(&mut self, name: &str) -> Result<(), ContainerError> {
         let node = self.node_mut(name);
         let peers = std::mem::take(&mut node.isolated_from);
-        Self::unroute(node, &peers).await
+        Self::routes(node, "del", &peers, "; ").await
     }
 
-    async fn unroute(node: &Node, peers: &[IpAddr]) -> Result<(), ContainerError> {
-        let script: Vec<String> = peers
-            .iter()
-            .map(|ip| format!("ip route del blackhole {ip}/32"))
-            .collect();
-        if script.is_empty() {
+    /// `ip route <verb> blackhole` for each of `peers` inside `node`, as root, the commands
+    /// joined by `join` (` && `: stop at the first failure; `; `: try every one).
+    async fn routes(
+        node: &Node,
+        verb: &str,
+        peers: &[IpAddr],
+        join: &str,
+    ) -> Result<(), ContainerError> {
+        if peers.is_empty() {
             return Ok(());
         }
+        let script: Vec<String> = peers
+            .iter()
+            .map(|ip| format!("ip route {verb} blackhole {ip}/32"))
+            .collect();
         let (code, out) =
-            super::shell_as(node.container.id(), Some("root"), &script.join("; ")).await?;
+            super::shell_as(node.container.id(), Some("root"), &script.join(join)).await?;
         if code != 0 {
             return Err(ContainerError::Cli {
-                what: format!("let {} reach its peers again", node.name),
+                what: format!("ip route {verb} blackhole on {}", node.name),
                 detail: out,
             });
         }
