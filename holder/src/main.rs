@@ -557,7 +557,8 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A pool of one connection to `db` as its owner role: over the Unix socket, or over TCP when
+/// A pool of one connection to `db` as its owner role (the resource's is lent without a ping
+/// first): over the Unix socket, or over TCP when
 /// that database lives on a host of its own (`--lease-host`, `--resource-host`); of several
 /// hosts, the one that is read-write.
 async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
@@ -576,6 +577,10 @@ async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, Stri
     };
     PgPoolOptions::new()
         .max_connections(1)
+        // The write is the first thing the resource hears after the check: no ping before it.
+        // (sqlx pings an idle connection before lending it; F15 holds A's connection in the
+        // network, and the held packet must be A's request, not a ping that delays sending it.)
+        .test_before_acquire(!matches!(db, Database::Resource))
         .connect_with(opts)
         .await
         .map_err(|e| format!("failed to connect to {} as {}: {e}", db.name(), db.role()))

@@ -242,6 +242,11 @@ pub(crate) mod imp {
         })
     }
 
+    /// How long after the hold is lifted A's write is late: TCP retransmits a held segment after
+    /// 0.2, 0.6, 1.4, 3.0, 6.2 s (its minimum timeout, doubled each time), so a 1.5 s hold is
+    /// delivered about 3 s after the send.
+    const LATE: Duration = Duration::from_secs(8);
+
     #[allow(clippy::too_many_arguments)]
     async fn row(
         lab: &Lab,
@@ -358,13 +363,26 @@ pub(crate) mod imp {
         let lifted_at = Instant::now();
         if let Some(held) = held {
             let counted = held.listed().await;
+            let socket = held.socket().await;
             held.lift().await?;
             rec.note(format!(
-                "hold lifted {} ms after A sent its write; the rule had counted: {counted}",
-                sent.elapsed().as_millis()
+                "hold lifted {} ms after A sent its write; the rule had counted: {counted}; A's connection as this host's kernel saw it: {}",
+                sent.elapsed().as_millis(),
+                shown(Some(socket).filter(|s| !s.is_empty()))
             ));
         }
-        let (at, write) = a.next("A's write", Duration::from_secs(30)).await?;
+        let (at, write) = match a.next("A's write", LATE).await {
+            Ok(answered) => answered,
+            Err(_) => {
+                // Later than TCP's backoff explains: say what the kernel holds, then wait on.
+                rec.note(format!(
+                    "no answer to A's write {} ms after the hold was lifted; A's connection: {}",
+                    lifted_at.elapsed().as_millis(),
+                    shown(Some(containers::tcp_state(r.ip, port).await).filter(|s| !s.is_empty()))
+                ));
+                a.next("A's write", Duration::from_secs(30)).await?
+            }
+        };
         step(lab, rec, at, "A", "write (arrived late)", &write).await;
         rec.note(format!(
             "A's write answered {} ms after it was sent, {} ms after the hold was lifted (TCP's next retransmission)",
@@ -381,6 +399,19 @@ pub(crate) mod imp {
             bail!(a.unexpected("WRITE … token=1", &write));
         };
 
+        // The server logs a statement as it runs it, but the engine copies the container's
+        // stderr on its own time: A's line may reach the log a moment after A's answer.
+        let _ = harness::wait::until_every(
+            "the resource's log shows A's request",
+            Duration::from_secs(5),
+            Duration::from_millis(100),
+            || async {
+                Ok::<_, std::convert::Infallible>(
+                    arrival(&r.log().await, HOLDER_A, log_from).is_some(),
+                )
+            },
+        )
+        .await;
         let log = r.log().await;
         let a_arrived = arrival(&log, HOLDER_A, log_from);
         let b_arrived = arrival(&log, "fencing-lab", log_from);

@@ -662,6 +662,8 @@ impl PgContainer {
 #[derive(Debug)]
 pub struct Hold {
     rule: Vec<String>,
+    dst: IpAddr,
+    sport: u16,
     lifted: bool,
 }
 
@@ -695,6 +697,8 @@ impl Hold {
         run("iptables -I", "iptables", &add, CLI_TIMEOUT).await?;
         let hold = Hold {
             rule,
+            dst,
+            sport,
             lifted: false,
         };
         let shown = hold.listed().await;
@@ -721,6 +725,13 @@ impl Hold {
             .join(" ")
     }
 
+    /// The held connection's TCP state as this host's kernel reports it (`ss -tin`): its state,
+    /// queues, and the retransmission figures (`rto`, `backoff`, `retrans`, `lastsnd`) — when
+    /// the next retransmission is due. Empty when the connection is gone.
+    pub async fn socket(&self) -> String {
+        tcp_state(self.dst, self.sport).await
+    }
+
     /// Lifts the hold: the next retransmission gets through.
     pub async fn lift(mut self) -> Result<(), ContainerError> {
         self.lifted = true;
@@ -741,6 +752,37 @@ impl Drop for Hold {
                 .output_blocking();
         }
     }
+}
+
+/// The TCP connection of this host from `sport` to `dst` as `ss -tin` reports it, reduced to
+/// what says whether and when it retransmits: its state, the bytes in its send queue, and the
+/// kernel's retransmission figures (`rto` and `lastsnd` in ms, `backoff` the number of doublings
+/// of the timeout). Empty when there is no such connection.
+pub async fn tcp_state(dst: IpAddr, sport: u16) -> String {
+    let filter = format!("sport = :{sport}");
+    let dst = dst.to_string();
+    let line = run(
+        "ss -tin",
+        "ss",
+        &["-tinH", "state", "all", "dst", &dst, &filter],
+        CLI_TIMEOUT,
+    )
+    .await
+    .unwrap_or_default();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let [state, _recv_q, send_q, ..] = words[..] else {
+        return String::new();
+    };
+    const KEPT: [&str; 6] = [
+        "rto:", "backoff:", "retrans:", "unacked:", "lastsnd:", "notsent:",
+    ];
+    let kept = words
+        .iter()
+        .filter(|w| KEPT.iter().any(|k| w.starts_with(k)));
+    std::iter::once(format!("{state} send-q:{send_q}"))
+        .chain(kept.map(|w| w.to_string()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Removes the hold rules with the lab's comment — this run's (`mark`), or any run's when `None`
