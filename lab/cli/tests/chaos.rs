@@ -44,7 +44,9 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
     let tmp = sandbox.path();
     let (fenced, unfenced) = (tmp.join("fenced"), tmp.join("unfenced"));
 
-    let (code, out) = chaos(tmp, &fenced, &["--seed", "1", "--time", "30s"])?;
+    // Seed 4: its control showed 6–16 violations over four 30 s runs; seed 1's 1–6, and none once
+    // under the suite's load (a seed replays its schedule, not the interleavings inside it).
+    let (code, out) = chaos(tmp, &fenced, &["--seed", "4", "--time", "30s"])?;
     for line in [
         "ok   I2: no token was granted twice",
         "ok   I3 (fenced-scope at scope chaos)",
@@ -83,7 +85,7 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
     let (code, out) = chaos(
         tmp,
         &unfenced,
-        &["--seed", "1", "--time", "12s", "--mode", "unfenced"],
+        &["--seed", "4", "--time", "12s", "--mode", "unfenced"],
     )?;
     let faults = |dir: &Path| -> anyhow::Result<Vec<String>> {
         Ok(fs::read_to_string(dir.join("schedule.txt"))?
