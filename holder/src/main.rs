@@ -557,10 +557,9 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A pool of one connection to `db` as its owner role (the resource's is lent without a ping
-/// first): over the Unix socket, or over TCP when
-/// that database lives on a host of its own (`--lease-host`, `--resource-host`); of several
-/// hosts, the one that is read-write.
+/// A pool of one connection to `db` as its owner role (the resource's lent without a ping
+/// first): over the Unix socket, or over TCP when that database lives on a host of its own
+/// (`--lease-host`, `--resource-host`); of several hosts, the one that is read-write.
 async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, String> {
     let base = PgConnectOptions::new_without_pgpass()
         .username(db.role())

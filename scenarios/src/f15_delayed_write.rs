@@ -81,7 +81,7 @@ pub(crate) mod imp {
     use fencing::schema::{self, Database};
     use harness::containers::{self, Hold, Network, PgContainer, PG_PORT};
     use harness::evidence::{Mark, Recorder};
-    use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+    use harness::holder::{describe, Holder, HolderError, EVENT_TIMEOUT};
     use holder_protocol::{Event, Request};
     use sqlx::postgres::PgPoolOptions;
     use sqlx::PgPool;
@@ -372,8 +372,7 @@ pub(crate) mod imp {
             ));
         }
         let (at, write) = match a.next("A's write", LATE).await {
-            Ok(answered) => answered,
-            Err(_) => {
+            Err(HolderError::Silent { .. }) => {
                 // Later than TCP's backoff explains: say what the kernel holds, then wait on.
                 rec.note(format!(
                     "no answer to A's write {} ms after the hold was lifted; A's connection: {}",
@@ -382,6 +381,7 @@ pub(crate) mod imp {
                 ));
                 a.next("A's write", Duration::from_secs(30)).await?
             }
+            answered => answered?,
         };
         step(lab, rec, at, "A", "write (arrived late)", &write).await;
         rec.note(format!(
