@@ -363,7 +363,7 @@ pub(crate) mod imp {
         let lifted_at = Instant::now();
         if let Some(held) = held {
             let counted = held.listed().await;
-            let socket = held.socket().await;
+            let socket = containers::tcp_state(r.ip, port).await;
             held.lift().await?;
             rec.note(format!(
                 "hold lifted {} ms after A sent its write; the rule had counted: {counted}; A's connection as this host's kernel saw it: {}",

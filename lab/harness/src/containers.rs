@@ -662,8 +662,6 @@ impl PgContainer {
 #[derive(Debug)]
 pub struct Hold {
     rule: Vec<String>,
-    dst: IpAddr,
-    sport: u16,
     lifted: bool,
 }
 
@@ -697,8 +695,6 @@ impl Hold {
         run("iptables -I", "iptables", &add, CLI_TIMEOUT).await?;
         let hold = Hold {
             rule,
-            dst,
-            sport,
             lifted: false,
         };
         let shown = hold.listed().await;
@@ -723,13 +719,6 @@ impl Hold {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ")
-    }
-
-    /// The held connection's TCP state as this host's kernel reports it (`ss -tin`): its state,
-    /// queues, and the retransmission figures (`rto`, `backoff`, `retrans`, `lastsnd`) — when
-    /// the next retransmission is due. Empty when the connection is gone.
-    pub async fn socket(&self) -> String {
-        tcp_state(self.dst, self.sport).await
     }
 
     /// Lifts the hold: the next retransmission gets through.
