@@ -122,6 +122,9 @@ fn main() -> ExitCode {
             if flags.run_id.is_none() {
                 usage("--store mariadb needs --run-id: the run to start and complete".into());
             }
+            if let Err(e) = job::design_of(&flags) {
+                usage(format!("invalid value for '--sut <PROFILE>': {e}"));
+            }
             run::<job::JobSide>(&flags, completion)
         }
         #[cfg(not(feature = "mariadb"))]
@@ -396,9 +399,11 @@ impl Side for PgSide {
 /// completion of the run it started after acquiring.
 #[cfg(feature = "mariadb")]
 mod job {
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     use fencing::fenced_job::{JobLease, JobLeaseStore};
+    use fencing::profile::JobProfile;
     use holder_protocol::HolderFlags;
     use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
@@ -447,6 +452,14 @@ mod job {
     /// The database the fenced-job tables live in (the lab makes it).
     const DATABASE: &str = "fencing";
 
+    /// The job-lease design under test: the MariaDB profile `--sut` names, or seed 000's own.
+    pub fn design_of(flags: &HolderFlags) -> Result<Arc<JobProfile>, String> {
+        match &flags.sut {
+            Some(arg) => JobProfile::load(arg).map(Arc::new).map_err(|e| e.to_string()),
+            None => Ok(Arc::new(JobProfile::seed000().clone())),
+        }
+    }
+
     impl Side for JobSide {
         type Mode = Completion;
         type Held = Held;
@@ -466,7 +479,7 @@ mod job {
                 .await
                 .map_err(|e| format!("failed to connect to MariaDB: {e}"))?;
             Ok(JobSide {
-                jobs: JobLeaseStore::new(pool),
+                jobs: JobLeaseStore::with_profile(pool, design_of(flags)?),
                 completion,
                 margin: Duration::from_millis(flags.margin_ms),
             })

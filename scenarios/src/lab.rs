@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use fencing::lease::LeaseStore;
-use fencing::profile::Profile;
+use fencing::profile::{Dialect, JobProfile, Profile};
 use fencing::publish::Publisher;
 use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
@@ -47,6 +47,12 @@ pub struct Params {
     /// (`lab run --sut`). The built-in `seed004` unless named: the three fenced modes share its
     /// lease and floor.
     pub sut: Arc<Profile>,
+    /// The job-lease design the U-series runs, on MariaDB: seed 000's own (`seed000`) unless
+    /// `--sut` names another.
+    pub jobs: Arc<JobProfile>,
+    /// The server of the design `--sut` named: the series that runs on the other one does not
+    /// apply (its experiments say `skip`). `None`: each series runs its own seed's design.
+    pub sut_dialect: Option<Dialect>,
 }
 
 /// The lease every scenario contends for.
@@ -71,6 +77,8 @@ impl Default for Params {
             fenced_mode: WriteMode::FencedScope,
             again_with: Vec::new(),
             sut: Arc::new(Profile::seed004().clone()),
+            jobs: Arc::new(JobProfile::seed000().clone()),
+            sut_dialect: None,
         }
     }
 }
@@ -563,7 +571,7 @@ impl Lab {
     #[cfg(feature = "mariadb")]
     pub async fn maria(&mut self) -> anyhow::Result<Result<&crate::maria::MariaEnv, String>> {
         if self.maria.is_none() {
-            match crate::maria::MariaEnv::start().await? {
+            match crate::maria::MariaEnv::start(self.params.jobs.clone()).await? {
                 Ok(env) => self.maria = Some(env),
                 Err(reason) => return Ok(Err(reason)),
             }
@@ -682,6 +690,12 @@ impl Lab {
             self.params.margin,
             self.params.sut.clone(),
         ))
+    }
+
+    /// A job holder's `--sut` (`--store mariadb`): the job-lease design it loads, `None` for
+    /// seed 000's own.
+    pub fn jobs_arg(&self) -> Option<String> {
+        (*self.params.jobs != *JobProfile::seed000()).then(|| self.params.jobs.load_arg())
     }
 
     /// The holder's `--sut`: the profile a holder loads, `None` for the lab's own design.

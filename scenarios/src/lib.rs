@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use fencing::profile::Dialect;
 use harness::evidence::{Lanes, Recorder};
 
 pub mod chaos;
@@ -387,18 +388,45 @@ async fn run_case(
     title: &str,
 ) -> bool {
     rec.case_with_lanes(id, title, scenario.lanes());
-    rec.blind_tokens(!lab.params.sut.claims.token_at_lease);
+    // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
+    let on_mariadb = matches!(scenario.needs(), Needs::MariaDb);
+    let (series, claims, sut_name) = if on_mariadb {
+        let jobs = &lab.params.jobs;
+        (Dialect::Mariadb, jobs.claims, jobs.name.clone())
+    } else {
+        let sut = &lab.params.sut;
+        (Dialect::Postgres, sut.claims, sut.name.clone())
+    };
+    rec.blind_tokens(!claims.token_at_lease);
     let before = rec.summary();
     let waived_before = rec.waived();
     let on_containers = !matches!(lab.backend(), Backend::Embedded);
     let applies = scenario.applies_to(&lab.params.sut);
+    let other_server = lab.params.sut_dialect.filter(|&d| d != series);
     let outcome = match lab.reset().await {
+        Ok(()) if other_server.is_some() => {
+            let (named, theirs) = match series {
+                Dialect::Mariadb => (
+                    lab.params.sut.name.as_str(),
+                    "the U-series runs job-lease designs on MariaDB (seed 000's shape)",
+                ),
+                Dialect::Postgres => (
+                    lab.params.jobs.name.as_str(),
+                    "this experiment runs lease-and-report designs on PostgreSQL",
+                ),
+            };
+            rec.skip(format!(
+                "{} does not apply to {named}: a design on {}; {theirs}",
+                scenario.id(),
+                other_server.map_or("", Dialect::server),
+            ));
+            Ok(())
+        }
         Ok(()) if applies.is_err() => {
             let why = applies.err().unwrap_or_default();
             rec.skip(format!(
-                "{} does not apply to {}: {why}",
+                "{} does not apply to {sut_name}: {why}",
                 scenario.id(),
-                lab.params.sut.name
             ));
             Ok(())
         }

@@ -47,7 +47,7 @@ mod imp {
                 part: String::new(),
                 content: String::new(),
                 mode: mode.into(),
-                sut: None,
+                sut: lab.jobs_arg(),
                 run_id: Some(run_id.into()),
                 release: false,
                 wait_before_check: false,

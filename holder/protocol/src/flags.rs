@@ -91,7 +91,9 @@ pub struct HolderFlags {
     pub mode: String,
     /// The system under test's profile (`lab run --sut`): a built-in profile's name or a
     /// file's path, whose lease statements the holder runs and whose write `--mode sut` runs.
-    /// Default: the lab's own design (seed004).
+    /// Default: the lab's own design (seed004). mariadb: a job-lease design (dialect mariadb),
+    /// whose statements the holder runs and whose completion `fenced-completion` is; default
+    /// seed000.
     #[arg(long, value_name = "PROFILE")]
     pub sut: Option<String>,
     /// mariadb: the run the holder starts after acquiring and completes at its write point.

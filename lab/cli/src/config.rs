@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use fencing::profile::Profile;
+use fencing::profile::{Dialect, Sut};
 use fencing::resource::WriteMode;
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::{Backend, Lab, Params, Scenario};
@@ -73,33 +73,57 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         },
         ..Params::default()
     };
-    // The system under test: a built-in seed004 form is its fenced mode; any other profile is
-    // run as `WriteMode::Sut`, each fence-dependent experiment once.
+    // The system under test: a built-in seed004 form is its fenced mode; any other PostgreSQL
+    // profile is run as `WriteMode::Sut`, each fence-dependent experiment once; a MariaDB one is
+    // the U-series' job lease. The series on the other server says skip.
     let params = match &args.sut {
         None => params,
         Some(arg) => {
-            let profile = Profile::load(arg).map_err(|e| anyhow::anyhow!("--sut {e}"))?;
+            let sut = Sut::load(arg).map_err(|e| anyhow::anyhow!("--sut {e}"))?;
             if args.backend != BackendArg::Embedded
                 || args.pg_versions.is_some()
                 || args.lease_store != LeaseStoreArg::Single
             {
                 bail!("--sut runs on the embedded cluster for now: drop --backend containers, --lease-store and --pg-versions");
             }
-            let built_in = WriteMode::FENCES
-                .into_iter()
-                .find(|m| m.profile().is_some_and(|p| *p == profile));
-            match built_in {
-                Some(mode) => Params {
-                    fenced_mode: mode,
-                    again_with: Vec::new(),
-                    ..params
-                },
-                None => Params {
-                    fenced_mode: WriteMode::Sut,
-                    again_with: Vec::new(),
-                    sut: Arc::new(profile),
-                    ..params
-                },
+            match sut {
+                Sut::Job(jobs) => {
+                    if !cfg!(feature = "mariadb") {
+                        bail!(
+                            "--sut {arg}: a design on MariaDB, and this lab was built without \
+                             MariaDB support: ./run.sh builds it when MariaDB is installed \
+                             (apt-get install -y mariadb-server), or build with --features \
+                             lab/mariadb"
+                        );
+                    }
+                    Params {
+                        jobs: Arc::new(jobs),
+                        sut_dialect: Some(Dialect::Mariadb),
+                        again_with: Vec::new(),
+                        ..params
+                    }
+                }
+                Sut::Pg(profile) => {
+                    let params = Params {
+                        sut_dialect: Some(Dialect::Postgres),
+                        again_with: Vec::new(),
+                        ..params
+                    };
+                    let built_in = WriteMode::FENCES
+                        .into_iter()
+                        .find(|m| m.profile().is_some_and(|p| *p == profile));
+                    match built_in {
+                        Some(mode) => Params {
+                            fenced_mode: mode,
+                            ..params
+                        },
+                        None => Params {
+                            fenced_mode: WriteMode::Sut,
+                            sut: Arc::new(profile),
+                            ..params
+                        },
+                    }
+                }
             }
         }
     };
@@ -312,6 +336,16 @@ impl Config {
                     .collect::<String>()
             ),
         ));
+        if p.sut_dialect == Some(Dialect::Mariadb) {
+            let j = &p.jobs;
+            env.push((
+                "system_under_test".to_owned(),
+                format!(
+                    "{} ({}; a job-lease design on MariaDB, run by the U-series): {}",
+                    j.name, j.origin, j.about
+                ),
+            ));
+        }
         if p.fenced_mode == WriteMode::Sut {
             env.push((
                 "system_under_test".to_owned(),

@@ -1,25 +1,27 @@
-//! `lab exercise`: a starting profile for a student — the lab's own design (`seed004`) with one
-//! flaw planted in its SQL, or a template with every statement left to write — and the command
-//! that shows whether it holds (`lab run --sut FILE`).
+//! `lab exercise`: a starting profile for a student — one of the seeds' designs (`seed004`, or
+//! `seed000` on MariaDB) with one flaw planted in its SQL, or a template with every statement
+//! left to write — and the command that shows whether it holds (`lab run --sut FILE`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::{print_or_fail, EXIT_HARNESS};
 
-/// An exercise: its name, what the student is told, and the planted flaw (the text of seed004
-/// it replaces, and with what). `None`: the template.
+/// An exercise: its name, the design it starts from, what the student is told, and the planted
+/// flaw (the text of that design it replaces, and with what). `None`: the template.
 struct Exercise {
     name: &'static str,
+    base: &'static str,
     task: &'static str,
     flaw: Option<(&'static str, &'static str)>,
     /// The experiments that tell.
     run: &'static str,
 }
 
-const EXERCISES: [Exercise; 4] = [
+const EXERCISES: [Exercise; 5] = [
     Exercise {
         name: "stale-write",
+        base: "seed004",
         task: "A paused old holder's write gets through this resource. Find the statement that \
                lets it, and fix it.",
         flaw: Some((
@@ -30,6 +32,7 @@ const EXERCISES: [Exercise; 4] = [
     },
     Exercise {
         name: "same-token",
+        base: "seed004",
         task: "After a takeover, the new holder and the old one can no longer be told apart by \
                the resource. Find why, and fix it.",
         flaw: Some(("       token = l.token + 1,", "       token = l.token,")),
@@ -37,6 +40,7 @@ const EXERCISES: [Exercise; 4] = [
     },
     Exercise {
         name: "early-takeover",
+        base: "seed004",
         task: "A second holder gets the lease while the first one's is still valid by the \
                database's clock. Find why, and fix it.",
         flaw: Some((
@@ -46,7 +50,19 @@ const EXERCISES: [Exercise; 4] = [
         run: "F1,F2,F3",
     },
     Exercise {
+        name: "stale-completion",
+        base: "seed000",
+        task: "An instance that takes the job lease again finishes the run of its old holding \
+               (MariaDB). Find what the completion does not check, and fix it.",
+        flaw: Some((
+            "   AND r.fence_token = l.fence_token AND l.fence_token = :token\n",
+            "",
+        )),
+        run: "U2,U4",
+    },
+    Exercise {
         name: "template",
+        base: "seed004",
         task: "Write every statement of a lease with fencing tokens and of a fenced resource \
                write; `lab profile check` tells you what the server thinks of each.",
         flaw: None,
@@ -54,21 +70,31 @@ const EXERCISES: [Exercise; 4] = [
     },
 ];
 
-/// The lab's own design as its built-in file: every exercise starts from it.
+/// A built-in design's file: an exercise starts from it.
+fn built_in(name: &str) -> &'static str {
+    fencing::profile::Profile::built_in_text(name).expect("the exercise's design is built in")
+}
+
+/// The lab's own design as its built-in file: the template is made from it.
 fn seed004() -> &'static str {
-    fencing::profile::Profile::built_in_text("seed004").expect("seed004 is built in")
+    built_in("seed004")
 }
 
 /// The exercise's file text.
 fn text(e: &Exercise, path: &Path) -> String {
     let body = match e.flaw {
-        Some((from, to)) => seed004().replacen(from, to, 1),
+        Some((from, to)) => built_in(e.base).replacen(from, to, 1),
         None => template(),
     };
-    let body = body.replacen("name = \"seed004\"", &format!("name = \"{}\"", e.name), 1);
+    let body = body.replacen(
+        &format!("name = \"{}\"", e.base),
+        &format!("name = \"{}\"", e.name),
+        1,
+    );
     format!(
-        "# Exercise {name}: {task}\n#\n# Check it:   lab profile check {path}\n# Run it:     lab run --only {run} --sut {path}\n#\n# The experiments' FAIL lines are the evidence; when they all pass, the design holds against\n# those faults. lab/fencing/profiles/seed004.toml in the lab's sources is the answer.\n#\n{body}",
+        "# Exercise {name}: {task}\n#\n# Check it:   lab profile check {path}\n# Run it:     lab run --only {run} --sut {path}\n#\n# The experiments' FAIL lines are the evidence; when they all pass, the design holds against\n# those faults. lab/fencing/profiles/{base}.toml in the lab's sources is the answer.\n#\n{body}",
         name = e.name,
+        base = e.base,
         task = e.task,
         path = path.display(),
         run = e.run,
@@ -165,10 +191,11 @@ mod tests {
             let text = text(e, Path::new("x.toml"));
             match e.flaw {
                 Some((from, to)) => {
-                    assert_eq!(seed004().matches(from).count(), 1, "{}", e.name);
+                    assert_eq!(built_in(e.base).matches(from).count(), 1, "{}", e.name);
                     assert!(text.contains(to), "{}", e.name);
-                    let p = fencing::profile::Profile::parse("x.toml", &text).expect(e.name);
-                    assert_eq!(p.name, e.name);
+                    let p = fencing::profile::Sut::parse("x.toml", &text).expect(e.name);
+                    assert_eq!(p.name(), e.name);
+                    assert_eq!(p.origin(), "x.toml");
                 }
                 None => {
                     // The template's statements are placeholders: it does not parse until they

@@ -19,12 +19,12 @@ use scenarios::Backend;
 use crate::args::{Cli, Command};
 use crate::{config, exercise, print_stdout, run_lab, EXIT_HARNESS};
 
-/// The experiments that judge a fence and run on the embedded cluster with nothing else
-/// installed.
-pub const EXPERIMENTS: &str = "F1,F2,F3,F4,F6,F7,F8,F10,F11,F12";
+/// The experiments that judge a fence: on the embedded cluster with nothing else installed (the
+/// F-series, PostgreSQL designs) and on a throwaway MariaDB (the U-series, job-lease designs).
+pub const EXPERIMENTS: &str = "F1,F2,F3,F4,F6,F7,F8,F10,F11,F12,U1,U2,U3,U4,U5";
 
-/// The lab's own designs: each must come out safe everywhere.
-const OWN: [&str; 3] = ["seed004", "seed004-single", "seed004-shared"];
+/// The seeds' own designs: each must come out safe everywhere.
+const OWN: [&str; 4] = ["seed004", "seed004-single", "seed004-shared", "seed000"];
 
 /// Built-in designs modelled on widely used lock tables, none of which checks a token at the
 /// resource: each must come out unsafe somewhere.

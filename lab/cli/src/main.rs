@@ -326,8 +326,16 @@ async fn run_lab_inner(
     }
     // A profile of the user's is checked before anything runs with it (the built-in ones are
     // checked by the tests).
-    if !cfg.params.sut.is_built_in() {
-        let check = profile::prepare_with(&cfg.params.sut, cfg.cluster.bins.clone());
+    if !cfg.params.sut.is_built_in() || !cfg.params.jobs.is_built_in() {
+        let check = async {
+            if !cfg.params.sut.is_built_in() {
+                profile::prepare_with(&cfg.params.sut, cfg.cluster.bins.clone()).await?;
+            }
+            if !cfg.params.jobs.is_built_in() {
+                profile::prepare_job(&cfg.params.jobs).await?;
+            }
+            anyhow::Ok(())
+        };
         let checked = tokio::select! {
             checked = check => checked,
             _ = sigint.recv() => return (ExitCode::from(130), None),

@@ -1,12 +1,13 @@
 //! `lab profile`: the systems under test as profiles (`fencing::profile`). `list` shows the
 //! built-in ones; `check` refuses a bad profile before anything runs with it — its form first
 //! (no server needed), then its SQL, every statement prepared against scratch databases on a
-//! throwaway cluster that is removed on the way out.
+//! throwaway server of its dialect (a PostgreSQL cluster, or a MariaDB) that is removed on the
+//! way out.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fencing::profile::Profile;
+use fencing::profile::{JobProfile, Profile, Sut};
 use harness::server::{Cluster, ClusterConfig, PgBinaries, Server as _, SUPERUSER};
 
 use crate::args::ProfileAction;
@@ -15,18 +16,20 @@ use crate::{print_or_fail, EXIT_HARNESS};
 pub fn run(action: ProfileAction) -> ExitCode {
     match action {
         ProfileAction::List => {
-            let list: String = Profile::built_in_names()
-                .filter_map(Profile::built_in)
+            let list: String = Sut::built_in_names()
+                .filter_map(Sut::built_in)
                 .map(|p| {
+                    let claims = p.claims();
                     format!(
-                        "{:<16} {:<26}  {}\n",
-                        p.name,
-                        match (p.claims.token_at_lease, p.claims.token_at_resource) {
+                        "{:<16} {:<10} {:<26}  {}\n",
+                        p.name(),
+                        p.dialect().server(),
+                        match (claims.token_at_lease, claims.token_at_resource) {
                             (true, true) => "token at the resource",
                             (true, false) => "token at the lease only",
                             (false, _) => "no token",
                         },
-                        p.about
+                        p.about()
                     )
                 })
                 .collect();
@@ -37,7 +40,7 @@ pub fn run(action: ProfileAction) -> ExitCode {
 }
 
 fn check(name_or_path: &str, pg_bindir: Option<PathBuf>) -> ExitCode {
-    let profile = match Profile::load(name_or_path) {
+    let profile = match Sut::load(name_or_path) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lab profile check: {e}");
@@ -54,11 +57,16 @@ fn check(name_or_path: &str, pg_bindir: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(EXIT_HARNESS);
         }
     };
-    match runtime.block_on(prepare(&profile, pg_bindir)) {
+    let prepared = match &profile {
+        Sut::Pg(p) => runtime.block_on(prepare(p, pg_bindir)),
+        Sut::Job(j) => runtime.block_on(prepare_job(j)),
+    };
+    match prepared {
         Ok(version) => print_or_fail(&format!(
-            "lab profile check: {}: {} statements prepared against PostgreSQL {version}: ok\n",
-            profile.origin,
-            profile.statements().len()
+            "lab profile check: {}: {} statements prepared against {} {version}: ok\n",
+            profile.origin(),
+            profile.statements().len(),
+            profile.dialect().server(),
         )),
         Err(e) => {
             eprintln!("lab profile check: {e:#}");
@@ -91,4 +99,38 @@ pub async fn prepare_with(profile: &Profile, bins: PgBinaries) -> anyhow::Result
     .await;
     cluster.stop().await;
     outcome
+}
+
+/// Prepares a MariaDB `profile` on a throwaway MariaDB, stopped and removed on every path; the
+/// server's version.
+#[cfg(feature = "mariadb")]
+pub async fn prepare_job(profile: &JobProfile) -> anyhow::Result<String> {
+    use harness::server::mariadb::{MariaBinaries, MariaServer};
+    use sqlx::ConnectOptions as _;
+    let bins = tokio::task::spawn_blocking(MariaBinaries::locate).await??;
+    let mut server = MariaServer::create(bins).await?;
+    let outcome = async {
+        let root = server.connect_options(None, "root");
+        let mut conn = root.connect().await?;
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&mut conn)
+            .await?;
+        sqlx::Connection::close(conn).await?;
+        profile.prepare(&root).await?;
+        anyhow::Ok(version)
+    }
+    .await;
+    server.stop().await;
+    outcome
+}
+
+/// Without MariaDB support a MariaDB profile cannot be prepared: said, never passed.
+#[cfg(not(feature = "mariadb"))]
+pub async fn prepare_job(profile: &JobProfile) -> anyhow::Result<String> {
+    anyhow::bail!(
+        "{}: a design on MariaDB, and this lab was built without MariaDB support: ./run.sh \
+         builds it when MariaDB is installed (apt-get install -y mariadb-server), or build with \
+         --features lab/mariadb",
+        profile.origin
+    )
 }

@@ -9,15 +9,23 @@
 //!
 //! Every operation requires lease name + owner token + fence token. The owner token is unique per
 //! acquisition attempt (the caller makes it); the fence token is bumped on every takeover.
+//!
+//! The design's statements are a profile's ([`JobProfile`]: seed 000's own is the built-in
+//! `seed000`, `profiles/seed000.toml`); what is here besides is the lab's: the questions it asks
+//! of the profile's `inspect`, and the negative controls — completions that check less, a renew
+//! by the client's clock, an operator's DELETE — which run on seed 000's two tables.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{Executor, MySqlPool};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor, MySqlPool};
+use sqlx::{Statement as _, TypeInfo as _};
 
+use crate::profile::{Args, Dialect, JobProfile, ProfileError, Statement};
 use crate::{DbContext, Result};
 
-/// The DDL of the two tables.
-pub const MIGRATION: &str = include_str!("../migrations/mariadb/0001_fenced_job.sql");
+type ProfileResult = std::result::Result<(), ProfileError>;
 
 /// One holding: lease name, the owner token of this attempt, and the fence token it got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,81 +40,134 @@ fn micros(d: Duration) -> i64 {
     d.as_micros() as i64
 }
 
-/// Creates the tables (idempotent for a fresh database) and empties them.
-pub async fn reset(pool: &MySqlPool) -> Result<()> {
-    let without_comments: Vec<&str> = MIGRATION
+impl JobLease {
+    /// The holding as a statement's parameters.
+    fn args(&self) -> Args<'_> {
+        Args {
+            name: &self.lease_name,
+            holder: &self.owner_token,
+            token: self.fence_token,
+            ttl_ms: self.ttl.as_secs_f64() * 1000.0,
+            ..Args::default()
+        }
+    }
+}
+
+/// The statements of a DDL text, one by one: `--` comment lines dropped, split at `;`.
+fn ddl_statements(ddl: &str) -> Vec<String> {
+    let without_comments: Vec<&str> = ddl
         .lines()
         .filter(|l| !l.trim_start().starts_with("--"))
         .collect();
-    for stmt in without_comments
+    without_comments
         .join("\n")
         .split(';')
         .filter(|s| !s.trim().is_empty())
-    {
-        let stmt = stmt.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ");
-        pool.execute(stmt.as_str())
-            .await
-            .op("create the fenced-job tables")?;
+        .map(|s| s.trim().to_owned())
+        .collect()
+}
+
+/// Creates the profile's tables where they are missing, and empties them.
+pub async fn reset(pool: &MySqlPool, profile: &JobProfile) -> Result<()> {
+    for ddl in [&profile.lease.schema, &profile.runs.schema] {
+        for stmt in ddl_statements(ddl) {
+            let stmt = stmt.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ");
+            pool.execute(stmt.as_str())
+                .await
+                .op("create the fenced-job tables")?;
+        }
     }
-    pool.execute("DELETE FROM reconciliation_runs")
-        .await
-        .op("empty the runs")?;
-    pool.execute("DELETE FROM fenced_job_leases")
-        .await
-        .op("empty the leases")?;
+    for table in [&profile.runs.table, &profile.lease.table] {
+        pool.execute(format!("DELETE FROM {table}").as_str())
+            .await
+            .op("empty the fenced-job tables")?;
+    }
     Ok(())
 }
 
-/// The fenced job lease store.
+/// The fenced job lease store: a [`JobProfile`]'s statements on a pool.
 #[derive(Debug, Clone)]
 pub struct JobLeaseStore {
     pool: MySqlPool,
+    profile: Arc<JobProfile>,
+    /// The lab's questions of the profile's `inspect`, which they wrap (its places first).
+    held_sql: String,
+    free_sql: String,
+    until_sql: String,
 }
 
 impl JobLeaseStore {
+    /// Seed 000's own design (the built-in `seed000`) on `pool`.
     pub fn new(pool: MySqlPool) -> Self {
-        JobLeaseStore { pool }
+        JobLeaseStore::with_profile(pool, Arc::new(JobProfile::seed000().clone()))
+    }
+
+    /// The design `profile` describes, on `pool`.
+    pub fn with_profile(pool: MySqlPool, profile: Arc<JobProfile>) -> Self {
+        let [held_sql, free_sql, until_sql] = JobLeaseStore::wrappers(&profile.lease.inspect);
+        JobLeaseStore {
+            held_sql,
+            free_sql,
+            until_sql,
+            pool,
+            profile,
+        }
+    }
+
+    /// The lab's questions of `inspect`: is this holding held (its places, then holder and
+    /// token), is the lease free, when does it expire — each judged by `CURRENT_TIMESTAMP(3)`.
+    fn wrappers(inspect: &Statement) -> [String; 3] {
+        let inspect = inspect.sql();
+        [
+            format!(
+                "SELECT COUNT(*) FROM ({inspect}) AS i WHERE i.holder = ? AND i.token = ? \
+                 AND i.expires_at > CURRENT_TIMESTAMP(3)"
+            ),
+            format!(
+                "SELECT COUNT(*) FROM ({inspect}) AS i WHERE i.expires_at > CURRENT_TIMESTAMP(3)"
+            ),
+            format!("SELECT CAST(UNIX_TIMESTAMP(i.expires_at) AS CHAR) FROM ({inspect}) AS i"),
+        ]
     }
 
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
     }
 
-    /// Takes the lease for `owner_token` if it is absent or expired by `CURRENT_TIMESTAMP(3)`,
-    /// bumping the fence token on a takeover. `None` while someone else holds it. The
-    /// assignments run left to right, so `leased_until` is judged before it is replaced.
+    pub fn profile(&self) -> &JobProfile {
+        &self.profile
+    }
+
+    /// Takes the lease for `owner_token` (the profile's `acquire`, then its read-back on the
+    /// same connection). `None` while someone else holds it.
     pub async fn acquire(
         &self,
         lease_name: &str,
         owner_token: &str,
         ttl: Duration,
     ) -> Result<Option<JobLease>> {
+        let args = Args {
+            name: lease_name,
+            holder: owner_token,
+            ttl_ms: ttl.as_secs_f64() * 1000.0,
+            ..Args::default()
+        };
         let mut conn = self.pool.acquire().await.op("connect to the lease store")?;
-        sqlx::query(
-            "INSERT INTO fenced_job_leases (lease_name, owner_token, fence_token, leased_until)
-             VALUES (?, ?, 1, CURRENT_TIMESTAMP(3) + INTERVAL ? MICROSECOND)
-             ON DUPLICATE KEY UPDATE
-               owner_token  = IF(leased_until <= CURRENT_TIMESTAMP(3), VALUES(owner_token), owner_token),
-               fence_token  = IF(leased_until <= CURRENT_TIMESTAMP(3), fence_token + 1, fence_token),
-               leased_until = IF(leased_until <= CURRENT_TIMESTAMP(3), VALUES(leased_until), leased_until)",
-        )
-        .bind(lease_name)
-        .bind(owner_token)
-        .bind(micros(ttl))
-        .execute(&mut *conn)
-        .await
-        .op("acquire the job lease")?;
-        // The row names this owner only if it won just now — or already held the lease: an owner
-        // token that identifies an instance (U4) gets its current, unexpired holding back with
-        // the same fence. The fence separates holdings, not two executions inside one holding.
-        let fence: Option<i64> = sqlx::query_scalar(
-            "SELECT fence_token FROM fenced_job_leases WHERE lease_name = ? AND owner_token = ?",
-        )
-        .bind(lease_name)
-        .bind(owner_token)
-        .fetch_optional(&mut *conn)
-        .await
-        .op("read the job lease back")?;
+        self.profile
+            .lease
+            .acquire
+            .my_query(&args)
+            .execute(&mut *conn)
+            .await
+            .op("acquire the job lease")?;
+        let fence: Option<i64> = self
+            .profile
+            .acquired
+            .my_query(&args)
+            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .fetch_optional(&mut *conn)
+            .await
+            .op("read the job lease back")?;
         Ok(fence.map(|fence_token| JobLease {
             lease_name: lease_name.to_owned(),
             owner_token: owner_token.to_owned(),
@@ -117,18 +178,14 @@ impl JobLeaseStore {
 
     /// Extends the holding if it is still the current one and unexpired by database time.
     pub async fn renew(&self, lease: &JobLease) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE fenced_job_leases SET leased_until = CURRENT_TIMESTAMP(3) + INTERVAL ? MICROSECOND
-              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
-                AND leased_until > CURRENT_TIMESTAMP(3)",
-        )
-        .bind(micros(lease.ttl))
-        .bind(&lease.lease_name)
-        .bind(&lease.owner_token)
-        .bind(lease.fence_token)
-        .execute(&self.pool)
-        .await
-        .op("renew the job lease")?;
+        let done = self
+            .profile
+            .lease
+            .renew
+            .my_query(&lease.args())
+            .execute(&self.pool)
+            .await
+            .op("renew the job lease")?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -141,12 +198,7 @@ impl JobLeaseStore {
         lease: &JobLease,
         client_epoch: &str,
     ) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE fenced_job_leases
-                SET leased_until = FROM_UNIXTIME(CAST(? AS DECIMAL(20,3))) + INTERVAL ? MICROSECOND
-              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
-                AND leased_until > FROM_UNIXTIME(CAST(? AS DECIMAL(20,3)))",
-        )
+        let done = sqlx::query(controls::RENEW_BY_CLIENT_CLOCK)
         .bind(client_epoch)
         .bind(micros(lease.ttl))
         .bind(&lease.lease_name)
@@ -171,89 +223,103 @@ impl JobLeaseStore {
 
     /// The lease row's `leased_until`, as Unix seconds with a fraction (`None`: no such lease).
     pub async fn leased_until(&self, lease_name: &str) -> Result<Option<f64>> {
-        let epoch: Option<String> = sqlx::query_scalar(
-            "SELECT CAST(UNIX_TIMESTAMP(leased_until) AS CHAR) FROM fenced_job_leases WHERE lease_name = ?",
-        )
-        .bind(lease_name)
-        .fetch_optional(&self.pool)
-        .await
-        .op("read the job lease's expiry")?;
+        let args = Args {
+            name: lease_name,
+            ..Args::default()
+        };
+        let epoch: Option<String> = self
+            .profile
+            .lease
+            .inspect
+            .my_query_with(&self.until_sql, &args)
+            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .fetch_optional(&self.pool)
+            .await
+            .op("read the job lease's expiry")?;
         Ok(epoch.map(|e| e.parse().unwrap_or(f64::NAN)))
     }
 
     /// Ends the holding at once, if it is still the current, unexpired one.
     pub async fn release(&self, lease: &JobLease) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE fenced_job_leases SET leased_until = CURRENT_TIMESTAMP(3)
-              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
-                AND leased_until > CURRENT_TIMESTAMP(3)",
-        )
-        .bind(&lease.lease_name)
-        .bind(&lease.owner_token)
-        .bind(lease.fence_token)
-        .execute(&self.pool)
-        .await
-        .op("release the job lease")?;
+        let done = self
+            .profile
+            .lease
+            .release
+            .my_query(&lease.args())
+            .execute(&self.pool)
+            .await
+            .op("release the job lease")?;
         Ok(done.rows_affected() == 1)
     }
 
-    /// Whether this holding is the current one and unexpired by database time.
+    /// Whether this holding is the current one and unexpired by database time: the profile's
+    /// `inspect`, asked in one statement whether it shows this holder and token, unexpired.
     pub async fn is_held(&self, lease: &JobLease) -> Result<bool> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM fenced_job_leases
-              WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
-                AND leased_until > CURRENT_TIMESTAMP(3)",
-        )
-        .bind(&lease.lease_name)
-        .bind(&lease.owner_token)
-        .bind(lease.fence_token)
-        .fetch_one(&self.pool)
-        .await
-        .op("ask whether the job lease is held")?;
+        let n: i64 = self
+            .profile
+            .lease
+            .inspect
+            .my_query_with(&self.held_sql, &lease.args())
+            .bind(&lease.owner_token)
+            .bind(lease.fence_token)
+            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .fetch_one(&self.pool)
+            .await
+            .op("ask whether the job lease is held")?;
         Ok(n == 1)
     }
 
     /// Whether nobody holds `lease_name` by database time.
     pub async fn is_free(&self, lease_name: &str) -> Result<bool> {
-        let held: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM fenced_job_leases WHERE lease_name = ? AND leased_until > CURRENT_TIMESTAMP(3)",
-        )
-        .bind(lease_name)
-        .fetch_one(&self.pool)
-        .await
-        .op("ask whether the job lease is free")?;
+        let args = Args {
+            name: lease_name,
+            ..Args::default()
+        };
+        let held: i64 = self
+            .profile
+            .lease
+            .inspect
+            .my_query_with(&self.free_sql, &args)
+            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .fetch_one(&self.pool)
+            .await
+            .op("ask whether the job lease is free")?;
         Ok(held == 0)
     }
 
     /// Starts a run under `lease`.
     pub async fn start_run(&self, run_id: &str, lease: &JobLease) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO reconciliation_runs (run_id, lease_name, owner_token, fence_token, status)
-             VALUES (?, ?, ?, ?, 'running')",
-        )
-        .bind(run_id)
-        .bind(&lease.lease_name)
-        .bind(&lease.owner_token)
-        .bind(lease.fence_token)
-        .execute(&self.pool)
-        .await
-        .op("start a run")?;
+        let args = Args {
+            run: run_id,
+            ..lease.args()
+        };
+        self.profile
+            .runs
+            .start
+            .my_query(&args)
+            .execute(&self.pool)
+            .await
+            .op("start a run")?;
         Ok(())
     }
 
-    /// The fenced completion, as one statement: `true` when the run was marked completed.
+    /// The design's completion (seed000's: fenced by a join on the lease, in one statement):
+    /// `true` when the run was marked completed.
     pub async fn complete_run(&self, run_id: &str, lease: &JobLease) -> Result<bool> {
-        let done = sqlx::query(COMPLETE_RUN)
-            .bind(run_id)
-            .bind(&lease.lease_name)
-            .bind(lease.fence_token)
-            .bind(&lease.owner_token)
+        let args = Args {
+            run: run_id,
+            ..lease.args()
+        };
+        let done = self
+            .profile
+            .runs
+            .complete
+            .my_query(&args)
             .execute(&self.pool)
             .await
-            .op("complete a run (fenced)")?;
+            .op("complete a run")?;
         Ok(done.rows_affected() == 1)
     }
-
     /// A completion that checks less than the fenced join — one of the naive forms seed 000 names
     /// ("only lease_name", "only owner_token", each with the expiry check). A negative control:
     /// it lets an old execution of a re-acquiring instance finish (U4). `true` when the run was
@@ -265,21 +331,10 @@ impl JobLeaseStore {
         how: NaiveCompletion,
     ) -> Result<bool> {
         let query = match how {
-            NaiveCompletion::LeaseNameOnly => sqlx::query(
-                "UPDATE reconciliation_runs AS r
-                   JOIN fenced_job_leases AS l ON l.lease_name = ?
-                    SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
-                  WHERE r.run_id = ? AND l.leased_until > CURRENT_TIMESTAMP(3)",
-            )
+            NaiveCompletion::LeaseNameOnly => sqlx::query(controls::COMPLETE_LEASE_NAME_ONLY)
             .bind(&lease.lease_name)
             .bind(run_id),
-            NaiveCompletion::OwnerTokenOnly => sqlx::query(
-                "UPDATE reconciliation_runs AS r
-                   JOIN fenced_job_leases AS l ON l.lease_name = r.lease_name
-                    SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
-                  WHERE r.run_id = ? AND l.owner_token = ?
-                    AND l.leased_until > CURRENT_TIMESTAMP(3)",
-            )
+            NaiveCompletion::OwnerTokenOnly => sqlx::query(controls::COMPLETE_OWNER_TOKEN_ONLY)
             .bind(run_id)
             .bind(&lease.owner_token),
         };
@@ -318,11 +373,7 @@ impl JobLeaseStore {
     /// The completion that checks only the run id: `UPDATE … WHERE run_id = ?`. A negative
     /// control (U2, and U5's write after a client-side check): it lets a stale owner finish.
     pub async fn complete_run_by_id(&self, run_id: &str) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE reconciliation_runs
-                SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3)
-              WHERE run_id = ?",
-        )
+        let done = sqlx::query(controls::COMPLETE_BY_RUN_ID)
         .bind(run_id)
         .execute(&self.pool)
         .await
@@ -332,8 +383,15 @@ impl JobLeaseStore {
 
     /// A run's status, `None` if there is no such run.
     pub async fn run_status(&self, run_id: &str) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT status FROM reconciliation_runs WHERE run_id = ?")
-            .bind(run_id)
+        let args = Args {
+            run: run_id,
+            ..Args::default()
+        };
+        self.profile
+            .runs
+            .status
+            .my_query(&args)
+            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
             .fetch_optional(&self.pool)
             .await
             .op("read a run's status")
@@ -373,15 +431,168 @@ impl NaiveCompletion {
     }
 }
 
-/// The fenced completion. Placeholders: run id, lease name, fence token, owner token. The run is
-/// joined to *its own* lease row, and run and lease must agree on fence and owner.
-const COMPLETE_RUN: &str = "UPDATE reconciliation_runs AS r
-                              JOIN fenced_job_leases AS l ON l.lease_name = r.lease_name
-                               SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
-                             WHERE r.run_id = ? AND l.lease_name = ?
-                               AND r.fence_token = l.fence_token AND l.fence_token = ?
-                               AND r.owner_token = l.owner_token AND l.owner_token = ?
-                               AND l.leased_until > CURRENT_TIMESTAMP(3)";
+/// The lab's own SQL on seed 000's two tables: the negative controls, whatever the design under
+/// test. [`JobProfile::prepare`] prepares them against a design's schema too.
+mod controls {
+    /// A renew judged by the client's clock (U3's control). Places: the client's epoch, the TTL
+    /// in microseconds, lease name, owner token, fence token, the client's epoch.
+    pub const RENEW_BY_CLIENT_CLOCK: &str = "UPDATE fenced_job_leases
+            SET leased_until = FROM_UNIXTIME(CAST(? AS DECIMAL(20,3))) + INTERVAL ? MICROSECOND
+          WHERE lease_name = ? AND owner_token = ? AND fence_token = ?
+            AND leased_until > FROM_UNIXTIME(CAST(? AS DECIMAL(20,3)))";
+
+    /// A completion that checks only that someone holds the lease name (U4's control).
+    pub const COMPLETE_LEASE_NAME_ONLY: &str = "UPDATE reconciliation_runs AS r
+           JOIN fenced_job_leases AS l ON l.lease_name = ?
+            SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
+          WHERE r.run_id = ? AND l.leased_until > CURRENT_TIMESTAMP(3)";
+
+    /// A completion that checks only the owner token, unexpired (U4's control).
+    pub const COMPLETE_OWNER_TOKEN_ONLY: &str = "UPDATE reconciliation_runs AS r
+           JOIN fenced_job_leases AS l ON l.lease_name = r.lease_name
+            SET r.status = 'completed', r.finished_at = CURRENT_TIMESTAMP(3)
+          WHERE r.run_id = ? AND l.owner_token = ?
+            AND l.leased_until > CURRENT_TIMESTAMP(3)";
+
+    /// A completion that checks only the run id (U2's and U5's control).
+    pub const COMPLETE_BY_RUN_ID: &str = "UPDATE reconciliation_runs
+            SET status = 'completed', finished_at = CURRENT_TIMESTAMP(3)
+          WHERE run_id = ?";
+
+    /// An operator's cleanup (U1).
+    pub const DELETE_THE_LEASE: &str = "DELETE FROM fenced_job_leases WHERE lease_name = ?";
+
+    pub const ALL: [&str; 5] = [
+        RENEW_BY_CLIENT_CLOCK,
+        COMPLETE_LEASE_NAME_ONLY,
+        COMPLETE_OWNER_TOKEN_ONLY,
+        COMPLETE_BY_RUN_ID,
+        DELETE_THE_LEASE,
+    ];
+}
+
+impl JobProfile {
+    /// Prepares every statement against a scratch database on the MariaDB server `admin`
+    /// connects to (as root), holding the profile's schema — the design's statements, the lab's
+    /// questions of its `inspect`, and the lab's negative controls, which run on seed 000's
+    /// tables. `Err` quotes the server on the first schema or statement it refuses, or names a
+    /// statement whose answer is not what its place needs. The scratch database is dropped on
+    /// every path.
+    pub async fn prepare(&self, admin: &MySqlConnectOptions) -> ProfileResult {
+        let db = format!("lab_profile_{}_{}", std::process::id(), crate::profile::unique());
+        let refused = |place: &str, e| crate::profile::refused(&self.origin, place, e);
+        let mut conn = admin.connect().await.map_err(|e| refused("server", e))?;
+        let outcome = async {
+            conn.execute(format!("CREATE DATABASE {db}").as_str())
+                .await
+                .map_err(|e| refused("server", e))?;
+            let mut scratch = admin
+                .clone()
+                .database(&db)
+                .connect()
+                .await
+                .map_err(|e| refused("server", e))?;
+            let outcome = self.prepare_in(&mut scratch).await;
+            let _ = scratch.close().await;
+            outcome
+        }
+        .await;
+        let _ = conn
+            .execute(format!("DROP DATABASE IF EXISTS {db}").as_str())
+            .await;
+        let _ = conn.close().await;
+        outcome
+    }
+
+    async fn prepare_in(&self, conn: &mut MySqlConnection) -> ProfileResult {
+        let refused = |place: &str, e| crate::profile::refused(&self.origin, place, e);
+        for (place, ddl) in [
+            ("lease.schema", &self.lease.schema),
+            ("resource.schema", &self.runs.schema),
+        ] {
+            for stmt in ddl_statements(ddl) {
+                conn.execute(stmt.as_str())
+                    .await
+                    .map_err(|e| refused(place, e))?;
+            }
+        }
+        for s in self.statements() {
+            self.prepare_one(conn, s).await?;
+        }
+        let store = JobLeaseStore::wrappers(&self.lease.inspect);
+        for sql in store {
+            conn.prepare(&sql).await.map_err(|e| {
+                let mut e = refused("lease.inspect", e);
+                e.message = format!(
+                    "the lab asks of it inside a subquery (held? free?), and there {}",
+                    e.message
+                );
+                e
+            })?;
+        }
+        for sql in controls::ALL {
+            conn.prepare(sql).await.map_err(|e| {
+                let mut e = refused("resource.schema", e);
+                e.message = format!(
+                    "the lab's negative controls run on seed 000's tables \
+                     (fenced_job_leases, reconciliation_runs: keep their names and columns), \
+                     and there {}",
+                    e.message
+                );
+                e
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn prepare_one(
+        &self,
+        conn: &mut MySqlConnection,
+        s: &Statement,
+    ) -> ProfileResult {
+        let prepared = conn
+            .prepare(s.sql())
+            .await
+            .map_err(|e| crate::profile::refused(&self.origin, s.slot().key(), e))?;
+        let Some(wanted) = s.slot().returns(Dialect::Mariadb) else {
+            return Ok(());
+        };
+        let got: Vec<(String, String)> = prepared
+            .columns()
+            .iter()
+            .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
+            .collect();
+        // The server's names for the kinds the lab reads.
+        let kind = |ty: &str| match ty {
+            "VARCHAR" | "CHAR" | "TEXT" | "TINYTEXT" | "MEDIUMTEXT" | "LONGTEXT" => "TEXT",
+            "DATETIME" | "TIMESTAMP" => "DATETIME",
+            other => other,
+        }
+        .to_owned();
+        let fits = got.len() == wanted.len()
+            && got.iter().zip(wanted).all(|((name, ty), (want_name, want_ty))| {
+                kind(ty) == *want_ty && want_name.is_none_or(|w| w == name)
+            });
+        if fits {
+            return Ok(());
+        }
+        let describe = |cols: Vec<String>| format!("({})", cols.join(", "));
+        Err(ProfileError {
+            origin: self.origin.clone(),
+            place: s.slot().key().to_owned(),
+            message: format!(
+                "returns {}, must return {}",
+                describe(got.iter().map(|(n, t)| format!("{n} {t}")).collect()),
+                describe(
+                    wanted
+                        .iter()
+                        .map(|(n, t)| format!("{} {t}", n.unwrap_or("any name")))
+                        .collect()
+                )
+            ),
+        })
+    }
+}
 
 /// What an operator does by hand, not what a service does: kept here because it is SQL of the
 /// job lease store, and only so that U1 can show what is left when it happens.
@@ -393,7 +604,7 @@ pub mod operator_mistake {
     /// longer names one holding — only the owner token in the completion's join still tells a
     /// new holding's runs from an old one's.
     pub async fn delete_the_job_lease(pool: &MySqlPool, lease_name: &str) -> Result<()> {
-        sqlx::query("DELETE FROM fenced_job_leases WHERE lease_name = ?")
+        sqlx::query(super::controls::DELETE_THE_LEASE)
             .bind(lease_name)
             .execute(pool)
             .await

@@ -23,6 +23,9 @@ use sqlx::query::Query;
 use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor as _, PgConnection};
 use sqlx::{Postgres, Statement as _, TypeInfo as _};
 
+mod job;
+pub use job::{JobProfile, RunSql};
+
 /// A parameter a statement may name, written `:name` in its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Param {
@@ -44,10 +47,12 @@ pub enum Param {
     Writer,
     /// The write's record name in `write_attempt.mode` (text).
     Mode,
+    /// The run a job starts and completes (text; MariaDB profiles).
+    Run,
 }
 
 impl Param {
-    const ALL: [Param; 9] = [
+    const ALL: [Param; 10] = [
         Param::Name,
         Param::Holder,
         Param::Token,
@@ -57,6 +62,7 @@ impl Param {
         Param::Content,
         Param::Writer,
         Param::Mode,
+        Param::Run,
     ];
 
     /// The name a statement writes after its colon.
@@ -71,6 +77,7 @@ impl Param {
             Param::Content => "content",
             Param::Writer => "writer",
             Param::Mode => "mode",
+            Param::Run => "run",
         }
     }
 
@@ -89,6 +96,8 @@ impl Param {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
     Acquire,
+    /// A MariaDB profile's read-back after its acquire (an upsert answers no row there).
+    Acquired,
     Renew,
     Release,
     Inspect,
@@ -97,6 +106,10 @@ pub enum Slot {
     Check,
     Write,
     Statement,
+    /// A MariaDB profile's job run: start it under a holding, complete it, read its status.
+    Start,
+    Complete,
+    Status,
 }
 
 impl Slot {
@@ -104,6 +117,7 @@ impl Slot {
     pub fn key(self) -> &'static str {
         match self {
             Slot::Acquire => "lease.acquire",
+            Slot::Acquired => "lease.acquired",
             Slot::Renew => "lease.renew",
             Slot::Release => "lease.release",
             Slot::Inspect => "lease.inspect",
@@ -112,6 +126,9 @@ impl Slot {
             Slot::Check => "resource.write.check",
             Slot::Write => "resource.write.write",
             Slot::Statement => "resource.write.statement",
+            Slot::Start => "resource.run.start",
+            Slot::Complete => "resource.run.complete",
+            Slot::Status => "resource.run.status",
         }
     }
 
@@ -121,6 +138,7 @@ impl Slot {
         use Param::*;
         match self {
             Slot::Acquire => &[Name, Holder, TtlMs],
+            Slot::Acquired => &[Name, Holder],
             Slot::Renew => &[Name, Holder, Token, TtlMs],
             Slot::Release => &[Name, Holder, Token],
             Slot::Inspect => &[Name],
@@ -128,12 +146,27 @@ impl Slot {
             Slot::Check => &[Token, Scope, Part, Writer],
             Slot::Write => &[Scope, Part, Content, Writer, Token],
             Slot::Statement => &[Scope, Part, Content, Writer, Token, Mode],
+            Slot::Start | Slot::Complete => &[Run, Name, Holder, Token],
+            Slot::Status => &[Run],
         }
     }
 
     /// The columns the statement must return, by name (`None`: any name) and type; `None` when
-    /// only its count of changed rows is read.
-    fn returns(self) -> Option<&'static [(Option<&'static str>, &'static str)]> {
+    /// only its count of changed rows is read. A type `TEXT` on MariaDB is any of its text
+    /// types, `DATETIME` either of its time types.
+    pub(crate) fn returns(self, dialect: Dialect) -> Option<&'static [(Option<&'static str>, &'static str)]> {
+        if dialect == Dialect::Mariadb {
+            return match self {
+                Slot::Acquired => Some(&[(None, "BIGINT")]),
+                Slot::Inspect => Some(&[
+                    (Some("holder"), "TEXT"),
+                    (Some("token"), "BIGINT"),
+                    (Some("expires_at"), "DATETIME"),
+                ]),
+                Slot::Status => Some(&[(None, "TEXT")]),
+                _ => None,
+            };
+        }
         match self {
             Slot::Acquire => Some(&[(None, "INT8")]),
             Slot::Inspect => Some(&[
@@ -143,13 +176,14 @@ impl Slot {
             ]),
             Slot::Floor => Some(&[(None, "INT8")]),
             Slot::Statement => Some(&[(None, "BOOL")]),
-            Slot::Renew | Slot::Release | Slot::Setup | Slot::Check | Slot::Write => None,
+            _ => None,
         }
     }
 }
 
 /// One statement of a profile, compiled: its `:name` parameters replaced by `$1`, `$2`, … in
-/// its slot's order of parameters ([`Slot::params`]).
+/// its slot's order of parameters ([`Slot::params`]) on PostgreSQL, by a `?` at each place a
+/// parameter is named on MariaDB.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Statement {
     slot: Slot,
@@ -169,12 +203,20 @@ pub struct Args<'a> {
     pub content: &'a str,
     pub writer: &'a str,
     pub mode: &'a str,
+    pub run: &'a str,
 }
 
 impl Statement {
-    /// Compiles `text` for `slot`: `Err` names the first parameter the slot does not offer, or a
-    /// positional one (`$1`: the lab binds by name). The text must not hold a NUL character.
+    /// Compiles `text` for `slot` on PostgreSQL: `Err` names the first parameter the slot does
+    /// not offer, or a positional one (`$1`: the lab binds by name). The text must not hold a
+    /// NUL character.
     pub fn compile(slot: Slot, text: &str) -> Result<Statement, String> {
+        Statement::compile_in(Dialect::Postgres, slot, text)
+    }
+
+    /// [`Statement::compile`] for a server of `dialect`. Comments are `--` to the end of the
+    /// line on both.
+    pub fn compile_in(dialect: Dialect, slot: Slot, text: &str) -> Result<Statement, String> {
         let text = text.trim();
         if text.contains('\0') {
             return Err("a NUL character in the statement".into());
@@ -245,9 +287,16 @@ impl Statement {
                     }
                     sql.push_str(&format!("\u{0}{}\u{0}", param.as_str()));
                 }
-                '$' if chars.peek().is_some_and(|&(_, d)| d.is_ascii_digit()) => {
+                '$' if dialect == Dialect::Postgres
+                    && chars.peek().is_some_and(|&(_, d)| d.is_ascii_digit()) =>
+                {
                     return Err(
                         "positional parameter $…: name the parameters (:name, :token, …)".into(),
+                    );
+                }
+                '?' if dialect == Dialect::Mariadb => {
+                    return Err(
+                        "positional parameter ?: name the parameters (:name, :token, …)".into(),
                     );
                 }
                 _ => sql.push(c),
@@ -258,6 +307,25 @@ impl Statement {
             .all(|l| l.split("--").next().unwrap_or("").trim().is_empty())
         {
             return Err("empty statement (nothing but comments)".into());
+        }
+        if dialect == Dialect::Mariadb {
+            // A `?` at each place, bound in the order of the places: the markers alternate with
+            // the text (a NUL is nowhere else).
+            let mut placed = String::with_capacity(sql.len());
+            let mut params = Vec::new();
+            for (k, piece) in sql.split('\0').enumerate() {
+                if k % 2 == 0 {
+                    placed.push_str(piece);
+                } else {
+                    placed.push('?');
+                    params.extend(Param::ALL.iter().copied().find(|p| p.as_str() == piece));
+                }
+            }
+            return Ok(Statement {
+                slot,
+                sql: placed,
+                params,
+            });
         }
         // Numbered in the slot's order of parameters, among those the statement names: a
         // statement's `$n` means the same wherever it is read (pg_stat_activity, the evidence).
@@ -277,12 +345,13 @@ impl Statement {
         self.slot
     }
 
-    /// The statement as PostgreSQL runs it (`$n` placeholders).
+    /// The statement as the server runs it (`$n` placeholders on PostgreSQL, `?` on MariaDB).
     pub fn sql(&self) -> &str {
         &self.sql
     }
 
-    /// The parameters in the order of their placeholders.
+    /// The parameters in the order of their placeholders (on MariaDB one per place: a
+    /// parameter named twice is bound twice).
     pub fn params(&self) -> &[Param] {
         &self.params
     }
@@ -301,13 +370,38 @@ impl Statement {
     ) -> Query<'q, Postgres, PgArguments> {
         bind(sqlx::query(sql), &self.params, args)
     }
+
+    /// [`Statement::query`] on MariaDB.
+    #[cfg(feature = "mariadb")]
+    pub fn my_query<'q>(
+        &'q self,
+        args: &Args<'q>,
+    ) -> Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+        bind(sqlx::query(&self.sql), &self.params, args)
+    }
+
+    /// [`Statement::query_with`] on MariaDB: `sql` holds this statement's places first (a
+    /// wrapper's own parameters are bound after them, by the caller).
+    #[cfg(feature = "mariadb")]
+    pub fn my_query_with<'q>(
+        &self,
+        sql: &'q str,
+        args: &Args<'q>,
+    ) -> Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+        bind(sqlx::query(sql), &self.params, args)
+    }
 }
 
-fn bind<'q>(
-    mut q: Query<'q, Postgres, PgArguments>,
+fn bind<'q, DB: sqlx::Database>(
+    mut q: Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
     params: &[Param],
     args: &Args<'q>,
-) -> Query<'q, Postgres, PgArguments> {
+) -> Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    f64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
     for p in params {
         q = match p {
             Param::Name => q.bind(args.name),
@@ -319,16 +413,30 @@ fn bind<'q>(
             Param::Content => q.bind(args.content),
             Param::Writer => q.bind(args.writer),
             Param::Mode => q.bind(args.mode),
+            Param::Run => q.bind(args.run),
         };
     }
     q
 }
 
-/// The SQL dialect of a profile. The lab drives PostgreSQL profiles.
+/// The SQL dialect of a profile: the server its statements run on. A PostgreSQL design is a
+/// lease and a fenced report write ([`Profile`], the F-series); a MariaDB design is seed 000's
+/// shape, a job lease and the runs whose completion it fences ([`JobProfile`], the U-series).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dialect {
     Postgres,
+    Mariadb,
+}
+
+impl Dialect {
+    /// The server's name, as the lab's text says it.
+    pub fn server(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "PostgreSQL",
+            Dialect::Mariadb => "MariaDB",
+        }
+    }
 }
 
 /// What a design claims about itself.
@@ -446,7 +554,7 @@ struct RawWrite {
 }
 
 /// The built-in profiles: name and file text.
-const BUILT_IN: [(&str, &str); 6] = [
+const BUILT_IN: [(&str, &str); 7] = [
     ("seed004", include_str!("../profiles/seed004.toml")),
     (
         "seed004-single",
@@ -468,37 +576,47 @@ const BUILT_IN: [(&str, &str); 6] = [
         "k8s-lease-style",
         include_str!("../profiles/k8s-lease-style.toml"),
     ),
+    ("seed000", include_str!("../profiles/seed000.toml")),
 ];
 
-static PARSED: LazyLock<Vec<Profile>> = LazyLock::new(|| {
+static PARSED: LazyLock<Vec<Sut>> = LazyLock::new(|| {
     BUILT_IN
         .iter()
         .map(|(name, text)| {
-            Profile::parse(&format!("built-in {name}"), text)
+            Sut::parse(&format!("built-in {name}"), text)
                 .unwrap_or_else(|e| panic!("a built-in profile does not parse: {e}"))
         })
         .collect()
 });
 
-impl Profile {
-    /// The names of the built-in profiles, the default first.
+/// A system under test of either shape, as `--sut` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sut {
+    /// A lease and a fenced report write on PostgreSQL: the F-series runs it.
+    Pg(Profile),
+    /// Seed 000's shape on MariaDB, a job lease and the runs it fences: the U-series runs it.
+    Job(JobProfile),
+}
+
+#[derive(Deserialize)]
+struct RawHead {
+    dialect: Dialect,
+}
+
+impl Sut {
+    /// The names of every built-in profile, the default first.
     pub fn built_in_names() -> impl Iterator<Item = &'static str> {
         BUILT_IN.iter().map(|(name, _)| *name)
     }
 
     /// A built-in profile by name.
-    pub fn built_in(name: &str) -> Option<&'static Profile> {
-        PARSED.iter().find(|p| p.name == name)
-    }
-
-    /// The lab's own design in its textbook form: the default system under test.
-    pub fn seed004() -> &'static Profile {
-        &PARSED[0]
+    pub fn built_in(name: &str) -> Option<&'static Sut> {
+        PARSED.iter().find(|p| p.name() == name)
     }
 
     /// A built-in profile by name, or else the profile in the file at `name_or_path`.
-    pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
-        if let Some(p) = Profile::built_in(name_or_path) {
+    pub fn load(name_or_path: &str) -> Result<Sut, ProfileError> {
+        if let Some(p) = Sut::built_in(name_or_path) {
             return Ok(p.clone());
         }
         let path = Path::new(name_or_path);
@@ -508,25 +626,128 @@ impl Profile {
             message: if e.kind() == std::io::ErrorKind::NotFound {
                 format!(
                     "no such file, and no built-in profile of that name (built in: {})",
-                    Profile::built_in_names().collect::<Vec<_>>().join(", ")
+                    Sut::built_in_names().collect::<Vec<_>>().join(", ")
                 )
             } else {
                 e.to_string()
             },
         })?;
-        Profile::parse(name_or_path, &text)
+        Sut::parse(name_or_path, &text)
+    }
+
+    /// Parses and compiles a profile's text, of the shape its `dialect` says; `origin` names it
+    /// in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Sut, ProfileError> {
+        let head: RawHead = toml::from_str(text).map_err(|e| toml_error(origin, text, e))?;
+        match head.dialect {
+            Dialect::Postgres => Profile::parse_pg(origin, text).map(Sut::Pg),
+            Dialect::Mariadb => JobProfile::parse(origin, text).map(Sut::Job),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Sut::Pg(p) => &p.name,
+            Sut::Job(j) => &j.name,
+        }
+    }
+
+    pub fn about(&self) -> &str {
+        match self {
+            Sut::Pg(p) => &p.about,
+            Sut::Job(j) => &j.about,
+        }
+    }
+
+    /// Where it came from: `built-in NAME` or the file's path.
+    pub fn origin(&self) -> &str {
+        match self {
+            Sut::Pg(p) => &p.origin,
+            Sut::Job(j) => &j.origin,
+        }
+    }
+
+    pub fn claims(&self) -> Claims {
+        match self {
+            Sut::Pg(p) => p.claims,
+            Sut::Job(j) => j.claims,
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Sut::Pg(_) => Dialect::Postgres,
+            Sut::Job(_) => Dialect::Mariadb,
+        }
+    }
+
+    /// Every statement, lease side first.
+    pub fn statements(&self) -> Vec<&Statement> {
+        match self {
+            Sut::Pg(p) => p.statements(),
+            Sut::Job(j) => j.statements(),
+        }
+    }
+
+    /// Whether it is one of the built-in profiles.
+    pub fn is_built_in(&self) -> bool {
+        self.origin().starts_with("built-in ")
+    }
+}
+
+/// Turns a TOML error into the one line that names the file and the line.
+fn toml_error(origin: &str, text: &str, e: toml::de::Error) -> ProfileError {
+    ProfileError {
+        origin: origin.to_owned(),
+        place: match e.span() {
+            Some(span) => format!("line {}", text[..span.start].lines().count().max(1)),
+            None => "file".into(),
+        },
+        message: e.message().trim().replace('\n', " "),
+    }
+}
+
+impl Profile {
+    /// The names of the built-in PostgreSQL profiles, the default first.
+    pub fn built_in_names() -> impl Iterator<Item = &'static str> {
+        PARSED.iter().filter_map(|p| match p {
+            Sut::Pg(p) => Some(p.name.as_str()),
+            Sut::Job(_) => None,
+        })
+    }
+
+    /// A built-in PostgreSQL profile by name.
+    pub fn built_in(name: &str) -> Option<&'static Profile> {
+        match Sut::built_in(name)? {
+            Sut::Pg(p) => Some(p),
+            Sut::Job(_) => None,
+        }
+    }
+
+    /// The lab's own design in its textbook form: the default system under test.
+    pub fn seed004() -> &'static Profile {
+        Profile::built_in("seed004").expect("seed004 is built in")
+    }
+
+    /// A built-in PostgreSQL profile by name, or else the profile in the file at `name_or_path`.
+    pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
+        match Sut::load(name_or_path)? {
+            Sut::Pg(p) => Ok(p),
+            Sut::Job(j) => Err(not_this_series(&j.origin, "the U-series", "the F-series")),
+        }
     }
 
     /// Parses and compiles a profile's text; `origin` names it in errors.
     pub fn parse(origin: &str, text: &str) -> Result<Profile, ProfileError> {
-        let raw: RawProfile = toml::from_str(text).map_err(|e| ProfileError {
-            origin: origin.to_owned(),
-            place: match e.span() {
-                Some(span) => format!("line {}", text[..span.start].lines().count().max(1)),
-                None => "file".into(),
-            },
-            message: e.message().trim().replace('\n', " "),
-        })?;
+        match Sut::parse(origin, text)? {
+            Sut::Pg(p) => Ok(p),
+            Sut::Job(_) => Err(not_this_series(origin, "the U-series", "the F-series")),
+        }
+    }
+
+    /// [`Profile::parse`] once the dialect is known to be PostgreSQL.
+    fn parse_pg(origin: &str, text: &str) -> Result<Profile, ProfileError> {
+        let raw: RawProfile = toml::from_str(text).map_err(|e| toml_error(origin, text, e))?;
         let compile = |slot: Slot, text: &str| {
             Statement::compile(slot, text).map_err(|message| ProfileError {
                 origin: origin.to_owned(),
@@ -743,7 +964,7 @@ impl Profile {
                     e
                 })?;
         }
-        let Some(wanted) = s.slot.returns() else {
+        let Some(wanted) = s.slot.returns(Dialect::Postgres) else {
             return Ok(());
         };
         let got: Vec<(String, String)> = prepared
@@ -779,20 +1000,34 @@ impl Profile {
     }
 
     fn error(&self, place: &str, e: sqlx::Error) -> ProfileError {
-        let message = match &e {
-            sqlx::Error::Database(db) => format!("the server refused it: {}", db.message()),
-            other => other.to_string(),
-        };
-        ProfileError {
-            origin: self.origin.clone(),
-            place: place.to_owned(),
-            message: message.replace('\n', " "),
-        }
+        refused(&self.origin, place, e)
+    }
+}
+
+/// A statement or schema of `origin` at `place` the server refused, in its own words.
+pub(crate) fn refused(origin: &str, place: &str, e: sqlx::Error) -> ProfileError {
+    let message = match &e {
+        sqlx::Error::Database(db) => format!("the server refused it: {}", db.message()),
+        other => other.to_string(),
+    };
+    ProfileError {
+        origin: origin.to_owned(),
+        place: place.to_owned(),
+        message: message.replace('\n', " "),
+    }
+}
+
+/// A profile of the other dialect than the caller drives.
+fn not_this_series(origin: &str, runs_it: &str, not: &str) -> ProfileError {
+    ProfileError {
+        origin: origin.to_owned(),
+        place: "dialect".into(),
+        message: format!("{runs_it} runs a design of this dialect, not {not}"),
     }
 }
 
 /// A number unique within this process, for scratch database names.
-fn unique() -> u64 {
+pub(crate) fn unique() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
@@ -881,6 +1116,74 @@ mod tests {
             Profile::seed004().resource.write,
             WriteSql::CheckThenWrite { .. }
         ));
+    }
+
+    #[test]
+    fn on_mariadb_each_place_is_a_question_mark_bound_in_the_order_of_the_places() {
+        let s = Statement::compile_in(
+            Dialect::Mariadb,
+            Slot::Complete,
+            "UPDATE r SET t = :token WHERE id = :run AND ':holder' <> '?' AND t = :token",
+        )
+        .unwrap();
+        assert_eq!(
+            s.sql(),
+            "UPDATE r SET t = ? WHERE id = ? AND ':holder' <> '?' AND t = ?"
+        );
+        assert_eq!(s.params(), [Param::Token, Param::Run, Param::Token]);
+        let positional =
+            Statement::compile_in(Dialect::Mariadb, Slot::Status, "SELECT s FROM r WHERE id = ?")
+                .unwrap_err();
+        assert!(positional.starts_with("positional parameter ?"), "{positional}");
+        let unavailable =
+            Statement::compile_in(Dialect::Mariadb, Slot::Status, "SELECT :token").unwrap_err();
+        assert!(
+            unavailable.starts_with("unavailable parameter :token: this statement may name :run"),
+            "{unavailable}"
+        );
+    }
+
+    #[test]
+    fn seed000_is_the_built_in_mariadb_design_and_each_series_refuses_the_others() {
+        assert_eq!(Sut::built_in_names().last(), Some("seed000"));
+        assert!(!Profile::built_in_names().any(|n| n == "seed000"));
+        let j = JobProfile::seed000();
+        assert_eq!(Sut::built_in("seed000").unwrap().dialect(), Dialect::Mariadb);
+        assert_eq!(j.statements().len(), 8);
+        assert!(j.claims.token_at_lease && j.claims.token_at_resource);
+        assert_eq!(
+            j.acquired.params(),
+            [Param::Name, Param::Holder],
+            "{}",
+            j.acquired.sql()
+        );
+        let e = Profile::load("seed000").unwrap_err().to_string();
+        assert!(
+            e.contains("dialect: the U-series runs a design of this dialect, not the F-series"),
+            "{e}"
+        );
+        let e = JobProfile::load("seed004").unwrap_err().to_string();
+        assert!(e.contains("the F-series runs a design of this dialect"), "{e}");
+        // A MariaDB profile is refused as a PostgreSQL one is: the statement and what is wrong.
+        let good = include_str!("../profiles/seed000.toml");
+        let cases = [
+            (
+                good.replace("AND owner_token = :holder\n\"\"\"", "AND owner = :hodler\n\"\"\""),
+                "my.toml: lease.acquired: unknown parameter :hodler",
+            ),
+            (good.replace("[resource.run]", "[resource.write]"), "my.toml: line "),
+            (good.replace("dialect = \"mariadb\"", "dialect = \"oracle\""), "my.toml: line "),
+        ];
+        for (text, expected) in cases {
+            assert_ne!(text, good, "{expected}");
+            let e = Sut::parse("my.toml", &text).unwrap_err().to_string();
+            assert!(e.starts_with(expected), "{expected:?} is not how {e:?} starts");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let start = good.find("status = \"\"\"").expect("status");
+        let without_status = &good[..start];
+        let e = Sut::parse("my.toml", without_status).unwrap_err().to_string();
+        assert!(e.contains("missing field `status`"), "{e}");
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //! acquire, renew, release and is_held each require lease name + owner token + fence token; and
 //! every condition of the fenced completion matters — for each one, a case in which it alone is
 //! false (the others are read back from the database and shown true) and the completion changes
-//! no row. Built with the feature `mariadb` (scripts/test.sh turns it on when MariaDB is here).
+//! no row. And a MariaDB profile is prepared against the server before anything runs with it: a
+//! statement, a schema or an answer the lab cannot use is refused in one line, in the server's
+//! words. Built with the feature `mariadb` (scripts/test.sh turns it on when MariaDB is here).
 #![cfg(feature = "mariadb")]
 
 use std::time::Duration;
 
 use fencing::fenced_job::{self, JobLease, JobLeaseStore, NaiveCompletion};
+use fencing::profile::JobProfile;
 use harness::server::mariadb::{MariaBinaries, MariaServer};
 use harness::server::Server;
 use sqlx::mysql::MySqlPoolOptions;
@@ -34,7 +37,7 @@ impl Env {
                 .max_connections(2)
                 .connect_with(root.database(DB).disable_statement_logging())
                 .await?;
-            fenced_job::reset(&pool).await?;
+            fenced_job::reset(&pool, JobProfile::seed000()).await?;
             anyhow::Ok(JobLeaseStore::new(pool))
         }
         .await;
@@ -256,4 +259,57 @@ async fn the_naive_completions_let_an_old_execution_of_the_same_instance_finish(
     }
     env.stop().await;
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mariadb_profile_is_prepared_on_the_server_and_a_bad_one_refused_in_its_words(
+) -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let root = env.server.connect_options(None, "root");
+    let good = include_str!("../profiles/seed000.toml");
+    let outcome = async {
+        JobProfile::parse("seed000.toml", good)?
+            .prepare(&root)
+            .await?;
+        let cases = [
+            (
+                good.replace("AND l.fence_token = :token", "AND l.fence = :token"),
+                "my.toml: resource.run.complete: the server refused it: Unknown column 'l.fence'",
+            ),
+            (
+                good.replace("leased_until AS expires_at", "leased_until AS expiry"),
+                "my.toml: lease.inspect: returns (holder VARCHAR, token BIGINT, expiry DATETIME), \
+                 must return (holder TEXT, token BIGINT, expires_at DATETIME)",
+            ),
+            (
+                good.replace("reconciliation_runs", "job_runs"),
+                "my.toml: resource.schema: the lab's negative controls run on seed 000's tables",
+            ),
+            (
+                good.replace("ENGINE = InnoDB;\n\"\"\"\n# :name :holder :ttl_ms", "ENGINE = Nope;\n\"\"\"\n# :name :holder :ttl_ms"),
+                "my.toml: lease.schema: the server refused it: Unknown storage engine 'Nope'",
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_ne!(text, good, "the case changes the profile: {expected}");
+            let e = JobProfile::parse("my.toml", &text)?
+                .prepare(&root)
+                .await
+                .expect_err(expected)
+                .to_string();
+            assert!(e.starts_with(expected), "{expected:?} is not how {e:?} starts");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // Every scratch database is gone.
+        let mut conn = root.connect().await?;
+        let left: Vec<String> = sqlx::query_scalar("SHOW DATABASES LIKE 'lab\\_profile\\_%'")
+            .fetch_all(&mut conn)
+            .await?;
+        assert_eq!(left, Vec::<String>::new());
+        conn.close().await?;
+        anyhow::Ok(())
+    }
+    .await;
+    env.stop().await;
+    outcome
 }
