@@ -455,7 +455,9 @@ mod job {
     /// The job-lease design under test: the MariaDB profile `--sut` names, or seed 000's own.
     pub fn design_of(flags: &HolderFlags) -> Result<Arc<JobProfile>, String> {
         match &flags.sut {
-            Some(arg) => JobProfile::load(arg).map(Arc::new).map_err(|e| e.to_string()),
+            Some(arg) => JobProfile::load(arg)
+                .map(Arc::new)
+                .map_err(|e| e.to_string()),
             None => Ok(Arc::new(JobProfile::seed000().clone())),
         }
     }

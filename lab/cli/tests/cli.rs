@@ -577,6 +577,83 @@ fn a_bad_profile_is_one_line_naming_the_file_and_the_statement_exit_2() -> anyho
     Ok(())
 }
 
+/// seed000 — seed 000's job lease, a MariaDB profile — graded beside the `stale-completion`
+/// exercise (its completion without the fence conditions): the F-series is n/a for both, with
+/// why; seed000 is safe in U1–U5; the exercise is UNSAFE in U4 with the failed check as its
+/// evidence, and the grade fails (exit 1). A MariaDB profile the server refuses is one line
+/// naming the file and the statement, exit 2, and leaves no server behind.
+#[cfg(feature = "mariadb")]
+#[test]
+fn seed000_is_graded_on_the_u_series_and_a_planted_flaw_shows_in_u4() -> anyhow::Result<()> {
+    if harness::server::mariadb::MariaBinaries::locate().is_err() {
+        // The U-series says `skip` without MariaDB (scenarios' own test checks that).
+        return Ok(());
+    }
+    let sb = Sandbox::new()?;
+    let file = sb.path("stale-completion.toml");
+    let out = sb.lab(&[
+        "exercise",
+        "stale-completion",
+        "--out",
+        file.to_str().unwrap(),
+    ])?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ev = sb.path("grade");
+    let out = sb.lab(&[
+        "grade",
+        "--sut",
+        "seed000",
+        "--sut",
+        file.to_str().unwrap(),
+        "--evidence-dir",
+        ev.to_str().unwrap(),
+    ])?;
+    let card = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{card}\n{}", stderr(&out));
+    let cells_of = |design: &str| -> Vec<String> {
+        let row = card
+            .lines()
+            .find(|l| l.starts_with(&format!("| {design} |")))
+            .unwrap_or_else(|| panic!("no row for {design}: {card}"));
+        row.split('|').map(|c| c.trim().to_owned()).collect()
+    };
+    // "", design, expected, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, U1, …, U5, ""
+    let seed000 = cells_of("seed000");
+    assert_eq!(seed000[2], "safe");
+    assert!(seed000[3..13].iter().all(|c| c == "n/a"), "F: {seed000:?}");
+    assert!(
+        seed000[13..18].iter().all(|c| c == "safe"),
+        "U: {seed000:?}"
+    );
+    let flawed = cells_of("stale-completion");
+    assert!(flawed[3..13].iter().all(|c| c == "n/a"), "F: {flawed:?}");
+    assert_eq!(flawed[16], "**UNSAFE**", "U4: {flawed:?}");
+    assert!(
+        card.contains("- stale-completion × U4: the old execution's fenced completion affects 0 rows (expected=false, actual=true)"),
+        "{card}"
+    );
+    assert!(
+        card.contains("- seed000 × F1, F2, F3, F4, F6, F7, F8, F10, F11, F12: a design on MariaDB; this experiment runs lease-and-report designs on PostgreSQL"),
+        "{card}"
+    );
+    sb.assert_nothing_left()?;
+
+    let bad = sb.path("bad.toml");
+    fs::write(
+        &bad,
+        fs::read_to_string(&file)?.replace("WHERE run_id = :run", "WHERE run = :run"),
+    )?;
+    let out = sb.lab(&["profile", "check", bad.to_str().unwrap()])?;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("bad.toml: resource.run.status: the server refused it: Unknown column 'run'"),
+        "{err}"
+    );
+    sb.assert_nothing_left()
+}
+
 /// A `--step` run of F4, driven by a scripted stdin: the blocks read so far, and the means to
 /// go on.
 struct Stepper {

@@ -199,15 +199,15 @@ impl JobLeaseStore {
         client_epoch: &str,
     ) -> Result<bool> {
         let done = sqlx::query(controls::RENEW_BY_CLIENT_CLOCK)
-        .bind(client_epoch)
-        .bind(micros(lease.ttl))
-        .bind(&lease.lease_name)
-        .bind(&lease.owner_token)
-        .bind(lease.fence_token)
-        .bind(client_epoch)
-        .execute(&self.pool)
-        .await
-        .op("renew the job lease by the client's clock")?;
+            .bind(client_epoch)
+            .bind(micros(lease.ttl))
+            .bind(&lease.lease_name)
+            .bind(&lease.owner_token)
+            .bind(lease.fence_token)
+            .bind(client_epoch)
+            .execute(&self.pool)
+            .await
+            .op("renew the job lease by the client's clock")?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -332,11 +332,11 @@ impl JobLeaseStore {
     ) -> Result<bool> {
         let query = match how {
             NaiveCompletion::LeaseNameOnly => sqlx::query(controls::COMPLETE_LEASE_NAME_ONLY)
-            .bind(&lease.lease_name)
-            .bind(run_id),
+                .bind(&lease.lease_name)
+                .bind(run_id),
             NaiveCompletion::OwnerTokenOnly => sqlx::query(controls::COMPLETE_OWNER_TOKEN_ONLY)
-            .bind(run_id)
-            .bind(&lease.owner_token),
+                .bind(run_id)
+                .bind(&lease.owner_token),
         };
         let done = query
             .execute(&self.pool)
@@ -374,10 +374,10 @@ impl JobLeaseStore {
     /// control (U2, and U5's write after a client-side check): it lets a stale owner finish.
     pub async fn complete_run_by_id(&self, run_id: &str) -> Result<bool> {
         let done = sqlx::query(controls::COMPLETE_BY_RUN_ID)
-        .bind(run_id)
-        .execute(&self.pool)
-        .await
-        .op("complete a run by its id only")?;
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .op("complete a run by its id only")?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -479,7 +479,11 @@ impl JobProfile {
     /// statement whose answer is not what its place needs. The scratch database is dropped on
     /// every path.
     pub async fn prepare(&self, admin: &MySqlConnectOptions) -> ProfileResult {
-        let db = format!("lab_profile_{}_{}", std::process::id(), crate::profile::unique());
+        let db = format!(
+            "lab_profile_{}_{}",
+            std::process::id(),
+            crate::profile::unique()
+        );
         let refused = |place: &str, e| crate::profile::refused(&self.origin, place, e);
         let mut conn = admin.connect().await.map_err(|e| refused("server", e))?;
         let outcome = async {
@@ -545,11 +549,7 @@ impl JobProfile {
         Ok(())
     }
 
-    async fn prepare_one(
-        &self,
-        conn: &mut MySqlConnection,
-        s: &Statement,
-    ) -> ProfileResult {
+    async fn prepare_one(&self, conn: &mut MySqlConnection, s: &Statement) -> ProfileResult {
         let prepared = conn
             .prepare(s.sql())
             .await
@@ -563,16 +563,21 @@ impl JobProfile {
             .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
             .collect();
         // The server's names for the kinds the lab reads.
-        let kind = |ty: &str| match ty {
-            "VARCHAR" | "CHAR" | "TEXT" | "TINYTEXT" | "MEDIUMTEXT" | "LONGTEXT" => "TEXT",
-            "DATETIME" | "TIMESTAMP" => "DATETIME",
-            other => other,
-        }
-        .to_owned();
+        let kind = |ty: &str| {
+            match ty {
+                "VARCHAR" | "CHAR" | "TEXT" | "TINYTEXT" | "MEDIUMTEXT" | "LONGTEXT" => "TEXT",
+                "DATETIME" | "TIMESTAMP" => "DATETIME",
+                other => other,
+            }
+            .to_owned()
+        };
         let fits = got.len() == wanted.len()
-            && got.iter().zip(wanted).all(|((name, ty), (want_name, want_ty))| {
-                kind(ty) == *want_ty && want_name.is_none_or(|w| w == name)
-            });
+            && got
+                .iter()
+                .zip(wanted)
+                .all(|((name, ty), (want_name, want_ty))| {
+                    kind(ty) == *want_ty && want_name.is_none_or(|w| w == name)
+                });
         if fits {
             return Ok(());
         }

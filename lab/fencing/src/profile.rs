@@ -154,7 +154,10 @@ impl Slot {
     /// The columns the statement must return, by name (`None`: any name) and type; `None` when
     /// only its count of changed rows is read. A type `TEXT` on MariaDB is any of its text
     /// types, `DATETIME` either of its time types.
-    pub(crate) fn returns(self, dialect: Dialect) -> Option<&'static [(Option<&'static str>, &'static str)]> {
+    pub(crate) fn returns(
+        self,
+        dialect: Dialect,
+    ) -> Option<&'static [(Option<&'static str>, &'static str)]> {
         if dialect == Dialect::Mariadb {
             return match self {
                 Slot::Acquired => Some(&[(None, "BIGINT")]),
@@ -1131,10 +1134,16 @@ mod tests {
             "UPDATE r SET t = ? WHERE id = ? AND ':holder' <> '?' AND t = ?"
         );
         assert_eq!(s.params(), [Param::Token, Param::Run, Param::Token]);
-        let positional =
-            Statement::compile_in(Dialect::Mariadb, Slot::Status, "SELECT s FROM r WHERE id = ?")
-                .unwrap_err();
-        assert!(positional.starts_with("positional parameter ?"), "{positional}");
+        let positional = Statement::compile_in(
+            Dialect::Mariadb,
+            Slot::Status,
+            "SELECT s FROM r WHERE id = ?",
+        )
+        .unwrap_err();
+        assert!(
+            positional.starts_with("positional parameter ?"),
+            "{positional}"
+        );
         let unavailable =
             Statement::compile_in(Dialect::Mariadb, Slot::Status, "SELECT :token").unwrap_err();
         assert!(
@@ -1148,7 +1157,10 @@ mod tests {
         assert_eq!(Sut::built_in_names().last(), Some("seed000"));
         assert!(!Profile::built_in_names().any(|n| n == "seed000"));
         let j = JobProfile::seed000();
-        assert_eq!(Sut::built_in("seed000").unwrap().dialect(), Dialect::Mariadb);
+        assert_eq!(
+            Sut::built_in("seed000").unwrap().dialect(),
+            Dialect::Mariadb
+        );
         assert_eq!(j.statements().len(), 8);
         assert!(j.claims.token_at_lease && j.claims.token_at_resource);
         assert_eq!(
@@ -1163,26 +1175,43 @@ mod tests {
             "{e}"
         );
         let e = JobProfile::load("seed004").unwrap_err().to_string();
-        assert!(e.contains("the F-series runs a design of this dialect"), "{e}");
+        assert!(
+            e.contains("the F-series runs a design of this dialect"),
+            "{e}"
+        );
         // A MariaDB profile is refused as a PostgreSQL one is: the statement and what is wrong.
         let good = include_str!("../profiles/seed000.toml");
         let cases = [
             (
-                good.replace("AND owner_token = :holder\n\"\"\"", "AND owner = :hodler\n\"\"\""),
+                good.replace(
+                    "AND owner_token = :holder\n\"\"\"",
+                    "AND owner = :hodler\n\"\"\"",
+                ),
                 "my.toml: lease.acquired: unknown parameter :hodler",
             ),
-            (good.replace("[resource.run]", "[resource.write]"), "my.toml: line "),
-            (good.replace("dialect = \"mariadb\"", "dialect = \"oracle\""), "my.toml: line "),
+            (
+                good.replace("[resource.run]", "[resource.write]"),
+                "my.toml: line ",
+            ),
+            (
+                good.replace("dialect = \"mariadb\"", "dialect = \"oracle\""),
+                "my.toml: line ",
+            ),
         ];
         for (text, expected) in cases {
             assert_ne!(text, good, "{expected}");
             let e = Sut::parse("my.toml", &text).unwrap_err().to_string();
-            assert!(e.starts_with(expected), "{expected:?} is not how {e:?} starts");
+            assert!(
+                e.starts_with(expected),
+                "{expected:?} is not how {e:?} starts"
+            );
             assert!(!e.contains('\n'), "{e}");
         }
         let start = good.find("status = \"\"\"").expect("status");
         let without_status = &good[..start];
-        let e = Sut::parse("my.toml", without_status).unwrap_err().to_string();
+        let e = Sut::parse("my.toml", without_status)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing field `status`"), "{e}");
     }
 

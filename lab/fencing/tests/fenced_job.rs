@@ -286,7 +286,10 @@ async fn a_mariadb_profile_is_prepared_on_the_server_and_a_bad_one_refused_in_it
                 "my.toml: resource.schema: the lab's negative controls run on seed 000's tables",
             ),
             (
-                good.replace("ENGINE = InnoDB;\n\"\"\"\n# :name :holder :ttl_ms", "ENGINE = Nope;\n\"\"\"\n# :name :holder :ttl_ms"),
+                good.replace(
+                    "ENGINE = InnoDB;\n\"\"\"\n# :name :holder :ttl_ms",
+                    "ENGINE = Nope;\n\"\"\"\n# :name :holder :ttl_ms",
+                ),
                 "my.toml: lease.schema: the server refused it: Unknown storage engine 'Nope'",
             ),
         ];
@@ -297,7 +300,10 @@ async fn a_mariadb_profile_is_prepared_on_the_server_and_a_bad_one_refused_in_it
                 .await
                 .expect_err(expected)
                 .to_string();
-            assert!(e.starts_with(expected), "{expected:?} is not how {e:?} starts");
+            assert!(
+                e.starts_with(expected),
+                "{expected:?} is not how {e:?} starts"
+            );
             assert!(!e.contains('\n'), "{e}");
         }
         // Every scratch database is gone.
