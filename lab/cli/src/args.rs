@@ -106,17 +106,19 @@ pub enum Command {
                       lab chaos --sweep 20 --faults pause --time 30s")]
     Chaos(ChaosArgs),
     /// The systems under test as profiles (TOML: the lease table and its statements, the
-    /// resource's fence and its write): list the built-in ones, or check a file before anything
-    /// runs with it.
+    /// resource's fence and its write — or, on MariaDB, seed 000's job lease and runs): list the
+    /// built-in ones, or check a file before anything runs with it (on a throwaway server of
+    /// its dialect).
     #[command(
-        after_help = "Examples:\n  lab profile list\n  lab profile check seed004\n  \
+        after_help = "Examples:\n  lab profile list\n  lab profile check seed004\n  lab profile check seed000\n  \
                       lab profile check my-lock-table.toml     (exit 2 with one line naming the statement)"
     )]
     Profile(ProfileArgs),
     /// The report card: each design through the experiments that judge a fence (F1–F4, F6–F8,
-    /// F10–F12), design × experiment → safe / UNSAFE (with the failed check that shows it) /
-    /// n/a (with why), to stdout and <evidence-dir>/report-card.md. Without --sut: the lab's own
-    /// three forms (which must come out safe), the designs modelled on ShedLock, Quartz and
+    /// F10–F12 on PostgreSQL designs, U1–U5 on MariaDB ones), design × experiment → safe /
+    /// UNSAFE (with the failed check that shows it) / n/a (with why), to stdout and
+    /// <evidence-dir>/report-card.md. Without --sut: the seeds' own designs (seed004's three
+    /// forms and seed000, which must come out safe), the designs modelled on ShedLock, Quartz and
     /// Kubernetes Leases and the exercises' planted flaws (which must not).
     /// Exit 0 when every design came out as expected, 1 when not, 2 when one could not run.
     #[command(
@@ -130,8 +132,9 @@ pub enum Command {
         #[arg(long, value_name = "DIR", default_value = "evidence")]
         evidence_dir: PathBuf,
     },
-    /// For a student: write a starting profile — the lab's own design with one flaw planted in
-    /// its SQL, or a template with every statement left to write — to fix until
+    /// For a student: write a starting profile — a seed's design (seed004, or seed000 on MariaDB)
+    /// with one flaw planted in its SQL, or a template with every statement left to write — to
+    /// fix until
     /// `lab run --sut FILE` passes. Without a name, lists the exercises.
     #[command(
         after_help = "Examples:\n  lab exercise\n  lab exercise stale-write\n  \
@@ -164,7 +167,8 @@ pub enum ProfileAction {
         /// A built-in profile's name (lab profile list) or a file's path.
         profile: String,
         /// The directory of the PostgreSQL server binaries (initdb, postgres, pg_ctl) to use
-        /// instead of the ones found on PATH or under /usr/lib/postgresql.
+        /// instead of the ones found on PATH or under /usr/lib/postgresql (a MariaDB profile
+        /// runs on the mariadbd found on PATH or in /usr/sbin).
         #[arg(long, value_name = "DIR")]
         pg_bindir: Option<PathBuf>,
     },
@@ -378,7 +382,10 @@ pub struct RunArgs {
     /// first (every statement prepared on a throwaway cluster): a bad one is one line, exit 2.
     /// A design is judged on what its profile says it has: without a token at the lease or a
     /// floor at the resource, those checks are noted n/a; without a token at the resource, F6
-    /// and F7 say skip. Default: seed004 (and its one-statement forms, --fenced-mode).
+    /// and F7 say skip. A MariaDB profile (dialect mariadb, seed 000's shape: seed000) is run by
+    /// the U-series, and the F-series says skip; a PostgreSQL one the other way round.
+    /// Default: seed004 (and its one-statement forms, --fenced-mode) for the F-series, seed000
+    /// for the U-series.
     #[arg(long, value_name = "PROFILE", conflicts_with = "fenced_mode")]
     pub sut: Option<String>,
 
