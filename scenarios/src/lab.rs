@@ -159,6 +159,9 @@ pub struct Lab {
     /// The MariaDB server of the U-series, started by the first U scenario that runs.
     #[cfg(feature = "mariadb")]
     pub maria: Option<crate::maria::MariaEnv>,
+    /// The `mariadb` command line that connects to that server, once it runs (`lab run --step`
+    /// prints it at the U-series' steps).
+    pub maria_client: Arc<std::sync::Mutex<Option<String>>>,
     /// The holder binary the multi-process scenarios start.
     pub holder_bin: PathBuf,
     pub params: Params,
@@ -241,6 +244,7 @@ impl Lab {
             run_mark,
             #[cfg(feature = "mariadb")]
             maria: None,
+            maria_client: Arc::default(),
             holder_bin,
             params,
         })
@@ -572,7 +576,13 @@ impl Lab {
     pub async fn maria(&mut self) -> anyhow::Result<Result<&crate::maria::MariaEnv, String>> {
         if self.maria.is_none() {
             match crate::maria::MariaEnv::start(self.params.jobs.clone()).await? {
-                Ok(env) => self.maria = Some(env),
+                Ok(env) => {
+                    let command = env.server.client_command(crate::maria::DATABASE);
+                    if let Ok(mut client) = self.maria_client.lock() {
+                        *client = Some(command);
+                    }
+                    self.maria = Some(env);
+                }
                 Err(reason) => return Ok(Err(reason)),
             }
         }

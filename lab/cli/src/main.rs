@@ -417,7 +417,11 @@ async fn run_lab_inner(
     if cfg.step {
         // Last: each phase's check lines are on the terminal before the pause.
         match labs[0].cluster() {
-            Ok(cluster) => reporters.push(Box::new(step::StepReporter::new(cluster))),
+            Ok(cluster) => reporters.push(Box::new(step::StepReporter::new(
+                cluster,
+                labs[0].maria_client.clone(),
+                &cfg.params.jobs,
+            ))),
             Err(e) => {
                 eprintln!("lab: --step: {e:#}");
                 for lab in labs {

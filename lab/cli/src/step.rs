@@ -1,7 +1,8 @@
 //! `lab run --step`: the classroom. A reporter that, at each phase of an experiment's timeline
 //! (every step but the background renewals), prints what just happened and what it means, the
-//! SQL that shows the state and the `psql` command that connects to the running cluster, then
-//! waits for Enter ([`harness::wait::for_enter`]).
+//! SQL that shows the state and the `psql` command that connects to the running cluster — or, in
+//! the U-series, the `mariadb` command that connects to its MariaDB — then waits for Enter
+//! ([`harness::wait::for_enter`]).
 //!
 //! It waits inside the recorder, so the experiment stands still while the reader looks — the
 //! database clock does not: a lease keeps running out. Ctrl-C while it waits ends the wait at once
@@ -10,6 +11,7 @@
 //! the same as without it.
 
 use std::io::{self, Write as _};
+use std::sync::{Arc, Mutex};
 
 use harness::evidence::{Event, Mark, Reporter, Step};
 use harness::server::Cluster;
@@ -29,6 +31,10 @@ pub struct StepReporter {
     psql: String,
     lease_conn: String,
     resource_conn: String,
+    /// The `mariadb` command line of the U-series' server, once it runs.
+    maria_client: Arc<Mutex<Option<String>>>,
+    /// The state of the job lease and its runs (the U-series), for the reader to query.
+    jobs_sql: [String; 2],
     /// The case being stepped through and how many steps of it were shown.
     case: String,
     shown: usize,
@@ -37,8 +43,13 @@ pub struct StepReporter {
 }
 
 impl StepReporter {
-    /// Steps through the experiments of the lab whose cluster is `cluster`.
-    pub fn new(cluster: &Cluster) -> StepReporter {
+    /// Steps through the experiments of the lab whose cluster is `cluster`; the U-series' on
+    /// the MariaDB that `maria_client` connects to once it runs, in the tables of `jobs`.
+    pub fn new(
+        cluster: &Cluster,
+        maria_client: Arc<Mutex<Option<String>>>,
+        jobs: &fencing::profile::JobProfile,
+    ) -> StepReporter {
         let psql = cluster.binaries().bin("psql");
         let psql = if psql.is_file() {
             psql.display().to_string()
@@ -57,6 +68,14 @@ impl StepReporter {
             psql,
             lease_conn: conn(fencing::schema::LEASE_DB),
             resource_conn: conn(fencing::schema::RESOURCE_DB),
+            maria_client,
+            jobs_sql: [
+                format!(
+                    "SELECT *, CURRENT_TIMESTAMP(3) AS now FROM {}",
+                    jobs.lease.table
+                ),
+                format!("SELECT * FROM {}", jobs.runs.table),
+            ],
             case: String::new(),
             shown: 0,
             pausing: true,
@@ -83,17 +102,29 @@ impl StepReporter {
             "\n── {} · step {}: {} {}{token}{outcome}{at}\n",
             step.case, self.shown, step.actor, step.action,
         );
-        if let Some(meaning) = meaning(step) {
+        let on_mariadb = step.case.starts_with('U');
+        if let Some(meaning) = meaning(step, on_mariadb) {
             text.push_str(&format!("   {meaning}\n"));
         }
         text.push_str("   the state now:\n");
-        text.push_str(&format!(
-            "     {} \"{}\" -c \"{LEASE_SQL}\"\n",
-            self.psql, self.lease_conn
-        ));
-        text.push_str(&format!("     {} \"{}\"", self.psql, self.resource_conn));
-        for sql in RESOURCE_SQL {
-            text.push_str(&format!(" -c \"{sql}\""));
+        let maria = self.maria_client.lock().ok().and_then(|c| c.clone());
+        match maria {
+            Some(client) if on_mariadb => {
+                text.push_str(&format!(
+                    "     {client} -e \"{}; {}\"",
+                    self.jobs_sql[0], self.jobs_sql[1]
+                ));
+            }
+            _ => {
+                text.push_str(&format!(
+                    "     {} \"{}\" -c \"{LEASE_SQL}\"\n",
+                    self.psql, self.lease_conn
+                ));
+                text.push_str(&format!("     {} \"{}\"", self.psql, self.resource_conn));
+                for sql in RESOURCE_SQL {
+                    text.push_str(&format!(" -c \"{sql}\""));
+                }
+            }
         }
         text.push_str("\n   Enter: go on · Ctrl-C: stop the run (nothing is left behind)\n");
         text
@@ -101,14 +132,18 @@ impl StepReporter {
 }
 
 /// What a step means, in a sentence for the reader (`None` for an experiment's own note: its
-/// header line says it).
-fn meaning(step: &Step) -> Option<String> {
+/// header line says it). `on_mariadb`: a step of the U-series, whose write is a run's completion
+/// joined to the job lease.
+fn meaning(step: &Step, on_mariadb: bool) -> Option<String> {
     let who = &step.actor;
     let token = step
         .token
         .map(|t| format!("token {t}"))
         .unwrap_or_else(|| "its token".into());
     Some(match step.mark {
+        Mark::Acquired if on_mariadb => format!(
+            "{who} holds the job lease with {token}: nobody else can take it until its expiry passes by CURRENT_TIMESTAMP(3), the database's clock."
+        ),
         Mark::Acquired => format!(
             "{who} holds the lease with {token}: nobody else can take it until expires_at passes by the database's clock."
         ),
@@ -116,6 +151,9 @@ fn meaning(step: &Step) -> Option<String> {
         Mark::Renewed => format!("{who} renewed its lease: expires_at moved forward."),
         Mark::Released => format!(
             "{who} gave the lease up (expires_at = -infinity); the token stays, the next holder gets a greater one."
+        ),
+        Mark::LeaseExpired if on_mariadb => format!(
+            "{who}'s job lease ran out by CURRENT_TIMESTAMP(3), the database's clock: anyone may take it now, with the fence bumped, and {who} does not know."
         ),
         Mark::LeaseExpired => format!(
             "{who}'s lease ran out by the database's clock (expires_at <= now()): anyone may take it now, and {who} does not know."
@@ -125,6 +163,12 @@ fn meaning(step: &Step) -> Option<String> {
         ),
         Mark::Thawed => format!(
             "{who} resumes (SIGCONT) exactly where it stopped: at its write, believing it still holds the lease."
+        ),
+        Mark::Write { accepted: true } if on_mariadb => format!(
+            "{who}'s completion changed its run: the lease still named its holding ({token}, its owner token), unexpired."
+        ),
+        Mark::Write { accepted: false } if on_mariadb => format!(
+            "{who}'s completion changed no row: the lease no longer names its holding ({token}, its owner token, unexpired) — an answer, never something to retry."
         ),
         Mark::Write { accepted: true } => format!("the resource accepted {who}'s write with {token}."),
         Mark::Write { accepted: false } => format!(

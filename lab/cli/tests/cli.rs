@@ -654,8 +654,8 @@ fn seed000_is_graded_on_the_u_series_and_a_planted_flaw_shows_in_u4() -> anyhow:
     sb.assert_nothing_left()
 }
 
-/// A `--step` run of F4, driven by a scripted stdin: the blocks read so far, and the means to
-/// go on.
+/// A `--step` run of one experiment, driven by a scripted stdin: the blocks read so far, and
+/// the means to go on.
 struct Stepper {
     lab: std::process::Child,
     stdin: std::process::ChildStdin,
@@ -664,10 +664,14 @@ struct Stepper {
 
 impl Stepper {
     fn start(sb: &Sandbox, ev: &Path) -> anyhow::Result<Stepper> {
+        Stepper::start_on(sb, ev, "F4")
+    }
+
+    fn start_on(sb: &Sandbox, ev: &Path, id: &str) -> anyhow::Result<Stepper> {
         use std::io::BufRead as _;
         use std::process::Stdio;
         let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(["run", "--only", "F4", "--step", "--evidence-dir"])
+            .args(["run", "--only", id, "--step", "--evidence-dir"])
             .arg(ev)
             .env("TMPDIR", sb.path("tmp"))
             .stdin(Stdio::piped())
@@ -810,6 +814,83 @@ fn step_pauses_at_each_phase_until_enter_and_ctrl_c_there_leaves_nothing() -> an
     assert_eq!(run.lab.wait()?.code(), Some(130));
     sb.assert_nothing_left()?;
     Ok(())
+}
+
+/// `--step` in the U-series: each block names the `mariadb` command that connects to the
+/// U-series' MariaDB (not the PostgreSQL cluster), and that command shows the state at the
+/// pause — A's job lease with fence 1 and its run, running, once A acquired; B's fence 2 and
+/// its completed run once B completed. The run then passes and leaves nothing.
+#[cfg(feature = "mariadb")]
+#[test]
+fn step_in_the_u_series_prints_the_mariadb_command_that_shows_the_state() -> anyhow::Result<()> {
+    if harness::server::mariadb::MariaBinaries::locate().is_err() {
+        // U2 says `skip` without MariaDB (scenarios' own test checks that): no steps.
+        return Ok(());
+    }
+    let sb = Sandbox::new()?;
+    let mut run = Stepper::start_on(&sb, &sb.path("ev"), "U2")?;
+    // Runs the block's mariadb command with `sql`; its rows, tab-separated.
+    let query = |block: &[String], sql: &str| -> anyhow::Result<String> {
+        let line = block
+            .iter()
+            .find(|l| l.contains(" --socket="))
+            .ok_or_else(|| anyhow::anyhow!("no mariadb command in {block:?}"))?;
+        assert!(!block.iter().any(|l| l.contains("psql")), "{block:?}");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (bin, args) = (words[0], &words[1..4]);
+        let out = Command::new(bin)
+            .args(args)
+            .args(["-N", "-e", sql])
+            .output()?;
+        anyhow::ensure!(out.status.success(), "mariadb: {}", stderr(&out));
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let mut seen = Vec::new();
+    while let Some(block) = run.next_block() {
+        let header = block
+            .iter()
+            .find(|l| l.starts_with("── U2 · step"))
+            .cloned();
+        let header = header.unwrap_or_default();
+        if header.contains("A acquire, start run-a")
+            && !seen.iter().any(|h: &String| h.contains("A acquire"))
+        {
+            let lease = query(&block, "SELECT fence_token FROM fenced_job_leases")?;
+            let run_a = query(
+                &block,
+                "SELECT status FROM reconciliation_runs WHERE run_id = 'run-a'",
+            )?;
+            assert_eq!(
+                (lease.as_str(), run_a.as_str()),
+                ("1", "running"),
+                "{header}"
+            );
+        }
+        if header.contains("B complete run-b")
+            && !seen.iter().any(|h: &String| h.contains("B complete"))
+        {
+            let lease = query(&block, "SELECT fence_token FROM fenced_job_leases")?;
+            let run_b = query(
+                &block,
+                "SELECT status FROM reconciliation_runs WHERE run_id = 'run-b'",
+            )?;
+            assert_eq!(
+                (lease.as_str(), run_b.as_str()),
+                ("2", "completed"),
+                "{header}"
+            );
+        }
+        seen.push(header);
+        run.enter()?;
+    }
+    assert_eq!(run.lab.wait()?.code(), Some(0), "{seen:#?}");
+    for phase in ["A acquire, start run-a", "B complete run-b"] {
+        assert!(
+            seen.iter().any(|h| h.contains(phase)),
+            "no pause at {phase:?}: {seen:#?}"
+        );
+    }
+    sb.assert_nothing_left()
 }
 
 /// Bring your own fence: an exercise's profile (seed004 with its floor check planted away) fails

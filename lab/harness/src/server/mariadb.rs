@@ -156,6 +156,16 @@ impl MariaServer {
         self.dir.socket_dir()
     }
 
+    /// The command line that connects the `mariadb` client to `database` on this server as
+    /// root, for a reader to type.
+    pub fn client_command(&self, database: &str) -> String {
+        format!(
+            "{} --socket={} --user=root {database}",
+            self.bins.client.display(),
+            self.socket_path().display()
+        )
+    }
+
     pub fn socket_path(&self) -> PathBuf {
         self.socket_dir().join("mysqld.sock")
     }
