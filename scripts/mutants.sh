@@ -221,10 +221,12 @@ EOF
     echo "mutants: $name" >&2
     cells=$(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$cache" | head -1)
     if [ -z "$cells" ]; then
-      # The fenced job lease is the U-series' store (and the holder's for U2): nothing else
-      # calls it.
+      # The fenced job lease (seed000's statements, the store that runs them) is the
+      # U-series' (and the holder's for U2): nothing else runs it.
       only=""
-      [ "$file" = lab/fencing/src/fenced_job.rs ] && only=U1,U2,U3,U4,U5
+      case "$file" in
+        lab/fencing/src/fenced_job.rs | lab/fencing/profiles/seed000.toml) only=U1,U2,U3,U4,U5 ;;
+      esac
       rm -rf "$dir/run" "$dir/chaos"
       cells=$(gates "$dir/src" "$dir" "$only")
       printf '%s\t%s\n' "$name" "$cells" >>"$cache"
