@@ -79,6 +79,9 @@ impl Row {
 
 pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
     let mut designs: Vec<(String, String, bool)> = Vec::new();
+    // Flawed designs the card cannot judge here, and why: an exercise on MariaDB where the
+    // U-series cannot run would show n/a everywhere — neither safe nor unsafe.
+    let mut not_graded: Vec<(String, String)> = Vec::new();
     if suts.is_empty() {
         for name in OWN {
             designs.push((name.into(), name.into(), true));
@@ -91,7 +94,14 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
             eprintln!("lab grade: cannot make {}: {e}", dir.display());
             return ExitCode::from(EXIT_HARNESS);
         }
+        let no_mariadb = no_mariadb();
         for (name, text) in exercise::flawed(&dir) {
+            let on_mariadb = fencing::profile::Sut::parse(name, &text)
+                .is_ok_and(|p| p.dialect() == fencing::profile::Dialect::Mariadb);
+            if let (true, Some(why)) = (on_mariadb, &no_mariadb) {
+                not_graded.push((name.to_owned(), why.clone()));
+                continue;
+            }
             let path = dir.join(format!("{name}.toml"));
             if let Err(e) = std::fs::write(&path, text) {
                 eprintln!("lab grade: cannot write {}: {e}", path.display());
@@ -178,7 +188,10 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
             cells,
         });
     }
-    let card = render(&rows);
+    for (name, why) in &not_graded {
+        eprintln!("lab grade: {name}: not graded here: a design on MariaDB, and {why}");
+    }
+    let card = render(&rows, &not_graded);
     if let Err(e) = print_stdout(&card) {
         eprintln!("lab grade: failed to write the card to stdout: {e}");
     }
@@ -188,7 +201,7 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
         return ExitCode::from(EXIT_HARNESS);
     }
     let html_path = evidence_dir.join("report-card.html");
-    if let Err(e) = std::fs::write(&html_path, render_html(&rows)) {
+    if let Err(e) = std::fs::write(&html_path, render_html(&rows, &not_graded)) {
         eprintln!("lab grade: failed to write {}: {e}", html_path.display());
         return ExitCode::from(EXIT_HARNESS);
     }
@@ -210,6 +223,22 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Why the U-series cannot run here (`None`: it can): no MariaDB support in this build, or no
+/// MariaDB installed.
+fn no_mariadb() -> Option<String> {
+    #[cfg(feature = "mariadb")]
+    let why = harness::server::mariadb::MariaBinaries::locate()
+        .err()
+        .map(|e| e.to_string().replace('\n', " "));
+    #[cfg(not(feature = "mariadb"))]
+    let why = Some(
+        "this lab was built without MariaDB support (./run.sh builds it when MariaDB is \
+         installed: apt-get install -y mariadb-server)"
+            .to_owned(),
+    );
+    why
 }
 
 /// A design's name in the card: the profile's file name without `.toml`, or the built-in name.
@@ -257,8 +286,12 @@ fn notes(rows: &[Row]) -> (Lines, Lines) {
                     evidence.push((format!("{} × {id}", row.design), line.clone()))
                 }
                 Cell::NotApplicable(why) => {
-                    // "F6 does not apply to x: why" — the reason after the design's name.
-                    let why = why.split_once(": ").map_or(why.as_str(), |(_, w)| w);
+                    // "F6 does not apply to x: why" — the reason after the design's name; any
+                    // other skip (a server missing here) says its reason whole.
+                    let why = match why.split_once(": ") {
+                        Some((head, rest)) if head.contains(" does not apply to ") => rest,
+                        _ => why.as_str(),
+                    };
                     match reasons.iter_mut().find(|(_, w)| *w == why) {
                         Some((ids, _)) => ids.push(id),
                         None => reasons.push((vec![id], why)),
@@ -284,7 +317,7 @@ const LEGEND: &str =
      n/a — the experiment does not apply to the design (why: below).";
 
 /// The card as Markdown: a row per design, a column per experiment, then the evidence lines.
-fn render(rows: &[Row]) -> String {
+fn render(rows: &[Row], not_graded: &[(String, String)]) -> String {
     let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
     let mut text = format!("{LEGEND}\n\n| design | expected |");
     for id in &ids {
@@ -319,6 +352,12 @@ fn render(rows: &[Row]) -> String {
             .join(", "),
     );
     text.push_str(".\n");
+    for (name, why) in not_graded {
+        let _ = writeln!(
+            text,
+            "\nNot graded here: {name}, a flawed design on MariaDB — {why}."
+        );
+    }
     let (evidence, not_applicable) = notes(rows);
     if !evidence.is_empty() {
         text.push_str("\nThe evidence (each unsafe cell's first failed check):\n\n");
@@ -337,7 +376,7 @@ fn render(rows: &[Row]) -> String {
 
 /// The card as a page: the same table, each cell linked to the report of the run it was read
 /// off, and the evidence lines.
-fn render_html(rows: &[Row]) -> String {
+fn render_html(rows: &[Row], not_graded: &[(String, String)]) -> String {
     let esc = |t: &str| {
         t.replace('&', "&amp;")
             .replace('<', "&lt;")
@@ -385,6 +424,14 @@ fn render_html(rows: &[Row]) -> String {
         html.push_str("</tr>\n");
     }
     html.push_str("</table>\n");
+    for (name, why) in not_graded {
+        let _ = writeln!(
+            html,
+            "<p>Not graded here: {}, a flawed design on MariaDB — {}.</p>",
+            esc(name),
+            esc(why)
+        );
+    }
     let (evidence, not_applicable) = notes(rows);
     for (heading, items) in [
         ("The evidence", evidence),
@@ -400,4 +447,56 @@ fn render_html(rows: &[Row]) -> String {
     }
     html.push_str("</body></html>\n");
     html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skip_reason_loses_only_the_does_not_apply_prefix_and_unjudged_designs_are_said() {
+        let na = |why: &str| Cell::NotApplicable(why.to_owned());
+        let row = Row {
+            design: "d".into(),
+            source: "d.toml".into(),
+            expected_safe: true,
+            could_not_run: false,
+            cells: vec![
+                (
+                    "F1".into(),
+                    na("F1 does not apply to d: a design on MariaDB; why"),
+                ),
+                (
+                    "F2".into(),
+                    na("F2 does not apply to d: a design on MariaDB; why"),
+                ),
+                (
+                    "U1".into(),
+                    na("needs MariaDB support, which this build lacks: fix"),
+                ),
+            ],
+        };
+        let (evidence, not_applicable) = notes(std::slice::from_ref(&row));
+        assert!(evidence.is_empty());
+        assert_eq!(
+            not_applicable,
+            [
+                (
+                    "d × F1, F2".to_owned(),
+                    "a design on MariaDB; why".to_owned()
+                ),
+                (
+                    "d × U1".to_owned(),
+                    "needs MariaDB support, which this build lacks: fix".to_owned()
+                ),
+            ]
+        );
+        let not_graded = [("x".to_owned(), "no MariaDB here".to_owned())];
+        let card = render(std::slice::from_ref(&row), &not_graded);
+        assert!(
+            card.contains("Not graded here: x, a flawed design on MariaDB — no MariaDB here."),
+            "{card}"
+        );
+        assert!(render_html(&[row], &not_graded).contains("<p>Not graded here: x,"));
+    }
 }
