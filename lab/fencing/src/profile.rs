@@ -3,15 +3,17 @@
 //! ships as the built-in profiles `seed004`, `seed004-single` and `seed004-shared` (the files in
 //! `lab/fencing/profiles/`, compiled in): [`crate::lease::LeaseStore`] and
 //! [`crate::resource::Resource`] run their statements, so the SQL of the lab's fence lives in those
-//! files and nowhere else.
+//! files and nowhere else. A profile with `dialect = "mariadb"` is the other shape, seed 000's
+//! job lease and the runs it fences ([`JobProfile`], built in as `seed000`, run by the U-series);
+//! [`Sut`] is either, as `--sut` names it.
 //!
 //! A statement names its parameters `:name`; [`Statement::compile`] turns them into PostgreSQL's
-//! `$1`, `$2`, … in its place's order of parameters and refuses a name the place does not offer
-//! ([`Slot`]). A
-//! profile is refused before anything runs, with one line naming the file and the statement:
-//! [`Profile::parse`] judges its form (TOML syntax, a missing or unknown key, a parameter),
-//! [`Profile::prepare`] its SQL (every statement prepared against scratch databases that hold its
-//! schema, the server's own error quoted).
+//! `$1`, `$2`, … in its place's order of parameters (on MariaDB a `?` at each place) and refuses
+//! a name the place does not offer ([`Slot`]). A profile is refused before anything runs, with
+//! one line naming the file and the statement: [`Sut::parse`] judges its form (TOML syntax, a
+//! missing or unknown key, a parameter), [`Profile::prepare`] its SQL (every statement prepared
+//! against scratch databases that hold its schema, the server's own error quoted; a MariaDB
+//! profile's `JobProfile::prepare` is in `fenced_job`).
 
 use std::fmt;
 use std::path::Path;
