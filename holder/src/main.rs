@@ -332,7 +332,7 @@ impl Side for PgSide {
         self.lease
             .acquire(&flags.lease, &flags.holder, ttl)
             .await
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| with_causes(&e))
     }
 
     fn token(held: &Grant) -> i64 {
@@ -344,11 +344,11 @@ impl Side for PgSide {
     }
 
     async fn renew(&self, held: &mut Grant) -> Result<bool, String> {
-        self.lease.renew(held).await.map_err(|e| format!("{e:#}"))
+        self.lease.renew(held).await.map_err(|e| with_causes(&e))
     }
 
     async fn release(&self, held: &Grant) -> Result<bool, String> {
-        self.lease.release(held).await.map_err(|e| format!("{e:#}"))
+        self.lease.release(held).await.map_err(|e| with_causes(&e))
     }
 
     async fn write(&self, flags: &HolderFlags, held: &Grant) -> Result<bool, String> {
@@ -364,7 +364,7 @@ impl Side for PgSide {
             return resource
                 .write(&write, self.mode)
                 .await
-                .map_err(|e| format!("{e:#}"));
+                .map_err(|e| with_causes(&e));
         }
         let mut conn = resource
             .pool()
@@ -390,7 +390,7 @@ impl Side for PgSide {
             fencing::resource::write_fenced_scope_before_commit(&mut conn, &write, go).await
         };
         decided
-            .map_err(|e| format!("{e:#}"))?
+            .map_err(|e| with_causes(&e))?
             .ok_or_else(|| "no GO before the commit: the write was rolled back".into())
     }
 }
@@ -407,7 +407,7 @@ mod job {
     use holder_protocol::HolderFlags;
     use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
-    use super::Side;
+    use super::{with_causes, Side};
 
     /// How the completion checks the holding.
     #[derive(Debug, Clone, Copy)]
@@ -494,7 +494,7 @@ mod job {
                 .jobs
                 .acquire(&flags.lease, &flags.holder, ttl)
                 .await
-                .map_err(|e| format!("{e:#}"))?
+                .map_err(|e| with_causes(&e))?
             else {
                 return Ok(None);
             };
@@ -502,7 +502,7 @@ mod job {
             self.jobs
                 .start_run(run_id, &lease)
                 .await
-                .map_err(|e| format!("{e:#}"))?;
+                .map_err(|e| with_causes(&e))?;
             Ok(Some(Held {
                 deadline: self.deadline(sent, ttl),
                 lease,
@@ -523,7 +523,7 @@ mod job {
                 .jobs
                 .renew(&held.lease)
                 .await
-                .map_err(|e| format!("{e:#}"))?;
+                .map_err(|e| with_causes(&e))?;
             if ok {
                 held.deadline = self.deadline(sent, held.lease.ttl);
             }
@@ -534,7 +534,7 @@ mod job {
             self.jobs
                 .release(&held.lease)
                 .await
-                .map_err(|e| format!("{e:#}"))
+                .map_err(|e| with_causes(&e))
         }
 
         async fn write(&self, flags: &HolderFlags, held: &Held) -> Result<bool, String> {
@@ -543,7 +543,7 @@ mod job {
                 Completion::Fenced => self.jobs.complete_run(run_id, &held.lease).await,
                 Completion::RunIdOnly => self.jobs.complete_run_by_id(run_id).await,
             };
-            done.map_err(|e| format!("{e:#}"))
+            done.map_err(|e| with_causes(&e))
         }
     }
 }
@@ -565,6 +565,23 @@ fn await_go(renewer: Renewer) -> Result<Result<Renewer, i32>, String> {
         message: format!("expected GO, got {other}"),
     });
     Ok(Err(exit::PROTOCOL))
+}
+
+/// An error with every cause under it, `: `-joined: "failed to begin the write transaction: error
+/// communicating with database: Connection reset by peer (os error 104)" — the lab's evidence
+/// shows why, not only what.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Whole milliseconds, as the protocol reports durations.
