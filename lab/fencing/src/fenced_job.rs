@@ -53,6 +53,24 @@ impl JobLease {
     }
 }
 
+/// The kind of type the lab reads, from MariaDB's name for a column's type: any text type is
+/// `TEXT`, either time type `DATETIME`.
+fn mariadb_kind(ty: &str) -> &str {
+    match ty {
+        "VARCHAR" | "CHAR" | "TEXT" | "TINYTEXT" | "MEDIUMTEXT" | "LONGTEXT" => "TEXT",
+        "DATETIME" | "TIMESTAMP" => "DATETIME",
+        other => other,
+    }
+}
+
+/// A row's first column (the answer of a statement the lab reads one value of).
+fn first_column<T>(row: sqlx::mysql::MySqlRow) -> std::result::Result<T, sqlx::Error>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql>,
+{
+    sqlx::Row::try_get(&row, 0)
+}
+
 /// The statements of a DDL text, one by one: `--` comment lines dropped, split at `;`.
 fn ddl_statements(ddl: &str) -> Vec<String> {
     let without_comments: Vec<&str> = ddl
@@ -164,7 +182,7 @@ impl JobLeaseStore {
             .profile
             .acquired
             .my_query(&args)
-            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .try_map(first_column)
             .fetch_optional(&mut *conn)
             .await
             .op("read the job lease back")?;
@@ -232,7 +250,7 @@ impl JobLeaseStore {
             .lease
             .inspect
             .my_query_with(&self.until_sql, &args)
-            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .try_map(first_column)
             .fetch_optional(&self.pool)
             .await
             .op("read the job lease's expiry")?;
@@ -262,7 +280,7 @@ impl JobLeaseStore {
             .my_query_with(&self.held_sql, &lease.args())
             .bind(&lease.owner_token)
             .bind(lease.fence_token)
-            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .try_map(first_column)
             .fetch_one(&self.pool)
             .await
             .op("ask whether the job lease is held")?;
@@ -280,7 +298,7 @@ impl JobLeaseStore {
             .lease
             .inspect
             .my_query_with(&self.free_sql, &args)
-            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .try_map(first_column)
             .fetch_one(&self.pool)
             .await
             .op("ask whether the job lease is free")?;
@@ -391,7 +409,7 @@ impl JobLeaseStore {
             .runs
             .status
             .my_query(&args)
-            .try_map(|row: sqlx::mysql::MySqlRow| sqlx::Row::try_get(&row, 0))
+            .try_map(first_column)
             .fetch_optional(&self.pool)
             .await
             .op("read a run's status")
@@ -562,40 +580,7 @@ impl JobProfile {
             .iter()
             .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
             .collect();
-        // The server's names for the kinds the lab reads.
-        let kind = |ty: &str| {
-            match ty {
-                "VARCHAR" | "CHAR" | "TEXT" | "TINYTEXT" | "MEDIUMTEXT" | "LONGTEXT" => "TEXT",
-                "DATETIME" | "TIMESTAMP" => "DATETIME",
-                other => other,
-            }
-            .to_owned()
-        };
-        let fits = got.len() == wanted.len()
-            && got
-                .iter()
-                .zip(wanted)
-                .all(|((name, ty), (want_name, want_ty))| {
-                    kind(ty) == *want_ty && want_name.is_none_or(|w| w == name)
-                });
-        if fits {
-            return Ok(());
-        }
-        let describe = |cols: Vec<String>| format!("({})", cols.join(", "));
-        Err(ProfileError {
-            origin: self.origin.clone(),
-            place: s.slot().key().to_owned(),
-            message: format!(
-                "returns {}, must return {}",
-                describe(got.iter().map(|(n, t)| format!("{n} {t}")).collect()),
-                describe(
-                    wanted
-                        .iter()
-                        .map(|(n, t)| format!("{} {t}", n.unwrap_or("any name")))
-                        .collect()
-                )
-            ),
-        })
+        crate::profile::answers_fit(&self.origin, s.slot(), &got, wanted, mariadb_kind)
     }
 }
 

@@ -696,7 +696,7 @@ impl Sut {
 
     /// Whether it is one of the built-in profiles.
     pub fn is_built_in(&self) -> bool {
-        self.origin().starts_with("built-in ")
+        is_built_in_origin(self.origin())
     }
 }
 
@@ -840,17 +840,13 @@ impl Profile {
 
     /// Whether it is one of the built-in profiles (checked by the lab's own tests).
     pub fn is_built_in(&self) -> bool {
-        self.origin.starts_with("built-in ")
+        is_built_in_origin(&self.origin)
     }
 
     /// What [`Profile::load`] takes to load this profile again (a holder process does): the
     /// built-in's name, or the file's path.
     pub fn load_arg(&self) -> String {
-        if self.is_built_in() {
-            self.name.clone()
-        } else {
-            self.origin.clone()
-        }
+        load_arg_of(&self.name, &self.origin)
     }
 
     /// Every statement, lease side first.
@@ -977,35 +973,63 @@ impl Profile {
             .iter()
             .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
             .collect();
-        let fits = got.len() == wanted.len()
-            && got
-                .iter()
-                .zip(wanted)
-                .all(|((name, ty), (want_name, want_ty))| {
-                    ty == want_ty && want_name.is_none_or(|w| w == name)
-                });
-        if fits {
-            return Ok(());
-        }
-        let describe = |cols: Vec<String>| format!("({})", cols.join(", "));
-        Err(ProfileError {
-            origin: self.origin.clone(),
-            place: s.slot.key().to_owned(),
-            message: format!(
-                "returns {}, must return {}",
-                describe(got.iter().map(|(n, t)| format!("{n} {t}")).collect()),
-                describe(
-                    wanted
-                        .iter()
-                        .map(|(n, t)| format!("{} {t}", n.unwrap_or("any name")))
-                        .collect()
-                )
-            ),
-        })
+        answers_fit(&self.origin, s.slot, &got, wanted, |ty| ty)
     }
 
     fn error(&self, place: &str, e: sqlx::Error) -> ProfileError {
         refused(&self.origin, place, e)
+    }
+}
+
+/// Whether a prepared statement of `origin` in `slot` answers the columns its place needs: `got`
+/// (name, the server's type name, read through `kind` — the kind of type the lab reads) against
+/// `wanted` ([`Slot::returns`]); `Err` says both, in one line.
+pub(crate) fn answers_fit(
+    origin: &str,
+    slot: Slot,
+    got: &[(String, String)],
+    wanted: &[(Option<&str>, &str)],
+    kind: fn(&str) -> &str,
+) -> Result<(), ProfileError> {
+    let fits = got.len() == wanted.len()
+        && got
+            .iter()
+            .zip(wanted)
+            .all(|((name, ty), (want_name, want_ty))| {
+                kind(ty) == *want_ty && want_name.is_none_or(|w| w == name)
+            });
+    if fits {
+        return Ok(());
+    }
+    let describe = |cols: Vec<String>| format!("({})", cols.join(", "));
+    Err(ProfileError {
+        origin: origin.to_owned(),
+        place: slot.key().to_owned(),
+        message: format!(
+            "returns {}, must return {}",
+            describe(got.iter().map(|(n, t)| format!("{n} {t}")).collect()),
+            describe(
+                wanted
+                    .iter()
+                    .map(|(n, t)| format!("{} {t}", n.unwrap_or("any name")))
+                    .collect()
+            )
+        ),
+    })
+}
+
+/// Whether `origin` names a built-in profile (`built-in NAME`), not a file.
+pub(crate) fn is_built_in_origin(origin: &str) -> bool {
+    origin.starts_with("built-in ")
+}
+
+/// What `load` takes to load a profile again (a holder process does): the built-in's name, or
+/// the file's path.
+pub(crate) fn load_arg_of(name: &str, origin: &str) -> String {
+    if is_built_in_origin(origin) {
+        name.to_owned()
+    } else {
+        origin.to_owned()
     }
 }
 

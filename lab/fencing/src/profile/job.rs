@@ -6,7 +6,8 @@
 
 use serde::Deserialize;
 
-use super::{not_this_series, toml_error, Claims, Dialect, LeaseSql, ProfileError, Slot};
+use super::{is_built_in_origin, load_arg_of, not_this_series, toml_error};
+use super::{Claims, Dialect, LeaseSql, ProfileError, Slot};
 use super::{Statement, Sut};
 
 /// A job-lease design on MariaDB, parsed and compiled.
@@ -152,16 +153,12 @@ impl JobProfile {
 
     /// Whether it is one of the built-in profiles.
     pub fn is_built_in(&self) -> bool {
-        self.origin.starts_with("built-in ")
+        is_built_in_origin(&self.origin)
     }
 
     /// What [`JobProfile::load`] takes to load this profile again (a holder process does).
     pub fn load_arg(&self) -> String {
-        if self.is_built_in() {
-            self.name.clone()
-        } else {
-            self.origin.clone()
-        }
+        load_arg_of(&self.name, &self.origin)
     }
 
     /// Every statement, lease side first.
