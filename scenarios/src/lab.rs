@@ -189,15 +189,23 @@ impl Lab {
     }
 
     /// A new run mark: `<pid>-<ms since the epoch>` — whether the lab that made something is
-    /// still running is read off its pid.
+    /// still running is read off its pid. Unique within the process: labs started in the same
+    /// millisecond (`lab run --jobs N`, the scenario tests' four at once) get the next free
+    /// millisecond, since a lab's shutdown removes every container, network and network hold
+    /// that carries its mark — with a shared mark, the first lab to finish removed the other's
+    /// resource container mid-experiment (CI saw F15's held write answered "terminating
+    /// connection due to unexpected postmaster exit" when F16, started in the same ms, ended).
     pub fn new_run_mark() -> String {
-        format!(
-            "{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis())
-        )
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let next = |last: u64| now.max(last.saturating_add(1));
+        let ms = LAST
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(next(last)))
+            .map_or(now, next);
+        format!("{}-{ms}", std::process::id())
     }
 
     /// [`Lab::start`] on `backend`: the embedded cluster (`cluster` says how to make it), or a
@@ -970,4 +978,30 @@ pub struct Restarted {
     pub new_pid: Option<u32>,
     /// What it logged from just before the crash until it accepted connections again.
     pub log: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lab;
+
+    /// Labs started together must not share a mark: a lab's shutdown removes whatever carries
+    /// its mark, the other lab's containers too.
+    #[test]
+    fn run_marks_started_together_are_distinct_and_carry_the_pid() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| (0..250).map(|_| Lab::new_run_mark()).collect::<Vec<_>>())
+            })
+            .collect();
+        let marks: Vec<String> = threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("a mark thread panicked"))
+            .collect();
+        let distinct: std::collections::HashSet<&String> = marks.iter().collect();
+        assert_eq!(distinct.len(), marks.len(), "a mark was issued twice");
+        let pid = format!("{}-", std::process::id());
+        assert!(marks
+            .iter()
+            .all(|m| m.starts_with(&pid) && m[pid.len()..].parse::<u64>().is_ok()));
+    }
 }
