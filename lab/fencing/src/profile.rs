@@ -196,6 +196,91 @@ pub struct Statement {
     params: Vec<Param>,
 }
 
+/// Where the text the server does not read as code that starts at byte `i` of `text` ends (a
+/// literal, a quoted identifier, a comment: see [`Statement::compile_in`]), and whether it
+/// counts as code (a literal does, a comment does not); `None` when code starts there. An
+/// unterminated one runs to the end (the server then says what is wrong).
+fn not_code(dialect: Dialect, text: &str, i: usize) -> Option<(usize, bool)> {
+    let mariadb = dialect == Dialect::Mariadb;
+    let rest = &text[i..];
+    let before = text[..i].chars().next_back();
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$');
+    let line = || (rest.find('\n').map_or(text.len(), |n| i + n + 1), false);
+    match rest.chars().next()? {
+        '\'' => {
+            // PostgreSQL reads backslashes only in E'…' (standard_conforming_strings).
+            let escape_string =
+                matches!(before, Some('E' | 'e')) && !word(text[..i].chars().rev().nth(1));
+            Some((quoted_end(text, i, '\'', mariadb || escape_string), true))
+        }
+        // PostgreSQL: an identifier; MariaDB: a literal (without ANSI_QUOTES).
+        '"' => Some((quoted_end(text, i, '"', mariadb), true)),
+        '`' if mariadb => Some((quoted_end(text, i, '`', false), true)),
+        '-' if rest.starts_with("--")
+            && (!mariadb || rest[2..].chars().next().is_none_or(char::is_whitespace)) =>
+        {
+            Some(line())
+        }
+        '#' if mariadb => Some(line()),
+        // MariaDB runs what a `/*!` or `/*M!` comment holds: code.
+        '/' if rest.starts_with("/*")
+            && !(mariadb && (rest.starts_with("/*!") || rest.starts_with("/*M!"))) =>
+        {
+            let mut depth = 0usize;
+            let mut k = 0;
+            while k < rest.len() {
+                if rest[k..].starts_with("/*") && (depth == 0 || !mariadb) {
+                    depth += 1;
+                    k += 2;
+                } else if rest[k..].starts_with("*/") {
+                    depth -= 1;
+                    k += 2;
+                    if depth == 0 {
+                        return Some((i + k, false));
+                    }
+                } else {
+                    k += rest[k..].chars().next().map_or(1, char::len_utf8);
+                }
+            }
+            Some((text.len(), false))
+        }
+        '$' if !mariadb && !word(before) => {
+            // A dollar quote: `$$` or `$tag$`, to the same tag again.
+            let tag_len = rest[1..]
+                .char_indices()
+                .find(|&(k, c)| !(c.is_alphabetic() || c == '_' || (k > 0 && c.is_ascii_digit())))
+                .filter(|&(_, c)| c == '$')
+                .map(|(k, _)| k + 2)?;
+            let tag = &rest[..tag_len];
+            Some((
+                rest[tag_len..]
+                    .find(tag)
+                    .map_or(text.len(), |n| i + tag_len + n + tag_len),
+                true,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Where the literal or quoted identifier that opens with `quote` at byte `i` ends: after its
+/// closing quote (a doubled quote is one quote inside it; with `backslash`, so is `\'`).
+fn quoted_end(text: &str, i: usize, quote: char, backslash: bool) -> usize {
+    let mut chars = text[i + 1..].char_indices().peekable();
+    while let Some((k, c)) = chars.next() {
+        if backslash && c == '\\' {
+            chars.next();
+        } else if c == quote {
+            if chars.peek().is_some_and(|&(_, d)| d == quote) {
+                chars.next();
+            } else {
+                return i + 1 + k + c.len_utf8();
+            }
+        }
+    }
+    text.len()
+}
+
 /// The values a statement's parameters are bound from; each statement reads the ones it names.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Args<'a> {
@@ -219,39 +304,34 @@ impl Statement {
         Statement::compile_in(Dialect::Postgres, slot, text)
     }
 
-    /// [`Statement::compile`] for a server of `dialect`. Comments are `--` to the end of the
-    /// line on both.
+    /// [`Statement::compile`] for a server of `dialect`. What the server does not read as code
+    /// is copied as it is, whatever it holds (a `:name`, a `$1`, a `?`): string literals and
+    /// quoted identifiers, `--` and `/* … */` comments, and each dialect's own — on PostgreSQL
+    /// nested block comments, dollar quotes (`$$ … $$`, `$tag$ … $tag$`) and backslash escapes
+    /// in `E'…'` only; on MariaDB backslash escapes in every `'…'` and `"…"` literal, `` `…` ``
+    /// identifiers, `#` comments, and `--` only before a space (`/*! … */` is code there).
     pub fn compile_in(dialect: Dialect, slot: Slot, text: &str) -> Result<Statement, String> {
         let text = text.trim();
         if text.contains('\0') {
             return Err("a NUL character in the statement".into());
         }
+        let mariadb = dialect == Dialect::Mariadb;
         let mut sql = String::with_capacity(text.len());
         let mut params: Vec<Param> = Vec::new();
+        // Whether anything but comments and white space was seen.
+        let mut code = false;
         let mut chars = text.char_indices().peekable();
         while let Some((i, c)) = chars.next() {
+            if let Some((end, is_code)) = not_code(dialect, text, i) {
+                sql.push_str(&text[i..end]);
+                code |= is_code;
+                while chars.peek().is_some_and(|&(j, _)| j < end) {
+                    chars.next();
+                }
+                continue;
+            }
+            code |= !c.is_whitespace();
             match c {
-                '\'' | '"' => {
-                    // A literal or a quoted identifier, copied as it is ('' and "" are two
-                    // quotes in a row: the copy closes and reopens).
-                    sql.push(c);
-                    for (_, d) in chars.by_ref() {
-                        sql.push(d);
-                        if d == c {
-                            break;
-                        }
-                    }
-                }
-                '-' if text[i..].starts_with("--") => {
-                    // A comment, copied as it is to the end of its line.
-                    sql.push(c);
-                    for (_, d) in chars.by_ref() {
-                        sql.push(d);
-                        if d == '\n' {
-                            break;
-                        }
-                    }
-                }
                 ':' if chars.peek().is_some_and(|&(_, d)| d == ':') => {
                     sql.push_str("::");
                     chars.next();
@@ -292,14 +372,12 @@ impl Statement {
                     }
                     sql.push_str(&format!("\u{0}{}\u{0}", param.as_str()));
                 }
-                '$' if dialect == Dialect::Postgres
-                    && chars.peek().is_some_and(|&(_, d)| d.is_ascii_digit()) =>
-                {
+                '$' if !mariadb && chars.peek().is_some_and(|&(_, d)| d.is_ascii_digit()) => {
                     return Err(
                         "positional parameter $…: name the parameters (:name, :token, …)".into(),
                     );
                 }
-                '?' if dialect == Dialect::Mariadb => {
+                '?' if mariadb => {
                     return Err(
                         "positional parameter ?: name the parameters (:name, :token, …)".into(),
                     );
@@ -307,10 +385,7 @@ impl Statement {
                 _ => sql.push(c),
             }
         }
-        if sql
-            .lines()
-            .all(|l| l.split("--").next().unwrap_or("").trim().is_empty())
-        {
+        if !code {
             return Err("empty statement (nothing but comments)".into());
         }
         if dialect == Dialect::Mariadb {
@@ -1097,6 +1172,44 @@ mod tests {
             "SELECT $2::float8, ':holder', \":name\" -- :nothing here\nFROM t WHERE n = $1"
         );
         assert_eq!(s.params(), [Param::Name, Param::TtlMs]);
+    }
+
+    #[test]
+    fn what_postgresql_does_not_read_as_code_holds_no_parameter() {
+        let s = Statement::compile(
+            Slot::Acquire,
+            "SELECT /* :holder /* $1 nested */ :token */ :name, $$ :holder $1 $$, \
+             $q$ it's :ttl_ms $q$, E'it\\'s :token', 'a\\' || :holder, x$y -- $1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.sql(),
+            "SELECT /* :holder /* $1 nested */ :token */ $1, $$ :holder $1 $$, \
+             $q$ it's :ttl_ms $q$, E'it\\'s :token', 'a\\' || $2, x$y -- $1"
+        );
+        assert_eq!(s.params(), [Param::Name, Param::Holder]);
+        assert!(Statement::compile(Slot::Renew, "/* nothing */ -- here").is_err());
+        assert!(Statement::compile(Slot::Renew, "SELECT $$ $$ || $2").is_err());
+    }
+
+    #[test]
+    fn what_mariadb_does_not_read_as_code_holds_no_parameter() {
+        let s = Statement::compile_in(
+            Dialect::Mariadb,
+            Slot::Complete,
+            "UPDATE r SET s = 'it\\'s :token ?', n = \"\\\" :run ?\" # :token ?\n\
+             /* :run ? /* */ WHERE `:token?` = :run -- ? :token\n\
+             AND t = 1 --:token AND /*! :token */ 1",
+        )
+        .unwrap();
+        assert_eq!(
+            s.sql(),
+            "UPDATE r SET s = 'it\\'s :token ?', n = \"\\\" :run ?\" # :token ?\n\
+             /* :run ? /* */ WHERE `:token?` = ? -- ? :token\n\
+             AND t = 1 --? AND /*! ? */ 1"
+        );
+        assert_eq!(s.params(), [Param::Run, Param::Token, Param::Token]);
+        assert!(Statement::compile_in(Dialect::Mariadb, Slot::Status, "# nothing").is_err());
     }
 
     #[test]
