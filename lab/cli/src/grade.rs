@@ -56,6 +56,7 @@ impl Cell {
 }
 
 /// One row of the card.
+#[derive(Clone)]
 struct Row {
     design: String,
     /// Where it came from (built in, an exercise's file, the user's file).
@@ -274,10 +275,12 @@ fn case_lines(dir: &Path) -> Vec<(String, &'static str, String)> {
 type Lines = Vec<(String, String)>;
 
 /// What the cards say under the table: every unsafe cell's evidence line, and why each
-/// experiment did not apply to a design (once per design and reason).
+/// experiment did not apply to a design (a line per reason and set of experiments, naming every
+/// design it holds for).
 fn notes(rows: &[Row]) -> (Lines, Lines) {
     let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
-    let (mut evidence, mut not_applicable) = (Vec::new(), Vec::new());
+    let mut evidence = Vec::new();
+    let mut merged: Vec<(Vec<&str>, String, &str)> = Vec::new();
     for row in rows.iter().filter(|r| !r.could_not_run) {
         let mut reasons: Vec<(Vec<&str>, &str)> = Vec::new();
         for id in &ids {
@@ -300,13 +303,23 @@ fn notes(rows: &[Row]) -> (Lines, Lines) {
                 Cell::Safe | Cell::NotRun => {}
             }
         }
+        // Designs that skip the same experiments for the same reason share a line (every
+        // PostgreSQL design × the U-series).
         for (ids, why) in reasons {
-            not_applicable.push((
-                format!("{} × {}", row.design, ids.join(", ")),
-                why.to_owned(),
-            ));
+            let ids = ids.join(", ");
+            match merged
+                .iter_mut()
+                .find(|(_, i, w): &&mut (Vec<&str>, String, &str)| *i == ids && *w == why)
+            {
+                Some((designs, _, _)) => designs.push(&row.design),
+                None => merged.push((vec![&row.design], ids, why)),
+            }
         }
     }
+    let not_applicable = merged
+        .into_iter()
+        .map(|(designs, ids, why)| (format!("{} × {ids}", designs.join(", ")), why.to_owned()))
+        .collect();
     (evidence, not_applicable)
 }
 
@@ -490,6 +503,18 @@ mod tests {
                     "needs MariaDB support, which this build lacks: fix".to_owned()
                 ),
             ]
+        );
+        // Another design skipping F1 and F2 for the same reason shares the line; one that
+        // skips only F1 for it has a line of its own.
+        let mut e = row.clone();
+        e.design = "e".into();
+        let mut f = row.clone();
+        f.design = "f".into();
+        f.cells.remove(1);
+        let (_, merged) = notes(&[row.clone(), e, f]);
+        assert_eq!(
+            merged.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(),
+            ["d, e × F1, F2", "d, e, f × U1", "f × F1"]
         );
         let not_graded = [("x".to_owned(), "no MariaDB here".to_owned())];
         let card = render(std::slice::from_ref(&row), &not_graded);
