@@ -633,7 +633,7 @@ fn seed000_is_graded_on_the_u_series_and_a_planted_flaw_shows_in_u4() -> anyhow:
         "{card}"
     );
     assert!(
-        card.contains("- seed000 × F1, F2, F3, F4, F6, F7, F8, F10, F11, F12: a design on MariaDB; this experiment runs lease-and-report designs on PostgreSQL"),
+        card.contains("- seed000, stale-completion × F1, F2, F3, F4, F6, F7, F8, F10, F11, F12: a design on MariaDB; this experiment runs lease-and-report designs on PostgreSQL"),
         "{card}"
     );
     sb.assert_nothing_left()?;
