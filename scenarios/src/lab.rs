@@ -192,9 +192,10 @@ impl Lab {
     /// still running is read off its pid. Unique within the process: labs started in the same
     /// millisecond (`lab run --jobs N`, the scenario tests' four at once) get the next free
     /// millisecond, since a lab's shutdown removes every container, network and network hold
-    /// that carries its mark — with a shared mark, the first lab to finish removed the other's
-    /// resource container mid-experiment (CI saw F15's held write answered "terminating
-    /// connection due to unexpected postmaster exit" when F16, started in the same ms, ended).
+    /// that carries its mark — with a shared mark, the first lab to finish could remove
+    /// another's containers mid-experiment (the scenario tests start F13, F15, U1 and U2 within
+    /// a few ms; CI saw F15's held write answered "terminating connection due to unexpected
+    /// postmaster exit").
     pub fn new_run_mark() -> String {
         use std::sync::atomic::{AtomicU64, Ordering};
         static LAST: AtomicU64 = AtomicU64::new(0);
