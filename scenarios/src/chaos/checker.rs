@@ -14,8 +14,9 @@
 //! - **Stale writes**: committed versions whose token is below a token the lease store had
 //!   granted before they committed (database clock) — the fence's whole business.
 //! - **Liveness of the fence**: a write is rejected only when a greater token had been granted
-//!   before the resource logged the rejection (database clock) — else the fence turned away the
-//!   current holding.
+//!   before the resource logged the rejection (database clock; or, where the lease store lost
+//!   its record, acknowledged to a holder before the write began or written with at the resource
+//!   before the rejection) — else the fence turned away the current holding.
 //! - **I1** (efficiency only): holdings (grant to expiry or release, database clock) that
 //!   overlap, as a statistic.
 
@@ -321,9 +322,19 @@ fn check_liveness(o: &Observed<'_>, v: &mut Verdict) {
                 && a.part == op.part
         });
         let Some(logged) = logged else { continue };
-        // Granted: in the lease store's own record, or acknowledged to a holder before this
-        // write began — a lease store that fails over may lose a grant it acknowledged (its row
-        // version with it), and the resource's floor still remembers the token.
+        // Granted: in the lease store's own record, or acknowledged to a holder — a lease store
+        // that fails over may lose a grant it acknowledged (its row version with it), and the
+        // resource's floor still remembers the token. Acknowledged before this write began, or
+        // written with at the resource before it logged this rejection (on its clock) by the
+        // holder it was acknowledged to: a holder writes only once its grant is acknowledged.
+        let acknowledged = |process: &str, token: i64| {
+            o.ops.iter().any(|g| {
+                g.f == OpKind::Acquire
+                    && g.outcome == Outcome::Ok
+                    && g.token == token
+                    && g.process == process
+            })
+        };
         let justified = o
             .lease
             .iter()
@@ -333,6 +344,13 @@ fn check_liveness(o: &Observed<'_>, v: &mut Verdict) {
                     && g.outcome == Outcome::Ok
                     && g.token > op.token
                     && g.complete_ms.is_some_and(|done| done < op.invoke_ms)
+            })
+            || o.attempts.iter().any(|a| {
+                a.accepted
+                    && a.scope == op.scope
+                    && a.token > op.token
+                    && a.at_us < logged.at_us
+                    && acknowledged(&a.writer, a.token)
             });
         if !justified {
             v.liveness
@@ -508,6 +526,16 @@ mod tests {
     }
 
     fn run(ops: &[Op], parts: &[PartVersion], lease: &[LeaseVersion]) -> Verdict {
+        run_logging(ops, parts, lease, &[])
+    }
+
+    /// [`run`], the resource's log holding `accepted` too.
+    fn run_logging(
+        ops: &[Op],
+        parts: &[PartVersion],
+        lease: &[LeaseVersion],
+        accepted: &[Attempt],
+    ) -> Verdict {
         let last = parts.iter().max_by_key(|p| p.commit_us).expect("a version");
         let finals = vec![("s".into(), "p1".into(), last.content.clone(), last.token)];
         let faults = vec![Injected {
@@ -528,6 +556,7 @@ mod tests {
                 accepted: false,
                 at_us: (op.complete_ms.unwrap_or(0.0) as i64 + 1) * 1000,
             })
+            .chain(accepted.iter().cloned())
             .collect();
         check(&Observed {
             ops,
@@ -630,6 +659,34 @@ mod tests {
         late[2].complete_ms = Some(2601.0);
         let v = run(&late, &parts, &lost);
         assert_eq!(v.liveness["s"].len(), 1, "{v:?}");
+        // Acknowledged while A's write was on its way, and written with at the resource before
+        // it rejected A's (a Patroni failover, sync seed 103: token 8's grant lost, its write
+        // raised the floor): justified. Written with by a process it was not acknowledged to,
+        // in another scope, or only after the rejection: not.
+        let mut slow = ops.clone();
+        slow[2].invoke_ms = 2500.5;
+        slow[2].complete_ms = Some(2500.7);
+        let b_wrote = |writer: &str, scope: &str, at_us: i64| Attempt {
+            scope: scope.into(),
+            part: "p1".into(),
+            writer: writer.into(),
+            token: 2,
+            accepted: true,
+            at_us,
+        };
+        assert!(
+            run_logging(&slow, &parts, &lost, &[b_wrote("h1.0", "s", 2_500_900)])
+                .liveness
+                .is_empty()
+        );
+        for unjustified in [
+            b_wrote("h9.0", "s", 2_500_900),
+            b_wrote("h1.0", "other", 2_500_900),
+            b_wrote("h1.0", "s", 2_503_000),
+        ] {
+            let v = run_logging(&slow, &parts, &lost, std::slice::from_ref(&unjustified));
+            assert_eq!(v.liveness["s"].len(), 1, "{unjustified:?}: {v:?}");
+        }
     }
 
     #[test]
