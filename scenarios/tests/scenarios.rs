@@ -28,6 +28,30 @@ static RUNNING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(AT_ON
 /// once left one unable to connect to its container within its pool's 30 s (measured).
 static CONTAINERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
+/// For as long as a test runs: a signal that stops this process (nextest's SIGTERM at a test's
+/// timeout, Ctrl-C's SIGINT) first removes the containers, networks and network holds its labs
+/// made — they do not die with the process, as the embedded clusters do (parent-death signal),
+/// and would wait for the next lab's sweep. Then the process exits as the signal would have it.
+fn remove_containers_when_stopped() {
+    #[cfg(feature = "containers")]
+    tokio::spawn(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        let code = tokio::select! {
+            _ = term.recv() => 143,
+            _ = int.recv() => 130,
+        };
+        let removed = harness::containers::remove_this_process().await;
+        eprintln!("stopped by a signal: removed {removed} container(s) of this process's labs");
+        std::process::exit(code);
+    });
+}
+
 /// Runs `scenario` alone on its own lab; its recorder (the preflight first).
 async fn run_alone(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<Recorder> {
     let _one_with_containers = match scenario.needs() {
@@ -105,6 +129,7 @@ async fn run_each(scenarios: Vec<&'static dyn Scenario>, params: Params) -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scenario_with_needs_passes_alone_with_the_number_of_checks_it_declares(
 ) -> anyhow::Result<()> {
+    remove_containers_when_stopped();
     run_each(with_needs(), Params::default()).await
 }
 
@@ -122,6 +147,7 @@ fn with_needs() -> Vec<&'static dyn Scenario> {
 /// met here, says `skip`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_broken_variant_fails_at_the_check_that_guards_it() -> anyhow::Result<()> {
+    remove_containers_when_stopped();
     for (scenario, guard) in scenarios::broken::all() {
         let rec = run_alone(scenario, Params::default()).await?;
         let s = rec.summary();
@@ -145,6 +171,7 @@ async fn every_broken_variant_fails_at_the_check_that_guards_it() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fence_dependent_scenario_with_needs_passes_with_every_other_fence(
 ) -> anyhow::Result<()> {
+    remove_containers_when_stopped();
     let dependent: Vec<_> = with_needs()
         .into_iter()
         .filter(|s| s.fence_dependent())

@@ -774,6 +774,37 @@ pub async fn tcp_state(dst: IpAddr, sport: u16) -> String {
         .join(" ")
 }
 
+/// Removes every container, network and network hold that this process's labs made (run marks
+/// `<this pid>-…`): for a process a signal is stopping, whose labs will not shut down (a test
+/// process at its timeout). How many containers.
+pub async fn remove_this_process() -> usize {
+    let prefix = format!("{}-", std::process::id());
+    let format = format!("{{{{.Label \"{LABEL}\"}}}}");
+    let filter = format!("label={LABEL}");
+    let mut marks: Vec<String> = Vec::new();
+    for what in [&["ps", "-a"][..], &["network", "ls"][..]] {
+        let mut args = what.to_vec();
+        args.extend(["--filter", &filter, "--format", &format]);
+        let listed = run("docker ls", "docker", &args, CLI_TIMEOUT)
+            .await
+            .unwrap_or_default();
+        for mark in listed.lines().filter(|m| m.starts_with(&prefix)) {
+            if !marks.iter().any(|m| m == mark) {
+                marks.push(mark.to_owned());
+            }
+        }
+    }
+    let mut removed = 0;
+    for mark in &marks {
+        if let Ok((c, _)) = remove_labelled(Some(mark), false).await {
+            removed += c;
+        }
+    }
+    // Every hold of this process's labs: the needle is the mark's prefix.
+    remove_held_rules(Some(&prefix)).await;
+    removed
+}
+
 /// Removes the hold rules with the lab's comment — this run's (`mark`), or any run's when `None`
 /// (what a lab killed outright left); how many.
 pub async fn remove_held_rules(mark: Option<&str>) -> usize {
