@@ -19,8 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor, MySqlPool};
-use sqlx::{Statement as _, TypeInfo as _};
+use sqlx::{ConnectOptions as _, Connection as _, Executor, MySqlPool};
 
 use crate::profile::{Args, Dialect, JobProfile, ProfileError, Statement};
 use crate::{DbContext, Result};
@@ -196,15 +195,12 @@ impl JobLeaseStore {
 
     /// Extends the holding if it is still the current one and unexpired by database time.
     pub async fn renew(&self, lease: &JobLease) -> Result<bool> {
-        let done = self
-            .profile
-            .lease
-            .renew
-            .my_query(&lease.args())
-            .execute(&self.pool)
-            .await
-            .op("renew the job lease")?;
-        Ok(done.rows_affected() == 1)
+        self.changes_one_row(
+            &self.profile.lease.renew,
+            &lease.args(),
+            "renew the job lease",
+        )
+        .await
     }
 
     /// The same renew, judged by the *client's* notion of now instead of the database's — the
@@ -259,15 +255,12 @@ impl JobLeaseStore {
 
     /// Ends the holding at once, if it is still the current, unexpired one.
     pub async fn release(&self, lease: &JobLease) -> Result<bool> {
-        let done = self
-            .profile
-            .lease
-            .release
-            .my_query(&lease.args())
-            .execute(&self.pool)
-            .await
-            .op("release the job lease")?;
-        Ok(done.rows_affected() == 1)
+        self.changes_one_row(
+            &self.profile.lease.release,
+            &lease.args(),
+            "release the job lease",
+        )
+        .await
     }
 
     /// Whether this holding is the current one and unexpired by database time: the profile's
@@ -328,14 +321,19 @@ impl JobLeaseStore {
             run: run_id,
             ..lease.args()
         };
-        let done = self
-            .profile
-            .runs
-            .complete
-            .my_query(&args)
-            .execute(&self.pool)
+        self.changes_one_row(&self.profile.runs.complete, &args, "complete a run")
             .await
-            .op("complete a run")?;
+    }
+
+    /// Runs one of the profile's statements: whether it changed exactly one row (the design's
+    /// "it worked" for a renew, a release, a completion).
+    async fn changes_one_row(
+        &self,
+        s: &Statement,
+        args: &Args<'_>,
+        what: &'static str,
+    ) -> Result<bool> {
+        let done = s.my_query(args).execute(&self.pool).await.op(what)?;
         Ok(done.rows_affected() == 1)
     }
     /// A completion that checks less than the fenced join — one of the naive forms seed 000 names
@@ -575,12 +573,7 @@ impl JobProfile {
         let Some(wanted) = s.slot().returns(Dialect::Mariadb) else {
             return Ok(());
         };
-        let got: Vec<(String, String)> = prepared
-            .columns()
-            .iter()
-            .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
-            .collect();
-        crate::profile::answers_fit(&self.origin, s.slot(), &got, wanted, mariadb_kind)
+        crate::profile::answers_fit(&self.origin, s.slot(), &prepared, wanted, mariadb_kind)
     }
 }
 

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgTypeInfo};
 use sqlx::query::Query;
 use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor as _, PgConnection};
-use sqlx::{Postgres, Statement as _, TypeInfo as _};
+use sqlx::{Postgres, TypeInfo as _};
 
 mod job;
 pub use job::{JobProfile, RunSql};
@@ -1043,12 +1043,7 @@ impl Profile {
         let Some(wanted) = s.slot.returns(Dialect::Postgres) else {
             return Ok(());
         };
-        let got: Vec<(String, String)> = prepared
-            .columns()
-            .iter()
-            .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
-            .collect();
-        answers_fit(&self.origin, s.slot, &got, wanted, |ty| ty)
+        answers_fit(&self.origin, s.slot, &prepared, wanted, |ty| ty)
     }
 
     fn error(&self, place: &str, e: sqlx::Error) -> ProfileError {
@@ -1056,16 +1051,22 @@ impl Profile {
     }
 }
 
-/// Whether a prepared statement of `origin` in `slot` answers the columns its place needs: `got`
-/// (name, the server's type name, read through `kind` — the kind of type the lab reads) against
-/// `wanted` ([`Slot::returns`]); `Err` says both, in one line.
-pub(crate) fn answers_fit(
+/// Whether `prepared`, a statement of `origin` in `slot` prepared on either server, answers the
+/// columns its place needs: each column's name and the server's type name, read through `kind`
+/// (the kind of type the lab reads), against `wanted` ([`Slot::returns`]); `Err` says both, in
+/// one line.
+pub(crate) fn answers_fit<'q>(
     origin: &str,
     slot: Slot,
-    got: &[(String, String)],
+    prepared: &impl sqlx::Statement<'q>,
     wanted: &[(Option<&str>, &str)],
     kind: fn(&str) -> &str,
 ) -> Result<(), ProfileError> {
+    let got: Vec<(String, String)> = prepared
+        .columns()
+        .iter()
+        .map(|c| (c.name().to_owned(), c.type_info().name().to_owned()))
+        .collect();
     let fits = got.len() == wanted.len()
         && got
             .iter()
