@@ -78,7 +78,7 @@ impl Scenario for F10 {
             else {
                 bail!(a.unexpected("BEFORE_CHECK token=1", &before));
             };
-            if token != lab.token(1) {
+            if token != lab.token(rec, 1) {
                 bail!(a.unexpected("BEFORE_CHECK token=1", &before));
             }
             rec.check_that(

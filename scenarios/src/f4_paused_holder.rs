@@ -43,7 +43,7 @@ impl Scenario for F4 {
             rec.check(
                 "A's stale write is rejected by the resource",
                 "WRITE accepted=false token=1",
-                &wrote(r.a_accepted, 1),
+                &wrote(r.a_accepted, r.a_token),
             );
             rec.check(
                 "the final summary is B's",

@@ -40,7 +40,7 @@ impl Scenario for F5 {
             let r = paused_holder::run(lab, rec, WriteMode::Unfenced).await?;
             let stale_won = r.a_accepted
                 && r.summary.as_ref().is_some_and(|p| {
-                    p.writer == HOLDER_A && p.token == 1 && p.content == A_CONTENT
+                    p.writer == HOLDER_A && p.token == r.a_token && p.content == A_CONTENT
                 });
             rec.expose(
                 "without a token check at the resource, A's stale result overwrote B's",
@@ -54,7 +54,7 @@ impl Scenario for F5 {
             let tokens: Vec<String> = r.accepted_tokens.iter().map(|t| t.to_string()).collect();
             rec.expose(
                 "I3 broken in the resource's own write_attempt log: it accepted A's token 1 after B's token 2",
-                r.accepted_tokens == [2, 1],
+                r.accepted_tokens == [lab.token(rec, 2), r.a_token],
                 format_args!("accepted tokens in log order: {}", tokens.join(", ")),
             );
             Ok(())

@@ -118,7 +118,7 @@ impl Scenario for F8 {
                 .context("holder-a could not re-acquire")?;
             let granted = Instant::now();
             ensure!(
-                a.token == lab.token(2),
+                a.token == lab.token(rec, 2),
                 "holder-a's second grant has token {}",
                 a.token
             );
@@ -247,7 +247,7 @@ impl Scenario for F8 {
 
             rec.check(
                 "the lease row survived as it was: holder-a, token 2, the same expires_at (a lease does not end with the database connection)",
-                &format!("holder-a/{} expires_at={}", lab.token(2), before.expires_at),
+                &format!("holder-a/{} expires_at={}", lab.token(rec, 2), before.expires_at),
                 &shown(
                     after
                         .as_ref()

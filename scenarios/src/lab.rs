@@ -737,18 +737,21 @@ pub fn lease_state(r: &fencing::lease::LeaseRow) -> String {
 }
 
 impl Lab {
-    /// The token the `n`-th grant of a lease carries in this run: `n` for a design with a token
-    /// at the lease, `0` for one without (its profile's contract; the lease store refuses any
-    /// other answer, and the recorder shows such a run's tokens as `token=–`).
-    pub fn token(&self, n: i64) -> i64 {
+    /// The token the grant the seed numbers `n` carries in this case: the store's token a
+    /// passing check bound to `n` (`rec.token`: tokens are judged by order, not by seed 004's
+    /// numbering), `0` for a design without a token at the lease (its profile's contract; the
+    /// lease store refuses any other answer, and the recorder shows such a run's tokens as
+    /// `token=–`).
+    pub fn token(&self, rec: &Recorder, n: i64) -> i64 {
         if self.params.sut.claims.token_at_lease {
-            n
+            rec.token(n)
         } else {
             0
         }
     }
 
-    /// Checks the scope's fence floor against `expected` — or, for a design whose resource
+    /// Checks the scope's fence floor against `expected`, the seed's number of the grant whose
+    /// token it must hold (judged by order, [`Recorder::check_token`]) — or, for a design whose resource
     /// keeps no floor (its profile has no `resource.floor`), records the check as waived, with
     /// why.
     pub async fn check_floor(
@@ -783,13 +786,14 @@ impl Lab {
         if self.params.sut.resource.floor.is_none() {
             rec.waive(description, NO_FLOOR);
         } else {
-            rec.check(description, &expected.to_string(), &shown(floor));
+            rec.check_token(description, expected, floor);
         }
     }
 }
 
 impl Lab {
-    /// Checks a token read from the lease against `expected` — or, for a design that issues no
+    /// Checks a token read from the lease against `expected`, the seed's number of the grant
+    /// (judged by order, [`Recorder::check_token`]) — or, for a design that issues no
     /// token (`token_at_lease = false`), records the check as waived, with why.
     pub fn check_token(
         &self,
@@ -800,7 +804,7 @@ impl Lab {
     ) {
         let description = description.into();
         if self.params.sut.claims.token_at_lease {
-            rec.check(description, &expected.to_string(), &shown(actual));
+            rec.check_token(description, expected, actual);
         } else {
             rec.waive(description, NO_TOKEN);
         }

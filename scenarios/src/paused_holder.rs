@@ -25,6 +25,8 @@ pub const B_CONTENT: &str = "rows=201(B)";
 pub struct Resumed {
     /// A's write after it resumed: accepted?
     pub a_accepted: bool,
+    /// The token A wrote with (its first grant's).
+    pub a_token: i64,
     /// The final summary part.
     pub summary: Option<Part>,
     pub floor: Option<i64>,
@@ -267,7 +269,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     else {
         bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
     };
-    if token != lab.token(1) {
+    if token != lab.token(rec, 1) {
         bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
     }
     rec.note(format!(
@@ -312,7 +314,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         &acquired.to_string(),
     );
     let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
-    if !matches!(ready, Event::AtWritePoint { token, .. } if token == lab.token(2)) {
+    if !matches!(ready, Event::AtWritePoint { token, .. } if token == lab.token(rec, 2)) {
         bail!(b.unexpected("AT_WRITE_POINT token=2", &ready));
     }
     b.send(Request::Go).await?;
@@ -364,7 +366,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     else {
         bail!(a.unexpected("WRITE … token=1", &write));
     };
-    if token != lab.token(1) {
+    if token != lab.token(rec, 1) {
         bail!(a.unexpected("WRITE … token=1", &write));
     }
     rec.check(
@@ -408,6 +410,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         .collect();
     Ok(Resumed {
         a_accepted,
+        a_token: token,
         summary,
         floor,
         a_rejections,

@@ -246,10 +246,13 @@ mod imp {
             None,
         );
         if fenced {
-            rec.check(
-                "B takes over with fence+1 and completes its own run",
-                &format!("fence_token={} completed=true", a_lease.fence_token + 1),
-                &format!("fence_token={} completed={b_done}", b.fence_token),
+            rec.check_that(
+                "B takes over with a greater fence and completes its own run",
+                b.fence_token > a_lease.fence_token && b_done,
+                format_args!(
+                    "A's fence_token={}; B's fence_token={} completed={b_done}",
+                    a_lease.fence_token, b.fence_token
+                ),
             );
         }
 

@@ -114,8 +114,9 @@ impl LeaseStore {
         &self.profile.lease
     }
 
-    /// Takes the lease if it is absent, expired or released. `Some(grant)` carries a token one
-    /// greater than any issued before for this name (1 for a new name); `None` means it is held.
+    /// Takes the lease if it is absent, expired or released. `Some(grant)` carries a token
+    /// greater than any issued before for this name — what fencing needs; seed 004 counts 1, 2,
+    /// 3, other designs leave gaps — and `None` means it is held.
     pub async fn acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
         self.check_timing(ttl)?;
         let sent = Instant::now();

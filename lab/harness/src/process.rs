@@ -551,10 +551,6 @@ impl ChildProcess {
         &self.name
     }
 
-    pub fn is_frozen(&self) -> bool {
-        self.frozen
-    }
-
     /// The child's stdin pipe, once (when it was piped).
     pub fn take_stdin(&mut self) -> Option<ChildStdin> {
         self.child.stdin.take()
@@ -732,12 +728,6 @@ impl ChildProcess {
     /// status, as waitpid(2) reported it.
     pub async fn crash(&mut self) -> Option<ExitStatus> {
         self.stop(&[]).await
-    }
-
-    /// Sends `signal` to the process (not its group). For fault verbs of the servers (e.g.
-    /// SIGQUIT, PostgreSQL's immediate shutdown) that are not a stop.
-    pub fn signal_now(&mut self, signal: Signal) {
-        self.signal(signal);
     }
 
     /// The blocking last resort, for `Drop` of a server only: each `(signal, grace)` in turn,

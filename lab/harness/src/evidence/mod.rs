@@ -10,7 +10,9 @@
 //!   ok   negative control exposes: the unfenced resource accepted A's stale write (…)
 //! SUMMARY passed=86 failed=0
 //! ```
-//! A check passes only when `expected == actual`. A negative-control check passes only when the
+//! A check passes only when `expected == actual` — tokens by their order: an expected `token=n`
+//! is the seed's numbering of the case's grants, and the store's tokens must stand in the same
+//! order, consistently ([`TokenOrder`]: a takeover's token is greater, gaps allowed). A negative-control check passes only when the
 //! flaw it looks for really showed: a control that fails to expose its flaw is a FAIL, because
 //! it means the lab could no longer tell a broken resource from a correct one.
 //!
@@ -33,11 +35,13 @@ mod recorder;
 mod testing;
 mod text;
 pub mod timeline;
+mod tokens;
 
 pub use jsonl::{EnvironmentReporter, JsonlReporter};
 pub use model::{Check, CheckKind, Event, Lane, Lanes, Mark, Step, Summary};
 pub use recorder::{Recorder, Reporter};
 pub use text::{render_text, TextReporter};
+pub use tokens::TokenOrder;
 
 /// Writes `bytes` to `path` whole: into a temp file beside it, then renamed over it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {

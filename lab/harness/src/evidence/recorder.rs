@@ -8,6 +8,7 @@ use std::io;
 use std::time::Instant;
 
 use super::model::{Check, CheckKind, Event, Lanes, Mark, Step, Summary};
+use super::tokens::TokenOrder;
 
 /// A consumer of the event stream. A streaming reporter (the terminal copy) implements
 /// [`event`](Reporter::event); one that needs the whole run (a file, a picture) implements
@@ -41,6 +42,9 @@ pub struct Recorder {
     token_blind: bool,
     /// Checks a case declares that did not apply to the system under test ([`Recorder::waive`]).
     waived: usize,
+    /// The seed's token numbers bound to the store's tokens in the open case: checks judge
+    /// tokens by order ([`TokenOrder`]).
+    tokens: TokenOrder,
 }
 
 impl Recorder {
@@ -60,6 +64,7 @@ impl Recorder {
             errors: Vec::new(),
             token_blind: false,
             waived: 0,
+            tokens: TokenOrder::default(),
         }
     }
 
@@ -116,6 +121,7 @@ impl Recorder {
         self.end_case();
         self.case = id.to_owned();
         self.case_started = Instant::now();
+        self.tokens.reset();
         self.emit(Event::CaseStarted {
             id: id.to_owned(),
             title: title.to_owned(),
@@ -134,33 +140,62 @@ impl Recorder {
         }
     }
 
-    /// The id of the open case ("" outside cases).
-    pub fn current_case(&self) -> &str {
-        &self.case
+    /// The store's token for the seed's token number `n` in the open case (`token=n` in an
+    /// expected text): the one a passing check bound to `n`, or `n` itself before any did.
+    pub fn token(&self, n: i64) -> i64 {
+        self.tokens.token(n).unwrap_or(n)
     }
 
-    /// A value check: passes when `expected == actual` (as text with the token numbers masked,
-    /// when [`Recorder::blind_tokens`]). Returns whether it passed.
+    /// A value check: passes when `expected == actual` — where the expected text names tokens
+    /// (`token=n`, `token≥n`), in the seed's numbering, judged by their order ([`TokenOrder`]:
+    /// a later grant's token is greater, one holding keeps its token, gaps allowed), the rest of
+    /// the texts equal; with the token numbers masked, when [`Recorder::blind_tokens`]. Returns
+    /// whether it passed.
     pub fn check<T: PartialEq + Display + ?Sized>(
         &mut self,
         description: impl Into<String>,
         expected: &T,
         actual: &T,
     ) -> bool {
-        let (shown_expected, shown_actual) = (expected.to_string(), actual.to_string());
+        let (mut shown_expected, shown_actual) = (expected.to_string(), actual.to_string());
         // Blind to tokens, the texts are compared with their numbers masked (as `verdict`
         // records them).
         let passed = if self.token_blind {
-            mask_tokens(&shown_expected) == mask_tokens(&shown_actual)
+            mask_tokens(&shown_expected.replace("token≥", "token=")) == mask_tokens(&shown_actual)
+        } else if let Some(judged) = self.tokens.judge(&shown_expected, &shown_actual) {
+            shown_expected = judged.shown_expected;
+            judged.passed
         } else {
             expected == actual
         };
+        let description = self.tokens.rename(&description.into());
         self.verdict(
             CheckKind::Value,
-            description.into(),
+            description,
             shown_expected,
             shown_actual,
             passed,
+        )
+    }
+
+    /// A value check of one token (a floor, a token column) against the seed's token number
+    /// `expected`, judged by order as [`Recorder::check`] judges `token=n`; `actual` `None` reads
+    /// `none`.
+    pub fn check_token(
+        &mut self,
+        description: impl Into<String>,
+        expected: i64,
+        actual: Option<i64>,
+    ) -> bool {
+        let shown_actual = actual.map_or_else(|| "none".to_owned(), |t| t.to_string());
+        let judged = self.tokens.judge_number(expected, actual);
+        let description = self.tokens.rename(&description.into());
+        self.verdict(
+            CheckKind::Value,
+            description,
+            judged.shown_expected,
+            shown_actual,
+            judged.passed,
         )
     }
 
