@@ -3,15 +3,17 @@
 //! MariaDB, a Docker engine — run end to end against their own servers here. Each must pass every
 //! check and make exactly the number of checks it declares (a scenario that silently stopped
 //! checking something would otherwise still "pass"); one that needs what this machine or build
-//! lacks must say `skip`, never pass. The fence-dependent ones pass against every fenced mode.
-//! The golden run makes the same checks for the rest (the lab counts each scenario's checks, and
+//! lacks must say `skip`, never pass — and the test then says `skip` with the scenario's reason,
+//! or fails when `LAB_REQUIRE` names the need (`harness::require`). The fence-dependent ones pass
+//! against every fenced mode. The golden run makes the same checks for the rest (the lab counts each scenario's checks, and
 //! runs the fence-dependent ones once per fenced mode): running them again here would double the
 //! test command's time and prove nothing more. The lists come from `scenarios::ALL`: adding an
 //! experiment adds it here or there.
 
 use std::time::Duration;
 
-use harness::evidence::{render_text, Recorder};
+use harness::evidence::{render_text, Event, Recorder};
+use harness::require::{self, Dependency};
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::{Lab, Needs, Params, Scenario};
 
@@ -93,6 +95,38 @@ async fn run_with(scenario: &'static dyn Scenario, params: Params) -> anyhow::Re
          got {s}:\n{text}",
         PREFLIGHT_CHECKS + scenario.checks()
     );
+    if skipped_as_it_may {
+        said_skipped(scenario, &rec)?;
+    }
+    Ok(())
+}
+
+/// The dependency a scenario's needs name, in `LAB_REQUIRE`'s words.
+fn dependency(needs: Needs) -> Option<Dependency> {
+    match needs {
+        Needs::Nothing => None,
+        Needs::MariaDb => Some(Dependency::MariaDb),
+        Needs::Faketime => Some(Dependency::Faketime),
+        Needs::Containers => Some(Dependency::Docker),
+    }
+}
+
+/// `scenario` said `skip` for want of what it needs: the test says so too, with the scenario's
+/// reason, where the test run shows it — or fails, when `LAB_REQUIRE` names the need
+/// (`harness::require`).
+fn said_skipped(scenario: &dyn Scenario, rec: &Recorder) -> anyhow::Result<()> {
+    let Some(dep) = dependency(scenario.needs()) else {
+        return Ok(());
+    };
+    let why = rec
+        .events()
+        .iter()
+        .find_map(|e| match e {
+            Event::Skipped { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .unwrap_or("it said skip");
+    require::skip(dep, scenario.id(), why)?;
     Ok(())
 }
 
@@ -153,6 +187,7 @@ async fn every_broken_variant_fails_at_the_check_that_guards_it() -> anyhow::Res
         let s = rec.summary();
         let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
         if s.skipped == 1 && s.failed == 0 && scenario.needs() != Needs::Nothing {
+            said_skipped(scenario, &rec)?;
             continue;
         }
         assert!(

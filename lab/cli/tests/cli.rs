@@ -8,6 +8,8 @@
 mod common;
 
 use common::{poll, processes_mentioning};
+#[cfg(feature = "mariadb")]
+use harness::require::{self, Dependency};
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -233,8 +235,9 @@ fn a_kept_cluster_stays_on_disk_stopped_and_named() -> anyhow::Result<()> {
 #[cfg(feature = "mariadb")]
 #[test]
 fn a_kept_run_keeps_the_mariadb_directory_too() -> anyhow::Result<()> {
-    if harness::server::mariadb::MariaBinaries::locate().is_err() {
+    if let Err(why) = harness::server::mariadb::MariaBinaries::locate() {
         // U1 says `skip` without MariaDB (scenarios' own test checks that); nothing to keep.
+        require::skip(Dependency::MariaDb, require::this_test(), why)?;
         return Ok(());
     }
     let sb = Sandbox::new()?;
@@ -585,8 +588,9 @@ fn a_bad_profile_is_one_line_naming_the_file_and_the_statement_exit_2() -> anyho
 #[cfg(feature = "mariadb")]
 #[test]
 fn seed000_is_graded_on_the_u_series_and_a_planted_flaw_shows_in_u4() -> anyhow::Result<()> {
-    if harness::server::mariadb::MariaBinaries::locate().is_err() {
+    if let Err(why) = harness::server::mariadb::MariaBinaries::locate() {
         // The U-series says `skip` without MariaDB (scenarios' own test checks that).
+        require::skip(Dependency::MariaDb, require::this_test(), why)?;
         return Ok(());
     }
     let sb = Sandbox::new()?;
@@ -823,8 +827,9 @@ fn step_pauses_at_each_phase_until_enter_and_ctrl_c_there_leaves_nothing() -> an
 #[cfg(feature = "mariadb")]
 #[test]
 fn step_in_the_u_series_prints_the_mariadb_command_that_shows_the_state() -> anyhow::Result<()> {
-    if harness::server::mariadb::MariaBinaries::locate().is_err() {
+    if let Err(why) = harness::server::mariadb::MariaBinaries::locate() {
         // U2 says `skip` without MariaDB (scenarios' own test checks that): no steps.
+        require::skip(Dependency::MariaDb, require::this_test(), why)?;
         return Ok(());
     }
     let sb = Sandbox::new()?;

@@ -6,7 +6,8 @@
 //! `lab chaos` on it injects delays and partitions, passes, and leaves nothing. The lease store
 //! on Patroni runs F1 and F4, and a lab interrupted during F17's failover leaves nothing. Leftovers are found by the lab's own label, `fencing-lab.run=<pid>-<ms>`, for the pid of
 //! the lab this test started: other labs' containers are not this test's business. Without a
-//! Docker engine the test says so and checks nothing else.
+//! Docker engine each test says `skip` with why and checks nothing else (`harness::require`:
+//! with `LAB_REQUIRE=docker` it fails).
 #![cfg(feature = "containers")]
 
 mod common;
@@ -19,24 +20,35 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::poll;
+use harness::require::{self, Dependency};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 const LABEL: &str = "fencing-lab.run";
 
-/// Whether no Docker engine answers (`docker info`): the tests then say so and check nothing.
-fn no_engine() -> bool {
-    Command::new("docker")
-        .arg("info")
-        .output()
-        .map_or(true, |o| !o.status.success())
+/// Why no Docker engine answers `docker info`, when none does.
+fn no_engine() -> Option<String> {
+    match Command::new("docker").arg("info").output() {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "`docker info` failed ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .last()
+                .unwrap_or("no error text")
+        )),
+        Err(e) => Some(format!("`docker info` did not run: {e}")),
+    }
 }
 
 /// A directory for a test's labs (their TMPDIR and evidence), readable by the servers' user;
-/// `None`, said on stderr, when no Docker engine answers (the test then checks nothing).
+/// `None` when no Docker engine answers: the test then says `skip` with why and checks nothing
+/// — or fails, with `LAB_REQUIRE=docker` (`harness::require`).
 fn sandbox() -> anyhow::Result<Option<tempfile::TempDir>> {
-    if no_engine() {
-        eprintln!("no Docker engine answers: nothing to run here");
+    if let Some(why) = no_engine() {
+        require::skip(Dependency::Docker, require::this_test(), why)?;
         return Ok(None);
     }
     let sandbox = tempfile::tempdir()?;

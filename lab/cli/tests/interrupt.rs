@@ -137,8 +137,19 @@ fn an_interrupted_lab_leaves_nothing_behind_wherever_it_is_stopped() -> anyhow::
     // From the registry: each experiment that runs everywhere, at the moments its fault is in
     // force (a holder frozen, a server just restarted), or else at its first check.
     let mut points = vec![Point::ClusterStarting];
-    // F13 too where libfaketime is installed (the test command installs it when root).
-    let faketime = harness::faketime::Faketime::locate().is_ok();
+    // F13 too where libfaketime is installed (the test command installs it when root); else the
+    // test says it skips F13's points, or fails with `LAB_REQUIRE=faketime` (`harness::require`).
+    let faketime = match harness::faketime::Faketime::locate() {
+        Ok(_) => true,
+        Err(why) => {
+            harness::require::skip(
+                harness::require::Dependency::Faketime,
+                "F13's interrupt points",
+                why,
+            )?;
+            false
+        }
+    };
     for s in scenarios::ALL.iter().filter(|s| match s.needs() {
         scenarios::Needs::Nothing => true,
         scenarios::Needs::Faketime => faketime,

@@ -16,6 +16,8 @@
 //!   into the text output and the files in `evidence/`.
 //! - [`wait`]: waiting for a state by polling it with a deadline (never a fixed sleep), and the
 //!   one way to let a duration pass that a timeline prescribes.
+//! - [`require`]: for the tests, a missing Docker engine, MariaDB or libfaketime — `skip` with
+//!   the reason where the test run shows it, or a failure when `LAB_REQUIRE` names it.
 //!
 //! The harness must not know the fencing implementation: it never imports `fencing`, and it holds
 //! no SQL of the system under test (only the administration it needs to run a cluster).
@@ -28,5 +30,6 @@ pub mod holder;
 pub mod observe;
 pub mod process;
 pub mod replication;
+pub mod require;
 pub mod server;
 pub mod wait;

@@ -1,11 +1,13 @@
 //! The container start (feature `containers`): a container that stops before it says it is ready
 //! is an error that says how it stopped and shows the end of its log — not a wait on a log stream
-//! that may end with nothing in it. Without a Docker engine the test says so and checks nothing.
+//! that may end with nothing in it. Without a Docker engine the test says `skip` and checks nothing
+//! (`harness::require`: with `LAB_REQUIRE=docker` it fails).
 #![cfg(feature = "containers")]
 
 use std::time::Duration;
 
 use harness::containers::{engine, postgres_image, until_logged, ContainerError, LABEL};
+use harness::require::{self, Dependency};
 use testcontainers::runners::AsyncRunner as _;
 use testcontainers::{GenericImage, ImageExt as _};
 
@@ -13,7 +15,7 @@ use testcontainers::{GenericImage, ImageExt as _};
 async fn a_container_that_stops_before_it_is_ready_says_how_and_shows_its_log() -> anyhow::Result<()>
 {
     if let Err(why) = engine().await {
-        eprintln!("no Docker engine: {why}; nothing checked");
+        require::skip(Dependency::Docker, "the container start test", why)?;
         return Ok(());
     }
     let image = postgres_image(15).await?;

@@ -232,10 +232,6 @@ impl Standby {
         &self.cluster
     }
 
-    pub fn cluster_mut(&mut self) -> &mut Cluster {
-        &mut self.cluster
-    }
-
     /// The promoted standby, now a primary of its own.
     pub fn into_cluster(self) -> Cluster {
         self.cluster
