@@ -1,11 +1,15 @@
 //! The house rules that a reader should not have to police by eye, checked on the repository's
 //! Rust sources (like rust-analyzer's tidy test): every file opens with a `//!` paragraph;
 //! scenarios hold no SQL; outside `lab/harness/src/{process,wait}.rs` the lab's non-test code
-//! neither signals, sleeps nor spawns by itself (ARCHITECTURE.md's invariants).
+//! neither signals, sleeps nor spawns by itself, and outside `process.rs` it sends no signal
+//! with a tool (`docker kill`, `pkill`, `kill` run in a container); nowhere does it run the
+//! `docker` command — the harness talks to the engine through its API, image building included
+//! (ARCHITECTURE.md's invariants).
 //!
 //! A failure lists every offender as `file:line: rule: the line`. The rules read the code, not
 //! the comments: a tiny lexer blanks comments and string contents before looking for calls, and
-//! hands the string literals alone to the SQL rule. It lives with the `lab` crate because a
+//! hands the string literals alone to the SQL rule (and the code with its strings, without its
+//! comments, to the rules on command lines). It lives with the `lab` crate because a
 //! virtual workspace root has no tests of its own and `lab` is the crate that ships the whole lab
 //! (and already has `regex` for its tests); it needs no server.
 
@@ -37,11 +41,15 @@ impl fmt::Display for Offence {
 const MODULE_DOC: &str = "no `//!` paragraph opens the file";
 const SQL: &str = "SQL in a scenario (it belongs in lab/fencing)";
 const PROCESS: &str = "a signal, a sleep or a spawn outside harness::{process, wait}";
+const SIGNAL_TOOL: &str = "a signal sent by a tool (docker kill, pkill) outside harness::process";
+const DOCKER_CLI: &str = "the docker command run (the harness uses the engine's API)";
 
 /// The directories whose Rust sources follow the rules (relative to the repository root).
 const ROOTS: &[&str] = &["lab", "scenarios", "holder"];
 /// The only non-test sources that may signal, sleep or spawn.
 const PROCESS_HOMES: &[&str] = &["lab/harness/src/process.rs", "lab/harness/src/wait.rs"];
+/// The only non-test source that may signal a container or a process in one.
+const SIGNAL_HOME: &str = "lab/harness/src/process.rs";
 /// What a signal, a sleep or a spawn looks like in the code (comments and strings blanked).
 const PROCESS_CALLS: &[&str] = &[
     "kill(",
@@ -52,11 +60,14 @@ const PROCESS_CALLS: &[&str] = &[
 ];
 
 /// A Rust source file taken apart: its code with comments removed and string contents blanked
-/// (line for line), and its string literals with the line each starts on.
+/// (line for line), the same with the strings' contents kept, and its string literals with the
+/// line each starts on.
 struct Lexed<'a> {
     /// The file as written, to quote in an offence.
     source: Vec<&'a str>,
     code: Vec<String>,
+    /// `code` with every string's contents as written (a raw string between plain quotes).
+    with_strings: Vec<String>,
     literals: Vec<(usize, String)>,
 }
 
@@ -72,6 +83,8 @@ impl Lexed<'_> {
 fn lex(text: &str) -> Lexed<'_> {
     let chars: Vec<char> = text.chars().collect();
     let mut code = String::with_capacity(text.len());
+    // What `code` holds, except that a string's contents stay as written.
+    let mut kept = String::with_capacity(text.len());
     let mut literals = Vec::new();
     let mut line = 1;
     let mut i = 0;
@@ -99,14 +112,17 @@ fn lex(text: &str) -> Lexed<'_> {
                     depth += 1;
                     i += 2;
                     code.push_str("  ");
+                    kept.push_str("  ");
                 } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
                     depth -= 1;
                     i += 2;
                     code.push_str("  ");
+                    kept.push_str("  ");
                     if depth == 0 {
                         break;
                     }
                 } else {
+                    kept.push(if chars[i] == '\n' { '\n' } else { ' ' });
                     blank(chars[i], &mut code, &mut line);
                     i += 1;
                 }
@@ -119,6 +135,7 @@ fn lex(text: &str) -> Lexed<'_> {
             };
             if c == 'r' && !standalone {
                 code.push(c);
+                kept.push(c);
                 i += 1;
                 continue;
             }
@@ -129,6 +146,7 @@ fn lex(text: &str) -> Lexed<'_> {
                 (None, i + 1)
             };
             code.push('"');
+            kept.push('"');
             let start_line = line;
             let mut content = String::new();
             i = open;
@@ -138,8 +156,10 @@ fn lex(text: &str) -> Lexed<'_> {
                     None if ch == '\\' => {
                         content.push(ch);
                         code.push(' ');
+                        kept.push(ch);
                         if let Some(&escaped) = chars.get(i + 1) {
                             content.push(escaped);
+                            kept.push(escaped);
                             blank(escaped, &mut code, &mut line);
                         }
                         i += 2;
@@ -157,10 +177,12 @@ fn lex(text: &str) -> Lexed<'_> {
                     _ => {}
                 }
                 content.push(ch);
+                kept.push(ch);
                 blank(ch, &mut code, &mut line);
                 i += 1;
             }
             code.push('"');
+            kept.push('"');
             i += 1;
             literals.push((start_line, content));
         } else if c == '\'' {
@@ -179,10 +201,12 @@ fn lex(text: &str) -> Lexed<'_> {
             match end {
                 Some(end) => {
                     code.push_str("' '");
+                    kept.push_str("' '");
                     i = end + 1;
                 }
                 None => {
                     code.push(c);
+                    kept.push(c);
                     i += 1;
                 }
             }
@@ -191,12 +215,14 @@ fn lex(text: &str) -> Lexed<'_> {
                 line += 1;
             }
             code.push(c);
+            kept.push(c);
             i += 1;
         }
     }
     Lexed {
         source: text.lines().collect(),
         code: code.lines().map(str::to_owned).collect(),
+        with_strings: kept.lines().map(str::to_owned).collect(),
         literals,
     }
 }
@@ -304,6 +330,48 @@ fn check_process_calls(file: &str, lexed: &Lexed) -> Vec<Offence> {
     found
 }
 
+/// Rules (d) and (e): no signal sent by a tool — `docker kill`, a `"kill"` argument to docker,
+/// `pkill`/`killall` — outside `harness::process`, and no `docker` command run at all, in the
+/// code outside `#[cfg(test)]` items. They read the code with its strings, across lines (a
+/// spawn's arguments follow it on lines of their own).
+fn check_command_lines(file: &str, lexed: &Lexed) -> Vec<Offence> {
+    // `Spawn::new(name, "docker")` and the like: "docker" as a program, an argument of a call.
+    let docker = Regex::new(r#"[(,]\s*"docker"\s*[,)]"#).expect("regex");
+    // A "kill" right after "docker", as the first argument given (`.args(["kill", …])`,
+    // `&["kill", …]`, `.arg("kill")`), or `docker kill` / `pkill` / `killall` in a string.
+    let signal = Regex::new(
+        r#""docker"\s*[,)]\s*(?:\.args?\(\s*)?&?(?:vec!)?\[?\s*"kill"|"[^"]*\b(?:docker\s+(?:container\s+)?kill|pkill|killall)\b"#,
+    )
+    .expect("regex");
+    let test_only = test_only_lines(&lexed.code);
+    let text = lexed.with_strings.join("\n");
+    let mut found = Vec::new();
+    let mut report = |rule, at: usize| {
+        let line = text[..at].matches('\n').count() + 1;
+        if !test_only[line - 1] && !found.contains(&(line, rule)) {
+            found.push((line, rule));
+        }
+    };
+    if file != SIGNAL_HOME {
+        for m in signal.find_iter(&text) {
+            report(SIGNAL_TOOL, m.start());
+        }
+    }
+    for m in docker.find_iter(&text) {
+        // At the program's name, not at the `,` before it (which may end the line above).
+        report(DOCKER_CLI, m.start() + m.as_str().find('"').unwrap_or(0));
+    }
+    found
+        .into_iter()
+        .map(|(line, rule)| Offence {
+            file: file.into(),
+            line,
+            rule,
+            text: lexed.quote(line),
+        })
+        .collect()
+}
+
 /// Every rule that applies to the file at `rel` (relative to the repository root, `/`-separated).
 fn check_file(rel: &str, text: &str) -> Vec<Offence> {
     let in_dir = |dir: &str| rel.split('/').any(|part| part == dir);
@@ -320,6 +388,9 @@ fn check_file(rel: &str, text: &str) -> Vec<Offence> {
         && !PROCESS_HOMES.contains(&rel);
     if non_test_source {
         found.extend(check_process_calls(rel, &lexed));
+    }
+    if (rel.starts_with("lab/") || rel.starts_with("scenarios/")) && in_dir("src") {
+        found.extend(check_command_lines(rel, &lexed));
     }
     found.sort_by_key(|o| o.line);
     found
@@ -457,6 +528,57 @@ fn h() {
 }
 
 #[test]
+fn a_signal_by_a_tool_and_the_docker_command_are_caught() {
+    let text = r#"//! A harness module.
+async fn f() {
+    run("docker kill", "docker", &["kill", "--signal", "QUIT", id], T).await?;
+    Spawn::new("docker", "docker")
+        .args(["kill", id]);
+    shell(id, "pkill -STOP -f '^postgres: .*walsender'").await?;
+    let s = format!("docker kill {id}");
+    run(
+        "docker network rm",
+        "docker",
+        &["network", "rm", name],
+    );
+    // pkill and "docker" in a comment are documentation.
+    let kind = "kill"; // a fault's name in the evidence
+    let needs = match d { Dependency::Docker => "docker" };
+    let program = "tar";
+}
+#[cfg(test)]
+mod tests {
+    fn g() {
+        Spawn::new("docker info", "docker");
+    }
+}
+"#;
+    assert_eq!(
+        rules(&check_file("lab/harness/src/x.rs", text)),
+        [
+            (3, SIGNAL_TOOL),
+            (3, DOCKER_CLI),
+            (4, SIGNAL_TOOL),
+            (4, DOCKER_CLI),
+            (6, SIGNAL_TOOL),
+            (7, SIGNAL_TOOL),
+            (10, DOCKER_CLI),
+        ]
+    );
+    // The signals' home may send them; it may not run docker either.
+    assert_eq!(
+        rules(&check_file("lab/harness/src/process.rs", text)),
+        [(3, DOCKER_CLI), (4, DOCKER_CLI), (10, DOCKER_CLI)]
+    );
+    // Scenarios and the command line are held to the same; tests and the holder are not.
+    assert!(check_file("scenarios/src/x.rs", text)
+        .iter()
+        .any(|o| o.rule == SIGNAL_TOOL));
+    assert!(check_file("lab/cli/tests/x.rs", text).is_empty());
+    assert!(check_file("holder/src/main.rs", text).is_empty());
+}
+
+#[test]
 fn the_lexer_keeps_lines_and_tells_strings_from_chars_and_lifetimes() {
     let text = "fn f<'a>(s: &'a str) -> char {\n    let q = '\"'; let e = '\\'';\n    /* kill( \n */ let s = \"two\nlines\"; 'x'\n}\n";
     let lexed = lex(text);
@@ -464,4 +586,6 @@ fn the_lexer_keeps_lines_and_tells_strings_from_chars_and_lifetimes() {
     assert_eq!(lexed.literals, [(4, "two\nlines".to_owned())]);
     assert!(!lexed.code.iter().any(|l| l.contains("kill(")));
     assert!(lexed.code[0].contains("&'a str"));
+    assert_eq!(lexed.with_strings.len(), lexed.code.len());
+    assert!(lexed.with_strings[3].contains("\"two") && !lexed.with_strings[2].contains("kill("));
 }

@@ -1,12 +1,16 @@
 //! Servers on hosts of their own (feature `containers`): PostgreSQL in a Docker container on a
-//! private network the lab creates, started with testcontainers from an image the lab builds
-//! here from Debian packages — nothing is pulled from a registry — and a hold on one client's
-//! TCP connection (an iptables rule on this host), so that its request is held in the network.
+//! private network the lab creates, started through the Docker engine's API (bollard) from an
+//! image the lab builds here from Debian packages — nothing is pulled from a registry — and a
+//! hold on one client's TCP connection (an iptables rule on this host), so that its request is
+//! held in the network. The engine is reached through its API only, never the `docker` command;
+//! signals to containers and to the processes in them go through `harness::process::container`.
 //!
 //! - [`engine`]: whether a Docker engine answers; the reason when not (experiments then `skip`).
 //! - [`postgres_image`]: the image for a PostgreSQL major version, built once with `debootstrap`
-//!   (a minimal Debian root with `postgresql-N` and `iproute2`) and `docker import`, tagged by its
-//!   recipe's hash, reused while the tag exists. `lab clean --images` removes them.
+//!   (a minimal Debian root with `postgresql-N` and `iproute2`) and imported into the engine as
+//!   a tar stream of that root (`docker import`'s API call), tagged by its recipe's hash, reused
+//!   while the tag exists. `lab clean --images` removes them.
+//! - [`Container`]: one container of the lab, removed on drop unless kept ([`container`]).
 //! - [`Network`]: a bridge network labelled with the run's mark; removed on drop.
 //! - [`PgContainer`]: a PostgreSQL server in a container on that network (initdb inside, trust
 //!   for the network's hosts, every statement logged); removed on drop.
@@ -19,16 +23,27 @@
 //! Every container and network carries the label [`LABEL`]: [`remove_labelled`] removes what a
 //! lab killed outright left behind (`lab clean`, and the next run).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use bollard::models::NetworkCreateRequest;
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
+    ListNetworksOptionsBuilder, RemoveImageOptionsBuilder,
+};
+use futures_util::StreamExt as _;
 use sqlx::postgres::PgConnectOptions;
-use testcontainers::runners::AsyncRunner as _;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
+use tokio::io::AsyncReadExt as _;
 
-use crate::process::{describe_status, Spawn};
+use crate::process::container::{self as signals, ContainerProcessError};
+use crate::process::{describe_status, Spawn, Stream};
 
+pub mod container;
 pub mod patroni;
+
+use container::{block_on, docker_with};
+pub use container::{docker, Container, Spec};
 
 /// The label on every container and network the lab makes; its value is the run's mark.
 pub const LABEL: &str = "fencing-lab.run";
@@ -51,14 +66,29 @@ pub const PG_PORT: u16 = 5432;
 pub enum ContainerError {
     #[error("{what} failed: {detail}")]
     Cli { what: String, detail: String },
+    #[error("failed to {what}")]
+    Engine {
+        what: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
-    #[error("the container did not start: {0}")]
-    Start(#[from] testcontainers::TestcontainersError),
+    #[error(transparent)]
+    InContainer(#[from] ContainerProcessError),
 }
 
-/// Runs a command line tool (docker, tc, debootstrap, sh) to its end; its stdout, or an error
-/// quoting its output.
+impl ContainerError {
+    fn engine(what: impl Into<String>, source: bollard::errors::Error) -> ContainerError {
+        ContainerError::Engine {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// Runs a command line tool of this host (debootstrap, iptables, ss) to its end; its stdout, or
+/// an error quoting its output.
 async fn run(
     what: &str,
     program: &str,
@@ -94,37 +124,42 @@ async fn shell_as(
     user: Option<&str>,
     script: &str,
 ) -> Result<(i32, String), ContainerError> {
-    let mut args = vec!["exec"];
-    if let Some(user) = user {
-        args.extend(["-u", user]);
-    }
-    args.extend([id, "sh", "-c", script]);
-    let out = Spawn::new("docker exec", "docker")
-        .args(args)
-        .output(CLI_TIMEOUT)
-        .await?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok((out.status.code().unwrap_or(-1), text.trim().to_owned()))
+    let docker = docker().await?;
+    let out = signals::exec(&docker, id, user, &["sh", "-c", script], CLI_TIMEOUT).await?;
+    Ok((i32::try_from(out.code).unwrap_or(-1), out.output))
 }
 
 /// `Ok(server version)` when a Docker engine answers; else the reason, with the hint.
 pub async fn engine() -> Result<String, String> {
-    match run(
-        "docker info",
-        "docker",
-        &["info", "--format", "{{.ServerVersion}}"],
-        Duration::from_secs(20),
-    )
-    .await
-    {
+    let ask = async {
+        let info = docker_with(Duration::from_secs(20))
+            .await?
+            .info()
+            .await
+            .map_err(|source| {
+                ContainerError::engine("ask the Docker engine for its info", source)
+            })?;
+        Ok::<_, ContainerError>(info.server_version.unwrap_or_default())
+    };
+    match ask.await {
         Ok(version) if !version.is_empty() => Ok(version),
         Ok(_) => Err(format!("no Docker engine answers: {INSTALL_HINT}")),
-        Err(e) => Err(format!("no Docker engine answers ({e}): {INSTALL_HINT}")),
+        Err(e) => Err(format!(
+            "no Docker engine answers ({}): {INSTALL_HINT}",
+            chain(&e)
+        )),
     }
+}
+
+/// An error with its sources, `: `-joined, for a one-line reason.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
 }
 
 /// A locally built image: its reference, and how long building it took (`None`: it was there).
@@ -136,6 +171,7 @@ pub struct Image {
 }
 
 /// What goes into the image: bump `RECIPE` when the steps change, and the tag changes with it.
+/// (The import through the engine's API makes the same image as `docker import` did: v1 stays.)
 const RECIPE: &str = "v1: debootstrap --variant=minbase, docker import";
 
 pub use crate::server::postgres::debian_suite_for as suite_for;
@@ -168,15 +204,7 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
     }
     let hash = fnv1a(&format!("{RECIPE}|{suite}|{packages}"));
     let reference = format!("{IMAGE_REPO}:{major}-{flavour}{suite}-{hash:08x}");
-    if run(
-        "docker image inspect",
-        "docker",
-        &["image", "inspect", &reference],
-        CLI_TIMEOUT,
-    )
-    .await
-    .is_ok()
-    {
+    if docker().await?.inspect_image(&reference).await.is_ok() {
         return Ok(Image {
             reference,
             major,
@@ -201,15 +229,70 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
         BUILD_TIMEOUT,
     )
     .await?;
-    let import = format!(
-        "tar -C '{dir_s}' -c . | docker import --change 'LABEL fencing-lab.image={major}' - '{reference}'"
-    );
-    run("docker import", "sh", &["-c", &import], BUILD_TIMEOUT).await?;
+    import(&dir_s, major, &reference).await?;
     Ok(Image {
         reference,
         major,
         built_in: Some(started.elapsed()),
     })
+}
+
+/// Imports the root file system in `dir` as the image `reference` (`docker import`'s API call,
+/// `POST /images/create?fromSrc=-`): `tar` writes the root — owners, modes and device files as
+/// debootstrap made them — to a pipe, and its stream goes to the engine as it comes. Returns
+/// once the engine has tagged the image.
+async fn import(dir: &str, major: u32, reference: &str) -> Result<(), ContainerError> {
+    let (repo, tag) = reference.split_once(':').unwrap_or((reference, "latest"));
+    let mut tar = Spawn::new("tar of the image's root", "tar")
+        .args(["-C", dir, "-c", "."])
+        .stdout(Stream::Piped)
+        .capture_stderr()
+        .spawn()?;
+    let out = tar.take_stdout().expect("piped");
+    let root = futures_util::stream::unfold(out, |mut out| async move {
+        let mut chunk = vec![0u8; 256 * 1024];
+        match out.read(&mut chunk).await {
+            Ok(0) => None,
+            Ok(n) => {
+                chunk.truncate(n);
+                Some((Ok(bytes::Bytes::from(chunk)), out))
+            }
+            Err(e) => Some((Err(e), out)),
+        }
+    });
+    let options = CreateImageOptionsBuilder::new()
+        .from_src("-")
+        .repo(repo)
+        .tag(tag)
+        .changes(vec![format!("LABEL fencing-lab.image={major}")])
+        .build();
+    let docker = docker_with(BUILD_TIMEOUT).await?;
+    let mut progress =
+        docker.create_image(Some(options), Some(bollard::body_try_stream(root)), None);
+    let mut imported = Ok(());
+    while let Some(step) = progress.next().await {
+        if let Err(source) = step {
+            imported = Err(ContainerError::engine(
+                format!("import the image {reference}"),
+                source,
+            ));
+            break;
+        }
+    }
+    let status = tar.wait_exit(BUILD_TIMEOUT).await;
+    let tar_failed = match status {
+        Ok(Some(status)) if status.success() => None,
+        Ok(Some(status)) => Some(describe_status(&status)),
+        Ok(None) | Err(_) => Some("it did not finish".to_owned()),
+    };
+    if let Some(how) = tar_failed {
+        tar.stop(&[]).await;
+        return Err(ContainerError::Cli {
+            what: format!("tar of the image's root ({how})"),
+            detail: tar.stderr(),
+        });
+    }
+    imported
 }
 
 /// The Debian mirror this machine's apt uses (not its security or snapshot archive), else
@@ -234,22 +317,30 @@ fn fnv1a(text: &str) -> u32 {
 
 /// Removes the lab's images (`lab clean --images`); how many.
 pub async fn remove_images() -> Result<usize, ContainerError> {
-    let list = run(
-        "docker images",
-        "docker",
-        &["images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPO],
-        CLI_TIMEOUT,
-    )
-    .await?;
-    let refs: Vec<&str> = list.lines().filter(|l| !l.is_empty()).collect();
+    let docker = docker().await?;
+    let filters = HashMap::from([("reference".to_owned(), vec![IMAGE_REPO.to_owned()])]);
+    let images = docker
+        .list_images(Some(
+            ListImagesOptionsBuilder::new().filters(&filters).build(),
+        ))
+        .await
+        .map_err(|source| ContainerError::engine("list the lab's images", source))?;
+    let refs: Vec<String> = images
+        .into_iter()
+        .flat_map(|image| image.repo_tags)
+        .filter(|r| r.starts_with(&format!("{IMAGE_REPO}:")))
+        .collect();
     for reference in &refs {
-        run(
-            "docker rmi",
-            "docker",
-            &["rmi", "-f", reference],
-            CLI_TIMEOUT,
-        )
-        .await?;
+        docker
+            .remove_image(
+                reference,
+                Some(RemoveImageOptionsBuilder::new().force(true).build()),
+                None,
+            )
+            .await
+            .map_err(|source| {
+                ContainerError::engine(format!("remove the image {reference}"), source)
+            })?;
     }
     Ok(refs.len())
 }
@@ -270,23 +361,24 @@ pub async fn remove_labelled(
     mark: Option<&str>,
     kept_too: bool,
 ) -> Result<(usize, usize), ContainerError> {
-    let filter = match mark {
-        Some(m) => format!("label={LABEL}={m}"),
-        None => format!("label={LABEL}"),
-    };
-    let format = format!("{{{{.ID}}}} {{{{.Names}}}} {{{{.Label \"{LABEL}\"}}}}");
-    let ids = run(
-        "docker ps",
-        "docker",
-        &["ps", "-a", "--filter", &filter, "--format", &format],
-        CLI_TIMEOUT,
-    )
-    .await?;
-    let listed: Vec<(&str, &str, &str)> = ids
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.split(' ');
-            Some((words.next()?, words.next()?, words.next()?))
+    let docker = docker().await?;
+    let filters = label_filter(mark);
+    let listed = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(|source| ContainerError::engine("list the lab's containers", source))?;
+    // (id, name without the engine's leading `/`, the run's mark)
+    let listed: Vec<(String, String, String)> = listed
+        .into_iter()
+        .filter_map(|c| {
+            let name = c.names?.first()?.trim_start_matches('/').to_owned();
+            let mark = c.labels?.get(LABEL)?.clone();
+            Some((c.id?, name, mark))
         })
         .collect();
     let is_kept = |name: &str| !kept_too && mark.is_none() && name.starts_with(KEPT_PREFIX);
@@ -294,48 +386,45 @@ pub async fn remove_labelled(
     let kept_marks: Vec<&str> = listed
         .iter()
         .filter(|(_, name, _)| is_kept(name))
-        .map(|(_, _, m)| *m)
+        .map(|(_, _, m)| m.as_str())
         .collect();
     let containers: Vec<&str> = listed
         .iter()
         .filter(|(_, name, m)| mark.is_some() || (!lab_alive(m) && !is_kept(name)))
-        .map(|(id, _, _)| *id)
+        .map(|(id, _, _)| id.as_str())
         .collect();
-    if !containers.is_empty() {
-        let mut args = vec!["rm", "-f", "-v"];
-        args.extend(&containers);
-        run("docker rm", "docker", &args, CLI_TIMEOUT).await?;
+    for id in &containers {
+        container::remove(id).await?;
     }
-    let format = format!("{{{{.ID}}}} {{{{.Label \"{LABEL}\"}}}}");
-    let ids = run(
-        "docker network ls",
-        "docker",
-        &["network", "ls", "--filter", &filter, "--format", &format],
-        CLI_TIMEOUT,
-    )
-    .await?;
-    let networks: Vec<&str> = ids
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(_, m)| mark.is_some() || (!lab_alive(m) && !kept_marks.contains(m)))
+    let networks = docker
+        .list_networks(Some(
+            ListNetworksOptionsBuilder::new().filters(&filters).build(),
+        ))
+        .await
+        .map_err(|source| ContainerError::engine("list the lab's networks", source))?;
+    let networks: Vec<String> = networks
+        .into_iter()
+        .filter_map(|n| Some((n.id?, n.labels?.get(LABEL)?.clone())))
+        .filter(|(_, m)| mark.is_some() || (!lab_alive(m) && !kept_marks.contains(&m.as_str())))
         .map(|(id, _)| id)
         .collect();
     let mut removed_networks = 0;
     for id in &networks {
-        // A network a kept container is on stays (docker refuses while it has endpoints).
-        if run(
-            "docker network rm",
-            "docker",
-            &["network", "rm", id],
-            CLI_TIMEOUT,
-        )
-        .await
-        .is_ok()
-        {
+        // A network a kept container is on stays (the engine refuses while it has endpoints).
+        if docker.remove_network(id).await.is_ok() {
             removed_networks += 1;
         }
     }
     Ok((containers.len(), removed_networks))
+}
+
+/// The engine's filter for what carries [`LABEL`] — with the value `mark`, or any.
+fn label_filter(mark: Option<&str>) -> HashMap<String, Vec<String>> {
+    let label = match mark {
+        Some(m) => format!("{LABEL}={m}"),
+        None => LABEL.to_owned(),
+    };
+    HashMap::from([("label".to_owned(), vec![label])])
 }
 
 /// A private bridge network of the run. Its bridge device on this host is `bridge`.
@@ -352,17 +441,23 @@ impl Network {
         let suffix = fnv1a(&format!("{mark}{:?}", Instant::now()));
         let name = format!("fencing-lab-{suffix:08x}");
         let bridge = format!("fl{suffix:08x}");
-        let label = format!("{LABEL}={mark}");
-        let option = format!("com.docker.network.bridge.name={bridge}");
-        run(
-            "docker network create",
-            "docker",
-            &[
-                "network", "create", "--driver", "bridge", "--label", &label, "-o", &option, &name,
-            ],
-            CLI_TIMEOUT,
-        )
-        .await?;
+        let request = NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(HashMap::from([(LABEL.to_owned(), mark.to_owned())])),
+            options: Some(HashMap::from([(
+                "com.docker.network.bridge.name".to_owned(),
+                bridge.clone(),
+            )])),
+            ..Default::default()
+        };
+        docker()
+            .await?
+            .create_network(request)
+            .await
+            .map_err(|source| {
+                ContainerError::engine(format!("create the network {name}"), source)
+            })?;
         Ok(Network {
             name,
             bridge,
@@ -378,22 +473,22 @@ impl Network {
     /// Removes the network (its containers must be gone).
     pub async fn remove(mut self) {
         self.removed = true;
-        let _ = run(
-            "docker network rm",
-            "docker",
-            &["network", "rm", &self.name],
-            CLI_TIMEOUT,
-        )
-        .await;
+        remove_network(&self.name).await;
+    }
+}
+
+/// Removes the network `name`, if the engine lets it (not while a container is on it).
+async fn remove_network(name: &str) {
+    if let Ok(docker) = docker().await {
+        let _ = docker.remove_network(name).await;
     }
 }
 
 impl Drop for Network {
     fn drop(&mut self) {
         if !self.removed {
-            let _ = Spawn::new("docker network rm", "docker")
-                .args(["network", "rm", &self.name])
-                .output_blocking();
+            let name = self.name.clone();
+            block_on(async move { remove_network(&name).await });
         }
     }
 }
@@ -406,38 +501,32 @@ const LOG_POLL: Duration = Duration::from_millis(50);
 /// Waits, polled with a deadline, until `container`'s stderr holds `message`; an error if the
 /// container stops first (its exit code and the end of its log) or the deadline passes.
 ///
-/// Each poll reads the log to its end (`docker logs` without following). testcontainers' own wait
-/// follows one log stream, and a CI run saw that stream end at once with no line at all while the
-/// container was starting ("End of stream reached before finding message: []"): the container
-/// never got the chance to say it was ready.
+/// Each poll reads the log to its end (the engine's log without following). testcontainers' own
+/// wait follows one log stream, and a CI run saw that stream end at once with no line at all
+/// while the container was starting ("End of stream reached before finding message: []"): the
+/// container never got the chance to say it was ready.
 pub async fn until_logged(
-    container: &ContainerAsync<GenericImage>,
+    container: &Container,
     message: &str,
     timeout: Duration,
 ) -> Result<(), ContainerError> {
     let what = format!("the container logs {message:?}");
     let logged = crate::wait::until_every(&what, timeout, LOG_POLL, || async {
-        let log = container.stderr_to_vec().await?;
-        if String::from_utf8_lossy(&log).contains(message) {
+        if container.stderr().await?.contains(message) {
             return Ok(true);
         }
-        match container.exit_code().await? {
-            None => Ok(false),
-            Some(code) => Err(testcontainers::TestcontainersError::Other(
-                format!("it stopped with exit code {code} before it logged {message:?}").into(),
-            )),
+        match container.state().await? {
+            (_, None) => Ok(false),
+            (_, Some(code)) => Err(ContainerError::Cli {
+                what: "the start".into(),
+                detail: format!("it stopped with exit code {code} before it logged {message:?}"),
+            }),
         }
     })
     .await;
     if let Err(e) = logged {
-        let mut why = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            why = format!("{why}: {s}");
-            source = s.source();
-        }
-        let log = container.stderr_to_vec().await.unwrap_or_default();
-        let log = String::from_utf8_lossy(&log);
+        let why = chain(&e);
+        let log = container.stderr().await.unwrap_or_default();
         return Err(ContainerError::Cli {
             what: format!("start container {}", container.id()),
             detail: format!("{why}; the end of its log:\n{}", last_lines(&log, 10)),
@@ -462,31 +551,11 @@ fn tcp_options(ip: IpAddr, database: &str, user: &str) -> PgConnectOptions {
         .application_name("fencing-lab")
 }
 
-/// `docker logs` of container `id` (from `since` on, all of it for `None`): its stdout and
-/// stderr as the engine replays them; `None` when the engine does not answer.
-async fn docker_logs(id: &str, since: Option<std::time::SystemTime>) -> Option<(String, String)> {
-    let mut args = vec!["logs".to_owned()];
-    if let Some(at) = since.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
-        args.push("--since".into());
-        args.push(format!("{}.{:09}", at.as_secs(), at.subsec_nanos()));
-    }
-    args.push(id.to_owned());
-    let out = Spawn::new("docker logs", "docker")
-        .args(args)
-        .output(CLI_TIMEOUT)
-        .await
-        .ok()?;
-    Some((
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
 /// A PostgreSQL server in a container on a [`Network`]: initdb'd inside, trusting the network's
 /// hosts (it is private), logging every statement with its time and application name, keeping
 /// commit timestamps (the chaos checker orders writes by commit).
 pub struct PgContainer {
-    container: ContainerAsync<GenericImage>,
+    container: Container,
     pub ip: IpAddr,
 }
 
@@ -497,10 +566,6 @@ impl PgContainer {
         network: &Network,
         mark: &str,
     ) -> Result<PgContainer, ContainerError> {
-        let (repo, tag) = image
-            .reference
-            .split_once(':')
-            .unwrap_or((image.reference.as_str(), "latest"));
         let bin = format!("/usr/lib/postgresql/{}/bin", image.major);
         // initdb only on the first start: a restart (after a crash, F8) runs the same command
         // and recovers the data directory the container's own layer kept.
@@ -511,20 +576,22 @@ impl PgContainer {
              && exec {bin}/postgres -D /tmp/pg -k /tmp -c listen_addresses='*' \
                 -c log_line_prefix='%m [%a] ' -c log_statement=all -c track_commit_timestamp=on"
         );
-        let container = GenericImage::new(repo, tag)
-            .with_cmd(["sh", "-c", &script])
-            .with_user("postgres")
-            .with_network(network.name.clone())
-            .with_label(LABEL, mark)
-            .start()
-            .await?;
+        let container = Container::start(&Spec {
+            image: image.reference.clone(),
+            cmd: vec!["sh".into(), "-c".into(), script],
+            user: Some("postgres".into()),
+            network: Some(network.name.clone()),
+            mark: mark.to_owned(),
+            ..Spec::default()
+        })
+        .await?;
         until_logged(
             &container,
             "database system is ready to accept connections",
             STARTUP_TIMEOUT,
         )
         .await?;
-        let ip = container.get_bridge_ip_address().await?;
+        let ip = container.ip().await?;
         Ok(PgContainer { container, ip })
     }
 
@@ -535,20 +602,12 @@ impl PgContainer {
 
     /// The server's log so far (its stderr).
     pub async fn log(&self) -> String {
-        self.container
-            .stderr_to_vec()
-            .await
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
+        self.container.stderr().await.unwrap_or_default()
     }
 
-    /// The server's whole log, across restarts, as `docker logs` keeps it.
+    /// The server's whole log, across restarts, as the engine keeps it.
     pub async fn full_log(&self) -> String {
-        // `docker logs` replays the container's stderr on its own stderr.
-        docker_logs(self.container.id(), None)
-            .await
-            .map(|(_, stderr)| stderr)
-            .unwrap_or_default()
+        self.container.stderr().await.unwrap_or_default()
     }
 
     /// The container's id, as `docker ps` shows it.
@@ -558,45 +617,24 @@ impl PgContainer {
 
     /// The postmaster's pid as this host sees it (the container's first process), while it runs.
     pub async fn postmaster_pid(&self) -> Option<u32> {
-        run(
-            "docker inspect",
-            "docker",
-            &["inspect", "--format", "{{.State.Pid}}", self.container.id()],
-            CLI_TIMEOUT,
-        )
-        .await
-        .ok()
-        .and_then(|pid| pid.parse::<u32>().ok())
-        .filter(|&pid| pid > 0)
+        self.container.pid().await
     }
 
     /// A crash and a restart on the same data: SIGQUIT to the postmaster, sent by the engine
-    /// (immediate shutdown — every backend quits, no checkpoint), then SIGKILL if it lingers; once the container has
-    /// stopped, it is started again, recovers its data directory from the WAL, and this returns
-    /// when it accepts connections (its address is read again: the network may give it another).
+    /// (immediate shutdown — every backend quits, no checkpoint), then SIGKILL if it lingers past
+    /// `timeout` (`process::container::stop`); once the container has stopped, it is started
+    /// again, recovers its data directory from the WAL, and this returns when it accepts
+    /// connections (its address is read again: the network may give it another).
     pub async fn crash_restart(&mut self, timeout: Duration) -> Result<(), ContainerError> {
-        if self.postmaster_pid().await.is_some() {
-            // The engine signals the container's first process: the postmaster.
-            let id = self.container.id().to_owned();
-            run(
-                "docker kill --signal QUIT",
-                "docker",
-                &["kill", "--signal", "QUIT", &id],
-                CLI_TIMEOUT,
-            )
-            .await?;
-            let container = &self.container;
-            let stopped =
-                crate::wait::until("the container's postmaster has exited", timeout, || async {
-                    container.is_running().await.map(|running| !running)
-                })
-                .await;
-            if stopped.is_err() {
-                let _ = run("docker kill", "docker", &["kill", &id], CLI_TIMEOUT).await;
-            }
-        }
-        self.container.start().await?;
-        self.ip = self.container.get_bridge_ip_address().await?;
+        // The engine signals the container's first process: the postmaster.
+        signals::stop(
+            &docker().await?,
+            self.container.id(),
+            &[(nix::sys::signal::Signal::SIGQUIT, timeout)],
+        )
+        .await?;
+        self.container.restart().await?;
+        self.ip = self.container.ip().await?;
         let opts = self.connect_options("postgres", "lab");
         crate::wait::until(
             "the restarted container accepts connections",
@@ -628,24 +666,15 @@ impl PgContainer {
 
     /// Stops and removes the container.
     pub async fn remove(self) {
-        let _ = self.container.rm().await;
+        let _ = self.container.remove().await;
     }
 
     /// Stops the container and leaves it in place, renamed `fencing-lab-kept-<id>` so that the
     /// next run leaves it alone (`lab clean` removes it): a kept or failing run.
     pub async fn stop_and_keep(self) {
-        let _ = self.container.stop_with_timeout(Some(5)).await;
         let id = self.container.id().to_owned();
         let name = format!("{KEPT_PREFIX}{}", &id[..12.min(id.len())]);
-        let _ = run(
-            "docker rename",
-            "docker",
-            &["rename", &id, &name],
-            CLI_TIMEOUT,
-        )
-        .await;
-        // Dropping the handle would remove the container.
-        std::mem::forget(self.container);
+        let _ = self.container.keep(&name, Duration::from_secs(5)).await;
     }
 }
 
@@ -779,18 +808,32 @@ pub async fn tcp_state(dst: IpAddr, sport: u16) -> String {
 /// process at its timeout). How many containers.
 pub async fn remove_this_process() -> usize {
     let prefix = format!("{}-", std::process::id());
-    let format = format!("{{{{.Label \"{LABEL}\"}}}}");
-    let filter = format!("label={LABEL}");
+    let filters = label_filter(None);
     let mut marks: Vec<String> = Vec::new();
-    for what in [&["ps", "-a"][..], &["network", "ls"][..]] {
-        let mut args = what.to_vec();
-        args.extend(["--filter", &filter, "--format", &format]);
-        let listed = run("docker ls", "docker", &args, CLI_TIMEOUT)
+    if let Ok(docker) = docker().await {
+        let mut labels: Vec<HashMap<String, String>> = Vec::new();
+        if let Ok(listed) = docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
             .await
-            .unwrap_or_default();
-        for mark in listed.lines().filter(|m| m.starts_with(&prefix)) {
-            if !marks.iter().any(|m| m == mark) {
-                marks.push(mark.to_owned());
+        {
+            labels.extend(listed.into_iter().filter_map(|c| c.labels));
+        }
+        if let Ok(listed) = docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+        {
+            labels.extend(listed.into_iter().filter_map(|n| n.labels));
+        }
+        for mark in labels.iter().filter_map(|l| l.get(LABEL)) {
+            if mark.starts_with(&prefix) && !marks.contains(mark) {
+                marks.push(mark.clone());
             }
         }
     }

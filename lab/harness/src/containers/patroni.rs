@@ -10,19 +10,19 @@
 //! on the leader from then on is acknowledged to the client and sent to no replica. (Freezing a
 //! replica's WAL *receiver* is not enough: the bytes already sent wait in its socket and arrive
 //! once it is thawed.) The leader is then lost with SIGKILL to its container, frozen senders with
-//! it; nothing is left frozen.
+//! it; nothing is left frozen. Both signals go through `harness::process::container`.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection as _, PgConnection};
-use testcontainers::runners::AsyncRunner as _;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt as _};
 
 use super::{
-    run, until_logged, ContainerError, Image, Network, CLI_TIMEOUT, LABEL, PG_PORT, STARTUP_TIMEOUT,
+    docker, until_logged, Container, ContainerError, Image, Network, Spec, PG_PORT, STARTUP_TIMEOUT,
 };
+use crate::process::container as signals;
 pub use crate::server::standby::Lsn;
 
 /// A node's WAL positions, each `None` where the server has none or does not answer.
@@ -80,7 +80,7 @@ impl Settings {
 
 /// One node: an etcd member and a Patroni-managed PostgreSQL server in one container.
 pub struct Node {
-    container: ContainerAsync<GenericImage>,
+    container: Container,
     /// Its name in Patroni and etcd (and its host name on the network).
     pub name: String,
     pub ip: IpAddr,
@@ -106,11 +106,11 @@ impl Node {
         self.log_since(None).await
     }
 
-    /// Its container's log from `since` on (`docker logs --since`), all of it for `None`.
+    /// Its container's log from `since` on, all of it for `None`.
     pub async fn log_since(&self, since: Option<std::time::SystemTime>) -> String {
-        match super::docker_logs(self.container.id(), since).await {
-            Some((stdout, stderr)) => format!("{stdout}{stderr}"),
-            None => String::new(),
+        match self.container.logs(since).await {
+            Ok((stdout, stderr)) => format!("{stdout}{stderr}"),
+            Err(_) => String::new(),
         }
     }
 
@@ -267,32 +267,32 @@ impl PatroniCluster {
         timeout: Duration,
     ) -> Result<PatroniCluster, ContainerError> {
         let names = node_names(prefix);
-        let (repo, tag) = image
-            .reference
-            .split_once(':')
-            .unwrap_or((image.reference.as_str(), "latest"));
         let mut cluster = PatroniCluster {
             nodes: Vec::new(),
             settings,
             versions: String::new(),
         };
         for name in &names {
-            let container = GenericImage::new(repo, tag)
-                .with_cmd(["sh", "-c", &script(name, &names, &settings, image.major)])
-                .with_user("postgres")
+            let container = Container::start(&Spec {
+                image: image.reference.clone(),
+                cmd: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    script(name, &names, &settings, image.major),
+                ],
+                user: Some("postgres".into()),
+                network: Some(network.name.clone()),
+                mark: mark.to_owned(),
+                name: Some(name.clone()),
                 // To cut a node off from its peers with routes of its own (`isolate`).
-                .with_cap_add("NET_ADMIN")
-                .with_container_name(name.clone())
-                .with_hostname(name.clone())
-                .with_network(network.name.clone())
-                .with_label(LABEL, mark)
-                .start()
-                .await;
+                cap_add: vec!["NET_ADMIN".into()],
+            })
+            .await;
             let container = match container {
                 Ok(c) => c,
                 Err(e) => {
                     cluster.remove().await;
-                    return Err(e.into());
+                    return Err(e);
                 }
             };
             if let Err(e) = until_logged(&container, "lab: patroni", STARTUP_TIMEOUT).await {
@@ -300,12 +300,12 @@ impl PatroniCluster {
                 cluster.remove().await;
                 return Err(e);
             }
-            let ip = match container.get_bridge_ip_address().await {
+            let ip = match container.ip().await {
                 Ok(ip) => ip,
                 Err(e) => {
-                    let _ = container.rm().await;
+                    let _ = container.remove().await;
                     cluster.remove().await;
-                    return Err(e.into());
+                    return Err(e);
                 }
             };
             cluster.nodes.push(Node {
@@ -387,39 +387,25 @@ impl PatroniCluster {
         None
     }
 
-    /// Freezes (SIGSTOP) every WAL sender of `node`'s server: from now on nothing it commits
-    /// reaches a replica. Returns the frozen senders' process titles.
+    /// Freezes (SIGSTOP, `process::container::signal_processes`) every WAL sender of `node`'s
+    /// server — the processes whose title starts `postgres: ` and names a `walsender`: from now
+    /// on nothing it commits reaches a replica. Returns once the container's `/proc` shows state
+    /// `T` for every thread of each, with the frozen senders (`pid states title`, `; `-joined).
+    /// They stay frozen until the node is lost ([`PatroniCluster::lose_host`]).
     pub async fn freeze_wal_senders(&self, node: &Node) -> Result<String, ContainerError> {
-        self.signal_wal_senders(node, "STOP").await
-    }
-
-    /// Thaws what [`PatroniCluster::freeze_wal_senders`] froze.
-    pub async fn thaw_wal_senders(&self, node: &Node) -> Result<String, ContainerError> {
-        self.signal_wal_senders(node, "CONT").await
-    }
-
-    async fn signal_wal_senders(
-        &self,
-        node: &Node,
-        signal: &str,
-    ) -> Result<String, ContainerError> {
-        // Anchored: the shell running this has the pattern in its own command line.
-        let (code, out) = node
-            .shell(&format!(
-                "pkill -{signal} -f '^postgres: .*walsender' && ps -o pid=,stat=,args= -C postgres | grep walsender"
-            ))
-            .await?;
-        if code != 0 {
-            return Err(ContainerError::Cli {
-                what: format!("SIG{signal} to the WAL senders of {}", node.name),
-                detail: if out.is_empty() {
-                    "no WAL sender runs there".into()
-                } else {
-                    out
-                },
-            });
-        }
-        Ok(out.lines().map(str::trim).collect::<Vec<_>>().join("; "))
+        let frozen = signals::signal_processes(
+            &docker().await?,
+            node.container.id(),
+            "a WAL sender",
+            |cmdline| cmdline.starts_with("postgres: ") && cmdline.contains("walsender"),
+            Signal::SIGSTOP,
+        )
+        .await?;
+        Ok(frozen
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "))
     }
 
     /// Reinitialises (`patronictl reinit --force`: a fresh base backup from the leader) every
@@ -566,21 +552,13 @@ impl PatroniCluster {
             .expect("a node of this cluster")
     }
 
-    /// Loses `node`'s host: SIGKILL to its container (etcd member, Patroni and server at once).
-    /// Returns when the engine reports it stopped.
+    /// Loses `node`'s host: SIGKILL to its container (etcd member, Patroni and server at once,
+    /// `process::container::stop` with no grace). Returns when the engine reports it stopped,
+    /// with that moment.
     pub async fn lose_host(&mut self, name: &str) -> Result<Instant, ContainerError> {
-        let node = self
-            .nodes
-            .iter_mut()
-            .find(|n| n.name == name)
-            .expect("a node of this cluster");
-        run(
-            "docker kill",
-            "docker",
-            &["kill", "--signal", "KILL", node.container.id()],
-            CLI_TIMEOUT,
-        )
-        .await?;
+        let docker = docker().await?;
+        let node = self.node_mut(name);
+        signals::stop(&docker, node.container.id(), &[]).await?;
         node.lost = true;
         Ok(Instant::now())
     }
@@ -588,7 +566,7 @@ impl PatroniCluster {
     /// Removes every node.
     pub async fn remove(self) {
         for node in self.nodes {
-            let _ = node.container.rm().await;
+            let _ = node.container.remove().await;
         }
     }
 }
