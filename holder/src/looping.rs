@@ -17,7 +17,7 @@ use std::io::{self, BufRead as _};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencing::lease::{Grant, LeaseStore};
+use fencing::lease::{Grant, SqlLeaseStore};
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
 use holder_protocol::{Event, HolderFlags, OpKind, OpPhase};
@@ -46,7 +46,7 @@ pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String
     rt.block_on(async {
         let margin = Duration::from_millis(flags.margin_ms);
         // Chaos runs the lab's own design (its history checker reads seed004's tables).
-        let lease = LeaseStore::new(connect(flags, Database::Lease).await, margin);
+        let lease = SqlLeaseStore::new(connect(flags, Database::Lease).await, margin);
         let resource = Resource::new(connect(flags, Database::Resource).await);
         let mut worker = Worker {
             flags,
@@ -78,7 +78,7 @@ async fn connect(flags: &HolderFlags, db: Database) -> sqlx::PgPool {
 struct Worker<'a> {
     flags: &'a HolderFlags,
     mode: WriteMode,
-    lease: LeaseStore,
+    lease: SqlLeaseStore,
     resource: Resource,
     rng: ChaCha8Rng,
     next_id: u64,
@@ -219,7 +219,7 @@ impl Worker<'_> {
         if several_lease_hosts(self.flags) {
             let margin = Duration::from_millis(self.flags.margin_ms);
             let pool = connect(self.flags, Database::Lease).await;
-            let old = std::mem::replace(&mut self.lease, LeaseStore::new(pool, margin));
+            let old = std::mem::replace(&mut self.lease, SqlLeaseStore::new(pool, margin));
             old.pool().close().await;
         }
     }

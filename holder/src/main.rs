@@ -30,7 +30,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory as _, FromArgMatches as _};
-use fencing::lease::{Grant, LeaseStore};
+use fencing::lease::{Grant, LeaseStore, SqlLeaseStore, STORES};
 use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
@@ -134,7 +134,12 @@ fn main() -> ExitCode {
                 .into(),
         ),
         other => usage(format!(
-            "invalid value for '--store <STORE>': {other:?}; expected postgres or mariadb"
+            "invalid value for '--store <STORE>': {other:?}; expected one of: {}",
+            STORES
+                .iter()
+                .map(|k| format!("{} ({})", k.name, k.about))
+                .collect::<Vec<_>>()
+                .join("; ")
         )),
     };
     ExitCode::from(match outcome {
@@ -284,7 +289,8 @@ where
 
 /// The lease store and the fenced resource of SPEC §3, on PostgreSQL.
 struct PgSide {
-    lease: LeaseStore,
+    /// The lease store, reached through the trait every store implements.
+    lease: Arc<dyn LeaseStore>,
     /// `None` on the renewer's side, which only renews.
     resource: Option<Resource>,
     mode: WriteMode,
@@ -310,8 +316,11 @@ impl Side for PgSide {
     ) -> Result<PgSide, String> {
         let margin = Duration::from_millis(flags.margin_ms);
         let sut = sut_of(flags)?;
-        let lease =
-            LeaseStore::with_profile(pg_pool(flags, Database::Lease).await?, margin, sut.clone());
+        let lease: Arc<dyn LeaseStore> = Arc::new(SqlLeaseStore::with_profile(
+            pg_pool(flags, Database::Lease).await?,
+            margin,
+            sut.clone(),
+        ));
         let resource = if for_renewer {
             None
         } else {

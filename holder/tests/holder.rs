@@ -175,7 +175,7 @@ async fn a_holder_whose_deadline_passed_before_its_check_gives_up_without_writin
                 .connect_options(Database::Lease.name(), Database::Lease.role()),
         )
         .await?;
-    let lease = fencing::lease::LeaseStore::new(lease, std::time::Duration::from_millis(100));
+    let lease = fencing::lease::SqlLeaseStore::new(lease, std::time::Duration::from_millis(100));
     harness::wait::until(
         "the lease is expired by the database clock",
         EVENT_TIMEOUT,

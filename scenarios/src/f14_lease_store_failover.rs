@@ -20,7 +20,7 @@
 use std::time::Instant;
 
 use anyhow::Context as _;
-use fencing::lease::{Grant, LeaseStore};
+use fencing::lease::{Grant, SqlLeaseStore};
 use fencing::resource::Write;
 use fencing::schema::Database;
 use harness::evidence::{Mark, Recorder};
@@ -159,7 +159,7 @@ async fn timeline(
     lease_pool: PgPool,
 ) -> anyhow::Result<()> {
     let p = lab.params.clone();
-    let on_primary = LeaseStore::with_profile(lease_pool, p.margin, p.sut.clone());
+    let on_primary = SqlLeaseStore::with_profile(lease_pool, p.margin, p.sut.clone());
     if let Replication::Synchronous { names } = mode {
         let name = names.then_some(STANDBY);
         standby::set_synchronous_standby(&pair.primary_admin, name).await?;
@@ -293,7 +293,7 @@ async fn timeline(
         shown(replayed)
     ));
 
-    let on_standby = LeaseStore::with_profile(
+    let on_standby = SqlLeaseStore::with_profile(
         Lab::pool(pair.standby.cluster(), Database::Lease).await?,
         p.margin,
         p.sut.clone(),
@@ -370,7 +370,7 @@ async fn synchronous_acquire(
     lab: &Lab,
     rec: &mut Recorder,
     pair: &Pair,
-    on_primary: &LeaseStore,
+    on_primary: &SqlLeaseStore,
     before_a: Lsn,
     z_token: i64,
 ) -> anyhow::Result<Option<Grant>> {

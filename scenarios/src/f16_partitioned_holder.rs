@@ -67,7 +67,7 @@ mod imp {
     use std::time::{Duration, Instant};
 
     use anyhow::{bail, Context as _};
-    use fencing::lease::LeaseStore;
+    use fencing::lease::SqlLeaseStore;
     use fencing::resource::{Resource, Write, WriteMode};
     use fencing::schema::{self, Database};
     use harness::containers::{Hold, PgContainer, PG_PORT};
@@ -95,7 +95,7 @@ mod imp {
         l: &'a PgContainer,
         r: &'a PgContainer,
         l_admin: PgPool,
-        lease: LeaseStore,
+        lease: SqlLeaseStore,
         resource: Resource,
     }
 
@@ -124,7 +124,7 @@ mod imp {
             l,
             r,
             l_admin,
-            lease: LeaseStore::with_profile(l_pool.clone(), p.margin, p.sut.clone()),
+            lease: SqlLeaseStore::with_profile(l_pool.clone(), p.margin, p.sut.clone()),
             resource: Resource::with_profile(r_pool.clone(), p.sut.clone()),
         };
         for (i, (past_check, mode)) in [

@@ -103,7 +103,7 @@ mod imp {
     use std::time::{Duration, Instant};
 
     use anyhow::Context as _;
-    use fencing::lease::{Grant, LeaseStore};
+    use fencing::lease::{Grant, SqlLeaseStore};
     use fencing::resource::{Resource, Write};
     use fencing::schema::{self, Database};
     use harness::containers::patroni::{Node, PatroniCluster, Replication, Settings};
@@ -226,7 +226,7 @@ mod imp {
     }
 
     /// A lease store on `node`'s server (the lab's lease database, provisioned there if not yet).
-    async fn store_on(lab: &Lab, node: &Node, provision: bool) -> anyhow::Result<LeaseStore> {
+    async fn store_on(lab: &Lab, node: &Node, provision: bool) -> anyhow::Result<SqlLeaseStore> {
         if provision {
             let admin = pool(node.connect_options("postgres")).await?;
             schema::provision(&mut *admin.acquire().await?).await?;
@@ -239,7 +239,7 @@ mod imp {
         if provision {
             schema::migrate_for(&lab.params.sut, Database::Lease, &lease_pool).await?;
         }
-        Ok(LeaseStore::with_profile(
+        Ok(SqlLeaseStore::with_profile(
             lease_pool,
             lab.params.margin,
             Arc::clone(&lab.params.sut),
@@ -615,7 +615,7 @@ mod imp {
     }
 
     /// Waits until A's lease has expired by the leader's clock.
-    async fn lab_wait_expired(store: &LeaseStore, p: &crate::Params) -> anyhow::Result<()> {
+    async fn lab_wait_expired(store: &SqlLeaseStore, p: &crate::Params) -> anyhow::Result<()> {
         harness::wait::until(
             "A's lease expired (the leader's clock)",
             p.wait_timeout,

@@ -136,7 +136,7 @@ impl Scenario for F2 {
             let before = lab.lease.inspect(LEASE).await?;
             let renewed = lab.lease.renew(&mut a).await?;
             let after = lab.lease.inspect(LEASE).await?;
-            let row_line = |row: Option<fencing::lease::LeaseRow>| {
+            let row_line = |row: Option<fencing::lease::Holding>| {
                 shown(row.map(|r| {
                     let state = if r.expired { "expired" } else { "unexpired" };
                     format!("{} token={} {state}", r.holder, r.token)

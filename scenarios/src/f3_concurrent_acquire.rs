@@ -135,7 +135,7 @@ impl Scenario for F3 {
 
 /// Releases every client at once through a barrier; each tries one acquire.
 async fn race(
-    clients: &[fencing::lease::LeaseStore],
+    clients: &[fencing::lease::SqlLeaseStore],
     ttl: Duration,
 ) -> anyhow::Result<Vec<Attempt>> {
     let barrier = Arc::new(Barrier::new(clients.len()));

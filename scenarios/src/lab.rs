@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use fencing::lease::LeaseStore;
+use fencing::lease::SqlLeaseStore;
 use fencing::profile::{Dialect, JobProfile, Profile};
 use fencing::publish::Publisher;
 use fencing::resource::{Resource, WriteMode};
@@ -165,7 +165,7 @@ pub struct Lab {
     /// The holder binary the multi-process scenarios start.
     pub holder_bin: PathBuf,
     pub params: Params,
-    pub lease: LeaseStore,
+    pub lease: SqlLeaseStore,
     pub resource: Resource,
     pub publisher: Publisher,
 }
@@ -244,7 +244,7 @@ impl Lab {
             }
         };
         Ok(Lab {
-            lease: LeaseStore::with_profile(lease_pool, params.margin, params.sut.clone()),
+            lease: SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone()),
             resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
             publisher: Publisher::new(resource_pool),
             servers,
@@ -623,7 +623,7 @@ impl Lab {
         let resource_pool = Self::side_pool(&self.servers, Database::Resource).await?;
         let old = [self.lease.pool().clone(), self.resource.pool().clone()];
         self.lease =
-            LeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone());
+            SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone());
         self.resource = Resource::with_profile(resource_pool.clone(), self.params.sut.clone());
         self.publisher = Publisher::new(resource_pool);
         for pool in old {
@@ -693,7 +693,7 @@ impl Lab {
     }
 
     /// A lease client with its own single connection, already open (F3's contenders).
-    pub async fn own_lease_client(&self) -> anyhow::Result<LeaseStore> {
+    pub async fn own_lease_client(&self) -> anyhow::Result<SqlLeaseStore> {
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -704,7 +704,7 @@ impl Lab {
             ))
             .await
             .context("failed to open a contender's connection")?;
-        Ok(LeaseStore::with_profile(
+        Ok(SqlLeaseStore::with_profile(
             pool,
             self.params.margin,
             self.params.sut.clone(),
@@ -725,7 +725,7 @@ impl Lab {
 
 /// A lease row as the checks show it: its holder, its token and the database's verdict on it —
 /// `holder-a token=1 unexpired`, or `released` once given up, `expired` once run out.
-pub fn lease_state(r: &fencing::lease::LeaseRow) -> String {
+pub fn lease_state(r: &fencing::lease::Holding) -> String {
     let state = if r.released {
         "released"
     } else if r.expired {

@@ -16,11 +16,12 @@
 //! by the client's clock, an operator's DELETE — which run on seed 000's two tables.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Executor, MySqlPool};
 
+use crate::lease::{Grant, Holding, LeaseStore, StoreFuture, StoreKind};
 use crate::profile::{Args, Dialect, JobProfile, ProfileError, Statement};
 use crate::{DbContext, Result};
 
@@ -40,6 +41,17 @@ fn micros(d: Duration) -> i64 {
 }
 
 impl JobLease {
+    /// The holding a [`Grant`] of this store names (its holder is the owner token, its token
+    /// the fence token).
+    pub fn of(grant: &Grant) -> JobLease {
+        JobLease {
+            lease_name: grant.name.clone(),
+            owner_token: grant.holder.clone(),
+            fence_token: grant.token,
+            ttl: grant.ttl,
+        }
+    }
+
     /// The holding as a statement's parameters.
     fn args(&self) -> Args<'_> {
         Args {
@@ -102,6 +114,91 @@ pub async fn reset(pool: &MySqlPool, profile: &JobProfile) -> Result<()> {
     Ok(())
 }
 
+/// The job lease store in the registry ([`crate::lease::STORES`]).
+pub const KIND: StoreKind = StoreKind {
+    name: "mariadb",
+    token: "fence token",
+    about: "seed 000's fenced job lease on MariaDB, run by a job profile's statements (seed000's unless --sut names another)",
+};
+
+impl LeaseStore for JobLeaseStore {
+    fn token_name(&self) -> String {
+        format!("fence token (profile {})", self.profile.name)
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<Grant>> {
+        Box::pin(async move {
+            let sent = Instant::now();
+            let lease = JobLeaseStore::acquire(self, name, holder, ttl).await?;
+            Ok(lease.map(|l| {
+                Grant::new(
+                    name,
+                    holder,
+                    l.fence_token,
+                    ttl,
+                    sent + ttl.saturating_sub(self.margin),
+                )
+            }))
+        })
+    }
+
+    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let sent = Instant::now();
+            let renewed = JobLeaseStore::renew(self, &JobLease::of(grant)).await?;
+            if renewed {
+                grant.renewed(sent + grant.ttl.saturating_sub(self.margin));
+            }
+            Ok(renewed)
+        })
+    }
+
+    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
+        Box::pin(async move { JobLeaseStore::release(self, &JobLease::of(grant)).await })
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
+        Box::pin(async move {
+            let args = Args {
+                name,
+                ..Args::default()
+            };
+            let row = self
+                .profile
+                .lease
+                .inspect
+                .my_query_with(&self.state_sql, &args)
+                .fetch_optional(&self.pool)
+                .await
+                .op("read the job lease")?;
+            let Some(r) = row else {
+                return Ok(None);
+            };
+            let get =
+                |i: usize| -> Result<String> { sqlx::Row::try_get(&r, i).op("read the job lease") };
+            let epoch = |t: String| t.parse::<f64>().unwrap_or(f64::NAN);
+            let expired: i64 = sqlx::Row::try_get(&r, 4).op("read the job lease")?;
+            Ok(Some(Holding {
+                holder: get(0)?,
+                token: sqlx::Row::try_get(&r, 1).op("read the job lease")?,
+                expires_at: get(2)?,
+                expires_epoch: epoch(get(3)?),
+                expired: expired != 0,
+                // seed 000's release ends the holding by setting its expiry to now: a released
+                // lease reads as expired.
+                released: false,
+                db_now: get(5)?,
+                db_now_epoch: epoch(get(6)?),
+            }))
+        })
+    }
+}
+
 /// The fenced job lease store: a [`JobProfile`]'s statements on a pool.
 #[derive(Debug, Clone)]
 pub struct JobLeaseStore {
@@ -111,6 +208,9 @@ pub struct JobLeaseStore {
     held_sql: String,
     free_sql: String,
     until_sql: String,
+    state_sql: String,
+    /// Subtracted from every TTL to form a [`Grant`]'s local deadline ([`LeaseStore`]).
+    margin: Duration,
 }
 
 impl JobLeaseStore {
@@ -121,19 +221,30 @@ impl JobLeaseStore {
 
     /// The design `profile` describes, on `pool`.
     pub fn with_profile(pool: MySqlPool, profile: Arc<JobProfile>) -> Self {
-        let [held_sql, free_sql, until_sql] = JobLeaseStore::wrappers(&profile.lease.inspect);
+        let [held_sql, free_sql, until_sql, state_sql] =
+            JobLeaseStore::wrappers(&profile.lease.inspect);
         JobLeaseStore {
             held_sql,
             free_sql,
             until_sql,
+            state_sql,
             pool,
             profile,
+            margin: Duration::ZERO,
         }
     }
 
+    /// The same store, whose grants ([`LeaseStore`]) keep a local deadline `margin` before their
+    /// TTL runs out.
+    pub fn with_margin(mut self, margin: Duration) -> Self {
+        self.margin = margin;
+        self
+    }
+
     /// The lab's questions of `inspect`: is this holding held (its places, then holder and
-    /// token), is the lease free, when does it expire — each judged by `CURRENT_TIMESTAMP(3)`.
-    fn wrappers(inspect: &Statement) -> [String; 3] {
+    /// token), is the lease free, when does it expire, and the whole lease as [`Holding`] — each
+    /// judged by `CURRENT_TIMESTAMP(3)`.
+    fn wrappers(inspect: &Statement) -> [String; 4] {
         let inspect = inspect.sql();
         [
             format!(
@@ -144,6 +255,12 @@ impl JobLeaseStore {
                 "SELECT COUNT(*) FROM ({inspect}) AS i WHERE i.expires_at > CURRENT_TIMESTAMP(3)"
             ),
             format!("SELECT CAST(UNIX_TIMESTAMP(i.expires_at) AS CHAR) FROM ({inspect}) AS i"),
+            format!(
+                "SELECT i.holder, i.token, CAST(i.expires_at AS CHAR), \
+                        CAST(UNIX_TIMESTAMP(i.expires_at) AS CHAR), \
+                        i.expires_at <= CURRENT_TIMESTAMP(3), CAST(CURRENT_TIMESTAMP(3) AS CHAR), \
+                        CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) AS CHAR) FROM ({inspect}) AS i"
+            ),
         ]
     }
 

@@ -319,3 +319,37 @@ async fn a_mariadb_profile_is_prepared_on_the_server_and_a_bad_one_refused_in_it
     env.stop().await;
     outcome
 }
+
+/// The job lease through the [`fencing::lease::LeaseStore`] trait, as a holder reaches it: the
+/// grant's token is the fence token, a renewal keeps it, inspect reads the lease by database
+/// time, and a takeover after the release gets a greater token.
+#[tokio::test]
+async fn the_job_lease_answers_as_a_lease_store() -> anyhow::Result<()> {
+    use fencing::lease::LeaseStore;
+    let env = Env::start().await?;
+    let outcome = async {
+        let store: &dyn LeaseStore = &env.jobs;
+        assert!(store.token_name().contains("fence token"));
+        let ttl = Duration::from_millis(2000);
+        let mut a = store.acquire(LEASE, "A", ttl).await?.expect("a free lease");
+        assert!(store.acquire(LEASE, "B", ttl).await?.is_none(), "held");
+        let before = a.local_deadline();
+        assert!(store.renew(&mut a).await?);
+        assert!(a.local_deadline() > before);
+        let held = store.inspect(LEASE).await?.expect("a lease row");
+        assert_eq!((held.holder.as_str(), held.token), ("A", a.token));
+        assert!(!held.expired && held.remaining_ms() > 0.0, "{held:?}");
+        assert!(store.release(&a).await?);
+        assert!(store.inspect(LEASE).await?.expect("a lease row").expired);
+        let b = store
+            .acquire(LEASE, "B", ttl)
+            .await?
+            .expect("a released lease");
+        assert!(b.token > a.token, "{b:?} after {a:?}");
+        assert!(!store.renew(&mut a).await?, "A's holding was superseded");
+        anyhow::Ok(())
+    }
+    .await;
+    env.stop().await;
+    outcome
+}

@@ -100,7 +100,7 @@ async fn a_token_that_contradicts_the_claims_is_an_error() -> anyhow::Result<()>
     use std::sync::Arc;
     use std::time::Duration;
 
-    use fencing::lease::LeaseStore;
+    use fencing::lease::SqlLeaseStore;
     use fencing::schema::{self, Database};
 
     let cluster = cluster().await?;
@@ -126,7 +126,7 @@ async fn a_token_that_contradicts_the_claims_is_an_error() -> anyhow::Result<()>
             .execute(&pool)
             .await?;
         schema::migrate_for(&profile, Database::Lease, &pool).await?;
-        let store = LeaseStore::with_profile(pool.clone(), Duration::from_millis(100), profile);
+        let store = SqlLeaseStore::with_profile(pool.clone(), Duration::from_millis(100), profile);
         let e = store
             .acquire("job", "holder-a", Duration::from_secs(2))
             .await

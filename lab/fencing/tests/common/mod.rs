@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fencing::lease::LeaseStore;
+use fencing::lease::SqlLeaseStore;
 use fencing::publish::Publisher;
 use fencing::resource::Resource;
 use fencing::schema::{self, Database};
@@ -17,7 +17,7 @@ pub const SCOPE: &str = "daily-report";
 
 pub struct Db {
     pub cluster: Cluster,
-    pub lease: LeaseStore,
+    pub lease: SqlLeaseStore,
     pub resource: Resource,
     pub publisher: Publisher,
 }
@@ -33,7 +33,7 @@ pub async fn start() -> anyhow::Result<Db> {
     resource.setup_scope(SCOPE).await?;
     Ok(Db {
         cluster,
-        lease: LeaseStore::new(lease, MARGIN),
+        lease: SqlLeaseStore::new(lease, MARGIN),
         resource,
         publisher: Publisher::new(res),
     })

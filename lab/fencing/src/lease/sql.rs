@@ -1,10 +1,11 @@
-//! The lease store (SPEC §3.1): who may *start* work. Invariants I1 (at most one unexpired
+//! The SQL lease store (SPEC §3.1): a lease table run by a profile's statements on PostgreSQL —
+//! seed 004's own design unless `--sut` names another. Invariants I1 (at most one unexpired
 //! holder, by the database clock) and I2 (tokens strictly increase and are never reused).
 //!
 //! Each operation is ONE statement on an autocommit connection. Only the database clock decides
 //! expiry: `now()` inside an autocommit statement is the statement's own start time. Inside an
 //! explicit transaction `now()` is frozen at the transaction's start (experiment F2), which is why
-//! [`LeaseStore`] only ever runs these statements on a pool, never inside a transaction.
+//! [`SqlLeaseStore`] only ever runs these statements on a pool, never inside a transaction.
 //!
 //! The client keeps a *local deadline* for stopping early, from a monotonic clock read **before**
 //! the request is sent, plus `ttl - margin`. It never compares its wall clock with `expires_at`.
@@ -15,90 +16,30 @@ use std::time::{Duration, Instant};
 
 use sqlx::{PgExecutor, PgPool, Row};
 
+use super::{Grant, Holding, JudgedBy, LeaseStore, StoreFuture, StoreKind};
 use crate::profile::{Args, LeaseSql, Profile};
 use crate::{DbContext, Error, Result};
-
-/// One continuous holding of a lease: the token identifies it for ever (I2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    pub name: String,
-    pub holder: String,
-    pub token: i64,
-    pub ttl: Duration,
-    local_deadline: Instant,
-}
-
-impl Grant {
-    /// The monotonic instant after which the holder must stop starting new work.
-    pub fn local_deadline(&self) -> Instant {
-        self.local_deadline
-    }
-
-    /// True while the local deadline has not passed. Passing this check says nothing about
-    /// whether a write made a moment later is still safe: only the resource's fence says that.
-    pub fn locally_valid(&self) -> bool {
-        Instant::now() < self.local_deadline
-    }
-}
-
-/// Which clock a statement judges expiry by. The store always uses [`JudgedBy::Now`] on an
-/// autocommit connection; [`JudgedBy::ClockTimestamp`] exists to show (F2) what changes when
-/// the same statement runs inside a long transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JudgedBy {
-    /// `now()`: the start of the current transaction.
-    Now,
-    /// `clock_timestamp()`: the moment the function is called.
-    ClockTimestamp,
-}
-
-/// The lease row as the database sees it, read in one autocommit statement.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeaseRow {
-    pub holder: String,
-    pub token: i64,
-    /// `expires_at` as PostgreSQL prints it (`-infinity` once released).
-    pub expires_at: String,
-    /// `expires_at` in seconds since the epoch (`-inf` once released), for comparisons.
-    pub expires_epoch: f64,
-    /// `expires_at <= now()` at the moment of the read.
-    pub expired: bool,
-    /// `expires_at = '-infinity'`.
-    pub released: bool,
-    /// The database clock at the moment of the read.
-    pub db_now: String,
-    /// The database clock at the moment of the read, in seconds since the epoch.
-    pub db_now_epoch: f64,
-}
-
-impl LeaseRow {
-    /// The validity left at the moment of the read by the database clock (`expires_at - now()`),
-    /// in milliseconds: negative once expired, `-inf` once released.
-    pub fn remaining_ms(&self) -> f64 {
-        (self.expires_epoch - self.db_now_epoch) * 1000.0
-    }
-}
 
 /// A client of the lease table, running the statements of a profile (by default the built-in
 /// `seed004`). Cheap to clone; every call takes a connection from the pool and runs one
 /// autocommit statement.
 #[derive(Debug, Clone)]
-pub struct LeaseStore {
+pub struct SqlLeaseStore {
     pool: PgPool,
     margin: Duration,
     profile: Arc<Profile>,
 }
 
-impl LeaseStore {
+impl SqlLeaseStore {
     /// The lab's own lease store ([`Profile::seed004`]). `margin` is subtracted from every TTL to
     /// form the local deadline.
     pub fn new(pool: PgPool, margin: Duration) -> Self {
-        LeaseStore::with_profile(pool, margin, Arc::new(Profile::seed004().clone()))
+        SqlLeaseStore::with_profile(pool, margin, Arc::new(Profile::seed004().clone()))
     }
 
     /// The lease store of `profile`.
     pub fn with_profile(pool: PgPool, margin: Duration, profile: Arc<Profile>) -> Self {
-        LeaseStore {
+        SqlLeaseStore {
             pool,
             margin,
             profile,
@@ -126,7 +67,7 @@ impl LeaseStore {
             .transpose()
     }
 
-    /// [`LeaseStore::acquire`], the same statement, with the moments the database ran it (F3:
+    /// [`SqlLeaseStore::acquire`], the same statement, with the moments the database ran it (F3:
     /// did the contenders' statements really execute at the same time on the server?).
     pub async fn acquire_timed(
         &self,
@@ -165,13 +106,13 @@ impl LeaseStore {
         sent: Instant,
     ) -> Result<Grant> {
         self.token_as_claimed("acquire", token)?;
-        Ok(Grant {
-            name: name.to_owned(),
-            holder: holder.to_owned(),
+        Ok(Grant::new(
+            name,
+            holder,
             token,
             ttl,
-            local_deadline: sent + (ttl - self.margin),
-        })
+            sent + (ttl - self.margin),
+        ))
     }
 
     /// `Err` when `token`, answered by `statement`, contradicts the profile's claims: a design
@@ -207,7 +148,7 @@ impl LeaseStore {
         let sent = Instant::now();
         let renewed = stmt::renew(self.sql(), &self.pool, grant, JudgedBy::Now).await?;
         if renewed {
-            grant.local_deadline = sent + (grant.ttl - self.margin);
+            grant.renewed(sent + (grant.ttl - self.margin));
         }
         Ok(renewed)
     }
@@ -226,7 +167,7 @@ impl LeaseStore {
     }
 
     /// Reads the lease row and the database's verdict on it, in one statement.
-    pub async fn inspect(&self, name: &str) -> Result<Option<LeaseRow>> {
+    pub async fn inspect(&self, name: &str) -> Result<Option<Holding>> {
         // The profile's inspect answers holder, token and expires_at; the database's verdict on
         // them is read around it, in the same statement.
         let sql = format!(
@@ -252,7 +193,7 @@ impl LeaseStore {
         if let Some(r) = &row {
             self.token_as_claimed("inspect", r.get(1))?;
         }
-        Ok(row.map(|r| LeaseRow {
+        Ok(row.map(|r| Holding {
             holder: r.get(0),
             token: r.get(1),
             expires_at: r.get(2),
@@ -286,9 +227,47 @@ impl LeaseStore {
     }
 }
 
-/// The lease statements themselves, runnable on any executor. [`LeaseStore`] runs them in
+/// The SQL lease store in the registry ([`super::STORES`]).
+pub const KIND: StoreKind = StoreKind {
+    name: "postgres",
+    token: "token column",
+    about: "a lease table on PostgreSQL, run by a profile's statements (seed 004's unless --sut names another)",
+};
+
+impl LeaseStore for SqlLeaseStore {
+    fn token_name(&self) -> String {
+        format!(
+            "token column of {} (profile {})",
+            self.sql().table,
+            self.profile.name
+        )
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<Grant>> {
+        Box::pin(SqlLeaseStore::acquire(self, name, holder, ttl))
+    }
+
+    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
+        Box::pin(SqlLeaseStore::renew(self, grant))
+    }
+
+    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
+        Box::pin(SqlLeaseStore::release(self, grant))
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
+        Box::pin(SqlLeaseStore::inspect(self, name))
+    }
+}
+
+/// The lease statements themselves, runnable on any executor. [`SqlLeaseStore`] runs them in
 /// autocommit; experiments run them inside a transaction to show why that is wrong. Each takes
-/// the profile's lease side ([`LeaseStore::sql`]).
+/// the profile's lease side ([`SqlLeaseStore::sql`]).
 pub mod stmt {
     use super::*;
 

@@ -1,0 +1,183 @@
+//! Lease stores: who may *start* work (SPEC §3.1, §9). A lease store grants a lease with an
+//! expiry by its own clock and, if its design has one, a token; it is anything that answers the
+//! four questions of [`LeaseStore`] — a SQL profile's table ([`sql`]), seed 000's job lease on
+//! MariaDB (`fenced_job`), and later a lock service (an etcd lease, a ZooKeeper node, a Redis
+//! key).
+//!
+//! Tokens are opaque and ordered: what fencing needs is that a takeover's token is greater than
+//! every earlier grant's and that one holding keeps its token — gaps are allowed, a release may
+//! bump it, and each store names its token in its own words ([`LeaseStore::token_name`]: "token
+//! column", "etcd revision", "ZooKeeper czxid"). Nothing here reads a token as a count.
+//!
+//! The client keeps a *local deadline* for stopping early, from a monotonic clock read **before**
+//! the request is sent, plus `ttl - margin` ([`Grant::local_deadline`]). It is an efficiency
+//! device only: safety comes from the resource's fence, which never reads the lease.
+//!
+//! Adding a store: one file here implementing [`LeaseStore`] (its `//!` names the store, its
+//! token and what decides expiry), and one line in [`STORES`]. What this module must not hold:
+//! any store's SQL or client calls (they live in the store's own file).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use crate::Result;
+
+pub mod sql;
+
+pub use sql::{operator_mistake, stmt, SqlLeaseStore};
+
+/// One continuous holding of a lease: the token identifies it for ever (I2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub name: String,
+    pub holder: String,
+    /// The store's token for this holding, opaque but ordered: a later holding's is greater.
+    pub token: i64,
+    pub ttl: Duration,
+    local_deadline: Instant,
+}
+
+impl Grant {
+    /// A grant whose local deadline is `local_deadline` (the sender's monotonic clock, read
+    /// before the request was sent, plus `ttl - margin`).
+    pub fn new(
+        name: &str,
+        holder: &str,
+        token: i64,
+        ttl: Duration,
+        local_deadline: Instant,
+    ) -> Self {
+        Grant {
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+            token,
+            ttl,
+            local_deadline,
+        }
+    }
+
+    /// The monotonic instant after which the holder must stop starting new work.
+    pub fn local_deadline(&self) -> Instant {
+        self.local_deadline
+    }
+
+    /// True while the local deadline has not passed. Passing this check says nothing about
+    /// whether a write made a moment later is still safe: only the resource's fence says that.
+    pub fn locally_valid(&self) -> bool {
+        Instant::now() < self.local_deadline
+    }
+
+    /// Moves the local deadline after a successful renewal (from a clock read before it was
+    /// sent); the token stays.
+    pub fn renewed(&mut self, local_deadline: Instant) {
+        self.local_deadline = local_deadline;
+    }
+}
+
+/// Which clock a statement judges expiry by. The store always uses [`JudgedBy::Now`] on an
+/// autocommit connection; [`JudgedBy::ClockTimestamp`] exists to show (F2) what changes when
+/// the same statement runs inside a long transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JudgedBy {
+    /// `now()`: the start of the current transaction.
+    Now,
+    /// `clock_timestamp()`: the moment the function is called.
+    ClockTimestamp,
+}
+
+/// The lease as the store sees it at one moment, judged by the store's own clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    pub holder: String,
+    pub token: i64,
+    /// The expiry as the store prints it (`-infinity` once released, on PostgreSQL).
+    pub expires_at: String,
+    /// The expiry in seconds since the epoch (`-inf` once released), for comparisons.
+    pub expires_epoch: f64,
+    /// Expired at the moment of the read, by the store's clock.
+    pub expired: bool,
+    /// Given up by its holder.
+    pub released: bool,
+    /// The store's clock at the moment of the read.
+    pub db_now: String,
+    /// The store's clock at the moment of the read, in seconds since the epoch.
+    pub db_now_epoch: f64,
+}
+
+impl Holding {
+    /// The validity left at the moment of the read by the store's clock, in milliseconds:
+    /// negative once expired, `-inf` once released.
+    pub fn remaining_ms(&self) -> f64 {
+        (self.expires_epoch - self.db_now_epoch) * 1000.0
+    }
+}
+
+/// A store's answer, boxed so that a store can be chosen at run time (`dyn LeaseStore`).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// A lease store: the four questions every experiment and every holder asks, whatever the
+/// store. Each call is one request to the store, judged by the store's clock; a refused lease is
+/// an answer (`None`, `false`), never an error. What is true when each returns is on the method.
+pub trait LeaseStore: Send + Sync + std::fmt::Debug {
+    /// What the store calls its token, for the evidence ("token column `lease.token`", later
+    /// "etcd revision of the lock key", "ZooKeeper czxid").
+    fn token_name(&self) -> String;
+
+    /// Takes the lease if nobody holds it by the store's clock. `Some(grant)`: the store
+    /// committed the grant, whose token is greater than every earlier grant's of `name`;
+    /// `None`: someone holds it.
+    fn acquire<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<Grant>>;
+
+    /// Extends `grant`'s holding by its TTL if it is still the current one and unexpired: `true`
+    /// once the store committed the extension (the grant's local deadline moved; its token did
+    /// not). An expired holding is never renewed.
+    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool>;
+
+    /// Gives `grant`'s holding up at once: `true` once the store committed it (the lease is free;
+    /// its token never goes back), `false` when the holding was no longer the current one.
+    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool>;
+
+    /// The lease `name` as the store sees it now (`None`: never granted).
+    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>>;
+}
+
+/// A kind of lease store the lab can run: the name a holder's `--store` gives, what it calls its
+/// token, and one line about it (`lab list` and the evidence show them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreKind {
+    pub name: &'static str,
+    pub token: &'static str,
+    pub about: &'static str,
+}
+
+/// Every lease store the lab can run, one line each.
+pub const STORES: &[StoreKind] = &[
+    sql::KIND,
+    #[cfg(feature = "mariadb")]
+    crate::fenced_job::KIND,
+];
+
+/// The store kind named `name` (a holder's `--store`).
+pub fn store_kind(name: &str) -> Option<&'static StoreKind> {
+    STORES.iter().find(|k| k.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_store_kind_has_a_unique_name_and_says_what_its_token_is() {
+        for (i, k) in STORES.iter().enumerate() {
+            assert!(!k.token.is_empty() && !k.about.is_empty(), "{k:?}");
+            assert_eq!(store_kind(k.name), Some(&STORES[i]), "{k:?}");
+        }
+        assert_eq!(store_kind("no-such-store"), None);
+    }
+}
