@@ -285,7 +285,8 @@ impl Container {
     }
 }
 
-/// Removes the container `id`, running or not, with its anonymous volumes.
+/// Removes the container `id`, running or not, with its anonymous volumes; one already gone
+/// (another sweep removed it) counts as removed.
 pub(crate) async fn remove(id: &str) -> Result<(), ContainerError> {
     let options = RemoveContainerOptionsBuilder::new()
         .force(true)
@@ -295,7 +296,15 @@ pub(crate) async fn remove(id: &str) -> Result<(), ContainerError> {
         .await?
         .remove_container(id, Some(options))
         .await
-        .map_err(|source| ContainerError::engine(format!("remove container {id}"), source))
+        .or_else(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            } => Ok(()),
+            source => Err(ContainerError::engine(
+                format!("remove container {id}"),
+                source,
+            )),
+        })
 }
 
 impl Drop for Container {
