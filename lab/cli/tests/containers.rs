@@ -35,8 +35,7 @@ fn no_engine() -> Option<String> {
             o.status,
             String::from_utf8_lossy(&o.stderr)
                 .lines()
-                .filter(|l| !l.trim().is_empty())
-                .last()
+                .rfind(|l| !l.trim().is_empty())
                 .unwrap_or("no error text")
         )),
         Err(e) => Some(format!("`docker info` did not run: {e}")),
