@@ -16,11 +16,6 @@
 
 use crate::{Lab, Needs, Outcome, Scenario};
 
-/// The skip of a container experiment in a lab built without the feature.
-#[cfg(not(feature = "containers"))]
-pub const NOT_BUILT: &str = "this lab was built without the containers feature: start a Docker \
-    engine and build with --features lab/containers (./run.sh and scripts/test.sh do when one answers)";
-
 /// F15 as `./run.sh` runs it. `hold: false` sends A's write without holding it: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
 pub struct F15 {
@@ -65,7 +60,7 @@ impl Scenario for F15 {
             #[cfg(not(feature = "containers"))]
             {
                 let _ = (lab, self.hold);
-                rec.skip(NOT_BUILT);
+                rec.skip(harness::hosts::NOT_BUILT);
                 Ok(())
             }
         })

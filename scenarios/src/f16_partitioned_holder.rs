@@ -54,7 +54,7 @@ impl Scenario for F16 {
             #[cfg(not(feature = "containers"))]
             {
                 let _ = lab;
-                rec.skip(crate::f15_delayed_write::NOT_BUILT);
+                rec.skip(harness::hosts::NOT_BUILT);
                 Ok(())
             }
         })

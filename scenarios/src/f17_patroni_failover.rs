@@ -90,7 +90,7 @@ impl Scenario for F17 {
             #[cfg(not(feature = "containers"))]
             {
                 let _ = (lab, self.freeze);
-                rec.skip(crate::f15_delayed_write::NOT_BUILT);
+                rec.skip(harness::hosts::NOT_BUILT);
                 Ok(())
             }
         })

@@ -14,11 +14,13 @@ use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
 use harness::evidence::Recorder;
 use harness::holder::HolderSpec;
+use harness::hosts::{Host, Hosts};
 use harness::server::{Cluster, ClusterConfig, Server};
 use holder_protocol::HolderFlags;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
+pub use harness::hosts::{Backend, Restarted};
 pub use harness::replication::Replication;
 
 /// The run's parameters (SPEC §5 defaults). Validated before anything starts.
@@ -146,8 +148,9 @@ impl Params {
 /// The environment of a run. End it with [`Lab::shutdown`]; dropping it instead is the last
 /// resort of a panic (a blocking immediate shutdown of every server).
 pub struct Lab {
-    /// Where the lease store and the resource live: [`Lab::cluster`] for the embedded default.
-    pub servers: Servers,
+    /// Where the lease store and the resource live: the embedded cluster ([`Lab::cluster`]) by
+    /// default, containers with `--backend containers`.
+    pub servers: Box<dyn Hosts>,
     /// `--keep` or a failing run: the servers stay after [`Lab::shutdown`] (stopped).
     kept: bool,
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
@@ -156,12 +159,9 @@ pub struct Lab {
     /// This run's mark: the label value on every container, network and network hold the run
     /// makes (feature `containers`), so that leftovers can be found and removed.
     pub run_mark: String,
-    /// The MariaDB server of the U-series, started by the first U scenario that runs.
-    #[cfg(feature = "mariadb")]
-    pub maria: Option<crate::maria::MariaEnv>,
-    /// The `mariadb` command line that connects to that server, once it runs (`lab run --step`
-    /// prints it at the U-series' steps).
-    pub maria_client: Arc<std::sync::Mutex<Option<String>>>,
+    /// The MariaDB server of the U-series, started by the first U scenario that runs, and the
+    /// command line that connects to it.
+    pub maria: crate::maria::MariaSlot,
     /// The holder binary the multi-process scenarios start.
     pub holder_bin: PathBuf,
     pub params: Params,
@@ -219,27 +219,21 @@ impl Lab {
         params: Params,
         holder_bin: PathBuf,
     ) -> anyhow::Result<Lab> {
-        let servers = match backend {
-            Backend::Embedded => Servers::Embedded(
+        let servers: Box<dyn Hosts> = match backend {
+            Backend::Embedded => Box::new(
                 Cluster::create(cluster)
                     .await
                     .context("failed to start the embedded PostgreSQL")?,
             ),
-            #[cfg(feature = "containers")]
-            Backend::Containers { pg_major, patroni } => Servers::Containers(
-                crate::hosts::ContainerServers::start(&run_mark, pg_major, patroni).await?,
-            ),
-            #[cfg(not(feature = "containers"))]
-            Backend::Containers { .. } => anyhow::bail!(
-                "--backend containers: {}",
-                crate::f15_delayed_write::NOT_BUILT
-            ),
+            Backend::Containers { pg_major, patroni } => {
+                harness::hosts::start_containers(&run_mark, pg_major, patroni).await?
+            }
         };
-        let (lease_pool, resource_pool) = match Self::provision_servers(&servers, &params.sut).await
+        let (lease_pool, resource_pool) = match Self::provision(servers.as_ref(), &params.sut).await
         {
             Ok(pools) => pools,
             Err(e) => {
-                servers.remove().await;
+                servers.shutdown().await;
                 return Err(e);
             }
         };
@@ -251,9 +245,7 @@ impl Lab {
             kept: false,
             adopted: Vec::new(),
             run_mark,
-            #[cfg(feature = "mariadb")]
-            maria: None,
-            maria_client: Arc::default(),
+            maria: crate::maria::MariaSlot::default(),
             holder_bin,
             params,
         })
@@ -284,23 +276,15 @@ impl Lab {
     /// The embedded cluster; an error on another backend (where only the scenarios that run on
     /// every backend run, so no scenario reaching this meets it).
     pub fn cluster(&self) -> anyhow::Result<&Cluster> {
-        match &self.servers {
-            Servers::Embedded(c) => Ok(c),
-            #[cfg(feature = "containers")]
-            Servers::Containers(_) => {
-                anyhow::bail!("this experiment needs the embedded cluster (--backend embedded)")
-            }
-        }
+        self.servers
+            .embedded()
+            .context("this experiment needs the embedded cluster (--backend embedded)")
     }
 
     /// Where the servers are, for the environment record: the cluster's directory, or each
     /// container's address and network and the image.
     pub fn describe_servers(&self) -> String {
-        match &self.servers {
-            Servers::Embedded(c) => format!("embedded: cluster {}", c.root().display()),
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.describe(),
-        }
+        self.servers.describe()
     }
 
     /// Which backend the lab runs on.
@@ -310,7 +294,7 @@ impl Lab {
 
     /// Connection options for `database` as `user`, on the server that holds `db`.
     pub fn connect_options(&self, db: Database, database: &str, user: &str) -> PgConnectOptions {
-        self.servers.connect_options(db, database, user)
+        self.servers.connect_options(host_of(db), database, user)
     }
 
     /// A small superuser pool on the maintenance database of the server that holds `db`, for
@@ -318,10 +302,7 @@ impl Lab {
     pub async fn admin_pool(&self, db: Database) -> anyhow::Result<PgPool> {
         PgPoolOptions::new()
             .max_connections(2)
-            .connect_with(
-                self.servers
-                    .connect_options(db, "postgres", self.servers.superuser()),
-            )
+            .connect_with(self.connect_options(db, "postgres", SUPERUSER))
             .await
             .context("failed to connect as the superuser")
     }
@@ -329,52 +310,35 @@ impl Lab {
     /// (containers) Drops every packet of `process`'s open connections to `db`'s host — by
     /// the connections' source ports, as the server's `pg_stat_activity` names them — until the
     /// returned holds are lifted or dropped. A connection it opens meanwhile is not held.
-    #[cfg(feature = "containers")]
-    pub async fn cut(
-        &self,
-        process: &str,
-        db: Database,
-    ) -> anyhow::Result<Vec<harness::containers::Hold>> {
-        let Servers::Containers(hosts) = &self.servers else {
-            anyhow::bail!("cutting a process off a server needs --backend containers");
-        };
-        let ip = hosts.ip(db);
+    pub async fn cut(&self, process: &str, db: Database) -> anyhow::Result<harness::hosts::Holds> {
+        let ip = self
+            .servers
+            .ip(host_of(db))
+            .context("cutting a process off a server needs --backend containers")?;
         let admin = self.admin_pool(db).await?;
         let ports = harness::observe::client_ports(&admin, process).await;
         admin.close().await;
-        let mut holds = Vec::new();
-        for port in ports.context("failed to list the process's connections")? {
-            let port = u16::try_from(port).context("a client port out of range")?;
-            let (hold, _) = harness::containers::Hold::start(ip, port, &self.run_mark).await?;
-            holds.push(hold);
-        }
-        Ok(holds)
+        let ports = ports
+            .context("failed to list the process's connections")?
+            .into_iter()
+            .map(|p| u16::try_from(p).context("a client port out of range"))
+            .collect::<anyhow::Result<Vec<u16>>>()?;
+        harness::hosts::Holds::start(ip, &ports, &self.run_mark).await
     }
 
     /// Cuts the lease store's Patroni leader off from its peers (not from the lab's host) once
     /// the cluster is whole (a replica that does not stream is reinitialised first): the first
     /// half of a failover by the engine. Its name, and the replicas reinitialised.
     pub async fn isolate_lease_leader(&mut self) -> anyhow::Result<(String, Vec<String>)> {
-        match &mut self.servers {
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.isolate_lease_leader(WHOLE_TIMEOUT).await,
-            _ => {
-                anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni")
-            }
-        }
+        self.servers.isolate_lease_leader(WHOLE_TIMEOUT).await
     }
 
     /// The second half: once Patroni elected another leader, lets `old` back (as a replica) and
     /// reopens the pools on the new leader. The new leader's name.
     pub async fn mend_lease_host(&mut self, old: &str) -> anyhow::Result<String> {
-        #[cfg(feature = "containers")]
-        if let Servers::Containers(h) = &mut self.servers {
-            let new = h.mend_lease_host(old, FAILOVER_TIMEOUT).await?;
-            self.reopen().await?;
-            return Ok(new);
-        }
-        let _ = old;
-        anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni")
+        let new = self.servers.mend_lease_host(old, FAILOVER_TIMEOUT).await?;
+        self.reopen().await?;
+        Ok(new)
     }
 
     /// On a Patroni lease store: waits until it is whole (a leader every replica streams from;
@@ -382,14 +346,12 @@ impl Lab {
     /// before a run that writes to it (with `synchronous_mode_strict` and no standby, a write
     /// would wait for ever). The replicas reinitialised; none otherwise.
     pub async fn heal_lease_store(&mut self) -> anyhow::Result<Vec<String>> {
-        match &mut self.servers {
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) if h.lease.is_patroni() => {
-                let reinit = h.heal_lease_store(WHOLE_TIMEOUT).await?;
+        match self.servers.heal_lease_store(WHOLE_TIMEOUT).await? {
+            Some(reinit) => {
                 self.reopen().await?;
                 Ok(reinit)
             }
-            _ => Ok(Vec::new()),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -397,121 +359,56 @@ impl Lab {
     /// leader let back may have taken its place again) and reopens the pools on it. Nothing
     /// otherwise.
     pub async fn follow_lease_leader(&mut self) -> anyhow::Result<()> {
-        match &mut self.servers {
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => {
-                if h.follow_lease_leader(FAILOVER_TIMEOUT).await?.is_some() {
-                    self.reopen().await?;
-                }
-                Ok(())
-            }
-            _ => Ok(()),
+        if self.servers.follow_lease_leader(FAILOVER_TIMEOUT).await? {
+            self.reopen().await?;
         }
+        Ok(())
     }
 
     /// Each Patroni node's name and log from `since` on, when the lease store is on Patroni.
     pub async fn lease_logs(&self, since: std::time::SystemTime) -> Vec<(String, String)> {
-        match &self.servers {
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.lease_logs(since).await,
-            _ => {
-                let _ = since;
-                Vec::new()
-            }
-        }
+        self.servers.lease_logs(since).await
     }
 
     /// Crashes every server of the lab (immediate stop: no checkpoint) and starts it again on
     /// the same data; returns once each has recovered and accepts connections, with what each
     /// logged meanwhile. The pools are stale afterwards: call [`Lab::reopen`].
     pub async fn crash_and_restart(&mut self) -> anyhow::Result<Vec<Restarted>> {
-        match &mut self.servers {
-            Servers::Embedded(c) => {
-                let offset = c.log_len();
-                let old_pid = c.postmaster_pid();
-                c.restart_immediate().await?;
-                Ok(vec![Restarted {
-                    server: "the cluster".into(),
-                    old_pid,
-                    new_pid: c.postmaster_pid(),
-                    log: c.log_since(offset)?,
-                }])
-            }
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.crash_and_restart(self.params.wait_timeout).await,
-        }
+        self.servers
+            .crash_and_restart(self.params.wait_timeout)
+            .await
     }
 
-    /// Creates the roles and databases, applies the migrations; the lease and resource pools.
+    /// Creates the roles and databases on each server `servers` has, applies the migrations
+    /// (each database's tables on the host that holds it); the lease and resource pools.
     pub(crate) async fn provision(
-        cluster: &Cluster,
+        servers: &dyn Hosts,
         sut: &Profile,
     ) -> anyhow::Result<(PgPool, PgPool)> {
-        let mut admin = cluster
-            .admin()
-            .await
-            .context("failed to connect as the superuser")?;
-        schema::provision(&mut admin).await?;
-        let lease_pool = Self::pool(cluster, Database::Lease).await?;
-        let resource_pool = Self::pool(cluster, Database::Resource).await?;
+        let hosts: &[Database] = if servers.embedded().is_some() {
+            &[Database::Lease]
+        } else {
+            &[Database::Lease, Database::Resource]
+        };
+        for db in hosts {
+            let opts = servers.connect_options(host_of(*db), "postgres", SUPERUSER);
+            let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect_with(&opts)
+                .await
+                .context("failed to connect as the superuser")?;
+            schema::provision(&mut admin).await?;
+        }
+        let lease_pool = Self::pool(servers, Database::Lease).await?;
+        let resource_pool = Self::pool(servers, Database::Resource).await?;
         schema::migrate_for(sut, Database::Lease, &lease_pool).await?;
         schema::migrate_for(sut, Database::Resource, &resource_pool).await?;
         Ok((lease_pool, resource_pool))
-    }
-
-    /// [`Lab::provision`] on whatever `servers` is: on separate hosts, each gets the roles and
-    /// databases, and each database's tables go on the host that holds it.
-    async fn provision_servers(
-        servers: &Servers,
-        sut: &Profile,
-    ) -> anyhow::Result<(PgPool, PgPool)> {
-        match servers {
-            Servers::Embedded(c) => Self::provision(c, sut).await,
-            #[cfg(feature = "containers")]
-            Servers::Containers(_) => {
-                for db in [Database::Lease, Database::Resource] {
-                    let opts = servers.connect_options(db, "postgres", servers.superuser());
-                    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect_with(&opts)
-                        .await
-                        .context("failed to connect as the superuser")?;
-                    schema::provision(&mut admin).await?;
-                }
-                let lease_pool = Self::side_pool(servers, Database::Lease).await?;
-                let resource_pool = Self::side_pool(servers, Database::Resource).await?;
-                schema::migrate_for(sut, Database::Lease, &lease_pool).await?;
-                schema::migrate_for(sut, Database::Resource, &resource_pool).await?;
-                Ok((lease_pool, resource_pool))
-            }
-        }
-    }
-
-    /// A pool that connects to `db` as its owner role, wherever `db` lives.
-    async fn side_pool(servers: &Servers, db: Database) -> anyhow::Result<PgPool> {
-        PgPoolOptions::new()
-            .max_connections(8)
-            .connect_with(servers.connect_options(db, db.name(), db.role()))
-            .await
-            .with_context(|| format!("failed to connect to {} as {}", db.name(), db.role()))
     }
 
     /// Keeps every server's directory (data, socket, log) after the lab ends: one line per
     /// server saying where it is and how to look inside. Call [`Lab::shutdown`] next.
     pub fn keep(&mut self) -> Vec<String> {
         self.kept = true;
-        let mut kept = match &mut self.servers {
-            Servers::Embedded(c) => {
-                c.keep_on_drop();
-                vec![format!(
-                    "kept the cluster at {} (server log {}); it is stopped. To look inside, start it as \
-                     the directory's owner: {}  (Ctrl-C stops it)",
-                    c.root().display(),
-                    c.log_path().display(),
-                    c.restart_hint(),
-                )]
-            }
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.kept_lines(),
-        };
+        let mut kept = self.servers.keep();
         for other in &mut self.adopted {
             other.keep_on_drop();
             kept.push(format!(
@@ -521,45 +418,24 @@ impl Lab {
                 other.restart_hint(),
             ));
         }
-        #[cfg(feature = "mariadb")]
-        if let Some(m) = self.maria.as_mut() {
-            m.server.keep_on_drop();
-            kept.push(format!(
-                "kept the MariaDB directory at {} (server log {}); it is stopped",
-                m.server.root().display(),
-                m.server.log_path().display()
-            ));
-        }
+        kept.extend(self.maria.keep());
         kept
     }
 
     /// Stops every server cleanly (each with its grace period) and closes the pools; returns
     /// once every server process has exited. Directories not kept are removed.
     pub async fn shutdown(mut self) {
-        #[cfg(feature = "mariadb")]
-        if let Some(maria) = self.maria.take() {
-            maria.shutdown().await;
-        }
+        self.maria.shutdown().await;
         for pool in [self.lease.pool().clone(), self.resource.pool().clone()] {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
-        #[cfg(feature = "containers")]
-        let kept = self.kept;
-        match self.servers {
-            Servers::Embedded(mut c) => c.stop().await,
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) if kept => h.stop_and_keep().await,
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.remove().await,
-        }
+        self.servers.shutdown().await;
         for mut other in self.adopted.drain(..) {
             other.stop().await;
         }
         // A scenario interrupted while its containers ran: whatever carries this run's mark.
-        #[cfg(feature = "containers")]
-        if !kept {
-            let _ = harness::containers::remove_labelled(Some(&self.run_mark), false).await;
-            harness::containers::remove_held_rules(Some(&self.run_mark)).await;
+        if !self.kept {
+            harness::hosts::remove_marked(&self.run_mark).await;
         }
     }
 
@@ -569,58 +445,20 @@ impl Lab {
         self.adopted.push(cluster);
     }
 
-    /// A pool that connects to `db` as its owner role.
-    pub async fn pool(cluster: &Cluster, db: Database) -> anyhow::Result<PgPool> {
+    /// A pool that connects to `db` as its owner role, wherever `db` lives.
+    pub async fn pool(servers: &dyn Hosts, db: Database) -> anyhow::Result<PgPool> {
         PgPoolOptions::new()
             .max_connections(8)
-            .connect_with(cluster.connect_options(db.name(), db.role()))
+            .connect_with(servers.connect_options(host_of(db), db.name(), db.role()))
             .await
             .with_context(|| format!("failed to connect to {} as {}", db.name(), db.role()))
-    }
-
-    /// The MariaDB environment, started on first use and emptied for the caller. `Ok(Err(reason))`
-    /// when MariaDB is not installed here: the U scenarios then report a skip, never a pass. A
-    /// server that is installed but fails is an error (a failed check).
-    #[cfg(feature = "mariadb")]
-    pub async fn maria(&mut self) -> anyhow::Result<Result<&crate::maria::MariaEnv, String>> {
-        if self.maria.is_none() {
-            match crate::maria::MariaEnv::start(self.params.jobs.clone()).await? {
-                Ok(env) => {
-                    let command = env.server.client_command(crate::maria::DATABASE);
-                    if let Ok(mut client) = self.maria_client.lock() {
-                        *client = Some(command);
-                    }
-                    self.maria = Some(env);
-                }
-                Err(reason) => return Ok(Err(reason)),
-            }
-        }
-        let env = self.maria.as_ref().expect("just started");
-        env.reset().await?;
-        Ok(Ok(env))
-    }
-
-    /// [`Lab::maria`] for a scenario that cannot run without MariaDB: when it is not installed
-    /// here, records the skip with its reason and install hint and returns `None`.
-    #[cfg(feature = "mariadb")]
-    pub async fn maria_or_skip(
-        &mut self,
-        rec: &mut harness::evidence::Recorder,
-    ) -> anyhow::Result<Option<&crate::maria::MariaEnv>> {
-        match self.maria().await? {
-            Ok(env) => Ok(Some(env)),
-            Err(reason) => {
-                rec.skip(reason);
-                Ok(None)
-            }
-        }
     }
 
     /// Replaces every pool with a fresh one, e.g. after a restart of the cluster, so that no
     /// store hands out a connection to the server that is gone.
     pub async fn reopen(&mut self) -> anyhow::Result<()> {
-        let lease_pool = Self::side_pool(&self.servers, Database::Lease).await?;
-        let resource_pool = Self::side_pool(&self.servers, Database::Resource).await?;
+        let lease_pool = Self::pool(self.servers.as_ref(), Database::Lease).await?;
+        let resource_pool = Self::pool(self.servers.as_ref(), Database::Resource).await?;
         let old = [self.lease.pool().clone(), self.resource.pool().clone()];
         self.lease =
             SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone());
@@ -655,8 +493,8 @@ impl Lab {
             bin: self.holder_bin.clone(),
             flags: HolderFlags {
                 store: "postgres".into(),
-                socket_dir: self.servers.socket_dir(),
-                port: self.servers.port(),
+                socket_dir: self.servers.socket().0,
+                port: self.servers.socket().1,
                 lease: LEASE.into(),
                 holder: holder.into(),
                 ttl_ms: ms(self.params.ttl),
@@ -672,10 +510,10 @@ impl Lab {
                 wait_before_check: false,
                 wait_before_commit: false,
                 wait_after_write: false,
-                resource_host: self.servers.host(Database::Resource),
-                resource_port: self.servers.host(Database::Resource).map(|_| PG_PORT),
-                lease_host: self.servers.host(Database::Lease),
-                lease_port: self.servers.host(Database::Lease).map(|_| PG_PORT),
+                resource_host: self.servers.tcp_host(Host::Resource),
+                resource_port: self.servers.tcp_host(Host::Resource).map(|_| PG_PORT),
+                lease_host: self.servers.tcp_host(Host::Lease),
+                lease_port: self.servers.tcp_host(Host::Lease).map(|_| PG_PORT),
                 loop_seed: None,
                 loop_parts: 3,
                 control_scope: None,
@@ -697,7 +535,7 @@ impl Lab {
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(1)
-            .connect_with(self.servers.connect_options(
+            .connect_with(self.connect_options(
                 Database::Lease,
                 Database::Lease.name(),
                 Database::Lease.role(),
@@ -847,143 +685,22 @@ pub fn shown<T: std::fmt::Display>(value: Option<T>) -> String {
 const PG_PORT: u16 = 5432;
 
 /// How long a Patroni cluster may take to elect a new leader (its `ttl` is 10 s).
-#[cfg(feature = "containers")]
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a Patroni cluster may take to become whole again after a failover (an old leader
 /// rewound and streaming takes a few seconds).
-#[cfg(feature = "containers")]
 const WHOLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Where the lease store and the resource run (`--backend`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// Both databases on the embedded cluster, over its Unix socket: the default.
-    Embedded,
-    /// Each database on a PostgreSQL container of its own (this major version), on networks
-    /// of their own that the lab creates, reached over TCP (feature `containers`); with
-    /// `patroni`, the lease database on a Patroni-managed cluster of three replicating so
-    /// (`--lease-store patroni…`).
-    Containers {
-        pg_major: u32,
-        patroni: Option<Replication>,
-    },
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Backend::Embedded => f.write_str("embedded"),
-            Backend::Containers {
-                pg_major,
-                patroni: None,
-            } => write!(f, "containers (PostgreSQL {pg_major})"),
-            Backend::Containers {
-                pg_major,
-                patroni: Some(replication),
-            } => write!(
-                f,
-                "containers (PostgreSQL {pg_major}, the lease store on Patroni, {replication})"
-            ),
-        }
+/// The host that holds `db`: the lease store's for the lease database, the resource's for the
+/// resource's.
+pub fn host_of(db: Database) -> Host {
+    match db {
+        Database::Lease => Host::Lease,
+        Database::Resource => Host::Resource,
     }
 }
 
-/// The servers of a run.
-// One value per run: the variants' sizes do not matter.
-#[allow(clippy::large_enum_variant)]
-pub enum Servers {
-    /// The embedded cluster holds both databases.
-    Embedded(Cluster),
-    /// A container per database.
-    #[cfg(feature = "containers")]
-    Containers(crate::hosts::ContainerServers),
-}
-
-impl Servers {
-    fn backend(&self) -> Backend {
-        match self {
-            Servers::Embedded(_) => Backend::Embedded,
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => Backend::Containers {
-                pg_major: h.image.major,
-                patroni: h.lease.replication(),
-            },
-        }
-    }
-
-    /// Connection options for `database` as `user` on the server that holds `db`.
-    #[cfg_attr(not(feature = "containers"), allow(unused_variables))]
-    fn connect_options(&self, db: Database, database: &str, user: &str) -> PgConnectOptions {
-        match self {
-            Servers::Embedded(c) => c.connect_options(database, user),
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => sqlx::ConnectOptions::disable_statement_logging(
-                h.connect_options(db, database, user),
-            ),
-        }
-    }
-
-    fn superuser(&self) -> &'static str {
-        harness::server::postgres::SUPERUSER
-    }
-
-    /// The host a holder connects to for `db` over TCP; `None`: the Unix socket.
-    #[cfg_attr(not(feature = "containers"), allow(unused_variables))]
-    fn host(&self, db: Database) -> Option<String> {
-        match self {
-            Servers::Embedded(_) => None,
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => Some(match db {
-                // Each Patroni node's: the holder connects to the read-write one.
-                Database::Lease => h
-                    .lease
-                    .ips()
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                Database::Resource => h.ip(db).to_string(),
-            }),
-        }
-    }
-
-    fn socket_dir(&self) -> PathBuf {
-        match self {
-            Servers::Embedded(c) => c.socket_dir(),
-            #[cfg(feature = "containers")]
-            Servers::Containers(_) => std::env::temp_dir(),
-        }
-    }
-
-    fn port(&self) -> u16 {
-        match self {
-            Servers::Embedded(c) => c.port(),
-            #[cfg(feature = "containers")]
-            Servers::Containers(_) => PG_PORT,
-        }
-    }
-
-    /// Stops and removes them (a start that failed half-way).
-    async fn remove(self) {
-        match self {
-            Servers::Embedded(mut c) => c.stop().await,
-            #[cfg(feature = "containers")]
-            Servers::Containers(h) => h.remove().await,
-        }
-    }
-}
-
-/// A server crashed and started again ([`Lab::crash_and_restart`]).
-#[derive(Debug)]
-pub struct Restarted {
-    /// Which: `the cluster`, or `lease26's host`.
-    pub server: String,
-    /// The postmaster's pid before the crash and after the restart, as this host sees them.
-    pub old_pid: Option<u32>,
-    pub new_pid: Option<u32>,
-    /// What it logged from just before the crash until it accepted connections again.
-    pub log: String,
-}
+/// The superuser the lab administers its servers as.
+const SUPERUSER: &str = harness::server::postgres::SUPERUSER;
 
 #[cfg(test)]
 mod tests {

@@ -30,11 +30,8 @@ mod f6_interleavings;
 mod f7_fence_granularity;
 mod f8_database_crash;
 mod f9_unfenceable_side_effect;
-#[cfg(feature = "containers")]
-mod hosts;
 pub mod lab;
 mod latch;
-#[cfg(feature = "mariadb")]
 mod maria;
 mod paused_holder;
 mod preflight;

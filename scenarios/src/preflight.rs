@@ -6,6 +6,7 @@
 
 use fencing::schema::{Database, LEASE_DB, LEASE_ROLE, RESOURCE_DB, RESOURCE_ROLE};
 use harness::evidence::Recorder;
+use harness::hosts::Host;
 use sqlx::{Connection, PgConnection};
 
 use crate::{Lab, Outcome, Scenario};
@@ -71,30 +72,28 @@ impl Scenario for P0 {
 
 /// The container backend's two checks: from the resource's host, the lease store's server does
 /// not answer (no common network), and its own server does (so the silence is the network's).
-#[cfg(feature = "containers")]
 async fn network_checks(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-    let crate::lab::Servers::Containers(hosts) = &lab.servers else {
+    let timeout = std::time::Duration::from_secs(2);
+    let Some([to_lease, to_own]) = lab.servers.resource_host_reaches(timeout).await? else {
         anyhow::bail!("the network checks need the container backend");
     };
-    let timeout = std::time::Duration::from_secs(2);
-    let [to_lease, to_own] = hosts.resource_host_reaches(timeout).await?;
+    let ip = |host| {
+        lab.servers
+            .ip(host)
+            .map_or_else(|| "?".into(), |ip| ip.to_string())
+    };
     rec.check_that(
         format!(
             "from the resource's host, the lease store's server does not answer (pg_isready -t {}): no route between them",
             timeout.as_secs()
         ),
         to_lease.contains("no response"),
-        format_args!("pg_isready -h {}: {to_lease}", hosts.lease.ip()),
+        format_args!("pg_isready -h {}: {to_lease}", ip(Host::Lease)),
     );
     rec.check_that(
         "from the resource's host, its own server answers (the control)",
         to_own.contains("accepting connections"),
-        format_args!("pg_isready -h {}: {to_own}", hosts.resource.ip),
+        format_args!("pg_isready -h {}: {to_own}", ip(Host::Resource)),
     );
     Ok(())
-}
-
-#[cfg(not(feature = "containers"))]
-async fn network_checks(_: &Lab, _: &mut Recorder) -> anyhow::Result<()> {
-    anyhow::bail!("the network checks need the container backend")
 }

@@ -112,7 +112,7 @@ mod imp {
         if lab.maria_or_skip(rec).await?.is_none() {
             return Ok(());
         }
-        let env = lab.maria.as_ref().context("MariaDB is not running")?;
+        let env = lab.maria.env.as_ref().context("MariaDB is not running")?;
         // The positive control of the holder path: unfrozen, A's fenced completion changes its
         // run, and A still holds its lease after it.
         let (mut a, _) = start_a(lab, env, "run-valid", FENCED).await?;
@@ -169,7 +169,7 @@ mod imp {
         let fenced = mode == FENCED;
         rec.step(Mark::Info, "lab", mode, None, "", None);
         let (long, timeout) = (lab.params.ttl, lab.params.wait_timeout);
-        let env = lab.maria.as_ref().context("MariaDB is not running")?;
+        let env = lab.maria.env.as_ref().context("MariaDB is not running")?;
         let jobs = &env.jobs;
         let (mut a, a_lease) = start_a(lab, env, "run-a", mode).await?;
         on_lane(

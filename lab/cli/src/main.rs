@@ -419,7 +419,7 @@ async fn run_lab_inner(
         match labs[0].cluster() {
             Ok(cluster) => reporters.push(Box::new(step::StepReporter::new(
                 cluster,
-                labs[0].maria_client.clone(),
+                labs[0].maria.client.clone(),
                 &cfg.params.jobs,
             ))),
             Err(e) => {

@@ -40,6 +40,7 @@ use crate::process::container::{self as signals, ContainerProcessError};
 use crate::process::{describe_status, Spawn, Stream};
 
 pub mod container;
+pub mod hosts;
 pub mod patroni;
 
 use container::{block_on, docker_with};

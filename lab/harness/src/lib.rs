@@ -9,6 +9,9 @@
 //!   embedded PostgreSQL cluster and (feature `mariadb`) the embedded MariaDB.
 //! - `containers` (feature `containers`): PostgreSQL in containers built here from Debian
 //!   packages, on a private network, with netem on its bridge (F15).
+//! - [`hosts`]: where the lab's two databases live, behind one trait (`Hosts`, always compiled):
+//!   the embedded cluster, or (feature `containers`) a container per database, the lease store
+//!   optionally on Patroni; a build without the feature answers "not built" through the same path.
 //! - [`faketime`]: a child's clock, skewed or slowed by libfaketime.
 //! - [`holder`]: driving a holder process over its line protocol, with deadlines.
 //! - [`observe`]: the server seen from the side (backend pids, lock waits).
@@ -27,6 +30,7 @@ pub mod containers;
 pub mod evidence;
 pub mod faketime;
 pub mod holder;
+pub mod hosts;
 pub mod observe;
 pub mod process;
 pub mod replication;

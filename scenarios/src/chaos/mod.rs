@@ -81,12 +81,8 @@ struct Slot {
     cut: Option<(f64, Cut)>,
 }
 
-/// The iptables rules of a delay or partition in force (`harness::containers::Hold`); dropping
-/// them lifts them.
-#[cfg(feature = "containers")]
-type Cut = Vec<harness::containers::Hold>;
-#[cfg(not(feature = "containers"))]
-type Cut = Vec<std::convert::Infallible>;
+/// The iptables rules of a delay or partition in force; dropping them lifts them.
+type Cut = harness::hosts::Holds;
 
 /// What the nemesis does at one moment of the schedule.
 #[derive(Debug, Clone, Copy)]
@@ -673,18 +669,14 @@ async fn spawn(
 
 /// Drops every packet of `process`'s open connections to the resource (a delay: what it sends
 /// meanwhile arrives when the rules go) or to the lease store (a partition).
-#[cfg(feature = "containers")]
 async fn cut(lab: &Lab, process: &str, kind: FaultKind) -> anyhow::Result<Cut> {
     let db = match kind {
         FaultKind::Delay => fencing::schema::Database::Resource,
         _ => fencing::schema::Database::Lease,
     };
-    lab.cut(process, db).await
-}
-
-#[cfg(not(feature = "containers"))]
-async fn cut(_: &Lab, _: &str, kind: FaultKind) -> anyhow::Result<Cut> {
-    anyhow::bail!("the {kind} fault: {}", crate::f15_delayed_write::NOT_BUILT)
+    lab.cut(process, db)
+        .await
+        .with_context(|| format!("the {kind} fault"))
 }
 
 /// Takes every event that arrived from every holder so far.

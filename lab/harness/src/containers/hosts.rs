@@ -12,13 +12,14 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime};
 
+use std::path::PathBuf;
+
 use anyhow::Context as _;
-use fencing::schema::Database;
-use harness::containers::patroni::{PatroniCluster, Replication, Settings};
-use harness::containers::{self, Image, Network, PgContainer, PG_PORT};
 use sqlx::postgres::PgConnectOptions;
 
-use crate::lab::Restarted;
+use crate::containers::patroni::{PatroniCluster, Replication, Settings};
+use crate::containers::{self, Image, Network, PgContainer, PG_PORT};
+use crate::hosts::{Backend, Host, Hosts, HostsFuture, Infallible, Restarted};
 
 /// Where the lease database lives on the container backend.
 // One value per run: the variants' sizes do not matter.
@@ -91,6 +92,8 @@ pub struct ContainerServers {
     resource_net: Network,
     /// The image both run (its build time when this run built it).
     pub image: Image,
+    /// `--keep` or a failing run: [`Hosts::shutdown`] stops the servers and leaves them.
+    kept: bool,
 }
 
 impl ContainerServers {
@@ -144,6 +147,7 @@ impl ContainerServers {
                 lease_net,
                 resource_net,
                 image,
+                kept: false,
             }),
             (lease, resource) => {
                 let mut error = None;
@@ -162,24 +166,16 @@ impl ContainerServers {
         }
     }
 
-    /// The address of the server that holds `db`.
-    pub fn ip(&self, db: Database) -> IpAddr {
-        match db {
-            Database::Lease => self.lease.ip(),
-            Database::Resource => self.resource.ip,
-        }
-    }
-
-    /// Connection options for `database` as `user` on the server that holds `db`.
-    pub fn connect_options(&self, db: Database, database: &str, user: &str) -> PgConnectOptions {
-        match db {
-            Database::Lease => self.lease.connect_options(database, user),
-            Database::Resource => self.resource.connect_options(database, user),
+    /// The address of `host`'s server.
+    pub fn ip(&self, host: Host) -> IpAddr {
+        match host {
+            Host::Lease => self.lease.ip(),
+            Host::Resource => self.resource.ip,
         }
     }
 
     /// How the run's environment record names them.
-    pub fn describe(&self) -> String {
+    fn describe_servers(&self) -> String {
         let built = match self.image.built_in {
             Some(took) => format!("built here in {:.1} s", took.as_secs_f64()),
             None => "built here earlier, reused".into(),
@@ -203,7 +199,7 @@ impl ContainerServers {
 
     /// Whether the resource's host reaches the lease store's server (`pg_isready` run on the
     /// resource's host, with `timeout`), and, as the control, its own: each `pg_isready`'s words.
-    pub async fn resource_host_reaches(&self, timeout: Duration) -> anyhow::Result<[String; 2]> {
+    async fn pg_isready_from_resource(&self, timeout: Duration) -> anyhow::Result<[String; 2]> {
         let bin = format!("/usr/lib/postgresql/{}/bin/pg_isready", self.image.major);
         let secs = timeout.as_secs().max(1);
         let mut said = Vec::new();
@@ -221,13 +217,13 @@ impl ContainerServers {
     /// `timeout`; a replica that does not stream by then is reinitialised, and the wait begins
     /// again (twice as long). Talks to its leader from now on. The replicas reinitialised; none
     /// for a single server.
-    pub async fn heal_lease_store(&mut self, timeout: Duration) -> anyhow::Result<Vec<String>> {
+    async fn heal(&mut self, timeout: Duration) -> anyhow::Result<Vec<String>> {
         let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
             return Ok(Vec::new());
         };
         let what = "the Patroni cluster has a leader every replica streams from";
         let mut reinit = Vec::new();
-        if harness::wait::until(what, timeout, || cluster.ready())
+        if crate::wait::until(what, timeout, || cluster.ready())
             .await
             .is_err()
         {
@@ -236,7 +232,7 @@ impl ContainerServers {
                 .reinit_stragglers()
                 .await
                 .with_context(|| state.clone())?;
-            let whole = harness::wait::until(what, timeout * 2, || cluster.ready()).await;
+            let whole = crate::wait::until(what, timeout * 2, || cluster.ready()).await;
             if let Err(e) = whole {
                 let e = anyhow::Error::new(e).context(format!(
                     "{} (after reinitialising {reinit:?})",
@@ -255,13 +251,10 @@ impl ContainerServers {
 
     /// Cuts the lease store's leader off from the other Patroni nodes (not from the lab's host:
     /// its clients still reach it), once the cluster is whole
-    /// ([`ContainerServers::heal_lease_store`] within `timeout`). Returns the leader's name and
+    /// ([`Hosts::heal_lease_store`] within `timeout`). Returns the leader's name and
     /// the replicas reinitialised first.
-    pub async fn isolate_lease_leader(
-        &mut self,
-        timeout: Duration,
-    ) -> anyhow::Result<(String, Vec<String>)> {
-        let reinit = self.heal_lease_store(timeout).await?;
+    async fn isolate(&mut self, timeout: Duration) -> anyhow::Result<(String, Vec<String>)> {
+        let reinit = self.heal(timeout).await?;
         let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
             anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
         };
@@ -273,14 +266,11 @@ impl ContainerServers {
     /// Waits (within `timeout`) until the Patroni cluster has a leader and talks to it from now
     /// on (a leader let back may take its place again after a failover); its name. Nothing for a
     /// single server.
-    pub async fn follow_lease_leader(
-        &mut self,
-        timeout: Duration,
-    ) -> anyhow::Result<Option<String>> {
+    async fn follow(&mut self, timeout: Duration) -> anyhow::Result<Option<String>> {
         let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
             return Ok(None);
         };
-        let found = harness::wait::until("the Patroni cluster has a leader", timeout, || async {
+        let found = crate::wait::until("the Patroni cluster has a leader", timeout, || async {
             Ok::<_, std::convert::Infallible>(cluster.leader().await.is_some())
         })
         .await;
@@ -299,15 +289,11 @@ impl ContainerServers {
     /// Waits (within `timeout`) until Patroni has elected a leader other than the cut-off `old`,
     /// lets `old` reach its peers again (it comes back as a replica) and talks to the new leader
     /// from now on. Returns the new leader's name; on a timeout `old` is let back all the same.
-    pub async fn mend_lease_host(
-        &mut self,
-        old: &str,
-        timeout: Duration,
-    ) -> anyhow::Result<String> {
+    async fn mend(&mut self, old: &str, timeout: Duration) -> anyhow::Result<String> {
         let LeaseHost::Patroni { cluster, leader } = &mut self.lease else {
             anyhow::bail!("a failover needs the lease store on Patroni: --lease-store patroni");
         };
-        let elected = harness::wait::until(
+        let elected = crate::wait::until(
             &format!("Patroni elects a leader other than {old}"),
             timeout,
             || async {
@@ -331,7 +317,7 @@ impl ContainerServers {
 
     /// Each Patroni node's name and log (Patroni's, etcd's and the server's lines) from `since`
     /// on; none for a single server.
-    pub async fn lease_logs(&self, since: SystemTime) -> Vec<(String, String)> {
+    async fn logs(&self, since: SystemTime) -> Vec<(String, String)> {
         let LeaseHost::Patroni { cluster, .. } = &self.lease else {
             return Vec::new();
         };
@@ -343,7 +329,7 @@ impl ContainerServers {
     }
 
     /// Crashes both servers and starts them again ([`PgContainer::crash_restart`]).
-    pub async fn crash_and_restart(&mut self, timeout: Duration) -> anyhow::Result<Vec<Restarted>> {
+    async fn crash_restart_both(&mut self, timeout: Duration) -> anyhow::Result<Vec<Restarted>> {
         let mut restarted = Vec::new();
         let LeaseHost::Single(lease) = &mut self.lease else {
             anyhow::bail!(
@@ -374,7 +360,7 @@ impl ContainerServers {
     }
 
     /// For a kept run: what was kept and how to look inside.
-    pub fn kept_lines(&self) -> Vec<String> {
+    fn kept_lines(&self) -> Vec<String> {
         let mut kept: Vec<(&str, &PgContainer)> = vec![("res26", &self.resource)];
         match &self.lease {
             LeaseHost::Single(c) => kept.insert(0, ("lease26", c)),
@@ -402,7 +388,7 @@ impl ContainerServers {
 
     /// Stops the servers and leaves them and their networks in place (`--keep`, a failing run);
     /// `lab clean` removes them.
-    pub async fn stop_and_keep(self) {
+    async fn stop_and_keep(self) {
         match self.lease {
             LeaseHost::Single(c) => c.stop_and_keep().await,
             patroni @ LeaseHost::Patroni { .. } => patroni.remove().await,
@@ -413,11 +399,110 @@ impl ContainerServers {
     }
 
     /// Removes the servers, then the networks.
-    pub async fn remove(self) {
+    async fn remove(self) {
         self.lease.remove().await;
         self.resource.remove().await;
         self.lease_net.remove().await;
         self.resource_net.remove().await;
+    }
+}
+
+impl Hosts for ContainerServers {
+    fn backend(&self) -> Backend {
+        Backend::Containers {
+            pg_major: self.image.major,
+            patroni: self.lease.replication(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.describe_servers()
+    }
+
+    fn connect_options(&self, host: Host, database: &str, user: &str) -> PgConnectOptions {
+        let opts = match host {
+            Host::Lease => self.lease.connect_options(database, user),
+            Host::Resource => self.resource.connect_options(database, user),
+        };
+        sqlx::ConnectOptions::disable_statement_logging(opts)
+    }
+
+    fn tcp_host(&self, host: Host) -> Option<String> {
+        Some(match host {
+            // Each Patroni node's: the holder connects to the read-write one.
+            Host::Lease => self
+                .lease
+                .ips()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            Host::Resource => self.resource.ip.to_string(),
+        })
+    }
+
+    fn socket(&self) -> (PathBuf, u16) {
+        (std::env::temp_dir(), PG_PORT)
+    }
+
+    fn ip(&self, host: Host) -> Option<IpAddr> {
+        Some(ContainerServers::ip(self, host))
+    }
+
+    fn crash_and_restart(&mut self, timeout: Duration) -> HostsFuture<'_, Vec<Restarted>> {
+        Box::pin(self.crash_restart_both(timeout))
+    }
+
+    fn keep(&mut self) -> Vec<String> {
+        self.kept = true;
+        self.kept_lines()
+    }
+
+    fn shutdown(self: Box<Self>) -> Infallible<'static, ()> {
+        Box::pin(async move {
+            if self.kept {
+                self.stop_and_keep().await
+            } else {
+                self.remove().await
+            }
+        })
+    }
+
+    fn resource_host_reaches(&self, timeout: Duration) -> HostsFuture<'_, Option<[String; 2]>> {
+        Box::pin(async move { self.pg_isready_from_resource(timeout).await.map(Some) })
+    }
+
+    fn isolate_lease_leader(
+        &mut self,
+        timeout: Duration,
+    ) -> HostsFuture<'_, (String, Vec<String>)> {
+        Box::pin(self.isolate(timeout))
+    }
+
+    fn mend_lease_host<'a>(
+        &'a mut self,
+        old: &'a str,
+        timeout: Duration,
+    ) -> HostsFuture<'a, String> {
+        Box::pin(self.mend(old, timeout))
+    }
+
+    fn heal_lease_store(&mut self, timeout: Duration) -> HostsFuture<'_, Option<Vec<String>>> {
+        Box::pin(async move {
+            if self.lease.is_patroni() {
+                self.heal(timeout).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+    }
+
+    fn follow_lease_leader(&mut self, timeout: Duration) -> HostsFuture<'_, bool> {
+        Box::pin(async move { Ok(self.follow(timeout).await?.is_some()) })
+    }
+
+    fn lease_logs(&self, since: SystemTime) -> Infallible<'_, Vec<(String, String)>> {
+        Box::pin(self.logs(since))
     }
 }
 
