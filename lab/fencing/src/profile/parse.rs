@@ -1,6 +1,6 @@
 //! A profile's TOML form, parsed: [`Sut::parse`] reads a file's `dialect` and hands it to the
 //! shape it names — [`Profile`] on PostgreSQL (its [`Claims`], its lease side [`LeaseSql`], its
-//! resource side [`ResourceSql`] with the [`WriteSql`]), or a `JobProfile` on MariaDB — each
+//! resource side [`ResourceSql`] with the [`WriteSql`]), or a [`JobProfile`] on MariaDB — each
 //! statement compiled for its place as it is read, the first refusal one [`ProfileError`] line
 //! naming the file and the line or statement. The built-in profiles (`lab/fencing/profiles/`,
 //! compiled in) are parsed once, here.
