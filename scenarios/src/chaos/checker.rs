@@ -39,13 +39,12 @@ pub enum Outcome {
     Info,
 }
 
-/// One operation of the history.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// One operation of the history (written as a [`Line::Op`](super::history::Line::Op)).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Op {
     /// The holder process: slot and incarnation, `h2.1`.
     pub process: String,
     pub id: u64,
-    #[serde(serialize_with = "kind_name")]
     pub f: OpKind,
     pub token: i64,
     pub scope: String,
@@ -54,10 +53,6 @@ pub struct Op {
     pub invoke_ms: f64,
     pub complete_ms: Option<f64>,
     pub outcome: Outcome,
-}
-
-fn kind_name<S: serde::Serializer>(kind: &OpKind, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(kind.as_str())
 }
 
 impl Op {
@@ -87,19 +82,15 @@ impl Op {
     }
 }
 
-/// A fault as it was carried out (times on the lab's monotonic clock, ms from the start).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// A fault as it was carried out (times on the lab's monotonic clock, ms from the start;
+/// written as a [`Line::Fault`](super::history::Line::Fault)).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Injected {
-    #[serde(serialize_with = "fault_name")]
     pub kind: FaultKind,
     /// The holder process it hit (`-` for a crash).
     pub process: String,
     pub start_ms: f64,
     pub end_ms: f64,
-}
-
-fn fault_name<S: serde::Serializer>(kind: &FaultKind, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(kind.as_str())
 }
 
 /// One broken invariant, with the history lines that show it.

@@ -1,0 +1,414 @@
+//! The history of a chaos run: every holder's events collected as they arrive ([`Events`]),
+//! paired into operations (an invocation and its completion, or none: unknown), and written as
+//! `history.jsonl` — one [`Line`] a line, its JSON made by serde from the type, the faults as
+//! carried out first, then every operation with the database's times where it recorded them.
+//! The operations' steps on the run's timeline are drawn here too.
+//!
+//! It must not judge (that is the [`checker`](super::checker)'s) nor act on a holder beyond
+//! taking what it reported; it never edits JSON by hand.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use harness::evidence::{Mark, Recorder};
+use harness::holder::Holder;
+use harness::observe::{LeaseVersion, PartVersion};
+use holder_protocol::{Event, OpKind, OpPhase};
+use serde::Serialize;
+
+use super::checker::{Injected, Op, Outcome};
+use super::schedule::FaultKind;
+use super::SCOPE;
+
+/// Every event the holders reported, each with its process's name and when it arrived.
+#[derive(Default)]
+pub struct Events(Vec<(String, Instant, Event)>);
+
+impl Events {
+    /// Takes every event that arrived from `h` so far.
+    pub fn take_from(&mut self, h: &mut Holder) {
+        let name = h.name().to_owned();
+        for (at, event) in h.take_events() {
+            if let Ok(event) = event {
+                self.0.push((name.clone(), at, event));
+            }
+        }
+    }
+
+    /// The operations: each invocation paired with its completion; one without a completion (its
+    /// holder was killed, or the run ended while it ran) has an unknown outcome.
+    pub fn ops(&self, started: Instant) -> Vec<Op> {
+        let ms = |at: &Instant| at.saturating_duration_since(started).as_secs_f64() * 1000.0;
+        let mut ops: Vec<Op> = Vec::new();
+        let mut open: BTreeMap<(String, u64), usize> = BTreeMap::new();
+        for (process, at, event) in &self.0 {
+            let Event::Op {
+                id,
+                phase,
+                f,
+                token,
+                scope,
+                part,
+            } = event
+            else {
+                continue;
+            };
+            match phase {
+                OpPhase::Invoke => {
+                    open.insert((process.clone(), *id), ops.len());
+                    ops.push(Op {
+                        process: process.clone(),
+                        id: *id,
+                        f: *f,
+                        token: *token,
+                        scope: scope.clone(),
+                        part: part.clone(),
+                        invoke_ms: ms(at),
+                        complete_ms: None,
+                        outcome: Outcome::Info,
+                    });
+                }
+                done => {
+                    if let Some(i) = open.remove(&(process.clone(), *id)) {
+                        let op = &mut ops[i];
+                        op.complete_ms = Some(ms(at));
+                        op.token = *token;
+                        op.outcome = match done {
+                            OpPhase::Ok => Outcome::Ok,
+                            OpPhase::Fail => Outcome::Fail,
+                            _ => Outcome::Info,
+                        };
+                    }
+                }
+            }
+        }
+        ops
+    }
+
+    /// The holders' other reports, counted: deadlines found passed, errors.
+    pub fn others(&self) -> BTreeMap<&'static str, usize> {
+        let mut counts = BTreeMap::new();
+        for (_, _, e) in &self.0 {
+            let key = match e {
+                Event::DeadlinePassed { .. } => "local deadline passed at the check (no write)",
+                Event::Error { .. } => "holder errors",
+                _ => continue,
+            };
+            *counts.entry(key).or_default() += 1;
+        }
+        counts
+    }
+}
+
+/// One line of `history.jsonl`, tagged by `type` (`fault` or `op`; serde writes the tag first).
+/// The fields after it keep the names and the order the file had when its lines were patched
+/// `serde_json::Value`s (alphabetical); `complete_ms` is `null` for an operation that never
+/// completed, and a database time is absent where the database did not record one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Line<'a> {
+    /// A fault as it was carried out (the lab's monotonic clock, ms from the start).
+    Fault {
+        end_ms: f64,
+        #[serde(serialize_with = "fault_name")]
+        kind: FaultKind,
+        /// The holder process it hit (`-` for a crash or a failover).
+        process: &'a str,
+        start_ms: f64,
+    },
+    /// An operation: invocation and completion on the lab's monotonic clock (ms from the
+    /// start), and where the database recorded it, on the database clock (µs since the epoch).
+    Op {
+        complete_ms: Option<f64>,
+        /// A grant's, a renewal's or a release's row version of the lease.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        db_at_us: Option<i64>,
+        /// A write's commit, from the record of committed versions.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        db_commit_us: Option<i64>,
+        #[serde(serialize_with = "kind_name")]
+        f: OpKind,
+        id: u64,
+        invoke_ms: f64,
+        outcome: Outcome,
+        part: &'a str,
+        process: &'a str,
+        scope: &'a str,
+        token: i64,
+    },
+}
+
+fn kind_name<S: serde::Serializer>(kind: &OpKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind.as_str())
+}
+
+fn fault_name<S: serde::Serializer>(kind: &FaultKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind.as_str())
+}
+
+impl<'a> Line<'a> {
+    fn fault(f: &'a Injected) -> Self {
+        Line::Fault {
+            end_ms: f.end_ms,
+            kind: f.kind,
+            process: &f.process,
+            start_ms: f.start_ms,
+        }
+    }
+
+    fn op(op: &'a Op, db_at_us: Option<i64>, db_commit_us: Option<i64>) -> Self {
+        Line::Op {
+            complete_ms: op.complete_ms,
+            db_at_us,
+            db_commit_us,
+            f: op.f,
+            id: op.id,
+            invoke_ms: op.invoke_ms,
+            outcome: op.outcome,
+            part: &op.part,
+            process: &op.process,
+            scope: &op.scope,
+            token: op.token,
+        }
+    }
+}
+
+/// A holding's renewals: its row versions' database times, and its ok renewals (process, op id).
+type Renewals<'a> = (Vec<i64>, Vec<(&'a str, u64)>);
+
+/// The history's lines: the faults as carried out, then every operation with, where the
+/// database recorded it, its time there: a write's commit (`db_commit_us`, from the record of
+/// committed versions), a grant's, a renewal's or a release's row version (`db_at_us`). A
+/// holding's renewals are matched to its row versions in order, and only where their numbers
+/// agree (a renewal of unknown outcome that took effect would shift them: then none of that
+/// holding's renewals gets a database time).
+pub fn lines<'a>(
+    ops: &'a [Op],
+    faults: &'a [Injected],
+    parts: &[PartVersion],
+    lease: &[LeaseVersion],
+) -> Vec<Line<'a>> {
+    let mut lines: Vec<Line> = faults.iter().map(Line::fault).collect();
+    // Per token: the row versions its holder wrote after the grant — renewals (an expiry) and
+    // the release (none) — and the ok renewals, in the order they completed.
+    let mut renewed: BTreeMap<i64, Renewals> = BTreeMap::new();
+    for l in lease {
+        let first = lease.iter().position(|g| g.token == l.token);
+        if l.expires_us.is_some() && first.is_some_and(|i| !std::ptr::eq(&lease[i], l)) {
+            renewed.entry(l.token).or_default().0.push(l.at_us);
+        }
+    }
+    let mut by_completion: Vec<&Op> = ops
+        .iter()
+        .filter(|op| op.f == OpKind::Renew && op.outcome == Outcome::Ok)
+        .collect();
+    by_completion.sort_by(|a, b| {
+        a.complete_ms
+            .partial_cmp(&b.complete_ms)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    for op in by_completion {
+        renewed
+            .entry(op.token)
+            .or_default()
+            .1
+            .push((op.process.as_str(), op.id));
+    }
+    let renew_at: BTreeMap<(&str, u64), i64> = renewed
+        .values()
+        .filter(|(versions, ids)| versions.len() == ids.len())
+        .flat_map(|(versions, ids)| ids.iter().copied().zip(versions.iter().copied()))
+        .collect();
+    for op in ops {
+        let ok = op.outcome == Outcome::Ok;
+        let (db_at_us, db_commit_us) = match op.f {
+            OpKind::Renew if ok => (renew_at.get(&(op.process.as_str(), op.id)).copied(), None),
+            OpKind::Release if ok => (
+                lease
+                    .iter()
+                    .find(|l| l.token == op.token && l.expires_us.is_none())
+                    .map(|l| l.at_us),
+                None,
+            ),
+            OpKind::Write => (
+                None,
+                parts
+                    .iter()
+                    .find(|p| p.content == op.content())
+                    .map(|p| p.commit_us.unwrap_or(p.at_us)),
+            ),
+            OpKind::Acquire if ok => (
+                lease.iter().find(|l| l.token == op.token).map(|l| l.at_us),
+                None,
+            ),
+            _ => (None, None),
+        };
+        lines.push(Line::op(op, db_at_us, db_commit_us));
+    }
+    lines
+}
+
+/// Writes `history.jsonl` into `dir`, whole: one JSON object a line ([`lines`]).
+pub fn write(
+    dir: &Path,
+    ops: &[Op],
+    faults: &[Injected],
+    parts: &[PartVersion],
+    lease: &[LeaseVersion],
+) -> anyhow::Result<()> {
+    let mut text = String::new();
+    for line in lines(ops, faults, parts, lease) {
+        text.push_str(&serde_json::to_string(&line)?);
+        text.push('\n');
+    }
+    let path = dir.join("history.jsonl");
+    harness::evidence::write_atomically(&path, text.as_bytes())
+        .with_context(|| format!("failed to write {}", path.display()))
+}
+
+/// Draws the operations that took effect on the run's timeline, each where it completed: grants,
+/// releases, and the writes to the scope under test whose outcome is known (accepted or not).
+pub fn draw(rec: &mut Recorder, started: Instant, ops: &[Op]) {
+    for op in ops
+        .iter()
+        .filter(|op| op.outcome == Outcome::Ok || op.f == OpKind::Write)
+    {
+        let lane = op.process.split('.').next().unwrap_or(&op.process);
+        let at = started + Duration::from_secs_f64(op.complete_ms.unwrap_or(op.invoke_ms) / 1000.0);
+        match op.f {
+            OpKind::Acquire => rec.step_at(
+                at,
+                Mark::Acquired,
+                lane,
+                "acquire",
+                Some(op.token),
+                "",
+                None,
+            ),
+            OpKind::Write if op.scope == SCOPE && op.outcome != Outcome::Info => rec.step_at(
+                at,
+                Mark::Write {
+                    accepted: op.outcome == Outcome::Ok,
+                },
+                lane,
+                "write",
+                Some(op.token),
+                op.part.clone(),
+                None,
+            ),
+            OpKind::Release => rec.step_at(
+                at,
+                Mark::Released,
+                lane,
+                "release",
+                Some(op.token),
+                "",
+                None,
+            ),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(id: u64, f: OpKind, token: i64, done: Option<f64>, outcome: Outcome) -> Op {
+        Op {
+            process: "h0.0".into(),
+            id,
+            f,
+            token,
+            scope: if f == OpKind::Write { SCOPE } else { "-" }.into(),
+            part: if f == OpKind::Write { "p1" } else { "-" }.into(),
+            invoke_ms: id as f64,
+            complete_ms: done,
+            outcome,
+        }
+    }
+
+    fn lease(token: i64, at_us: i64, expires_us: Option<i64>) -> LeaseVersion {
+        LeaseVersion {
+            holder: "h0.0".into(),
+            token,
+            at_us,
+            expires_us,
+        }
+    }
+
+    fn json(lines: &[Line]) -> anyhow::Result<Vec<String>> {
+        Ok(lines
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()?)
+    }
+
+    #[test]
+    fn every_line_is_one_tagged_object_with_the_database_times_it_has() -> anyhow::Result<()> {
+        let faults = vec![Injected {
+            kind: FaultKind::Pause,
+            process: "h0.0".into(),
+            start_ms: 1.5,
+            end_ms: 2.0,
+        }];
+        let ops = vec![
+            op(1, OpKind::Acquire, 1, Some(1.0), Outcome::Ok),
+            op(2, OpKind::Write, 1, Some(3.0), Outcome::Ok),
+            op(3, OpKind::Write, 1, None, Outcome::Info),
+        ];
+        let parts = vec![PartVersion {
+            scope: SCOPE.into(),
+            part: "p1".into(),
+            content: "h0.0#2".into(),
+            token: 1,
+            at_us: 90,
+            commit_us: Some(100),
+        }];
+        let got = json(&lines(&ops, &faults, &parts, &[lease(1, 50, Some(1_000))]))?;
+        assert_eq!(
+            got,
+            [
+                r#"{"type":"fault","end_ms":2.0,"kind":"pause","process":"h0.0","start_ms":1.5}"#,
+                r#"{"type":"op","complete_ms":1.0,"db_at_us":50,"f":"acquire","id":1,"invoke_ms":1.0,"outcome":"ok","part":"-","process":"h0.0","scope":"-","token":1}"#,
+                r#"{"type":"op","complete_ms":3.0,"db_commit_us":100,"f":"write","id":2,"invoke_ms":2.0,"outcome":"ok","part":"p1","process":"h0.0","scope":"chaos","token":1}"#,
+                r#"{"type":"op","complete_ms":null,"f":"write","id":3,"invoke_ms":3.0,"outcome":"info","part":"p1","process":"h0.0","scope":"chaos","token":1}"#,
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn renewals_get_database_times_only_where_their_numbers_agree() {
+        let renew = |id, done| op(id, OpKind::Renew, 1, Some(done), Outcome::Ok);
+        let ops = vec![
+            op(1, OpKind::Acquire, 1, Some(1.0), Outcome::Ok),
+            renew(2, 2.0),
+            renew(3, 3.0),
+            op(4, OpKind::Release, 1, Some(4.0), Outcome::Ok),
+        ];
+        let db_at = |lease: &[LeaseVersion]| -> Vec<Option<i64>> {
+            lines(&ops, &[], &[], lease)
+                .into_iter()
+                .map(|l| match l {
+                    Line::Op { db_at_us, .. } => db_at_us,
+                    Line::Fault { .. } => None,
+                })
+                .collect()
+        };
+        let grant = lease(1, 10, Some(100));
+        let release = lease(1, 40, None);
+        let both = [
+            grant.clone(),
+            lease(1, 20, Some(200)),
+            lease(1, 30, Some(300)),
+            release.clone(),
+        ];
+        assert_eq!(db_at(&both), [Some(10), Some(20), Some(30), Some(40)]);
+        // One row version for two ok renewals: neither is matched.
+        let one = [grant, lease(1, 20, Some(200)), release];
+        assert_eq!(db_at(&one), [Some(10), None, None, Some(40)]);
+    }
+}
