@@ -45,9 +45,11 @@ pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String
         .map_err(|e| format!("failed to start a runtime: {e}"))?;
     rt.block_on(async {
         let margin = Duration::from_millis(flags.margin_ms);
-        // Chaos runs the lab's own design (its history checker reads seed004's tables).
+        // Chaos runs the lab's own lease (its history checker reads seed004's tables) and the
+        // fence of the profile the lab resolved (`--sut`: a seed004 form).
+        let sut = crate::sut_of(flags)?;
         let lease = SqlLeaseStore::new(connect(flags, Database::Lease).await, margin);
-        let resource = Resource::new(connect(flags, Database::Resource).await);
+        let resource = Resource::with_profile(connect(flags, Database::Resource).await, sut);
         let mut worker = Worker {
             flags,
             mode,

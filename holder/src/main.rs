@@ -97,17 +97,19 @@ fn main() -> ExitCode {
                     }
                 } as u8);
             }
-            if mode == WriteMode::Sut && flags.sut.is_none() {
-                usage("--mode sut needs --sut: the profile whose write it runs".into());
-            }
-            if let Err(e) = sut_of(&flags) {
-                usage(format!("invalid value for '--sut <PROFILE>': {e}"));
-            }
-            if flags.wait_before_commit && !matches!(mode, WriteMode::FencedScope | WriteMode::Sut)
+            let sut = sut_of(&flags)
+                .unwrap_or_else(|e| usage(format!("invalid value for '--sut <PROFILE>': {e}")));
+            if flags.wait_before_commit
+                && !(mode == WriteMode::Fenced
+                    && matches!(
+                        sut.resource.write,
+                        fencing::profile::WriteSql::CheckThenWrite { .. }
+                    ))
             {
                 usage(format!(
-                    "--wait-before-commit needs --mode fenced-scope or sut (the modes with a \
-                     write transaction to stop in), not {mode}"
+                    "--wait-before-commit needs --mode fenced with a profile whose fence is a check \
+                     and a write in one transaction (seed004's), not --mode {mode} with {}",
+                    sut.name
                 ));
             }
             run::<PgSide>(&flags, mode)
@@ -386,18 +388,14 @@ impl Side for PgSide {
             emit(&Event::BeforeCommit { token: held.token });
             matches!(read_request(), Ok(Some(Request::Go)))
         };
-        let decided = if self.mode == WriteMode::Sut {
-            fencing::resource::write_profile_before_commit(
-                &mut conn,
-                resource.profile(),
-                &write,
-                go,
-            )
-            .await
-            .ok_or("--wait-before-commit: the profile's write is one statement")?
-        } else {
-            fencing::resource::write_fenced_scope_before_commit(&mut conn, &write, go).await
-        };
+        let decided = fencing::resource::write_profile_before_commit(
+            &mut conn,
+            resource.profile(),
+            &write,
+            go,
+        )
+        .await
+        .ok_or("--wait-before-commit: the profile's write is one statement")?;
         decided
             .map_err(|e| with_causes(&e))?
             .ok_or_else(|| "no GO before the commit: the write was rolled back".into())

@@ -43,7 +43,7 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         scope: "s".into(),
         part: "summary".into(),
         content: format!("by {holder}"),
-        mode: WriteMode::FencedScope.as_str().into(),
+        mode: WriteMode::Fenced.as_str().into(),
         sut: None,
         run_id: None,
         release,

@@ -143,7 +143,7 @@ impl Scenario for F10 {
                 writer: HOLDER_B,
                 token: b.token,
             };
-            let ok = lab.resource.write(&write, p.fenced_mode).await?;
+            let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
             let clock = lab.lease.db_clock().await.ok();
             rec.step(
                 Mark::Write { accepted: ok },
@@ -154,7 +154,7 @@ impl Scenario for F10 {
                 clock,
             );
             rec.check(
-                format!("B's write is accepted (mode={})", p.fenced_mode),
+                format!("B's write is accepted (mode={})", p.fence_label()),
                 &wrote(true, 2),
                 &wrote(ok, b.token),
             );

@@ -13,6 +13,7 @@
 use anyhow::{ensure, Context as _};
 use fencing::lease::{operator_mistake, Grant};
 use fencing::resource::Write;
+use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{
@@ -232,7 +233,7 @@ async fn grant_and_write(
         writer: who,
         token: g.token,
     };
-    let ok = lab.resource.write(&write, lab.params.fenced_mode).await?;
+    let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
     rec.step(
         Mark::Write { accepted: ok },
         who,

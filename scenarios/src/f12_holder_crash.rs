@@ -51,7 +51,8 @@ impl Scenario for F12 {
 
     fn applies_to(&self, sut: &Profile) -> Result<(), &'static str> {
         match sut.resource.write {
-            WriteSql::OneStatement(_) if sut != Profile::seed004() => Err(
+            // The lab's own fenced modes share seed004's design: A dies in seed004's transaction.
+            WriteSql::OneStatement(_) if crate::lab::Params::fence_label_of(sut) == "sut" => Err(
                 "its write is one statement: there is no open write transaction for the holder \
                  to die inside",
             ),
@@ -89,14 +90,13 @@ impl Scenario for F12 {
     }
 }
 
-/// The write A makes and is killed inside: the system under test's when it is a check and a
-/// write in one transaction (`--sut`), else seed004's (fenced-scope): a one-statement fence
-/// has no moment before its commit to stop at.
-fn before_commit_mode(lab: &Lab) -> WriteMode {
-    let mode = lab.params.fenced_mode;
-    match mode.fence(&lab.params.sut).map(|f| &f.resource.write) {
-        Some(fencing::profile::WriteSql::CheckThenWrite { .. }) if mode == WriteMode::Sut => mode,
-        _ => WriteMode::FencedScope,
+/// The `--sut` of the holder A is: the system under test's when its fence is a check and a
+/// write in one transaction, else seed004's (`None`, the holder's own): a one-statement fence has
+/// no moment before its commit to stop at.
+fn before_commit_sut(lab: &Lab) -> Option<String> {
+    match &lab.params.sut.resource.write {
+        fencing::profile::WriteSql::CheckThenWrite { .. } => lab.sut_arg(),
+        fencing::profile::WriteSql::OneStatement(_) => None,
     }
 }
 
@@ -107,7 +107,8 @@ async fn start_a(
     rec: &mut Recorder,
     set: impl FnOnce(&mut holder_protocol::HolderFlags),
 ) -> anyhow::Result<Holder> {
-    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, before_commit_mode(lab), false);
+    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Fenced, false);
+    spec.flags.sut = before_commit_sut(lab);
     set(&mut spec.flags);
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
@@ -228,7 +229,7 @@ async fn the_lease_outlives_a(
         p.ttl.as_millis(),
         p.renew.as_millis()
     ));
-    let (b, ok) = lab_client_takes_over(lab, rec, part, B_CONTENT, p.fenced_mode).await?;
+    let (b, ok) = lab_client_takes_over(lab, rec, part, B_CONTENT, WriteMode::Fenced).await?;
     rec.check(
         "B (the lab's lease client) acquires the expired lease with a greater token",
         "ACQUIRED token=2",
@@ -237,7 +238,7 @@ async fn the_lease_outlives_a(
     rec.check(
         format!(
             "B's write of the {part} part is accepted (mode={})",
-            p.fenced_mode
+            p.fence_label()
         ),
         &wrote(true, 2),
         &ok.zip(b.as_ref()).map_or_else(
@@ -362,7 +363,7 @@ async fn after_the_commit(
         "the committed part stays after A's death, the floor A advanced, and the one record of its attempt",
         &format!(
             "summary={A_CONTENT} by holder-a token=1 fence_floor={} write_attempt=[holder-a token=1 accepted=true]",
-            lab.floor_shown(Some(1))
+            lab.floor_shown(Some(lab.token(rec, 1)))
         ),
         &format!(
             "summary={} fence_floor={} write_attempt=[{}]",
@@ -376,7 +377,7 @@ async fn after_the_commit(
         "final state: A's committed summary (token 1) beside B's detail (token 2), floor at B's token",
         &format!(
             "summary={A_CONTENT} by holder-a token=1 detail={B_CONTENT} by holder-b token=2 fence_floor={}",
-            lab.floor_shown(Some(2))
+            lab.floor_shown(Some(lab.token(rec, 2)))
         ),
         &format!(
             "summary={} detail={} fence_floor={}",

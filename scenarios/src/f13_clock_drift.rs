@@ -93,12 +93,13 @@ impl Scenario for F13 {
             // Each row's timeline is its own (the covered one asks at the expiry, the others
             // after B's takeover); what the bound predicts is judged apart from it.
             let rows = [
-                (covered, p.fenced_mode, true),
-                (uncovered, p.fenced_mode, false),
+                (covered, WriteMode::Fenced, true),
+                (uncovered, WriteMode::Fenced, false),
                 (uncovered, WriteMode::Unfenced, false),
             ];
             let mut table = Vec::new();
             for (i, (rate, mode, covered_row_timeline)) in rows.into_iter().enumerate() {
+                let mode_label = lab.params.mode_label(mode);
                 if i > 0 {
                     lab.reset().await?;
                 }
@@ -106,7 +107,7 @@ impl Scenario for F13 {
                 rec.step(
                     Mark::Info,
                     "lab",
-                    &format!("clock rate {rate}, {mode}"),
+                    &format!("clock rate {rate}, {mode_label}"),
                     None,
                     "",
                     None,
@@ -120,8 +121,9 @@ impl Scenario for F13 {
             }
             rec.note("rate | margin | A's local deadline (real ms after its acquire) | lease TTL (database clock) | the bound predicts | observed");
             for (rate, mode, predicted_stop, outcome) in &table {
+                let mode_label = lab.params.mode_label(*mode);
                 rec.note(format!(
-                    "{rate} | {margin:.0} ms | {:.0} | {ttl:.0} ms | {} | {} (mode={mode})",
+                    "{rate} | {margin:.0} ms | {:.0} | {ttl:.0} ms | {} | {} (mode={mode_label})",
                     (ttl - margin) / rate,
                     if *predicted_stop {
                         "A stops in time"
@@ -295,14 +297,15 @@ async fn uncovered_row(
     rate: f64,
     mode: WriteMode,
 ) -> anyhow::Result<RowOutcome> {
+    let mode_label = lab.params.mode_label(mode);
     rec.note(format!(
-        "rate {rate}: a drift the margin does not cover, resource mode={mode}"
+        "rate {rate}: a drift the margin does not cover, resource mode={mode_label}"
     ));
     let (mut a, reported_at, left_ms) = start_a(lab, rec, faketime, rate, mode).await?;
     until_lease_expired(lab, rec).await?;
     let (b, b_ok) = lab_client_takes_over(lab, rec, SUMMARY, B_CONTENT, mode).await?;
     rec.check(
-        format!("rate {rate}, {mode}: B takes the expired lease over and writes"),
+        format!("rate {rate}, {mode_label}: B takes the expired lease over and writes"),
         "ACQUIRED token=2, WRITE accepted=true token=2",
         &format!(
             "{}, {}",
@@ -325,7 +328,7 @@ async fn uncovered_row(
     check_rate(rec, rate, left_ms, &verdict, at - reported_at);
     let believes = matches!(verdict, Event::AtWritePoint { .. });
     rec.check_that(
-        format!("rate {rate}, {mode}: after B took over, A's check on its slow clock still finds its deadline ahead"),
+        format!("rate {rate}, {mode_label}: after B took over, A's check on its slow clock still finds its deadline ahead"),
         believes,
         &verdict,
     );
@@ -370,13 +373,13 @@ async fn uncovered_row(
     } else {
         rec.check(
             format!(
-                "rate {rate}, {mode}: the fenced resource rejects A's write (token 1 < floor 2)"
+                "rate {rate}, {mode_label}: the fenced resource rejects A's write (token 1 < floor 2)"
             ),
             &wrote(false, 1),
             &a_wrote,
         );
         rec.check(
-            format!("{mode}: B's part stays"),
+            format!("{mode_label}: B's part stays"),
             &format!("{B_CONTENT} by holder-b token=2"),
             &summary,
         );

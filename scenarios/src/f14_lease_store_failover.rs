@@ -17,6 +17,7 @@
 //! A, Z (an earlier holding that shows replication working) and B are the lab's own lease clients:
 //! the subject is the lease store, not a holder process.
 
+use fencing::resource::WriteMode;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -336,7 +337,7 @@ async fn timeline(
     let b = b.context("B could not acquire on the promoted standby")?;
     let b_ok = write(lab, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
     rec.check(
-        format!("B's write is accepted (mode={})", p.fenced_mode),
+        format!("B's write is accepted (mode={})", p.fence_label()),
         &wrote(true, b.token),
         &wrote(b_ok, b.token),
     );
@@ -346,7 +347,7 @@ async fn timeline(
             rec.expose(
                 format!(
                     "the floor cannot tell two holders of token {} apart: A's stale write is accepted after B's ({})",
-                    a.token, p.fenced_mode
+                    a.token, p.fence_label()
                 ),
                 a_ok,
                 wrote(a_ok, a.token),
@@ -354,7 +355,7 @@ async fn timeline(
         }
         Replication::Synchronous { .. } => {
             rec.check(
-                format!("A's stale write is rejected ({})", p.fenced_mode),
+                format!("A's stale write is rejected ({})", p.fence_label()),
                 &wrote(false, a.token),
                 &wrote(a_ok, a.token),
             );
@@ -462,7 +463,7 @@ async fn write(
         writer,
         token: grant.token,
     };
-    let ok = lab.resource.write(&write, lab.params.fenced_mode).await?;
+    let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
     let clock = lab.lease.db_clock().await.ok();
     rec.step(
         Mark::Write { accepted: ok },

@@ -187,8 +187,11 @@ pub(crate) mod imp {
             !r.ip.is_loopback(),
             format_args!("res26 at {}:{PG_PORT} (PostgreSQL {version}); the lease store stays on the embedded cluster", r.ip),
         );
-        let p = lab.params.clone();
-        for (i, mode) in [p.fenced_mode, WriteMode::Unfenced].into_iter().enumerate() {
+        for (i, mode) in [WriteMode::Fenced, WriteMode::Unfenced]
+            .into_iter()
+            .enumerate()
+        {
+            let mode_label = lab.params.mode_label(mode);
             if i > 0 {
                 lab.reset().await?;
             }
@@ -197,7 +200,7 @@ pub(crate) mod imp {
             rec.step(
                 Mark::Info,
                 "lab",
-                &format!("resource mode {mode}"),
+                &format!("resource mode {mode_label}"),
                 None,
                 "",
                 None,
@@ -252,6 +255,7 @@ pub(crate) mod imp {
         mode: WriteMode,
         hold: bool,
     ) -> anyhow::Result<()> {
+        let mode_label = lab.params.mode_label(mode);
         let p = lab.params.clone();
         let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
         spec.flags.renew_ms = 0;
@@ -267,7 +271,7 @@ pub(crate) mod imp {
         step(lab, rec, at, "A", "local-deadline check passed", &ready).await;
         let row = lab.lease.inspect(LEASE).await?;
         rec.check_that(
-            format!("{mode}: A passes its local-deadline check while its lease is valid by the database clock"),
+            format!("{mode_label}: A passes its local-deadline check while its lease is valid by the database clock"),
             matches!(ready, Event::AtWritePoint { token: 1, .. })
                 && row.as_ref().is_some_and(|r| !r.expired && r.holder == HOLDER_A),
             format_args!(
@@ -293,7 +297,7 @@ pub(crate) mod imp {
             (None, "no rule installed".to_owned())
         };
         rec.check_that(
-            format!("{mode}: A's connection to the resource (port {port}) is held in the network: its packets are dropped until the hold is lifted"),
+            format!("{mode_label}: A's connection to the resource (port {port}) is held in the network: its packets are dropped until the hold is lifted"),
             rule.contains("DROP") && rule.contains(&port.to_string()),
             format_args!("iptables OUTPUT: {rule}"),
         );
@@ -345,7 +349,7 @@ pub(crate) mod imp {
         }
         rec.check(
             format!(
-                "{mode}: the lease expires while A's request is in flight; B acquires and writes"
+                "{mode_label}: the lease expires while A's request is in flight; B acquires and writes"
             ),
             "ACQUIRED token=2, WRITE accepted=true token=2",
             &format!(
@@ -416,7 +420,7 @@ pub(crate) mod imp {
         };
         rec.check_that(
             format!(
-                "{mode}: the resource's statement log shows A's request arriving after B's write"
+                "{mode_label}: the resource's statement log shows A's request arriving after B's write"
             ),
             arrived_late,
             format_args!(
@@ -447,12 +451,14 @@ pub(crate) mod imp {
             );
         } else {
             rec.check(
-                format!("{mode}: the fenced resource rejects A's late write (token 1 < floor 2)"),
+                format!(
+                    "{mode_label}: the fenced resource rejects A's late write (token 1 < floor 2)"
+                ),
                 &wrote(false, 1),
                 &wrote(a_ok, 1),
             );
             rec.check(
-                format!("{mode}: B's part stays"),
+                format!("{mode_label}: B's part stays"),
                 &format!("{B_CONTENT} by holder-b token=2"),
                 &summary,
             );

@@ -128,18 +128,19 @@ mod imp {
             resource: Resource::with_profile(r_pool.clone(), p.sut.clone()),
         };
         for (i, (past_check, mode)) in [
-            (false, p.fenced_mode),
-            (true, p.fenced_mode),
+            (false, WriteMode::Fenced),
+            (true, WriteMode::Fenced),
             (true, WriteMode::Unfenced),
         ]
         .into_iter()
         .enumerate()
         {
+            let mode_label = lab.params.mode_label(mode);
             schema::reset(&l_pool).await?;
             schema::reset(&r_pool).await?;
             hosts.resource.setup_scope(SCOPE).await?;
             let what = if past_check {
-                format!("({}) A past its check, resource mode {mode}", i + 1)
+                format!("({}) A past its check, resource mode {mode_label}", i + 1)
             } else {
                 "(1) A before its check".to_owned()
             };
@@ -161,6 +162,7 @@ mod imp {
         mode: WriteMode,
         cut: bool,
     ) -> anyhow::Result<()> {
+        let mode_label = lab.params.mode_label(mode);
         let p = lab.params.clone();
         let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
         spec.flags.lease_host = Some(h.l.ip.to_string());
@@ -277,7 +279,9 @@ mod imp {
             None,
         );
         rec.check(
-            format!("{mode}: the lease expires by the lease store's clock; B acquires and writes"),
+            format!(
+                "{mode_label}: the lease expires by the lease store's clock; B acquires and writes"
+            ),
             "ACQUIRED token=2, WRITE accepted=true token=2",
             &format!("ACQUIRED token={}, {}", b.token, wrote(b_ok, b.token)),
         );
@@ -337,12 +341,12 @@ mod imp {
             );
         } else {
             rec.check(
-                format!("{mode}: the partitioned holder's write, past its check, is fenced at the resource"),
+                format!("{mode_label}: the partitioned holder's write, past its check, is fenced at the resource"),
                 &wrote(false, 1),
                 &wrote(a_ok, 1),
             );
             rec.check(
-                format!("{mode}: B's part stays"),
+                format!("{mode_label}: B's part stays"),
                 &format!("{B_CONTENT} by holder-b token=2"),
                 &summary,
             );

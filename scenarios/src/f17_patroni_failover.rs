@@ -301,7 +301,10 @@ mod imp {
         );
         let a1 = a1.context("A could not acquire a fresh lease")?;
         let a1_ok = resource
-            .write(&write(HOLDER_A, A_CONTENT, a1.token), p.fenced_mode)
+            .write(
+                &write(HOLDER_A, A_CONTENT, a1.token),
+                fencing::resource::WriteMode::Fenced,
+            )
             .await?;
         rec.step(
             Mark::Write { accepted: a1_ok },
@@ -559,7 +562,10 @@ mod imp {
             );
         }
         let b_ok = resource
-            .write(&write(HOLDER_B, B_CONTENT, b.token), p.fenced_mode)
+            .write(
+                &write(HOLDER_B, B_CONTENT, b.token),
+                fencing::resource::WriteMode::Fenced,
+            )
             .await?;
         rec.step(
             Mark::Write { accepted: b_ok },
@@ -575,7 +581,10 @@ mod imp {
             &wrote(b_ok, b.token),
         );
         let a_ok = resource
-            .write(&write(HOLDER_A, A_CONTENT, a_token), p.fenced_mode)
+            .write(
+                &write(HOLDER_A, A_CONTENT, a_token),
+                fencing::resource::WriteMode::Fenced,
+            )
             .await?;
         rec.step(
             Mark::Write { accepted: a_ok },

@@ -5,6 +5,7 @@
 
 use anyhow::Context as _;
 use fencing::resource::Write;
+use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
@@ -57,10 +58,7 @@ impl Scenario for F1 {
             };
             let ok = lab
                 .resource
-                .write(
-                    &write(HOLDER_A, "rows=100(A)", a.token),
-                    lab.params.fenced_mode,
-                )
+                .write(&write(HOLDER_A, "rows=100(A)", a.token), WriteMode::Fenced)
                 .await?;
             rec.check(
                 "holder-a's write with token=1 is accepted",
@@ -138,10 +136,7 @@ impl Scenario for F1 {
             let b = b.context("holder-b could not acquire a released lease")?;
             let ok = lab
                 .resource
-                .write(
-                    &write(HOLDER_B, "rows=101(B)", b.token),
-                    lab.params.fenced_mode,
-                )
+                .write(&write(HOLDER_B, "rows=101(B)", b.token), WriteMode::Fenced)
                 .await?;
             rec.check(
                 "holder-b's write with token=2 is accepted",

@@ -20,6 +20,7 @@
 //! diagram: expired → expired, renew refused): holder-a's renew in autocommit is refused and the
 //! row stays as it was — an expired lease is re-acquired, with a new token, never revived.
 
+use fencing::resource::WriteMode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -101,7 +102,7 @@ impl Scenario for F2 {
                     writer: HOLDER_A,
                     token: a.token,
                 };
-                let ok = lab.resource.write(&w, lab.params.fenced_mode).await?;
+                let ok = lab.resource.write(&w, WriteMode::Fenced).await?;
                 rec.check(
                     format!("holder-a's write #{n} with token=1 is accepted (equal token, same holding)"),
                     "WRITE accepted=true token=1",

@@ -4,6 +4,7 @@
 //! Property (I2 + I3): the fenced-scope resource rejects A's stale write by its own floor, even
 //! though the lease was free when A resumed.
 
+use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 
 use crate::lab::wrote;
@@ -39,7 +40,7 @@ impl Scenario for F4 {
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let r = paused_holder::run(lab, rec, lab.params.fenced_mode).await?;
+            let r = paused_holder::run(lab, rec, WriteMode::Fenced).await?;
             rec.check(
                 "A's stale write is rejected by the resource",
                 "WRITE accepted=false token=1",

@@ -194,7 +194,8 @@ async fn fenced_scope(
         ),
     };
     rec.step(Mark::Info, "lab", phase, None, "", None);
-    let mode = lab.params.fenced_mode;
+    let mode = WriteMode::Fenced;
+    let mode_label = lab.params.fence_label();
     // At the current token: A's earlier write (of the summary, committed) set the floor to A's
     // token, and the write it pauses in is of another part than B's, so that only the floor row
     // can make B wait.
@@ -218,9 +219,7 @@ async fn fenced_scope(
 
     let (gap, at_gap, release) = latch();
     let sut = lab.params.sut.clone();
-    let one_statement = mode
-        .fence(&sut)
-        .is_some_and(|f| matches!(f.resource.write, WriteSql::OneStatement(_)));
+    let one_statement = matches!(sut.resource.write, WriteSql::OneStatement(_));
     let first_task = tokio::spawn({
         let sut = sut.clone();
         async move {
@@ -276,7 +275,7 @@ async fn fenced_scope(
     let act = observe::activity(&admin, second_pid).await?;
     let waiting_on = shown(act.as_ref().and_then(|a| a.wait_event_type.clone()));
     rec.check(
-        format!("{mode}, {order}: {s}'s fence UPDATE waits on a lock (pg_stat_activity.wait_event_type)"),
+        format!("{mode_label}, {order}: {s}'s fence UPDATE waits on a lock (pg_stat_activity.wait_event_type)"),
         "Lock",
         &waiting_on,
     );
@@ -288,7 +287,7 @@ async fn fenced_scope(
         act.query
     ));
     rec.check_that(
-        format!("{mode}, {order}: pg_blocking_pids({s}) names {f}'s backend"),
+        format!("{mode_label}, {order}: pg_blocking_pids({s}) names {f}'s backend"),
         act.blocked_by.contains(&first_pid),
         format_args!(
             "pg_blocking_pids({second_pid}) = {:?}; {f}'s backend = {first_pid}",
@@ -296,7 +295,9 @@ async fn fenced_scope(
         ),
     );
     rec.check_that(
-        format!("{mode}, {order}: {s}'s write has not returned while {f}'s transaction is open"),
+        format!(
+            "{mode_label}, {order}: {s}'s write has not returned while {f}'s transaction is open"
+        ),
         !second_task.is_finished(),
         format_args!("{s}'s write task finished={}", second_task.is_finished()),
     );
@@ -322,22 +323,26 @@ async fn fenced_scope(
         None,
     );
     rec.check(
-        format!("{mode}, {order}: {f}'s write"),
+        format!("{mode_label}, {order}: {f}'s write"),
         &wrote(true, write(first).token),
         &wrote(first_ok, write(first).token),
     );
     rec.check(
-        format!("{mode}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
+        format!("{mode_label}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
         &wrote(second_accepted, write(second).token),
         &wrote(second_ok, write(second).token),
     );
     let part = lab.resource.part(SCOPE, SUMMARY).await?;
     let floor = lab.resource.floor(SCOPE).await?;
     rec.check(
-        format!("{mode}, {order}: the final summary"),
+        format!("{mode_label}, {order}: the final summary"),
         &format!("{NEW_B} by holder-b token=2"),
         &part_line(&part),
     );
-    rec.check(format!("{mode}, {order}: fence_floor"), "2", &shown(floor));
+    rec.check(
+        format!("{mode_label}, {order}: fence_floor"),
+        "2",
+        &shown(floor),
+    );
     Ok(())
 }

@@ -48,15 +48,16 @@ impl Scenario for F7 {
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            for mode in [WriteMode::FencedRow, lab.params.fenced_mode] {
+            for mode in [WriteMode::FencedRow, WriteMode::Fenced] {
+                let mode_label = lab.params.mode_label(mode);
                 lab.reset().await?;
                 let (b_ok, a_detail_ok) = timeline(lab, rec, mode).await?;
-                let label = mode.as_str().to_uppercase().replace('-', "_");
+                let label = mode_label.to_uppercase().replace('-', "_");
                 rec.note(format!(
                     "{label}: B summary accepted={b_ok}, A(token=1) detail accepted={a_detail_ok}"
                 ));
                 rec.check(
-                    format!("{mode}: B's summary write with token=2"),
+                    format!("{mode_label}: B's summary write with token=2"),
                     &wrote(true, 2),
                     &wrote(b_ok, 2),
                 );
@@ -67,7 +68,7 @@ impl Scenario for F7 {
                         format_args!("A(token=1) detail accepted={a_detail_ok}"),
                     ),
                     _ => rec.check(
-                        format!("{mode}: A's write to detail with token=1 is rejected by the scope's floor"),
+                        format!("{mode_label}: A's write to detail with token=1 is rejected by the scope's floor"),
                         &wrote(false, 1),
                         &wrote(a_detail_ok, 1),
                     ),
@@ -85,7 +86,8 @@ async fn timeline(
     rec: &mut Recorder,
     mode: WriteMode,
 ) -> anyhow::Result<(bool, bool)> {
-    rec.step(Mark::Info, "lab", mode.as_str(), None, "", None);
+    let mode_label = lab.params.mode_label(mode);
+    rec.step(Mark::Info, "lab", mode_label, None, "", None);
     let p = lab.params.clone();
     let a = lab
         .lease

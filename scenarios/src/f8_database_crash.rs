@@ -13,6 +13,7 @@
 //! remaining validity before the crash and after recovery (database clock) is compared with the
 //! downtime (the lab's monotonic clock).
 
+use fencing::resource::WriteMode;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
@@ -131,7 +132,7 @@ impl Scenario for F8 {
             };
             let ok = lab
                 .resource
-                .write(&w(HOLDER_A, "rows=300(A)", a.token), lab.params.fenced_mode)
+                .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
                 .await?;
             ensure!(
                 ok,
@@ -333,7 +334,7 @@ impl Scenario for F8 {
             let b = b.context("holder-b could not acquire the expired lease")?;
             let b_ok = lab
                 .resource
-                .write(&w(HOLDER_B, "rows=301(B)", b.token), lab.params.fenced_mode)
+                .write(&w(HOLDER_B, "rows=301(B)", b.token), WriteMode::Fenced)
                 .await?;
             rec.step(
                 Mark::Write { accepted: b_ok },
@@ -350,7 +351,7 @@ impl Scenario for F8 {
             );
             let a_ok = lab
                 .resource
-                .write(&w(HOLDER_A, "rows=300(A)", a.token), lab.params.fenced_mode)
+                .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
                 .await?;
             rec.step(
                 Mark::Write { accepted: a_ok },

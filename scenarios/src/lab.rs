@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use fencing::lease::SqlLeaseStore;
 use fencing::profile::{Dialect, JobProfile, Profile};
 use fencing::publish::Publisher;
-use fencing::resource::{Resource, WriteMode};
+use fencing::resource::{fenced_mode_profile, Resource, WriteMode, FENCED_MODES};
 use fencing::schema::{self, Database};
 use harness::evidence::Recorder;
 use harness::holder::HolderSpec;
@@ -38,17 +38,16 @@ pub struct Params {
     pub contenders: usize,
     /// The longest a scenario waits for a state (e.g. expiry) before it fails.
     pub wait_timeout: Duration,
-    /// The correct write mode F4, F6 and F7 check: fenced-scope, or its one-statement form.
-    pub fenced_mode: WriteMode,
-    /// The other fenced modes every fence-dependent experiment runs again with, each as a case
-    /// of its own (`F4-fenced-single`), right after its run with `fenced_mode`: how the default
-    /// `lab run` gates every fence the lab offers. Empty: each experiment runs once.
-    pub again_with: Vec<WriteMode>,
-    /// The system under test: the profile whose lease table and statements every lease store
-    /// runs, whose fence state the resource keeps, and whose write [`WriteMode::Sut`] runs
-    /// (`lab run --sut`). The built-in `seed004` unless named: the three fenced modes share its
-    /// lease and floor.
+    /// The system under test, resolved once from the command line: the profile whose lease
+    /// table and statements every lease store runs, whose fence state the resource keeps, and
+    /// whose write [`WriteMode::Fenced`] runs — in the lab and in every holder (`--sut`). The
+    /// built-in `seed004` unless `--fenced-mode` or `--sut` names another.
     pub sut: Arc<Profile>,
+    /// The other fences every fence-dependent experiment runs again with, each as a case of its
+    /// own (`F4-fenced-single`), right after its run with `sut`: how the default `lab run` gates
+    /// every fence the lab offers (seed004-single and seed004-shared share seed004's lease and
+    /// floor). Empty: each experiment runs once.
+    pub again_with: Vec<Arc<Profile>>,
     /// The job-lease design the U-series runs, on MariaDB: seed 000's own (`seed000`) unless
     /// `--sut` names another.
     pub jobs: Arc<JobProfile>,
@@ -76,9 +75,8 @@ impl Default for Params {
             margin: Duration::from_millis(300),
             contenders: 16,
             wait_timeout: Duration::from_secs(30),
-            fenced_mode: WriteMode::FencedScope,
-            again_with: Vec::new(),
             sut: Arc::new(Profile::seed004().clone()),
+            again_with: Vec::new(),
             jobs: Arc::new(JobProfile::seed000().clone()),
             sut_dialect: None,
         }
@@ -118,15 +116,6 @@ impl Params {
                 ms(self.ttl - self.margin)
             ));
         }
-        if let Some(mode) = std::iter::once(&self.fenced_mode)
-            .chain(&self.again_with)
-            .find(|m| !m.is_fence())
-        {
-            return Err(format!(
-                "--fenced-mode {mode} is a negative control, not a fence: pass fenced-scope, \
-                 fenced-single or fenced-shared"
-            ));
-        }
         if !(Self::MIN_CONTENDERS..=Self::MAX_CONTENDERS).contains(&self.contenders) {
             return Err(format!(
                 "--contenders {} is out of range: a race needs {} to {} contenders (with fewer, the \
@@ -137,6 +126,28 @@ impl Params {
             ));
         }
         Ok(())
+    }
+
+    /// How the evidence names the fence of `profile`: its fenced mode for the lab's own
+    /// (`fenced-scope`, `fenced-single`, `fenced-shared`), `sut` for a profile of one's own.
+    pub fn fence_label_of(profile: &Profile) -> &'static str {
+        FENCED_MODES
+            .iter()
+            .find(|(mode, _)| fenced_mode_profile(mode).is_some_and(|p| *p == *profile))
+            .map_or("sut", |(mode, _)| mode)
+    }
+
+    /// How the evidence names the run's fence ([`Params::fence_label_of`] its profile).
+    pub fn fence_label(&self) -> &'static str {
+        Self::fence_label_of(&self.sut)
+    }
+
+    /// How the evidence names `mode`: the fence's label, or the control's name.
+    pub fn mode_label(&self, mode: WriteMode) -> &'static str {
+        match mode {
+            WriteMode::Fenced => self.fence_label(),
+            control => control.as_str(),
+        }
     }
 
     /// The connections the cluster must allow for these parameters.
@@ -469,6 +480,18 @@ impl Lab {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         Ok(())
+    }
+
+    /// Makes `profile` the run's system under test: every store of the lab runs it from now on
+    /// (on the same pools: the fences that take turns share one schema, seed004's).
+    pub fn use_sut(&mut self, profile: Arc<Profile>) {
+        self.lease = SqlLeaseStore::with_profile(
+            self.lease.pool().clone(),
+            self.params.margin,
+            profile.clone(),
+        );
+        self.resource = Resource::with_profile(self.resource.pool().clone(), profile.clone());
+        self.params.sut = profile;
     }
 
     /// Empties every table and sets the scope's floor up at 0: each scenario starts here.

@@ -365,14 +365,15 @@ async fn run_scenario(lab: &mut Lab, rec: &mut Recorder, scenario: &dyn Scenario
     if !ran || !scenario.fence_dependent() {
         return;
     }
-    let first = lab.params.fenced_mode;
-    for mode in lab.params.again_with.clone() {
-        lab.params.fenced_mode = mode;
-        let id = format!("{}-{mode}", scenario.id());
-        let title = format!("{} — again, with --fenced-mode {mode}", scenario.title());
+    let first = lab.params.sut.clone();
+    for profile in lab.params.again_with.clone() {
+        let label = Params::fence_label_of(&profile);
+        lab.use_sut(profile);
+        let id = format!("{}-{label}", scenario.id());
+        let title = format!("{} — again, with --fenced-mode {label}", scenario.title());
         run_case(lab, rec, scenario, &id, &title).await;
     }
-    lab.params.fenced_mode = first;
+    lab.use_sut(first);
 }
 
 /// One case: `scenario` on freshly emptied tables, recorded as `id`; whether it ran (was not

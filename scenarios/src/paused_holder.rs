@@ -243,6 +243,7 @@ pub(crate) fn list(threads: &[ThreadState]) -> String {
 
 /// Runs the shared timeline with both holders writing in `mode`.
 pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::Result<Resumed> {
+    let mode_label = lab.params.mode_label(mode);
     let p = lab.params.clone();
     let mut a = Holder::spawn(&lab.holder_spec(HOLDER_A, A_CONTENT, mode, false)).await?;
     let (at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
@@ -273,7 +274,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
     }
     rec.note(format!(
-        "A passed its local-deadline check ({deadline_left_ms} ms left) and waits at the write point, resource mode={mode}"
+        "A passed its local-deadline check ({deadline_left_ms} ms left) and waits at the write point, resource mode={mode_label}"
     ));
 
     // The timeline prescribes this duration: 2×TTL of renewing in the background.

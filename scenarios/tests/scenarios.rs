@@ -212,14 +212,13 @@ async fn every_fence_dependent_scenario_with_needs_passes_with_every_other_fence
         .filter(|s| s.fence_dependent())
         .collect();
     assert!(!dependent.is_empty(), "F15 and F16 depend on the fence");
-    for mode in fencing::resource::WriteMode::FENCES {
-        if mode == Params::default().fenced_mode {
-            continue;
-        }
+    for (mode, _) in &fencing::resource::FENCED_MODES[1..] {
+        let profile = fencing::resource::fenced_mode_profile(mode).expect("built in");
         let params = Params {
-            fenced_mode: mode,
+            sut: std::sync::Arc::new(profile.clone()),
             ..Params::default()
         };
+        assert_eq!(params.fence_label(), *mode);
         run_each(dependent.clone(), params).await?;
     }
     Ok(())

@@ -187,9 +187,11 @@ pub struct ChaosArgs {
     /// How many looping holder processes compete.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=32))]
     pub holders: u64,
-    /// The write mode under test at the scope `chaos` (the control scope is always unfenced).
-    #[arg(long, value_name = "MODE", default_value = "fenced-scope")]
-    pub mode: fencing::resource::WriteMode,
+    /// The write under test at the scope `chaos` (the control scope is always unfenced): a fenced
+    /// mode (fenced-scope, fenced-single, fenced-shared) or a negative control (fenced-row,
+    /// check-then-write, unfenced).
+    #[arg(long, value_name = "MODE", default_value = "fenced-scope", value_parser = clap::builder::PossibleValuesParser::new(fencing::resource::NAMED_WRITES))]
+    pub mode: String,
     /// The faults the nemesis may inject (comma-separated): pause (SIGSTOP … SIGCONT), kill
     /// (SIGKILL, restarted later), crash (the servers stopped immediately and restarted), drift
     /// (a holder's clock slowed with libfaketime); with --backend containers also delay (a
@@ -374,7 +376,7 @@ pub struct RunArgs {
     /// experiments runs with fenced-scope, then again with each of the others as a case of its
     /// own (F4-fenced-single, F4-fenced-shared). Naming one runs only it.
     #[arg(long, value_name = "MODE")]
-    pub fenced_mode: Option<fencing::resource::WriteMode>,
+    pub fenced_mode: Option<String>,
 
     /// The system under test, as a profile (`lab profile list`, `lab profile check`): a
     /// built-in's name or a TOML file whose lease statements every holder runs and whose write

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use fencing::resource::{self, Write, WriteMode};
+use fencing::resource::{self, Write};
 use harness::evidence::write_atomically;
 use harness::process::Spawn;
 use harness::server::{ClusterConfig, PgBinaries};
@@ -145,9 +145,9 @@ async fn measure(
     let mut cells = Vec::new();
     for &n in clients {
         cells.push(pgbench_cell(lab, pgbench, n, duration).await?);
-        for mode in WriteMode::ALL {
+        for name in resource::NAMED_WRITES {
             lab.reset().await?;
-            cells.push(write_cell(lab, mode, n, duration, args.warmup).await?);
+            cells.push(write_cell(lab, name, n, duration, args.warmup).await?);
         }
     }
     let mut contention = Vec::new();
@@ -157,14 +157,16 @@ async fn measure(
     Ok((cells, contention))
 }
 
-/// `n` writers in `mode`, each on its own connection writing its own part with token 1.
+/// `n` writers of the named write `name` (a fenced mode or a control), each on its own
+/// connection writing its own part with token 1.
 async fn write_cell(
     lab: &Lab,
-    mode: WriteMode,
+    name: &'static str,
     n: usize,
     duration: Duration,
     warmup: usize,
 ) -> anyhow::Result<Cell> {
+    let (mode, profile) = resource::named_write(name).context("a named write")?;
     let opts = lab.connect_options(
         fencing::schema::Database::Resource,
         fencing::schema::RESOURCE_DB,
@@ -190,28 +192,13 @@ async fn write_cell(
                 token: 1,
             };
             for _ in 0..warmup {
-                resource::write_on(
-                    &mut conn,
-                    fencing::profile::Profile::seed004(),
-                    &w,
-                    mode,
-                    async {},
-                )
-                .await?;
+                resource::write_on(&mut conn, profile, &w, mode, async {}).await?;
             }
             barrier.wait().await;
             let (start, mut lat, mut rejected) = (Instant::now(), Vec::new(), 0usize);
             while start.elapsed() < duration {
                 let t = Instant::now();
-                if !resource::write_on(
-                    &mut conn,
-                    fencing::profile::Profile::seed004(),
-                    &w,
-                    mode,
-                    async {},
-                )
-                .await?
-                {
+                if !resource::write_on(&mut conn, profile, &w, mode, async {}).await? {
                     rejected += 1;
                 }
                 lat.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -229,12 +216,12 @@ async fn write_cell(
         rejected += rej;
     }
     if rejected > 0 {
-        bail!("{mode} at {n} writers rejected {rejected} writes holding the current token");
+        bail!("{name} at {n} writers rejected {rejected} writes holding the current token");
     }
     let writes = all.len();
     let all = sorted(all);
     Ok(Cell {
-        name: mode.as_str().into(),
+        name: name.into(),
         clients: n,
         writes,
         per_sec: writes as f64 / longest.as_secs_f64(),

@@ -128,11 +128,14 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
             (faults, None)
         }
     };
+    // The write under test, resolved once: its mode and the profile whose fence it runs.
+    let (mode, profile) = fencing::resource::named_write(&args.mode)
+        .with_context(|| format!("--mode {}: not a write the lab names", args.mode))?;
     let cfg = ChaosConfig {
         seed,
         time: args.time,
         holders: args.holders as usize,
-        mode: args.mode,
+        mode,
         faults,
         faketime,
     };
@@ -142,7 +145,10 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     );
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
     let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
-    let params = Params::default();
+    let params = Params {
+        sut: std::sync::Arc::new(profile.clone()),
+        ..Params::default()
+    };
     let cluster = ClusterConfig {
         max_connections: params.max_connections() + 2 * args.holders as u32,
         track_commit_timestamp: true,
@@ -222,7 +228,7 @@ async fn one(
                 "time={}ms holders={} mode={} faults={} ttl={}ms",
                 cfg.time.as_millis(),
                 cfg.holders,
-                cfg.mode,
+                lab.params.mode_label(cfg.mode),
                 cfg.fault_names(),
                 lab.params.ttl.as_millis()
             ),
@@ -323,7 +329,7 @@ async fn sweep(
             v.i2.len(),
             at(chaos::SCOPE),
             chaos::SCOPE,
-            cfg.mode,
+            lab.params.mode_label(cfg.mode),
             at(chaos::CONTROL_SCOPE),
             match (fenced_ok, v.i2.is_empty()) {
                 (true, true) => "fence held",
@@ -333,7 +339,7 @@ async fn sweep(
         );
         runs.push(chaos::sweep::Run::of(seed, &found, lab.params.ttl));
     }
-    let table = chaos::sweep::table(&runs, &cfg.mode.to_string());
+    let table = chaos::sweep::table(&runs, lab.params.mode_label(cfg.mode));
     let text = format!(
         "# Chaos sweep — seeds {}–{}, {} ms each, {} holders, faults {}, TTL {} ms\n\n\
          A pause is harmful when the checker blames an I3 violation on it: a write of the paused \

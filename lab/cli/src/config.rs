@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use fencing::profile::{Dialect, Sut};
-use fencing::resource::WriteMode;
+use fencing::profile::{Dialect, Profile, Sut};
+use fencing::resource::{self, WriteMode};
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::{Backend, Lab, Params, Scenario};
 
@@ -47,11 +47,25 @@ pub struct Config {
 /// Checks the arguments, finds the server binaries and makes sure the evidence directory can
 /// be written. Every error is one line that names the problem and the fix.
 pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
-    if args.fenced_mode == Some(WriteMode::Sut) {
-        bail!(
+    // The fence the run gates, resolved once: a fenced mode's built-in profile (all three in
+    // turn unless one was named), or the profile --sut names (below).
+    let fence = match args.fenced_mode.as_deref() {
+        None => None,
+        Some("sut") => bail!(
             "--fenced-mode sut: name the profile with --sut FILE (or a built-in, lab profile list)"
-        );
-    }
+        ),
+        Some(mode) => match resource::named_write(mode) {
+            Some((WriteMode::Fenced, profile)) => Some(profile),
+            Some(_) => bail!(
+                "--fenced-mode {mode} is a negative control, not a fence: pass fenced-scope, \
+                 fenced-single or fenced-shared"
+            ),
+            None => bail!(
+                "--fenced-mode {mode}: no such fenced mode; pass fenced-scope, fenced-single or \
+                 fenced-shared"
+            ),
+        },
+    };
     let scenarios = match &args.only {
         Some(ids) => scenarios::select(ids).map_err(anyhow::Error::msg)?,
         None => scenarios::ALL.to_vec(),
@@ -62,20 +76,21 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         renew: Duration::from_millis(args.renew_ms),
         margin: Duration::from_millis(args.margin_ms),
         contenders: args.contenders,
-        fenced_mode: args.fenced_mode.unwrap_or(WriteMode::FencedScope),
+        sut: Arc::new(fence.unwrap_or(Profile::seed004()).clone()),
         // Every fence the lab offers is gated unless one was named.
-        again_with: match args.fenced_mode {
+        again_with: match fence {
             Some(_) => Vec::new(),
-            None => WriteMode::FENCES
-                .into_iter()
-                .filter(|&m| m != WriteMode::FencedScope)
+            None => resource::FENCED_MODES[1..]
+                .iter()
+                .filter_map(|(mode, _)| resource::fenced_mode_profile(mode))
+                .map(|p| Arc::new(p.clone()))
                 .collect(),
         },
         ..Params::default()
     };
-    // The system under test: a built-in seed004 form is its fenced mode; any other PostgreSQL
-    // profile is run as `WriteMode::Sut`, each fence-dependent experiment once; a MariaDB one is
-    // the U-series' job lease. The series on the other server says skip.
+    // The system under test: a PostgreSQL profile is the fence every fence-dependent experiment
+    // runs once (a built-in seed004 form reads as its fenced mode); a MariaDB one is the
+    // U-series' job lease. The series on the other server says skip.
     let params = match &args.sut {
         None => params,
         Some(arg) => {
@@ -101,19 +116,9 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                         again_with: Vec::new(),
                         ..params
                     };
-                    let built_in = WriteMode::FENCES
-                        .into_iter()
-                        .find(|m| m.profile().is_some_and(|p| *p == profile));
-                    match built_in {
-                        Some(mode) => Params {
-                            fenced_mode: mode,
-                            ..params
-                        },
-                        None => Params {
-                            fenced_mode: WriteMode::Sut,
-                            sut: Arc::new(profile),
-                            ..params
-                        },
+                    Params {
+                        sut: Arc::new(profile),
+                        ..params
                     }
                 }
             }
@@ -321,10 +326,10 @@ impl Config {
                 p.margin.as_millis(),
                 p.contenders,
                 p.wait_timeout.as_secs(),
-                p.fenced_mode,
+                p.fence_label(),
                 p.again_with
                     .iter()
-                    .map(|m| format!(" then {m}"))
+                    .map(|m| format!(" then {}", Params::fence_label_of(m)))
                     .collect::<String>()
             ),
         ));
@@ -338,7 +343,7 @@ impl Config {
                 ),
             ));
         }
-        if p.fenced_mode == WriteMode::Sut {
+        if p.fence_label() == "sut" {
             env.push((
                 "system_under_test".to_owned(),
                 format!(

@@ -5,12 +5,13 @@
 //! The resource never reads the lease database. It remembers the highest token it has seen per
 //! scope in `fence_floor` (Chubby §2.4) and connects as a role that cannot reach `lease26`.
 //!
-//! [`WriteMode::FencedScope`] is the correct implementation in its textbook form (the seed's) and
-//! [`WriteMode::FencedSingle`] the same fence in one statement; [`WriteMode::FencedShared`] is the
-//! same guarantee without serializing the writers that hold the current token — the one to copy
-//! (`lab bench`: it scales with writers where the other two queue on the floor row). The other
-//! three modes are negative controls kept side by side so
-//! that the lab can show, in the same run, what each one lets through. Every attempt is logged in
+//! [`WriteMode::Fenced`] runs the fence of the resource's profile — the one thing a run gates,
+//! resolved once from the command line: seed004's check and write in one transaction (the
+//! textbook form, the seed's), seed004-single's one statement, seed004-shared's (the same
+//! guarantee without serializing the writers that hold the current token — the one to copy:
+//! `lab bench` shows it scales with writers where the other two queue on the floor row), or a
+//! user's profile. The other three modes are negative controls, the lab's own code, kept side by
+//! side so that the lab can show, in the same run, what each one lets through. Every attempt is logged in
 //! `write_attempt`: an accepted fenced write in its own transaction (committed together), a
 //! rejected one after its rollback (so its record survives it).
 
@@ -24,43 +25,19 @@ use sqlx::{Acquire, PgConnection, PgPool, Row};
 use crate::profile::{Args, Profile, Statement, WriteSql};
 use crate::{DbContext, Result};
 
-/// How the resource decides whether to accept a write.
+/// How the resource decides whether to accept a write: with the fence of its profile, or with
+/// one of the negative controls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteMode {
-    /// One transaction: `UPDATE fence_floor SET max_token = $t WHERE scope = $s AND max_token <=
-    /// $t`; no row → rollback, rejected; else upsert the part and commit. The UPDATE holds the
-    /// floor row's lock until commit, and under Read Committed a blocked writer re-evaluates its
-    /// `WHERE` on the newer row version: that is where the guarantee comes from.
-    FencedScope,
-    /// The scope fence in ONE statement and one round trip: a data-modifying CTE advances the
-    /// floor (`UPDATE … WHERE max_token <= $t RETURNING`), upserts the part only if that returned
-    /// a row, and logs the attempt. The UPDATE takes the same row lock and a blocked writer
-    /// re-evaluates the same way under Read Committed, so I3 holds as for fenced-scope.
-    FencedSingle,
-    /// The scope fence in one statement, with writers of the *current* token in parallel: a
-    /// write whose token equals the floor takes the floor row `FOR SHARE` (shared with every
-    /// other such writer); only a write that must advance the floor takes it exclusively
-    /// (`UPDATE … WHERE max_token <= $t`). Why I3 holds, under Read Committed:
-    ///
-    /// - An accepted write commits holding a lock on the floor row at its token: shared at
-    ///   `max_token = t`, or exclusive having set it to `t`. Both are held until commit.
-    /// - An advance to `t' > t` needs the exclusive lock, so it waits until every write holding
-    ///   the row at `t` has committed: those commit *before* the advance does.
-    /// - A writer blocked by an advance in progress re-reads the row once it commits (Read
-    ///   Committed re-evaluates a locking clause's `WHERE` on the newest row version): it sees
-    ///   `t'`, its shared path finds no row, its `max_token <= t` finds none either — rejected.
-    ///   So no write with `t` commits after an advance past `t`: in commit order, tokens never
-    ///   go back.
-    /// - Two writers of a new token `t` racing past a floor below it both miss the shared path;
-    ///   the second waits for the first's advance and, re-reading `t <= t`, advances again —
-    ///   accepted, as an equal token must be.
-    ///
-    /// No deadlock: the statement locks the floor row first and the part row second, and a
-    /// writer waiting for the floor holds no part row; writers of one token share the floor and
-    /// queue only on a part row whose holder waits for nothing. The price of sharing: an advance
-    /// waits for the current token's writers in flight (a new holder's first write may wait for
-    /// the old holder's last ones — which then commit first, as they should).
-    FencedShared,
+    /// The fence of the resource's profile ([`Resource::with_profile`]): its one statement, or its
+    /// check and write in one transaction with the test hook between them; its attempts are
+    /// recorded under the profile's own name for its write (`resource.mode`). Seed004's is the
+    /// textbook form: `UPDATE fence_floor SET max_token = $t WHERE scope = $s AND max_token <= $t`,
+    /// no row → rollback, rejected; else upsert the part and commit — the UPDATE holds the floor
+    /// row's lock until commit, and under Read Committed a blocked writer re-evaluates its
+    /// `WHERE` on the newer row version. Why seed004-single and seed004-shared keep I3 is told in
+    /// their profiles (`profiles/*.toml`) and ARCHITECTURE.md.
+    Fenced,
     /// Negative control: the upsert compares only the existing row's token. A new row has
     /// nothing to compare against, so a stale holder can still create parts (F7).
     FencedRow,
@@ -69,34 +46,37 @@ pub enum WriteMode {
     CheckThenWrite,
     /// Negative control: a plain upsert, no token check at all (F5).
     Unfenced,
-    /// The write of the system under test's profile (`lab run --sut FILE`): its one statement,
-    /// or its check and write in one transaction with the test hook between them. The resource
-    /// that runs it must have been made with that profile ([`Resource::with_profile`]); its
-    /// attempts are recorded under the profile's own name for its write.
-    Sut,
 }
 
 impl WriteMode {
-    pub const ALL: [WriteMode; 6] = [
-        WriteMode::FencedScope,
-        WriteMode::FencedSingle,
-        WriteMode::FencedShared,
+    pub const ALL: [WriteMode; 4] = [
+        WriteMode::Fenced,
         WriteMode::FencedRow,
         WriteMode::CheckThenWrite,
         WriteMode::Unfenced,
     ];
 
-    /// The mode's name on the command line, in `write_attempt.mode` and in the evidence.
+    /// The negative controls: the lab's own writes beside the fence.
+    pub const CONTROLS: [WriteMode; 3] = [
+        WriteMode::FencedRow,
+        WriteMode::CheckThenWrite,
+        WriteMode::Unfenced,
+    ];
+
+    /// The mode's name on the holder's command line and, for a control, in `write_attempt.mode`
+    /// and the evidence (the fence is recorded under its profile's name for its write).
     pub fn as_str(self) -> &'static str {
         match self {
-            WriteMode::FencedScope => "fenced-scope",
-            WriteMode::FencedSingle => "fenced-single",
-            WriteMode::FencedShared => "fenced-shared",
+            WriteMode::Fenced => "fenced",
             WriteMode::FencedRow => "fenced-row",
             WriteMode::CheckThenWrite => "check-then-write",
             WriteMode::Unfenced => "unfenced",
-            WriteMode::Sut => "sut",
         }
+    }
+
+    /// Whether it keeps I3: the fence (which claims to; the experiments judge it).
+    pub fn is_fence(self) -> bool {
+        self == WriteMode::Fenced
     }
 }
 
@@ -112,7 +92,6 @@ impl FromStr for WriteMode {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         WriteMode::ALL
             .into_iter()
-            .chain([WriteMode::Sut])
             .find(|m| m.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = WriteMode::ALL.iter().map(|m| m.as_str()).collect();
@@ -124,19 +103,44 @@ impl FromStr for WriteMode {
     }
 }
 
-impl WriteMode {
-    /// The fenced modes: the ones that keep I3 (the rest are negative controls).
-    pub const FENCES: [WriteMode; 3] = [
-        WriteMode::FencedScope,
-        WriteMode::FencedSingle,
-        WriteMode::FencedShared,
-    ];
+/// The built-in profiles of the lab's own fence, by the name their write is recorded under: the
+/// fenced modes `lab run --fenced-mode` names, each run by default.
+pub const FENCED_MODES: [(&str, &str); 3] = [
+    ("fenced-scope", "seed004"),
+    ("fenced-single", "seed004-single"),
+    ("fenced-shared", "seed004-shared"),
+];
 
-    /// Whether it keeps I3: one of [`WriteMode::FENCES`], or the system under test's write
-    /// (which claims to; the experiments judge it).
-    pub fn is_fence(self) -> bool {
-        WriteMode::FENCES.contains(&self) || self == WriteMode::Sut
+/// The lab's named writes, in the order the command line lists them: the fenced modes, then the
+/// negative controls.
+pub const NAMED_WRITES: [&str; 6] = [
+    "fenced-scope",
+    "fenced-single",
+    "fenced-shared",
+    "fenced-row",
+    "check-then-write",
+    "unfenced",
+];
+
+/// A write the command line names (`--mode`, the bench's rows), resolved once: a fenced mode is
+/// [`WriteMode::Fenced`] with its built-in profile, a negative control is itself, on seed004's
+/// tables. `None` for any other name.
+pub fn named_write(name: &str) -> Option<(WriteMode, &'static Profile)> {
+    if let Some(profile) = fenced_mode_profile(name) {
+        return Some((WriteMode::Fenced, profile));
     }
+    WriteMode::CONTROLS
+        .into_iter()
+        .find(|m| m.as_str() == name)
+        .map(|m| (m, Profile::seed004()))
+}
+
+/// The built-in profile of the fenced mode `mode` ([`FENCED_MODES`]).
+pub fn fenced_mode_profile(mode: &str) -> Option<&'static Profile> {
+    FENCED_MODES
+        .iter()
+        .find(|(m, _)| *m == mode)
+        .map(|(_, name)| Profile::built_in(name).expect("the fenced modes' profiles are built in"))
 }
 
 /// One write request: `content` for `part` of `scope`, by `writer`, under fencing token `token`.
@@ -178,33 +182,6 @@ pub struct Checked {
     pub floor_read: Option<i64>,
 }
 
-impl WriteMode {
-    /// The built-in profile whose write a fenced mode runs (`lab/fencing/profiles/`): seed004's
-    /// check and write for fenced-scope, the one statement of seed004-single and seed004-shared
-    /// for the other two. `None` for a negative control: those are the lab's own code.
-    pub fn profile(self) -> Option<&'static Profile> {
-        let name = match self {
-            WriteMode::FencedScope => "seed004",
-            WriteMode::FencedSingle => "seed004-single",
-            WriteMode::FencedShared => "seed004-shared",
-            WriteMode::FencedRow
-            | WriteMode::CheckThenWrite
-            | WriteMode::Unfenced
-            | WriteMode::Sut => return None,
-        };
-        Some(Profile::built_in(name).expect("the fenced modes' profiles are built in"))
-    }
-
-    /// The profile whose write this mode runs: `sut` for [`WriteMode::Sut`], the built-in one of
-    /// a fenced mode ([`WriteMode::profile`]), `None` for a negative control.
-    pub fn fence(self, sut: &Profile) -> Option<&Profile> {
-        match self {
-            WriteMode::Sut => Some(sut),
-            mode => mode.profile(),
-        }
-    }
-}
-
 /// The arguments of the statements about one write, its attempts recorded as `record`.
 fn args<'a>(w: &Write<'a>, record: &'a str) -> Args<'a> {
     Args {
@@ -231,14 +208,14 @@ fn seed004_write() -> &'static Statement {
 pub mod broken {
     use super::*;
 
-    /// [`super::WriteMode::FencedShared`]'s statement (seed004-shared's) with its `FOR SHARE`
+    /// The fenced-shared mode's statement (seed004-shared's) with its `FOR SHARE`
     /// removed: a writer of the current token checks the floor without locking it, so an advance
     /// can commit while the writer is still on its way, and the writer's old token lands after it
     /// (I3 broken in commit order). Nothing but that test runs it; its attempts are recorded as
     /// `fenced-shared-without-the-lock`.
     pub async fn fenced_shared_without_the_lock(r: &Resource, w: &Write<'_>) -> Result<bool> {
         let Some(WriteSql::OneStatement(statement)) =
-            WriteMode::FencedShared.profile().map(|p| &p.resource.write)
+            fenced_mode_profile("fenced-shared").map(|p| &p.resource.write)
         else {
             unreachable!("seed004-shared writes in one statement")
         };
@@ -254,7 +231,7 @@ pub mod broken {
 
 /// The protected resource, reached through a pool that connects as the resource role, with the
 /// fence of a profile (by default the built-in `seed004`): its scope setup, its floor, and the
-/// write [`WriteMode::Sut`] runs.
+/// write [`WriteMode::Fenced`] runs.
 #[derive(Debug, Clone)]
 pub struct Resource {
     pool: PgPool,
@@ -412,8 +389,8 @@ where
     F: Future<Output = ()>,
 {
     let nothing_read = Checked { floor_read: None };
-    if let Some(fence) = mode.fence(sut) {
-        return write_fenced(conn, fence, w, gap(nothing_read)).await;
+    if mode == WriteMode::Fenced {
+        return write_fenced(conn, sut, w, gap(nothing_read)).await;
     }
     let accepted = match mode {
         WriteMode::FencedRow => {
@@ -464,10 +441,7 @@ where
             upsert(&mut *conn, w).await?;
             true
         }
-        WriteMode::FencedScope
-        | WriteMode::FencedSingle
-        | WriteMode::FencedShared
-        | WriteMode::Sut => unreachable!("{mode} is a fence, written above"),
+        WriteMode::Fenced => unreachable!("the fence is written above"),
     };
     // The negative controls, which have no transaction, record every attempt here.
     log_attempt(&mut *conn, w, mode.as_str(), accepted).await?;
@@ -509,7 +483,7 @@ async fn write_fenced(
     }
 }
 
-/// [`WriteMode::FencedScope`] with a test hook *before COMMIT*: `before_commit` is awaited once
+/// seed004's fence with a test hook *before COMMIT*: `before_commit` is awaited once
 /// the floor has been advanced and the part and its attempt record written, with the transaction
 /// still open (F12 kills the writer there; nothing of it may survive). The hook answers whether
 /// to commit; `false` rolls everything back. Returns `Some(accepted)` once decided, `None` when

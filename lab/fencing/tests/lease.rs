@@ -326,7 +326,7 @@ async fn a_lease_table_truncated_by_hand_reissues_token_1_below_the_resources_fl
         assert_eq!(g.token, expected);
         assert!(
             db.resource
-                .write(&write(g.token), WriteMode::FencedScope)
+                .write(&write(g.token), WriteMode::Fenced)
                 .await?
         );
         assert!(db.lease.release(&g).await?);
@@ -348,7 +348,7 @@ async fn a_lease_table_truncated_by_hand_reissues_token_1_below_the_resources_fl
     );
     assert!(
         !db.resource
-            .write(&write(g.token), WriteMode::FencedScope)
+            .write(&write(g.token), WriteMode::Fenced)
             .await?,
         "the current holder's token 1 is below the floor 2"
     );

@@ -1,4 +1,5 @@
-//! The resource's six write modes against a real PostgreSQL (SPEC §3.2): what each accepts,
+//! The resource's writes — the three fenced modes (each the fence of its built-in profile) and
+//! the three negative controls — against a real PostgreSQL (SPEC §3.2): what each accepts,
 //! what each rejects, and the `write_attempt` log; and the shared fence's lock at work — writers
 //! of the current token in parallel, an advance ordered after them, and without the lock, I3
 //! broken.
@@ -8,7 +9,9 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::SCOPE;
-use fencing::resource::{broken, Write, WriteMode};
+use std::sync::Arc;
+
+use fencing::resource::{broken, named_write, Resource, Write, WriteMode, NAMED_WRITES};
 
 fn w(part: &'static str, writer: &'static str, token: i64) -> Write<'static> {
     Write {
@@ -20,12 +23,22 @@ fn w(part: &'static str, writer: &'static str, token: i64) -> Write<'static> {
     }
 }
 
+/// `r` with the write the lab names `name` (a fenced mode's profile, or a control on seed004's
+/// tables), and the mode to write it in.
+fn named(r: &Resource, name: &str) -> (Resource, WriteMode) {
+    let (mode, profile) = named_write(name).expect("a named write");
+    (
+        Resource::with_profile(r.pool().clone(), Arc::new(profile.clone())),
+        mode,
+    )
+}
+
 #[tokio::test]
 async fn fenced_scope_accepts_equal_and_greater_tokens_and_rejects_smaller_on_any_part(
 ) -> anyhow::Result<()> {
     let db = common::start().await?;
     let r = &db.resource;
-    let m = WriteMode::FencedScope;
+    let m = WriteMode::Fenced;
     assert!(r.write(&w("summary", "a", 1), m).await?);
     assert!(
         r.write(&w("summary", "a", 1), m).await?,
@@ -56,14 +69,8 @@ async fn fenced_scope_accepts_equal_and_greater_tokens_and_rejects_smaller_on_an
 async fn every_attempt_is_logged_and_a_rejection_survives_its_rollback() -> anyhow::Result<()> {
     let db = common::start().await?;
     let r = &db.resource;
-    assert!(
-        r.write(&w("summary", "b", 2), WriteMode::FencedScope)
-            .await?
-    );
-    assert!(
-        !r.write(&w("summary", "a", 1), WriteMode::FencedScope)
-            .await?
-    );
+    assert!(r.write(&w("summary", "b", 2), WriteMode::Fenced).await?);
+    assert!(!r.write(&w("summary", "a", 1), WriteMode::Fenced).await?);
     let log: Vec<_> = r
         .attempts(SCOPE)
         .await?
@@ -90,7 +97,7 @@ async fn fenced_scope_rejects_a_scope_that_was_never_set_up() -> anyhow::Result<
         writer: "a",
         token: 5,
     };
-    assert!(!db.resource.write(&write, WriteMode::FencedScope).await?);
+    assert!(!db.resource.write(&write, WriteMode::Fenced).await?);
     Ok(())
 }
 
@@ -98,20 +105,18 @@ async fn fenced_scope_rejects_a_scope_that_was_never_set_up() -> anyhow::Result<
 async fn the_gap_runs_between_a_passed_check_and_the_write_only() -> anyhow::Result<()> {
     let db = common::start().await?;
     let r = &db.resource;
-    assert!(
-        r.write(&w("summary", "b", 2), WriteMode::FencedScope)
-            .await?
-    );
-    for mode in WriteMode::ALL {
+    assert!(r.write(&w("summary", "b", 2), WriteMode::Fenced).await?);
+    for name in NAMED_WRITES {
+        let (r, mode) = named(r, name);
         let ran = AtomicBool::new(false);
         let gap = async { ran.store(true, Ordering::SeqCst) };
         r.write_with_gap(&w("summary", "a", 3), mode, gap).await?;
         assert!(
             ran.load(Ordering::SeqCst),
-            "{mode}: the gap runs when the check passes"
+            "{name}: the gap runs when the check passes"
         );
     }
-    for mode in [WriteMode::FencedScope, WriteMode::CheckThenWrite] {
+    for mode in [WriteMode::Fenced, WriteMode::CheckThenWrite] {
         let ran = AtomicBool::new(false);
         let gap = async { ran.store(true, Ordering::SeqCst) };
         assert!(!r.write_with_gap(&w("summary", "a", 1), mode, gap).await?);
@@ -127,19 +132,17 @@ async fn the_gap_runs_between_a_passed_check_and_the_write_only() -> anyhow::Res
 async fn the_checked_gap_is_told_the_floor_check_then_write_read() -> anyhow::Result<()> {
     let db = common::start().await?;
     let r = &db.resource;
-    assert!(
-        r.write(&w("summary", "b", 3), WriteMode::FencedScope)
-            .await?
-    );
-    for (mode, token, expected) in [
-        (WriteMode::CheckThenWrite, 4, Some(3)),
+    assert!(r.write(&w("summary", "b", 3), WriteMode::Fenced).await?);
+    for (name, token, expected) in [
+        ("check-then-write", 4, Some(3)),
         // The floor is now 4: what the check read moves with it.
-        (WriteMode::CheckThenWrite, 5, Some(4)),
-        (WriteMode::FencedScope, 6, None),
-        (WriteMode::FencedSingle, 7, None),
-        (WriteMode::FencedRow, 8, None),
-        (WriteMode::Unfenced, 9, None),
+        ("check-then-write", 5, Some(4)),
+        ("fenced-scope", 6, None),
+        ("fenced-single", 7, None),
+        ("fenced-row", 8, None),
+        ("unfenced", 9, None),
     ] {
+        let (r, mode) = named(r, name);
         let seen = std::sync::Mutex::new(Vec::new());
         let accepted = r
             .write_with_checked_gap(&w("summary", "a", token), mode, |checked| {
@@ -229,11 +232,21 @@ fn every_mode_reads_back_from_the_name_it_shows() {
         assert_eq!(mode.to_string(), mode.as_str());
         assert_eq!(mode.to_string().parse::<WriteMode>(), Ok(mode));
     }
-    assert!("fenced".parse::<WriteMode>().is_err());
-    assert_eq!(
-        WriteMode::ALL.iter().filter(|m| m.is_fence()).count(),
-        WriteMode::FENCES.len()
+    assert!(
+        "fenced-scope".parse::<WriteMode>().is_err(),
+        "a fenced mode is a profile"
     );
+    assert_eq!(WriteMode::ALL.iter().filter(|m| m.is_fence()).count(), 1);
+    // Each name the command line takes resolves once: a fenced mode to its built-in profile,
+    // whose write is recorded under that name; a control to itself.
+    for name in NAMED_WRITES {
+        let (mode, profile) = named_write(name).expect("a named write");
+        match mode {
+            WriteMode::Fenced => assert_eq!(profile.resource.mode, name),
+            control => assert_eq!(control.as_str(), name),
+        }
+    }
+    assert!(named_write("sut").is_none());
 }
 
 #[tokio::test]
@@ -254,18 +267,19 @@ async fn unfenced_accepts_a_smaller_token() -> anyhow::Result<()> {
 #[tokio::test]
 async fn fenced_single_keeps_the_scope_fence_and_logs_every_attempt_in_one_statement(
 ) -> anyhow::Result<()> {
-    one_statement_fence(WriteMode::FencedSingle).await
+    one_statement_fence("fenced-single").await
 }
 
 #[tokio::test]
 async fn fenced_shared_keeps_the_scope_fence_and_logs_every_attempt_in_one_statement(
 ) -> anyhow::Result<()> {
-    one_statement_fence(WriteMode::FencedShared).await
+    one_statement_fence("fenced-shared").await
 }
 
-async fn one_statement_fence(m: WriteMode) -> anyhow::Result<()> {
+async fn one_statement_fence(name: &str) -> anyhow::Result<()> {
     let db = common::start().await?;
-    let r = &db.resource;
+    let (r, m) = named(&db.resource, name);
+    let r = &r;
     assert!(r.write(&w("summary", "a", 1), m).await?);
     assert!(
         r.write(&w("summary", "a", 1), m).await?,
@@ -301,11 +315,7 @@ async fn one_statement_fence(m: WriteMode) -> anyhow::Result<()> {
             ("a".into(), 1, false)
         ]
     );
-    assert!(r
-        .attempts(SCOPE)
-        .await?
-        .iter()
-        .all(|a| a.mode == m.as_str()));
+    assert!(r.attempts(SCOPE).await?.iter().all(|a| a.mode == name));
     Ok(())
 }
 
@@ -326,14 +336,7 @@ async fn open_write(
     mode: WriteMode,
 ) -> anyhow::Result<(sqlx::Transaction<'static, sqlx::Postgres>, bool)> {
     let mut tx = r.pool().begin().await?;
-    let ok = fencing::resource::write_on(
-        &mut tx,
-        fencing::profile::Profile::seed004(),
-        w,
-        mode,
-        async {},
-    )
-    .await?;
+    let ok = fencing::resource::write_on(&mut tx, r.profile(), w, mode, async {}).await?;
     Ok((tx, ok))
 }
 
@@ -341,11 +344,8 @@ async fn open_write(
 async fn writers_of_the_current_token_share_the_floor_with_fenced_shared_and_queue_with_fenced_single(
 ) -> anyhow::Result<()> {
     let db = common::start().await?;
-    let r = db.resource.clone();
-    for (mode, parallel) in [
-        (WriteMode::FencedShared, true),
-        (WriteMode::FencedSingle, false),
-    ] {
+    for (name, parallel) in [("fenced-shared", true), ("fenced-single", false)] {
+        let (r, mode) = named(&db.resource, name);
         assert!(r.write(&w("summary", "a", 7), mode).await?);
         // One writer of the current token holds its transaction open…
         let (first, ok) = open_write(&r, &w("summary", "a", 7), mode).await?;
@@ -386,8 +386,7 @@ async fn fenced_shared_orders_an_advance_after_the_current_tokens_writes_and_wit
 ) -> anyhow::Result<()> {
     for locked in [true, false] {
         let db = common::start().await?;
-        let r = db.resource.clone();
-        let m = WriteMode::FencedShared;
+        let (r, m) = named(&db.resource, "fenced-shared");
         assert!(r.write(&w("detail", "a", 1), m).await?);
         // A transaction holds the detail row: A's next write of it will wait there.
         let mut holder = r.pool().begin().await?;
