@@ -129,13 +129,17 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         }
     };
     // The write under test, resolved once: its mode and the profile whose fence it runs.
-    let (mode, profile) = fencing::resource::named_write(&args.mode)
+    let mode_name = fencing::resource::NAMED_WRITES
+        .into_iter()
+        .find(|n| *n == args.mode)
         .with_context(|| format!("--mode {}: not a write the lab names", args.mode))?;
+    let (mode, profile) = fencing::resource::named_write(mode_name).context("a named write")?;
     let cfg = ChaosConfig {
         seed,
         time: args.time,
         holders: args.holders as usize,
         mode,
+        mode_name,
         faults,
         faketime,
     };
@@ -228,7 +232,7 @@ async fn one(
                 "time={}ms holders={} mode={} faults={} ttl={}ms",
                 cfg.time.as_millis(),
                 cfg.holders,
-                lab.params.mode_label(cfg.mode),
+                cfg.mode_name,
                 cfg.fault_names(),
                 lab.params.ttl.as_millis()
             ),
@@ -329,7 +333,7 @@ async fn sweep(
             v.i2.len(),
             at(chaos::SCOPE),
             chaos::SCOPE,
-            lab.params.mode_label(cfg.mode),
+            cfg.mode_name,
             at(chaos::CONTROL_SCOPE),
             match (fenced_ok, v.i2.is_empty()) {
                 (true, true) => "fence held",
@@ -339,7 +343,7 @@ async fn sweep(
         );
         runs.push(chaos::sweep::Run::of(seed, &found, lab.params.ttl));
     }
-    let table = chaos::sweep::table(&runs, lab.params.mode_label(cfg.mode));
+    let table = chaos::sweep::table(&runs, cfg.mode_name);
     let text = format!(
         "# Chaos sweep — seeds {}–{}, {} ms each, {} holders, faults {}, TTL {} ms\n\n\
          A pause is harmful when the checker blames an I3 violation on it: a write of the paused \

@@ -51,8 +51,10 @@ pub struct ChaosConfig {
     pub seed: u64,
     pub time: Duration,
     pub holders: usize,
-    /// The write mode under test.
+    /// The write under test: the fence of the lab's profile, or a negative control.
     pub mode: WriteMode,
+    /// How the command line and the evidence name it (`fenced-scope`, …, `unfenced`).
+    pub mode_name: &'static str,
     pub faults: Vec<FaultKind>,
     /// libfaketime, for the drift fault (required when `faults` has it).
     pub faketime: Option<harness::faketime::Faketime>,
@@ -252,7 +254,7 @@ fn write_schedule(
         cfg.seed,
         cfg.time.as_millis(),
         cfg.holders,
-        cfg.mode,
+        cfg.mode_name,
         cfg.fault_names(),
         ttl.as_millis()
     );
@@ -310,6 +312,7 @@ mod tests {
             time: Duration::from_secs(20),
             holders: 4,
             mode: WriteMode::Unfenced,
+            mode_name: "unfenced",
             faults: faults.to_vec(),
             faketime: None,
         }

@@ -99,7 +99,7 @@ pub fn record(
     rec.check_that(
         format!(
             "I3 ({} at scope {SCOPE}): in commit order, no accepted write has a smaller token than one committed before it",
-            cfg.mode
+            cfg.mode_name
         ),
         under_test.is_empty(),
         format_args!(
@@ -119,7 +119,7 @@ pub fn record(
     rec.check_that(
         format!(
             "the fence turned no current holding away ({} at scope {SCOPE}): every rejected write had a greater token granted before it",
-            cfg.mode
+            cfg.mode_name
         ),
         turned_away.is_empty(),
         format_args!("{} violations", turned_away.len()),
@@ -184,7 +184,7 @@ fn markdown(cfg: &ChaosConfig, v: &Verdict) -> String {
         cfg.seed,
         cfg.time.as_millis(),
         cfg.holders,
-        cfg.mode
+        cfg.mode_name
     );
     text.push_str(&fault_table(v));
     let _ = writeln!(
