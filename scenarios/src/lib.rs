@@ -1,6 +1,7 @@
-//! The experiments (SPEC §5). Each scenario lives in its own file, named after the fault it
-//! injects, with a `//!` that names the fault and the property checked. [`ALL`] is the one list
-//! that `lab list`, `lab run --only` and the tests read.
+//! The experiments (SPEC §5) and their contract. Each scenario lives in its own file, named after
+//! the fault it injects, with a `//!` that names the fault and the property checked; this file is
+//! the contract they implement ([`Scenario`], [`Needs`]) and [`ALL`], the one list that
+//! `lab list`, `lab run --only` and the tests read. Running them is `runner.rs`.
 //!
 //! A scenario talks to the system under test only through `fencing`'s stores, to the cluster and
 //! the holder processes only through the harness, and reports only through the [`Recorder`]. It
@@ -9,7 +10,6 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use fencing::profile::Dialect;
 use harness::evidence::{Lanes, Recorder};
 
 pub mod chaos;
@@ -35,6 +35,7 @@ mod latch;
 mod maria;
 mod paused_holder;
 mod preflight;
+mod runner;
 mod u1_fenced_job_lease;
 mod u2_stale_completion;
 mod u3_database_time;
@@ -43,6 +44,7 @@ mod u5_check_then_complete;
 mod u_common;
 
 pub use lab::{Backend, Lab, Params, Replication};
+pub use runner::{join_all, run_all, run_all_on};
 
 /// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
 pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
@@ -245,228 +247,6 @@ pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
         chosen.push(scenario);
     }
     Ok(chosen)
-}
-
-/// Runs the preflight and then each scenario on freshly emptied tables; a fence-dependent one
-/// that ran (not skipped) runs again with each mode of [`Params::again_with`], as a case of its
-/// own (`F4-fenced-single`). A scenario that cannot complete, or completes with another number
-/// of checks than it declares, is recorded as a failed check and the run goes on with the next
-/// one.
-pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
-    run_all_on(std::slice::from_mut(lab), rec, scenarios).await;
-}
-
-/// [`run_all`] on several labs at once (`lab run --jobs`), each on a cluster of its own:
-/// experiments run on whichever lab is free, those that must run alone
-/// ([`Scenario::runs_alone`]) with every other lab idle, and the U-series on the first lab (one
-/// MariaDB server). Each experiment records into a recorder of its own; `rec` takes them over
-/// in registry order as they complete, so the output is the sequential run's, whatever finished
-/// first. Everything runs on the caller's task: dropping the future drops the labs with it.
-pub async fn run_all_on(labs: &mut [Lab], rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
-    assert!(!labs.is_empty(), "at least one lab");
-    let preflight = match labs[0].backend() {
-        Backend::Embedded => preflight::P0 {
-            separate_hosts: false,
-        },
-        Backend::Containers { .. } => preflight::P0 {
-            separate_hosts: true,
-        },
-    };
-    run_scenario(&mut labs[0], rec, &preflight).await;
-    let mut i = 0;
-    while i < scenarios.len() {
-        if scenarios[i].runs_alone() || labs.len() == 1 {
-            run_scenario(&mut labs[0], rec, scenarios[i]).await;
-            i += 1;
-            continue;
-        }
-        let end = scenarios[i..]
-            .iter()
-            .position(|s| s.runs_alone())
-            .map_or(scenarios.len(), |p| i + p);
-        run_together(labs, rec, &scenarios[i..end]).await;
-        i = end;
-    }
-}
-
-/// One stretch of experiments none of which must run alone, spread over `labs`.
-async fn run_together(labs: &mut [Lab], rec: &mut Recorder, stretch: &[&dyn Scenario]) {
-    use std::collections::{BTreeMap, VecDeque};
-    use std::sync::Mutex;
-
-    let queue = Mutex::new((0..stretch.len()).collect::<VecDeque<usize>>());
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-    let workers: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = labs
-        .iter_mut()
-        .enumerate()
-        .map(|(k, lab)| {
-            let (queue, done_tx) = (&queue, done_tx.clone());
-            Box::pin(async move {
-                loop {
-                    // The first lab takes anything; the others leave the U-series to it.
-                    let next = {
-                        let mut queue = queue.lock().expect("no panic while held");
-                        queue
-                            .iter()
-                            .position(|&i| k == 0 || stretch[i].needs() != Needs::MariaDb)
-                            .and_then(|p| queue.remove(p))
-                    };
-                    let Some(i) = next else { break };
-                    let mut own = Recorder::new(Vec::new());
-                    run_scenario(lab, &mut own, stretch[i]).await;
-                    let _ = done_tx.send((i, own));
-                }
-            }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>
-        })
-        .collect();
-    drop(done_tx);
-    let absorb = async {
-        let mut finished = BTreeMap::new();
-        let mut next = 0;
-        while let Some((i, own)) = done_rx.recv().await {
-            finished.insert(i, own);
-            while let Some(own) = finished.remove(&next) {
-                rec.absorb(own);
-                next += 1;
-            }
-        }
-    };
-    tokio::join!(join_all(workers.into_iter()), absorb);
-}
-
-/// Awaits every future together on this task (no spawn: the spawning thread of every child
-/// process stays this one); their outputs in order.
-pub async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let mut pending: Vec<_> = futures.map(|f| Some(Box::pin(f))).collect();
-    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        for (slot, out) in pending.iter_mut().zip(done.iter_mut()) {
-            if let Some(f) = slot {
-                if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
-                    *out = Some(v);
-                    *slot = None;
-                }
-            }
-        }
-        if pending.iter().all(Option::is_none) {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-    done.into_iter().flatten().collect()
-}
-
-/// One experiment: its case, and — when it is fence-dependent and ran — one more case per mode
-/// of [`Params::again_with`].
-async fn run_scenario(lab: &mut Lab, rec: &mut Recorder, scenario: &dyn Scenario) {
-    let ran = run_case(lab, rec, scenario, scenario.id(), scenario.title()).await;
-    if !ran || !scenario.fence_dependent() {
-        return;
-    }
-    let first = lab.params.sut.clone();
-    for profile in lab.params.again_with.clone() {
-        let label = Params::fence_label_of(&profile);
-        lab.use_sut(profile);
-        let id = format!("{}-{label}", scenario.id());
-        let title = format!("{} — again, with --fenced-mode {label}", scenario.title());
-        run_case(lab, rec, scenario, &id, &title).await;
-    }
-    lab.use_sut(first);
-}
-
-/// One case: `scenario` on freshly emptied tables, recorded as `id`; whether it ran (was not
-/// skipped).
-async fn run_case(
-    lab: &mut Lab,
-    rec: &mut Recorder,
-    scenario: &dyn Scenario,
-    id: &str,
-    title: &str,
-) -> bool {
-    rec.case_with_lanes(id, title, scenario.lanes());
-    // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
-    let on_mariadb = matches!(scenario.needs(), Needs::MariaDb);
-    let (series, claims, sut_name) = if on_mariadb {
-        let jobs = &lab.params.jobs;
-        (Dialect::Mariadb, jobs.claims, jobs.name.clone())
-    } else {
-        let sut = &lab.params.sut;
-        (Dialect::Postgres, sut.claims, sut.name.clone())
-    };
-    rec.blind_tokens(!claims.token_at_lease);
-    let before = rec.summary();
-    let waived_before = rec.waived();
-    let on_containers = !matches!(lab.backend(), Backend::Embedded);
-    let applies = scenario.applies_to(&lab.params.sut);
-    let other_server = lab.params.sut_dialect.filter(|&d| d != series);
-    let outcome = match lab.reset().await {
-        Ok(()) if other_server.is_some() => {
-            let (named, theirs) = match series {
-                Dialect::Mariadb => (
-                    lab.params.sut.name.as_str(),
-                    "the U-series runs job-lease designs on MariaDB (seed 000's shape)",
-                ),
-                Dialect::Postgres => (
-                    lab.params.jobs.name.as_str(),
-                    "this experiment runs lease-and-report designs on PostgreSQL",
-                ),
-            };
-            rec.skip(format!(
-                "{} does not apply to {named}: a design on {}; {theirs}",
-                scenario.id(),
-                other_server.map_or("", Dialect::server),
-            ));
-            Ok(())
-        }
-        Ok(()) if applies.is_err() => {
-            let why = applies.err().unwrap_or_default();
-            rec.skip(format!(
-                "{} does not apply to {sut_name}: {why}",
-                scenario.id(),
-            ));
-            Ok(())
-        }
-        Ok(()) if lab.lease_on_patroni() && !scenario.on_patroni() => {
-            rec.skip(format!(
-                "{} does not run with --lease-store patroni: it crashes and restarts the lease \
-                 store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
-                 shows that",
-                scenario.id()
-            ));
-            Ok(())
-        }
-        Ok(()) if on_containers && !scenario.on_containers() => {
-            rec.skip(format!(
-                "{} runs in the default run only (./run.sh without --backend containers); \
-                 the container backend runs P0 and F1–F9",
-                scenario.id()
-            ));
-            Ok(())
-        }
-        Ok(()) => scenario.run(lab, rec).await,
-        Err(e) => Err(e),
-    };
-    let after = rec.summary();
-    let made = (after.passed + after.failed) - (before.passed + before.failed)
-        + (rec.waived() - waived_before);
-    let skipped = after.skipped > before.skipped;
-    match outcome {
-        Err(e) => {
-            rec.abort(&format!("{e:#}"));
-        }
-        Ok(()) if !skipped && made != scenario.checks() => {
-            rec.check(
-                "the scenario made the number of checks it declares",
-                &scenario.checks(),
-                &made,
-            );
-        }
-        Ok(()) => {}
-    }
-    rec.end_case();
-    !skipped
 }
 
 #[cfg(test)]

@@ -1,0 +1,102 @@
+//! How the lab starts a holder process: its flags (`HolderFlags`, the one type the holder parses),
+//! the profile it loads (`--sut`: the lab's resolved system under test, by name or path), where
+//! it reaches each database (the socket, or a host over TCP), and the lab's own lease clients
+//! beside it. Nothing here spawns: `harness::holder::Holder::spawn` does.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use fencing::lease::SqlLeaseStore;
+use fencing::profile::{JobProfile, Profile};
+use fencing::resource::WriteMode;
+use fencing::schema::Database;
+use harness::holder::HolderSpec;
+use harness::hosts::Host;
+use holder_protocol::HolderFlags;
+use sqlx::postgres::PgPoolOptions;
+
+use super::servers::PG_PORT;
+use super::{Lab, LEASE, SCOPE, SUMMARY};
+
+impl Lab {
+    /// How to start a holder process that writes `content` to the summary in `mode`.
+    pub fn holder_spec(
+        &self,
+        holder: &str,
+        content: &str,
+        mode: WriteMode,
+        release: bool,
+    ) -> HolderSpec {
+        // Durations travel as whole milliseconds (validated non-zero and far below u64::MAX).
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        HolderSpec {
+            bin: self.holder_bin.clone(),
+            flags: HolderFlags {
+                store: "postgres".into(),
+                socket_dir: self.servers.socket().0,
+                port: self.servers.socket().1,
+                lease: LEASE.into(),
+                holder: holder.into(),
+                ttl_ms: ms(self.params.ttl),
+                renew_ms: ms(self.params.renew),
+                margin_ms: ms(self.params.margin),
+                scope: SCOPE.into(),
+                part: SUMMARY.into(),
+                content: content.into(),
+                mode: mode.as_str().into(),
+                sut: self.sut_arg(),
+                run_id: None,
+                release,
+                wait_before_check: false,
+                wait_before_commit: false,
+                wait_after_write: false,
+                resource_host: self.servers.tcp_host(Host::Resource),
+                resource_port: self.servers.tcp_host(Host::Resource).map(|_| PG_PORT),
+                lease_host: self.servers.tcp_host(Host::Lease),
+                lease_port: self.servers.tcp_host(Host::Lease).map(|_| PG_PORT),
+                loop_seed: None,
+                loop_parts: 3,
+                control_scope: None,
+            },
+            env: Vec::new(),
+        }
+    }
+
+    /// Waits, polling the database clock, until the lease is free (expired or released);
+    /// `whose` names it in the timeout error ("A's lease"). Returns how long that took.
+    pub async fn until_lease_expired(&self, whose: &str) -> anyhow::Result<Duration> {
+        let what = format!("{whose} is expired by the database clock");
+        let lease = &self.lease;
+        Ok(harness::wait::until(&what, self.params.wait_timeout, || lease.is_free(LEASE)).await?)
+    }
+
+    /// A lease client with its own single connection, already open (F3's contenders).
+    pub async fn own_lease_client(&self) -> anyhow::Result<SqlLeaseStore> {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .connect_with(self.connect_options(
+                Database::Lease,
+                Database::Lease.name(),
+                Database::Lease.role(),
+            ))
+            .await
+            .context("failed to open a contender's connection")?;
+        Ok(SqlLeaseStore::with_profile(
+            pool,
+            self.params.margin,
+            self.params.sut.clone(),
+        ))
+    }
+
+    /// A job holder's `--sut` (`--store mariadb`): the job-lease design it loads, `None` for
+    /// seed 000's own.
+    pub fn jobs_arg(&self) -> Option<String> {
+        (*self.params.jobs != *JobProfile::seed000()).then(|| self.params.jobs.load_arg())
+    }
+
+    /// The holder's `--sut`: the profile a holder loads, `None` for the lab's own design.
+    pub fn sut_arg(&self) -> Option<String> {
+        (*self.params.sut != *Profile::seed004()).then(|| self.params.sut.load_arg())
+    }
+}

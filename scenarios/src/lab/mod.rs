@@ -1,0 +1,326 @@
+//! The environment every scenario runs in: the lab's two hosts ([`Hosts`]: the embedded cluster
+//! by default) with both databases provisioned, one pool per side (the lease side as
+//! `lease_svc`, the resource side as `resource_svc`), the stores of the system under test, and
+//! the run's parameters. One concern a file: `params.rs` the run's parameters and the names of
+//! what it contends for; this file the lab's life (start, reset, keep, shutdown); `servers.rs`
+//! the verbs on its servers (connections, crash and restart, network holds, Patroni's
+//! failover); `holders.rs` how a holder process is started (its flags); `wording.rs` how the
+//! evidence words what the lab reads (tokens, floors, grants, writes). It must not hold SQL of
+//! the system under test (that lives in `fencing`), nor a cargo feature switch: what a build lacks
+//! answers through [`Hosts`] and `maria::MariaSlot`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use fencing::lease::SqlLeaseStore;
+use fencing::profile::Profile;
+use fencing::publish::Publisher;
+use fencing::resource::Resource;
+use fencing::schema::{self, Database};
+use harness::hosts::Hosts;
+use harness::server::{Cluster, ClusterConfig, Server};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+mod holders;
+mod params;
+mod servers;
+mod wording;
+
+pub use harness::hosts::{Backend, Restarted};
+pub use harness::replication::Replication;
+pub use params::*;
+pub use servers::host_of;
+pub use wording::*;
+
+use servers::SUPERUSER;
+
+/// The environment of a run. End it with [`Lab::shutdown`]; dropping it instead is the last
+/// resort of a panic (a blocking immediate shutdown of every server).
+pub struct Lab {
+    /// Where the lease store and the resource live: the embedded cluster ([`Lab::cluster`]) by
+    /// default, containers with `--backend containers`.
+    pub servers: Box<dyn Hosts>,
+    /// `--keep` or a failing run: the servers stay after [`Lab::shutdown`] (stopped).
+    kept: bool,
+    /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
+    /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
+    pub adopted: Vec<Cluster>,
+    /// This run's mark: the label value on every container, network and network hold the run
+    /// makes (feature `containers`), so that leftovers can be found and removed.
+    pub run_mark: String,
+    /// The MariaDB server of the U-series, started by the first U scenario that runs, and the
+    /// command line that connects to it.
+    pub maria: crate::maria::MariaSlot,
+    /// The holder binary the multi-process scenarios start.
+    pub holder_bin: PathBuf,
+    pub params: Params,
+    pub lease: SqlLeaseStore,
+    pub resource: Resource,
+    pub publisher: Publisher,
+}
+
+impl Lab {
+    /// Starts a cluster, creates the roles and databases, applies the migrations and opens the
+    /// pools. On error nothing is left running.
+    pub async fn start(
+        cluster: ClusterConfig,
+        params: Params,
+        holder_bin: PathBuf,
+    ) -> anyhow::Result<Lab> {
+        Self::start_on(
+            Backend::Embedded,
+            Self::new_run_mark(),
+            cluster,
+            params,
+            holder_bin,
+        )
+        .await
+    }
+
+    /// A new run mark: `<pid>-<ms since the epoch>` — whether the lab that made something is
+    /// still running is read off its pid. Unique within the process: labs started in the same
+    /// millisecond (`lab run --jobs N`, the scenario tests' four at once) get the next free
+    /// millisecond, since a lab's shutdown removes every container, network and network hold
+    /// that carries its mark — with a shared mark, the first lab to finish could remove
+    /// another's containers mid-experiment (the scenario tests start F13, F15, U1 and U2 within
+    /// a few ms; CI saw F15's held write answered "terminating connection due to unexpected
+    /// postmaster exit").
+    pub fn new_run_mark() -> String {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let next = |last: u64| now.max(last.saturating_add(1));
+        let ms = LAST
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(next(last)))
+            .map_or(now, next);
+        format!("{}-{ms}", std::process::id())
+    }
+
+    /// [`Lab::start`] on `backend`: the embedded cluster (`cluster` says how to make it), or a
+    /// PostgreSQL container per database. On error nothing is left running.
+    /// `run_mark` labels whatever the run makes outside this process ([`Lab::new_run_mark`]).
+    pub async fn start_on(
+        backend: Backend,
+        run_mark: String,
+        cluster: ClusterConfig,
+        params: Params,
+        holder_bin: PathBuf,
+    ) -> anyhow::Result<Lab> {
+        let servers: Box<dyn Hosts> = match backend {
+            Backend::Embedded => Box::new(
+                Cluster::create(cluster)
+                    .await
+                    .context("failed to start the embedded PostgreSQL")?,
+            ),
+            Backend::Containers { pg_major, patroni } => {
+                harness::hosts::start_containers(&run_mark, pg_major, patroni).await?
+            }
+        };
+        let (lease_pool, resource_pool) = match Self::provision(servers.as_ref(), &params.sut).await
+        {
+            Ok(pools) => pools,
+            Err(e) => {
+                servers.shutdown().await;
+                return Err(e);
+            }
+        };
+        Ok(Lab {
+            lease: SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone()),
+            resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
+            publisher: Publisher::new(resource_pool),
+            servers,
+            kept: false,
+            adopted: Vec::new(),
+            run_mark,
+            maria: crate::maria::MariaSlot::default(),
+            holder_bin,
+            params,
+        })
+    }
+
+    /// The lease store in a few words: `a single server`, or `Patroni, <replication mode>`.
+    pub fn describe_lease_store(&self) -> String {
+        match self.backend() {
+            Backend::Containers {
+                patroni: Some(replication),
+                ..
+            } => format!("Patroni, {replication}"),
+            _ => "a single server".into(),
+        }
+    }
+
+    /// Whether the lease store is a Patroni cluster (`--lease-store patroni`).
+    pub fn lease_on_patroni(&self) -> bool {
+        matches!(
+            self.backend(),
+            Backend::Containers {
+                patroni: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// The embedded cluster; an error on another backend (where only the scenarios that run on
+    /// every backend run, so no scenario reaching this meets it).
+    pub fn cluster(&self) -> anyhow::Result<&Cluster> {
+        self.servers
+            .embedded()
+            .context("this experiment needs the embedded cluster (--backend embedded)")
+    }
+
+    /// Where the servers are, for the environment record: the cluster's directory, or each
+    /// container's address and network and the image.
+    pub fn describe_servers(&self) -> String {
+        self.servers.describe()
+    }
+
+    /// Which backend the lab runs on.
+    pub fn backend(&self) -> Backend {
+        self.servers.backend()
+    }
+}
+
+impl Lab {
+    /// Creates the roles and databases on each server `servers` has, applies the migrations
+    /// (each database's tables on the host that holds it); the lease and resource pools.
+    pub(crate) async fn provision(
+        servers: &dyn Hosts,
+        sut: &Profile,
+    ) -> anyhow::Result<(PgPool, PgPool)> {
+        let hosts: &[Database] = if servers.embedded().is_some() {
+            &[Database::Lease]
+        } else {
+            &[Database::Lease, Database::Resource]
+        };
+        for db in hosts {
+            let opts = servers.connect_options(host_of(*db), "postgres", SUPERUSER);
+            let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect_with(&opts)
+                .await
+                .context("failed to connect as the superuser")?;
+            schema::provision(&mut admin).await?;
+        }
+        let lease_pool = Self::pool(servers, Database::Lease).await?;
+        let resource_pool = Self::pool(servers, Database::Resource).await?;
+        schema::migrate_for(sut, Database::Lease, &lease_pool).await?;
+        schema::migrate_for(sut, Database::Resource, &resource_pool).await?;
+        Ok((lease_pool, resource_pool))
+    }
+
+    /// Keeps every server's directory (data, socket, log) after the lab ends: one line per
+    /// server saying where it is and how to look inside. Call [`Lab::shutdown`] next.
+    pub fn keep(&mut self) -> Vec<String> {
+        self.kept = true;
+        let mut kept = self.servers.keep();
+        for other in &mut self.adopted {
+            other.keep_on_drop();
+            kept.push(format!(
+                "kept the cluster at {} (server log {}); it is stopped. To look inside: {}",
+                other.root().display(),
+                other.log_path().display(),
+                other.restart_hint(),
+            ));
+        }
+        kept.extend(self.maria.keep());
+        kept
+    }
+
+    /// Stops every server cleanly (each with its grace period) and closes the pools; returns
+    /// once every server process has exited. Directories not kept are removed.
+    pub async fn shutdown(mut self) {
+        self.maria.shutdown().await;
+        for pool in [self.lease.pool().clone(), self.resource.pool().clone()] {
+            let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
+        }
+        self.servers.shutdown().await;
+        for mut other in self.adopted.drain(..) {
+            other.stop().await;
+        }
+        // A scenario interrupted while its containers ran: whatever carries this run's mark.
+        if !self.kept {
+            harness::hosts::remove_marked(&self.run_mark).await;
+        }
+    }
+
+    /// Takes over a cluster a scenario made: stopped now, kept or removed with the lab's own.
+    pub async fn adopt(&mut self, mut cluster: Cluster) {
+        cluster.stop().await;
+        self.adopted.push(cluster);
+    }
+
+    /// A pool that connects to `db` as its owner role, wherever `db` lives.
+    pub async fn pool(servers: &dyn Hosts, db: Database) -> anyhow::Result<PgPool> {
+        PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(servers.connect_options(host_of(db), db.name(), db.role()))
+            .await
+            .with_context(|| format!("failed to connect to {} as {}", db.name(), db.role()))
+    }
+
+    /// Replaces every pool with a fresh one, e.g. after a restart of the cluster, so that no
+    /// store hands out a connection to the server that is gone.
+    pub async fn reopen(&mut self) -> anyhow::Result<()> {
+        let lease_pool = Self::pool(self.servers.as_ref(), Database::Lease).await?;
+        let resource_pool = Self::pool(self.servers.as_ref(), Database::Resource).await?;
+        let old = [self.lease.pool().clone(), self.resource.pool().clone()];
+        self.lease =
+            SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone());
+        self.resource = Resource::with_profile(resource_pool.clone(), self.params.sut.clone());
+        self.publisher = Publisher::new(resource_pool);
+        for pool in old {
+            // Connections to the server that is gone are dropped, not waited for.
+            let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
+        }
+        Ok(())
+    }
+
+    /// Makes `profile` the run's system under test: every store of the lab runs it from now on
+    /// (on the same pools: the fences that take turns share one schema, seed004's).
+    pub fn use_sut(&mut self, profile: Arc<Profile>) {
+        self.lease = SqlLeaseStore::with_profile(
+            self.lease.pool().clone(),
+            self.params.margin,
+            profile.clone(),
+        );
+        self.resource = Resource::with_profile(self.resource.pool().clone(), profile.clone());
+        self.params.sut = profile;
+    }
+
+    /// Empties every table and sets the scope's floor up at 0: each scenario starts here.
+    pub async fn reset(&mut self) -> anyhow::Result<()> {
+        schema::reset(self.lease.pool()).await?;
+        schema::reset(self.resource.pool()).await?;
+        self.resource.setup_scope(SCOPE).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lab;
+
+    /// Labs started together must not share a mark: a lab's shutdown removes whatever carries
+    /// its mark, the other lab's containers too.
+    #[test]
+    fn run_marks_started_together_are_distinct_and_carry_the_pid() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| (0..250).map(|_| Lab::new_run_mark()).collect::<Vec<_>>())
+            })
+            .collect();
+        let marks: Vec<String> = threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("a mark thread panicked"))
+            .collect();
+        let distinct: std::collections::HashSet<&String> = marks.iter().collect();
+        assert_eq!(distinct.len(), marks.len(), "a mark was issued twice");
+        let pid = format!("{}-", std::process::id());
+        assert!(marks
+            .iter()
+            .all(|m| m.starts_with(&pid) && m[pid.len()..].parse::<u64>().is_ok()));
+    }
+}

@@ -1,0 +1,143 @@
+//! The run's parameters (SPEC §5 defaults, validated before anything starts), the system under
+//! test they resolve to (one profile, the fence the run gates), and the names of what every
+//! scenario contends for (the lease, the scope, its parts, the holders). Nothing here starts or
+//! reads anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing::profile::{Dialect, JobProfile, Profile};
+use fencing::resource::{fenced_mode_profile, WriteMode, FENCED_MODES};
+
+/// The run's parameters (SPEC §5 defaults). Validated before anything starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Params {
+    /// The TTL of a holder that must stay valid while it renews (F1, F3, F4, F5): 1500 ms.
+    pub ttl: Duration,
+    /// The TTL where a scenario waits for expiry soon after acquiring (F2): 500 ms.
+    pub short_ttl: Duration,
+    /// How often a holder renews in the background: 400 ms.
+    pub renew: Duration,
+    /// The local deadline is `ttl - margin` after the request was sent: 300 ms.
+    pub margin: Duration,
+    /// How many contenders race in F3: 16.
+    pub contenders: usize,
+    /// The longest a scenario waits for a state (e.g. expiry) before it fails.
+    pub wait_timeout: Duration,
+    /// The system under test, resolved once from the command line: the profile whose lease
+    /// table and statements every lease store runs, whose fence state the resource keeps, and
+    /// whose write [`WriteMode::Fenced`] runs — in the lab and in every holder (`--sut`). The
+    /// built-in `seed004` unless `--fenced-mode` or `--sut` names another.
+    pub sut: Arc<Profile>,
+    /// The other fences every fence-dependent experiment runs again with, each as a case of its
+    /// own (`F4-fenced-single`), right after its run with `sut`: how the default `lab run` gates
+    /// every fence the lab offers (seed004-single and seed004-shared share seed004's lease and
+    /// floor). Empty: each experiment runs once.
+    pub again_with: Vec<Arc<Profile>>,
+    /// The job-lease design the U-series runs, on MariaDB: seed 000's own (`seed000`) unless
+    /// `--sut` names another.
+    pub jobs: Arc<JobProfile>,
+    /// The server of the design `--sut` named: the series that runs on the other one does not
+    /// apply (its experiments say `skip`). `None`: each series runs its own seed's design.
+    pub sut_dialect: Option<Dialect>,
+}
+
+/// The lease every scenario contends for.
+pub const LEASE: &str = "report-job";
+/// The scope every report part belongs to.
+pub const SCOPE: &str = "daily-report";
+pub const SUMMARY: &str = "summary";
+pub const DETAIL: &str = "detail";
+pub const HOLDER_A: &str = "holder-a";
+pub const HOLDER_B: &str = "holder-b";
+pub const HOLDER_C: &str = "holder-c";
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            ttl: Duration::from_millis(1500),
+            short_ttl: Duration::from_millis(500),
+            renew: Duration::from_millis(400),
+            margin: Duration::from_millis(300),
+            contenders: 16,
+            wait_timeout: Duration::from_secs(30),
+            sut: Arc::new(Profile::seed004().clone()),
+            again_with: Vec::new(),
+            jobs: Arc::new(JobProfile::seed000().clone()),
+            sut_dialect: None,
+        }
+    }
+}
+
+impl Params {
+    /// The fewest contenders F3 races: measured here, 2 are often run one after the other by
+    /// the server (no race to show); from 4 on they overlap.
+    pub const MIN_CONTENDERS: usize = 4;
+    /// The most contenders F3 may start (each holds its own connection).
+    pub const MAX_CONTENDERS: usize = 500;
+
+    /// Checks that the durations make sense together; the message names the flag to fix.
+    pub fn validate(&self) -> Result<(), String> {
+        let ms = |d: Duration| d.as_millis();
+        if self.ttl.is_zero() || self.short_ttl.is_zero() {
+            return Err("--ttl-ms and --short-ttl-ms must be greater than 0".into());
+        }
+        if self.renew.is_zero() {
+            return Err("--renew-ms must be greater than 0".into());
+        }
+        for (flag, ttl) in [("--ttl-ms", self.ttl), ("--short-ttl-ms", self.short_ttl)] {
+            if self.margin >= ttl {
+                return Err(format!(
+                    "--margin-ms {} must be smaller than {flag} {}: the local deadline is ttl - margin",
+                    ms(self.margin),
+                    ms(ttl)
+                ));
+            }
+        }
+        if self.renew >= self.ttl - self.margin {
+            return Err(format!(
+                "--renew-ms {} must be smaller than --ttl-ms minus --margin-ms ({} ms), or renewals \
+                 cannot keep the lease",
+                ms(self.renew),
+                ms(self.ttl - self.margin)
+            ));
+        }
+        if !(Self::MIN_CONTENDERS..=Self::MAX_CONTENDERS).contains(&self.contenders) {
+            return Err(format!(
+                "--contenders {} is out of range: a race needs {} to {} contenders (with fewer, the \
+                 server often runs the acquires one after the other and F3 shows no race)",
+                self.contenders,
+                Self::MIN_CONTENDERS,
+                Self::MAX_CONTENDERS
+            ));
+        }
+        Ok(())
+    }
+
+    /// How the evidence names the fence of `profile`: its fenced mode for the lab's own
+    /// (`fenced-scope`, `fenced-single`, `fenced-shared`), `sut` for a profile of one's own.
+    pub fn fence_label_of(profile: &Profile) -> &'static str {
+        FENCED_MODES
+            .iter()
+            .find(|(mode, _)| fenced_mode_profile(mode).is_some_and(|p| *p == *profile))
+            .map_or("sut", |(mode, _)| mode)
+    }
+
+    /// How the evidence names the run's fence ([`Params::fence_label_of`] its profile).
+    pub fn fence_label(&self) -> &'static str {
+        Self::fence_label_of(&self.sut)
+    }
+
+    /// How the evidence names `mode`: the fence's label, or the control's name.
+    pub fn mode_label(&self, mode: WriteMode) -> &'static str {
+        match mode {
+            WriteMode::Fenced => self.fence_label(),
+            control => control.as_str(),
+        }
+    }
+
+    /// The connections the cluster must allow for these parameters.
+    pub fn max_connections(&self) -> u32 {
+        (self.contenders as u32).max(16) + 64
+    }
+}
