@@ -1,14 +1,19 @@
 //! The command line as clap parses it: shapes and defaults only. Meaning is checked in
-//! [`crate::config`].
+//! [`crate::config`] (and, for `lab chaos`, `crate::chaos`), which read this module; it reads none
+//! of theirs. An argument whose absence means something beside its default (`--backend`: naming
+//! `embedded` contradicts `--lease-store patroni`, leaving it out does not) is an `Option` here,
+//! its default applied where it is read.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Where the lease store and the resource run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum BackendArg {
     /// One throwaway cluster from the local server binaries holds both databases.
+    #[default]
     Embedded,
     /// Each database on a PostgreSQL container of its own, on networks of their own.
     Containers,
@@ -182,8 +187,8 @@ pub struct ChaosArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// How long the holders run (30s, 2m, 7500ms; at least 5s).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::chaos::parse_duration)]
-    pub time: std::time::Duration,
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub time: Duration,
     /// How many looping holder processes compete.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=32))]
     pub holders: u64,
@@ -206,9 +211,9 @@ pub struct ChaosArgs {
     /// Where the lease store and the resource run: `embedded` (one throwaway cluster), or
     /// `containers` (each on a PostgreSQL 15 container of its own, reached over TCP, so that the
     /// network between a holder and a server can fail: the delay and partition faults). Needs a
-    /// Docker engine and a lab built with --features lab/containers.
-    #[arg(long, value_enum, default_value_t = BackendArg::Embedded)]
-    pub backend: BackendArg,
+    /// Docker engine and a lab built with --features lab/containers. Default: embedded.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
     /// The lease store. `single`: the backend's (default). `patroni`, `patroni-sync`,
     /// `patroni-strict`: a Patroni-managed cluster of three PostgreSQL containers on etcd,
     /// replicating asynchronously (Patroni's default), with synchronous_mode, or with
@@ -295,9 +300,9 @@ pub struct RunArgs {
     /// container of its own (PostgreSQL 15, image built here from Debian packages on first use,
     /// about a minute), on private networks with no route between the two servers, reached over
     /// TCP; runs P0 and F1–F9, the others say skip. Needs a Docker engine and a lab built with
-    /// --features lab/containers (./run.sh does both when an engine answers).
-    #[arg(long, value_enum, default_value_t = BackendArg::Embedded)]
-    pub backend: BackendArg,
+    /// --features lab/containers (./run.sh does both when an engine answers). Default: embedded.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
 
     /// The lease store. `single`: the backend's (default). `patroni`: a Patroni-managed cluster
     /// of three PostgreSQL containers on a three-member etcd cluster, Patroni's default
@@ -399,4 +404,68 @@ pub struct RunArgs {
         default_value_t = 16
     )]
     pub contenders: usize,
+}
+
+/// Parses a duration as `30s`, `2m`, `1500ms` or plain seconds (`lab chaos --time`: at least 5s).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration: write 30s, 2m or 1500ms"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => return Err(format!("{text:?}: the units are ms, s and m")),
+    };
+    if d < Duration::from_secs(5) {
+        return Err(format!(
+            "{text:?} is too short: a chaos run lasts at least 5s"
+        ));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7500ms"), Ok(Duration::from_millis(7500)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert!(parse_duration("1s").unwrap_err().contains("too short"));
+        assert!(parse_duration("3h").unwrap_err().contains("units"));
+        assert!(parse_duration("soon")
+            .unwrap_err()
+            .contains("not a duration"));
+    }
+
+    #[test]
+    fn a_backend_named_is_told_from_one_left_out() {
+        let backend = |argv: &[&str]| match Cli::try_parse_from(argv).map(|cli| cli.command) {
+            Ok(Command::Run(args)) => args.backend,
+            Ok(Command::Chaos(args)) => args.backend,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(backend(&["lab", "run"]), None);
+        assert_eq!(
+            backend(&["lab", "run", "--backend", "embedded"]),
+            Some(BackendArg::Embedded)
+        );
+        assert_eq!(
+            backend(&["lab", "run", "--backend=embedded"]),
+            Some(BackendArg::Embedded)
+        );
+        assert_eq!(backend(&["lab", "chaos"]), None);
+        assert_eq!(
+            backend(&["lab", "chaos", "--backend", "containers"]),
+            Some(BackendArg::Containers)
+        );
+    }
 }

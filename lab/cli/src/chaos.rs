@@ -2,9 +2,6 @@
 //! with commit timestamps on (the checker orders writes by commit). The same reporters as
 //! `lab run` write its evidence, plus the schedule, the history and the verdict.
 
-use std::process::ExitCode;
-use std::time::Duration;
-
 use anyhow::Context as _;
 use harness::evidence::junit::JunitReporter;
 use harness::evidence::timeline::TimelineReporter;
@@ -12,46 +9,30 @@ use harness::evidence::{EnvironmentReporter, JsonlReporter, Recorder, Reporter, 
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::chaos::{self, ChaosConfig};
 use scenarios::{Backend, Lab, Params};
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::args::{BackendArg, ChaosArgs};
+use crate::{Ended, Signals};
 
-/// Parses a duration as `30s`, `2m`, `1500ms` or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, "s"), |i| text.split_at(i));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration: write 30s, 2m or 1500ms"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        _ => return Err(format!("{text:?}: the units are ms, s and m")),
+/// Runs it on the lab's runtime: passed, failed (a check failed), could not run (the error's
+/// chain on stderr) or interrupted.
+pub fn run(args: ChaosArgs) -> Ended {
+    let runtime = match crate::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lab chaos: failed to start the async runtime: {e}");
+            return Ended::CouldNotRun;
+        }
     };
-    if d < Duration::from_secs(5) {
-        return Err(format!(
-            "{text:?} is too short: a chaos run lasts at least 5s"
-        ));
-    }
-    Ok(d)
-}
-
-/// Runs it; the exit status (0 every check passed, 1 a check failed, 2 could not run,
-/// 130/143 interrupted).
-pub async fn run(args: ChaosArgs) -> ExitCode {
-    match run_inner(args).await {
-        Ok(code) => code,
+    match runtime.block_on(run_inner(args)) {
+        Ok(ended) => ended,
         Err(e) => {
             eprintln!("lab chaos: {e:#}");
-            ExitCode::from(2)
+            Ended::CouldNotRun
         }
     }
 }
 
-async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
+async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -67,10 +48,10 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     );
     use chaos::schedule::FaultKind;
     let patroni = args.lease_store.replication();
-    if patroni.is_some() && args.backend == BackendArg::Embedded && crate::config::backend_given() {
+    if patroni.is_some() && args.backend == Some(BackendArg::Embedded) {
         anyhow::bail!("--lease-store patroni… runs on containers: drop --backend embedded");
     }
-    let backend = match (args.backend, patroni) {
+    let backend = match (args.backend.unwrap_or_default(), patroni) {
         (BackendArg::Embedded, None) => Backend::Embedded,
         _ if cfg!(feature = "containers") => Backend::Containers {
             pg_major: 15,
@@ -143,10 +124,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         faults,
         faketime,
     };
-    let (mut sigint, mut sigterm) = (
-        signal(SignalKind::interrupt())?,
-        signal(SignalKind::terminate())?,
-    );
+    let mut signals = Signals::install()?;
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
     let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
     let params = Params {
@@ -161,50 +139,38 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let dir = args.evidence_dir.clone();
     let mut lab = tokio::select! {
         lab = Lab::start_on(backend, Lab::new_run_mark(), cluster, params, holder_bin) => lab?,
-        _ = sigint.recv() => return Ok(ExitCode::from(130)),
-        _ = sigterm.recv() => return Ok(ExitCode::from(143)),
+        signal = signals.recv() => return Ok(Ended::Interrupted(signal)),
     };
     let outcome = match args.sweep {
-        None => single(&mut lab, &cfg, &dir, &mut sigint, &mut sigterm).await,
-        Some(n) => sweep(&mut lab, &cfg, n, &dir, &mut sigint, &mut sigterm).await,
+        None => single(&mut lab, &cfg, &dir, &mut signals).await,
+        Some(n) => sweep(&mut lab, &cfg, n, &dir, &mut signals).await,
     };
-    let keep = matches!(&outcome, Ok(Ran::Failed));
+    let keep = matches!(&outcome, Ok(Ended::Failed));
     if keep {
         for line in lab.keep() {
             eprintln!("lab chaos: {line}; `./run.sh clean` removes it");
         }
     }
     lab.shutdown().await;
-    let ran = outcome?;
+    let ended = outcome?;
     eprintln!(
         "lab chaos: seed {seed}; evidence in {} (schedule.txt, history.jsonl, verdict.md, report.html{})",
         dir.display(),
         if args.sweep.is_some() { "; sweep.md, one directory per seed" } else { "" }
     );
-    Ok(match ran {
-        Ran::Interrupted(code) => ExitCode::from(code),
-        Ran::Passed => ExitCode::SUCCESS,
-        Ran::Failed => ExitCode::from(1),
-    })
+    Ok(ended)
 }
 
-/// How a run (or a sweep) ended.
-enum Ran {
-    Passed,
-    Failed,
-    Interrupted(u8),
-}
-
-/// One run with its evidence in `dir`, printed when `to_stdout`: how it ended, and what it found
+/// One run with its evidence in `dir`, printed when `to_stdout`: how it ended (passed, failed or
+/// interrupted), and what it found
 /// (`None` when it could not complete or was interrupted).
 async fn one(
     lab: &mut Lab,
     cfg: &ChaosConfig,
     dir: &std::path::Path,
     to_stdout: bool,
-    sigint: &mut tokio::signal::unix::Signal,
-    sigterm: &mut tokio::signal::unix::Signal,
-) -> anyhow::Result<(Ran, Option<chaos::Found>)> {
+    signals: &mut Signals,
+) -> anyhow::Result<(Ended, Option<chaos::Found>)> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("--evidence-dir {}: cannot be made", dir.display()))?;
     let reporters: Vec<Box<dyn Reporter>> = vec![
@@ -247,31 +213,29 @@ async fn one(
                 (None, None)
             }
         },
-        _ = sigint.recv() => (None, Some(("SIGINT", 130))),
-        _ = sigterm.recv() => (None, Some(("SIGTERM", 143))),
+        signal = signals.recv() => (None, Some(signal)),
     };
-    if let Some((name, _)) = interrupted {
-        rec.interrupted(name);
+    if let Some(signal) = interrupted {
+        rec.interrupted(signal.name());
     }
     let summary = rec
         .finish()
         .with_context(|| format!("failed to write the evidence into {}", dir.display()))?;
-    let ran = match interrupted {
-        Some((_, code)) => Ran::Interrupted(code),
-        None if summary.all_passed() => Ran::Passed,
-        None => Ran::Failed,
+    let ended = match interrupted {
+        Some(signal) => Ended::Interrupted(signal),
+        None if summary.all_passed() => Ended::Passed,
+        None => Ended::Failed,
     };
-    Ok((ran, found))
+    Ok((ended, found))
 }
 
 async fn single(
     lab: &mut Lab,
     cfg: &ChaosConfig,
     dir: &std::path::Path,
-    sigint: &mut tokio::signal::unix::Signal,
-    sigterm: &mut tokio::signal::unix::Signal,
-) -> anyhow::Result<Ran> {
-    Ok(one(lab, cfg, dir, true, sigint, sigterm).await?.0)
+    signals: &mut Signals,
+) -> anyhow::Result<Ended> {
+    Ok(one(lab, cfg, dir, true, signals).await?.0)
 }
 
 /// `--sweep N`: N runs, seeds `seed` … `seed + N - 1`, each with its evidence in `seed-K/`; one
@@ -283,9 +247,8 @@ async fn sweep(
     cfg: &ChaosConfig,
     n: u64,
     dir: &std::path::Path,
-    sigint: &mut tokio::signal::unix::Signal,
-    sigterm: &mut tokio::signal::unix::Signal,
-) -> anyhow::Result<Ran> {
+    signals: &mut Signals,
+) -> anyhow::Result<Ended> {
     let mut runs = Vec::new();
     let mut broken = 0;
     let mut gentle = 0;
@@ -295,17 +258,16 @@ async fn sweep(
             seed,
             ..cfg.clone()
         };
-        let (ran, found) = one(
+        let (ended, found) = one(
             lab,
             &run_cfg,
             &dir.join(format!("seed-{seed}")),
             false,
-            sigint,
-            sigterm,
+            signals,
         )
         .await?;
-        if let Ran::Interrupted(code) = ran {
-            return Ok(Ran::Interrupted(code));
+        if let Ended::Interrupted(signal) = ended {
+            return Ok(Ended::Interrupted(signal));
         }
         let Some(found) = found else {
             println!("seed {seed}: could not complete (see seed-{seed}/output.txt)");
@@ -361,27 +323,8 @@ async fn sweep(
     std::fs::write(dir.join("sweep.md"), &text)
         .with_context(|| format!("failed to write {}", dir.join("sweep.md").display()))?;
     Ok(if broken == 0 {
-        Ran::Passed
+        Ended::Passed
     } else {
-        Ran::Failed
+        Ended::Failed
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("7500ms"), Ok(Duration::from_millis(7500)));
-        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
-        assert!(parse_duration("1s").unwrap_err().contains("too short"));
-        assert!(parse_duration("3h").unwrap_err().contains("units"));
-        assert!(parse_duration("soon")
-            .unwrap_err()
-            .contains("not a duration"));
-    }
 }

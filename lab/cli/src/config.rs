@@ -95,7 +95,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         None => params,
         Some(arg) => {
             let sut = Sut::load(arg).map_err(|e| anyhow::anyhow!("--sut {e}"))?;
-            if args.backend != BackendArg::Embedded
+            if args.backend.unwrap_or_default() != BackendArg::Embedded
                 || args.pg_versions.is_some()
                 || args.lease_store != LeaseStoreArg::Single
             {
@@ -148,13 +148,15 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
     if patroni && args.pg_versions.is_some() {
         bail!("--lease-store patroni runs PostgreSQL 15 (Debian bookworm's Patroni): drop --pg-versions");
     }
-    if patroni && args.backend == BackendArg::Embedded && backend_given() {
+    // `--backend embedded` named contradicts these; left out, it gives way.
+    let embedded_named = args.backend == Some(BackendArg::Embedded);
+    if patroni && embedded_named {
         bail!("--lease-store patroni runs on containers: drop --backend embedded");
     }
     let backend = if patroni {
         BackendArg::Containers
     } else {
-        args.backend
+        args.backend.unwrap_or_default()
     };
     let backends = match (&args.pg_versions, backend) {
         (Some(versions), BackendArg::Containers | BackendArg::Embedded) => {
@@ -174,7 +176,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                 }
                 seen.push(v);
             }
-            if args.backend == BackendArg::Embedded && backend_given() {
+            if embedded_named {
                 bail!("--pg-versions runs on containers: drop --backend embedded");
             }
             versions
@@ -418,9 +420,4 @@ fn kernel() -> String {
         read("/proc/sys/kernel/ostype"),
         read("/proc/sys/kernel/osrelease")
     )
-}
-
-/// Whether `--backend` was given on the command line (its default is `embedded`).
-pub fn backend_given() -> bool {
-    std::env::args().any(|a| a == "--backend" || a.starts_with("--backend="))
 }

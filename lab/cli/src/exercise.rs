@@ -3,9 +3,8 @@
 //! left to write — and the command that shows whether it holds (`lab run --sut FILE`).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
-use crate::{print_or_fail, EXIT_HARNESS};
+use crate::{print_or_fail, Ended};
 
 /// An exercise: its name, the design it starts from, what the student is told, and the planted
 /// flaw (the text of that design it replaces, and with what). `None`: the template.
@@ -138,7 +137,7 @@ fn template() -> String {
     out
 }
 
-pub fn run(name: Option<String>, out: Option<PathBuf>) -> ExitCode {
+pub fn run(name: Option<String>, out: Option<PathBuf>) -> Ended {
     let Some(name) = name else {
         let list: String = EXERCISES
             .iter()
@@ -152,7 +151,7 @@ pub fn run(name: Option<String>, out: Option<PathBuf>) -> ExitCode {
             "lab exercise: no exercise {name:?}; there are {}",
             names.join(", ")
         );
-        return ExitCode::from(EXIT_HARNESS);
+        return Ended::CouldNotRun;
     };
     let path = out.unwrap_or_else(|| PathBuf::from(format!("{name}.toml")));
     let file = std::fs::OpenOptions::new()
@@ -176,7 +175,7 @@ pub fn run(name: Option<String>, out: Option<PathBuf>) -> ExitCode {
                 "lab exercise: {}: {err} (an existing file is never overwritten; pass --out)",
                 path.display()
             );
-            ExitCode::from(EXIT_HARNESS)
+            Ended::CouldNotRun
         }
     }
 }

@@ -1,23 +1,25 @@
 //! `lab grade`: the report card. Each design — the lab's own fence in its three forms, the
 //! designs modelled on widely used lock tables and the exercises' planted flaws (designs known to
 //! be unsafe: the card must show it, or the lab has lost its teeth), or the profiles named with
-//! `--sut` — runs through the experiments that judge
-//! a fence, on a cluster of its own, with its evidence in a directory of its own. A cell is read
-//! off that run's events and text, never assumed: `safe` when every check of the experiment
-//! passed, `UNSAFE` with the first failed check (the line of evidence), `n/a` when the
-//! experiment said `skip` (with its reason). The table goes to stdout, `<evidence-dir>/report-card.md` and
-//! `report-card.html` (each cell linked to its design's run report), each design's evidence to
-//! `<evidence-dir>/grade/<design>/`.
+//! `--sut` — runs through the experiments that judge a fence, on a cluster of its own, with its
+//! evidence in a directory of its own. A cell is read off the events that run's recorder emitted
+//! (`harness::evidence::Event`, returned by [`run_lab`]), never assumed and never parsed back
+//! from the text output: `safe` when every check of the experiment passed, `UNSAFE` with the
+//! first failed check (its line of evidence, worded as the text output words it), `n/a` when the
+//! experiment said `skip` (with its reason). The table goes to stdout,
+//! `<evidence-dir>/report-card.md` and `report-card.html` (each cell linked to its design's run
+//! report), each design's evidence to `<evidence-dir>/grade/<design>/`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::Parser as _;
+use harness::evidence::{render_text, Event};
 use scenarios::Backend;
 
 use crate::args::{Cli, Command};
-use crate::{config, exercise, print_stdout, run_lab, EXIT_HARNESS};
+use crate::run::run_lab;
+use crate::{config, exercise, print_stdout, Ended};
 
 /// The experiments that judge a fence: on the embedded cluster with nothing else installed (the
 /// F-series, PostgreSQL designs) and on a throwaway MariaDB (the U-series, job-lease designs).
@@ -35,7 +37,7 @@ const MODELLED: [&str; 3] = ["shedlock-style", "quartz-style", "k8s-lease-style"
 enum Cell {
     /// Every check of the experiment passed.
     Safe,
-    /// A check failed: the first failed check, as the run's text shows it.
+    /// A check failed: the first failed check, as the run's text output words it.
     Unsafe(String),
     /// The experiment said skip: why.
     NotApplicable(String),
@@ -78,7 +80,7 @@ impl Row {
     }
 }
 
-pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
+pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> Ended {
     let mut designs: Vec<(String, String, bool)> = Vec::new();
     // Flawed designs the card cannot judge here, and why: an exercise on MariaDB where the
     // U-series cannot run would show n/a everywhere — neither safe nor unsafe.
@@ -93,7 +95,7 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
         let dir = evidence_dir.join("grade").join("designs");
         if let Err(e) = std::fs::create_dir_all(&dir) {
             eprintln!("lab grade: cannot make {}: {e}", dir.display());
-            return ExitCode::from(EXIT_HARNESS);
+            return Ended::CouldNotRun;
         }
         let no_mariadb = no_mariadb();
         for (name, text) in exercise::flawed(&dir) {
@@ -106,7 +108,7 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
             let path = dir.join(format!("{name}.toml"));
             if let Err(e) = std::fs::write(&path, text) {
                 eprintln!("lab grade: cannot write {}: {e}", path.display());
-                return ExitCode::from(EXIT_HARNESS);
+                return Ended::CouldNotRun;
             }
             designs.push((name.into(), path.display().to_string(), false));
         }
@@ -121,7 +123,7 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("lab grade: failed to start the async runtime: {e}");
-            return ExitCode::from(EXIT_HARNESS);
+            return Ended::CouldNotRun;
         }
     };
     let mut rows = Vec::new();
@@ -147,7 +149,7 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
             Ok(cfg) => cfg,
             Err(e) => {
                 eprintln!("lab grade: {design}: {e:#}");
-                return ExitCode::from(EXIT_HARNESS);
+                return Ended::CouldNotRun;
             }
         };
         cfg.quiet = true;
@@ -156,37 +158,16 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
             "lab grade: {design}: running {EXPERIMENTS}; evidence in {}",
             dir.display()
         );
-        let (code, verdicts) = runtime.block_on(run_lab(&cfg, Backend::Embedded, &dir));
-        if code == ExitCode::from(130) || code == ExitCode::from(143) {
-            return code;
+        let run = runtime.block_on(run_lab(&cfg, Backend::Embedded, &dir));
+        if let Ended::Interrupted(_) = run.ended {
+            return run.ended;
         }
-        let lines = case_lines(&dir);
-        let line_of = |id: &str, kind: &str| {
-            lines
-                .iter()
-                .find(|(case, k, _)| case == id && *k == kind)
-                .map_or_else(String::new, |(_, _, line)| line.clone())
-        };
-        let cells = verdicts
-            .into_iter()
-            .filter(|(id, _)| id != "P0")
-            .map(|(id, verdict)| {
-                let cell = if verdict == "skip" {
-                    Cell::NotApplicable(line_of(&id, "skip"))
-                } else if verdict.starts_with("passed") {
-                    Cell::Safe
-                } else {
-                    Cell::Unsafe(line_of(&id, "FAIL"))
-                };
-                (id, cell)
-            })
-            .collect();
         rows.push(Row {
             design,
             source: sut,
             expected_safe,
-            could_not_run: code == ExitCode::from(EXIT_HARNESS),
-            cells,
+            could_not_run: run.ended == Ended::CouldNotRun,
+            cells: cells(&run.events),
         });
     }
     for (name, why) in &not_graded {
@@ -199,12 +180,12 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
     let path = evidence_dir.join("report-card.md");
     if let Err(e) = std::fs::write(&path, &card) {
         eprintln!("lab grade: failed to write {}: {e}", path.display());
-        return ExitCode::from(EXIT_HARNESS);
+        return Ended::CouldNotRun;
     }
     let html_path = evidence_dir.join("report-card.html");
     if let Err(e) = std::fs::write(&html_path, render_html(&rows, &not_graded)) {
         eprintln!("lab grade: failed to write {}: {e}", html_path.display());
-        return ExitCode::from(EXIT_HARNESS);
+        return Ended::CouldNotRun;
     }
     eprintln!(
         "lab grade: the report card is in {} and {}",
@@ -218,11 +199,11 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> ExitCode {
         r.could_not_run || (r.expected_safe == unsafe_cells)
     });
     if rows.iter().any(|r| r.could_not_run) {
-        ExitCode::from(EXIT_HARNESS)
+        Ended::CouldNotRun
     } else if broken {
-        ExitCode::from(1)
+        Ended::Failed
     } else {
-        ExitCode::SUCCESS
+        Ended::Passed
     }
 }
 
@@ -249,26 +230,67 @@ fn design_name(sut: &str) -> String {
         .map_or_else(|| sut.to_owned(), |s| s.to_string_lossy().into_owned())
 }
 
-/// Each case's first failed check and its skip reason in a run's `output.txt`, as the text shows
-/// them: (case, `FAIL` or `skip`, the line).
-fn case_lines(dir: &Path) -> Vec<(String, &'static str, String)> {
-    let text = std::fs::read_to_string(dir.join("output.txt")).unwrap_or_default();
-    let mut out: Vec<(String, &'static str, String)> = Vec::new();
-    let mut case = String::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("CASE ") {
-            case = rest.split(" :: ").next().unwrap_or("").to_owned();
-            continue;
-        }
-        for kind in ["FAIL", "skip"] {
-            if let Some(found) = line.strip_prefix(&format!("  {kind} ")) {
-                if !out.iter().any(|(c, k, _)| *c == case && *k == kind) {
-                    out.push((case.clone(), kind, found.trim().to_owned()));
+/// Each experiment's cell, read off a run's events in their order (the preflight P0 is not an
+/// experiment): unsafe when one of its checks failed, with the first that did; else n/a when it
+/// said skip, with its first reason; else safe.
+fn cells(events: &[Event]) -> Vec<(String, Cell)> {
+    /// What one case's events said.
+    #[derive(Default)]
+    struct Seen {
+        first_failed: Option<String>,
+        first_skip: Option<String>,
+    }
+    let mut seen: Vec<(String, Seen)> = Vec::new();
+    for event in events {
+        match event {
+            Event::CaseStarted { id, .. } => seen.push((id.clone(), Seen::default())),
+            Event::Check(check) if !check.passed => {
+                if let Some((_, s)) = seen.iter_mut().find(|(id, _)| *id == check.case) {
+                    s.first_failed.get_or_insert_with(|| evidence_line(event));
                 }
             }
+            Event::Skipped { case, reason } => {
+                if let Some((_, s)) = seen.iter_mut().find(|(id, _)| id == case) {
+                    s.first_skip.get_or_insert_with(|| first_line(reason));
+                }
+            }
+            _ => {}
         }
     }
-    out
+    seen.into_iter()
+        .filter(|(id, _)| id != "P0")
+        .map(|(id, s)| {
+            let cell = match s {
+                Seen {
+                    first_failed: Some(line),
+                    ..
+                } => Cell::Unsafe(line),
+                Seen {
+                    first_skip: Some(why),
+                    ..
+                } => Cell::NotApplicable(why),
+                _ => Cell::Safe,
+            };
+            (id, cell)
+        })
+        .collect()
+}
+
+/// A failed check's line of evidence: its first line in the text output (`render_text`, the one
+/// wording of a check), without the `FAIL` mark — a multi-line check's diff stays in the run's
+/// report.
+fn evidence_line(check: &Event) -> String {
+    let rendered = render_text(check).unwrap_or_default();
+    let line = first_line(&rendered);
+    line.strip_prefix("FAIL ")
+        .unwrap_or(&line)
+        .trim()
+        .to_owned()
+}
+
+/// The first line of `text`, trimmed: what a card's cell or note holds.
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").trim().to_owned()
 }
 
 /// Lines under a card's table: (what they are about, the line).
@@ -465,6 +487,64 @@ fn render_html(rows: &[Row], not_graded: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use harness::evidence::{Check, CheckKind};
+
+    #[test]
+    fn a_cell_is_read_off_the_events_first_failure_first_then_skip() {
+        let started = |id: &str| Event::CaseStarted {
+            id: id.into(),
+            title: "t".into(),
+            lanes: Default::default(),
+        };
+        let check = |case: &str, passed: bool, description: &str| {
+            Event::Check(Check {
+                case: case.into(),
+                kind: CheckKind::Value,
+                description: description.into(),
+                expected: "1".into(),
+                actual: if passed { "1" } else { "2" }.into(),
+                passed,
+            })
+        };
+        let skipped = |case: &str, reason: &str| Event::Skipped {
+            case: case.into(),
+            reason: reason.into(),
+        };
+        let events = [
+            started("P0"),
+            check("P0", false, "the preflight is no experiment"),
+            started("F1"),
+            check("F1", true, "fine"),
+            started("F2"),
+            check("F2", true, "fine"),
+            check("F2", false, "the first to fail"),
+            check("F2", false, "the second to fail"),
+            started("F3"),
+            skipped("F3", "F3 does not apply to d: no floor\nmore"),
+            skipped("F3", "a second reason"),
+            started("F4"),
+            skipped("F4", "skipped, but"),
+            check("F4", false, "a failure outweighs a skip"),
+        ];
+        assert_eq!(
+            cells(&events),
+            [
+                ("F1".to_owned(), Cell::Safe),
+                (
+                    "F2".to_owned(),
+                    Cell::Unsafe("the first to fail (expected=1, actual=2)".into())
+                ),
+                (
+                    "F3".to_owned(),
+                    Cell::NotApplicable("F3 does not apply to d: no floor".into())
+                ),
+                (
+                    "F4".to_owned(),
+                    Cell::Unsafe("a failure outweighs a skip (expected=1, actual=2)".into())
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn a_skip_reason_loses_only_the_does_not_apply_prefix_and_unjudged_designs_are_said() {

@@ -5,15 +5,14 @@
 //! way out.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use fencing::profile::{JobProfile, Profile, Sut};
 use harness::server::{Cluster, ClusterConfig, PgBinaries, Server as _, SUPERUSER};
 
 use crate::args::ProfileAction;
-use crate::{print_or_fail, EXIT_HARNESS};
+use crate::{print_or_fail, Ended};
 
-pub fn run(action: ProfileAction) -> ExitCode {
+pub fn run(action: ProfileAction) -> Ended {
     match action {
         ProfileAction::List => {
             let list: String = Sut::built_in_names()
@@ -39,12 +38,12 @@ pub fn run(action: ProfileAction) -> ExitCode {
     }
 }
 
-fn check(name_or_path: &str, pg_bindir: Option<PathBuf>) -> ExitCode {
+fn check(name_or_path: &str, pg_bindir: Option<PathBuf>) -> Ended {
     let profile = match Sut::load(name_or_path) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("lab profile check: {e}");
-            return ExitCode::from(EXIT_HARNESS);
+            return Ended::CouldNotRun;
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -54,7 +53,7 @@ fn check(name_or_path: &str, pg_bindir: Option<PathBuf>) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("lab profile check: failed to start the async runtime: {e}");
-            return ExitCode::from(EXIT_HARNESS);
+            return Ended::CouldNotRun;
         }
     };
     let prepared = match &profile {
@@ -70,7 +69,7 @@ fn check(name_or_path: &str, pg_bindir: Option<PathBuf>) -> ExitCode {
         )),
         Err(e) => {
             eprintln!("lab profile check: {e:#}");
-            ExitCode::from(EXIT_HARNESS)
+            Ended::CouldNotRun
         }
     }
 }

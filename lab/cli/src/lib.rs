@@ -1,0 +1,124 @@
+//! The fencing lab's commands, as a library; the `lab` binary (`main.rs`) is glue, as in ripgrep
+//! and nextest: it parses the arguments ([`args`]), calls one command here and maps how it
+//! [`Ended`] to the exit status. Two phases for `lab run`, like ripgrep's low/high args:
+//! [`config::resolve`] checks and finds everything (scenario ids, durations, server binaries, a
+//! writable evidence directory) before any side effect; only then does [`run::run`] start a
+//! cluster. Each command says how it ended as a value, never as a process exit: none of them
+//! calls `std::process::exit`.
+//!
+//! One module a command (`run`, `grade`, `chaos`, `bench`, `profile`, `exercise`, `clean`), with
+//! the run's reporters beside them (`step`, `matrix`). The dependencies go one way: `args` is
+//! clap's shapes and needs no other module; `config` reads `args`; the commands read both.
+
+pub mod args;
+pub mod bench;
+pub mod chaos;
+pub mod clean;
+pub mod config;
+pub mod exercise;
+pub mod grade;
+pub mod matrix;
+pub mod profile;
+pub mod run;
+pub mod step;
+
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+/// How a command ended; the binary maps it to the documented exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every check passed, or a command without checks did its work: exit 0.
+    Passed,
+    /// A check failed (or, for `lab grade`, a design did not come out as expected): exit 1.
+    Failed,
+    /// The lab could not run: bad arguments, no PostgreSQL, an unwritable evidence directory, a
+    /// cluster that would not start: exit 2.
+    CouldNotRun,
+    /// Interrupted: exit 130 (SIGINT) or 143 (SIGTERM); the servers were stopped on the way out.
+    Interrupted(Interruption),
+}
+
+/// The signal that interrupted a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interruption {
+    Sigint,
+    Sigterm,
+}
+
+impl Interruption {
+    /// The signal's name, as the evidence records it (`INTERRUPTED by SIGINT`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Interruption::Sigint => "SIGINT",
+            Interruption::Sigterm => "SIGTERM",
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, caught from the moment they are installed: a command selects on
+/// [`Signals::recv`] beside its work, and an interruption drops the work (every child process
+/// and server with it) instead of killing the lab outright.
+pub(crate) struct Signals {
+    int: Signal,
+    term: Signal,
+}
+
+impl Signals {
+    pub(crate) fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Returns once either signal arrives: which one.
+    pub(crate) async fn recv(&mut self) -> Interruption {
+        tokio::select! {
+            _ = self.int.recv() => Interruption::Sigint,
+            _ = self.term.recv() => Interruption::Sigterm,
+        }
+    }
+}
+
+/// The lab's async runtime: two workers (the machines it runs on have two cores); its
+/// children are spawned from the thread that calls `block_on` on it.
+pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+/// `lab list`: each experiment's id and title.
+pub fn list() -> Ended {
+    let list: String = scenarios::ALL
+        .iter()
+        .map(|s| format!("{}  {}\n", s.id(), s.title()))
+        .collect();
+    print_or_fail(&list)
+}
+
+/// Writes `text` to stdout. A reader that went away (`lab list | head -1`) is no error: the text
+/// is simply not read, `Ok(())` (`println!` would panic on the broken pipe). Other write errors are
+/// returned.
+pub(crate) fn print_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// The whole output of a command that only prints (`lab list`, `lab clean`): passed once written
+/// (or once its reader went away), could not run when stdout could not be written (a full disk
+/// behind a redirect).
+pub(crate) fn print_or_fail(text: &str) -> Ended {
+    match print_stdout(text) {
+        Ok(()) => Ended::Passed,
+        Err(e) => {
+            eprintln!("lab: failed to write to stdout: {e}");
+            Ended::CouldNotRun
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! `lab run`, the run loop: a resolved [`Config`] in, how the run [`Ended`] out, with the events
+//! its recorder emitted (what `lab grade` and the `--pg-versions` matrix read their verdicts
+//! off). One run starts its labs (one cluster per job), installs the reporters, runs the
+//! experiments (`scenarios::run_all_on`), writes the evidence and stops every server; SIGINT and
+//! SIGTERM interrupt it at any point, the servers stopped on the way out.
+//!
+//! It starts no process itself: servers and holders are started through `scenarios::Lab` and
+//! `harness`. It decides nothing from text: the verdicts are the recorder's typed events.
+
+use std::path::Path;
+
+use harness::evidence::junit::JunitReporter;
+use harness::evidence::timeline::TimelineReporter;
+use harness::evidence::{
+    EnvironmentReporter, Event, JsonlReporter, Recorder, Reporter, TextReporter,
+};
+use scenarios::{Backend, Lab};
+
+use crate::args::Format;
+use crate::clean::report_removed;
+use crate::config::Config;
+use crate::{matrix, print_stdout, profile, step, Ended, Signals};
+
+/// What the experiments do not prove, beside every run's evidence.
+const LIMITS: &str = include_str!("../../../evidence/LIMITS.md");
+
+/// How one run on one backend went.
+pub struct Run {
+    pub ended: Ended,
+    /// Every event its recorder emitted before the summary, in the order of the evidence
+    /// (registry order); empty when the run did not get to record (it could not start, or its
+    /// evidence could not be written).
+    pub events: Vec<Event>,
+}
+
+impl Run {
+    fn without_events(ended: Ended) -> Run {
+        Run {
+            ended,
+            events: Vec::new(),
+        }
+    }
+}
+
+/// `lab run`: one run, or with `--pg-versions` one per version and the matrix. The evidence
+/// directory the configuration made is removed again when the run could not start and left it
+/// empty.
+pub fn run(cfg: &Config) -> Ended {
+    // A lab killed outright (SIGKILL) cannot remove its cluster; the next run does.
+    for r in harness::server::remove_leftovers(&std::env::temp_dir(), false) {
+        report_removed(&r);
+    }
+    let runtime = match crate::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lab: failed to start the async runtime: {e}");
+            return Ended::CouldNotRun;
+        }
+    };
+    // The lab's own children (the postmaster, holders) are spawned from this thread, inside
+    // block_on: the parent-death signal fires when the spawning thread exits, and this one lives
+    // as long as the lab.
+    let ended = if let [backend] = cfg.backends[..] {
+        runtime
+            .block_on(run_lab(cfg, backend, &cfg.evidence_dir))
+            .ended
+    } else {
+        runtime.block_on(run_matrix(cfg))
+    };
+    if ended == Ended::CouldNotRun {
+        cfg.remove_evidence_dir_if_made_and_empty();
+    }
+    ended
+}
+
+/// `--pg-versions`: one container run per version, each with its evidence in `pgN/`, then the
+/// matrix of version × experiment on stdout and in `matrix.md`. Stops at an interruption.
+async fn run_matrix(cfg: &Config) -> Ended {
+    let mut columns = Vec::new();
+    let mut worst = Ended::Passed;
+    for &backend in &cfg.backends {
+        let Backend::Containers { pg_major, .. } = backend else {
+            continue;
+        };
+        let dir = cfg.evidence_dir.join(format!("pg{pg_major}"));
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            eprintln!("lab: cannot make {}: {e}", dir.display());
+            return Ended::CouldNotRun;
+        }
+        eprintln!(
+            "lab: PostgreSQL {pg_major} on containers; evidence in {}",
+            dir.display()
+        );
+        let run = run_lab(cfg, backend, &dir).await;
+        if let Ended::Interrupted(_) = run.ended {
+            return run.ended;
+        }
+        if run.ended != Ended::Passed && worst == Ended::Passed || run.ended == Ended::CouldNotRun {
+            worst = run.ended;
+        }
+        columns.push(matrix::Column {
+            major: pg_major,
+            could_not_run: run.ended == Ended::CouldNotRun,
+            verdicts: matrix::verdicts(&run.events),
+        });
+    }
+    let table = matrix::render(&columns);
+    if cfg.format == Format::Text {
+        if let Err(e) = print_stdout(&table) {
+            eprintln!("lab: failed to write the matrix to stdout: {e}");
+        }
+    }
+    let path = cfg.evidence_dir.join("matrix.md");
+    if let Err(e) = std::fs::write(&path, &table) {
+        eprintln!("lab: failed to write {}: {e}", path.display());
+        return Ended::CouldNotRun;
+    }
+    eprintln!("lab: the matrix is in {}", path.display());
+    worst
+}
+
+/// One run on `backend` with its evidence in `dir`: how it ended, and its recorder's events.
+pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("lab: failed to install the signal handlers: {e}");
+            return Run::without_events(Ended::CouldNotRun);
+        }
+    };
+    let started = std::time::Instant::now();
+    // Containers, networks and network holds of a lab killed outright, like its cluster above.
+    #[cfg(feature = "containers")]
+    if harness::containers::engine().await.is_ok() {
+        if let Ok((c, n)) = harness::containers::remove_labelled(None, false).await {
+            let holds = harness::containers::remove_held_rules(None).await;
+            if c + n + holds > 0 {
+                eprintln!(
+                    "lab: removed {c} container(s), {n} network(s) and {holds} network hold(s) left by a lab that was killed outright"
+                );
+            }
+        }
+    }
+    // A profile of the user's is checked before anything runs with it (the built-in ones are
+    // checked by the tests).
+    if !cfg.params.sut.is_built_in() || !cfg.params.jobs.is_built_in() {
+        let check = async {
+            if !cfg.params.sut.is_built_in() {
+                profile::prepare_with(&cfg.params.sut, cfg.cluster.bins.clone()).await?;
+            }
+            if !cfg.params.jobs.is_built_in() {
+                profile::prepare_job(&cfg.params.jobs).await?;
+            }
+            anyhow::Ok(())
+        };
+        let checked = tokio::select! {
+            checked = check => checked,
+            signal = signals.recv() => return Run::without_events(Ended::Interrupted(signal)),
+        };
+        if let Err(e) = checked {
+            eprintln!("lab: --sut {e:#}");
+            return Run::without_events(Ended::CouldNotRun);
+        }
+    }
+    let mark = Lab::new_run_mark();
+    let start = Lab::start_on(
+        backend,
+        mark.clone(),
+        cfg.cluster.clone(),
+        cfg.params.clone(),
+        cfg.holder_bin.clone(),
+    );
+    let lab = tokio::select! {
+        lab = start => lab,
+        signal = signals.recv() => return Run::without_events(interrupted_start(&mark, signal).await),
+    };
+    let lab = match lab {
+        Ok(lab) => lab,
+        Err(e) => {
+            eprintln!("lab: {e:#}");
+            return Run::without_events(Ended::CouldNotRun);
+        }
+    };
+    // The other jobs' labs, each on a cluster of its own (an embedded cluster starts in about a
+    // second; they start together).
+    let mut labs = vec![lab];
+    if cfg.jobs > 1 && cfg.scenarios.len() > 1 {
+        let more = (1..cfg.jobs).map(|_| {
+            Lab::start_on(
+                backend,
+                Lab::new_run_mark(),
+                cfg.cluster.clone(),
+                cfg.params.clone(),
+                cfg.holder_bin.clone(),
+            )
+        });
+        let started = tokio::select! {
+            started = scenarios::join_all(more) => started,
+            signal = signals.recv() => return Run::without_events(Ended::Interrupted(signal)),
+        };
+        for lab in started {
+            match lab {
+                Ok(lab) => labs.push(lab),
+                Err(e) => {
+                    eprintln!("lab: another job's cluster: {e:#}");
+                    for lab in labs {
+                        lab.shutdown().await;
+                    }
+                    return Run::without_events(Ended::CouldNotRun);
+                }
+            }
+        }
+    }
+    let mut reporters: Vec<Box<dyn Reporter>> = vec![
+        Box::new(TextReporter::new(
+            cfg.format == Format::Text && !cfg.quiet,
+            Some(dir.join("output.txt")),
+        )),
+        Box::new(JsonlReporter::new(
+            Some(dir.join("events.jsonl")),
+            cfg.format == Format::Json && !cfg.quiet,
+        )),
+        Box::new(JunitReporter::new(
+            Some(dir.join("junit.xml")),
+            cfg.format == Format::Junit && !cfg.quiet,
+        )),
+        Box::new(EnvironmentReporter::new(dir.join("environment.json"))),
+        Box::new(TimelineReporter::new(dir.to_path_buf())),
+    ];
+    if cfg.step {
+        // Last: each phase's check lines are on the terminal before the pause.
+        match labs[0].cluster() {
+            Ok(cluster) => reporters.push(Box::new(step::StepReporter::new(
+                cluster,
+                labs[0].maria.client.clone(),
+                &cfg.params.jobs,
+            ))),
+            Err(e) => {
+                eprintln!("lab: --step: {e:#}");
+                for lab in labs {
+                    lab.shutdown().await;
+                }
+                return Run::without_events(Ended::CouldNotRun);
+            }
+        }
+    }
+    let mut rec = Recorder::new(reporters);
+    rec.environment(cfg.environment(&labs[0]).await);
+
+    let interrupted = tokio::select! {
+        () = scenarios::run_all_on(&mut labs, &mut rec, &cfg.scenarios) => None,
+        signal = signals.recv() => Some(signal),
+    };
+    if let Some(signal) = interrupted {
+        rec.interrupted(signal.name());
+    }
+    let events = rec.events().to_vec();
+    let limits = evidence_limits(dir);
+    let summary = match rec.finish().and_then(|summary| limits.map(|()| summary)) {
+        Ok(summary) => summary,
+        Err(e) => {
+            eprintln!(
+                "lab: failed to write the evidence into {}: {e}",
+                dir.display()
+            );
+            for mut lab in labs {
+                for line in lab.keep() {
+                    eprintln!("lab: {line}");
+                }
+                lab.shutdown().await;
+            }
+            return Run::without_events(Ended::CouldNotRun);
+        }
+    };
+    let secs = started.elapsed().as_secs_f64();
+    // A failing run keeps its servers for inspection; an interrupted one was not a verdict.
+    for mut lab in labs {
+        if (!summary.all_passed() && interrupted.is_none() && cfg.keep_failed) || cfg.keep {
+            for line in lab.keep() {
+                eprintln!("lab: {line}; `./run.sh clean` removes it");
+            }
+        }
+        lab.shutdown().await;
+    }
+    eprintln!("lab: evidence in {}; {:.1} s", dir.display(), secs);
+    let ended = match interrupted {
+        Some(signal) => Ended::Interrupted(signal),
+        None if summary.all_passed() => Ended::Passed,
+        None => Ended::Failed,
+    };
+    Run { ended, events }
+}
+
+/// `LIMITS.md`, beside the run's evidence.
+fn evidence_limits(dir: &Path) -> std::io::Result<()> {
+    harness::evidence::write_atomically(&dir.join("LIMITS.md"), LIMITS.as_bytes())
+}
+
+/// An interruption while the servers were starting: whatever of this run's containers and
+/// networks exist already goes (a cluster half-made removes itself on drop); how the run ended.
+async fn interrupted_start(mark: &str, signal: crate::Interruption) -> Ended {
+    #[cfg(feature = "containers")]
+    {
+        let _ = harness::containers::remove_labelled(Some(mark), false).await;
+    }
+    let _ = mark;
+    Ended::Interrupted(signal)
+}
