@@ -74,96 +74,31 @@ pub(crate) mod imp {
     use anyhow::{bail, Context as _};
     use fencing::resource::{Resource, Write, WriteMode};
     use fencing::schema::{self, Database};
-    use harness::containers::{self, Hold, Network, PgContainer, PG_PORT};
+    use harness::containers::hosts::{self, pool, PgHosts};
+    use harness::containers::{self, Hold, PgContainer, PG_PORT};
     use harness::evidence::{Mark, Recorder};
     use harness::holder::{describe, Holder, HolderError, EVENT_TIMEOUT};
+    use harness::observe::client_ports;
     use holder_protocol::{Event, Request};
-    use sqlx::postgres::PgPoolOptions;
     use sqlx::PgPool;
 
     use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
     use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
     use crate::Lab;
 
-    /// The container hosts of a scenario: its private network and its PostgreSQL servers.
-    pub struct Hosts {
-        network: Network,
-        pub servers: Vec<PgContainer>,
-    }
-
-    impl Hosts {
-        /// Removes the servers, then the network.
-        pub async fn remove(self) {
-            for server in self.servers {
-                server.remove().await;
-            }
-            self.network.remove().await;
-        }
-    }
-
-    /// Starts `n` PostgreSQL containers on a private network of the run, building the image on
-    /// first use. `None` (recorded as a `skip` with the reason) when there is no Docker engine or
-    /// no way to build the image here.
-    pub async fn start_hosts(
-        lab: &Lab,
-        rec: &mut Recorder,
-        n: usize,
-    ) -> anyhow::Result<Option<Hosts>> {
-        if let Err(reason) = containers::engine().await {
-            rec.skip(reason);
-            return Ok(None);
-        }
-        let image = match containers::postgres_image(15).await {
-            Ok(image) => image,
-            Err(e) => {
-                rec.skip(format!(
-                    "no way to build the PostgreSQL image here ({e}); building needs root, \
-                     debootstrap and the Debian archive"
-                ));
-                return Ok(None);
-            }
-        };
-        match image.built_in {
-            Some(took) => rec.note(format!(
-                "built the image {} from Debian packages in {:.1} s (debootstrap + docker import; reused from now on)",
-                image.reference,
-                took.as_secs_f64()
-            )),
-            None => rec.note(format!("image {} (built here earlier, reused)", image.reference)),
-        }
-        let mark = lab.run_mark.clone();
-        let mut hosts = Hosts {
-            network: Network::create(&mark).await?,
-            servers: Vec::new(),
-        };
-        for _ in 0..n {
-            match PgContainer::start(&image, &hosts.network, &mark).await {
-                Ok(server) => hosts.servers.push(server),
-                Err(e) => {
-                    hosts.remove().await;
-                    return Err(e.into());
-                }
-            }
-        }
-        Ok(Some(hosts))
-    }
-
     pub async fn run(lab: &mut Lab, rec: &mut Recorder, hold: bool) -> anyhow::Result<()> {
-        let Some(hosts) = start_hosts(lab, rec, 1).await? else {
-            return Ok(());
+        let image = match hosts::image_or_skip(false).await {
+            Ok(image) => image,
+            Err(reason) => {
+                rec.skip(reason);
+                return Ok(());
+            }
         };
+        rec.note(hosts::image_note(&image));
+        let hosts = PgHosts::start(&image, &lab.run_mark, 1).await?;
         let outcome = with_resource_host(lab, rec, &hosts.servers[0], hold).await;
         hosts.remove().await;
         outcome
-    }
-
-    /// A small pool to `db` as `user` on the container `r`.
-    pub async fn pool(r: &PgContainer, db: &str, user: &str) -> anyhow::Result<PgPool> {
-        PgPoolOptions::new()
-            .max_connections(2)
-            .connect_with(r.connect_options(db, user))
-            .await
-            .with_context(|| format!("failed to connect to {db} as {user} in a container"))
     }
 
     async fn with_resource_host(
@@ -464,14 +399,5 @@ pub(crate) mod imp {
             );
         }
         Ok(())
-    }
-
-    /// The client ports of `name`'s sessions on the server `admin` reaches (TCP only).
-    pub async fn client_ports(admin: &PgPool, name: &str) -> anyhow::Result<Vec<u16>> {
-        Ok(harness::observe::client_ports(admin, name)
-            .await?
-            .into_iter()
-            .filter_map(|p| u16::try_from(p).ok())
-            .collect())
     }
 }

@@ -76,15 +76,22 @@ mod imp {
     use holder_protocol::{Event, Request};
     use sqlx::PgPool;
 
-    use crate::f15_delayed_write::imp::{client_ports, pool, start_hosts};
     use crate::lab::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
     use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
     use crate::Lab;
+    use harness::containers::hosts::{self, pool, PgHosts};
+    use harness::observe::client_ports;
 
     pub async fn run(lab: &mut Lab, rec: &mut Recorder, cut: bool) -> anyhow::Result<()> {
-        let Some(hosts) = start_hosts(lab, rec, 2).await? else {
-            return Ok(());
+        let image = match hosts::image_or_skip(false).await {
+            Ok(image) => image,
+            Err(reason) => {
+                rec.skip(reason);
+                return Ok(());
+            }
         };
+        rec.note(hosts::image_note(&image));
+        let hosts = PgHosts::start(&image, &lab.run_mark, 2).await?;
         let outcome = partitioned(lab, rec, &hosts.servers[0], &hosts.servers[1], cut).await;
         hosts.remove().await;
         outcome

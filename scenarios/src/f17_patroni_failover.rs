@@ -123,28 +123,14 @@ mod imp {
     const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
 
     pub async fn run(lab: &mut Lab, rec: &mut Recorder, freeze: bool) -> anyhow::Result<()> {
-        if let Err(reason) = containers::engine().await {
-            rec.skip(reason);
-            return Ok(());
-        }
-        let image = match containers::patroni_image(15).await {
+        let image = match harness::containers::hosts::image_or_skip(true).await {
             Ok(image) => image,
-            Err(e) => {
-                rec.skip(format!(
-                    "no way to build the Patroni image here ({e}); building needs root, \
-                     debootstrap and the Debian archive"
-                ));
+            Err(reason) => {
+                rec.skip(reason);
                 return Ok(());
             }
         };
-        match image.built_in {
-            Some(took) => rec.note(format!(
-                "built the image {} (PostgreSQL 15, patroni, etcd-server) from Debian packages in {:.1} s; reused from now on",
-                image.reference,
-                took.as_secs_f64()
-            )),
-            None => rec.note(format!("image {} (built here earlier, reused)", image.reference)),
-        }
+        rec.note(harness::containers::hosts::image_note(&image));
         let mark = lab.run_mark.clone();
         // The resource: a host of its own, on a network of its own, outside the HA cluster.
         let res_net = Network::create(&mark).await?;

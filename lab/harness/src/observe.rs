@@ -142,14 +142,19 @@ pub async fn xact_status(admin: &PgPool, xid: &str) -> sqlx::Result<Option<Strin
 
 /// The client ports of the TCP sessions whose `application_name` is `name` (sessions over a
 /// Unix socket have none). `admin` must connect as a superuser.
-pub async fn client_ports(admin: &PgPool, name: &str) -> sqlx::Result<Vec<i32>> {
-    sqlx::query_scalar(
+pub async fn client_ports(admin: &PgPool, name: &str) -> sqlx::Result<Vec<u16>> {
+    let ports: Vec<i32> = sqlx::query_scalar(
         "SELECT client_port FROM pg_stat_activity
           WHERE application_name = $1 AND client_port > 0 ORDER BY pid",
     )
     .bind(name)
     .fetch_all(admin)
-    .await
+    .await?;
+    // A TCP port is 1–65535: anything else is not a TCP client.
+    Ok(ports
+        .into_iter()
+        .filter_map(|p| u16::try_from(p).ok())
+        .collect())
 }
 
 /// Installs (or empties) the lab's record of every committed version of the resource's parts: a trigger on

@@ -41,11 +41,7 @@ impl Lab {
         let admin = self.admin_pool(db).await?;
         let ports = harness::observe::client_ports(&admin, process).await;
         admin.close().await;
-        let ports = ports
-            .context("failed to list the process's connections")?
-            .into_iter()
-            .map(|p| u16::try_from(p).context("a client port out of range"))
-            .collect::<anyhow::Result<Vec<u16>>>()?;
+        let ports = ports.context("failed to list the process's connections")?;
         harness::hosts::Holds::start(ip, &ports, &self.run_mark).await
     }
 

@@ -539,3 +539,84 @@ fn node_index(cluster: &PatroniCluster, name: &str) -> usize {
         .position(|n| n.name == name)
         .expect("a node of this cluster")
 }
+
+/// PostgreSQL servers an experiment starts for itself (F15, F16): `n` containers on one private
+/// network of the run, each labelled with the run's mark.
+pub struct PgHosts {
+    network: Network,
+    pub servers: Vec<PgContainer>,
+}
+
+impl PgHosts {
+    /// Creates the network and starts `n` servers from `image` on it; returns once each accepts
+    /// connections. On error nothing is left.
+    pub async fn start(image: &Image, mark: &str, n: usize) -> anyhow::Result<PgHosts> {
+        let mut hosts = PgHosts {
+            network: Network::create(mark).await?,
+            servers: Vec::new(),
+        };
+        for _ in 0..n {
+            match PgContainer::start(image, &hosts.network, mark).await {
+                Ok(server) => hosts.servers.push(server),
+                Err(e) => {
+                    hosts.remove().await;
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(hosts)
+    }
+
+    /// Removes the servers, then the network; returns once they are gone.
+    pub async fn remove(self) {
+        for server in self.servers {
+            server.remove().await;
+        }
+        self.network.remove().await;
+    }
+}
+
+/// The PostgreSQL 15 image (with Patroni and etcd when `patroni`), built here on first use.
+/// `Err(reason)` — what an experiment says when it skips — when no Docker engine answers or the
+/// image cannot be built here.
+pub async fn image_or_skip(patroni: bool) -> Result<Image, String> {
+    containers::engine().await?;
+    let built = if patroni {
+        containers::patroni_image(15).await
+    } else {
+        containers::postgres_image(15).await
+    };
+    built.map_err(|e| {
+        format!(
+            "no way to build the {} image here ({e}); building needs root, debootstrap and the \
+             Debian archive",
+            if patroni { "Patroni" } else { "PostgreSQL" }
+        )
+    })
+}
+
+/// A small pool (two connections) to `database` as `user` on the container `server`.
+pub async fn pool(
+    server: &PgContainer,
+    database: &str,
+    user: &str,
+) -> anyhow::Result<sqlx::PgPool> {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(server.connect_options(database, user))
+        .await
+        .with_context(|| format!("failed to connect to {database} as {user} in a container"))
+}
+
+/// How the evidence says where `image` came from: built here in this run (and how long that
+/// took), or built earlier and reused.
+pub fn image_note(image: &Image) -> String {
+    match image.built_in {
+        Some(took) => format!(
+            "built the image {} from Debian packages in {:.1} s (debootstrap + docker import; reused from now on)",
+            image.reference,
+            took.as_secs_f64()
+        ),
+        None => format!("image {} (built here earlier, reused)", image.reference),
+    }
+}
