@@ -121,7 +121,7 @@ impl Scenario for F10 {
             until_expired_while_frozen(lab, rec, frozen_at).await?;
 
             let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
-            let clock = lab.lease.db_clock().await.ok();
+            let clock = lab.lease.clock().await.ok().flatten();
             rec.step(
                 acquire_mark(b.as_ref()),
                 "B",
@@ -144,7 +144,7 @@ impl Scenario for F10 {
                 token: b.token,
             };
             let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
-            let clock = lab.lease.db_clock().await.ok();
+            let clock = lab.lease.clock().await.ok().flatten();
             rec.step(
                 Mark::Write { accepted: ok },
                 "B",

@@ -96,16 +96,16 @@ impl Scenario for F11 {
                 &floor,
             );
 
-            let rows = lab.lease.row_count().await?;
-            operator_mistake::truncate_the_lease_table(lab.lease.sql(), lab.lease.pool()).await?;
-            let left = lab.lease.row_count().await?;
+            let rows = lab.lease_table.row_count().await?;
+            operator_mistake::truncate_the_lease_table(lab.lease_table.sql(), lab.lease_table.pool()).await?;
+            let left = lab.lease_table.row_count().await?;
             rec.step(
                 Mark::Info,
                 "lab",
                 "an operator truncates the lease table by hand",
                 None,
                 format!("lease rows {rows} → {left}"),
-                lab.lease.db_clock().await.ok(),
+                lab.lease.clock().await.ok().flatten(),
             );
             rec.check(
                 "an operator truncates the lease table by hand (lease rows before → after)",
@@ -223,7 +223,7 @@ async fn grant_and_write(
         "acquire",
         g.as_ref().map(|g| g.token),
         acquired(g.as_ref()),
-        lab.lease.db_clock().await.ok(),
+        lab.lease.clock().await.ok().flatten(),
     );
     let g = g.with_context(|| format!("{who} could not acquire a free lease"))?;
     let write = Write {
@@ -240,7 +240,7 @@ async fn grant_and_write(
         "write",
         Some(g.token),
         wrote(ok, g.token),
-        lab.lease.db_clock().await.ok(),
+        lab.lease.clock().await.ok().flatten(),
     );
     Ok((g, ok))
 }

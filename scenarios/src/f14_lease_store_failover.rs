@@ -464,7 +464,7 @@ async fn write(
         token: grant.token,
     };
     let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
-    let clock = lab.lease.db_clock().await.ok();
+    let clock = lab.lease.clock().await.ok().flatten();
     rec.step(
         Mark::Write { accepted: ok },
         who,

@@ -72,13 +72,13 @@ impl Scenario for F2 {
 
             // T opens while the lease is still valid; its now() stays at this moment. The lab's
             // monotonic clock brackets T's start: before BEGIN is sent, after the first read.
-            let mut t_conn = lab.lease.pool().acquire().await?;
+            let mut t_conn = lab.lease_table.pool().acquire().await?;
             let before_begin = Instant::now();
             let mut t = t_conn.begin().await?;
             let t_start = stmt::clocks(&mut *t).await?;
             let after_first_read = Instant::now();
             let valid_at_start =
-                stmt::expired_by_now(lab.lease.sql(), &mut *t, LEASE).await? == Some(false);
+                stmt::expired_by_now(lab.lease_table.sql(), &mut *t, LEASE).await? == Some(false);
             rec.step(
                 Mark::Info,
                 "T",
@@ -118,7 +118,7 @@ impl Scenario for F2 {
 
             // Wait until an autocommit statement judges the lease expired.
             let waited = lab.until_lease_expired("the lease").await?;
-            let clock = lab.lease.db_clock().await?;
+            let clock = lab.lease_table.db_clock().await?;
             rec.step(
                 Mark::LeaseExpired,
                 "holder-a",
@@ -195,7 +195,7 @@ impl Scenario for F2 {
                     t_later.clock_minus_now_ms
                 ),
             );
-            let in_t = stmt::acquire(lab.lease.sql(), &mut *t, LEASE, HOLDER_B, ttl).await?;
+            let in_t = stmt::acquire(lab.lease_table.sql(), &mut *t, LEASE, HOLDER_B, ttl).await?;
             rec.check(
                 "inside T the acquire is refused: judged by T's start, the lease is still held",
                 "REFUSED",
@@ -216,11 +216,11 @@ impl Scenario for F2 {
             let b = b.context("holder-b could not acquire an expired lease")?;
 
             // The opposite direction: a renew inside a transaction opened before expiry.
-            let mut t2_conn = lab.lease.pool().acquire().await?;
+            let mut t2_conn = lab.lease_table.pool().acquire().await?;
             let mut t2 = t2_conn.begin().await?;
             let t2_start = stmt::clocks(&mut *t2).await?;
             let valid_at_t2 =
-                stmt::expired_by_now(lab.lease.sql(), &mut *t2, LEASE).await? == Some(false);
+                stmt::expired_by_now(lab.lease_table.sql(), &mut *t2, LEASE).await? == Some(false);
             rec.check_that(
                 "transaction T2 began while holder-b's lease was valid",
                 valid_at_t2,
@@ -228,13 +228,13 @@ impl Scenario for F2 {
             );
             lab.until_lease_expired("holder-b's lease").await?;
             let by_clock =
-                stmt::renew(lab.lease.sql(), &mut *t2, &b, JudgedBy::ClockTimestamp).await?;
+                stmt::renew(lab.lease_table.sql(), &mut *t2, &b, JudgedBy::ClockTimestamp).await?;
             rec.check(
                 "inside T2 the renew written with clock_timestamp() is refused",
                 "RENEW ok=false",
                 &format!("RENEW ok={by_clock}"),
             );
-            let by_now = stmt::renew(lab.lease.sql(), &mut *t2, &b, JudgedBy::Now).await?;
+            let by_now = stmt::renew(lab.lease_table.sql(), &mut *t2, &b, JudgedBy::Now).await?;
             let revived = stmt::clocks(&mut *t2).await?;
             rec.expose(
                 "a renew judged by now() inside T2 revives a lease that expired by the clock",
@@ -294,7 +294,7 @@ async fn poll_acquire(
         &format!("{holder}'s acquire is granted"),
         lab.params.wait_timeout,
         || {
-            let lease = lab.lease.clone();
+            let lease = lab.lease_table.clone();
             async move {
                 let (grant, span) = lease.acquire_timed(LEASE, holder, ttl).await?;
                 let mut spans = spans_ref.lock().expect("no panic while held");

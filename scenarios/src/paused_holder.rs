@@ -71,7 +71,7 @@ pub(crate) async fn step(
         Event::Released { ok: true } => Mark::Released,
         _ => Mark::Info,
     };
-    let clock = lab.lease.db_clock().await.ok();
+    let clock = lab.lease.clock().await.ok().flatten();
     rec.step_at(at, mark, actor, action, token, event.to_string(), clock);
 }
 
@@ -84,7 +84,7 @@ pub(crate) async fn lab_step(
     action: &str,
     outcome: impl Into<String>,
 ) {
-    let clock = lab.lease.db_clock().await.ok();
+    let clock = lab.lease.clock().await.ok().flatten();
     rec.step(mark, actor, action, None, outcome, clock);
 }
 
@@ -192,7 +192,7 @@ pub(crate) async fn lab_client_takes_over(
     mode: WriteMode,
 ) -> anyhow::Result<(Option<fencing::lease::Grant>, Option<bool>)> {
     let b = lab.lease.acquire(LEASE, HOLDER_B, lab.params.ttl).await?;
-    let clock = lab.lease.db_clock().await.ok();
+    let clock = lab.lease.clock().await.ok().flatten();
     rec.step(
         crate::lab::acquire_mark(b.as_ref()),
         "B",
@@ -212,7 +212,7 @@ pub(crate) async fn lab_client_takes_over(
         token: grant.token,
     };
     let ok = lab.resource.write(&write, mode).await?;
-    let clock = lab.lease.db_clock().await.ok();
+    let clock = lab.lease.clock().await.ok().flatten();
     rec.step(
         Mark::Write { accepted: ok },
         "B",

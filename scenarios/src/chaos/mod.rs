@@ -219,7 +219,7 @@ pub async fn run(
     let ops = events.ops(started);
     let notes = events.others();
     let parts = harness::observe::part_history(lab.resource.pool()).await?;
-    let lease = harness::observe::lease_history(lab.lease.pool()).await?;
+    let lease = harness::observe::lease_history(lab.lease_table.pool()).await?;
     let final_parts = harness::observe::final_parts(lab.resource.pool()).await?;
     let attempts = harness::observe::attempts(lab.resource.pool()).await?;
     let verdict = checker::check(&checker::Observed {
@@ -284,7 +284,7 @@ async fn prepare(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
     harness::observe::record_part_history(lab.resource.pool())
         .await
         .context("failed to install the record of committed writes")?;
-    harness::observe::record_lease_history(lab.lease.pool())
+    harness::observe::record_lease_history(lab.lease_table.pool())
         .await
         .context("failed to install the record of the lease row")?;
     Ok(())

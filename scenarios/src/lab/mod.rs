@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use fencing::lease::SqlLeaseStore;
+use fencing::lease::{LeaseStore, SqlLeaseStore};
 use fencing::profile::Profile;
 use fencing::publish::Publisher;
 use fencing::resource::Resource;
@@ -57,7 +57,12 @@ pub struct Lab {
     /// The holder binary the multi-process scenarios start.
     pub holder_bin: PathBuf,
     pub params: Params,
-    pub lease: SqlLeaseStore,
+    /// The lease store every experiment asks through the trait all stores implement.
+    pub lease: Arc<dyn LeaseStore>,
+    /// The same lease as a SQL table, for what only a table has: F2's statements inside a
+    /// transaction, F3's server-side timings and row count, F11's truncation, the lab's own
+    /// resets and chaos's record of its rows.
+    pub lease_table: SqlLeaseStore,
     pub resource: Resource,
     pub publisher: Publisher,
 }
@@ -129,8 +134,10 @@ impl Lab {
                 return Err(e);
             }
         };
+        let lease_table = SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone());
         Ok(Lab {
-            lease: SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone()),
+            lease: Arc::new(lease_table.clone()),
+            lease_table,
             resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
             publisher: Publisher::new(resource_pool),
             servers,
@@ -233,7 +240,7 @@ impl Lab {
     /// once every server process has exited. Directories not kept are removed.
     pub async fn shutdown(mut self) {
         self.maria.shutdown().await;
-        for pool in [self.lease.pool().clone(), self.resource.pool().clone()] {
+        for pool in [self.lease_table.pool().clone(), self.resource.pool().clone()] {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         self.servers.shutdown().await;
@@ -266,9 +273,12 @@ impl Lab {
     pub async fn reopen(&mut self) -> anyhow::Result<()> {
         let lease_pool = Self::pool(self.servers.as_ref(), Database::Lease).await?;
         let resource_pool = Self::pool(self.servers.as_ref(), Database::Resource).await?;
-        let old = [self.lease.pool().clone(), self.resource.pool().clone()];
-        self.lease =
-            SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone());
+        let old = [self.lease_table.pool().clone(), self.resource.pool().clone()];
+        self.set_lease(SqlLeaseStore::with_profile(
+            lease_pool,
+            self.params.margin,
+            self.params.sut.clone(),
+        ));
         self.resource = Resource::with_profile(resource_pool.clone(), self.params.sut.clone());
         self.publisher = Publisher::new(resource_pool);
         for pool in old {
@@ -278,21 +288,27 @@ impl Lab {
         Ok(())
     }
 
+    /// Makes `table` the lab's lease store (through the trait and as a table).
+    fn set_lease(&mut self, table: SqlLeaseStore) {
+        self.lease = Arc::new(table.clone());
+        self.lease_table = table;
+    }
+
     /// Makes `profile` the run's system under test: every store of the lab runs it from now on
     /// (on the same pools: the fences that take turns share one schema, seed004's).
     pub fn use_sut(&mut self, profile: Arc<Profile>) {
-        self.lease = SqlLeaseStore::with_profile(
-            self.lease.pool().clone(),
+        self.set_lease(SqlLeaseStore::with_profile(
+            self.lease_table.pool().clone(),
             self.params.margin,
             profile.clone(),
-        );
+        ));
         self.resource = Resource::with_profile(self.resource.pool().clone(), profile.clone());
         self.params.sut = profile;
     }
 
     /// Empties every table and sets the scope's floor up at 0: each scenario starts here.
     pub async fn reset(&mut self) -> anyhow::Result<()> {
-        schema::reset(self.lease.pool()).await?;
+        schema::reset(self.lease_table.pool()).await?;
         schema::reset(self.resource.pool()).await?;
         self.resource.setup_scope(SCOPE).await?;
         Ok(())

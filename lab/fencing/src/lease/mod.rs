@@ -145,6 +145,17 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
 
     /// The lease `name` as the store sees it now (`None`: never granted).
     fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>>;
+
+    /// The store's clock now, as the store prints it, for the evidence's timeline; `None` for a
+    /// store that does not tell its clock.
+    fn clock(&self) -> StoreFuture<'_, Option<String>> {
+        Box::pin(async { Ok(None) })
+    }
+
+    /// True when nobody holds `name` by the store's clock (never granted, expired or released).
+    fn is_free<'a>(&'a self, name: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move { Ok(self.inspect(name).await?.is_none_or(|h| h.expired)) })
+    }
 }
 
 /// A kind of lease store the lab can run: the name a holder's `--store` gives, what it calls its

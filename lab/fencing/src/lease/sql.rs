@@ -263,6 +263,10 @@ impl LeaseStore for SqlLeaseStore {
     fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
         Box::pin(SqlLeaseStore::inspect(self, name))
     }
+
+    fn clock(&self) -> StoreFuture<'_, Option<String>> {
+        Box::pin(async { self.db_clock().await.map(Some) })
+    }
 }
 
 /// The lease statements themselves, runnable on any executor. [`SqlLeaseStore`] runs them in
