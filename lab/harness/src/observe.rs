@@ -220,26 +220,37 @@ pub async fn part_history(resource: &PgPool) -> sqlx::Result<Vec<PartVersion>> {
         .collect())
 }
 
-/// Installs (or empties) the lab's record of the lease table: a trigger on `lease` that copies every inserted
-/// or updated row (a grant, a renewal, a release) into `lab_lease_history`, in the statement's
-/// transaction. `lease` connects as the table's owner.
-pub async fn record_lease_history(lease: &PgPool) -> sqlx::Result<()> {
+/// Installs (or empties) the lab's record of the lease table `table` (the profile's): a trigger
+/// that copies every inserted or updated row (a grant, a renewal, a release) into
+/// `lab_lease_history`, in the statement's transaction. It reads the row's `name`, `holder`,
+/// `token` and `expires_at` — seed 004's columns, which every lease chaos runs has (the seed004
+/// forms). `lease` connects as the table's owner; `table` is a plain identifier (checked).
+pub async fn record_lease_history(lease: &PgPool, table: &str) -> sqlx::Result<()> {
+    if table.is_empty() || !table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(sqlx::Error::Protocol(format!(
+            "record_lease_history: {table:?} is not a plain table name"
+        )));
+    }
     for statement in [
         "CREATE TABLE IF NOT EXISTS lab_lease_history (
            name text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
-           expires_at timestamptz NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())",
+           expires_at timestamptz NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            .to_owned(),
         "CREATE OR REPLACE FUNCTION lab_lease_history() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
            INSERT INTO lab_lease_history (name, holder, token, expires_at)
            VALUES (NEW.name, NEW.holder, NEW.token, NEW.expires_at);
            RETURN NULL;
-         END $$",
-        "DROP TRIGGER IF EXISTS lab_lease_history ON lease",
-        "CREATE TRIGGER lab_lease_history AFTER INSERT OR UPDATE ON lease
-           FOR EACH ROW EXECUTE FUNCTION lab_lease_history()",
-        "TRUNCATE lab_lease_history",
+         END $$"
+            .to_owned(),
+        format!("DROP TRIGGER IF EXISTS lab_lease_history ON {table}"),
+        format!(
+            "CREATE TRIGGER lab_lease_history AFTER INSERT OR UPDATE ON {table}
+               FOR EACH ROW EXECUTE FUNCTION lab_lease_history()"
+        ),
+        "TRUNCATE lab_lease_history".to_owned(),
     ] {
-        sqlx::query(statement).execute(lease).await?;
+        sqlx::query(&statement).execute(lease).await?;
     }
     Ok(())
 }

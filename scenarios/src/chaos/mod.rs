@@ -284,7 +284,7 @@ async fn prepare(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
     harness::observe::record_part_history(lab.resource.pool())
         .await
         .context("failed to install the record of committed writes")?;
-    harness::observe::record_lease_history(lab.lease_table.pool())
+    harness::observe::record_lease_history(lab.lease_table.pool(), &lab.lease_table.sql().table)
         .await
         .context("failed to install the record of the lease row")?;
     Ok(())
