@@ -1,0 +1,210 @@
+//! The lab's images: PostgreSQL for a major version ([`postgres_image`]), and that plus Patroni
+//! and etcd ([`patroni_image`]), built here from Debian packages with `debootstrap` and imported
+//! into the engine as a tar stream of the root (`docker import`'s API call, [`import`]), tagged
+//! by the recipe's hash and reused while the tag exists; [`remove_images`] for `lab clean
+//! --images`. Nothing here pulls from a registry, runs the `docker` command or starts a
+//! container: an image is all this file makes.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
+};
+use futures_util::StreamExt as _;
+use tokio::io::AsyncReadExt as _;
+
+use super::{
+    describe_status, docker, docker_with, fnv1a, run, ContainerError, Spawn, BUILD_TIMEOUT,
+    IMAGE_REPO,
+};
+use crate::process::Stream;
+
+/// A locally built image: its reference, and how long building it took (`None`: it was there).
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub reference: String,
+    pub major: u32,
+    pub built_in: Option<Duration>,
+}
+
+/// What goes into the image: bump `RECIPE` when the steps change, and the tag changes with it.
+/// (The import through the engine's API makes the same image as `docker import` did: v1 stays.)
+const RECIPE: &str = "v1: debootstrap --variant=minbase, docker import";
+
+pub use crate::server::postgres::debian_suite_for as suite_for;
+
+/// One image build at a time in this process (tests run scenarios side by side).
+static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The image for PostgreSQL `major`, built here from Debian packages if it is not there yet.
+pub async fn postgres_image(major: u32) -> Result<Image, ContainerError> {
+    image_with(major, "", &[]).await
+}
+
+/// The image for PostgreSQL `major` with Patroni and etcd (Debian's `patroni` and `etcd-server`,
+/// and `procps` to find and signal a server's processes), built here if it is not there yet.
+pub async fn patroni_image(major: u32) -> Result<Image, ContainerError> {
+    image_with(major, "patroni-", &["patroni", "etcd-server", "procps"]).await
+}
+
+/// The image for PostgreSQL `major` and `extra` packages, tagged `<major>-<flavour><suite>-<hash>`.
+async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, ContainerError> {
+    let _one_at_a_time = BUILDING.lock().await;
+    let suite = suite_for(major).ok_or_else(|| ContainerError::Cli {
+        what: format!("PostgreSQL {major}"),
+        detail: "no Debian suite ships it (13: bullseye, 15: bookworm, 17: trixie)".into(),
+    })?;
+    let mut packages = format!("postgresql-{major},iproute2");
+    for p in extra {
+        packages.push(',');
+        packages.push_str(p);
+    }
+    let hash = fnv1a(&format!("{RECIPE}|{suite}|{packages}"));
+    let reference = format!("{IMAGE_REPO}:{major}-{flavour}{suite}-{hash:08x}");
+    if docker().await?.inspect_image(&reference).await.is_ok() {
+        return Ok(Image {
+            reference,
+            major,
+            built_in: None,
+        });
+    }
+    let started = Instant::now();
+    let root = tempfile::Builder::new()
+        .prefix("fencing-lab-image-")
+        .tempdir()
+        .map_err(|e| ContainerError::Cli {
+            what: "make the image's root directory".into(),
+            detail: e.to_string(),
+        })?;
+    let dir = root.path().join("root");
+    let dir_s = dir.to_string_lossy().into_owned();
+    let include = format!("--include={packages}");
+    run(
+        "debootstrap",
+        "debootstrap",
+        &["--variant=minbase", &include, suite, &dir_s, &mirror()],
+        BUILD_TIMEOUT,
+    )
+    .await?;
+    import(&dir_s, major, &reference).await?;
+    Ok(Image {
+        reference,
+        major,
+        built_in: Some(started.elapsed()),
+    })
+}
+
+/// Imports the root file system in `dir` as the image `reference` (`docker import`'s API call,
+/// `POST /images/create?fromSrc=-`): `tar` writes the root — owners, modes and device files as
+/// debootstrap made them — to a pipe, and its stream goes to the engine as it comes. Returns
+/// once the engine has tagged the image.
+async fn import(dir: &str, major: u32, reference: &str) -> Result<(), ContainerError> {
+    let (repo, tag) = reference.split_once(':').unwrap_or((reference, "latest"));
+    let mut tar = Spawn::new("tar of the image's root", "tar")
+        .args(["-C", dir, "-c", "."])
+        .stdout(Stream::Piped)
+        .capture_stderr()
+        .spawn()?;
+    let out = tar.take_stdout().expect("piped");
+    let root = futures_util::stream::unfold(out, |mut out| async move {
+        let mut chunk = vec![0u8; 256 * 1024];
+        match out.read(&mut chunk).await {
+            Ok(0) => None,
+            Ok(n) => {
+                chunk.truncate(n);
+                Some((Ok(bytes::Bytes::from(chunk)), out))
+            }
+            Err(e) => Some((Err(e), out)),
+        }
+    });
+    let options = CreateImageOptionsBuilder::new()
+        .from_src("-")
+        .repo(repo)
+        .tag(tag)
+        .changes(vec![format!("LABEL fencing-lab.image={major}")])
+        .build();
+    let docker = docker_with(BUILD_TIMEOUT).await?;
+    let mut progress =
+        docker.create_image(Some(options), Some(bollard::body_try_stream(root)), None);
+    let mut imported = Ok(());
+    while let Some(step) = progress.next().await {
+        if let Err(source) = step {
+            imported = Err(ContainerError::engine(
+                format!("import the image {reference}"),
+                source,
+            ));
+            break;
+        }
+    }
+    let status = tar.wait_exit(BUILD_TIMEOUT).await;
+    let tar_failed = match status {
+        Ok(Some(status)) if status.success() => None,
+        Ok(Some(status)) => Some(describe_status(&status)),
+        Ok(None) | Err(_) => Some("it did not finish".to_owned()),
+    };
+    if let Some(how) = tar_failed {
+        tar.stop(&[]).await;
+        return Err(ContainerError::Cli {
+            what: format!("tar of the image's root ({how})"),
+            detail: tar.stderr(),
+        });
+    }
+    imported
+}
+
+/// The Debian mirror this machine's apt uses (not its security or snapshot archive), else
+/// deb.debian.org.
+fn mirror() -> String {
+    let sources = std::fs::read_to_string("/etc/apt/sources.list.d/debian.sources")
+        .or_else(|_| std::fs::read_to_string("/etc/apt/sources.list"))
+        .unwrap_or_default();
+    sources
+        .split_whitespace()
+        .find(|w| w.starts_with("http") && !w.contains("security") && !w.contains("snapshot"))
+        .unwrap_or("http://deb.debian.org/debian")
+        .to_owned()
+}
+
+/// Removes the lab's images (`lab clean --images`); how many.
+pub async fn remove_images() -> Result<usize, ContainerError> {
+    let docker = docker().await?;
+    let filters = HashMap::from([("reference".to_owned(), vec![IMAGE_REPO.to_owned()])]);
+    let images = docker
+        .list_images(Some(
+            ListImagesOptionsBuilder::new().filters(&filters).build(),
+        ))
+        .await
+        .map_err(|source| ContainerError::engine("list the lab's images", source))?;
+    let refs: Vec<String> = images
+        .into_iter()
+        .flat_map(|image| image.repo_tags)
+        .filter(|r| r.starts_with(&format!("{IMAGE_REPO}:")))
+        .collect();
+    for reference in &refs {
+        docker
+            .remove_image(
+                reference,
+                Some(RemoveImageOptionsBuilder::new().force(true).build()),
+                None,
+            )
+            .await
+            .map_err(|source| {
+                ContainerError::engine(format!("remove the image {reference}"), source)
+            })?;
+    }
+    Ok(refs.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_tags_are_stable_and_follow_the_recipe() {
+        assert_eq!(fnv1a(""), 0x811c_9dc5);
+        assert_ne!(fnv1a("v1|bookworm|a"), fnv1a("v1|bookworm|b"));
+        assert_eq!(suite_for(15), Some("bookworm"));
+        assert_eq!(suite_for(14), None);
+    }
+}
