@@ -290,7 +290,7 @@ impl Config {
             ("command_line".to_owned(), self.command_line.clone()),
             (
                 "date".to_owned(),
-                lab.lease
+                lab.lease_table
                     .db_clock()
                     .await
                     .unwrap_or_else(|e| format!("unknown ({e})")),
