@@ -1,0 +1,59 @@
+//! What `/proc` shows of a process: the state of each of its threads ([`threads`], what
+//! `freeze` and `thaw` wait on), the members of a process group ([`group_members`]: what is
+//! left of a killed one), and whether a pid is listed at all ([`exists`]). Reading only: nothing
+//! here signals, waits or starts a process.
+
+use std::io;
+
+/// One thread of a process as `/proc/<pid>/task/<tid>/stat` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadState {
+    pub tid: i32,
+    /// The thread's name (`comm`), e.g. `holder` or `renewer`.
+    pub name: String,
+    /// The scheduler state letter: `R`, `S`, `D`, `T` (stopped), `Z`, …
+    pub state: char,
+}
+
+impl std::fmt::Display for ThreadState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({})={}", self.name, self.tid, self.state)
+    }
+}
+
+/// The state of the process `pid` and of each of its threads, read from `/proc`.
+pub fn threads(pid: u32) -> io::Result<Vec<ThreadState>> {
+    let to_io = |e: procfs::ProcError| io::Error::other(e.to_string());
+    let process = procfs::process::Process::new(pid as i32).map_err(to_io)?;
+    let mut states = Vec::new();
+    for task in process.tasks().map_err(to_io)? {
+        // A thread may end between listing and reading: skip it.
+        let Ok(task) = task else { continue };
+        if let Ok(stat) = task.stat() {
+            states.push(ThreadState {
+                tid: task.tid,
+                name: stat.comm,
+                state: stat.state,
+            });
+        }
+    }
+    Ok(states)
+}
+
+/// Every process whose process group is `pgid` (a child of the lab leads its own group, whose
+/// id is its pid), as `/proc` lists them now: `(pid, comm, state)`. Empty when the group is gone.
+pub fn group_members(pgid: u32) -> Vec<(i32, String, char)> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    all.flatten()
+        .filter_map(|p| p.stat().ok())
+        .filter(|stat| stat.pgrp == pgid as i32)
+        .map(|stat| (stat.pid, stat.comm, stat.state))
+        .collect()
+}
+
+/// Whether `/proc` lists the process `pid` now (a zombie counts: it is not reaped yet).
+pub fn exists(pid: u32) -> bool {
+    procfs::process::Process::new(pid as i32).is_ok_and(|p| p.stat().is_ok())
+}
