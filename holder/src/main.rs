@@ -76,7 +76,9 @@ fn read_request() -> Result<Option<Request>, String> {
 fn main() -> ExitCode {
     let flags = parse_flags();
     let outcome = match flags.store.as_str() {
-        "postgres" => {
+        // A lease store the lab opens on its lease database (lease::STORES), the resource
+        // fenced by the profile's floor.
+        name if fencing::lease::store_kind(name).is_some_and(|k| k.open.is_some()) => {
             let mode = flags
                 .mode
                 .parse::<WriteMode>()
@@ -318,11 +320,16 @@ impl Side for PgSide {
     ) -> Result<PgSide, String> {
         let margin = Duration::from_millis(flags.margin_ms);
         let sut = sut_of(flags)?;
-        let lease: Arc<dyn LeaseStore> = Arc::new(SqlLeaseStore::with_profile(
-            pg_pool(flags, Database::Lease).await?,
-            margin,
-            sut.clone(),
-        ));
+        let at = fencing::lease::StoreAt {
+            table: SqlLeaseStore::with_profile(
+                pg_pool(flags, Database::Lease).await?,
+                margin,
+                sut.clone(),
+            ),
+            endpoints: Vec::new(),
+        };
+        let lease: Arc<dyn LeaseStore> =
+            fencing::lease::open(&flags.store, &at).map_err(|e| with_causes(&e))?;
         let resource = if for_renewer {
             None
         } else {

@@ -119,6 +119,7 @@ pub const KIND: StoreKind = StoreKind {
     name: "mariadb",
     token: "fence token",
     about: "seed 000's fenced job lease on MariaDB, run by a job profile's statements (seed000's unless --sut names another)",
+    open: None,
 };
 
 impl LeaseStore for JobLeaseStore {

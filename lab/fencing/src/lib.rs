@@ -47,6 +47,9 @@ pub enum Error {
     /// The caller asked for a lease whose local deadline would already be past on arrival.
     #[error("invalid lease timing: ttl {ttl_ms} ms must be greater than the safety margin {margin_ms} ms")]
     Timing { ttl_ms: u128, margin_ms: u128 },
+    /// No lease store of that name can be opened here.
+    #[error("no lease store {name}: the lab opens {known}")]
+    UnknownStore { name: String, known: String },
     /// The system under test answered a token its profile's claims rule out: a token at or
     /// below 0 from a design that claims one, anything but 0 from a design that claims none.
     #[error("the profile {profile} claims {claim}, but its {statement} answered token {token}")]

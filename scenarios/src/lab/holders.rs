@@ -32,7 +32,7 @@ impl Lab {
         HolderSpec {
             bin: self.holder_bin.clone(),
             flags: HolderFlags {
-                store: "postgres".into(),
+                store: self.params.store.into(),
                 socket_dir: self.servers.socket().0,
                 port: self.servers.socket().1,
                 lease: LEASE.into(),

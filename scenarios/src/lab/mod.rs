@@ -134,9 +134,17 @@ impl Lab {
                 return Err(e);
             }
         };
-        let lease_table = SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone());
+        let lease_table =
+            SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone());
+        let lease = match open_store(params.store, &lease_table) {
+            Ok(lease) => lease,
+            Err(e) => {
+                servers.shutdown().await;
+                return Err(e);
+            }
+        };
         Ok(Lab {
-            lease: Arc::new(lease_table.clone()),
+            lease,
             lease_table,
             resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
             publisher: Publisher::new(resource_pool),
@@ -240,7 +248,10 @@ impl Lab {
     /// once every server process has exited. Directories not kept are removed.
     pub async fn shutdown(mut self) {
         self.maria.shutdown().await;
-        for pool in [self.lease_table.pool().clone(), self.resource.pool().clone()] {
+        for pool in [
+            self.lease_table.pool().clone(),
+            self.resource.pool().clone(),
+        ] {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         self.servers.shutdown().await;
@@ -273,7 +284,10 @@ impl Lab {
     pub async fn reopen(&mut self) -> anyhow::Result<()> {
         let lease_pool = Self::pool(self.servers.as_ref(), Database::Lease).await?;
         let resource_pool = Self::pool(self.servers.as_ref(), Database::Resource).await?;
-        let old = [self.lease_table.pool().clone(), self.resource.pool().clone()];
+        let old = [
+            self.lease_table.pool().clone(),
+            self.resource.pool().clone(),
+        ];
         self.set_lease(SqlLeaseStore::with_profile(
             lease_pool,
             self.params.margin,
@@ -288,9 +302,11 @@ impl Lab {
         Ok(())
     }
 
-    /// Makes `table` the lab's lease store (through the trait and as a table).
+    /// Makes `table` the lab's lease table, and the store of the run's kind on it the lab's lease
+    /// store (it opened at the start, so it opens again).
     fn set_lease(&mut self, table: SqlLeaseStore) {
-        self.lease = Arc::new(table.clone());
+        self.lease = open_store(self.params.store, &table)
+            .expect("the run's lease store opened on its lease table at the start");
         self.lease_table = table;
     }
 
@@ -313,6 +329,15 @@ impl Lab {
         self.resource.setup_scope(SCOPE).await?;
         Ok(())
     }
+}
+
+/// The lease store `name` (`fencing::lease::STORES`) on the lab's lease table.
+fn open_store(name: &str, table: &SqlLeaseStore) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    let at = fencing::lease::StoreAt {
+        table: table.clone(),
+        endpoints: Vec::new(),
+    };
+    Ok(fencing::lease::open(name, &at)?)
 }
 
 #[cfg(test)]

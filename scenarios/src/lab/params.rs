@@ -40,6 +40,9 @@ pub struct Params {
     /// The server of the design `--sut` named: the series that runs on the other one does not
     /// apply (its experiments say `skip`). `None`: each series runs its own seed's design.
     pub sut_dialect: Option<Dialect>,
+    /// The lease store every experiment and every holder asks, by its name in
+    /// `fencing::lease::STORES`: `postgres`, the profile's lease table.
+    pub store: &'static str,
 }
 
 /// The lease every scenario contends for.
@@ -65,6 +68,7 @@ impl Default for Params {
             again_with: Vec::new(),
             jobs: Arc::new(JobProfile::seed000().clone()),
             sut_dialect: None,
+            store: "postgres",
         }
     }
 }

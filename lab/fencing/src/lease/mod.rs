@@ -21,7 +21,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use crate::Result;
+use std::sync::Arc;
+
+use crate::{Error, Result};
 
 pub mod sql;
 
@@ -158,13 +160,45 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// How a store kind opens one of its stores where the lab's servers are.
+pub type OpenStore = fn(&StoreAt) -> Result<Arc<dyn LeaseStore>>;
+
 /// A kind of lease store the lab can run: the name a holder's `--store` gives, what it calls its
-/// token, and one line about it (`lab list` and the evidence show them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// token, one line about it, and how to open one where the lab's servers are.
+#[derive(Clone, Copy)]
 pub struct StoreKind {
     pub name: &'static str,
     pub token: &'static str,
     pub about: &'static str,
+    /// Opens the store at `at` (`None`: the lab opens it its own way — the job lease, which the
+    /// U-series runs beside its runs on MariaDB).
+    pub open: Option<OpenStore>,
+}
+
+impl std::fmt::Debug for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreKind")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for StoreKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+/// Where a store is opened: what the lab (or a holder process) has reached. A SQL store runs on
+/// `table`, the lease table the lab provisioned; a lock service's store would connect to
+/// `endpoints`.
+#[derive(Debug, Clone)]
+pub struct StoreAt {
+    /// The lease as a SQL table, on the lease database, with the run's profile and margin.
+    pub table: SqlLeaseStore,
+    /// `host:port` of the lock service's members (none for the SQL store).
+    pub endpoints: Vec<String>,
 }
 
 /// Every lease store the lab can run, one line each.
@@ -177,6 +211,25 @@ pub const STORES: &[StoreKind] = &[
 /// The store kind named `name` (a holder's `--store`).
 pub fn store_kind(name: &str) -> Option<&'static StoreKind> {
     STORES.iter().find(|k| k.name == name)
+}
+
+/// Opens the store named `name` at `at`: the one place a lease store is chosen, for the lab and
+/// for every holder process.
+pub fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
+    let kind = store_kind(name).ok_or_else(|| Error::UnknownStore {
+        name: name.to_owned(),
+        known: STORES.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
+    })?;
+    let open = kind.open.ok_or_else(|| Error::UnknownStore {
+        name: format!("{name} (opened by the U-series itself)"),
+        known: STORES
+            .iter()
+            .filter(|k| k.open.is_some())
+            .map(|k| k.name)
+            .collect::<Vec<_>>()
+            .join(", "),
+    })?;
+    open(at)
 }
 
 #[cfg(test)]

@@ -232,6 +232,7 @@ pub const KIND: StoreKind = StoreKind {
     name: "postgres",
     token: "token column",
     about: "a lease table on PostgreSQL, run by a profile's statements (seed 004's unless --sut names another)",
+    open: Some(|at| Ok(Arc::new(at.table.clone()))),
 };
 
 impl LeaseStore for SqlLeaseStore {
