@@ -97,7 +97,11 @@ impl Scenario for F11 {
             );
 
             let rows = lab.lease_table.row_count().await?;
-            operator_mistake::truncate_the_lease_table(lab.lease_table.sql(), lab.lease_table.pool()).await?;
+            operator_mistake::truncate_the_lease_table(
+                lab.lease_table.sql(),
+                lab.lease_table.pool(),
+            )
+            .await?;
             let left = lab.lease_table.row_count().await?;
             rec.step(
                 Mark::Info,

@@ -227,8 +227,13 @@ impl Scenario for F2 {
                 format_args!("T2's now() = {}", t2_start.now),
             );
             lab.until_lease_expired("holder-b's lease").await?;
-            let by_clock =
-                stmt::renew(lab.lease_table.sql(), &mut *t2, &b, JudgedBy::ClockTimestamp).await?;
+            let by_clock = stmt::renew(
+                lab.lease_table.sql(),
+                &mut *t2,
+                &b,
+                JudgedBy::ClockTimestamp,
+            )
+            .await?;
             rec.check(
                 "inside T2 the renew written with clock_timestamp() is refused",
                 "RENEW ok=false",

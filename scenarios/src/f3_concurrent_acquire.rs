@@ -127,7 +127,11 @@ impl Scenario for F3 {
             ));
             let row = lab.lease.inspect(LEASE).await?;
             lab.check_token(rec, "the final token", 2, row.map(|r| r.token));
-            rec.check("rows in the lease table", &1, &lab.lease_table.row_count().await?);
+            rec.check(
+                "rows in the lease table",
+                &1,
+                &lab.lease_table.row_count().await?,
+            );
             Ok(())
         })
     }
