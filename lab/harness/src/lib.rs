@@ -3,12 +3,15 @@
 //! - [`process`]: the one place children are started, signalled and stopped — the spawn builder
 //!   (own process group, parent-death signal, run-as user, kill on drop, bounded stderr), the
 //!   async stop with a grace period, and the fault verbs `freeze` / `thaw` / `crash` with their
-//!   `/proc` and waitpid post-conditions. All signal code lives here.
+//!   `/proc` and waitpid post-conditions. All signal code lives here, one concern a file
+//!   under `process/`.
 //! - [`server`]: the throwaway servers behind one interface (`Server`: start, stop, crash,
 //!   restart, keep) over one private-directory type with owner marks and leftover removal: the
 //!   embedded PostgreSQL cluster and (feature `mariadb`) the embedded MariaDB.
 //! - `containers` (feature `containers`): PostgreSQL in containers built here from Debian
-//!   packages, on a private network, with netem on its bridge (F15).
+//!   packages, on a private network, through the engine's API; a hold on one TCP connection
+//!   (an iptables rule on this host: F15, F16); Patroni clusters (F17). One concern a file
+//!   under `containers/`.
 //! - [`hosts`]: where the lab's two databases live, behind one trait (`Hosts`, always compiled):
 //!   the embedded cluster, or (feature `containers`) a container per database, the lease store
 //!   optionally on Patroni; a build without the feature answers "not built" through the same path.

@@ -13,7 +13,7 @@
 //!   for the postmaster, its immediate shutdown): if the lab is killed outright, its children die
 //!   with it, frozen or not. The kernel sends that signal when the *thread* that forked the child
 //!   exits, so every fork happens on one spawner thread that lives as long as the lab
-//!   ([`spawner`]), whichever thread or runtime asked for it;
+//!   (`spawner`), whichever thread or runtime asked for it;
 //! - **a user to run as** when the lab is root and the child must not be ([`RunAs`]);
 //! - **kill on drop**: dropping a [`ChildProcess`] that still runs kills its group (and continues
 //!   it, so that nothing stays stopped) — a last resort only; the paths the lab takes on purpose
