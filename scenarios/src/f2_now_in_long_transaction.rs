@@ -24,7 +24,7 @@ use fencing::resource::WriteMode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fencing::lease::{stmt, JudgedBy};
+use fencing::lease::{lab_only, stmt, JudgedBy};
 use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 use sqlx::Connection;
@@ -292,7 +292,7 @@ async fn poll_acquire(
     lab: &Lab,
     holder: &str,
     ttl: Duration,
-) -> anyhow::Result<(Vec<stmt::ServerSpan>, stmt::ServerSpan)> {
+) -> anyhow::Result<(Vec<lab_only::ServerSpan>, lab_only::ServerSpan)> {
     let spans = std::sync::Mutex::new((Vec::new(), None));
     let spans_ref = &spans;
     harness::wait::until(

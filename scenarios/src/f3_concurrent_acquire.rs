@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::lease::stmt::ServerSpan;
+use fencing::lease::lab_only::ServerSpan;
 use harness::evidence::{Mark, Recorder};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;

@@ -395,10 +395,9 @@ async fn the_timed_acquire_span_covers_a_wait_on_the_row_lock() -> anyhow::Resul
     assert!(stmt::renew(seed004(), &mut *t, &a, JudgedBy::Now).await?);
     let mut conn = db.lease.pool().acquire().await?;
     let pid = harness::observe::backend_pid(&mut conn).await?;
-    let contender =
-        tokio::spawn(
-            async move { stmt::acquire_timed(seed004(), &mut *conn, "job", "b", TTL).await },
-        );
+    let contender = tokio::spawn(async move {
+        fencing::lease::lab_only::acquire_timed(seed004(), &mut *conn, "job", "b", TTL).await
+    });
     let admin = db.cluster.admin_pool().await?;
     harness::wait::until(
         "the timed acquire waits on a lock",

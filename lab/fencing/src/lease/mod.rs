@@ -25,9 +25,11 @@ use std::sync::Arc;
 
 use crate::{Error, Result};
 
+pub mod lab_only;
 pub mod sql;
 
-pub use sql::{operator_mistake, stmt, SqlLeaseStore};
+pub use lab_only::operator_mistake;
+pub use sql::{stmt, SqlLeaseStore};
 
 /// One continuous holding of a lease: the token identifies it for ever (I2).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use sqlx::TypeInfo as _;
 use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor as _, PgConnection};
 
 use super::{Dialect, Profile, ProfileError, Slot, Statement, WriteSql};
-use crate::lease::stmt::timed_sql;
+use crate::lease::lab_only::timed_sql;
 use crate::schema::LAB_RESOURCE_SQL;
 
 impl Profile {

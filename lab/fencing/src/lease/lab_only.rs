@@ -1,0 +1,116 @@
+//! SQL of the lease table that a service would never run, kept apart from the store a reader
+//! copies (`sql.rs`): an acquire timed by the server's own clock (F3 asks whether contenders'
+//! statements really ran at the same time; `lab profile check` prepares a profile's acquire in
+//! that form too), and an operator's mistake (F11 truncates the lease table by hand to show what
+//! it costs). Nothing of the system under test calls these.
+
+use std::time::{Duration, Instant};
+
+use sqlx::{PgExecutor, Row};
+
+use super::sql::stmt::acquire_args;
+use super::{Grant, SqlLeaseStore};
+use crate::profile::LeaseSql;
+use crate::{DbContext, Result};
+
+impl SqlLeaseStore {
+    /// [`SqlLeaseStore::acquire`], the same statement, with the moments the database ran it (F3:
+    /// did the contenders' statements really execute at the same time on the server?).
+    pub async fn acquire_timed(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(Option<Grant>, ServerSpan)> {
+        self.check_timing(ttl)?;
+        let sent = Instant::now();
+        let timed = acquire_timed(self.sql(), self.pool(), name, holder, ttl).await?;
+        let grant = timed
+            .token
+            .map(|token| self.grant(name, holder, token, ttl, sent))
+            .transpose()?;
+        Ok((grant, timed.span))
+    }
+}
+
+/// When the database ran one statement, by its own clock, in microseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerSpan {
+    /// `statement_timestamp()`: when the server received the statement.
+    pub started_us: i64,
+    /// `clock_timestamp()` read once the statement's work was done (any lock wait
+    /// included), before its commit.
+    pub finished_us: i64,
+}
+
+/// An acquire with the moments the database ran it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedAcquire {
+    /// The new token, as [`acquire`] returns it: `None` when the lease is held.
+    pub token: Option<i64>,
+    pub span: ServerSpan,
+}
+
+/// `acquire` (its text, `$n` placeholders) inside the query [`acquire_timed`] runs: a profile
+/// is checked with it too, since not every statement may sit in a `WITH` (one with a
+/// data-modifying `WITH` of its own may not).
+pub fn timed_sql(acquire: &str) -> String {
+    format!(
+        "WITH attempt AS ({acquire}), outcome AS MATERIALIZED (SELECT (SELECT * FROM attempt) AS token)
+         SELECT token,
+                (extract(epoch FROM statement_timestamp()) * 1000000)::int8,
+                (extract(epoch FROM clock_timestamp()) * 1000000)::int8
+           FROM outcome"
+    )
+}
+
+/// The acquire statement, unchanged, as a data-modifying CTE, with the statement's start
+/// (`statement_timestamp()`) and the clock read after it (`clock_timestamp()`) returned
+/// whether or not it granted the lease. Semantics are the acquire's: PostgreSQL runs a
+/// data-modifying `WITH` exactly once and to completion, in the same autocommit statement;
+/// the outer query only reads its result. The clock is read in the outer query, over the
+/// materialized result, so it is read after the `INSERT` finished, lock waits included.
+pub async fn acquire_timed<'e>(
+    sql: &LeaseSql,
+    e: impl PgExecutor<'e>,
+    name: &str,
+    holder: &str,
+    ttl: Duration,
+) -> Result<TimedAcquire> {
+    let timed = timed_sql(sql.acquire.sql());
+    let r = sql
+        .acquire
+        .query_with(&timed, &acquire_args(name, holder, ttl))
+        .fetch_one(e)
+        .await
+        .op("acquire the lease (timed)")?;
+    Ok(TimedAcquire {
+        token: r.get(0),
+        span: ServerSpan {
+            started_us: r.get(1),
+            finished_us: r.get(2),
+        },
+    })
+}
+
+/// What an operator does by hand, not what a service does. Kept here because it is SQL of the
+/// lease store, and only so that experiment F11 can show what it costs; nothing else calls it.
+pub mod operator_mistake {
+    use super::*;
+
+    /// The mistake: empties the lease table by hand (`TRUNCATE lease`), as a "cleanup" of old
+    /// rows might. The tokens issued so far are forgotten with their rows, so the next grant is
+    /// token 1 again (I2 broken) — below the floor of every resource that accepted a greater one,
+    /// which from then on rejects the lease's legitimate holders (evidence/LIMITS.md says what
+    /// repairs it). Releasing or expiring a lease never needs this: the row and its token stay.
+    pub async fn truncate_the_lease_table<'e>(
+        sql: &LeaseSql,
+        e: impl PgExecutor<'e>,
+    ) -> Result<()> {
+        sqlx::query(&format!("TRUNCATE {}", sql.table))
+            .execute(e)
+            .await
+            .op("truncate the lease table by hand")?;
+        Ok(())
+    }
+}
