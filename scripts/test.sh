@@ -21,14 +21,27 @@ containers=$(scripts/ensure-containers.sh)
 LAB_SKIPPED=$(mktemp)
 export LAB_SKIPPED
 trap 'rm -f "$LAB_SKIPPED"' EXIT
-status=0
+# The runner runs in the background so that this script can print that list after it; a SIGTERM
+# or SIGINT sent to this script is passed on to it as SIGTERM (an asynchronous command ignores the
+# terminal's SIGINT, and bash would hold a signal to the script until a foreground child ended),
+# and the script waits for it to end: every test's servers and holders are stopped on the way out.
+child=
+pass_on() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null || true; }
+trap pass_on TERM INT
 if cargo nextest --version >/dev/null 2>&1; then
   # shellcheck disable=SC2086 # $features and $containers are empty or one flag each
-  cargo nextest run --workspace --locked $features $containers "$@" || status=$?
+  cargo nextest run --workspace --locked $features $containers "$@" &
 else
   # shellcheck disable=SC2086
-  cargo test --workspace --locked $features $containers "$@" || status=$?
+  cargo test --workspace --locked $features $containers "$@" &
 fi
+child=$!
+status=0
+while :; do
+  if wait "$child"; then status=0; else status=$?; fi
+  # `wait` also returns when a trapped signal arrives: wait again until the runner has ended.
+  kill -0 "$child" 2>/dev/null || break
+done
 if [ -s "$LAB_SKIPPED" ]; then
   echo "test: skipped for a missing dependency, each listed once (LAB_REQUIRE=docker,mariadb,faketime makes these failures):" >&2
   sort -u "$LAB_SKIPPED" | sed 's/^/  /' >&2
