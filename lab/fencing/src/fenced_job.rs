@@ -16,12 +16,12 @@
 //! by the client's clock, an operator's DELETE — which run on seed 000's two tables.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Executor, MySqlPool};
 
-use crate::lease::{Grant, Holding, LeaseStore, StoreFuture, StoreKind};
+use crate::lease::Grant;
 use crate::profile::{Args, Dialect, JobProfile, ProfileError, Statement};
 use crate::{DbContext, Result};
 
@@ -114,104 +114,18 @@ pub async fn reset(pool: &MySqlPool, profile: &JobProfile) -> Result<()> {
     Ok(())
 }
 
-/// The job lease store in the registry ([`crate::lease::STORES`]).
-pub const KIND: StoreKind = StoreKind {
-    name: "mariadb",
-    token: "fence token",
-    about: "seed 000's fenced job lease on MariaDB, run by a job profile's statements (seed000's unless --sut names another)",
-    open: None,
-};
-
-impl LeaseStore for JobLeaseStore {
-    fn token_name(&self) -> String {
-        format!("fence token (profile {})", self.profile.name)
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(async move {
-            let sent = Instant::now();
-            let lease = JobLeaseStore::acquire(self, name, holder, ttl).await?;
-            Ok(lease.map(|l| {
-                Grant::new(
-                    name,
-                    holder,
-                    l.fence_token,
-                    ttl,
-                    sent + ttl.saturating_sub(self.margin),
-                )
-            }))
-        })
-    }
-
-    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            let sent = Instant::now();
-            let renewed = JobLeaseStore::renew(self, &JobLease::of(grant)).await?;
-            if renewed {
-                grant.renewed(sent + grant.ttl.saturating_sub(self.margin));
-            }
-            Ok(renewed)
-        })
-    }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(async move { JobLeaseStore::release(self, &JobLease::of(grant)).await })
-    }
-
-    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
-        Box::pin(async move {
-            let args = Args {
-                name,
-                ..Args::default()
-            };
-            let row = self
-                .profile
-                .lease
-                .inspect
-                .my_query_with(&self.state_sql, &args)
-                .fetch_optional(&self.pool)
-                .await
-                .op("read the job lease")?;
-            let Some(r) = row else {
-                return Ok(None);
-            };
-            let get =
-                |i: usize| -> Result<String> { sqlx::Row::try_get(&r, i).op("read the job lease") };
-            let epoch = |t: String| t.parse::<f64>().unwrap_or(f64::NAN);
-            let expired: i64 = sqlx::Row::try_get(&r, 4).op("read the job lease")?;
-            Ok(Some(Holding {
-                holder: get(0)?,
-                token: sqlx::Row::try_get(&r, 1).op("read the job lease")?,
-                expires_at: get(2)?,
-                expires_epoch: epoch(get(3)?),
-                expired: expired != 0,
-                // seed 000's release ends the holding by setting its expiry to now: a released
-                // lease reads as expired.
-                released: false,
-                db_now: get(5)?,
-                db_now_epoch: epoch(get(6)?),
-            }))
-        })
-    }
-}
-
 /// The fenced job lease store: a [`JobProfile`]'s statements on a pool.
 #[derive(Debug, Clone)]
 pub struct JobLeaseStore {
-    pool: MySqlPool,
-    profile: Arc<JobProfile>,
+    pub(crate) pool: MySqlPool,
+    pub(crate) profile: Arc<JobProfile>,
     /// The lab's questions of the profile's `inspect`, which they wrap (its places first).
     held_sql: String,
     free_sql: String,
     until_sql: String,
-    state_sql: String,
+    pub(crate) state_sql: String,
     /// Subtracted from every TTL to form a [`Grant`]'s local deadline ([`LeaseStore`]).
-    margin: Duration,
+    pub(crate) margin: Duration,
 }
 
 impl JobLeaseStore {

@@ -25,6 +25,8 @@ use std::sync::Arc;
 
 use crate::{Error, Result};
 
+#[cfg(feature = "mariadb")]
+pub mod job;
 pub mod lab_only;
 pub mod sql;
 
@@ -207,7 +209,7 @@ pub struct StoreAt {
 pub const STORES: &[StoreKind] = &[
     sql::KIND,
     #[cfg(feature = "mariadb")]
-    crate::fenced_job::KIND,
+    job::KIND,
 ];
 
 /// The store kind named `name` (a holder's `--store`).
