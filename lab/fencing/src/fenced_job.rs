@@ -530,9 +530,9 @@ impl JobProfile {
         let db = format!(
             "lab_profile_{}_{}",
             std::process::id(),
-            crate::profile::unique()
+            crate::prepare::unique()
         );
-        let refused = |place: &str, e| crate::profile::refused(&self.origin, place, e);
+        let refused = |place: &str, e| crate::prepare::refused(&self.origin, place, e);
         let mut conn = admin.connect().await.map_err(|e| refused("server", e))?;
         let outcome = async {
             conn.execute(format!("CREATE DATABASE {db}").as_str())
@@ -557,7 +557,7 @@ impl JobProfile {
     }
 
     async fn prepare_in(&self, conn: &mut MySqlConnection) -> ProfileResult {
-        let refused = |place: &str, e| crate::profile::refused(&self.origin, place, e);
+        let refused = |place: &str, e| crate::prepare::refused(&self.origin, place, e);
         for (place, ddl) in [
             ("lease.schema", &self.lease.schema),
             ("resource.schema", &self.runs.schema),
@@ -601,11 +601,11 @@ impl JobProfile {
         let prepared = conn
             .prepare(s.sql())
             .await
-            .map_err(|e| crate::profile::refused(&self.origin, s.slot().key(), e))?;
+            .map_err(|e| crate::prepare::refused(&self.origin, s.slot().key(), e))?;
         let Some(wanted) = s.slot().returns(Dialect::Mariadb) else {
             return Ok(());
         };
-        crate::profile::answers_fit(&self.origin, s.slot(), &prepared, wanted, mariadb_kind)
+        crate::prepare::answers_fit(&self.origin, s.slot(), &prepared, wanted, mariadb_kind)
     }
 }
 

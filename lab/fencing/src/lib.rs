@@ -16,11 +16,15 @@
 //! - [`profile`]: the system under test as data — lease table and statements, the resource's
 //!   fence and write — parsed from TOML and checked against a scratch database; the lab's own
 //!   design is the built-in profiles in `profiles/`, whose statements the stores above run.
+//! - [`prepare`]: a profile's SQL judged by the server before anything runs with it (every
+//!   statement prepared against scratch databases) — the one module above both the profiles and
+//!   the stores.
 //! - [`schema`]: the two databases, their owner roles and migrations.
 
 #[cfg(feature = "mariadb")]
 pub mod fenced_job;
 pub mod lease;
+pub mod prepare;
 pub mod profile;
 pub mod publish;
 pub mod resource;

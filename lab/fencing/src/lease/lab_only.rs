@@ -46,7 +46,7 @@ pub struct ServerSpan {
 /// An acquire with the moments the database ran it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimedAcquire {
-    /// The new token, as [`acquire`] returns it: `None` when the lease is held.
+    /// The new token, as [`super::stmt::acquire`] returns it: `None` when the lease is held.
     pub token: Option<i64>,
     pub span: ServerSpan,
 }

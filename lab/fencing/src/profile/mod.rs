@@ -1,8 +1,8 @@
 //! Profiles: a system under test described as data — its lease table with the four statements on
 //! it, and the resource's fence with its write — in a TOML file (issue 17). The lab's own design
 //! ships as the built-in profiles `seed004`, `seed004-single` and `seed004-shared` (the files in
-//! `lab/fencing/profiles/`, compiled in): [`crate::lease::SqlLeaseStore`] and
-//! [`crate::resource::Resource`] run their statements, so the SQL of the lab's fence lives in those
+//! `lab/fencing/profiles/`, compiled in): the SQL lease store and the resource run their
+//! statements, so the SQL of the lab's fence lives in those
 //! files and nowhere else. A profile with `dialect = "mariadb"` is the other shape, seed 000's
 //! job lease and the runs it fences ([`JobProfile`], built in as `seed000`, run by the U-series);
 //! [`Sut`] is either, as `--sut` names it.
@@ -16,24 +16,20 @@
 //! profile's `JobProfile::prepare` is in `fenced_job`).
 //!
 //! One concern a file: `statement.rs` lexes and binds a statement, `parse.rs` reads the TOML
-//! form and holds the built-ins, `job.rs` is the MariaDB shape, `prepare.rs` asks the server.
-//! The dependencies go one way: the stores (`lease`, `resource`, `schema`) use the data types of
-//! the first three, and only `prepare.rs` uses a store's module (`lease::stmt`, `schema`). This
+//! form and holds the built-ins, `job.rs` is the MariaDB shape; `crate::prepare` asks the server.
+//! The dependencies go one way: this module uses nothing of the crate beyond itself, the stores
+//! (`lease`, `resource`, `schema`) use its data types, and only `crate::prepare` uses a store's
+//! module. This
 //! file holds no code of its own: it names the public API, which callers reach as
 //! `fencing::profile::…` whichever file holds it.
 
 mod job;
 mod parse;
-mod prepare;
 mod statement;
 
 pub use job::{JobProfile, RunSql};
 pub use parse::{Claims, LeaseSql, Profile, ProfileError, ResourceSql, Sut, WriteSql};
 pub use statement::{Args, Dialect, Param, Slot, Statement};
-
-// What `fenced_job`'s check of a MariaDB profile shares with `Profile::prepare`.
-#[cfg(feature = "mariadb")]
-pub(crate) use prepare::{answers_fit, refused, unique};
 
 // What `job.rs` shares with the PostgreSQL shape's parsing (it reaches them as `super::…`).
 use parse::{is_built_in_origin, load_arg_of, not_this_series, toml_error};

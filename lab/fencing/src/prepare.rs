@@ -2,18 +2,19 @@
 //! scratch databases that hold its schema, as the lab lays them out, and quotes the server on the
 //! first one it refuses. The helpers it shares with the MariaDB check (`fenced_job`) are here too.
 //!
-//! This is the one file of the profile module that sits above the stores: it reads the lab's
-//! resource tables from [`crate::schema`] and the form in which F3 times an acquire from
-//! [`crate::lease::stmt`], while `lease`, `schema` and the rest of `profile` use only the
-//! profile's data types and must not call back into this file (a test below checks both sides).
+//! It sits above both the profiles and the stores: it reads the lab's resource tables from
+//! [`crate::schema`] and the form in which F3 times an acquire from [`crate::lease::lab_only`],
+//! while `profile` uses nothing of the crate beyond itself and `lease` and `schema` use only the
+//! profile's data types — neither calls back into this module (a test below checks both sides),
+//! so the modules' dependencies go one way: profile ← lease, schema ← prepare.
 //! It must not change a profile, nor leave a scratch database behind on any path.
 
 use sqlx::postgres::{PgConnectOptions, PgTypeInfo};
 use sqlx::TypeInfo as _;
 use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor as _, PgConnection};
 
-use super::{Dialect, Profile, ProfileError, Slot, Statement, WriteSql};
 use crate::lease::lab_only::timed_sql;
+use crate::profile::{Dialect, Profile, ProfileError, Slot, Statement, WriteSql};
 use crate::schema::LAB_RESOURCE_SQL;
 
 impl Profile {
@@ -219,17 +220,15 @@ mod tests {
     fn only_the_preparing_step_reaches_above_the_profiles_data_types() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut offences = Vec::new();
-        // The data types' files use nothing of the crate beyond the profile module.
+        // The profile module uses nothing of the crate beyond itself.
         for file in rust_files(&src.join("profile")) {
-            if file.ends_with("prepare.rs") {
-                continue;
-            }
             let code = code(&file);
             for store in [
                 "crate::lease",
                 "crate::schema",
                 "crate::resource",
                 "crate::fenced_job",
+                "crate::prepare",
             ] {
                 if code.contains(store) {
                     offences.push(format!("{}: uses {store}", file.display()));
