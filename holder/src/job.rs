@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencing::fenced_job::{JobLease, JobLeaseStore};
+use fencing::lease::{Grant, LeaseStore};
 use fencing::profile::JobProfile;
 use holder_protocol::HolderFlags;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
@@ -34,23 +35,13 @@ impl Completion {
     }
 }
 
-/// A job holding and the local deadline the holder keeps for it.
-#[derive(Debug, Clone)]
-pub struct Held {
-    lease: JobLease,
-    deadline: Instant,
-}
-
+/// The job lease, reached for its holding through the trait every lease store implements, and
+/// for its runs through the job store itself (a run is the resource side: started under a
+/// holding, completed by the fenced join).
 pub struct JobSide {
+    lease: Arc<dyn LeaseStore>,
     jobs: JobLeaseStore,
     completion: Completion,
-    margin: Duration,
-}
-
-impl JobSide {
-    fn deadline(&self, sent: Instant, ttl: Duration) -> Instant {
-        sent + ttl.saturating_sub(self.margin)
-    }
 }
 
 /// The database the fenced-job tables live in (the lab makes it).
@@ -68,7 +59,7 @@ pub fn design_of(flags: &HolderFlags) -> Result<Arc<JobProfile>, String> {
 
 impl Side for JobSide {
     type Mode = Completion;
-    type Held = Held;
+    type Held = Grant;
 
     async fn connect(
         flags: &HolderFlags,
@@ -84,18 +75,19 @@ impl Side for JobSide {
             .connect_with(opts)
             .await
             .map_err(|e| format!("failed to connect to MariaDB: {e}"))?;
+        let jobs = JobLeaseStore::with_profile(pool, design_of(flags)?)
+            .with_margin(Duration::from_millis(flags.margin_ms));
         Ok(JobSide {
-            jobs: JobLeaseStore::with_profile(pool, design_of(flags)?),
+            lease: Arc::new(jobs.clone()),
+            jobs,
             completion,
-            margin: Duration::from_millis(flags.margin_ms),
         })
     }
 
-    async fn acquire(&self, flags: &HolderFlags) -> Result<Option<Held>, String> {
+    async fn acquire(&self, flags: &HolderFlags) -> Result<Option<Grant>, String> {
         let ttl = Duration::from_millis(flags.ttl_ms);
-        let sent = Instant::now();
-        let Some(lease) = self
-            .jobs
+        let Some(grant) = self
+            .lease
             .acquire(&flags.lease, &flags.holder, ttl)
             .await
             .map_err(|e| with_causes(&e))?
@@ -104,47 +96,32 @@ impl Side for JobSide {
         };
         let run_id = flags.run_id.as_deref().unwrap_or_default();
         self.jobs
-            .start_run(run_id, &lease)
+            .start_run(run_id, &JobLease::of(&grant))
             .await
             .map_err(|e| with_causes(&e))?;
-        Ok(Some(Held {
-            deadline: self.deadline(sent, ttl),
-            lease,
-        }))
+        Ok(Some(grant))
     }
 
-    fn token(held: &Held) -> i64 {
-        held.lease.fence_token
+    fn token(held: &Grant) -> i64 {
+        held.token
     }
 
-    fn local_deadline(held: &Held) -> Instant {
-        held.deadline
+    fn local_deadline(held: &Grant) -> Instant {
+        held.local_deadline()
     }
 
-    async fn renew(&self, held: &mut Held) -> Result<bool, String> {
-        let sent = Instant::now();
-        let ok = self
-            .jobs
-            .renew(&held.lease)
-            .await
-            .map_err(|e| with_causes(&e))?;
-        if ok {
-            held.deadline = self.deadline(sent, held.lease.ttl);
-        }
-        Ok(ok)
+    async fn renew(&self, held: &mut Grant) -> Result<bool, String> {
+        self.lease.renew(held).await.map_err(|e| with_causes(&e))
     }
 
-    async fn release(&self, held: &Held) -> Result<bool, String> {
-        self.jobs
-            .release(&held.lease)
-            .await
-            .map_err(|e| with_causes(&e))
+    async fn release(&self, held: &Grant) -> Result<bool, String> {
+        self.lease.release(held).await.map_err(|e| with_causes(&e))
     }
 
-    async fn write(&self, flags: &HolderFlags, held: &Held) -> Result<bool, String> {
+    async fn write(&self, flags: &HolderFlags, held: &Grant) -> Result<bool, String> {
         let run_id = flags.run_id.as_deref().unwrap_or_default();
         let done = match self.completion {
-            Completion::Fenced => self.jobs.complete_run(run_id, &held.lease).await,
+            Completion::Fenced => self.jobs.complete_run(run_id, &JobLease::of(held)).await,
             Completion::RunIdOnly => self.jobs.complete_run_by_id(run_id).await,
         };
         done.map_err(|e| with_causes(&e))
