@@ -1,8 +1,8 @@
 //! Lease stores: who may *start* work (SPEC §3.1, §9). A lease store grants a lease with an
 //! expiry by its own clock and, if its design has one, a token; it is anything that answers the
 //! four questions of [`LeaseStore`] — a SQL profile's table ([`sql`]), seed 000's job lease on
-//! MariaDB (`fenced_job`), and later a lock service (an etcd lease, a ZooKeeper node, a Redis
-//! key).
+//! MariaDB (`job.rs`, feature `mariadb`), and later a lock service (an etcd lease, a ZooKeeper
+//! node, a Redis key). `lab_only.rs` is the lease table's SQL that only the lab runs.
 //!
 //! Tokens are opaque and ordered: what fencing needs is that a takeover's token is greater than
 //! every earlier grant's and that one holding keeps its token — gaps are allowed, a release may
@@ -19,9 +19,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
-
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
 
