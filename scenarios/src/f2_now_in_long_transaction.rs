@@ -269,16 +269,17 @@ impl Scenario for F2 {
                 .context("the lease row is missing")?;
             let expires_us = (row.expires_epoch * 1e6).round() as i64;
             let (refused, granted) = poll_acquire(lab, HOLDER_C, ttl).await?;
-            let last_refused = refused.iter().map(|s| s.started_us).max();
+            // Judged by the statement's now(): what its WHERE compares expires_at with.
+            let last_refused = refused.iter().map(|s| s.judged_us).max();
             rec.check_that(
                 "holder-c's acquire, sent at every poll from then on, is refused while the \
                  statement's now() is before holder-b's expires_at and granted only at or after it",
-                last_refused.is_some_and(|t| t < expires_us) && granted.started_us >= expires_us,
+                last_refused.is_some_and(|t| t < expires_us) && granted.judged_us >= expires_us,
                 format_args!(
                     "{} refused, the last at expires_at {} ms; granted at expires_at {} ms",
                     refused.len(),
                     last_refused.map_or("-".into(), |t| us_as_ms(t - expires_us)),
-                    us_as_ms(granted.started_us - expires_us),
+                    us_as_ms(granted.judged_us - expires_us),
                 ),
             );
             Ok(())

@@ -194,6 +194,7 @@ mod tests {
         ServerSpan {
             started_us: 1_000_000 + from_us,
             finished_us: 1_000_000 + to_us,
+            judged_us: 1_000_000 + from_us,
         }
     }
 

@@ -36,8 +36,14 @@ impl SqlLeaseStore {
 /// When the database ran one statement, by its own clock, in microseconds since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerSpan {
-    /// `statement_timestamp()`: when the server received the statement.
+    /// `statement_timestamp()`: when the server began to execute the statement.
     pub started_us: i64,
+    /// `now()`: the clock the acquire judges expiry by — the transaction's start. Sent with the
+    /// extended protocol (as sqlx sends it), an autocommit statement's transaction starts at its
+    /// Parse message, and `statement_timestamp()` moves on at its Execute: `now()` can be earlier
+    /// than `started_us`, and a statement started after `expires_at` may still have been judged
+    /// before it (seen: an acquire refused with `statement_timestamp()` at `expires_at`).
+    pub judged_us: i64,
     /// `clock_timestamp()` read once the statement's work was done (any lock wait
     /// included), before its commit.
     pub finished_us: i64,
@@ -59,13 +65,15 @@ pub fn timed_sql(acquire: &str) -> String {
         "WITH attempt AS ({acquire}), outcome AS MATERIALIZED (SELECT (SELECT * FROM attempt) AS token)
          SELECT token,
                 (extract(epoch FROM statement_timestamp()) * 1000000)::int8,
-                (extract(epoch FROM clock_timestamp()) * 1000000)::int8
+                (extract(epoch FROM clock_timestamp()) * 1000000)::int8,
+                (extract(epoch FROM now()) * 1000000)::int8
            FROM outcome"
     )
 }
 
 /// The acquire statement, unchanged, as a data-modifying CTE, with the statement's start
-/// (`statement_timestamp()`) and the clock read after it (`clock_timestamp()`) returned
+/// (`statement_timestamp()`), the clock it judged expiry by (`now()`) and the clock read after it
+/// (`clock_timestamp()`) returned
 /// whether or not it granted the lease. Semantics are the acquire's: PostgreSQL runs a
 /// data-modifying `WITH` exactly once and to completion, in the same autocommit statement;
 /// the outer query only reads its result. The clock is read in the outer query, over the
@@ -89,6 +97,7 @@ pub async fn acquire_timed<'e>(
         span: ServerSpan {
             started_us: r.get(1),
             finished_us: r.get(2),
+            judged_us: r.get(3),
         },
     })
 }
