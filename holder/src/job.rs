@@ -4,7 +4,7 @@
 //! SQL of its own and knows no scenario.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fencing::fenced_job::{JobLease, JobLeaseStore};
 use fencing::lease::{Grant, LeaseStore};
@@ -59,7 +59,6 @@ pub fn design_of(flags: &HolderFlags) -> Result<Arc<JobProfile>, String> {
 
 impl Side for JobSide {
     type Mode = Completion;
-    type Held = Grant;
 
     async fn connect(
         flags: &HolderFlags,
@@ -102,20 +101,8 @@ impl Side for JobSide {
         Ok(Some(grant))
     }
 
-    fn token(held: &Grant) -> i64 {
-        held.token
-    }
-
-    fn local_deadline(held: &Grant) -> Instant {
-        held.local_deadline()
-    }
-
-    async fn renew(&self, held: &mut Grant) -> Result<bool, String> {
-        self.lease.renew(held).await.map_err(|e| with_causes(&e))
-    }
-
-    async fn release(&self, held: &Grant) -> Result<bool, String> {
-        self.lease.release(held).await.map_err(|e| with_causes(&e))
+    fn lease(&self) -> &dyn LeaseStore {
+        self.lease.as_ref()
     }
 
     async fn write(&self, flags: &HolderFlags, held: &Grant) -> Result<bool, String> {

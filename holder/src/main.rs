@@ -159,8 +159,6 @@ fn main() -> ExitCode {
 trait Side: Sized {
     /// How the write checks the token (the `--mode`, resolved).
     type Mode: Copy;
-    /// One holding: what renew, release and the write need, and the local deadline.
-    type Held: Clone + Send + 'static;
     /// Connects; `for_renewer` connects only what renewing needs.
     fn connect(
         flags: &HolderFlags,
@@ -168,22 +166,27 @@ trait Side: Sized {
         for_renewer: bool,
     ) -> impl Future<Output = Result<Self, String>>;
     /// Acquires (and, for a job, starts its run); `None` while someone else holds the lease.
-    fn acquire(
-        &self,
-        flags: &HolderFlags,
-    ) -> impl Future<Output = Result<Option<Self::Held>, String>>;
-    fn token(held: &Self::Held) -> i64;
-    /// When the holder stops by itself: from its monotonic clock, read before the last
-    /// successful acquire or renew was sent, plus `ttl - margin`.
-    fn local_deadline(held: &Self::Held) -> Instant;
-    /// Renews `held` (moving its local deadline when it succeeds).
-    fn renew(&self, held: &mut Self::Held) -> impl Future<Output = Result<bool, String>>;
-    fn release(&self, held: &Self::Held) -> impl Future<Output = Result<bool, String>>;
+    fn acquire(&self, flags: &HolderFlags) -> impl Future<Output = Result<Option<Grant>, String>>;
+    /// The lease store the holding lives in, through the trait every store implements.
+    fn lease(&self) -> &dyn LeaseStore;
+    /// Renews `held` (its local deadline — the holder's monotonic clock, read before the renew
+    /// was sent, plus `ttl - margin` — moves when it succeeds).
+    fn renew(&self, held: &mut Grant) -> impl Future<Output = Result<bool, String>> {
+        async { self.lease().renew(held).await.map_err(|e| with_causes(&e)) }
+    }
+    fn release(&self, held: &Grant) -> impl Future<Output = Result<bool, String>> {
+        async {
+            self.lease()
+                .release(held)
+                .await
+                .map_err(|e| with_causes(&e))
+        }
+    }
     /// The write at the write point: accepted?
     fn write(
         &self,
         flags: &HolderFlags,
-        held: &Self::Held,
+        held: &Grant,
     ) -> impl Future<Output = Result<bool, String>>;
 }
 
@@ -225,14 +228,14 @@ where
         emit(&Event::Refused);
         return Ok(exit::NOT_ACQUIRED);
     };
-    let token = S::token(&held);
+    let token = held.token;
     emit(&Event::Acquired { token });
     let held = Arc::new(Mutex::new(held));
     let mut renewer = Renewer::start::<S>(flags, mode, held.clone())?;
 
     if flags.wait_before_check {
         // Reported, not decided: the check below reads the clock again after the go-line.
-        let deadline = S::local_deadline(&held.lock().expect("holding lock"));
+        let deadline = held.lock().expect("holding lock").local_deadline();
         emit(&Event::BeforeCheck {
             token,
             deadline_left_ms: millis(deadline.saturating_duration_since(Instant::now())),
@@ -246,7 +249,7 @@ where
     // The local-deadline check, by the monotonic clock. A pause before this line is judged here;
     // from here to the write there is no other check: a pause after it is invisible to this
     // process.
-    let deadline = S::local_deadline(&held.lock().expect("holding lock"));
+    let deadline = held.lock().expect("holding lock").local_deadline();
     let now = Instant::now();
     if now >= deadline {
         renewer.stop();
@@ -311,7 +314,6 @@ fn sut_of(flags: &HolderFlags) -> Result<Arc<Profile>, String> {
 
 impl Side for PgSide {
     type Mode = WriteMode;
-    type Held = Grant;
 
     async fn connect(
         flags: &HolderFlags,
@@ -353,20 +355,8 @@ impl Side for PgSide {
             .map_err(|e| with_causes(&e))
     }
 
-    fn token(held: &Grant) -> i64 {
-        held.token
-    }
-
-    fn local_deadline(held: &Grant) -> Instant {
-        held.local_deadline()
-    }
-
-    async fn renew(&self, held: &mut Grant) -> Result<bool, String> {
-        self.lease.renew(held).await.map_err(|e| with_causes(&e))
-    }
-
-    async fn release(&self, held: &Grant) -> Result<bool, String> {
-        self.lease.release(held).await.map_err(|e| with_causes(&e))
+    fn lease(&self) -> &dyn LeaseStore {
+        self.lease.as_ref()
     }
 
     async fn write(&self, flags: &HolderFlags, held: &Grant) -> Result<bool, String> {
@@ -531,7 +521,7 @@ impl Renewer {
     fn start<S: Side + 'static>(
         flags: &HolderFlags,
         mode: S::Mode,
-        held: Arc<Mutex<S::Held>>,
+        held: Arc<Mutex<Grant>>,
     ) -> Result<Renewer, String>
     where
         S::Mode: Send + 'static,
@@ -576,7 +566,7 @@ impl Renewer {
                     }
                     emit(&Event::Renewed {
                         ok,
-                        token: S::token(&current),
+                        token: current.token,
                     });
                     if !ok {
                         break;

@@ -85,7 +85,7 @@ impl TokenOrder {
         }
         Some(Judged {
             passed,
-            shown_expected: rebuild(expected, &shown),
+            shown_expected: rebuild(expected, &shown, true),
         })
     }
 
@@ -105,7 +105,7 @@ impl TokenOrder {
                 }
             })
             .collect();
-        rebuild(text, &shown)
+        rebuild(text, &shown, false)
     }
 
     /// [`TokenOrder::judge`] for a bare number (a floor, a token column): `expected` in the seed's
@@ -166,82 +166,99 @@ impl TokenOrder {
     }
 }
 
+/// One mention of a token in a text: `token=` (or, where it is read, `token≥`) and the number
+/// after it, if any.
+struct Mention {
+    /// Where `token` begins.
+    start: usize,
+    /// Where the mention ends (after the number; `number` when there is none).
+    end: usize,
+    at_least: bool,
+    /// The number, when digits follow the tag.
+    n: Option<i64>,
+}
+
+/// Every mention of a token in `text`, in order; `token≥` only when `read_at_least`.
+fn mentions(text: &str, read_at_least: bool) -> Vec<Mention> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    loop {
+        let rest = &text[from..];
+        let eq = rest.find("token=");
+        let ge = rest.find("token≥").filter(|_| read_at_least);
+        let (i, at_least, tag) = match (eq, ge) {
+            (Some(e), Some(g)) if g < e => (g, true, "token≥"),
+            (Some(e), _) => (e, false, "token="),
+            (None, Some(g)) => (g, true, "token≥"),
+            (None, None) => return found,
+        };
+        let (start, number) = (from + i, from + i + tag.len());
+        let tail = &text[number..];
+        let sign = usize::from(tail.starts_with('-'));
+        let digits = tail[sign..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len() - sign);
+        let n = tail[..sign + digits]
+            .parse::<i64>()
+            .ok()
+            .filter(|_| digits > 0);
+        let end = if n.is_some() {
+            number + sign + digits
+        } else {
+            number
+        };
+        found.push(Mention {
+            start,
+            end,
+            at_least,
+            n,
+        });
+        from = end;
+    }
+}
+
 /// `text` with every token's number taken out (its shape), and the numbers in order. `expected`
 /// reads `token≥n` too (its shape is `token=`'s, so that the two shapes compare).
 fn split(text: &str, expected: bool) -> (String, Vec<Expected>) {
     let mut shape = String::with_capacity(text.len());
     let mut found = Vec::new();
-    let mut rest = text;
-    loop {
-        let eq = rest.find("token=");
-        let ge = if expected {
-            rest.find("token≥")
-        } else {
-            None
-        };
-        let (i, at_least, tag_len) = match (eq, ge) {
-            (Some(e), Some(g)) if g < e => (g, true, "token≥".len()),
-            (Some(e), _) => (e, false, "token=".len()),
-            (None, Some(g)) => (g, true, "token≥".len()),
-            (None, None) => break,
-        };
-        let tail = &rest[i + tag_len..];
-        let sign = usize::from(tail.starts_with('-'));
-        let digits = tail[sign..]
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(tail.len() - sign);
-        shape.push_str(&rest[..i]);
+    let mut from = 0;
+    for m in mentions(text, expected) {
+        shape.push_str(&text[from..m.start]);
         shape.push_str("token=");
-        match tail[..sign + digits].parse::<i64>() {
-            Ok(n) if digits > 0 => {
-                shape.push('#');
-                found.push(if at_least {
-                    Expected::AtLeast(n)
-                } else {
-                    Expected::Grant(n)
-                });
-                rest = &tail[sign + digits..];
-            }
-            _ => rest = tail,
+        if let Some(n) = m.n {
+            shape.push('#');
+            found.push(if m.at_least {
+                Expected::AtLeast(n)
+            } else {
+                Expected::Grant(n)
+            });
         }
+        from = m.end;
     }
-    shape.push_str(rest);
+    shape.push_str(&text[from..]);
     (shape, found)
 }
 
-/// `expected` with each token's `=n` / `≥n` replaced by `shown`, in order.
-fn rebuild(expected: &str, shown: &[String]) -> String {
-    let mut out = String::with_capacity(expected.len());
-    let mut rest = expected;
+/// `text` with each numbered mention's `=n` / `≥n` replaced by `shown`, in order (`token≥` read
+/// only when `read_at_least`, as [`split`] read it).
+fn rebuild(text: &str, shown: &[String], read_at_least: bool) -> String {
+    let mut out = String::with_capacity(text.len());
     let mut shown = shown.iter();
-    loop {
-        let eq = rest.find("token=");
-        let ge = rest.find("token≥");
-        let (i, tag_len) = match (eq, ge) {
-            (Some(e), Some(g)) if g < e => (g, "token≥".len()),
-            (Some(e), _) => (e, "token=".len()),
-            (None, Some(g)) => (g, "token≥".len()),
-            (None, None) => break,
-        };
-        let tail = &rest[i + tag_len..];
-        let sign = usize::from(tail.starts_with('-'));
-        let digits = tail[sign..]
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(tail.len() - sign);
-        out.push_str(&rest[..i]);
+    let mut from = 0;
+    for m in mentions(text, read_at_least)
+        .into_iter()
+        .filter(|m| m.n.is_some())
+    {
+        out.push_str(&text[from..m.start]);
         out.push_str("token");
-        if digits > 0 {
-            match shown.next() {
-                Some(s) => out.push_str(s),
-                None => out.push_str(&rest[i + "token".len()..i + tag_len + sign + digits]),
-            }
-            rest = &tail[sign + digits..];
-        } else {
-            out.push_str(&rest[i + "token".len()..i + tag_len]);
-            rest = tail;
+        match shown.next() {
+            Some(s) => out.push_str(s),
+            None => out.push_str(&text[m.start + "token".len()..m.end]),
         }
+        from = m.end;
     }
-    out.push_str(rest);
+    out.push_str(&text[from..]);
     out
 }
 
