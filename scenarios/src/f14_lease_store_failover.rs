@@ -25,7 +25,7 @@ use fencing::lease::{Grant, SqlLeaseStore};
 use fencing::resource::Write;
 use fencing::schema::Database;
 use harness::evidence::{Mark, Recorder};
-use harness::server::standby::{self, Lsn, Standby};
+use harness::server::standby::{self, Lsn, Replicated, Standby};
 use harness::server::Cluster;
 use sqlx::PgPool;
 
@@ -105,8 +105,7 @@ enum Replication {
 /// The lease primary and its standby, with their pools; handed to the lab at the end, whatever
 /// happened, so that a failing run keeps them.
 struct Pair {
-    primary: Cluster,
-    standby: Standby,
+    hosts: Replicated,
     primary_admin: PgPool,
     standby_admin: PgPool,
 }
@@ -128,27 +127,19 @@ async fn failover(lab: &mut Lab, rec: &mut Recorder, mode: Replication) -> anyho
     let (lease_pool, primary_admin, standby, standby_admin) = match made.await {
         Ok(made) => made,
         Err(e) => {
-            lab.adopt(primary).await;
+            lab.adopt(Box::new(primary)).await;
             return Err(e);
         }
     };
     let mut pair = Pair {
-        primary,
-        standby,
+        hosts: Replicated::new(primary, standby),
         primary_admin,
         standby_admin,
     };
     let outcome = timeline(lab, rec, mode, &mut pair, lease_pool).await;
-    let Pair {
-        primary,
-        standby,
-        primary_admin,
-        standby_admin,
-    } = pair;
-    primary_admin.close().await;
-    standby_admin.close().await;
-    lab.adopt(primary).await;
-    lab.adopt(standby.into_cluster()).await;
+    pair.primary_admin.close().await;
+    pair.standby_admin.close().await;
+    lab.adopt(Box::new(pair.hosts)).await;
     outcome
 }
 
@@ -180,8 +171,8 @@ async fn timeline(
     let senders = standby::senders(&pair.primary_admin).await?;
     rec.note(format!(
         "lease store: primary {} with standby {} (base backup, streaming over the primary's Unix socket); the resource stays on the lab's cluster; senders: {}",
-        pair.primary.root().display(),
-        pair.standby.cluster().root().display(),
+        pair.hosts.primary.root().display(),
+        pair.hosts.standby.cluster().root().display(),
         senders
             .iter()
             .map(|s| format!("{} {} {}", s.application_name, s.state, s.sync_state))
@@ -215,7 +206,8 @@ async fn timeline(
         ),
     );
 
-    pair.standby
+    pair.hosts
+        .standby
         .cut(&pair.standby_admin, &pair.primary_admin)
         .await?;
     let (received_at_cut, _) = Standby::lsns(&pair.standby_admin).await?;
@@ -266,7 +258,7 @@ async fn timeline(
     let a = a.context("A was not granted the lease")?;
 
     let (received, replayed) = Standby::lsns(&pair.standby_admin).await?;
-    let status = standby::lose_host(&mut pair.primary).await;
+    let status = standby::lose_host(&mut pair.hosts.primary).await;
     rec.step(
         Mark::Failover,
         "lab",
@@ -277,7 +269,10 @@ async fn timeline(
     );
     drop(on_primary);
     let promote_at = Instant::now();
-    let promoted = pair.standby.promote(&pair.standby_admin).await?;
+    let promoted = pair.hosts.standby.promote(&pair.standby_admin).await?;
+    if promoted {
+        pair.hosts.promoted();
+    }
     rec.check_that(
         "the primary's host is lost (SIGKILL to its process group) and the standby is promoted: it accepts writes",
         promoted,
@@ -295,7 +290,7 @@ async fn timeline(
     ));
 
     let on_standby = SqlLeaseStore::with_profile(
-        Lab::pool(pair.standby.cluster(), Database::Lease).await?,
+        Lab::pool(&pair.hosts, Database::Lease).await?,
         p.margin,
         p.sut.clone(),
     );
@@ -418,7 +413,8 @@ async fn synchronous_acquire(
             sent.elapsed().as_millis()
         ),
     );
-    pair.standby
+    pair.hosts
+        .standby
         .reconnect(&pair.standby_admin, &pair.primary_admin)
         .await?;
     let a = tokio::time::timeout(p.wait_timeout, &mut acquire)

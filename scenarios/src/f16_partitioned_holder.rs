@@ -12,6 +12,22 @@
 //!
 //! Needs the `containers` feature and a Docker engine (the image is the one F15 builds).
 
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use fencing::lease::SqlLeaseStore;
+use fencing::resource::{Resource, Write, WriteMode};
+use fencing::schema::{self, Database};
+use harness::evidence::{Mark, Recorder};
+use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+use harness::hosts::{Holds, OwnServers, PG_PORT};
+use harness::observe::client_ports;
+use holder_protocol::{Event, Request};
+use sqlx::PgPool;
+
+use crate::lab::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::{Lab, Needs, Outcome, Scenario};
 
 /// F16 as `./run.sh` runs it. `cut: false` leaves A's lease connections alone: only a
@@ -46,318 +62,280 @@ impl Scenario for F16 {
         lab: &'a mut Lab,
         rec: &'a mut harness::evidence::Recorder,
     ) -> Outcome<'a> {
-        Box::pin(async move {
-            #[cfg(feature = "containers")]
-            {
-                imp::run(lab, rec, self.cut).await
-            }
-            #[cfg(not(feature = "containers"))]
-            {
-                let _ = lab;
-                rec.skip(harness::hosts::NOT_BUILT);
-                Ok(())
-            }
-        })
+        Box::pin(async move { run(lab, rec, self.cut).await })
     }
 }
 
-#[cfg(feature = "containers")]
-mod imp {
-    use std::convert::Infallible;
-    use std::time::{Duration, Instant};
+/// Starts the two hosts (servers of F16's own), runs the rows on them, removes them.
+async fn run(lab: &mut Lab, rec: &mut Recorder, cut: bool) -> anyhow::Result<()> {
+    let Some(hosts) = lab.own_servers(rec, 2).await? else {
+        return Ok(());
+    };
+    let outcome = partitioned(lab, rec, &hosts, cut).await;
+    hosts.remove().await;
+    outcome
+}
 
-    use anyhow::{bail, Context as _};
-    use fencing::lease::SqlLeaseStore;
-    use fencing::resource::{Resource, Write, WriteMode};
-    use fencing::schema::{self, Database};
-    use harness::containers::{Hold, PgContainer, PG_PORT};
-    use harness::evidence::{Mark, Recorder};
-    use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-    use holder_protocol::{Event, Request};
-    use sqlx::PgPool;
+/// The lease store's host and the resource's: servers 0 and 1 of F16's own.
+const L: usize = 0;
+const R: usize = 1;
 
-    use crate::lab::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-    use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
-    use crate::Lab;
-    use harness::containers::hosts::{self, pool, PgHosts};
-    use harness::observe::client_ports;
+/// The two hosts and their stores.
+struct Stores<'a> {
+    hosts: &'a OwnServers,
+    l_admin: PgPool,
+    lease: SqlLeaseStore,
+    resource: Resource,
+}
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder, cut: bool) -> anyhow::Result<()> {
-        let image = match hosts::image_or_skip(false).await {
-            Ok(image) => image,
-            Err(reason) => {
-                rec.skip(reason);
-                return Ok(());
-            }
-        };
-        rec.note(hosts::image_note(&image));
-        let hosts = PgHosts::start(&image, &lab.run_mark, 2).await?;
-        let outcome = partitioned(lab, rec, &hosts.servers[0], &hosts.servers[1], cut).await;
-        hosts.remove().await;
-        outcome
-    }
-
-    /// The two hosts and their stores.
-    struct Stores<'a> {
-        l: &'a PgContainer,
-        r: &'a PgContainer,
-        l_admin: PgPool,
-        lease: SqlLeaseStore,
-        resource: Resource,
-    }
-
-    async fn partitioned(
-        lab: &mut Lab,
-        rec: &mut Recorder,
-        l: &PgContainer,
-        r: &PgContainer,
-        cut: bool,
-    ) -> anyhow::Result<()> {
-        let p = lab.params.clone();
-        let l_admin = pool(l, "postgres", "lab").await?;
-        schema::provision(&mut *l_admin.acquire().await?).await?;
-        let l_pool = pool(l, Database::Lease.name(), Database::Lease.role()).await?;
-        schema::migrate_for(&p.sut, Database::Lease, &l_pool).await?;
-        let r_admin = pool(r, "postgres", "lab").await?;
-        schema::provision(&mut *r_admin.acquire().await?).await?;
-        let r_pool = pool(r, Database::Resource.name(), Database::Resource.role()).await?;
-        schema::migrate_for(&p.sut, Database::Resource, &r_pool).await?;
-        rec.check_that(
-            "the lease store and the resource each live on a host of their own (containers on the lab's private network)",
-            l.ip != r.ip,
-            format_args!("lease26 at {}:{PG_PORT}, res26 at {}:{PG_PORT}", l.ip, r.ip),
-        );
-        let hosts = Stores {
-            l,
-            r,
-            l_admin,
-            lease: SqlLeaseStore::with_profile(l_pool.clone(), p.margin, p.sut.clone()),
-            resource: Resource::with_profile(r_pool.clone(), p.sut.clone()),
-        };
-        for (i, (past_check, mode)) in [
-            (false, WriteMode::Fenced),
-            (true, WriteMode::Fenced),
-            (true, WriteMode::Unfenced),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let mode_label = lab.params.mode_label(mode);
-            schema::reset(&l_pool).await?;
-            schema::reset(&r_pool).await?;
-            hosts.resource.setup_scope(SCOPE).await?;
-            let what = if past_check {
-                format!("({}) A past its check, resource mode {mode_label}", i + 1)
-            } else {
-                "(1) A before its check".to_owned()
-            };
-            rec.note(what.clone());
-            rec.step(Mark::Info, "lab", &what, None, "", None);
-            row(lab, rec, &hosts, past_check, mode, cut).await?;
-        }
-        for pool in [l_pool, r_pool, r_admin, hosts.l_admin] {
-            pool.close().await;
-        }
-        Ok(())
-    }
-
-    async fn row(
-        lab: &Lab,
-        rec: &mut Recorder,
-        h: &Stores<'_>,
-        past_check: bool,
-        mode: WriteMode,
-        cut: bool,
-    ) -> anyhow::Result<()> {
+async fn partitioned(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    hosts: &OwnServers,
+    cut: bool,
+) -> anyhow::Result<()> {
+    let p = lab.params.clone();
+    let l_admin = hosts.pool(L, "postgres", "lab").await?;
+    schema::provision(&mut *l_admin.acquire().await?).await?;
+    let l_pool = hosts
+        .pool(L, Database::Lease.name(), Database::Lease.role())
+        .await?;
+    schema::migrate_for(&p.sut, Database::Lease, &l_pool).await?;
+    let r_admin = hosts.pool(R, "postgres", "lab").await?;
+    schema::provision(&mut *r_admin.acquire().await?).await?;
+    let r_pool = hosts
+        .pool(R, Database::Resource.name(), Database::Resource.role())
+        .await?;
+    schema::migrate_for(&p.sut, Database::Resource, &r_pool).await?;
+    rec.check_that(
+        "the lease store and the resource each live on a host of their own (containers on the lab's private network)",
+        hosts.ips[L] != hosts.ips[R],
+        format_args!("lease26 at {}:{PG_PORT}, res26 at {}:{PG_PORT}", hosts.ips[L], hosts.ips[R]),
+    );
+    let stores = Stores {
+        hosts,
+        l_admin,
+        lease: SqlLeaseStore::with_profile(l_pool.clone(), p.margin, p.sut.clone()),
+        resource: Resource::with_profile(r_pool.clone(), p.sut.clone()),
+    };
+    for (i, (past_check, mode)) in [
+        (false, WriteMode::Fenced),
+        (true, WriteMode::Fenced),
+        (true, WriteMode::Unfenced),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let mode_label = lab.params.mode_label(mode);
-        let p = lab.params.clone();
-        let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
-        spec.flags.lease_host = Some(h.l.ip.to_string());
-        spec.flags.lease_port = Some(PG_PORT);
-        spec.flags.resource_host = Some(h.r.ip.to_string());
-        spec.flags.resource_port = Some(PG_PORT);
-        spec.flags.wait_before_check = !past_check;
-        let mut a = Holder::spawn(&spec).await?;
-        let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "A", "acquire (lease store host)", &event).await;
-        if event != (Event::Acquired { token: 1 }) {
-            bail!(a.unexpected("ACQUIRED token=1", &event));
-        }
-        let (at, stands) = a.next("A before or past its check", EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "A", "stands", &stands).await;
-        // A state, polled: A's renewer has connected and renewed once.
-        harness::wait::until("A's renewer has renewed", p.wait_timeout, || {
-            let seen = a.drain_renewals().iter().any(|(_, ok)| *ok);
-            async move { Ok::<bool, Infallible>(seen) }
-        })
-        .await?;
-
-        // The partition: every lease connection of A, held; its resource connection is not.
-        let ports = client_ports(&h.l_admin, HOLDER_A).await?;
-        let mut holds = Vec::new();
-        let mut rules = Vec::new();
-        for port in ports.iter().filter(|_| cut) {
-            let (hold, rule) = Hold::start(h.l.ip, *port, &lab.run_mark).await?;
-            holds.push(hold);
-            rules.push(rule);
-        }
-        let partitioned_at = Instant::now();
-        let seen_before = a.renewals().len();
-        rec.step(
-            Mark::Info,
-            "A",
-            "partitioned from the lease store",
-            None,
-            "",
-            None,
-        );
-        rec.check_that(
-            "A is cut off from the lease store (each of its lease connections held), not from the resource",
-            ports.len() >= 2 && rules.len() == ports.len() && rules.iter().all(|r| r.contains("DROP")),
-            format_args!("A's lease connections from ports {ports:?}; iptables OUTPUT: {}", rules.join(" | ")),
-        );
-
-        // Its renewals fail: the first renew sent after the partition began leaves within one
-        // renew interval and is given up one TTL later, so a failure must come within their
-        // sum (plus a second for a loaded machine); a renewal that still succeeds fails the check.
-        let bound = p.renew + p.ttl + Duration::from_secs(1);
-        let failed = harness::wait::until("A reports a failed renewal", bound, || {
-            let failed = a.drain_renewals()[seen_before..].iter().any(|(_, ok)| !ok);
-            async move { Ok::<bool, Infallible>(failed) }
-        })
-        .await;
-        let after: Vec<bool> = a.renewals()[seen_before..]
-            .iter()
-            .map(|(_, ok)| *ok)
-            .collect();
-        let held = rec.check_that(
-            "A's renewals fail during the partition (a renew not answered within the TTL is a failure)",
-            failed.is_ok() && after.contains(&false) && !after.contains(&true),
-            format_args!(
-                "renewals after the partition began: {after:?}; {} ms after it (a failure expected within {} ms)",
-                partitioned_at.elapsed().as_millis(),
-                bound.as_millis()
-            ),
-        );
-        if !held {
-            // Nothing later in the timeline means anything without the partition (A is stopped
-            // as it is dropped).
-            bail!("A was not partitioned from the lease store");
-        }
-        let store = &h.lease;
-        harness::wait::until(
-            "A's lease expired on the lease store's host",
-            p.wait_timeout,
-            || store.is_free(LEASE),
-        )
-        .await?;
-        rec.step(
-            Mark::LeaseExpired,
-            "A",
-            "lease expired (lease store's clock)",
-            None,
-            "",
-            None,
-        );
-        let b = h.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
-        rec.step(
-            crate::lab::acquire_mark(b.as_ref()),
-            "B",
-            "acquire",
-            b.as_ref().map(|g| g.token),
-            acquired(b.as_ref()),
-            None,
-        );
-        let b = b.context("B could not acquire the expired lease")?;
-        let w = Write {
-            scope: SCOPE,
-            part: SUMMARY,
-            content: B_CONTENT,
-            writer: HOLDER_B,
-            token: b.token,
+        schema::reset(&l_pool).await?;
+        schema::reset(&r_pool).await?;
+        stores.resource.setup_scope(SCOPE).await?;
+        let what = if past_check {
+            format!("({}) A past its check, resource mode {mode_label}", i + 1)
+        } else {
+            "(1) A before its check".to_owned()
         };
-        let b_ok = h.resource.write(&w, mode).await?;
-        rec.step(
-            Mark::Write { accepted: b_ok },
-            "B",
-            "write",
-            Some(b.token),
-            wrote(b_ok, b.token),
-            None,
-        );
+        rec.note(what.clone());
+        rec.step(Mark::Info, "lab", &what, None, "", None);
+        row(lab, rec, &stores, past_check, mode, cut).await?;
+    }
+    for pool in [l_pool, r_pool, r_admin, stores.l_admin] {
+        pool.close().await;
+    }
+    Ok(())
+}
+
+async fn row(
+    lab: &Lab,
+    rec: &mut Recorder,
+    h: &Stores<'_>,
+    past_check: bool,
+    mode: WriteMode,
+    cut: bool,
+) -> anyhow::Result<()> {
+    let mode_label = lab.params.mode_label(mode);
+    let p = lab.params.clone();
+    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
+    spec.flags.lease_host = Some(h.hosts.ips[L].to_string());
+    spec.flags.lease_port = Some(PG_PORT);
+    spec.flags.resource_host = Some(h.hosts.ips[R].to_string());
+    spec.flags.resource_port = Some(PG_PORT);
+    spec.flags.wait_before_check = !past_check;
+    let mut a = Holder::spawn(&spec).await?;
+    let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "acquire (lease store host)", &event).await;
+    if event != (Event::Acquired { token: 1 }) {
+        bail!(a.unexpected("ACQUIRED token=1", &event));
+    }
+    let (at, stands) = a.next("A before or past its check", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "stands", &stands).await;
+    // A state, polled: A's renewer has connected and renewed once.
+    harness::wait::until("A's renewer has renewed", p.wait_timeout, || {
+        let seen = a.drain_renewals().iter().any(|(_, ok)| *ok);
+        async move { Ok::<bool, Infallible>(seen) }
+    })
+    .await?;
+
+    // The partition: every lease connection of A, held; its resource connection is not.
+    let ports = client_ports(&h.l_admin, HOLDER_A).await?;
+    let holds = if cut {
+        Holds::start(h.hosts.ips[L], &ports, &lab.run_mark).await?
+    } else {
+        Holds::default()
+    };
+    let rules = holds.rules();
+    let partitioned_at = Instant::now();
+    let seen_before = a.renewals().len();
+    rec.step(
+        Mark::Info,
+        "A",
+        "partitioned from the lease store",
+        None,
+        "",
+        None,
+    );
+    rec.check_that(
+        "A is cut off from the lease store (each of its lease connections held), not from the resource",
+        ports.len() >= 2 && rules.len() == ports.len() && rules.iter().all(|r| r.contains("DROP")),
+        format_args!("A's lease connections from ports {ports:?}; iptables OUTPUT: {}", rules.join(" | ")),
+    );
+
+    // Its renewals fail: the first renew sent after the partition began leaves within one
+    // renew interval and is given up one TTL later, so a failure must come within their
+    // sum (plus a second for a loaded machine); a renewal that still succeeds fails the check.
+    let bound = p.renew + p.ttl + Duration::from_secs(1);
+    let failed = harness::wait::until("A reports a failed renewal", bound, || {
+        let failed = a.drain_renewals()[seen_before..].iter().any(|(_, ok)| !ok);
+        async move { Ok::<bool, Infallible>(failed) }
+    })
+    .await;
+    let after: Vec<bool> = a.renewals()[seen_before..]
+        .iter()
+        .map(|(_, ok)| *ok)
+        .collect();
+    let held = rec.check_that(
+        "A's renewals fail during the partition (a renew not answered within the TTL is a failure)",
+        failed.is_ok() && after.contains(&false) && !after.contains(&true),
+        format_args!(
+            "renewals after the partition began: {after:?}; {} ms after it (a failure expected within {} ms)",
+            partitioned_at.elapsed().as_millis(),
+            bound.as_millis()
+        ),
+    );
+    if !held {
+        // Nothing later in the timeline means anything without the partition (A is stopped
+        // as it is dropped).
+        bail!("A was not partitioned from the lease store");
+    }
+    let store = &h.lease;
+    harness::wait::until(
+        "A's lease expired on the lease store's host",
+        p.wait_timeout,
+        || store.is_free(LEASE),
+    )
+    .await?;
+    rec.step(
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (lease store's clock)",
+        None,
+        "",
+        None,
+    );
+    let b = h.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    rec.step(
+        crate::lab::acquire_mark(b.as_ref()),
+        "B",
+        "acquire",
+        b.as_ref().map(|g| g.token),
+        acquired(b.as_ref()),
+        None,
+    );
+    let b = b.context("B could not acquire the expired lease")?;
+    let w = Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content: B_CONTENT,
+        writer: HOLDER_B,
+        token: b.token,
+    };
+    let b_ok = h.resource.write(&w, mode).await?;
+    rec.step(
+        Mark::Write { accepted: b_ok },
+        "B",
+        "write",
+        Some(b.token),
+        wrote(b_ok, b.token),
+        None,
+    );
+    rec.check(
+        format!(
+            "{mode_label}: the lease expires by the lease store's clock; B acquires and writes"
+        ),
+        "ACQUIRED token=2, WRITE accepted=true token=2",
+        &format!("ACQUIRED token={}, {}", b.token, wrote(b_ok, b.token)),
+    );
+
+    a.send(Request::Go).await?;
+    if !past_check {
+        let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
+        step(lab, rec, at, "A", "local-deadline check", &verdict).await;
         rec.check(
-            format!(
-                "{mode_label}: the lease expires by the lease store's clock; B acquires and writes"
-            ),
-            "ACQUIRED token=2, WRITE accepted=true token=2",
-            &format!("ACQUIRED token={}, {}", b.token, wrote(b_ok, b.token)),
+            "A, before its check, finds its local deadline passed and starts no new work",
+            "DEADLINE_PASSED token=1",
+            &match &verdict {
+                Event::DeadlinePassed { token, .. } => format!("DEADLINE_PASSED token={token}"),
+                other => other.to_string(),
+            },
         );
-
-        a.send(Request::Go).await?;
-        if !past_check {
-            let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
-            step(lab, rec, at, "A", "local-deadline check", &verdict).await;
-            rec.check(
-                "A, before its check, finds its local deadline passed and starts no new work",
-                "DEADLINE_PASSED token=1",
-                &match &verdict {
-                    Event::DeadlinePassed { token, .. } => format!("DEADLINE_PASSED token={token}"),
-                    other => other.to_string(),
-                },
-            );
-            let code = a.exit_code(EVENT_TIMEOUT).await?;
-            rec.note(format!("A exits: {}", describe(Some(code))));
-            let attempts = h.resource.attempts(SCOPE).await?;
-            rec.check(
-                "the resource never saw A: write_attempt has no row of A",
-                &0,
-                &attempts.iter().filter(|x| x.writer == HOLDER_A).count(),
-            );
-            for hold in holds {
-                hold.lift().await?;
-            }
-            return Ok(());
-        }
-
-        let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "A", "write (resource reachable)", &write).await;
-        // Lifted now, so that A's renew after its write can be answered (and fail).
-        for hold in holds {
-            hold.lift().await?;
-        }
         let code = a.exit_code(EVENT_TIMEOUT).await?;
         rec.note(format!("A exits: {}", describe(Some(code))));
-        let Event::Write {
-            accepted: a_ok,
-            token: 1,
-        } = write
-        else {
-            bail!(a.unexpected("WRITE … token=1", &write));
-        };
-        let summary = part_line(&h.resource.part(SCOPE, SUMMARY).await?);
-        if mode == WriteMode::Unfenced {
-            rec.expose(
-                "unfenced: the partitioned holder's write, past its check, is accepted after B's",
-                a_ok,
-                wrote(a_ok, 1),
-            );
-            rec.expose(
-                "unfenced: A's stale content replaced B's",
-                summary.starts_with(A_CONTENT),
-                format_args!("final summary = {summary}"),
-            );
-        } else {
-            rec.check(
-                format!("{mode_label}: the partitioned holder's write, past its check, is fenced at the resource"),
-                &wrote(false, 1),
-                &wrote(a_ok, 1),
-            );
-            rec.check(
-                format!("{mode_label}: B's part stays"),
-                &format!("{B_CONTENT} by holder-b token=2"),
-                &summary,
-            );
-        }
-        Ok(())
+        let attempts = h.resource.attempts(SCOPE).await?;
+        rec.check(
+            "the resource never saw A: write_attempt has no row of A",
+            &0,
+            &attempts.iter().filter(|x| x.writer == HOLDER_A).count(),
+        );
+        holds.lift().await?;
+        return Ok(());
     }
+
+    let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "write (resource reachable)", &write).await;
+    // Lifted now, so that A's renew after its write can be answered (and fail).
+    holds.lift().await?;
+    let code = a.exit_code(EVENT_TIMEOUT).await?;
+    rec.note(format!("A exits: {}", describe(Some(code))));
+    let Event::Write {
+        accepted: a_ok,
+        token: 1,
+    } = write
+    else {
+        bail!(a.unexpected("WRITE … token=1", &write));
+    };
+    let summary = part_line(&h.resource.part(SCOPE, SUMMARY).await?);
+    if mode == WriteMode::Unfenced {
+        rec.expose(
+            "unfenced: the partitioned holder's write, past its check, is accepted after B's",
+            a_ok,
+            wrote(a_ok, 1),
+        );
+        rec.expose(
+            "unfenced: A's stale content replaced B's",
+            summary.starts_with(A_CONTENT),
+            format_args!("final summary = {summary}"),
+        );
+    } else {
+        rec.check(
+            format!("{mode_label}: the partitioned holder's write, past its check, is fenced at the resource"),
+            &wrote(false, 1),
+            &wrote(a_ok, 1),
+        );
+        rec.check(
+            format!("{mode_label}: B's part stays"),
+            &format!("{B_CONTENT} by holder-b token=2"),
+            &summary,
+        );
+    }
+    Ok(())
 }

@@ -1,8 +1,10 @@
 //! Where a lab's two databases live — the lease store's and the resource's — behind one trait,
 //! [`Hosts`], always compiled: the embedded cluster (both databases on one [`Cluster`], over its
-//! Unix socket; the default), or, with the feature `containers`, a PostgreSQL container per
+//! Unix socket; the default), a primary and its streaming standby (F14:
+//! `server::standby::Replicated`), or, with the feature `containers`, a PostgreSQL container per
 //! database on networks of their own, the lease store optionally a Patroni cluster
-//! (`containers::hosts`). A build without that feature reaches the container form through the
+//! (`containers::hosts`); and the servers an experiment starts for itself ([`OwnServers`]: F15,
+//! F16), the network holds ([`Holds`]). A build without that feature reaches the container form through the
 //! same path, [`start_containers`], which answers [`NOT_BUILT`]: callers hold no `cfg`.
 //!
 //! Each verb says what is true when it returns. This module must not know the fencing
@@ -125,6 +127,14 @@ pub trait Hosts: Send + Sync {
     /// Stops every server; returns once each has stopped. What was not kept is removed.
     fn shutdown(self: Box<Self>) -> Infallible<'static, ()>;
 
+    /// Stops every server now, when a scenario is done with hosts of its own (F14's primary
+    /// and standby), while [`Hosts::keep`] and [`Hosts::shutdown`] still decide at the lab's
+    /// end whether they are kept; returns once each has stopped. The default leaves them
+    /// running until [`Hosts::shutdown`] (containers: stopping one is removing it).
+    fn stop_servers(&mut self) -> Infallible<'_, ()> {
+        Box::pin(async {})
+    }
+
     /// From the resource's host, what `pg_isready` says of the lease store's server and, as the
     /// control, of its own (within `timeout`); `None` where both share one host.
     fn resource_host_reaches(&self, timeout: Duration) -> HostsFuture<'_, Option<[String; 2]>> {
@@ -233,6 +243,10 @@ impl Hosts for Cluster {
     fn shutdown(mut self: Box<Self>) -> Infallible<'static, ()> {
         Box::pin(async move { self.stop().await })
     }
+
+    fn stop_servers(&mut self) -> Infallible<'_, ()> {
+        Box::pin(async move { self.stop().await })
+    }
 }
 
 /// Starts the container backend: PostgreSQL `pg_major` in a container per database (the lease
@@ -302,6 +316,132 @@ impl Holds {
     /// Each rule as iptables lists it.
     pub fn rules(&self) -> &[String] {
         &self.rules
+    }
+
+    /// Each rule with its counters now, as `iptables -L OUTPUT -v -n` lists it, `; `-joined.
+    pub async fn listed(&self) -> String {
+        #[cfg(feature = "containers")]
+        {
+            let mut lines = Vec::new();
+            for hold in &self.holds {
+                lines.push(hold.listed().await);
+            }
+            lines.join("; ")
+        }
+        #[cfg(not(feature = "containers"))]
+        String::new()
+    }
+
+    /// Lifts every hold; returns once each rule is gone (the next retransmission gets through).
+    pub async fn lift(self) -> anyhow::Result<()> {
+        #[cfg(feature = "containers")]
+        for hold in self.holds {
+            hold.lift().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The PostgreSQL port of a server on a host of its own (a container).
+pub const PG_PORT: u16 = 5432;
+
+/// This host's TCP connection from `sport` to `dst` as `ss -tin` reports it, reduced to its
+/// state, send queue and retransmission figures; empty when there is none (or in a build
+/// without containers, which holds no connection).
+pub async fn tcp_state(dst: IpAddr, sport: u16) -> String {
+    #[cfg(feature = "containers")]
+    return crate::containers::tcp_state(dst, sport).await;
+    #[cfg(not(feature = "containers"))]
+    {
+        let _ = (dst, sport);
+        String::new()
+    }
+}
+
+/// PostgreSQL servers an experiment starts for itself (F15: the resource on a host of its own;
+/// F16: the lease store and the resource on two): containers on one private network of the
+/// run, each labelled with the run's mark, reached over TCP at [`PG_PORT`]. Always compiled:
+/// without the feature `containers`, [`OwnServers::start`] answers [`NOT_BUILT`] and no value
+/// of this type can exist. End them with [`OwnServers::remove`]; dropping them removes them too.
+pub struct OwnServers {
+    #[cfg(feature = "containers")]
+    hosts: crate::containers::hosts::PgHosts,
+    #[cfg(not(feature = "containers"))]
+    never: std::convert::Infallible,
+    /// Each server's address on that network, in start order.
+    pub ips: Vec<IpAddr>,
+    /// Where their image came from (built in this run and how long it took, or reused).
+    pub image_note: String,
+}
+
+impl OwnServers {
+    /// Starts `n` servers (building the PostgreSQL 15 image on first use); returns once each
+    /// accepts connections. `Err(reason)` — what the experiment says when it skips — when no
+    /// Docker engine answers, the image cannot be built here, or this build has no containers;
+    /// `Ok(Err(_))` when starting failed (nothing is left then).
+    pub async fn start(mark: &str, n: usize) -> Result<anyhow::Result<OwnServers>, String> {
+        #[cfg(feature = "containers")]
+        {
+            use crate::containers::hosts;
+            let image = hosts::image_or_skip(false).await?;
+            Ok(hosts::PgHosts::start(&image, mark, n)
+                .await
+                .map(|hosts| OwnServers {
+                    ips: hosts.servers.iter().map(|s| s.ip).collect(),
+                    image_note: hosts::image_note(&image),
+                    hosts,
+                }))
+        }
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = (mark, n);
+            Err(NOT_BUILT.to_owned())
+        }
+    }
+
+    /// Connection options for `database` as `user` on server `i`.
+    pub fn connect_options(&self, i: usize, database: &str, user: &str) -> PgConnectOptions {
+        #[cfg(feature = "containers")]
+        return self.hosts.servers[i].connect_options(database, user);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = (i, database, user);
+            match self.never {}
+        }
+    }
+
+    /// A small pool (two connections) to `database` as `user` on server `i`.
+    pub async fn pool(&self, i: usize, database: &str, user: &str) -> anyhow::Result<sqlx::PgPool> {
+        use anyhow::Context as _;
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(self.connect_options(i, database, user))
+            .await
+            .with_context(|| {
+                format!(
+                    "failed to connect to {database} as {user} on {}",
+                    self.ips[i]
+                )
+            })
+    }
+
+    /// Server `i`'s log so far (every statement it received, with its arrival time).
+    pub async fn log(&self, i: usize) -> String {
+        #[cfg(feature = "containers")]
+        return self.hosts.servers[i].log().await;
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = i;
+            match self.never {}
+        }
+    }
+
+    /// Removes the servers, then their network; returns once they are gone.
+    pub async fn remove(self) {
+        #[cfg(feature = "containers")]
+        self.hosts.remove().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
     }
 }
 

@@ -15,8 +15,8 @@ use harness::hosts::Host;
 use holder_protocol::HolderFlags;
 use sqlx::postgres::PgPoolOptions;
 
-use super::servers::PG_PORT;
 use super::{Lab, LEASE, SCOPE, SUMMARY};
+use harness::hosts::PG_PORT;
 
 impl Lab {
     /// How to start a holder process that writes `content` to the summary in `mode`.

@@ -20,7 +20,7 @@ use fencing::publish::Publisher;
 use fencing::resource::Resource;
 use fencing::schema::{self, Database};
 use harness::hosts::Hosts;
-use harness::server::{Cluster, ClusterConfig, Server};
+use harness::server::{Cluster, ClusterConfig};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -47,7 +47,7 @@ pub struct Lab {
     kept: bool,
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
     /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
-    pub adopted: Vec<Cluster>,
+    pub adopted: Vec<Box<dyn Hosts>>,
     /// This run's mark: the label value on every container, network and network hold the run
     /// makes (feature `containers`), so that leftovers can be found and removed.
     pub run_mark: String,
@@ -232,13 +232,7 @@ impl Lab {
         self.kept = true;
         let mut kept = self.servers.keep();
         for other in &mut self.adopted {
-            other.keep_on_drop();
-            kept.push(format!(
-                "kept the cluster at {} (server log {}); it is stopped. To look inside: {}",
-                other.root().display(),
-                other.log_path().display(),
-                other.restart_hint(),
-            ));
+            kept.extend(other.keep());
         }
         kept.extend(self.maria.keep());
         kept
@@ -255,8 +249,8 @@ impl Lab {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         self.servers.shutdown().await;
-        for mut other in self.adopted.drain(..) {
-            other.stop().await;
+        for other in self.adopted.drain(..) {
+            other.shutdown().await;
         }
         // A scenario interrupted while its containers ran: whatever carries this run's mark.
         if !self.kept {
@@ -264,10 +258,11 @@ impl Lab {
         }
     }
 
-    /// Takes over a cluster a scenario made: stopped now, kept or removed with the lab's own.
-    pub async fn adopt(&mut self, mut cluster: Cluster) {
-        cluster.stop().await;
-        self.adopted.push(cluster);
+    /// Takes over hosts a scenario made (F14's primary and standby): stopped now, kept or
+    /// removed with the lab's own.
+    pub async fn adopt(&mut self, mut hosts: Box<dyn Hosts>) {
+        hosts.stop_servers().await;
+        self.adopted.push(hosts);
     }
 
     /// A pool that connects to `db` as its owner role, wherever `db` lives.

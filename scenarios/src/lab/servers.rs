@@ -89,6 +89,29 @@ impl Lab {
         self.servers.lease_logs(since).await
     }
 
+    /// Starts `n` PostgreSQL servers of the experiment's own, each on a host of its own (F15's
+    /// resource, F16's lease store and resource), and notes in `rec` where their image came
+    /// from. `None` once `rec` says `skip` with the reason: no Docker engine, no way to build
+    /// the image, or a build without containers. End them with
+    /// [`harness::hosts::OwnServers::remove`]; a run interrupted meanwhile removes them by its mark.
+    pub async fn own_servers(
+        &self,
+        rec: &mut harness::evidence::Recorder,
+        n: usize,
+    ) -> anyhow::Result<Option<harness::hosts::OwnServers>> {
+        match harness::hosts::OwnServers::start(&self.run_mark, n).await {
+            Err(reason) => {
+                rec.skip(reason);
+                Ok(None)
+            }
+            Ok(started) => {
+                let servers = started?;
+                rec.note(servers.image_note.clone());
+                Ok(Some(servers))
+            }
+        }
+    }
+
     /// Crashes every server of the lab (immediate stop: no checkpoint) and starts it again on
     /// the same data; returns once each has recovered and accepts connections, with what each
     /// logged meanwhile. The pools are stale afterwards: call [`Lab::reopen`].
@@ -98,9 +121,6 @@ impl Lab {
             .await
     }
 }
-
-/// The PostgreSQL port on a host of its own (a container's).
-pub(super) const PG_PORT: u16 = 5432;
 
 /// How long a Patroni cluster may take to elect a new leader (its `ttl` is 10 s).
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);

@@ -595,19 +595,6 @@ pub async fn image_or_skip(patroni: bool) -> Result<Image, String> {
     })
 }
 
-/// A small pool (two connections) to `database` as `user` on the container `server`.
-pub async fn pool(
-    server: &PgContainer,
-    database: &str,
-    user: &str,
-) -> anyhow::Result<sqlx::PgPool> {
-    sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(server.connect_options(database, user))
-        .await
-        .with_context(|| format!("failed to connect to {database} as {user} in a container"))
-}
-
 /// How the evidence says where `image` came from: built here in this run (and how long that
 /// took), or built earlier and reused.
 pub fn image_note(image: &Image) -> String {

@@ -8,9 +8,11 @@
 //!   the link cut, the primary's host lost, the standby promoted (F14).
 //! - [`mariadb`] (feature `mariadb`): the embedded MariaDB of the U-series.
 //!
-//! A new kind of server — a PostgreSQL in a container — is a new file here
-//! implementing [`Server`]; scenarios reach servers through `scenarios::Lab` and never start,
-//! stop or signal one themselves. Every server process is a [`crate::process::ChildProcess`].
+//! These are processes of this host; a server on a host of its own (a container) lives in
+//! `crate::containers`. Both kinds reach a lab through [`crate::hosts::Hosts`] (the embedded
+//! cluster, [`standby::Replicated`], the container forms); scenarios reach servers through
+//! `scenarios::Lab` and never signal one themselves. Every server process is a
+//! [`crate::process::ChildProcess`].
 
 use std::future::Future;
 use std::io;

@@ -20,9 +20,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Row};
 
 use super::{Cluster, Server, ServerDir, ServerError};
+use crate::hosts::{Backend, Host, Hosts, HostsFuture, Infallible, Restarted};
 use crate::process::{describe_status, Spawn};
 use crate::wait;
 
@@ -302,6 +304,122 @@ impl Standby {
             .fetch_one(admin)
             .await?;
         Ok(promoted && !in_recovery)
+    }
+}
+
+/// A primary and its streaming standby as a lab's hosts (F14), through
+/// [`crate::hosts::Hosts`]: the lease database on the primary until [`Replicated::promoted`],
+/// on the promoted standby after; the resource's database, which the primary was provisioned
+/// with too, stays on the primary.
+#[derive(Debug)]
+pub struct Replicated {
+    pub primary: Cluster,
+    pub standby: Standby,
+    promoted: bool,
+}
+
+impl Replicated {
+    pub fn new(primary: Cluster, standby: Standby) -> Replicated {
+        Replicated {
+            primary,
+            standby,
+            promoted: false,
+        }
+    }
+
+    /// The lease database is the standby's from now on: call once [`Standby::promote`] said so.
+    pub fn promoted(&mut self) {
+        self.promoted = true;
+    }
+
+    /// The server that holds `host`'s database now.
+    fn server(&self, host: Host) -> &Cluster {
+        match host {
+            Host::Lease if self.promoted => &self.standby.cluster,
+            _ => &self.primary,
+        }
+    }
+}
+
+impl Hosts for Replicated {
+    fn backend(&self) -> Backend {
+        Backend::Embedded
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "embedded: primary {} with streaming standby {} ({})",
+            self.primary.root().display(),
+            self.standby.cluster.root().display(),
+            if self.promoted {
+                "promoted: the lease store"
+            } else {
+                "not promoted"
+            }
+        )
+    }
+
+    fn connect_options(&self, host: Host, database: &str, user: &str) -> PgConnectOptions {
+        self.server(host).connect_options(database, user)
+    }
+
+    fn tcp_host(&self, _: Host) -> Option<String> {
+        None
+    }
+
+    fn socket(&self) -> (std::path::PathBuf, u16) {
+        let lease = self.server(Host::Lease);
+        (lease.socket_dir(), lease.port())
+    }
+
+    fn crash_and_restart(&mut self, _: Duration) -> HostsFuture<'_, Vec<Restarted>> {
+        Box::pin(async move {
+            let mut restarted = Vec::new();
+            for (server, cluster) in [
+                ("the primary", &mut self.primary),
+                ("the standby", &mut self.standby.cluster),
+            ] {
+                let offset = cluster.log_len();
+                let old_pid = cluster.postmaster_pid();
+                cluster.restart_immediate().await?;
+                restarted.push(Restarted {
+                    server: server.into(),
+                    old_pid,
+                    new_pid: cluster.postmaster_pid(),
+                    log: cluster.log_since(offset)?,
+                });
+            }
+            Ok(restarted)
+        })
+    }
+
+    fn keep(&mut self) -> Vec<String> {
+        [
+            ("primary", &mut self.primary),
+            ("standby", &mut self.standby.cluster),
+        ]
+        .into_iter()
+        .map(|(which, cluster)| {
+            cluster.keep_on_drop();
+            format!(
+                "kept the {which} at {} (server log {}); it is stopped. To look inside: {}",
+                cluster.root().display(),
+                cluster.log_path().display(),
+                cluster.restart_hint(),
+            )
+        })
+        .collect()
+    }
+
+    fn shutdown(mut self: Box<Self>) -> Infallible<'static, ()> {
+        Box::pin(async move { self.stop_servers().await })
+    }
+
+    fn stop_servers(&mut self) -> Infallible<'_, ()> {
+        Box::pin(async move {
+            self.primary.stop().await;
+            self.standby.cluster.stop().await;
+        })
     }
 }
 
