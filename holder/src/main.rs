@@ -328,10 +328,11 @@ impl Side for PgSide {
                 margin,
                 sut.clone(),
             ),
-            endpoints: Vec::new(),
+            endpoints: flags.store_endpoint.iter().cloned().collect(),
         };
-        let lease: Arc<dyn LeaseStore> =
-            fencing::lease::open(&flags.store, &at).map_err(|e| with_causes(&e))?;
+        let lease: Arc<dyn LeaseStore> = fencing::lease::open(&flags.store, &at)
+            .await
+            .map_err(|e| with_causes(&e))?;
         let resource = if for_renewer {
             None
         } else {

@@ -54,6 +54,7 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
         resource_port: None,
         lease_host: None,
         lease_port: None,
+        store_endpoint: None,
         loop_seed: None,
         loop_parts: 3,
         control_scope: None,

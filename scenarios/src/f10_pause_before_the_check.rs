@@ -36,6 +36,10 @@ impl Scenario for F10 {
         "F10"
     }
 
+    fn on_lock_service(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn title(&self) -> &'static str {
         "the pause before the check: A frozen before its local-deadline check, the lease expires, B takes over; A resumes and gives up by its monotonic clock"
     }

@@ -37,6 +37,10 @@ impl Scenario for F12 {
         "F12"
     }
 
+    fn on_lock_service(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn title(&self) -> &'static str {
         "the holder crashes (kill -9): (a) inside its write transaction, (b) right after its commit; its lease outlives it until the database clock expires it"
     }
@@ -74,6 +78,7 @@ impl Scenario for F12 {
             );
             inside_the_transaction(lab, rec, &admin).await?;
             lab.reset().await?;
+            rec.restart_tokens();
             rec.note("(b) A is killed right after its write committed");
             rec.step(
                 Mark::Info,
@@ -272,20 +277,33 @@ async fn inside_the_transaction(
         &event.to_string(),
     );
     // A state, polled: A's renewer has its own connection to lease26 by now (it renews while A
-    // stands before its commit), so that the sessions shown — and killed — are all of A's.
-    harness::wait::until(
-        "A's renewer is connected to lease26",
-        lab.params.wait_timeout,
-        || async {
-            let lease_sessions = observe::sessions_of(admin, HOLDER_A)
-                .await?
-                .iter()
-                .filter(|s| s.database.as_deref() == Some("lease26"))
-                .count();
-            Ok::<_, sqlx::Error>(lease_sessions >= 2)
-        },
-    )
-    .await?;
+    // stands before its commit), so that the sessions shown — and killed — are all of A's. On a
+    // lock service its connection goes there instead: it has renewed there once.
+    if lab.service.is_some() {
+        harness::wait::until(
+            "A's renewer has renewed on the lock service",
+            lab.params.wait_timeout,
+            || {
+                let renewed = !a.drain_renewals().is_empty();
+                async move { Ok::<_, std::convert::Infallible>(renewed) }
+            },
+        )
+        .await?;
+    } else {
+        harness::wait::until(
+            "A's renewer is connected to lease26",
+            lab.params.wait_timeout,
+            || async {
+                let lease_sessions = observe::sessions_of(admin, HOLDER_A)
+                    .await?
+                    .iter()
+                    .filter(|s| s.database.as_deref() == Some("lease26"))
+                    .count();
+                Ok::<_, sqlx::Error>(lease_sessions >= 2)
+            },
+        )
+        .await?;
+    }
     let sessions = observe::sessions_of(admin, HOLDER_A).await?;
     let open = sessions
         .iter()

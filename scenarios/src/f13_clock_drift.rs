@@ -52,6 +52,10 @@ impl Scenario for F13 {
         "F13"
     }
 
+    fn on_lock_service(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn runs_alone(&self) -> bool {
         // A drift against the margin is timing: the load of another experiment is noise.
         true
@@ -102,6 +106,7 @@ impl Scenario for F13 {
                 let mode_label = lab.params.mode_label(mode);
                 if i > 0 {
                     lab.reset().await?;
+                    rec.restart_tokens();
                 }
                 let predicted_stop = rate >= boundary;
                 rec.step(
@@ -163,15 +168,15 @@ struct RowOutcome {
 }
 
 /// Starts A under libfaketime at `rate`, acquiring once (no renewer) and standing before its
-/// check. Returns A, the instant its BEFORE_CHECK arrived and the deadline it reported then (ms
-/// on its own clock).
+/// check. Returns A, the instant its BEFORE_CHECK arrived, the deadline it reported then (ms
+/// on its own clock) and the token of its grant.
 async fn start_a(
     lab: &Lab,
     rec: &mut Recorder,
     faketime: &Faketime,
     rate: f64,
     mode: WriteMode,
-) -> anyhow::Result<(Holder, Instant, u64)> {
+) -> anyhow::Result<(Holder, Instant, u64, i64)> {
     let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     spec.flags.renew_ms = 0;
     spec.flags.wait_before_check = true;
@@ -187,9 +192,11 @@ async fn start_a(
         &event,
     )
     .await;
-    if event != (Event::Acquired { token: 1 }) {
+    // The store's own number for A's grant (seed 004 counts 1; a lock service's counter or
+    // revision does not start again between rows): the one A must keep to its write.
+    let Event::Acquired { token } = event else {
         bail!(a.unexpected("ACQUIRED token=1", &event));
-    }
+    };
     let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
     step(
         lab,
@@ -201,13 +208,16 @@ async fn start_a(
     )
     .await;
     let Event::BeforeCheck {
-        token: 1,
+        token: kept,
         deadline_left_ms,
     } = before
     else {
         bail!(a.unexpected("BEFORE_CHECK token=1", &before));
     };
-    Ok((a, at, deadline_left_ms))
+    if kept != token {
+        bail!(a.unexpected(&format!("BEFORE_CHECK token={token}"), &before));
+    }
+    Ok((a, at, deadline_left_ms, token))
 }
 
 /// Checks the clock rate A really ran at: how far its deadline moved on its own clock between
@@ -242,7 +252,7 @@ async fn covered_row(
     mode: WriteMode,
 ) -> anyhow::Result<RowOutcome> {
     rec.note(format!("rate {rate}: a drift the margin covers"));
-    let (mut a, reported_at, left_ms) = start_a(lab, rec, faketime, rate, mode).await?;
+    let (mut a, reported_at, left_ms, _) = start_a(lab, rec, faketime, rate, mode).await?;
     until_lease_expired(lab, rec).await?;
     a.send(Request::Go).await?;
     let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
@@ -301,7 +311,7 @@ async fn uncovered_row(
     rec.note(format!(
         "rate {rate}: a drift the margin does not cover, resource mode={mode_label}"
     ));
-    let (mut a, reported_at, left_ms) = start_a(lab, rec, faketime, rate, mode).await?;
+    let (mut a, reported_at, left_ms, a_token) = start_a(lab, rec, faketime, rate, mode).await?;
     until_lease_expired(lab, rec).await?;
     let (b, b_ok) = lab_client_takes_over(lab, rec, SUMMARY, B_CONTENT, mode).await?;
     rec.check(
@@ -350,14 +360,14 @@ async fn uncovered_row(
             describe(Some(code))
         ));
         match write {
-            Event::Write { accepted, token: 1 } => Some(accepted),
-            other => bail!(a.unexpected("WRITE … token=1", &other)),
+            Event::Write { accepted, token } if token == a_token => Some(accepted),
+            other => bail!(a.unexpected(&format!("WRITE … token={a_token}"), &other)),
         }
     } else {
         let _ = a.exit_code(EVENT_TIMEOUT).await;
         None
     };
-    let a_wrote = write.map_or_else(|| "no write: A gave up".into(), |ok| wrote(ok, 1));
+    let a_wrote = write.map_or_else(|| "no write: A gave up".into(), |ok| wrote(ok, a_token));
     let summary = part_line(&lab.resource.part(SCOPE, SUMMARY).await?);
     if mode == WriteMode::Unfenced {
         rec.expose(

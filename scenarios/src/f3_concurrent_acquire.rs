@@ -37,6 +37,10 @@ impl Scenario for F3 {
         "F3"
     }
 
+    fn on_lock_service(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn runs_alone(&self) -> bool {
         // The contenders must overlap on the server: the load of another experiment is noise.
         true

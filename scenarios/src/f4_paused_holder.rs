@@ -18,6 +18,10 @@ impl Scenario for F4 {
         "F4"
     }
 
+    fn on_lock_service(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn title(&self) -> &'static str {
         "the paused old holder: lease expires while A is frozen, B takes over, A resumes (fenced)"
     }

@@ -19,6 +19,10 @@ impl Scenario for F5 {
         "F5"
     }
 
+    fn on_lock_service(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     fn title(&self) -> &'static str {
         "negative control: the same timeline as F4 against an unfenced resource (mode=unfenced)"
     }

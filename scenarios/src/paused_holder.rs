@@ -383,7 +383,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     );
     rec.check_that(
         "the lease was free (released by B) when A resumed",
-        row.as_ref().is_some_and(|r| r.released),
+        lab.shows_released(row.as_ref()),
         format_args!(
             "lease row: {}",
             shown(

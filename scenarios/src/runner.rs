@@ -160,7 +160,8 @@ async fn run_case(
         let sut = &lab.params.sut;
         (Dialect::Postgres, sut.claims, sut.name.clone())
     };
-    rec.blind_tokens(!claims.token_at_lease);
+    let store_has_token = fencing::lease::store_kind(lab.params.store).is_none_or(|k| k.has_token);
+    rec.blind_tokens(!claims.token_at_lease || (!on_mariadb && !store_has_token));
     let before = rec.summary();
     let waived_before = rec.waived();
     let on_containers = !matches!(lab.backend(), Backend::Embedded);
@@ -199,6 +200,15 @@ async fn run_case(
                  store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
                  shows that",
                 scenario.id()
+            ));
+            Ok(())
+        }
+        Ok(()) if lab.service.is_some() && scenario.on_lock_service().is_err() => {
+            rec.skip(format!(
+                "{} does not run on the lock service {}: {}",
+                scenario.id(),
+                lab.params.store,
+                scenario.on_lock_service().err().unwrap_or_default()
             ));
             Ok(())
         }

@@ -57,6 +57,7 @@ mod imp {
                 resource_port: None,
                 lease_host: None,
                 lease_port: None,
+                store_endpoint: None,
                 loop_seed: None,
                 loop_parts: 3,
                 control_scope: None,

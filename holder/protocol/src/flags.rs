@@ -47,9 +47,10 @@ Exit status:
     after_help = AFTER_HELP
 )]
 pub struct HolderFlags {
-    /// Where the lease lives: `postgres` (the lease store and the fenced resource, SPEC §3) or
+    /// Where the lease lives: `postgres` (the lease store and the fenced resource, SPEC §3),
     /// `mariadb` (seed 000's fenced job lease and its runs; needs a holder built with the
-    /// feature `mariadb`).
+    /// feature `mariadb`), or a lock service — `redis`, `redis-plain`, `etcd`, `zookeeper` — at
+    /// `--store-endpoint` (the feature `lock-services`), the resource still on PostgreSQL.
     #[arg(long, value_name = "STORE", default_value = "postgres")]
     pub store: String,
     /// The directory of the server's Unix socket (PostgreSQL: `.s.PGSQL.<port>`; MariaDB:
@@ -111,6 +112,9 @@ pub struct HolderFlags {
     /// place where the holder can be killed with its transaction open.
     #[arg(long)]
     pub wait_before_commit: bool,
+    /// A lock service's server (`--store redis|redis-plain|etcd|zookeeper`): `host:port`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub store_endpoint: Option<String>,
     /// The lease store's server over TCP at this host (its `lease26`), instead of the Unix
     /// socket — when the lease store lives on a host of its own (F16). Several, comma-separated
     /// (a Patroni cluster's nodes): the holder connects to the one that is read-write, as libpq's
@@ -175,6 +179,7 @@ impl HolderFlags {
             resource_port,
             lease_host,
             lease_port,
+            store_endpoint,
             loop_seed,
             loop_parts,
             control_scope,
@@ -210,6 +215,9 @@ impl HolderFlags {
         }
         if let Some(port) = lease_port {
             flag("--lease-port", port.to_string().into());
+        }
+        if let Some(endpoint) = store_endpoint {
+            flag("--store-endpoint", endpoint.into());
         }
         if let Some(host) = resource_host {
             flag("--resource-host", host.into());
@@ -269,6 +277,7 @@ mod tests {
             resource_port: switch.then_some(5432),
             lease_host: switch.then(|| "172.18.0.3".into()),
             lease_port: switch.then_some(5433),
+            store_endpoint: switch.then(|| "10.0.0.9:2379".into()),
             loop_seed: switch.then_some(7),
             loop_parts: 3,
             control_scope: switch.then(|| "control".into()),
@@ -322,6 +331,7 @@ mod tests {
             resource_port: Some(1),
             lease_host: Some("ls".into()),
             lease_port: Some(2),
+            store_endpoint: Some("-x:1".into()),
             loop_seed: Some(u64::MAX),
             loop_parts: 1,
             control_scope: Some("--c".into()),

@@ -19,7 +19,8 @@ pub enum BackendArg {
     Containers,
 }
 
-/// Where the lease database lives (`--lease-store`).
+/// The lease store (`--lease-store`): the lease table — where the lease database lives — or a
+/// lock service in a container of its own, each with its own token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LeaseStoreArg {
     /// Where the backend puts it: the embedded cluster, or a container of its own.
@@ -31,6 +32,18 @@ pub enum LeaseStoreArg {
     PatroniSync,
     /// The same with `synchronous_mode_strict: true` as well: commits wait even with no standby.
     PatroniStrict,
+    /// Redis 7.0: a key set with SET NX PX and a unique value, the token an INCR of a counter key
+    /// taken with the grant (Redisson's fenced lock).
+    Redis,
+    /// Redis without a token (plain SET NX PX, as most Redis locks are): its fenced experiments
+    /// are negative results.
+    RedisPlain,
+    /// etcd 3.4: a lease on the lock key taken by a transaction; the token is the key's create
+    /// revision.
+    Etcd,
+    /// ZooKeeper 3.8: an ephemeral sequential node, the session timeout as the TTL; the token is
+    /// the node's czxid.
+    Zookeeper,
 }
 
 impl LeaseStoreArg {
@@ -38,10 +51,21 @@ impl LeaseStoreArg {
     pub fn replication(self) -> Option<scenarios::Replication> {
         use scenarios::Replication;
         match self {
-            LeaseStoreArg::Single => None,
             LeaseStoreArg::Patroni => Some(Replication::Asynchronous),
             LeaseStoreArg::PatroniSync => Some(Replication::Synchronous),
             LeaseStoreArg::PatroniStrict => Some(Replication::SynchronousStrict),
+            _ => None,
+        }
+    }
+
+    /// The lease store's name (`fencing::lease::STORES`, a holder's `--store`).
+    pub fn store(self) -> &'static str {
+        match self {
+            LeaseStoreArg::Redis => "redis",
+            LeaseStoreArg::RedisPlain => "redis-plain",
+            LeaseStoreArg::Etcd => "etcd",
+            LeaseStoreArg::Zookeeper => "zookeeper",
+            _ => "postgres",
         }
     }
 }
@@ -309,7 +333,11 @@ pub struct RunArgs {
     /// asynchronous replication, the lab and the holders talking to its leader; the resource on a
     /// container of its own; `patroni-sync`, `patroni-strict`: the same with synchronous_mode
     /// (and synchronous_mode_strict). Implies --backend containers (P0 and F1–F9 but F8 run on
-    /// it; F17 makes clusters of its own in every mode, whatever this says).
+    /// it; F17 makes clusters of its own in every mode, whatever this says). `redis`,
+    /// `redis-plain`, `etcd`, `zookeeper`: a lock service in a container of its own (image built
+    /// here on first use), each with its own token — the resource stays PostgreSQL, its floor fed
+    /// by that token; the experiments that do not apply to a lock service say skip with why.
+    /// Needs a Docker engine and --features lab/lock-services.
     #[arg(long, value_enum, default_value_t = LeaseStoreArg::Single)]
     pub lease_store: LeaseStoreArg,
 

@@ -76,6 +76,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         renew: Duration::from_millis(args.renew_ms),
         margin: Duration::from_millis(args.margin_ms),
         contenders: args.contenders,
+        store: args.lease_store.store(),
         sut: Arc::new(fence.unwrap_or(Profile::seed004()).clone()),
         // Every fence the lab offers is gated unless one was named.
         again_with: match fence {

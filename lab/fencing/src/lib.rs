@@ -51,6 +51,13 @@ pub enum Error {
     /// The caller asked for a lease whose local deadline would already be past on arrival.
     #[error("invalid lease timing: ttl {ttl_ms} ms must be greater than the safety margin {margin_ms} ms")]
     Timing { ttl_ms: u128, margin_ms: u128 },
+    /// A lock service (Redis, etcd, ZooKeeper) could not be reached or answered an error.
+    #[error("{store}: failed to {what}: {detail}")]
+    Service {
+        store: &'static str,
+        what: String,
+        detail: String,
+    },
     /// No lease store of that name can be opened here.
     #[error("no lease store {name}: the lab opens {known}")]
     UnknownStore { name: String, known: String },

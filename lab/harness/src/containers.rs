@@ -30,6 +30,8 @@
 //!   removes what a lab killed outright left behind (`lab clean`, and the next run),
 //!   [`remove_held_rules`] its holds, [`remove_this_process`] what this process's labs made.
 //! - [`hosts`]: a lab's two databases in containers, behind `harness::hosts::Hosts`.
+//! - `service` — [`ServiceContainer`]: a lock service (Redis, etcd or ZooKeeper) in a container
+//!   of its own, from [`services_image`], for `--lease-store redis|etcd|zookeeper`.
 
 use std::time::Duration;
 
@@ -43,15 +45,18 @@ mod image;
 mod network;
 pub mod patroni;
 mod pg;
+mod service;
 mod sweep;
 
 use container::docker_with;
 pub use container::{docker, Container, Spec};
 pub use hold::{remove_held_rules, tcp_state, Hold};
+use image::image_with;
 pub use image::{patroni_image, postgres_image, remove_images, suite_for, Image};
 pub use network::Network;
 use pg::{tcp_options, STARTUP_TIMEOUT};
 pub use pg::{until_logged, PgContainer};
+pub use service::{services_image, ServiceContainer};
 pub use sweep::{remove_labelled, remove_this_process};
 
 /// The label on every container and network the lab makes; its value is the run's mark.

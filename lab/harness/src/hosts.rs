@@ -457,3 +457,106 @@ pub async fn remove_marked(mark: &str) {
     #[cfg(not(feature = "containers"))]
     let _ = mark;
 }
+
+/// A lock service the lab runs as its lease store (`--lease-store redis|etcd|zookeeper`): one
+/// server in a container of its own (`containers::ServiceContainer`), on a private network of
+/// the run. Always compiled: without the feature `containers`, [`LockService::start`] answers
+/// [`NOT_BUILT`] and no value of this type can exist. End it with [`LockService::remove`] (or
+/// [`LockService::stop_and_keep`]); a run interrupted meanwhile removes it by its mark.
+pub struct LockService {
+    #[cfg(feature = "containers")]
+    server: crate::containers::ServiceContainer,
+    #[cfg(not(feature = "containers"))]
+    never: std::convert::Infallible,
+    /// `redis`, `etcd` or `zookeeper`.
+    pub service: String,
+    /// Where its image came from (built in this run and how long it took, or reused).
+    pub image_note: String,
+}
+
+impl LockService {
+    /// Starts `service` (building the image with the three services on first use); returns
+    /// once it answers on its port.
+    pub async fn start(service: &str, mark: &str) -> anyhow::Result<LockService> {
+        #[cfg(feature = "containers")]
+        {
+            use crate::containers;
+            containers::engine()
+                .await
+                .map_err(|reason| anyhow::anyhow!("--lease-store {service}: {reason}"))?;
+            let image = containers::services_image().await.map_err(|e| {
+                anyhow::anyhow!(
+                    "--lease-store {service}: no way to build the lock services' image here \
+                     ({e}); building needs root, debootstrap and the Debian archive"
+                )
+            })?;
+            let server = containers::ServiceContainer::start(service, &image, mark).await?;
+            Ok(LockService {
+                server,
+                service: service.to_owned(),
+                image_note: containers::hosts::image_note(&image),
+            })
+        }
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = mark;
+            anyhow::bail!("--lease-store {service}: {NOT_BUILT}")
+        }
+    }
+
+    /// `ip:port` of the server, where clients connect.
+    pub fn endpoint(&self) -> String {
+        #[cfg(feature = "containers")]
+        return self.server.endpoint();
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// The server's address on its network.
+    pub fn ip(&self) -> IpAddr {
+        #[cfg(feature = "containers")]
+        return self.server.ip;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// What the server says its version is.
+    pub fn version(&self) -> &str {
+        #[cfg(feature = "containers")]
+        return &self.server.version;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// The settings that bear on expiry, as the lab started it.
+    pub fn settings(&self) -> &[(String, String)] {
+        #[cfg(feature = "containers")]
+        return &self.server.settings;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// The server's log so far.
+    pub async fn log(&self) -> String {
+        #[cfg(feature = "containers")]
+        return self.server.log().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Removes it; returns once it is gone.
+    pub async fn remove(self) {
+        #[cfg(feature = "containers")]
+        self.server.remove().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Stops it and leaves its container for inspection: the line that says where.
+    pub async fn stop_and_keep(self) -> String {
+        #[cfg(feature = "containers")]
+        return self.server.stop_and_keep().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+}

@@ -54,6 +54,7 @@ impl Lab {
                 resource_port: self.servers.tcp_host(Host::Resource).map(|_| PG_PORT),
                 lease_host: self.servers.tcp_host(Host::Lease),
                 lease_port: self.servers.tcp_host(Host::Lease).map(|_| PG_PORT),
+                store_endpoint: self.service.as_ref().map(|s| s.endpoint()),
                 loop_seed: None,
                 loop_parts: 3,
                 control_scope: None,

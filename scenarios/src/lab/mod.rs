@@ -19,7 +19,7 @@ use fencing::profile::Profile;
 use fencing::publish::Publisher;
 use fencing::resource::Resource;
 use fencing::schema::{self, Database};
-use harness::hosts::Hosts;
+use harness::hosts::{Hosts, LockService};
 use harness::server::{Cluster, ClusterConfig};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -43,6 +43,9 @@ pub struct Lab {
     /// Where the lease store and the resource live: the embedded cluster ([`Lab::cluster`]) by
     /// default, containers with `--backend containers`.
     pub servers: Box<dyn Hosts>,
+    /// The lock service that is the lease store (`--lease-store redis|etcd|zookeeper`), in a
+    /// container of its own; `None` when the lease store is the lease database's table.
+    pub service: Option<LockService>,
     /// `--keep` or a failing run: the servers stay after [`Lab::shutdown`] (stopped).
     kept: bool,
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
@@ -136,9 +139,23 @@ impl Lab {
         };
         let lease_table =
             SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone());
-        let lease = match open_store(params.store, &lease_table) {
+        // A lock service as the lease store: a container of its own, started here.
+        let service = match fencing::lease::service_of(params.store) {
+            None => None,
+            Some(name) => match LockService::start(name, &run_mark).await {
+                Ok(service) => Some(service),
+                Err(e) => {
+                    servers.shutdown().await;
+                    return Err(e);
+                }
+            },
+        };
+        let lease = match open_store(params.store, &lease_table, service.as_ref()).await {
             Ok(lease) => lease,
             Err(e) => {
+                if let Some(service) = service {
+                    service.remove().await;
+                }
                 servers.shutdown().await;
                 return Err(e);
             }
@@ -149,6 +166,7 @@ impl Lab {
             resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
             publisher: Publisher::new(resource_pool),
             servers,
+            service,
             kept: false,
             adopted: Vec::new(),
             run_mark,
@@ -235,6 +253,12 @@ impl Lab {
             kept.extend(other.keep());
         }
         kept.extend(self.maria.keep());
+        if let Some(service) = &self.service {
+            kept.push(format!(
+                "the lock service {}'s container is kept, stopped, as fencing-lab-kept-…",
+                service.service
+            ));
+        }
         kept
     }
 
@@ -249,6 +273,13 @@ impl Lab {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         self.servers.shutdown().await;
+        if let Some(service) = self.service.take() {
+            if self.kept {
+                service.stop_and_keep().await;
+            } else {
+                service.remove().await;
+            }
+        }
         for other in self.adopted.drain(..) {
             other.shutdown().await;
         }
@@ -300,8 +331,10 @@ impl Lab {
     /// Makes `table` the lab's lease table, and the store of the run's kind on it the lab's lease
     /// store (it opened at the start, so it opens again).
     fn set_lease(&mut self, table: SqlLeaseStore) {
-        self.lease = open_store(self.params.store, &table)
-            .expect("the run's lease store opened on its lease table at the start");
+        // A lock service's store stays: it does not run on the table.
+        if self.service.is_none() {
+            self.lease = Arc::new(table.clone());
+        }
         self.lease_table = table;
     }
 
@@ -317,8 +350,18 @@ impl Lab {
         self.params.sut = profile;
     }
 
+    /// Whether `row` shows the lease given up: released in the lease table, or — on a lock
+    /// service, which keeps nothing of a holding once it ends — no holding at all.
+    pub fn shows_released(&self, row: Option<&fencing::lease::Holding>) -> bool {
+        match row {
+            Some(row) => row.released,
+            None => self.service.is_some(),
+        }
+    }
+
     /// Empties every table and sets the scope's floor up at 0: each scenario starts here.
     pub async fn reset(&mut self) -> anyhow::Result<()> {
+        self.lease.reset().await?;
         schema::reset(self.lease_table.pool()).await?;
         schema::reset(self.resource.pool()).await?;
         self.resource.setup_scope(SCOPE).await?;
@@ -326,13 +369,18 @@ impl Lab {
     }
 }
 
-/// The lease store `name` (`fencing::lease::STORES`) on the lab's lease table.
-fn open_store(name: &str, table: &SqlLeaseStore) -> anyhow::Result<Arc<dyn LeaseStore>> {
+/// The lease store `name` (`fencing::lease::STORES`): on the lab's lease table, or on the lock
+/// service the lab started for it.
+async fn open_store(
+    name: &str,
+    table: &SqlLeaseStore,
+    service: Option<&LockService>,
+) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let at = fencing::lease::StoreAt {
         table: table.clone(),
-        endpoints: Vec::new(),
+        endpoints: service.iter().map(|s| s.endpoint()).collect(),
     };
-    Ok(fencing::lease::open(name, &at)?)
+    Ok(fencing::lease::open(name, &at).await?)
 }
 
 #[cfg(test)]

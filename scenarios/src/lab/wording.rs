@@ -26,7 +26,9 @@ impl Lab {
     /// lease store refuses any other answer, and the recorder shows such a run's tokens as
     /// `token=–`).
     pub fn token(&self, rec: &Recorder, n: i64) -> i64 {
-        if self.params.sut.claims.token_at_lease {
+        let store_has_token =
+            fencing::lease::store_kind(self.params.store).is_none_or(|k| k.has_token);
+        if self.params.sut.claims.token_at_lease && store_has_token {
             rec.token(n)
         } else {
             0

@@ -15,6 +15,8 @@ pub const KIND: StoreKind = StoreKind {
     name: "mariadb",
     token: "fence token",
     about: "seed 000's fenced job lease on MariaDB, run by a job profile's statements (seed000's unless --sut names another)",
+    has_token: true,
+    service: None,
     open: None,
 };
 

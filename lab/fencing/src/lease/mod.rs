@@ -27,6 +27,8 @@ use crate::{Error, Result};
 #[cfg(feature = "mariadb")]
 pub mod job;
 pub mod lab_only;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod sql;
 
 pub use lab_only::operator_mistake;
@@ -161,10 +163,18 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     fn is_free<'a>(&'a self, name: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move { Ok(self.inspect(name).await?.is_none_or(|h| h.expired)) })
     }
+
+    /// (The lab only, between experiments) Forgets every holding, so that the next experiment
+    /// starts from free leases; returns once the store has committed it. Tokens do not go back.
+    /// A SQL store's table is emptied with the lab's schema instead: nothing to do here.
+    fn reset(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
-/// How a store kind opens one of its stores where the lab's servers are.
-pub type OpenStore = fn(&StoreAt) -> Result<Arc<dyn LeaseStore>>;
+/// How a store kind opens one of its stores where the lab's servers are: returns once it is
+/// connected.
+pub type OpenStore = for<'a> fn(&'a StoreAt) -> StoreFuture<'a, Arc<dyn LeaseStore>>;
 
 /// A kind of lease store the lab can run: the name a holder's `--store` gives, what it calls its
 /// token, one line about it, and how to open one where the lab's servers are.
@@ -173,6 +183,12 @@ pub struct StoreKind {
     pub name: &'static str,
     pub token: &'static str,
     pub about: &'static str,
+    /// Whether its grants carry a token (`false`: every grant answers 0; a fence fed by it has
+    /// nothing to compare, and the evidence masks the numbers).
+    pub has_token: bool,
+    /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
+    /// `zookeeper`); `None`: it runs on the lab's lease database.
+    pub service: Option<&'static str>,
     /// Opens the store at `at` (`None`: the lab opens it its own way — the job lease, which the
     /// U-series runs beside its runs on MariaDB).
     pub open: Option<OpenStore>,
@@ -194,8 +210,8 @@ impl PartialEq for StoreKind {
 }
 
 /// Where a store is opened: what the lab (or a holder process) has reached. A SQL store runs on
-/// `table`, the lease table the lab provisioned; a lock service's store would connect to
-/// `endpoints`.
+/// `table`, the lease table the lab provisioned; a lock service's store connects to `endpoints`
+/// (and takes its safety margin from `table`).
 #[derive(Debug, Clone)]
 pub struct StoreAt {
     /// The lease as a SQL table, on the lease database, with the run's profile and margin.
@@ -209,6 +225,19 @@ pub const STORES: &[StoreKind] = &[
     sql::KIND,
     #[cfg(feature = "mariadb")]
     job::KIND,
+    #[cfg(feature = "redis")]
+    redis::KIND,
+    #[cfg(feature = "redis")]
+    redis::PLAIN,
+];
+
+/// The lock services a store may run on, and the cargo feature that builds their clients: a
+/// store named here but not in [`STORES`] was left out of this build.
+pub const SERVICES: &[(&str, &str)] = &[
+    ("redis", "redis"),
+    ("redis-plain", "redis"),
+    ("etcd", "etcd"),
+    ("zookeeper", "zookeeper"),
 ];
 
 /// The store kind named `name` (a holder's `--store`).
@@ -216,11 +245,25 @@ pub fn store_kind(name: &str) -> Option<&'static StoreKind> {
     STORES.iter().find(|k| k.name == name)
 }
 
+/// The lock service the store named `name` runs on (`redis`, `etcd`, `zookeeper`), whether or
+/// not this build has its client; `None` for a store on the lab's databases.
+pub fn service_of(name: &str) -> Option<&'static str> {
+    SERVICES
+        .iter()
+        .find(|(store, _)| *store == name)
+        .map(|(_, service)| *service)
+}
+
 /// Opens the store named `name` at `at`: the one place a lease store is chosen, for the lab and
-/// for every holder process.
-pub fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
+/// for every holder process. Returns once it is connected.
+pub async fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
     let kind = store_kind(name).ok_or_else(|| Error::UnknownStore {
-        name: name.to_owned(),
+        name: match SERVICES.iter().find(|(s, _)| *s == name) {
+            Some((_, feature)) => format!(
+                "{name} (this build left its client out: build with --features fencing/{feature})"
+            ),
+            None => name.to_owned(),
+        },
         known: STORES.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
     })?;
     let open = kind.open.ok_or_else(|| Error::UnknownStore {
@@ -232,7 +275,7 @@ pub fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
             .collect::<Vec<_>>()
             .join(", "),
     })?;
-    open(at)
+    open(at).await
 }
 
 #[cfg(test)]

@@ -50,6 +50,11 @@ impl SqlLeaseStore {
         &self.pool
     }
 
+    /// What is subtracted from every TTL to form the local deadline.
+    pub fn margin(&self) -> Duration {
+        self.margin
+    }
+
     /// The lease side of the profile this store runs.
     pub fn sql(&self) -> &LeaseSql {
         &self.profile.lease
@@ -214,7 +219,9 @@ pub const KIND: StoreKind = StoreKind {
     name: "postgres",
     token: "token column",
     about: "a lease table on PostgreSQL, run by a profile's statements (seed 004's unless --sut names another)",
-    open: Some(|at| Ok(Arc::new(at.table.clone()))),
+    has_token: true,
+    service: None,
+    open: Some(|at| Box::pin(async move { Ok(Arc::new(at.table.clone()) as Arc<dyn LeaseStore>) })),
 };
 
 impl LeaseStore for SqlLeaseStore {

@@ -49,7 +49,11 @@ pub async fn patroni_image(major: u32) -> Result<Image, ContainerError> {
 }
 
 /// The image for PostgreSQL `major` and `extra` packages, tagged `<major>-<flavour><suite>-<hash>`.
-async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, ContainerError> {
+pub(super) async fn image_with(
+    major: u32,
+    flavour: &str,
+    extra: &[&str],
+) -> Result<Image, ContainerError> {
     let _one_at_a_time = BUILDING.lock().await;
     let suite = suite_for(major).ok_or_else(|| ContainerError::Cli {
         what: format!("PostgreSQL {major}"),

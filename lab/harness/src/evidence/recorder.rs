@@ -140,6 +140,13 @@ impl Recorder {
         }
     }
 
+    /// A new timeline within the open case (a part that starts again from free leases after
+    /// `Lab::reset`): the seed's token numbers count from 1 again, bound afresh to the store's
+    /// tokens — a lock service's counter or revision does not start again, a table's does.
+    pub fn restart_tokens(&mut self) {
+        self.tokens.reset();
+    }
+
     /// The store's token for the seed's token number `n` in the open case (`token=n` in an
     /// expected text): the one a passing check bound to `n`, or `n` itself before any did.
     pub fn token(&self, n: i64) -> i64 {
