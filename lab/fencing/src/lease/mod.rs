@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "mariadb")]
 pub mod job;
 pub mod lab_only;
@@ -229,6 +231,8 @@ pub const STORES: &[StoreKind] = &[
     redis::KIND,
     #[cfg(feature = "redis")]
     redis::PLAIN,
+    #[cfg(feature = "etcd")]
+    etcd::KIND,
 ];
 
 /// The lock services a store may run on, and the cargo feature that builds their clients: a
