@@ -36,7 +36,7 @@ impl Scenario for F10 {
         "F10"
     }
 
-    fn on_lock_service(&self) -> Result<(), &'static str> {
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
     }
 

@@ -37,7 +37,7 @@ impl Scenario for F12 {
         "F12"
     }
 
-    fn on_lock_service(&self) -> Result<(), &'static str> {
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
     }
 

@@ -37,7 +37,7 @@ impl Scenario for F3 {
         "F3"
     }
 
-    fn on_lock_service(&self) -> Result<(), &'static str> {
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
     }
 

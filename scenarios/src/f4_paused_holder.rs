@@ -18,7 +18,7 @@ impl Scenario for F4 {
         "F4"
     }
 
-    fn on_lock_service(&self) -> Result<(), &'static str> {
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
     }
 

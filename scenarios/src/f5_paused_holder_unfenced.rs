@@ -19,7 +19,7 @@ impl Scenario for F5 {
         "F5"
     }
 
-    fn on_lock_service(&self) -> Result<(), &'static str> {
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
     }
 

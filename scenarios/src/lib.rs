@@ -94,11 +94,12 @@ pub trait Scenario: Sync {
     fn on_patroni(&self) -> bool {
         self.on_containers()
     }
-    /// Whether it runs on a lock service as the lease store (`--lease-store redis|etcd|
-    /// zookeeper`): the experiments whose fault acts on a holder or on the lease as any store
-    /// grants it (F1, F3, F4, F5, F10, F12, F13). `Err` says why not — what it acts on that a
-    /// lock service does not have — for the `skip` line.
-    fn on_lock_service(&self) -> Result<(), &'static str> {
+    /// Whether it runs on the lock service `store` as the lease store (`--lease-store redis|
+    /// etcd|zookeeper`): the experiments whose fault acts on a holder or on the lease as any
+    /// store grants it (F1, F3, F4, F5, F10, F12, F13). `Err` says why not — what it acts on
+    /// that the service does not have — for the `skip` line.
+    fn on_lock_service(&self, store: &str) -> Result<(), &'static str> {
+        let _ = store;
         Err("it acts on the lease table itself (its SQL, its server's crash or replication), which a lock service does not have; it runs with --lease-store single")
     }
     /// Whether it must run with no other experiment at once (`lab run --jobs`): it stops or

@@ -203,12 +203,15 @@ async fn run_case(
             ));
             Ok(())
         }
-        Ok(()) if lab.service.is_some() && scenario.on_lock_service().is_err() => {
+        Ok(()) if lab.service.is_some() && scenario.on_lock_service(lab.params.store).is_err() => {
             rec.skip(format!(
                 "{} does not run on the lock service {}: {}",
                 scenario.id(),
                 lab.params.store,
-                scenario.on_lock_service().err().unwrap_or_default()
+                scenario
+                    .on_lock_service(lab.params.store)
+                    .err()
+                    .unwrap_or_default()
             ));
             Ok(())
         }

@@ -32,6 +32,8 @@ pub mod lab_only;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod sql;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use lab_only::operator_mistake;
 pub use sql::{stmt, SqlLeaseStore};
@@ -45,6 +47,11 @@ pub struct Grant {
     pub token: i64,
     pub ttl: Duration,
     local_deadline: Instant,
+    /// What the store needs to find this holding again, opaque to everyone else (a Redis
+    /// lock's unique value, a ZooKeeper node's path); empty where the name and token suffice.
+    /// It travels with the grant, so that another client of the store — a holder's renewer —
+    /// can renew what this one acquired.
+    pub handle: String,
 }
 
 impl Grant {
@@ -63,7 +70,14 @@ impl Grant {
             token,
             ttl,
             local_deadline,
+            handle: String::new(),
         }
+    }
+
+    /// The grant with the store's handle on its holding.
+    pub fn with_handle(mut self, handle: String) -> Self {
+        self.handle = handle;
+        self
     }
 
     /// The monotonic instant after which the holder must stop starting new work.
@@ -233,6 +247,8 @@ pub const STORES: &[StoreKind] = &[
     redis::PLAIN,
     #[cfg(feature = "etcd")]
     etcd::KIND,
+    #[cfg(feature = "zookeeper")]
+    zookeeper::KIND,
 ];
 
 /// The lock services a store may run on, and the cargo feature that builds their clients: a

@@ -69,9 +69,6 @@ pub struct RedisLeaseStore {
     margin: Duration,
     /// With a token (`redis`) or without (`redis-plain`).
     fenced: bool,
-    /// The value of each holding this client took that carries no token (`redis-plain`): the
-    /// nonce that makes it unique, by holder and lease.
-    nonces: Arc<std::sync::Mutex<std::collections::HashMap<(String, String), u64>>>,
 }
 
 impl std::fmt::Debug for RedisLeaseStore {
@@ -117,24 +114,12 @@ impl RedisLeaseStore {
             endpoint: endpoint.to_owned(),
             margin,
             fenced,
-            nonces: Arc::default(),
         })
     }
 
-    /// The value this client set for `grant`'s holding.
-    fn value_of(&self, grant: &Grant) -> String {
-        if self.fenced {
-            format!("{} {}", grant.holder, grant.token)
-        } else {
-            let nonce = self
-                .nonces
-                .lock()
-                .expect("nonces")
-                .get(&(grant.name.clone(), grant.holder.clone()))
-                .copied()
-                .unwrap_or_default();
-            format!("{} n{nonce}", grant.holder)
-        }
+    /// The value the store set for `grant`'s holding: its handle.
+    fn value_of(grant: &Grant) -> &str {
+        &grant.handle
     }
 
     async fn acquire_now(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
@@ -161,13 +146,12 @@ impl RedisLeaseStore {
             .await
             .map_err(|e| failed("acquire the lock (SET NX PX)", e))?;
         Ok(token.map(|token| {
-            if !self.fenced {
-                self.nonces
-                    .lock()
-                    .expect("nonces")
-                    .insert((name.to_owned(), holder.to_owned()), nonce);
-            }
-            Grant::new(name, holder, token, ttl, sent + (ttl - self.margin))
+            let value = if self.fenced {
+                format!("{holder} {token}")
+            } else {
+                format!("{holder} n{nonce}")
+            };
+            Grant::new(name, holder, token, ttl, sent + (ttl - self.margin)).with_handle(value)
         }))
     }
 
@@ -175,7 +159,7 @@ impl RedisLeaseStore {
         let sent = Instant::now();
         let renewed: i64 = Script::new(RENEW)
             .key(keys(&grant.name).0)
-            .arg(self.value_of(grant))
+            .arg(Self::value_of(grant))
             .arg(grant.ttl.as_millis() as u64)
             .invoke_async(&mut self.con.clone())
             .await
@@ -189,7 +173,7 @@ impl RedisLeaseStore {
     async fn release_now(&self, grant: &Grant) -> Result<bool> {
         let released: i64 = Script::new(RELEASE)
             .key(keys(&grant.name).0)
-            .arg(self.value_of(grant))
+            .arg(Self::value_of(grant))
             .invoke_async(&mut self.con.clone())
             .await
             .map_err(|e| failed("release the lock (compare value, DEL)", e))?;

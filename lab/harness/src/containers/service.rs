@@ -108,7 +108,7 @@ fn recipe(service: &str) -> Option<Recipe> {
                      exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
                      -Dzookeeper.log.dir=/tmp -Dzookeeper.root.logger=INFO,CONSOLE \
                      -Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties \
-                     -cp \"$(ls /usr/share/java/*.jar | tr '\\n' ':')/etc/zookeeper/conf\" \
+                     -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar \
                      org.apache.zookeeper.server.ZooKeeperServerMain /tmp/zoo.cfg 1>&2"
                     .into(),
             ready: "binding to port",
