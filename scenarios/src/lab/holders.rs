@@ -71,6 +71,21 @@ impl Lab {
         Ok(harness::wait::until(&what, self.params.wait_timeout, || lease.is_free(LEASE)).await?)
     }
 
+    /// A client of the run's lease store on a connection (a session) of its own (F3's
+    /// contenders): for a lock service, a new client of it; for the lease table,
+    /// [`Lab::own_lease_client`].
+    pub async fn own_store_client(
+        &self,
+    ) -> anyhow::Result<std::sync::Arc<dyn fencing::lease::LeaseStore>> {
+        let table = if self.service.is_some() {
+            // The service's client takes only its margin from the table.
+            self.lease_table.clone()
+        } else {
+            self.own_lease_client().await?
+        };
+        super::open_store(self.params.store, &table, self.service.as_ref()).await
+    }
+
     /// A lease client with its own single connection, already open (F3's contenders).
     pub async fn own_lease_client(&self) -> anyhow::Result<SqlLeaseStore> {
         let pool = PgPoolOptions::new()

@@ -371,7 +371,7 @@ impl Lab {
 
 /// The lease store `name` (`fencing::lease::STORES`): on the lab's lease table, or on the lock
 /// service the lab started for it.
-async fn open_store(
+pub(super) async fn open_store(
     name: &str,
     table: &SqlLeaseStore,
     service: Option<&LockService>,

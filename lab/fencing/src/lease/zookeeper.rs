@@ -36,7 +36,8 @@ pub struct ZkLeaseStore {
     /// The store's own session, for reads and for renewals of holdings another client took.
     own: zk::Client,
     /// The session of each holding this client took, by its node's path: it lives while this
-    /// process runs, and ends with the release.
+    /// client does; the release deletes the node, and dropping the client ends the connection
+    /// without closing the session (the server expires it, and a node still in it).
     sessions: Mutex<HashMap<String, zk::Client>>,
 }
 
@@ -81,12 +82,19 @@ fn sessions_runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// A new session at `endpoint` with `timeout`, its tasks on [`sessions_runtime`].
-async fn session(endpoint: &str, timeout: Duration) -> Result<zk::Client> {
+/// A new session at `endpoint` with `timeout`, its tasks on [`sessions_runtime`]. `detached`:
+/// dropping the client does not close the session — its connection ends without a word and the
+/// server expires it after its timeout, as when a holder dies (a holding's session); otherwise
+/// dropping it closes it.
+async fn session(endpoint: &str, timeout: Duration, detached: bool) -> Result<zk::Client> {
     let at = endpoint.to_owned();
     sessions_runtime()
         .spawn(async move {
-            zk::Client::connector()
+            let mut connector = zk::Client::connector();
+            if detached {
+                connector = connector.with_detached();
+            }
+            connector
                 .with_session_timeout(timeout)
                 .with_connection_timeout(CONNECT_TIMEOUT)
                 .connect(&at)
@@ -104,7 +112,7 @@ async fn session(endpoint: &str, timeout: Duration) -> Result<zk::Client> {
 impl ZkLeaseStore {
     /// Connects to the server at `endpoint` (`host:port`).
     pub async fn connect(endpoint: &str, margin: Duration) -> Result<Self> {
-        let own = session(endpoint, OWN_SESSION).await?;
+        let own = session(endpoint, OWN_SESSION, false).await?;
         Ok(ZkLeaseStore {
             endpoint: endpoint.to_owned(),
             margin,
@@ -143,7 +151,7 @@ impl ZkLeaseStore {
         self.ensure(ROOT).await?;
         self.ensure(&parent(name)).await?;
         let sent = Instant::now();
-        let mine = session(&self.endpoint, ttl).await?;
+        let mine = session(&self.endpoint, ttl, true).await?;
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let (stat, seq) = mine
             .create(
@@ -201,7 +209,7 @@ impl ZkLeaseStore {
             Err(zk::Error::NoNode) => false,
             Err(e) => return Err(failed("delete the holding's node", e)),
         };
-        // The holding's session ends with it (dropping the client closes it).
+        // The holding's connection ends with it; its session, empty now, expires on the server.
         drop(mine);
         Ok(deleted)
     }
