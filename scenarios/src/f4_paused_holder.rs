@@ -22,6 +22,10 @@ impl Scenario for F4 {
         Ok(())
     }
 
+    fn again_on_stores(&self) -> bool {
+        true
+    }
+
     fn title(&self) -> &'static str {
         "the paused old holder: lease expires while A is frozen, B takes over, A resumes (fenced)"
     }

@@ -23,6 +23,10 @@ impl Scenario for F5 {
         Ok(())
     }
 
+    fn again_on_stores(&self) -> bool {
+        true
+    }
+
     fn title(&self) -> &'static str {
         "negative control: the same timeline as F4 against an unfenced resource (mode=unfenced)"
     }

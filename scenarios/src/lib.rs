@@ -102,6 +102,11 @@ pub trait Scenario: Sync {
         let _ = store;
         Err("it acts on the lease table itself (its SQL, its server's crash or replication), which a lock service does not have; it runs with --lease-store single")
     }
+    /// Whether the default run repeats it on every lock service of the build
+    /// ([`Params::again_on`]): F4 and F5, the paused holder fenced and unfenced.
+    fn again_on_stores(&self) -> bool {
+        false
+    }
     /// Whether it must run with no other experiment at once (`lab run --jobs`): it stops or
     /// crashes a server, or measures timing that the load of another experiment would distort.
     fn runs_alone(&self) -> bool {

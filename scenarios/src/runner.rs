@@ -127,6 +127,28 @@ pub async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) 
 /// of [`Params::again_with`].
 async fn run_scenario(lab: &mut Lab, rec: &mut Recorder, scenario: &dyn Scenario) {
     let ran = run_case(lab, rec, scenario, scenario.id(), scenario.title()).await;
+    if ran && scenario.again_on_stores() && lab.service.is_none() {
+        for store in lab.params.again_on.clone() {
+            let id = format!("{}-{store}", scenario.id());
+            let title = format!(
+                "{} — again, on the lock service {store} (--lease-store {store})",
+                scenario.title()
+            );
+            match lab.use_store(store).await {
+                Ok(()) => {
+                    run_case(lab, rec, scenario, &id, &title).await;
+                }
+                Err(e) => {
+                    rec.case_with_lanes(&id, &title, scenario.lanes());
+                    rec.skip(format!("{e:#}"));
+                    rec.end_case();
+                }
+            }
+        }
+        if let Err(e) = lab.use_store(fencing::lease::sql::KIND.name).await {
+            rec.abort(&format!("{e:#}"));
+        }
+    }
     if !ran || !scenario.fence_dependent() {
         return;
     }

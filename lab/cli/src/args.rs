@@ -341,6 +341,14 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = LeaseStoreArg::Single)]
     pub lease_store: LeaseStoreArg,
 
+    /// With the lease table as the store: the lock services on which F4 and F5 run again, each
+    /// as a case of its own (F4-redis), comma-separated, or `none`. Default: every lock service
+    /// this build has a client for (--features lab/lock-services) and whose lock has a token —
+    /// redis, etcd, zookeeper. Each runs in a container of its own: without a Docker engine
+    /// those cases say skip.
+    #[arg(long, value_name = "STORES")]
+    pub again_on: Option<String>,
+
     /// One container run per PostgreSQL major version (13: Debian bullseye, 15: bookworm, 17:
     /// trixie), each with its own evidence in <evidence-dir>/pgN, then a matrix of version ×
     /// experiment (matrix.md). Implies --backend containers.

@@ -44,6 +44,45 @@ pub struct Config {
     mariadb: String,
 }
 
+/// The lock services F4 and F5 run again on (`--again-on`): every one of the build with a
+/// token by default, none when a store was named.
+fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
+    let offered = || {
+        fencing::lease::STORES
+            .iter()
+            .filter(|k| k.service.is_some() && k.has_token)
+    };
+    match args.again_on.as_deref() {
+        None if args.lease_store == LeaseStoreArg::Single => {
+            Ok(offered().map(|k| k.name).collect())
+        }
+        None | Some("none") => Ok(Vec::new()),
+        Some(_) if args.lease_store != LeaseStoreArg::Single => {
+            bail!("--again-on repeats F4 and F5 on lock services when the lease table is the store: drop --lease-store, or --again-on")
+        }
+        Some(list) => list
+            .split(',')
+            .map(|name| {
+                offered()
+                    .find(|k| k.name == name.trim())
+                    .map(|k| k.name)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                        "--again-on {name}: not a lock service of this build with a token; pass \
+                         some of {} (or none){}",
+                        offered().map(|k| k.name).collect::<Vec<_>>().join(", "),
+                        if offered().next().is_none() {
+                            " — this build has none: build with --features lab/lock-services"
+                        } else {
+                            ""
+                        }
+                    )
+                    })
+            })
+            .collect(),
+    }
+}
+
 /// Checks the arguments, finds the server binaries and makes sure the evidence directory can
 /// be written. Every error is one line that names the problem and the fix.
 pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
@@ -77,6 +116,9 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         margin: Duration::from_millis(args.margin_ms),
         contenders: args.contenders,
         store: args.lease_store.store(),
+        // F4 and F5 again on every lock service this build has a client for (with a token),
+        // unless a store was named.
+        again_on: again_on(&args)?,
         sut: Arc::new(fence.unwrap_or(Profile::seed004()).clone()),
         // Every fence the lab offers is gated unless one was named.
         again_with: match fence {
@@ -109,12 +151,14 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                     jobs: Arc::new(jobs),
                     sut_dialect: Some(Dialect::Mariadb),
                     again_with: Vec::new(),
+                    again_on: Vec::new(),
                     ..params
                 },
                 Sut::Pg(profile) => {
                     let params = Params {
                         sut_dialect: Some(Dialect::Postgres),
                         again_with: Vec::new(),
+                        again_on: Vec::new(),
                         ..params
                     };
                     Params {
@@ -129,6 +173,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
     let params = if args.step {
         Params {
             again_with: Vec::new(),
+            again_on: Vec::new(),
             ..params
         }
     } else {

@@ -46,6 +46,9 @@ pub struct Lab {
     /// The lock service that is the lease store (`--lease-store redis|etcd|zookeeper`), in a
     /// container of its own; `None` when the lease store is the lease database's table.
     pub service: Option<LockService>,
+    /// Lock services started for a store the lab no longer uses ([`Lab::use_store`]), kept for
+    /// the next case that does.
+    idle_services: Vec<LockService>,
     /// `--keep` or a failing run: the servers stay after [`Lab::shutdown`] (stopped).
     kept: bool,
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
@@ -167,6 +170,7 @@ impl Lab {
             publisher: Publisher::new(resource_pool),
             servers,
             service,
+            idle_services: Vec::new(),
             kept: false,
             adopted: Vec::new(),
             run_mark,
@@ -253,7 +257,7 @@ impl Lab {
             kept.extend(other.keep());
         }
         kept.extend(self.maria.keep());
-        if let Some(service) = &self.service {
+        for service in self.service.iter().chain(&self.idle_services) {
             kept.push(format!(
                 "the lock service {}'s container is kept, stopped, as fencing-lab-kept-…",
                 service.service
@@ -273,7 +277,12 @@ impl Lab {
             let _ = tokio::time::timeout(Duration::from_secs(5), pool.close()).await;
         }
         self.servers.shutdown().await;
-        if let Some(service) = self.service.take() {
+        for service in self
+            .service
+            .take()
+            .into_iter()
+            .chain(self.idle_services.drain(..))
+        {
             if self.kept {
                 service.stop_and_keep().await;
             } else {
@@ -348,6 +357,36 @@ impl Lab {
         ));
         self.resource = Resource::with_profile(self.resource.pool().clone(), profile.clone());
         self.params.sut = profile;
+    }
+
+    /// Makes the store named `store` the lab's lease store (`fencing::lease::STORES`): the lease
+    /// table, or a lock service — started on first use, kept (idle) for the next. Returns once
+    /// it is open; on an error the lease table is the store.
+    pub async fn use_store(&mut self, store: &'static str) -> anyhow::Result<()> {
+        if let Some(service) = self.service.take() {
+            self.idle_services.push(service);
+        }
+        self.lease = Arc::new(self.lease_table.clone());
+        self.params.store = fencing::lease::sql::KIND.name;
+        let Some(name) = fencing::lease::service_of(store) else {
+            return Ok(());
+        };
+        let service = match self.idle_services.iter().position(|s| s.service == name) {
+            Some(i) => self.idle_services.remove(i),
+            None => LockService::start(name, &self.run_mark).await?,
+        };
+        match open_store(store, &self.lease_table, Some(&service)).await {
+            Ok(lease) => {
+                self.lease = lease;
+                self.service = Some(service);
+                self.params.store = store;
+                Ok(())
+            }
+            Err(e) => {
+                self.idle_services.push(service);
+                Err(e)
+            }
+        }
     }
 
     /// Whether `row` shows the lease given up: released in the lease table, or — on a lock

@@ -43,6 +43,11 @@ pub struct Params {
     /// The lease store every experiment and every holder asks, by its name in
     /// `fencing::lease::STORES`: `postgres`, the profile's lease table.
     pub store: &'static str,
+    /// The lock services (their stores' names) on which each experiment that gates on them
+    /// ([`crate::Scenario::again_on_stores`]: F4, F5) runs again, as a case of its own
+    /// (`F4-redis`), when the run's store is the lease table: every store of this build with a
+    /// token, unless `--lease-store` named one.
+    pub again_on: Vec<&'static str>,
 }
 
 /// The lease every scenario contends for.
@@ -69,6 +74,7 @@ impl Default for Params {
             jobs: Arc::new(JobProfile::seed000().clone()),
             sut_dialect: None,
             store: "postgres",
+            again_on: Vec::new(),
         }
     }
 }
