@@ -173,6 +173,9 @@ async fn run_case(
     title: &str,
 ) -> bool {
     rec.case_with_lanes(id, title, scenario.lanes());
+    if let Some(service) = lab.describe_service() {
+        rec.note(format!("lease store: {service}"));
+    }
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
     let on_mariadb = matches!(scenario.needs(), Needs::MariaDb);
     let (series, claims, sut_name) = if on_mariadb {

@@ -349,6 +349,18 @@ impl Config {
             ("backend".to_owned(), lab.describe_servers()),
             ("mariadb_binaries".to_owned(), self.mariadb.clone()),
         ];
+        if let Some(service) = lab.describe_service() {
+            env.push(("lease_store".to_owned(), service));
+        }
+        if !p.again_on.is_empty() {
+            env.push((
+                "again_on".to_owned(),
+                format!(
+                    "F4 and F5 again on the lock services {} (each in a container of its own, started on first use; its version and settings in each case's first note)",
+                    p.again_on.join(", ")
+                ),
+            ));
+        }
         let names = [
             "fsync",
             "synchronous_commit",

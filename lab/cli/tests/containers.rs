@@ -517,3 +517,97 @@ fn chaos_fails_a_patroni_lease_store_over_and_the_fence_holds() -> anyhow::Resul
     assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
     Ok(())
 }
+
+/// `--lease-store redis|etcd|zookeeper` (issue 28): each lock service, in a container of its own,
+/// runs F1, F3, F4, F5, F10, F12 and F13 with its own token and passes — every experiment ran,
+/// none failed; the one skip is F13 on ZooKeeper, with why — and leaves nothing. The token-less
+/// Redis lock is the negative result: F4's fenced resource accepts A's stale write (a FAIL, never
+/// a pass) and F5's control exposes it.
+#[cfg(feature = "lock-services")]
+#[test]
+fn each_lock_service_passes_the_experiments_with_its_own_token_and_redis_plain_does_not(
+) -> anyhow::Result<()> {
+    let Some(sandbox) = sandbox()? else {
+        return Ok(());
+    };
+    let only = "F1,F3,F4,F5,F10,F12,F13";
+    for (store, token) in [
+        ("redis", "INCR of the lock's counter key"),
+        ("etcd", "create revision of the lock key"),
+        ("zookeeper", "czxid of the lock's ephemeral sequential node"),
+    ] {
+        let (pid, code, out) = lab_run(
+            sandbox.path(),
+            store,
+            &[
+                "--lease-store",
+                store,
+                "--fenced-mode",
+                "fenced-scope",
+                "--only",
+                only,
+            ],
+        )?;
+        assert_eq!(code, 0, "{only} on {store} did not pass:\n{out}");
+        assert!(!out.contains("  FAIL"), "{out}");
+        for id in only.split(',') {
+            assert!(
+                out.contains(&format!("CASE {id} ")),
+                "{id} did not run on {store}:\n{out}"
+            );
+        }
+        let skips: Vec<&str> = out.lines().filter(|l| l.starts_with("  skip")).collect();
+        let expected_skips = if store == "zookeeper" { 2 } else { 1 };
+        assert_eq!(
+            skips.len(),
+            expected_skips,
+            "P0 (and F13 on ZooKeeper) skip, nothing else:\n{out}"
+        );
+        if store == "zookeeper" {
+            assert!(
+                skips
+                    .iter()
+                    .any(|l| l.contains("F13") && l.contains("heartbeats")),
+                "F13 says why it skips on ZooKeeper:\n{out}"
+            );
+        }
+        assert!(
+            out.contains(token),
+            "the environment names {store}'s token ({token}):\n{out}"
+        );
+        assert_eq!(
+            left_by(pid),
+            (0, 0, 0),
+            "{store}: containers, networks, rules left"
+        );
+    }
+
+    let (pid, code, out) = lab_run(
+        sandbox.path(),
+        "redis-plain",
+        &[
+            "--lease-store",
+            "redis-plain",
+            "--fenced-mode",
+            "fenced-scope",
+            "--only",
+            "F4,F5",
+        ],
+    )?;
+    assert_eq!(code, 1, "redis-plain's fenced F4 must fail:\n{out}");
+    assert!(
+        out.contains("  FAIL A's stale write is rejected by the resource (expected=WRITE accepted=false token=–, actual=WRITE accepted=true token=–)"),
+        "F4 on a lock without a token: the stale write accepted, as a FAIL:\n{out}"
+    );
+    assert!(
+        out.contains("  ok   negative control exposes: without a token check at the resource, A's stale result overwrote B's"),
+        "F5's control exposes it:\n{out}"
+    );
+    remove_marked_by(pid);
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0),
+        "redis-plain: containers, networks, rules left"
+    );
+    Ok(())
+}

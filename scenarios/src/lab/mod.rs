@@ -216,6 +216,25 @@ impl Lab {
         self.servers.describe()
     }
 
+    /// The lock service that is the lease store, in one line — what it is, where, its token and
+    /// the settings that bear on expiry; `None` when the lease table is the store.
+    pub fn describe_service(&self) -> Option<String> {
+        let service = self.service.as_ref()?;
+        let token = self.lease.token_name();
+        let settings: Vec<String> = service
+            .settings()
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        Some(format!(
+            "{} ({}) at {}, a container of its own; token: {token}; {}",
+            self.params.store,
+            service.version(),
+            service.endpoint(),
+            settings.join("; ")
+        ))
+    }
+
     /// Which backend the lab runs on.
     pub fn backend(&self) -> Backend {
         self.servers.backend()
