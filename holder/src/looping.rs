@@ -14,10 +14,11 @@
 //! look for the read-write one again: a failover moves the lease store under it.
 
 use std::io::{self, BufRead as _};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencing::lease::{Grant, SqlLeaseStore};
+use fencing::lease::{Grant, LeaseStore, SqlLeaseStore};
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
 use holder_protocol::{Event, HolderFlags, OpKind, OpPhase};
@@ -48,7 +49,7 @@ pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String
         // Chaos runs the lab's own lease (its history checker reads seed004's tables) and the
         // fence of the profile the lab resolved (`--sut`: a seed004 form).
         let sut = crate::sut_of(flags)?;
-        let lease = SqlLeaseStore::new(connect(flags, Database::Lease).await, margin);
+        let lease = open_lease(flags, margin).await?;
         let resource = Resource::with_profile(connect(flags, Database::Resource).await, sut);
         let mut worker = Worker {
             flags,
@@ -62,6 +63,24 @@ pub fn run(flags: &HolderFlags, mode: WriteMode, seed: u64) -> Result<(), String
             worker.one_holding().await;
         }
     })
+}
+
+/// The run's lease store (`--store`): the lease table on a pool of the lease database, or a
+/// lock service at `--store-endpoint` (retried until it answers, as the pool is).
+async fn open_lease(flags: &HolderFlags, margin: Duration) -> Result<Arc<dyn LeaseStore>, String> {
+    let table = SqlLeaseStore::new(connect(flags, Database::Lease).await, margin);
+    let at = fencing::lease::StoreAt {
+        table,
+        endpoints: flags.store_endpoint.iter().cloned().collect(),
+    };
+    loop {
+        match fencing::lease::open(&flags.store, &at).await {
+            Ok(lease) => return Ok(lease),
+            Err(e @ fencing::Error::UnknownStore { .. }) => return Err(e.to_string()),
+            // Polling the service's state (does it answer?), as `connect` polls the server's.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
 }
 
 /// A pool to `db`, retried until the server answers: a holder started while the cluster is
@@ -80,7 +99,7 @@ async fn connect(flags: &HolderFlags, db: Database) -> sqlx::PgPool {
 struct Worker<'a> {
     flags: &'a HolderFlags,
     mode: WriteMode,
-    lease: SqlLeaseStore,
+    lease: Arc<dyn LeaseStore>,
     resource: Resource,
     rng: ChaCha8Rng,
     next_id: u64,
@@ -220,9 +239,10 @@ impl Worker<'_> {
     async fn lease_failed(&mut self) {
         if several_lease_hosts(self.flags) {
             let margin = Duration::from_millis(self.flags.margin_ms);
-            let pool = connect(self.flags, Database::Lease).await;
-            let old = std::mem::replace(&mut self.lease, SqlLeaseStore::new(pool, margin));
-            old.pool().close().await;
+            if let Ok(lease) = open_lease(self.flags, margin).await {
+                // The old store's pool closes when its last user drops it.
+                self.lease = lease;
+            }
         }
     }
 

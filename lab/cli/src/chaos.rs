@@ -129,6 +129,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
     let params = Params {
         sut: std::sync::Arc::new(profile.clone()),
+        store: args.lease_store.store(),
         ..Params::default()
     };
     let cluster = ClusterConfig {

@@ -512,6 +512,14 @@ impl LockService {
         match self.never {}
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        #[cfg(feature = "containers")]
+        return self.server.port;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
     /// The server's address on its network.
     pub fn ip(&self) -> IpAddr {
         #[cfg(feature = "containers")]

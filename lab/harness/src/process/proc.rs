@@ -57,3 +57,36 @@ pub fn group_members(pgid: u32) -> Vec<(i32, String, char)> {
 pub fn exists(pid: u32) -> bool {
     procfs::process::Process::new(pid as i32).is_ok_and(|p| p.stat().is_ok())
 }
+
+/// The local ports of the TCP connections the process `pid` holds open to `dst:port` (every
+/// thread's: they share the descriptors), read from `/proc/<pid>/fd` and the process's
+/// network namespace's `/proc/<pid>/net/tcp`, lowest first. What a network hold needs to cut one
+/// process off from one server when the server cannot name its clients (a lock service).
+pub fn tcp_ports_to(pid: u32, dst: std::net::IpAddr, port: u16) -> io::Result<Vec<u16>> {
+    use procfs::process::FDTarget;
+    let to_io = |e: procfs::ProcError| io::Error::other(e.to_string());
+    let process = procfs::process::Process::new(pid as i32).map_err(to_io)?;
+    let sockets: std::collections::HashSet<u64> = process
+        .fd()
+        .map_err(to_io)?
+        .filter_map(Result::ok)
+        .filter_map(|fd| match fd.target {
+            FDTarget::Socket(inode) => Some(inode),
+            _ => None,
+        })
+        .collect();
+    let mut ports: Vec<u16> = process
+        .tcp()
+        .map_err(to_io)?
+        .into_iter()
+        .filter(|c| {
+            sockets.contains(&c.inode)
+                && c.remote_address.ip() == dst
+                && c.remote_address.port() == port
+        })
+        .map(|c| c.local_address.port())
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    Ok(ports)
+}
