@@ -151,12 +151,18 @@ pub enum Command {
     /// Kubernetes Leases and the exercises' planted flaws (which must not).
     /// Exit 0 when every design came out as expected, 1 when not, 2 when one could not run.
     #[command(
-        after_help = "Examples:\n  lab grade\n  lab grade --sut stale-write.toml\n  lab grade --sut shedlock-style"
+        after_help = "Examples:\n  lab grade\n  lab grade --sut stale-write.toml\n  lab grade --sut shedlock-style\n  lab grade --lease-store etcd --lease-store redis-plain"
     )]
     Grade {
         /// Grade this profile (a built-in's name or a file); repeatable.
         #[arg(long, value_name = "PROFILE")]
         sut: Vec<String>,
+        /// Grade this lock service as the lease store, the lab's own fence at the resource:
+        /// redis (its INCR token), redis-plain (no token), etcd, zookeeper; repeatable. Without
+        /// --sut or --lease-store the card grades every built-in design and every lock service
+        /// of the build (in containers: a Docker engine must answer).
+        #[arg(long, value_name = "STORE")]
+        lease_store: Vec<String>,
         /// Where the card goes (report-card.md), and each design's evidence (grade/<design>/).
         #[arg(long, value_name = "DIR", default_value = "evidence")]
         evidence_dir: PathBuf,

@@ -80,18 +80,76 @@ impl Row {
     }
 }
 
-pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> Ended {
-    let mut designs: Vec<(String, String, bool)> = Vec::new();
+pub fn run(suts: Vec<String>, stores: Vec<String>, evidence_dir: PathBuf) -> Ended {
+    for store in &stores {
+        let known = fencing::lease::STORES
+            .iter()
+            .any(|k| k.service.is_some() && k.name == store);
+        if !known {
+            eprintln!(
+                "lab grade: --lease-store {store}: not a lock service of this build; pass one of: {}{}",
+                fencing::lease::STORES
+                    .iter()
+                    .filter(|k| k.service.is_some())
+                    .map(|k| k.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if fencing::lease::SERVICES.iter().any(|(s, _)| s == store) {
+                    " (build with --features lab/lock-services,holder/lock-services: ./run.sh does when a Docker engine answers)"
+                } else {
+                    ""
+                }
+            );
+            return Ended::CouldNotRun;
+        }
+    }
+    let every = suts.is_empty() && stores.is_empty();
+    // Each design: its name, where it came from, whether it is expected to hold, and how a run
+    // selects it (`--sut` a profile, or `--lease-store` a lock service).
+    let mut designs: Vec<(String, String, bool, [String; 2])> = Vec::new();
+    let sut = |s: &str| ["--sut".to_owned(), s.to_owned()];
     // Flawed designs the card cannot judge here, and why: an exercise on MariaDB where the
     // U-series cannot run would show n/a everywhere — neither safe nor unsafe.
     let mut not_graded: Vec<(String, String)> = Vec::new();
-    if suts.is_empty() {
+    if every {
         for name in OWN {
-            designs.push((name.into(), name.into(), true));
+            designs.push((name.into(), name.into(), true, sut(name)));
         }
         for name in MODELLED {
-            designs.push((name.into(), name.into(), false));
+            designs.push((name.into(), name.into(), false, sut(name)));
         }
+    }
+    // The lock services of this build (or those named), each in a container of its own, with
+    // the token it offers (redis-plain: none, a flawed design): none where no Docker engine
+    // answers.
+    let services = fencing::lease::STORES
+        .iter()
+        .filter(|k| k.service.is_some() && (every || stores.iter().any(|s| s == k.name)));
+    {
+        let engine = crate::runtime()
+            .map_err(|e| e.to_string())
+            .and_then(|rt| rt.block_on(harness::hosts::engine()));
+        for kind in services {
+            let design = if kind.name == "redis" {
+                "redis-fenced"
+            } else {
+                kind.name
+            };
+            match &engine {
+                Ok(_) => designs.push((
+                    design.into(),
+                    format!("--lease-store {}: {}", kind.name, kind.about),
+                    kind.has_token,
+                    ["--lease-store".to_owned(), kind.name.to_owned()],
+                )),
+                Err(why) => not_graded.push((
+                    design.into(),
+                    format!("the lock service {} in a container — {why}", kind.name),
+                )),
+            }
+        }
+    }
+    if every {
         let dir = evidence_dir.join("grade").join("designs");
         if let Err(e) = std::fs::create_dir_all(&dir) {
             eprintln!("lab grade: cannot make {}: {e}", dir.display());
@@ -102,7 +160,10 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> Ended {
             let on_mariadb = fencing::profile::Sut::parse(name, &text)
                 .is_ok_and(|p| p.dialect() == fencing::profile::Dialect::Mariadb);
             if let (true, Some(why)) = (on_mariadb, &no_mariadb) {
-                not_graded.push((name.to_owned(), why.clone()));
+                not_graded.push((
+                    name.to_owned(),
+                    format!("a flawed design on MariaDB — {why}"),
+                ));
                 continue;
             }
             let path = dir.join(format!("{name}.toml"));
@@ -110,13 +171,20 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> Ended {
                 eprintln!("lab grade: cannot write {}: {e}", path.display());
                 return Ended::CouldNotRun;
             }
-            designs.push((name.into(), path.display().to_string(), false));
+            let path = path.display().to_string();
+            designs.push((name.into(), path.clone(), false, sut(&path)));
         }
-    } else {
+    }
+    if !every {
         for sut in suts {
             // The modelled designs are known to be flawed; any other is expected to hold.
             let expected_safe = !MODELLED.contains(&sut.as_str());
-            designs.push((design_name(&sut), sut, expected_safe));
+            designs.push((
+                design_name(&sut),
+                sut.clone(),
+                expected_safe,
+                ["--sut".into(), sut],
+            ));
         }
     }
     let runtime = match crate::runtime() {
@@ -127,19 +195,22 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> Ended {
         }
     };
     let mut rows = Vec::new();
-    for (design, sut, expected_safe) in designs {
+    for (design, source, expected_safe, [flag, value]) in designs {
         let dir = evidence_dir.join("grade").join(&design);
-        let argv = [
-            "lab",
-            "run",
-            "--only",
-            EXPERIMENTS,
-            "--sut",
-            &sut,
-            "--evidence-dir",
-            &dir.display().to_string(),
-        ]
-        .map(str::to_owned);
+        let mut argv = vec![
+            "lab".to_owned(),
+            "run".into(),
+            "--only".into(),
+            EXPERIMENTS.into(),
+            flag.clone(),
+            value,
+            "--evidence-dir".into(),
+            dir.display().to_string(),
+        ];
+        if flag == "--lease-store" {
+            // One fence, the lab's own: the store is what is graded.
+            argv.extend(["--fenced-mode".to_owned(), "fenced-scope".to_owned()]);
+        }
         let cfg = match Cli::try_parse_from(argv).map(|cli| cli.command) {
             Ok(Command::Run(args)) => config::resolve(args),
             Ok(_) => unreachable!("a run's arguments"),
@@ -164,14 +235,14 @@ pub fn run(suts: Vec<String>, evidence_dir: PathBuf) -> Ended {
         }
         rows.push(Row {
             design,
-            source: sut,
+            source,
             expected_safe,
             could_not_run: run.ended == Ended::CouldNotRun,
             cells: cells(&run.events),
         });
     }
     for (name, why) in &not_graded {
-        eprintln!("lab grade: {name}: not graded here: a design on MariaDB, and {why}");
+        eprintln!("lab grade: {name}: not graded here: {why}");
     }
     let card = render(&rows, &not_graded);
     if let Err(e) = print_stdout(&card) {
@@ -388,10 +459,7 @@ fn render(rows: &[Row], not_graded: &[(String, String)]) -> String {
     );
     text.push_str(".\n");
     for (name, why) in not_graded {
-        let _ = writeln!(
-            text,
-            "\nNot graded here: {name}, a flawed design on MariaDB — {why}."
-        );
+        let _ = writeln!(text, "\nNot graded here: {name}, {why}.");
     }
     let (evidence, not_applicable) = notes(rows);
     if !evidence.is_empty() {
@@ -460,12 +528,7 @@ fn render_html(rows: &[Row], not_graded: &[(String, String)]) -> String {
     }
     html.push_str("</table>\n");
     for (name, why) in not_graded {
-        let _ = writeln!(
-            html,
-            "<p>Not graded here: {}, a flawed design on MariaDB — {}.</p>",
-            esc(name),
-            esc(why)
-        );
+        let _ = writeln!(html, "<p>Not graded here: {}, {}.</p>", esc(name), esc(why));
     }
     let (evidence, not_applicable) = notes(rows);
     for (heading, items) in [
@@ -596,7 +659,10 @@ mod tests {
             merged.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(),
             ["d, e × F1, F2", "d, e, f × U1", "f × F1"]
         );
-        let not_graded = [("x".to_owned(), "no MariaDB here".to_owned())];
+        let not_graded = [(
+            "x".to_owned(),
+            "a flawed design on MariaDB — no MariaDB here".to_owned(),
+        )];
         let card = render(std::slice::from_ref(&row), &not_graded);
         assert!(
             card.contains("Not graded here: x, a flawed design on MariaDB — no MariaDB here."),

@@ -26,7 +26,11 @@ fn main() -> ExitCode {
         Command::Chaos(args) => lab::chaos::run(args),
         Command::Profile(args) => lab::profile::run(args.action),
         Command::Exercise { name, out } => lab::exercise::run(name, out),
-        Command::Grade { sut, evidence_dir } => lab::grade::run(sut, evidence_dir),
+        Command::Grade {
+            sut,
+            lease_store,
+            evidence_dir,
+        } => lab::grade::run(sut, lease_store, evidence_dir),
         Command::Run(args) => match lab::config::resolve(args) {
             Ok(cfg) => lab::run::run(&cfg),
             Err(e) => {

@@ -271,6 +271,15 @@ pub fn start_containers(
     }
 }
 
+/// `Ok(server version)` when a Docker engine answers; else why not, with the fix (and
+/// [`NOT_BUILT`] in a build without containers).
+pub async fn engine() -> Result<String, String> {
+    #[cfg(feature = "containers")]
+    return crate::containers::engine().await;
+    #[cfg(not(feature = "containers"))]
+    Err(NOT_BUILT.to_owned())
+}
+
 /// Connections held in the network (containers: an iptables DROP rule on this host per
 /// connection's source port — this machine kind's kernel has no netem): what each sends
 /// meanwhile arrives once the rules go. Dropping them lifts them too.
