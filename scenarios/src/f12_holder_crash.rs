@@ -229,7 +229,8 @@ async fn the_lease_outlives_a(
     );
     until_lease_expired(lab, rec).await?;
     rec.note(format!(
-        "A's lease expired by the database clock {} ms after A was killed (TTL {} ms, renewed every {} ms while A lived)",
+        "A's lease expired by {} {} ms after A was killed (TTL {} ms, renewed every {} ms while A lived)",
+        lab.expiry_clock(),
         killed_at.elapsed().as_millis(),
         p.ttl.as_millis(),
         p.renew.as_millis()

@@ -115,7 +115,8 @@ impl Scenario for F3 {
                 if round == 2 {
                     let waited = lab.until_lease_expired("the lease").await?;
                     rec.note(format!(
-                        "the lease expired by the database clock after a wait of {} ms",
+                        "the lease expired by {} after a wait of {} ms",
+                        lab.expiry_clock(),
                         waited.as_millis()
                     ));
                 }

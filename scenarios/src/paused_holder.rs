@@ -159,7 +159,10 @@ pub(crate) async fn until_lease_expired(lab: &Lab, rec: &mut Recorder) -> anyhow
         rec,
         Mark::LeaseExpired,
         "A",
-        "lease expired (database clock)",
+        &format!(
+            "lease expired ({})",
+            lab.expiry_clock().trim_start_matches("the ")
+        ),
         "",
     )
     .await;
@@ -175,7 +178,8 @@ pub(crate) async fn until_expired_while_frozen(
 ) -> anyhow::Result<()> {
     until_lease_expired(lab, rec).await?;
     rec.note(format!(
-        "the lease expired by the database clock {} ms after A was frozen",
+        "the lease expired by {} {} ms after A was frozen",
+        lab.expiry_clock(),
         frozen_at.elapsed().as_millis()
     ));
     Ok(())
@@ -385,7 +389,12 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         "the lease was free (released by B) when A resumed",
         lab.shows_released(row.as_ref()),
         format_args!(
-            "lease row: {}",
+            "{}: {}",
+            if lab.service.is_some() {
+                "holding"
+            } else {
+                "lease row"
+            },
             shown(
                 row.map(|r| format!("{} token={} expires_at={}", r.holder, r.token, r.expires_at))
             )

@@ -66,7 +66,7 @@ impl Lab {
     /// Waits, polling the database clock, until the lease is free (expired or released);
     /// `whose` names it in the timeout error ("A's lease"). Returns how long that took.
     pub async fn until_lease_expired(&self, whose: &str) -> anyhow::Result<Duration> {
-        let what = format!("{whose} is expired by the database clock");
+        let what = format!("{whose} is expired by {}", self.expiry_clock());
         let lease = &self.lease;
         Ok(harness::wait::until(&what, self.params.wait_timeout, || lease.is_free(LEASE)).await?)
     }

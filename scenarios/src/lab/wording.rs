@@ -20,6 +20,17 @@ pub fn lease_state(r: &fencing::lease::Holding) -> String {
 }
 
 impl Lab {
+    /// The clock that decides expiry, as the evidence names it: `the database clock` for the
+    /// lease table, the lock service's own otherwise.
+    pub fn expiry_clock(&self) -> &'static str {
+        match fencing::lease::service_of(self.params.store) {
+            None => "the database clock",
+            Some("redis") => "Redis's clock",
+            Some("etcd") => "etcd's leader",
+            Some(_) => "the ZooKeeper server",
+        }
+    }
+
     /// The token the grant the seed numbers `n` carries in this case: the store's token a
     /// passing check bound to `n` (`rec.token`: tokens are judged by order, not by seed 004's
     /// numbering), `0` for a design without a token at the lease (its profile's contract; the
