@@ -75,12 +75,20 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
              (or patroni-sync, patroni-strict), or leave {kind} out"
         );
     }
-    if let Some(kind) = args
-        .faults
-        .iter()
-        .flatten()
-        .find(|k| k.needs_containers() && !containers)
-    {
+    // A lock service (not ZooKeeper, whose client reconnects at once on a new connection) is
+    // a host of its own: its holders can be partitioned from it on the embedded backend too.
+    let store = args.lease_store.store();
+    let service_to_cut = fencing::lease::service_of(store).is_some() && store != "zookeeper";
+    if let Some(kind) = args.faults.iter().flatten().find(|k| {
+        k.needs_containers() && !containers && !(service_to_cut && **k == FaultKind::Partition)
+    }) {
+        if store == "zookeeper" && *kind == FaultKind::Partition {
+            anyhow::bail!(
+                "--faults partition on ZooKeeper: its client reconnects at once on a new \
+                 connection and re-attaches its session, which holding the connections it has \
+                 cannot stop (F16 says the same); leave partition out"
+            );
+        }
         anyhow::bail!(
             "--faults {kind}: it needs a network between the holders and the servers: add \
              --backend containers, or leave {kind} out"
@@ -99,10 +107,13 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
             anyhow::bail!("--faults drift: {reason}; or leave drift out of --faults")
         }
         (Some(faults), Err(_)) => (faults.clone(), None),
-        (None, Ok(f)) => (FaultKind::defaults(containers, patroni.is_some()), Some(f)),
+        (None, Ok(f)) => (
+            FaultKind::defaults_on(containers, patroni.is_some(), service_to_cut),
+            Some(f),
+        ),
         (None, Err(reason)) => {
             eprintln!("lab chaos: the drift fault is left out: {reason}");
-            let faults = FaultKind::defaults(containers, patroni.is_some())
+            let faults = FaultKind::defaults_on(containers, patroni.is_some(), service_to_cut)
                 .into_iter()
                 .filter(|k| *k != FaultKind::Drift)
                 .collect();

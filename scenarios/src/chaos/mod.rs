@@ -85,7 +85,9 @@ impl ChaosConfig {
                  (or patroni-sync, patroni-strict)"
             );
         }
-        if let Some(kind) = self.faults.iter().find(|k| k.needs_containers()) {
+        if let Some(kind) = self.faults.iter().find(|k| {
+            k.needs_containers() && !(**k == FaultKind::Partition && topology.service_to_cut)
+        }) {
             if !topology.own_hosts {
                 anyhow::bail!(
                     "the {kind} fault needs the servers on hosts of their own: --backend containers"
@@ -121,6 +123,10 @@ pub struct Topology {
     pub own_hosts: bool,
     /// The lease store on Patroni (`--lease-store patroni…`): a leader to fail over.
     pub patroni: bool,
+    /// The lease store a lock service on a host of its own whose holders' connections a
+    /// partition can hold (`--lease-store redis|etcd`; not ZooKeeper, whose client reconnects at
+    /// once on a new connection).
+    pub service_to_cut: bool,
 }
 
 impl Topology {
@@ -129,6 +135,7 @@ impl Topology {
         Topology {
             own_hosts: lab.backend() != crate::Backend::Embedded,
             patroni: lab.lease_on_patroni(),
+            service_to_cut: lab.service.is_some() && lab.params.store != "zookeeper",
         }
     }
 }
@@ -329,6 +336,7 @@ mod tests {
     const EMBEDDED: Topology = Topology {
         own_hosts: false,
         patroni: false,
+        service_to_cut: false,
     };
     const TTL: Duration = Duration::from_millis(1500);
 
@@ -352,6 +360,7 @@ mod tests {
                 Topology {
                     own_hosts: true,
                     patroni: false,
+                    service_to_cut: false,
                 },
                 "--lease-store patroni",
             ),

@@ -364,7 +364,7 @@ impl<'c> Nemesis<'c> {
         let Some(h) = self.slots[i].holder.as_ref() else {
             return;
         };
-        let name = h.name().to_owned();
+        let (name, pid) = (h.name().to_owned(), h.pid());
         if kind == FaultKind::Partition && self.isolated.is_some() {
             rec.note(format!(
                 "h{i}: no partition from the lease store while it fails over \
@@ -377,7 +377,7 @@ impl<'c> Nemesis<'c> {
             _ => fencing::schema::Database::Lease,
         };
         let rules = match lab
-            .cut(&name, db)
+            .cut(&name, pid, db)
             .await
             .with_context(|| format!("the {kind} fault"))
         {

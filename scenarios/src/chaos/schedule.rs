@@ -86,9 +86,19 @@ impl FaultKind {
     /// Patroni, failover instead of crash (Patroni replaces a lost leader, it does not restart
     /// it).
     pub fn defaults(containers: bool, patroni: bool) -> Vec<FaultKind> {
+        FaultKind::defaults_on(containers, patroni, false)
+    }
+
+    /// [`FaultKind::defaults`] where `service_to_cut`: the lease store is a lock service whose
+    /// holders' connections a partition can hold (the servers themselves embedded).
+    pub fn defaults_on(containers: bool, patroni: bool, service_to_cut: bool) -> Vec<FaultKind> {
         FaultKind::ALL
             .into_iter()
-            .filter(|k| containers || !k.needs_containers())
+            .filter(|k| {
+                containers
+                    || !k.needs_containers()
+                    || (service_to_cut && *k == FaultKind::Partition)
+            })
             .filter(|k| patroni || !k.needs_patroni())
             .filter(|k| !(patroni && *k == FaultKind::Crash))
             .collect()

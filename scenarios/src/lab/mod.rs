@@ -46,6 +46,8 @@ pub struct Lab {
     /// The lock service that is the lease store (`--lease-store redis|etcd|zookeeper`), in a
     /// container of its own; `None` when the lease store is the lease database's table.
     pub service: Option<LockService>,
+    /// The TTL the run asked for (`--ttl-ms`); `params.ttl` is what the store grants for it.
+    ttl_asked: Duration,
     /// Lock services started for a store the lab no longer uses ([`Lab::use_store`]), kept for
     /// the next case that does.
     idle_services: Vec<LockService>,
@@ -163,7 +165,12 @@ impl Lab {
                 return Err(e);
             }
         };
+        // The timelines run with the TTL the store grants (etcd: whole seconds).
+        let ttl_asked = params.ttl;
+        let mut params = params;
+        params.ttl = lease.granted_ttl(ttl_asked);
         Ok(Lab {
+            ttl_asked,
             lease,
             lease_table,
             resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
@@ -226,8 +233,17 @@ impl Lab {
             .iter()
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
+        let ttl = if self.params.ttl == self.ttl_asked {
+            String::new()
+        } else {
+            format!(
+                "; TTL {} ms as the store grants it (asked {} ms): the timelines run with it",
+                self.params.ttl.as_millis(),
+                self.ttl_asked.as_millis()
+            )
+        };
         Some(format!(
-            "{} ({}) at {}, a container of its own; token: {token}; {}",
+            "{} ({}) at {}, a container of its own; token: {token}; {}{ttl}",
             self.params.store,
             service.version(),
             service.endpoint(),
@@ -387,6 +403,7 @@ impl Lab {
         }
         self.lease = Arc::new(self.lease_table.clone());
         self.params.store = fencing::lease::sql::KIND.name;
+        self.params.ttl = self.ttl_asked;
         let Some(name) = fencing::lease::service_of(store) else {
             return Ok(());
         };
@@ -396,6 +413,7 @@ impl Lab {
         };
         match open_store(store, &self.lease_table, Some(&service)).await {
             Ok(lease) => {
+                self.params.ttl = lease.granted_ttl(self.ttl_asked);
                 self.lease = lease;
                 self.service = Some(service);
                 self.params.store = store;

@@ -32,8 +32,21 @@ impl Lab {
 
     /// (containers) Drops every packet of `process`'s open connections to `db`'s host — by
     /// the connections' source ports, as the server's `pg_stat_activity` names them — until the
-    /// returned holds are lifted or dropped. A connection it opens meanwhile is not held.
-    pub async fn cut(&self, process: &str, db: Database) -> anyhow::Result<harness::hosts::Holds> {
+    /// returned holds are lifted or dropped. A connection it opens meanwhile is not held. On a
+    /// lock service as the lease store, the lease's host is the service's, and `pid`'s
+    /// connections to it are named by `/proc`.
+    pub async fn cut(
+        &self,
+        process: &str,
+        pid: u32,
+        db: Database,
+    ) -> anyhow::Result<harness::hosts::Holds> {
+        if let (Database::Lease, Some(service)) = (db, &self.service) {
+            let (ip, port) = (service.ip(), service.port());
+            let ports = harness::process::tcp_ports_to(pid, ip, port)
+                .context("failed to list the process's connections to the lock service")?;
+            return harness::hosts::Holds::start(ip, &ports, &self.run_mark).await;
+        }
         let ip = self
             .servers
             .ip(host_of(db))

@@ -6,7 +6,8 @@
 //! release revokes it; either acts only while the key's create revision is still the grant's.
 //!
 //! etcd rounds a lease's TTL up to whole seconds and never below its minimum (1.5 × the election
-//! timeout): the lab's 1.5 s lease is a 2 s lease here. The holding ends when etcd's leader
+//! timeout): the lab's 1.5 s lease is a 2 s lease here ([`LeaseStore::granted_ttl`]: the lab runs
+//! its timelines with the TTL etcd grants). The holding ends when etcd's leader
 //! revokes the expired lease and deletes the key (it checks every 500 ms): only then may another
 //! take it, so the lease is free when the key is gone. The local deadline stays the requested
 //! TTL minus the margin — earlier than the store's expiry, as a deadline should be.
@@ -108,7 +109,7 @@ impl EtcdLeaseStore {
         }
         let mut client = self.client.clone();
         let sent = Instant::now();
-        let seconds = i64::try_from(ttl.as_millis().div_ceil(1000)).unwrap_or(i64::MAX);
+        let seconds = i64::try_from(self.granted_ttl(ttl).as_secs()).unwrap_or(i64::MAX);
         let lease = client
             .lease_grant(seconds, None)
             .await
@@ -262,6 +263,10 @@ impl LeaseStore for EtcdLeaseStore {
 
     fn reset(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.reset_now())
+    }
+
+    fn granted_ttl(&self, ttl: Duration) -> Duration {
+        Duration::from_secs(ttl.as_millis().div_ceil(1000) as u64)
     }
 }
 

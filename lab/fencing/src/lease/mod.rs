@@ -180,6 +180,12 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
         Box::pin(async move { Ok(self.inspect(name).await?.is_none_or(|h| h.expired)) })
     }
 
+    /// The TTL a holding asked for `ttl` really gets from the store, by which it expires (etcd
+    /// rounds up to whole seconds); the same for a store that grants what is asked.
+    fn granted_ttl(&self, ttl: Duration) -> Duration {
+        ttl
+    }
+
     /// (The lab only, between experiments) Forgets every holding, so that the next experiment
     /// starts from free leases; returns once the store has committed it. Tokens do not go back.
     /// A SQL store's table is emptied with the lab's schema instead: nothing to do here.
