@@ -71,6 +71,7 @@ fn spec(env: &Env, holder: &str, release: bool) -> HolderSpec {
             release,
         ),
         env: Vec::new(),
+        run_as: None,
     }
 }
 

@@ -63,6 +63,7 @@ mod imp {
                 control_scope: None,
             },
             env: Vec::new(),
+            run_as: None,
         }
     }
 

@@ -27,6 +27,9 @@ pub struct HolderSpec {
     /// Extra environment, e.g. libfaketime's (`crate::faketime::Faketime::env`): F13 runs a
     /// holder's clock slow.
     pub env: Vec<(OsString, OsString)>,
+    /// The user it runs as (`None`: the lab's): F16 on a lock service runs A as a user of its
+    /// own, so that a rule by owner holds every connection A makes, its reconnections too.
+    pub run_as: Option<crate::process::RunAs>,
 }
 
 impl HolderSpec {
@@ -128,7 +131,7 @@ impl Holder {
         for (key, value) in &spec.env {
             spawn = spawn.env(key, value);
         }
-        let mut process = spawn.spawn()?;
+        let mut process = spawn.run_as(spec.run_as).spawn()?;
         let stdin = process.take_stdin();
         let stdout = process.take_stdout().expect("piped stdout");
         let (tx, events) = mpsc::unbounded_channel();

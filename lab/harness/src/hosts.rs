@@ -313,7 +313,33 @@ impl Holds {
         }
     }
 
-    /// How many connections are held.
+    /// Holds every TCP packet to `ip:port` from processes of the user `uid` on this host — the
+    /// connections they have and those they open meanwhile (a client that reconnects at once,
+    /// as ZooKeeper's does, stays cut off); returns once the rule is in place. Without the
+    /// feature `containers`: [`NOT_BUILT`].
+    pub async fn start_for_owner(
+        ip: IpAddr,
+        port: u16,
+        uid: u32,
+        mark: &str,
+    ) -> anyhow::Result<Holds> {
+        #[cfg(feature = "containers")]
+        {
+            let (hold, rule) =
+                crate::containers::Hold::start_for_owner(ip, port, uid, mark).await?;
+            Ok(Holds {
+                holds: vec![hold],
+                rules: vec![rule],
+            })
+        }
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = (ip, port, uid, mark);
+            anyhow::bail!("holding a process's connections in the network: {NOT_BUILT}")
+        }
+    }
+
+    /// How many rules hold connections.
     pub fn len(&self) -> usize {
         self.rules.len()
     }

@@ -60,6 +60,7 @@ impl Lab {
                 control_scope: None,
             },
             env: Vec::new(),
+            run_as: None,
         }
     }
 

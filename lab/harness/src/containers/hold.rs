@@ -61,6 +61,48 @@ impl Hold {
         Ok((hold, shown))
     }
 
+    /// Starts holding every TCP packet to `dst:dport` sent by processes of the user `uid` —
+    /// the connections such a process has and every one it opens meanwhile; returns the hold
+    /// and the rule as iptables lists it.
+    pub async fn start_for_owner(
+        dst: IpAddr,
+        dport: u16,
+        uid: u32,
+        mark: &str,
+    ) -> Result<(Hold, String), ContainerError> {
+        let rule: Vec<String> = [
+            "OUTPUT",
+            "-d",
+            &dst.to_string(),
+            "-p",
+            "tcp",
+            "--dport",
+            &dport.to_string(),
+            "-m",
+            "owner",
+            "--uid-owner",
+            &uid.to_string(),
+            "-m",
+            "comment",
+            "--comment",
+            &format!("{LABEL}={mark}"),
+            "-j",
+            "DROP",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut add = vec!["-I"];
+        add.extend(rule.iter().map(String::as_str));
+        run("iptables -I", "iptables", &add, CLI_TIMEOUT).await?;
+        let hold = Hold {
+            rule,
+            lifted: false,
+        };
+        let shown = hold.listed().await;
+        Ok((hold, shown))
+    }
+
     /// The rule with its counters, as `iptables -L OUTPUT -v -n` lists it.
     pub async fn listed(&self) -> String {
         let listing = run(
