@@ -86,7 +86,8 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
             anyhow::bail!(
                 "--faults partition on ZooKeeper: its client reconnects at once on a new \
                  connection and re-attaches its session, which holding the connections it has \
-                 cannot stop (F16 says the same); leave partition out"
+                 cannot stop (F16 holds its one holder by owner, a user of its own; chaos's \
+                 holders share one); leave partition out"
             );
         }
         anyhow::bail!(

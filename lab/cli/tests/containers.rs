@@ -520,7 +520,8 @@ fn chaos_fails_a_patroni_lease_store_over_and_the_fence_holds() -> anyhow::Resul
 
 /// `--lease-store redis|etcd|zookeeper` (issue 28): each lock service, in a container of its own,
 /// runs F1, F3, F4, F5, F10, F12, F13 and F16 with its own token and passes — every experiment
-/// ran, none failed; the only skips are F13 and F16 on ZooKeeper, with why — and leaves nothing. The token-less
+/// ran, none failed; the only skip is F13 on ZooKeeper, with why — and leaves nothing (no rule
+/// either: F16 holds A by owner). The token-less
 /// Redis lock is the negative result: F4's fenced resource accepts A's stale write (a FAIL, never
 /// a pass) and F5's control exposes it.
 #[cfg(feature = "lock-services")]
