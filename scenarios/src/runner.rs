@@ -172,7 +172,13 @@ async fn run_case(
     id: &str,
     title: &str,
 ) -> bool {
-    rec.case_with_lanes(id, title, scenario.lanes());
+    let mut lanes = scenario.lanes();
+    if lab.service.is_some() && lanes.lease == harness::evidence::Lanes::default().lease {
+        // The lease lives on the lock service, not in lease26.
+        let store = lab.params.store;
+        lanes.lease = harness::evidence::Lane::new(store, format!("{store} (lease)"));
+    }
+    rec.case_with_lanes(id, title, lanes);
     if let Some(service) = lab.describe_service() {
         rec.note(format!("lease store: {service}"));
     }

@@ -170,7 +170,7 @@ pub fn svg(case: &CaseTimeline) -> String {
     }
     let _ = writeln!(
         out,
-        r##"<text x="{X1}" y="{}" text-anchor="end" fill="#666">the lab's monotonic clock, stretched where steps are close (see the ticks); lease holdings as the database clock judged them</text>"##,
+        r##"<text x="{X1}" y="{}" text-anchor="end" fill="#666">the lab's monotonic clock, stretched where steps are close (see the ticks); lease holdings as the lease store judged them</text>"##,
         axis_y + 32.0
     );
     let (holdings, frozen) = spans(&case.steps, last);
