@@ -231,7 +231,8 @@ pub struct ChaosArgs {
     /// (SIGKILL, restarted later), crash (the servers stopped immediately and restarted), drift
     /// (a holder's clock slowed with libfaketime); with --backend containers also delay (a
     /// holder's packets to the resource dropped for a while, then let through: its write
-    /// arrives late) and partition (a holder cut off from the lease store for a while); with
+    /// arrives late) and partition (a holder cut off from the lease store for a while; also with
+    /// --lease-store redis or etcd, whose service is a host of its own); with
     /// --lease-store patroni… also failover (the leader cut off from its peers, not from its
     /// clients, until Patroni elects another, then let back). Default: every one the backend can
     /// carry out (drift only where libfaketime is installed; the run says when it leaves drift
