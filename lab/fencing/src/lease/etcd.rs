@@ -101,12 +101,7 @@ impl EtcdLeaseStore {
     }
 
     async fn acquire_now(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
-        if ttl <= self.margin {
-            return Err(Error::Timing {
-                ttl_ms: ttl.as_millis(),
-                margin_ms: self.margin.as_millis(),
-            });
-        }
+        super::check_timing(ttl, self.margin)?;
         let mut client = self.client.clone();
         let sent = Instant::now();
         let seconds = i64::try_from(self.granted_ttl(ttl).as_secs()).unwrap_or(i64::MAX);
@@ -271,11 +266,7 @@ impl LeaseStore for EtcdLeaseStore {
 }
 
 async fn open(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
-    let endpoint = at.endpoints.first().ok_or_else(|| Error::Service {
-        store: "etcd",
-        what: "open the store".into(),
-        detail: "no etcd member's address (the lab passes --store-endpoint)".into(),
-    })?;
+    let endpoint = at.endpoint("etcd")?;
     Ok(Arc::new(
         EtcdLeaseStore::connect(endpoint, at.table.margin()).await?,
     ))

@@ -242,6 +242,33 @@ pub struct StoreAt {
     pub endpoints: Vec<String>,
 }
 
+impl StoreAt {
+    /// The lock service's address (`host:port`) a store of `store` connects to: the first of
+    /// [`StoreAt::endpoints`].
+    pub fn endpoint(&self, store: &'static str) -> Result<&str> {
+        self.endpoints
+            .first()
+            .map(String::as_str)
+            .ok_or_else(|| Error::Service {
+                store,
+                what: "open the store".into(),
+                detail: "no server's address (the lab passes --store-endpoint)".into(),
+            })
+    }
+}
+
+/// `Err` when a lease of `ttl` would have a local deadline already past on arrival: the TTL must
+/// exceed the safety margin. Every store checks it before it asks.
+pub(crate) fn check_timing(ttl: Duration, margin: Duration) -> Result<()> {
+    if ttl <= margin {
+        return Err(Error::Timing {
+            ttl_ms: ttl.as_millis(),
+            margin_ms: margin.as_millis(),
+        });
+    }
+    Ok(())
+}
+
 /// Every lease store the lab can run, one line each.
 pub const STORES: &[StoreKind] = &[
     sql::KIND,

@@ -123,12 +123,7 @@ impl RedisLeaseStore {
     }
 
     async fn acquire_now(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
-        if ttl <= self.margin {
-            return Err(Error::Timing {
-                ttl_ms: ttl.as_millis(),
-                margin_ms: self.margin.as_millis(),
-            });
-        }
+        super::check_timing(ttl, self.margin)?;
         let (lock, counter) = keys(name);
         let nonce: u64 = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -276,11 +271,7 @@ impl LeaseStore for RedisLeaseStore {
 
 /// Opens the Redis store of `at` (its first endpoint).
 async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
-    let endpoint = at.endpoints.first().ok_or_else(|| Error::Service {
-        store: "redis",
-        what: "open the store".into(),
-        detail: "no Redis server's address (the lab passes --store-endpoint)".into(),
-    })?;
+    let endpoint = at.endpoint("redis")?;
     Ok(Arc::new(
         RedisLeaseStore::connect(endpoint, at.table.margin(), fenced).await?,
     ))

@@ -73,13 +73,7 @@ impl SqlLeaseStore {
     }
 
     pub(super) fn check_timing(&self, ttl: Duration) -> Result<()> {
-        if ttl <= self.margin {
-            return Err(Error::Timing {
-                ttl_ms: ttl.as_millis(),
-                margin_ms: self.margin.as_millis(),
-            });
-        }
-        Ok(())
+        super::check_timing(ttl, self.margin)
     }
 
     /// The grant of a successful acquire whose request was sent at `sent`; `Err` when its token

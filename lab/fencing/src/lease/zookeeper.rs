@@ -142,12 +142,7 @@ impl ZkLeaseStore {
     }
 
     async fn acquire_now(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
-        if ttl <= self.margin {
-            return Err(Error::Timing {
-                ttl_ms: ttl.as_millis(),
-                margin_ms: self.margin.as_millis(),
-            });
-        }
+        super::check_timing(ttl, self.margin)?;
         self.ensure(ROOT).await?;
         self.ensure(&parent(name)).await?;
         let sent = Instant::now();
@@ -303,11 +298,7 @@ impl LeaseStore for ZkLeaseStore {
 }
 
 async fn open(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
-    let endpoint = at.endpoints.first().ok_or_else(|| Error::Service {
-        store: "zookeeper",
-        what: "open the store".into(),
-        detail: "no ZooKeeper server's address (the lab passes --store-endpoint)".into(),
-    })?;
+    let endpoint = at.endpoint("zookeeper")?;
     Ok(Arc::new(
         ZkLeaseStore::connect(endpoint, at.table.margin()).await?,
     ))

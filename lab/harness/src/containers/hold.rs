@@ -50,15 +50,7 @@ impl Hold {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let mut add = vec!["-I"];
-        add.extend(rule.iter().map(String::as_str));
-        run("iptables -I", "iptables", &add, CLI_TIMEOUT).await?;
-        let hold = Hold {
-            rule,
-            lifted: false,
-        };
-        let shown = hold.listed().await;
-        Ok((hold, shown))
+        Hold::insert(rule).await
     }
 
     /// Starts holding every TCP packet to `dst:dport` sent by processes of the user `uid` —
@@ -92,6 +84,12 @@ impl Hold {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        Hold::insert(rule).await
+    }
+
+    /// Puts `rule` (an OUTPUT chain rule, as `iptables -I` takes it) first in the chain; the
+    /// hold and the rule as iptables lists it.
+    async fn insert(rule: Vec<String>) -> Result<(Hold, String), ContainerError> {
         let mut add = vec!["-I"];
         add.extend(rule.iter().map(String::as_str));
         run("iptables -I", "iptables", &add, CLI_TIMEOUT).await?;
