@@ -34,7 +34,7 @@ use fencing::lease::{Grant, LeaseStore, SqlLeaseStore, STORES};
 use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
-use holder_protocol::{exit, Event, HolderFlags, Request, VERSION};
+use holder_protocol::{exit, Event, HolderFlags, Request, LOST_PREFIX, VERSION};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 mod looping;
@@ -282,6 +282,11 @@ where
     renewer.stop();
     let mut current = held.lock().expect("holding lock").clone();
     let renewed = rt.block_on(side.renew(&mut current))?;
+    if let Some(why) = current.lost() {
+        // What the store's client library said of the holding it lost (a ZooKeeper session
+        // expired while this process was frozen): the lab quotes it from stderr (`LOST_PREFIX`).
+        eprintln!("{LOST_PREFIX}{why}");
+    }
     emit(&Event::RenewAfterWrite { ok: renewed });
     if flags.release && renewed {
         let released = rt.block_on(side.release(&current))?;

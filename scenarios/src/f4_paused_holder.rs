@@ -34,6 +34,10 @@ impl Scenario for F4 {
         17
     }
 
+    fn checks_on(&self, store: &str) -> usize {
+        self.checks() + crate::paused_holder::checks_on(store)
+    }
+
     fn on_containers(&self) -> bool {
         true
     }

@@ -35,6 +35,10 @@ impl Scenario for F5 {
         15
     }
 
+    fn checks_on(&self, store: &str) -> usize {
+        self.checks() + crate::paused_holder::checks_on(store)
+    }
+
     fn on_containers(&self) -> bool {
         true
     }

@@ -35,6 +35,7 @@ mod latch;
 mod maria;
 mod paused_holder;
 mod preflight;
+mod r1_zookeeper_suffix;
 mod runner;
 mod u1_fenced_job_lease;
 mod u2_stale_completion;
@@ -74,6 +75,13 @@ pub trait Scenario: Sync {
     /// another number (a check that silently went missing), and the tests hold every scenario
     /// to it.
     fn checks(&self) -> usize;
+    /// How many checks a complete run makes on the lease store `store` (`--lease-store`): more
+    /// than [`Scenario::checks`] where a store has more to show (a ZooKeeper session expired by
+    /// the server, and what its client heard on waking).
+    fn checks_on(&self, store: &str) -> usize {
+        let _ = store;
+        self.checks()
+    }
     /// What it needs beyond the embedded PostgreSQL.
     fn needs(&self) -> Needs {
         Needs::Nothing
@@ -170,6 +178,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &f15_delayed_write::F15 { hold: true },
     &f16_partitioned_holder::F16 { cut: true },
     &f17_patroni_failover::F17 { freeze: true },
+    &r1_zookeeper_suffix::R1,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

@@ -12,7 +12,7 @@ use fencing::resource::{Part, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use harness::process::ThreadState;
-use holder_protocol::{exit, Event, Request};
+use holder_protocol::{exit, Event, Request, LOST_PREFIX};
 
 use crate::lab::{lease_state, shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::Lab;
@@ -185,6 +185,54 @@ pub(crate) async fn until_expired_while_frozen(
     Ok(())
 }
 
+/// The checks the shared timeline adds on the lease store `store`: on ZooKeeper, the server's
+/// log expiring A's session, and what A's client heard of it on waking.
+pub(crate) fn checks_on(store: &str) -> usize {
+    if store == "zookeeper" {
+        2
+    } else {
+        0
+    }
+}
+
+/// The session of a ZooKeeper holding (`0x…`), from the way the store shows it (`while session
+/// 0x… lives`); `None` on every other store.
+fn zk_session(expires_at: &str) -> Option<String> {
+    let rest = expires_at.strip_prefix("while session ")?;
+    Some(rest.split_whitespace().next()?.to_owned())
+}
+
+/// On ZooKeeper: the server's own log line that expired A's session while A was frozen — the
+/// ephemeral node the lab saw go went with it — quoted and checked.
+async fn expired_by_the_server(lab: &Lab, rec: &mut Recorder, session: &str) -> anyhow::Result<()> {
+    let Some(service) = lab.service.as_ref() else {
+        return Ok(());
+    };
+    let wanted = format!("Expiring session {session},");
+    // The line reaches the container's log a moment after the server acted on it.
+    let seen = harness::wait::until_every(
+        "ZooKeeper's log line expiring A's session",
+        std::time::Duration::from_secs(3),
+        std::time::Duration::from_millis(200),
+        || async { Ok::<_, std::io::Error>(service.log().await.contains(&wanted)) },
+    )
+    .await
+    .is_ok();
+    let log = service.log().await;
+    let line = log.lines().find(|l| l.contains(&wanted)).map(|l| {
+        l.rsplit_once("] - ")
+            .map_or(l, |(_, said)| said)
+            .trim()
+            .to_owned()
+    });
+    rec.check_that(
+        format!("ZooKeeper expired A's session {session} while A was frozen (the server's log)"),
+        seen,
+        shown(line),
+    );
+    Ok(())
+}
+
 /// B, the lab's own lease client (not under test), takes the lease over and writes `content` to
 /// `part` in `mode`; the acquire and the write become timeline steps. Returns the acquire's
 /// answer and, when it was granted, whether the write was accepted.
@@ -301,9 +349,13 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         renewal_count(&renewals),
     );
 
+    let session = row.as_ref().and_then(|h| zk_session(&h.expires_at));
     let frozen_at =
         freeze_and_show(lab, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
     until_expired_while_frozen(lab, rec, frozen_at).await?;
+    if let Some(session) = &session {
+        expired_by_the_server(lab, rec, session).await?;
+    }
 
     let mut b = Holder::spawn(&lab.holder_spec(HOLDER_B, B_CONTENT, mode, true)).await?;
     rec.note(format!(
@@ -379,6 +431,21 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         "RENEW_AFTER_WRITE ok=false",
         &renew.to_string(),
     );
+    if let Some(session) = &session {
+        let heard = a
+            .stderr()
+            .lines()
+            .find_map(|l| l.strip_prefix(LOST_PREFIX).map(str::to_owned));
+        rec.check_that(
+            format!(
+                "A's ZooKeeper client, on waking, hears from the server that its session {session} expired"
+            ),
+            heard
+                .as_deref()
+                .is_some_and(|h| h.contains("SessionExpired") && h.contains(session.as_str())),
+            shown(heard),
+        );
+    }
     let code = a.exit_code(EVENT_TIMEOUT).await?;
     rec.check(
         "A exits with its lease-lost status",

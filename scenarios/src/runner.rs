@@ -265,10 +265,10 @@ async fn run_case(
         Err(e) => {
             rec.abort(&format!("{e:#}"));
         }
-        Ok(()) if !skipped && made != scenario.checks() => {
+        Ok(()) if !skipped && made != scenario.checks_on(lab.params.store) => {
             rec.check(
                 "the scenario made the number of checks it declares",
-                &scenario.checks(),
+                &scenario.checks_on(lab.params.store),
                 &made,
             );
         }

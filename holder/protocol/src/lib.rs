@@ -58,6 +58,12 @@ pub use flags::{HolderFlags, AFTER_HELP};
 /// `BEFORE_COMMIT`. Version 4: `OP` (a looping holder's operations, `--loop-seed`).
 pub const VERSION: u32 = 4;
 
+/// The start of a stderr line in which a holder quotes what its lease store's client said of a
+/// holding it found lost on its renew after the write (a ZooKeeper session the server expired
+/// while the process was frozen). Not a protocol message: the lab reads it from the holder's
+/// stderr, where a holder that does not write it loses nothing.
+pub const LOST_PREFIX: &str = "lease lost: ";
+
 /// The holder's exit statuses (documented in the holder's `--help`).
 pub mod exit {
     /// It wrote (accepted) and its lease was still held afterwards.

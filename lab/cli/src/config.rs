@@ -50,7 +50,7 @@ fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
     let offered = || {
         fencing::lease::STORES
             .iter()
-            .filter(|k| k.service.is_some() && k.has_token)
+            .filter(|k| k.service.is_some() && k.sound)
     };
     match args.again_on.as_deref() {
         None if args.lease_store == LeaseStoreArg::Single => {
@@ -68,7 +68,7 @@ fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
                     .map(|k| k.name)
                     .ok_or_else(|| {
                         anyhow::anyhow!(
-                        "--again-on {name}: not a lock service of this build with a token; pass \
+                        "--again-on {name}: not a lock service of this build whose token holds; pass \
                          some of {} (or none){}",
                         offered().map(|k| k.name).collect::<Vec<_>>().join(", "),
                         if offered().next().is_none() {

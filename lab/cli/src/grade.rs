@@ -139,7 +139,7 @@ pub fn run(suts: Vec<String>, stores: Vec<String>, evidence_dir: PathBuf) -> End
                 Ok(_) => designs.push((
                     design.into(),
                     format!("--lease-store {}: {}", kind.name, kind.about),
-                    kind.has_token,
+                    kind.sound,
                     ["--lease-store".to_owned(), kind.name.to_owned()],
                 )),
                 Err(why) => not_graded.push((

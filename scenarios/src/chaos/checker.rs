@@ -3,8 +3,8 @@
 //! commit time, every version of the lease row, the final parts) and says which invariant broke
 //! where, each violation with the smallest excerpt that shows it.
 //!
-//! - **I2**: no token granted twice; a grant that completed before another was invoked has the
-//!   smaller token (real-time order).
+//! - **I2** (token regression, [`regression`]): no token acknowledged to two holdings; a grant
+//!   that completed before another was invoked has the smaller token (real-time order).
 //! - **I3** per scope: in commit order, an accepted write never has a smaller token than one that
 //!   committed before it. Commits at the same microsecond are taken as concurrent.
 //! - **Durability**: every write acknowledged as accepted is among the committed versions, and
@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use harness::observe::{Attempt, LeaseVersion, PartVersion};
 use holder_protocol::OpKind;
 
+use super::regression::{self, regressions, GrantSeen};
 use super::schedule::FaultKind;
 
 /// How an operation ended.
@@ -116,6 +117,9 @@ pub struct FaultRow {
 #[derive(Debug, Clone, Default)]
 pub struct Verdict {
     pub i2: Vec<Violation>,
+    /// Grants nobody acknowledged that a later grant reused or undercut
+    /// ([`regression::Kind::LostUnacknowledged`]): reported apart from I2.
+    pub lost_grants: Vec<Violation>,
     /// Per scope.
     pub i3: BTreeMap<String, Vec<Violation>>,
     pub durability: Vec<Violation>,
@@ -162,34 +166,61 @@ pub fn check(o: &Observed<'_>) -> Verdict {
 }
 
 fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
+    // The grants the holders acknowledged (a lock service keeps no record the lab can read; the
+    // lease table's own is checked by I3's stale writes), in the token-regression check.
     let grants: Vec<&Op> = o
         .ops
         .iter()
         .filter(|op| op.f == OpKind::Acquire && op.outcome == Outcome::Ok)
         .collect();
-    let mut by_token: BTreeMap<i64, &Op> = BTreeMap::new();
-    for g in &grants {
-        if let Some(first) = by_token.insert(g.token, g) {
-            v.i2.push(Violation {
-                what: format!("token {} was granted twice", g.token),
-                excerpt: vec![first.line(), g.line()],
-                by: mark(g),
-            });
-        }
+    let seen: Vec<GrantSeen> = grants
+        .iter()
+        .map(|g| GrantSeen {
+            token: g.token,
+            holder: g.process.clone(),
+            invoke_ms: g.invoke_ms,
+            complete_ms: g.complete_ms,
+            acknowledged: true,
+            line: g.line(),
+        })
+        .collect();
+    for r in regressions(&seen) {
+        v.i2.push(Violation {
+            what: r.what,
+            excerpt: r.excerpt,
+            by: mark(grants[r.later]),
+        });
     }
-    for a in &grants {
-        let Some(done) = a.complete_ms else { continue };
-        if let Some(b) = grants
-            .iter()
-            .find(|b| b.invoke_ms > done && b.token <= a.token)
-        {
-            v.i2.push(Violation {
-                what: format!(
-                    "token {} was granted after token {} had been granted (real-time order)",
-                    b.token, a.token
-                ),
-                excerpt: vec![a.line(), b.line()],
-                by: mark(b),
+    // The lease table's own record, in its commit order: a grant it made that no holder
+    // acknowledged (the holder killed before the answer), reused or undercut later, is a lost
+    // grant — told apart from I2, which the holders' view above judges.
+    let mut record: Vec<GrantSeen> = Vec::new();
+    for version in o.lease {
+        let same = |g: &GrantSeen| g.token == version.token && g.holder == version.holder;
+        if record.last().is_some_and(same) || version.token == 0 {
+            continue;
+        }
+        let at = version.at_us as f64 / 1000.0;
+        record.push(GrantSeen {
+            token: version.token,
+            holder: version.holder.clone(),
+            invoke_ms: at,
+            complete_ms: Some(at),
+            acknowledged: grants
+                .iter()
+                .any(|g| g.token == version.token && g.process == version.holder),
+            line: format!(
+                "lease row: {} token={} written at {} µs (db clock)",
+                version.holder, version.token, version.at_us
+            ),
+        });
+    }
+    for r in regressions(&record) {
+        if r.kind == regression::Kind::LostUnacknowledged {
+            v.lost_grants.push(Violation {
+                what: r.what,
+                excerpt: r.excerpt,
+                by: None,
             });
         }
     }
@@ -494,6 +525,15 @@ mod tests {
         }
     }
 
+    fn lease_of(holder: &str, token: i64, at_us: i64) -> LeaseVersion {
+        LeaseVersion {
+            holder: holder.into(),
+            token,
+            at_us,
+            expires_us: Some(at_us + 1_500_000),
+        }
+    }
+
     /// A then B: A (token 1) wrote, B (token 2) wrote; A's late write with token 1 commits last.
     fn stale_history(late_accepted: bool) -> (Vec<Op>, Vec<PartVersion>, Vec<LeaseVersion>) {
         let mut ops = vec![
@@ -600,9 +640,64 @@ mod tests {
             Outcome::Ok,
         ));
         let v = run(&ops, &parts, &lease);
-        assert_eq!(v.i2.len(), 2, "{v:?}");
-        assert!(v.i2[0].what.contains("token 2 was granted twice"));
-        assert!(v.i2[1].what.contains("real-time order"));
+        assert_eq!(v.i2.len(), 1, "{v:?}");
+        assert!(v.i2[0]
+            .what
+            .contains("token 2 was acknowledged to two holdings"));
+    }
+
+    #[test]
+    fn a_smaller_token_acknowledged_later_breaks_i2_as_a_token_gone_back() {
+        let (mut ops, parts, lease) = stale_history(false);
+        ops.push(op(
+            "h2.0",
+            1,
+            OpKind::Acquire,
+            7,
+            (2600.0, 2601.0),
+            Outcome::Ok,
+        ));
+        ops.push(op(
+            "h3.0",
+            1,
+            OpKind::Acquire,
+            6,
+            (3000.0, 3001.0),
+            Outcome::Ok,
+        ));
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.i2.len(), 1, "{v:?}");
+        assert!(
+            v.i2[0]
+                .what
+                .contains("token 6 was granted to h3.0 after token 7 had been granted to h2.0"),
+            "{v:?}"
+        );
+        assert!(v.lost_grants.is_empty(), "{v:?}");
+    }
+
+    #[test]
+    fn a_grant_in_the_store_record_nobody_heard_of_reused_later_is_a_lost_grant_not_i2() {
+        // The lease row granted 5 to a holder killed before the answer; 5 was granted again.
+        let (ops, parts, mut lease) = stale_history(false);
+        lease.push(lease_of("h9.0", 5, 3_000_000));
+        lease.push(lease_of("h8.0", 5, 3_100_000));
+        let mut ops = ops;
+        ops.push(op(
+            "h8.0",
+            1,
+            OpKind::Acquire,
+            5,
+            (3100.0, 3101.0),
+            Outcome::Ok,
+        ));
+        let v = run(&ops, &parts, &lease);
+        assert!(
+            v.i2.is_empty(),
+            "one acknowledged holding of 5: no I2 {v:?}"
+        );
+        assert_eq!(v.lost_grants.len(), 1, "{v:?}");
+        assert!(v.lost_grants[0].what.contains("never heard of it"));
     }
 
     #[test]

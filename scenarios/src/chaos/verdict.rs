@@ -94,6 +94,13 @@ pub fn record(
         v.i2.is_empty(),
         format_args!("{} violations", v.i2.len()),
     );
+    for lost in &v.lost_grants {
+        rec.note(format!(
+            "lost grant (not an I2 violation: no holder heard of it): {} — {}",
+            lost.what,
+            lost.excerpt.join(" ⟶ ")
+        ));
+    }
     let under_test = v.i3.get(SCOPE).map(Vec::as_slice).unwrap_or_default();
     show(rec, under_test);
     rec.check_that(
@@ -203,6 +210,12 @@ fn markdown(cfg: &ChaosConfig, v: &Verdict) -> String {
         text.push('\n');
     };
     section("I2", &v.i2);
+    if !v.lost_grants.is_empty() {
+        section(
+            "Lost grants (no holder heard of them; not I2)",
+            &v.lost_grants,
+        );
+    }
     for (scope, found) in &v.i3 {
         section(&format!("I3 at {scope}"), found);
     }

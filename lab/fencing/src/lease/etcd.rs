@@ -278,6 +278,7 @@ pub const KIND: StoreKind = StoreKind {
     token: "create revision of the lock key",
     about: "an etcd lease on the lock key, taken by a transaction on create_revision = 0; the token is the key's create revision",
     has_token: true,
+    sound: true,
     service: Some("etcd"),
     open: Some(|at| Box::pin(open(at))),
 };

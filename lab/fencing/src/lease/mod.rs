@@ -52,6 +52,9 @@ pub struct Grant {
     /// It travels with the grant, so that another client of the store — a holder's renewer —
     /// can renew what this one acquired.
     pub handle: String,
+    /// Why the last renewal found the holding gone, in the client library's own words, where it
+    /// says more than "not held" (a ZooKeeper session the server expired while the client slept).
+    lost: Option<String>,
 }
 
 impl Grant {
@@ -71,6 +74,7 @@ impl Grant {
             ttl,
             local_deadline,
             handle: String::new(),
+            lost: None,
         }
     }
 
@@ -95,6 +99,18 @@ impl Grant {
     /// sent); the token stays.
     pub fn renewed(&mut self, local_deadline: Instant) {
         self.local_deadline = local_deadline;
+        self.lost = None;
+    }
+
+    /// Records why a renewal found the holding gone (see [`Grant::lost`]).
+    pub fn lost_because(&mut self, why: String) {
+        self.lost = Some(why);
+    }
+
+    /// Why the last renewal found the holding gone, when the store's client said more than
+    /// "not held".
+    pub fn lost(&self) -> Option<&str> {
+        self.lost.as_deref()
     }
 }
 
@@ -208,6 +224,11 @@ pub struct StoreKind {
     /// Whether its grants carry a token (`false`: every grant answers 0; a fence fed by it has
     /// nothing to compare, and the evidence masks the numbers).
     pub has_token: bool,
+    /// Whether a fence fed by its token holds — the token is greater for every later grant.
+    /// `false`: a flawed design the lab runs to show it failing (no token; or one that starts
+    /// again, R1's ZooKeeper suffix). The default run does not repeat F4/F5 on it, and the
+    /// report card expects it unsafe.
+    pub sound: bool,
     /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
     /// `zookeeper`); `None`: it runs on the lab's lease database.
     pub service: Option<&'static str>,
@@ -282,6 +303,8 @@ pub const STORES: &[StoreKind] = &[
     etcd::KIND,
     #[cfg(feature = "zookeeper")]
     zookeeper::KIND,
+    #[cfg(feature = "zookeeper")]
+    zookeeper::SUFFIX,
 ];
 
 /// The lock services a store may run on, and the cargo feature that builds their clients: a
@@ -291,6 +314,7 @@ pub const SERVICES: &[(&str, &str)] = &[
     ("redis-plain", "redis"),
     ("etcd", "etcd"),
     ("zookeeper", "zookeeper"),
+    ("zookeeper-suffix", "zookeeper"),
 ];
 
 /// The store kind named `name` (a holder's `--store`).

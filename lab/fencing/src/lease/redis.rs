@@ -197,7 +197,9 @@ impl RedisLeaseStore {
             token,
             expires_at: format!("in {pttl} ms (PTTL)"),
             expires_epoch: expires,
-            expired: pttl <= 0,
+            // GET and PTTL ran in one script: the key is live (a PTTL of 0 is under a
+            // millisecond left, and still refuses a SET NX). Expired is gone.
+            expired: false,
             released: false,
             db_now: format!("{now:.6} (Redis TIME)"),
             db_now_epoch: now,
@@ -283,6 +285,7 @@ pub const KIND: StoreKind = StoreKind {
     token: "INCR of a counter key taken with the grant",
     about: "a Redis key set with SET NX PX and a unique value, a token from INCR (Redisson's fenced lock)",
     has_token: true,
+    sound: true,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, true))),
 };
@@ -293,6 +296,7 @@ pub const PLAIN: StoreKind = StoreKind {
     token: "none",
     about: "a Redis key set with SET NX PX and a unique value, no token (most Redis locks)",
     has_token: false,
+    sound: false,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, false))),
 };

@@ -214,6 +214,7 @@ pub const KIND: StoreKind = StoreKind {
     token: "token column",
     about: "a lease table on PostgreSQL, run by a profile's statements (seed 004's unless --sut names another)",
     has_token: true,
+    sound: true,
     service: None,
     open: Some(|at| Box::pin(async move { Ok(Arc::new(at.table.clone()) as Arc<dyn LeaseStore>) })),
 };

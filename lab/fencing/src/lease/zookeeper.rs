@@ -1,10 +1,14 @@
 //! The ZooKeeper lock (feature `zookeeper`): the shape of Curator's `InterProcessMutex`, taken
 //! without waiting — an **ephemeral sequential node** `lock-N` under the lock's parent, created by
 //! a session of its own whose timeout is the lease's TTL; the lock is held when that node is the
-//! lowest child, else the node goes at once and the lock is refused. The token is the node's
-//! **czxid** (the transaction id that created it: greater for every later write to the ensemble);
-//! the sequential suffix `N` is recorded beside it (a counter kept per parent node: it starts
-//! again when the parent is deleted — issue 29's R1).
+//! lowest child, else the node goes at once and the lock is refused. The parent is a
+//! **container node**, as Curator makes it (`creatingParentContainersIfNeeded`): ZooKeeper
+//! deletes it once its last child is gone, and the next acquire makes it anew.
+//!
+//! Two stores: `zookeeper`, whose token is the node's **czxid** (the transaction id that created
+//! it: greater for every later write to the ensemble), the sequence suffix `N` recorded beside;
+//! and `zookeeper-suffix`, whose token is the suffix — a counter kept per parent node, which
+//! starts again at 0 when ZooKeeper deletes the empty container (R1: a token that goes back).
 //!
 //! Expiry is the server's: a session lives while its client's heartbeats (pings every third of
 //! the timeout, sent by the client library on its own) arrive within the timeout; when they stop
@@ -29,10 +33,20 @@ const OWN_SESSION: Duration = Duration::from_secs(5);
 /// The parent of every lock's parent.
 const ROOT: &str = "/fencing-lab";
 
+/// Which number of the lock's node is the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenOf {
+    /// The node's czxid: ordered across the whole ensemble, for ever.
+    Czxid,
+    /// The node's sequence suffix: a counter of its parent, which a deleted parent loses.
+    Suffix,
+}
+
 /// A ZooKeeper lock client on one server.
 pub struct ZkLeaseStore {
     endpoint: String,
     margin: Duration,
+    token_of: TokenOf,
     /// The store's own session, for reads and for renewals of holdings another client took.
     own: zk::Client,
     /// The session of each holding this client took, by its node's path: it lives while this
@@ -65,6 +79,20 @@ fn parent(name: &str) -> String {
 /// The sequence number of a child `lock-0000000012`.
 fn sequence(child: &str) -> Option<i64> {
     child.strip_prefix("lock-")?.parse().ok()
+}
+
+/// A holding's handle: its node's path and czxid, `/fencing-lab/job/lock-0000000003 czxid=42`
+/// (a path alone may come back: the suffix starts again when the parent is made anew).
+fn handle(node: &str, czxid: i64) -> String {
+    format!("{node} czxid={czxid}")
+}
+
+/// The node's path and czxid in a holding's handle.
+fn node_of(handle: &str) -> (&str, Option<i64>) {
+    match handle.split_once(" czxid=") {
+        Some((node, czxid)) => (node, czxid.parse().ok()),
+        None => (handle, None),
+    }
 }
 
 /// The runtime the sessions live on: a thread of their own, as the Java client's `SendThread`,
@@ -110,20 +138,21 @@ async fn session(endpoint: &str, timeout: Duration, detached: bool) -> Result<zk
 }
 
 impl ZkLeaseStore {
-    /// Connects to the server at `endpoint` (`host:port`).
-    pub async fn connect(endpoint: &str, margin: Duration) -> Result<Self> {
+    /// Connects to the server at `endpoint` (`host:port`); its grants' tokens are `token_of`.
+    pub async fn connect(endpoint: &str, margin: Duration, token_of: TokenOf) -> Result<Self> {
         let own = session(endpoint, OWN_SESSION, false).await?;
         Ok(ZkLeaseStore {
             endpoint: endpoint.to_owned(),
             margin,
+            token_of,
             own,
             sessions: Mutex::default(),
         })
     }
 
-    /// Creates `path` as a persistent node unless it exists.
-    async fn ensure(&self, path: &str) -> Result<()> {
-        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    /// Creates `path` as a `mode` node unless it exists.
+    async fn ensure(&self, path: &str, mode: zk::CreateMode) -> Result<()> {
+        let options = mode.with_acls(zk::Acls::anyone_all());
         match self.own.create(path, b"", &options).await {
             Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
             Err(e) => Err(failed(&format!("create {path}"), e)),
@@ -143,19 +172,31 @@ impl ZkLeaseStore {
 
     async fn acquire_now(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
         super::check_timing(ttl, self.margin)?;
-        self.ensure(ROOT).await?;
-        self.ensure(&parent(name)).await?;
+        self.ensure(ROOT, zk::CreateMode::Persistent).await?;
         let sent = Instant::now();
         let mine = session(&self.endpoint, ttl, true).await?;
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-        let (stat, seq) = mine
-            .create(
-                &format!("{}/lock-", parent(name)),
-                holder.as_bytes(),
-                &options,
-            )
-            .await
-            .map_err(|e| failed("create the lock's ephemeral sequential node", e))?;
+        // The container parent may be deleted by the server between its creation and the
+        // child's (it was empty): make it again, as Curator does.
+        let mut tries = 0;
+        let (stat, seq) = loop {
+            self.ensure(&parent(name), zk::CreateMode::Container)
+                .await?;
+            match mine
+                .create(
+                    &format!("{}/lock-", parent(name)),
+                    holder.as_bytes(),
+                    &options,
+                )
+                .await
+            {
+                Err(zk::Error::NoNode) if tries < 3 => tries += 1,
+                created => {
+                    break created
+                        .map_err(|e| failed("create the lock's ephemeral sequential node", e))?
+                }
+            }
+        };
         let node = format!("{}/lock-{seq}", parent(name));
         let lowest = self.children(name).await?.into_iter().next();
         if lowest.as_deref() != node.rsplit('/').next() {
@@ -167,39 +208,85 @@ impl ZkLeaseStore {
             .lock()
             .expect("sessions")
             .insert(node.clone(), mine);
+        let token = match self.token_of {
+            TokenOf::Czxid => stat.czxid,
+            TokenOf::Suffix => sequence(node.rsplit('/').next().unwrap_or_default()).unwrap_or(-1),
+        };
         Ok(Some(
-            Grant::new(name, holder, stat.czxid, ttl, sent + (ttl - self.margin)).with_handle(node),
+            Grant::new(name, holder, token, ttl, sent + (ttl - self.margin))
+                .with_handle(handle(&node, stat.czxid)),
         ))
     }
 
     /// Whether the holding of `grant` still exists: its node, with the grant's czxid.
     async fn holds(&self, grant: &Grant) -> Result<bool> {
-        match self.own.check_stat(&grant.handle).await {
-            Ok(stat) => Ok(stat.is_some_and(|s| s.czxid == grant.token)),
+        let (node, czxid) = node_of(&grant.handle);
+        match self.own.check_stat(node).await {
+            Ok(stat) => Ok(stat.is_some_and(|s| Some(s.czxid) == czxid)),
             Err(e) => Err(failed("read the holding's node", e)),
         }
     }
 
     async fn renew_now(&self, grant: &mut Grant) -> Result<bool> {
         let sent = Instant::now();
-        let renewed = self.holds(grant).await?;
+        let renewed = match self.asked_by_its_session(grant).await {
+            Some(Ok(held)) => held,
+            Some(Err(why)) => {
+                grant.lost_because(why);
+                false
+            }
+            None => self.holds(grant).await?,
+        };
         if renewed {
             grant.renewed(sent + (grant.ttl - self.margin));
         }
         Ok(renewed)
     }
 
+    /// Asks through the holding's own session, when this client took it, whether its node still
+    /// exists — what a Curator client learns on waking: a session the server expired while the
+    /// client slept answers `SessionExpired` once the client reconnects (the server closed its
+    /// connection). `Some(Err(why))` is a holding lost, in the client's words; `None`, no session
+    /// of this client holds it, or it gave no answer (ask the store's own session).
+    async fn asked_by_its_session(
+        &self,
+        grant: &Grant,
+    ) -> Option<std::result::Result<bool, String>> {
+        let (node, czxid) = node_of(&grant.handle);
+        let mine = self.sessions.lock().expect("sessions").get(node).cloned()?;
+        let id = mine.session_id();
+        // A connection the server closed is lost once before the client reconnects and hears
+        // of its session: ask again, a few times at most.
+        let mut answer = mine.check_stat(node).await;
+        for _ in 0..3 {
+            if !matches!(answer, Err(zk::Error::ConnectionLoss)) {
+                break;
+            }
+            answer = mine.check_stat(node).await;
+        }
+        let state = mine.state();
+        Some(match answer {
+            Ok(Some(stat)) if Some(stat.czxid) == czxid => Ok(true),
+            Ok(_) => Err(format!(
+                "the node {node} is gone while its session {id} lives (state {state:?})"
+            )),
+            Err(zk::Error::SessionExpired) => Err(format!(
+                "the client's session {id} is expired: the server said so when the client \
+                 reconnected (zookeeper-client: SessionExpired, state {state:?}); its ephemeral \
+                 node {node} went with it"
+            )),
+            Err(_) => return None,
+        })
+    }
+
     async fn release_now(&self, grant: &Grant) -> Result<bool> {
         if !self.holds(grant).await? {
             return Ok(false);
         }
-        let mine = self
-            .sessions
-            .lock()
-            .expect("sessions")
-            .remove(&grant.handle);
+        let node = node_of(&grant.handle).0;
+        let mine = self.sessions.lock().expect("sessions").remove(node);
         let client = mine.as_ref().unwrap_or(&self.own);
-        let deleted = match client.delete(&grant.handle, None).await {
+        let deleted = match client.delete(node, None).await {
             Ok(()) => true,
             Err(zk::Error::NoNode) => false,
             Err(e) => return Err(failed("delete the holding's node", e)),
@@ -224,7 +311,10 @@ impl ZkLeaseStore {
             .map_or(0.0, |d| d.as_secs_f64());
         Ok(Some(Holding {
             holder: String::from_utf8_lossy(&data).into_owned(),
-            token: stat.czxid,
+            token: match self.token_of {
+                TokenOf::Czxid => stat.czxid,
+                TokenOf::Suffix => sequence(&lowest).unwrap_or(-1),
+            },
             expires_at: format!(
                 "while session 0x{:x} lives (node {lowest}, sequence {}; created {} ms since the epoch)",
                 stat.ephemeral_owner,
@@ -268,7 +358,15 @@ impl ZkLeaseStore {
 
 impl LeaseStore for ZkLeaseStore {
     fn token_name(&self) -> String {
-        "czxid of the lock's ephemeral sequential node (its sequence number recorded beside)".into()
+        match self.token_of {
+            TokenOf::Czxid => {
+                "czxid of the lock's ephemeral sequential node (its sequence number recorded beside)"
+            }
+            TokenOf::Suffix => {
+                "sequence suffix of the lock's ephemeral sequential node (a counter of its container parent)"
+            }
+        }
+        .into()
     }
 
     fn acquire<'a>(
@@ -297,10 +395,10 @@ impl LeaseStore for ZkLeaseStore {
     }
 }
 
-async fn open(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
+async fn open(at: &StoreAt, token_of: TokenOf) -> Result<Arc<dyn LeaseStore>> {
     let endpoint = at.endpoint("zookeeper")?;
     Ok(Arc::new(
-        ZkLeaseStore::connect(endpoint, at.table.margin()).await?,
+        ZkLeaseStore::connect(endpoint, at.table.margin(), token_of).await?,
     ))
 }
 
@@ -310,6 +408,19 @@ pub const KIND: StoreKind = StoreKind {
     token: "czxid of the lock's ephemeral node",
     about: "a ZooKeeper ephemeral sequential node (Curator's lock recipe), the session timeout as the TTL; the token is the node's czxid",
     has_token: true,
+    sound: true,
     service: Some("zookeeper"),
-    open: Some(|at| Box::pin(open(at))),
+    open: Some(|at| Box::pin(open(at, TokenOf::Czxid))),
+};
+
+/// The same lock with the sequence suffix as its token (R1): sound while the parent lives, and
+/// back to 0 once ZooKeeper deletes the empty container.
+pub const SUFFIX: StoreKind = StoreKind {
+    name: "zookeeper-suffix",
+    token: "sequence suffix of the lock's ephemeral node",
+    about: "the ZooKeeper lock with its node's sequence suffix as the token — a counter of the container parent, which starts again at 0 when ZooKeeper deletes the empty parent (R1)",
+    has_token: true,
+    sound: false,
+    service: Some("zookeeper"),
+    open: Some(|at| Box::pin(open(at, TokenOf::Suffix))),
 };

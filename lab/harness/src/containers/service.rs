@@ -23,8 +23,8 @@ use super::{
 /// How long a service may take to start (ZooKeeper's JVM takes a few seconds on 2 cores).
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The image with the three lock services (and PostgreSQL, which the image recipe starts from),
-/// built here on first use.
+/// The image with the three lock services (and PostgreSQL, which the image recipe starts from;
+/// etcdctl and libfaketime for the R-series), built here on first use.
 pub async fn services_image() -> Result<Image, ContainerError> {
     image_with(
         15,
@@ -32,9 +32,13 @@ pub async fn services_image() -> Result<Image, ContainerError> {
         &[
             "redis-server",
             "etcd-server",
+            // etcdctl: R3 snapshots and restores an etcd cluster.
+            "etcd-client",
             "zookeeperd",
             "openjdk-17-jre-headless",
             "procps",
+            // libfaketime: RL2 runs one Redis server with its clock jumped forward.
+            "faketime",
         ],
     )
     .await
@@ -107,6 +111,7 @@ fn recipe(service: &str) -> Option<Recipe> {
                      echo \"ZooKeeper $(dpkg-query -W -f '${Version}' zookeeper)\" >&2; \
                      exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
                      -Dzookeeper.log.dir=/tmp -Dzookeeper.root.logger=INFO,CONSOLE \
+                     -Dznode.container.checkIntervalMs=200 \
                      -Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties \
                      -cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar \
                      org.apache.zookeeper.server.ZooKeeperServerMain /tmp/zoo.cfg 1>&2"
@@ -123,6 +128,10 @@ fn recipe(service: &str) -> Option<Recipe> {
                 s(
                     "expiry",
                     "a session's timeout, by the server, from the client's last message",
+                ),
+                s(
+                    "container nodes",
+                    "an empty one deleted within 200 ms (znode.container.checkIntervalMs; ZooKeeper's default 60 s)",
                 ),
             ],
         },

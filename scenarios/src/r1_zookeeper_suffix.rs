@@ -1,0 +1,328 @@
+//! R1 — a token that goes back: ZooKeeper's sequence suffix (SPEC §9). Curator's lock makes its
+//! parent a **container node**, which ZooKeeper deletes once its last child is gone
+//! (CURATOR-222); the sequential suffix is a counter of that parent, so when the parent is made
+//! anew it starts again at 0. A fence fed by the suffix sees the same token twice.
+//!
+//! The paused-holder timeline, run twice on one ZooKeeper server, with the lab's fenced resource:
+//! A (a holder process) takes the lock — node `lock-0000000000` — and is frozen (SIGSTOP) at its
+//! write point; ZooKeeper expires its session, deletes its node, then deletes the empty
+//! container (the server's log says both); B (another process) takes the lock in the parent made
+//! anew, writes, releases; A is thawed and writes with its old token.
+//! - **Negative control** (`--lease-store zookeeper-suffix`, the suffix as the token): B's token
+//!   is A's again, the fence cannot tell them apart, A's stale write is accepted over B's, and
+//!   the token-regression check names the token acknowledged twice.
+//! - **Positive control** (`--lease-store zookeeper`, the node's czxid as the token): B's czxid is
+//!   greater, A's stale write is rejected, the regression check finds nothing.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use fencing::resource::WriteMode;
+use harness::evidence::Recorder;
+use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+use holder_protocol::{exit, Event, Request};
+
+use crate::chaos::regression::{regressions, GrantSeen, Kind};
+use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
+use crate::{Lab, Needs, Outcome, Scenario};
+
+pub struct R1;
+
+/// The two stores R1 runs, the flawed one first: (store, what its token is, whether a fence fed
+/// by it must hold).
+const RUNS: [(&str, &str, bool); 2] = [
+    ("zookeeper-suffix", "the sequence suffix", false),
+    ("zookeeper", "the czxid", true),
+];
+
+/// The lock of each run, a parent of its own: the first run's parent, deleted once B released,
+/// must not be the second's.
+fn lock_of(store: &str) -> String {
+    format!("{LEASE}-{store}")
+}
+
+/// How long ZooKeeper may take to delete the empty container (its check runs every 200 ms here).
+const CONTAINER_DELETED_WITHIN: Duration = Duration::from_secs(5);
+
+/// Checks per run of the timeline.
+const PER_RUN: usize = 10;
+
+impl Scenario for R1 {
+    fn id(&self) -> &'static str {
+        "R1"
+    }
+
+    fn title(&self) -> &'static str {
+        "a token that goes back: ZooKeeper deletes the lock's empty container parent and its sequence suffix starts again at 0 (the suffix as the token: the same token twice; the czxid: holds)"
+    }
+
+    fn checks(&self) -> usize {
+        2 * PER_RUN
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::Containers
+    }
+
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
+        Err("R1 chooses its own stores (zookeeper-suffix, then zookeeper); it runs with --lease-store single")
+    }
+
+    fn runs_alone(&self) -> bool {
+        // A's expiry and the container's deletion are timed by ZooKeeper's clock; a loaded
+        // machine stretches them, it does not change the verdict — but two experiments on one
+        // ZooKeeper server would share its counter.
+        false
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            let outcome = async {
+                for (store, token, sound) in RUNS {
+                    if let Err(e) = lab.use_store(store).await {
+                        rec.skip(format!(
+                            "R1 needs the ZooKeeper lock service (--lease-store {store}): {e:#}"
+                        ));
+                        return Ok(());
+                    }
+                    lab.reset().await?;
+                    rec.note(format!(
+                        "--lease-store {store}: {token} is the token; {}",
+                        lab.describe_service().unwrap_or_default()
+                    ));
+                    one_run(lab, rec, store, sound).await?;
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+            .await;
+            // Every path: the lease table is the store again for the experiments after this one.
+            let back = lab.use_store(fencing::lease::sql::KIND.name).await;
+            outcome?;
+            back
+        })
+    }
+}
+
+/// One run of the timeline on the store `store` (the lab's lease store now); `sound`: whether a
+/// fence fed by its token must hold.
+async fn one_run(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    store: &str,
+    sound: bool,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
+    let mode = WriteMode::Fenced;
+
+    let lock = lock_of(store);
+    let spec = |holder: &str, content: &str, release: bool| {
+        let mut spec = lab.holder_spec(holder, content, mode, release);
+        spec.flags.lease.clone_from(&lock);
+        spec
+    };
+    let a_sent = Instant::now();
+    let mut a = Holder::spawn(&spec(HOLDER_A, A_CONTENT, false)).await?;
+    let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, a_at, "A", "acquire", &acquired).await;
+    let Event::Acquired { token: a_token } = acquired else {
+        bail!(a.unexpected("ACQUIRED token=…", &acquired));
+    };
+    let holding = lab.lease.inspect(&lock).await?;
+    rec.check_that(
+        format!(
+            "[{store}] A (pid {}) acquires the lock: its node is the parent's first child",
+            a.pid()
+        ),
+        holding
+            .as_ref()
+            .is_some_and(|h| h.expires_at.contains("sequence 0;")),
+        format_args!(
+            "token={a_token}; {}",
+            shown(holding.as_ref().map(|h| h.expires_at.clone()))
+        ),
+    );
+    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "waits at the write point", &ready).await;
+
+    let frozen_at = freeze_and_show(
+        lab,
+        rec,
+        &mut a,
+        &format!(" [{store}]"),
+        &format!("[{store}] A's renewer thread is frozen with it: its session's heartbeats stop"),
+    )
+    .await?;
+    let lease = &lab.lease;
+    harness::wait::until(
+        "A's node deleted by ZooKeeper (its session expired)",
+        lab.params.wait_timeout,
+        || lease.is_free(&lock),
+    )
+    .await?;
+    rec.note(format!(
+        "[{store}] A's session expired and its node went {} ms after A was frozen (ZooKeeper's clock)",
+        frozen_at.elapsed().as_millis()
+    ));
+    let parent = format!("Attempting to delete candidate container: /fencing-lab/{lock}");
+    let service = lab
+        .service
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the ZooKeeper service is not running"))?;
+    let deletions_before = service.log().await.matches(&parent).count();
+    // ZooKeeper's container manager deletes the empty parent on its next check.
+    let deleted = harness::wait::until_every(
+        "ZooKeeper deleting the lock's empty container parent",
+        CONTAINER_DELETED_WITHIN,
+        Duration::from_millis(100),
+        || async {
+            Ok::<_, std::io::Error>(service.log().await.matches(&parent).count() > deletions_before)
+        },
+    )
+    .await;
+    rec.check_that(
+        format!("[{store}] ZooKeeper deletes the lock's container parent once A's node is gone (the server's log)"),
+        deleted.is_ok(),
+        match &deleted {
+            Ok(took) => format!("{parent} — {} ms after A's lease expired", took.as_millis()),
+            Err(e) => e.to_string(),
+        },
+    );
+
+    let b_sent = Instant::now();
+    let mut b = Holder::spawn(&spec(HOLDER_B, B_CONTENT, true)).await?;
+    let (b_at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, b_at, "B", "acquire", &acquired).await;
+    let Event::Acquired { token: b_token } = acquired else {
+        bail!(b.unexpected("ACQUIRED token=…", &acquired));
+    };
+    let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
+    if !matches!(ready, Event::AtWritePoint { .. }) {
+        bail!(b.unexpected("AT_WRITE_POINT", &ready));
+    }
+    b.send(Request::Go).await?;
+    let (at, write) = b.next("B's write", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "B", "write", &write).await;
+    rec.check(
+        format!("[{store}] B's write is accepted"),
+        &format!("WRITE accepted=true token={b_token}"),
+        &write.to_string(),
+    );
+    for what in ["B's renew after its write", "B's release"] {
+        let (at, event) = b.next(what, EVENT_TIMEOUT).await?;
+        step(lab, rec, at, "B", what, &event).await;
+    }
+    let code = b.exit_code(EVENT_TIMEOUT).await?;
+    rec.check(
+        format!("[{store}] B exits having written"),
+        &describe(Some(exit::WROTE)),
+        &describe(Some(code)),
+    );
+
+    a.send(Request::Go).await?;
+    let thawed = a.thaw().await?;
+    crate::paused_holder::lab_step(
+        lab,
+        rec,
+        harness::evidence::Mark::Thawed,
+        "A",
+        "SIGCONT",
+        list(&thawed),
+    )
+    .await;
+    let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "write (after resuming)", &write).await;
+    let Event::Write { accepted, .. } = write else {
+        bail!(a.unexpected("WRITE …", &write));
+    };
+    let _ = a.next("A's renew after its write", EVENT_TIMEOUT).await?;
+    let _ = a.exit_code(EVENT_TIMEOUT).await?;
+
+    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
+    let floor = lab.resource.floor(SCOPE).await?;
+    rec.note(format!(
+        "[{store}] A's token {a_token}, B's token {b_token}; A's stale write accepted={accepted}; final summary = {}; fence_floor={}",
+        part_line(&summary),
+        shown(floor)
+    ));
+
+    // The token-regression check over the two grants, in real-time order.
+    let grants = [
+        GrantSeen {
+            token: a_token,
+            holder: HOLDER_A.into(),
+            invoke_ms: ms(a_sent),
+            complete_ms: Some(ms(a_at)),
+            acknowledged: true,
+            line: format!("{HOLDER_A} ACQUIRED token={a_token} at {:.0} ms", ms(a_at)),
+        },
+        GrantSeen {
+            token: b_token,
+            holder: HOLDER_B.into(),
+            invoke_ms: ms(b_sent),
+            complete_ms: Some(ms(b_at)),
+            acknowledged: true,
+            line: format!("{HOLDER_B} ACQUIRED token={b_token} at {:.0} ms", ms(b_at)),
+        },
+    ];
+    let found = regressions(&grants);
+    let shown_found = if found.is_empty() {
+        format!("none: {a_token} then {b_token}")
+    } else {
+        found
+            .iter()
+            .map(|r| format!("{} — {}", r.what, r.excerpt.join(" ⟶ ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let stale_kept = summary
+        .as_ref()
+        .is_some_and(|p| p.writer == HOLDER_A && p.content == A_CONTENT);
+    if sound {
+        rec.check_that(
+            format!("[{store}] B's token is greater than A's: the czxid counts every write to ZooKeeper, not the parent's children"),
+            b_token > a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] A's stale write is rejected by the resource's fence"),
+            !accepted,
+            format_args!("WRITE accepted={accepted} token={a_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] the final summary is B's"),
+            !stale_kept,
+            part_line(&summary),
+        );
+        rec.check_that(
+            format!("[{store}] the token-regression check finds no token gone back"),
+            found.is_empty(),
+            shown_found,
+        );
+    } else {
+        rec.check_that(
+            format!("[{store}] negative control exposes: the parent made anew, B is granted A's suffix again"),
+            b_token <= a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] negative control exposes: the fence cannot tell A from B, A's stale write is accepted"),
+            accepted,
+            format_args!("WRITE accepted={accepted} token={a_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] negative control exposes: A's stale result overwrote B's"),
+            stale_kept,
+            part_line(&summary),
+        );
+        rec.check_that(
+            format!("[{store}] the token-regression check catches it"),
+            found
+                .iter()
+                .any(|r| matches!(r.kind, Kind::AcknowledgedTwice | Kind::Backwards)),
+            shown_found,
+        );
+    }
+    Ok(())
+}
