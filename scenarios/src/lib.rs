@@ -36,6 +36,7 @@ mod maria;
 mod paused_holder;
 mod preflight;
 mod r1_zookeeper_suffix;
+mod r2_redis_sentinel_failover;
 mod runner;
 mod u1_fenced_job_lease;
 mod u2_stale_completion;
@@ -179,6 +180,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &f16_partitioned_holder::F16 { cut: true },
     &f17_patroni_failover::F17 { freeze: true },
     &r1_zookeeper_suffix::R1,
+    &r2_redis_sentinel_failover::R2,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

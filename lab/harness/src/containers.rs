@@ -45,6 +45,7 @@ mod image;
 mod network;
 pub mod patroni;
 mod pg;
+mod sentinel;
 mod service;
 mod sweep;
 
@@ -56,6 +57,7 @@ pub use image::{patroni_image, postgres_image, remove_images, suite_for, Image};
 pub use network::Network;
 use pg::{tcp_options, STARTUP_TIMEOUT};
 pub use pg::{until_logged, PgContainer};
+pub use sentinel::SentinelGroup;
 pub use service::{services_image, ServiceContainer};
 pub use sweep::{remove_labelled, remove_this_process};
 

@@ -603,3 +603,137 @@ impl LockService {
         match self.never {}
     }
 }
+
+/// A Redis primary with a replica and three Sentinels (R2): `containers::SentinelGroup`. Always
+/// compiled: without the feature `containers`, [`RedisFailover::start`] answers [`NOT_BUILT`]
+/// and no value of this type can exist. End it with [`RedisFailover::remove`]; a run
+/// interrupted meanwhile removes it by its mark.
+pub struct RedisFailover {
+    #[cfg(feature = "containers")]
+    group: crate::containers::SentinelGroup,
+    #[cfg(not(feature = "containers"))]
+    never: std::convert::Infallible,
+    /// Where its image came from.
+    pub image_note: String,
+}
+
+impl RedisFailover {
+    /// Starts the group (building the lock services' image on first use); returns once the
+    /// replica has synchronised and the Sentinels monitor the primary.
+    pub async fn start(mark: &str) -> anyhow::Result<RedisFailover> {
+        #[cfg(feature = "containers")]
+        {
+            use crate::containers;
+            containers::engine()
+                .await
+                .map_err(|reason| anyhow::anyhow!("Redis with Sentinel: {reason}"))?;
+            let image = containers::services_image().await.map_err(|e| {
+                anyhow::anyhow!(
+                    "Redis with Sentinel: no way to build the lock services' image here ({e}); \
+                     building needs root, debootstrap and the Debian archive"
+                )
+            })?;
+            let group = containers::SentinelGroup::start(&image, mark).await?;
+            Ok(RedisFailover {
+                group,
+                image_note: containers::hosts::image_note(&image),
+            })
+        }
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = mark;
+            anyhow::bail!("Redis with Sentinel: {NOT_BUILT}")
+        }
+    }
+
+    /// `ip:port` of the primary it started with.
+    pub fn primary_endpoint(&self) -> String {
+        #[cfg(feature = "containers")]
+        return self.group.primary_endpoint();
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// `ip:port` of the replica.
+    pub fn replica_endpoint(&self) -> String {
+        #[cfg(feature = "containers")]
+        return self.group.replica_endpoint();
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// The primary's and the replica's addresses.
+    pub fn ips(&self) -> (IpAddr, IpAddr) {
+        #[cfg(feature = "containers")]
+        return (self.group.primary_ip, self.group.replica_ip);
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// `redis-server --version` of its servers.
+    pub fn version(&self) -> &str {
+        #[cfg(feature = "containers")]
+        return &self.group.version;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// `redis-cli ARGS` from inside the group: its output.
+    pub async fn cli(&self, args: &str) -> anyhow::Result<String> {
+        #[cfg(feature = "containers")]
+        return Ok(self.group.cli(args).await?);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = args;
+            match self.never {}
+        }
+    }
+
+    /// Whether the replica is linked and every Sentinel knows it and the two others.
+    pub async fn whole(&self) -> anyhow::Result<bool> {
+        #[cfg(feature = "containers")]
+        return Ok(self.group.whole().await?);
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Cuts the replica off from the primary; the rule as iptables lists it.
+    pub async fn cut_replica(&self) -> anyhow::Result<String> {
+        #[cfg(feature = "containers")]
+        return Ok(self.group.cut_replica().await?);
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Loses the primary (its container removed, as a crashed host).
+    pub async fn lose_primary(&mut self) -> anyhow::Result<()> {
+        #[cfg(feature = "containers")]
+        return Ok(self.group.lose_primary().await?);
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Where the Sentinels say the primary is now.
+    pub async fn master_now(&self) -> Option<IpAddr> {
+        #[cfg(feature = "containers")]
+        return self.group.master_now().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// The Sentinels' log lines of a failover, each once.
+    pub async fn failover_log(&self) -> Vec<String> {
+        #[cfg(feature = "containers")]
+        return self.group.failover_log().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Removes it; returns once it is gone.
+    pub async fn remove(self) {
+        #[cfg(feature = "containers")]
+        self.group.remove().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+}

@@ -299,6 +299,8 @@ pub const STORES: &[StoreKind] = &[
     redis::KIND,
     #[cfg(feature = "redis")]
     redis::PLAIN,
+    #[cfg(feature = "redis")]
+    redis::WAIT,
     #[cfg(feature = "etcd")]
     etcd::KIND,
     #[cfg(feature = "zookeeper")]

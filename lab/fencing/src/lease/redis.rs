@@ -9,9 +9,16 @@
 //! - **`redis-plain`** — no token, as most Redis locks are (the value is `holder nonce`): every
 //!   grant answers token 0, and a fence has nothing to compare. Its fenced experiments are
 //!   negative results.
+//! - **`redis-wait`** — `redis`, then `WAIT 1 500` before the token is handed out: the grant
+//!   (the key and the counter's `INCR`) acknowledged by at least one replica within 500 ms, or
+//!   no grant — a token only the primary knows could be granted again by a replica promoted
+//!   after the primary is lost (R2). A `WAIT` that times out says nothing of the write (it is on
+//!   the primary, maybe on no replica): the store deletes its key and answers an error, never
+//!   the token. `WAIT` is Redis's whole remedy and not consensus: a replica that acknowledged may
+//!   still not be the one Sentinel promotes.
 //!
-//! A single server here (`LIMITS.md`): the counter's `INCR` is acknowledged by the one server
-//! that keeps it; with a replica promoted by Sentinel it may go back (issue 29's R2).
+//! A single server as a lease store (`LIMITS.md`); R2 runs the counter on a primary and a
+//! replica under Sentinel.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,6 +76,8 @@ pub struct RedisLeaseStore {
     margin: Duration,
     /// With a token (`redis`) or without (`redis-plain`).
     fenced: bool,
+    /// `redis-wait`: how long a grant waits for one replica's acknowledgement (`WAIT 1 ms`).
+    wait: Option<Duration>,
 }
 
 impl std::fmt::Debug for RedisLeaseStore {
@@ -98,7 +107,12 @@ fn failed(what: &str, e: redis::RedisError) -> Error {
 
 impl RedisLeaseStore {
     /// Connects to the server at `endpoint` (`host:port`).
-    pub async fn connect(endpoint: &str, margin: Duration, fenced: bool) -> Result<Self> {
+    pub async fn connect(
+        endpoint: &str,
+        margin: Duration,
+        fenced: bool,
+        wait: Option<Duration>,
+    ) -> Result<Self> {
         let client = redis::Client::open(format!("redis://{endpoint}/"))
             .map_err(|e| failed("open a Redis client", e))?;
         let con = client
@@ -114,6 +128,7 @@ impl RedisLeaseStore {
             endpoint: endpoint.to_owned(),
             margin,
             fenced,
+            wait,
         })
     }
 
@@ -140,6 +155,9 @@ impl RedisLeaseStore {
             .invoke_async(&mut self.con.clone())
             .await
             .map_err(|e| failed("acquire the lock (SET NX PX)", e))?;
+        if let (Some(token), Some(wait)) = (token, self.wait) {
+            self.replicated(&lock, holder, token, wait).await?;
+        }
         Ok(token.map(|token| {
             let value = if self.fenced {
                 format!("{holder} {token}")
@@ -148,6 +166,38 @@ impl RedisLeaseStore {
             };
             Grant::new(name, holder, token, ttl, sent + (ttl - self.margin)).with_handle(value)
         }))
+    }
+
+    /// `redis-wait`: `WAIT 1 ms` after the grant's script on this connection — every write of it
+    /// (the key, the counter) acknowledged by a replica — or the key deleted again and an error
+    /// that says the token is not to be used.
+    async fn replicated(&self, lock: &str, holder: &str, token: i64, wait: Duration) -> Result<()> {
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(wait.as_millis() as u64)
+            .query_async(&mut self.con.clone())
+            .await
+            .map_err(|e| failed("WAIT for a replica", e))?;
+        if acked >= 1 {
+            return Ok(());
+        }
+        let _: i64 = Script::new(RELEASE)
+            .key(lock)
+            .arg(format!("{holder} {token}"))
+            .invoke_async(&mut self.con.clone())
+            .await
+            .unwrap_or(0);
+        Err(Error::Service {
+            store: "redis",
+            what: format!("have token {token} acknowledged by a replica"),
+            detail: format!(
+                "WAIT 1 {} answered {acked}: no replica acknowledged the grant within {} ms; it \
+                 is on the primary alone and a failover could grant the token again — not used \
+                 (the key deleted)",
+                wait.as_millis(),
+                wait.as_millis()
+            ),
+        })
     }
 
     async fn renew_now(&self, grant: &mut Grant) -> Result<bool> {
@@ -234,7 +284,12 @@ impl RedisLeaseStore {
 
 impl LeaseStore for RedisLeaseStore {
     fn token_name(&self) -> String {
-        if self.fenced {
+        if let Some(wait) = self.wait {
+            format!(
+                "INCR of the lock's counter key, taken with the grant and acknowledged by a replica (WAIT 1 {})",
+                wait.as_millis()
+            )
+        } else if self.fenced {
             "INCR of the lock's counter key, taken with the grant".into()
         } else {
             "none (SET NX PX with a unique value; every grant answers 0)".into()
@@ -272,12 +327,15 @@ impl LeaseStore for RedisLeaseStore {
 }
 
 /// Opens the Redis store of `at` (its first endpoint).
-async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
+async fn open(at: &StoreAt, fenced: bool, wait: Option<Duration>) -> Result<Arc<dyn LeaseStore>> {
     let endpoint = at.endpoint("redis")?;
     Ok(Arc::new(
-        RedisLeaseStore::connect(endpoint, at.table.margin(), fenced).await?,
+        RedisLeaseStore::connect(endpoint, at.table.margin(), fenced, wait).await?,
     ))
 }
+
+/// How long `redis-wait` waits for a replica's acknowledgement.
+pub const WAIT_FOR_REPLICA: Duration = Duration::from_millis(500);
 
 /// The Redis lock with a token (`INCR`), in the registry.
 pub const KIND: StoreKind = StoreKind {
@@ -287,7 +345,21 @@ pub const KIND: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     service: Some("redis"),
-    open: Some(|at| Box::pin(open(at, true))),
+    open: Some(|at| Box::pin(open(at, true, None))),
+};
+
+/// The Redis lock with a token acknowledged by a replica (`WAIT 1 500`), in the registry: R2's
+/// remedy, opened on the primary R2 starts (holders get `--store-endpoint`). On a server without
+/// replicas every grant fails.
+pub const WAIT: StoreKind = StoreKind {
+    name: "redis-wait",
+    token: "INCR of a counter key taken with the grant, acknowledged by a replica (WAIT 1 500)",
+    about: "the Redis fenced lock, its grant acknowledged by a replica before the token is used (WAIT 1 500): R2's remedy for a failover",
+    has_token: true,
+    sound: true,
+    // Not a lock service of `--lease-store`: it needs a primary with a replica, which R2 starts.
+    service: None,
+    open: Some(|at| Box::pin(open(at, true, Some(WAIT_FOR_REPLICA)))),
 };
 
 /// The Redis lock without a token, in the registry.
@@ -298,5 +370,5 @@ pub const PLAIN: StoreKind = StoreKind {
     has_token: false,
     sound: false,
     service: Some("redis"),
-    open: Some(|at| Box::pin(open(at, false))),
+    open: Some(|at| Box::pin(open(at, false, None))),
 };

@@ -1,0 +1,426 @@
+//! R2 — a token that goes back: Redis's `INCR` on a primary that Sentinel replaces (SPEC §9;
+//! Redisson #2669). Redis replicates asynchronously: the primary acknowledges a write before any
+//! replica has it. A fenced Redis lock (`redis`: `SET NX PX` and `INCR` of a counter in one
+//! script) whose primary is lost before the grant reached the replica hands the same token out
+//! again once Sentinel promotes the replica.
+//!
+//! Three runs, each on a fresh primary + replica + three Sentinels (`hosts::RedisFailover`):
+//! 1. **Negative control** (`redis`): the replica cut off from the primary (an iptables rule in
+//!    its namespace); A takes the lock — token N, acknowledged by the primary alone (the
+//!    replica's counter still at N−1) — and waits at its write point; the primary is lost;
+//!    Sentinel promotes the replica (its own log lines); B takes the lock there: token N again.
+//!    B writes; then A writes with its token: accepted — the fence cannot tell them apart — and
+//!    the token-regression check names the token acknowledged twice.
+//! 2. **Positive control** (`redis-wait`: `WAIT 1 500` before the token is used): A's grant is
+//!    acknowledged by the replica; the primary is lost and the replica promoted with A's token
+//!    in its counter; B's token is greater and A's stale write is rejected. B takes its lock
+//!    with `redis` — the promoted primary has no replica left, and `WAIT` would refuse every
+//!    grant until one is back: the remedy's cost.
+//! 3. **When `WAIT` times out** (`redis-wait`, the replica cut off): A's acquire answers an error
+//!    and no token — the key deleted again; the primary's counter moved (a gap, allowed).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use fencing::lease::{LeaseStore, StoreAt};
+use fencing::resource::WriteMode;
+use harness::evidence::Recorder;
+use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+use harness::hosts::RedisFailover;
+use holder_protocol::{exit, Event, Request};
+
+use crate::chaos::regression::{regressions, GrantSeen, Kind};
+use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
+use crate::{Lab, Needs, Outcome, Scenario};
+
+pub struct R2;
+
+/// How long the group may take to be whole, and the Sentinels to fail over.
+const GROUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Checks of each run.
+const NEGATIVE: usize = 7;
+const POSITIVE: usize = 7;
+const TIMED_OUT: usize = 3;
+
+impl Scenario for R2 {
+    fn id(&self) -> &'static str {
+        "R2"
+    }
+
+    fn title(&self) -> &'static str {
+        "a token that goes back: Redis's INCR acknowledged by the primary alone, the primary lost, Sentinel promotes the replica — the same token granted twice; WAIT 1 before use keeps it"
+    }
+
+    fn checks(&self) -> usize {
+        NEGATIVE + POSITIVE + TIMED_OUT
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::Containers
+    }
+
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
+        Err("R2 starts its own Redis primary, replica and Sentinels; it runs with --lease-store single")
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            if let Err(e) = fencing::lease::store_kind("redis-wait").context(
+                "this build left the Redis client out (build with --features lab/lock-services)",
+            ) {
+                rec.skip(format!("R2 needs the Redis lock stores: {e:#}"));
+                return Ok(());
+            }
+            for run in [Run::Negative, Run::Positive, Run::TimedOut] {
+                let group = match RedisFailover::start(&lab.run_mark).await {
+                    Ok(group) => group,
+                    Err(e) => {
+                        rec.skip(format!("R2 needs Redis with Sentinel in containers: {e:#}"));
+                        return Ok(());
+                    }
+                };
+                let mut group = group;
+                let outcome = one_run(lab, rec, &mut group, run).await;
+                // Every path: the group goes (a holder still running is ended by the run).
+                group.remove().await;
+                outcome?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Negative,
+    Positive,
+    TimedOut,
+}
+
+impl Run {
+    fn label(self) -> &'static str {
+        match self {
+            Run::Negative => "redis, replica cut off",
+            Run::Positive => "redis-wait",
+            Run::TimedOut => "redis-wait, replica cut off",
+        }
+    }
+}
+
+/// A lease client of store `store` on the Redis server at `endpoint`, for the lab's own reads.
+async fn client(lab: &Lab, store: &str, endpoint: &str) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    let at = StoreAt {
+        table: lab.lease_table.clone(),
+        endpoints: vec![endpoint.to_owned()],
+    };
+    Ok(fencing::lease::open(store, &at).await?)
+}
+
+/// The token counter of the lock on the server at `host` (`GET`), as redis-cli shows it.
+async fn counter(group: &RedisFailover, host: std::net::IpAddr) -> String {
+    group
+        .cli(&format!("-h {host} GET fencing-lab:token:{LEASE}"))
+        .await
+        .map_or_else(|e| format!("(no answer: {e:#})"), |v| v.trim().to_owned())
+}
+
+async fn one_run(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    group: &mut RedisFailover,
+    run: Run,
+) -> anyhow::Result<()> {
+    let label = run.label();
+    let (primary_ip, replica_ip) = group.ips();
+    let whole = harness::wait::until_every(
+        "the replica linked and every Sentinel knowing the group",
+        GROUP_TIMEOUT,
+        Duration::from_millis(200),
+        || async { group.whole().await.map_err(std::io::Error::other) },
+    )
+    .await;
+    if let Err(e) = whole {
+        bail!("[{label}] the Sentinel group did not form: {e}");
+    }
+    rec.note(format!(
+        "[{label}] {} — primary {}, replica {}, three Sentinels (down-after-milliseconds 500, quorum 2); {}",
+        group.version(),
+        group.primary_endpoint(),
+        group.replica_endpoint(),
+        group.image_note
+    ));
+    let a_store = if run == Run::Negative {
+        "redis"
+    } else {
+        "redis-wait"
+    };
+    let on_primary = client(lab, "redis", &group.primary_endpoint()).await?;
+    // A first holding, taken and released: the counter at 1 on both servers.
+    let first = on_primary
+        .acquire(LEASE, "holder-c", lab.params.ttl)
+        .await?
+        .context("the first lock on a fresh primary was refused")?;
+    on_primary.release(&first).await?;
+    harness::wait::until("the replica having the counter", GROUP_TIMEOUT, || async {
+        Ok::<_, std::io::Error>(counter(group, replica_ip).await == first.token.to_string())
+    })
+    .await?;
+    if run != Run::Positive {
+        let rule = group.cut_replica().await?;
+        rec.note(format!(
+            "[{label}] the replica is cut off from the primary (in its network namespace: {rule})"
+        ));
+    }
+
+    let spec = |holder: &str, content: &str, store: &str, endpoint: String, release: bool| {
+        let mut spec = lab.holder_spec(holder, content, WriteMode::Fenced, release);
+        spec.flags.store = store.into();
+        spec.flags.store_endpoint = Some(endpoint);
+        spec
+    };
+    let started = Instant::now();
+    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
+    let mut a = Holder::spawn(&spec(
+        HOLDER_A,
+        A_CONTENT,
+        a_store,
+        group.primary_endpoint(),
+        false,
+    ))
+    .await?;
+    let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, a_at, "A", "acquire", &acquired).await;
+    if run == Run::TimedOut {
+        let said = acquired.to_string();
+        rec.check_that(
+            format!("[{label}] WAIT times out: A's acquire answers an error, never the token"),
+            matches!(&acquired, Event::Error { message } if message.contains("WAIT 1 500 answered 0")),
+            &said,
+        );
+        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        rec.check(
+            format!("[{label}] A exits without having written"),
+            &describe(Some(exit::FAILURE)),
+            &describe(Some(code)),
+        );
+        let key = group
+            .cli(&format!("-h {primary_ip} EXISTS fencing-lab:lock:{LEASE}"))
+            .await?;
+        let moved = counter(group, primary_ip).await;
+        rec.check_that(
+            format!("[{label}] the lock's key is deleted again on the primary: nobody holds a grant no replica acknowledged"),
+            key.trim() == "0",
+            format_args!(
+                "EXISTS = {}; the primary's counter moved to {moved}, the replica's {} (a gap, allowed)",
+                key.trim(),
+                counter(group, replica_ip).await
+            ),
+        );
+        return Ok(());
+    }
+    let Event::Acquired { token: a_token } = acquired else {
+        bail!(a.unexpected("ACQUIRED token=…", &acquired));
+    };
+    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "waits at the write point", &ready).await;
+    let (on_p, on_r) = (
+        counter(group, primary_ip).await,
+        counter(group, replica_ip).await,
+    );
+    if run == Run::Negative {
+        rec.check_that(
+            format!("[{label}] A's token {a_token} is acknowledged by the primary alone"),
+            on_p == a_token.to_string() && on_r != a_token.to_string(),
+            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
+        );
+    } else {
+        rec.check_that(
+            format!(
+                "[{label}] A's token {a_token} is on the replica before A may use it (WAIT 1 500)"
+            ),
+            on_r == a_token.to_string(),
+            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
+        );
+    }
+
+    group.lose_primary().await?;
+    let lost_at = Instant::now();
+    rec.note(format!(
+        "[{label}] the primary {primary_ip} is lost (its container removed, as a crashed host)"
+    ));
+    let promoted = harness::wait::until_every(
+        "the Sentinels promoting the replica",
+        GROUP_TIMEOUT,
+        Duration::from_millis(100),
+        || async { Ok::<_, std::io::Error>(group.master_now().await == Some(replica_ip)) },
+    )
+    .await;
+    let log = group.failover_log().await;
+    rec.check_that(
+        format!("[{label}] Sentinel promotes the replica (its log)"),
+        promoted.is_ok(),
+        format_args!(
+            "{} ms after the primary was lost: {}",
+            lost_at.elapsed().as_millis(),
+            log.join(" · ")
+        ),
+    );
+    let on_new = client(lab, "redis", &group.replica_endpoint()).await?;
+    if run == Run::Positive {
+        // The replica has A's key too: B waits for it to expire by the new primary's clock.
+        let waited = harness::wait::until(
+            "A's lock expired on the promoted replica",
+            lab.params.wait_timeout,
+            || on_new.is_free(LEASE),
+        )
+        .await?;
+        rec.note(format!(
+            "[{label}] A's lock was replicated with its token; B waited {} ms more for it to expire on the promoted replica (its clock)",
+            waited.as_millis()
+        ));
+    }
+
+    let b_sent = Instant::now();
+    let mut b = Holder::spawn(&spec(
+        HOLDER_B,
+        B_CONTENT,
+        "redis",
+        group.replica_endpoint(),
+        true,
+    ))
+    .await?;
+    let (b_at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
+    step(
+        lab,
+        rec,
+        b_at,
+        "B",
+        "acquire on the promoted replica",
+        &acquired,
+    )
+    .await;
+    let Event::Acquired { token: b_token } = acquired else {
+        bail!(b.unexpected("ACQUIRED token=…", &acquired));
+    };
+    let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
+    if !matches!(ready, Event::AtWritePoint { .. }) {
+        bail!(b.unexpected("AT_WRITE_POINT", &ready));
+    }
+    b.send(Request::Go).await?;
+    let (at, write) = b.next("B's write", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "B", "write", &write).await;
+    rec.check(
+        format!("[{label}] B's write is accepted"),
+        &format!("WRITE accepted=true token={b_token}"),
+        &write.to_string(),
+    );
+    for what in ["B's renew after its write", "B's release"] {
+        let (at, event) = b.next(what, EVENT_TIMEOUT).await?;
+        step(lab, rec, at, "B", what, &event).await;
+    }
+    let code = b.exit_code(EVENT_TIMEOUT).await?;
+    rec.check(
+        format!("[{label}] B exits having written"),
+        &describe(Some(exit::WROTE)),
+        &describe(Some(code)),
+    );
+
+    a.send(Request::Go).await?;
+    let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "write (its primary gone)", &write).await;
+    let Event::Write { accepted, .. } = write else {
+        bail!(a.unexpected("WRITE …", &write));
+    };
+    // A's renewals go to a primary that is gone: it is ended here, its verdict is in.
+    a.crash().await;
+
+    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
+    let floor = lab.resource.floor(SCOPE).await?;
+    rec.note(format!(
+        "[{label}] A's token {a_token}, B's {b_token}; A's stale write accepted={accepted}; final summary = {}; fence_floor={}",
+        part_line(&summary),
+        shown(floor)
+    ));
+    let grants = [
+        GrantSeen {
+            token: a_token,
+            holder: HOLDER_A.into(),
+            invoke_ms: 0.0,
+            complete_ms: Some(ms(a_at)),
+            acknowledged: true,
+            line: format!(
+                "{HOLDER_A} ACQUIRED token={a_token} from the primary at {:.0} ms",
+                ms(a_at)
+            ),
+        },
+        GrantSeen {
+            token: b_token,
+            holder: HOLDER_B.into(),
+            invoke_ms: ms(b_sent),
+            complete_ms: Some(ms(b_at)),
+            acknowledged: true,
+            line: format!(
+                "{HOLDER_B} ACQUIRED token={b_token} from the promoted replica at {:.0} ms",
+                ms(b_at)
+            ),
+        },
+    ];
+    let found = regressions(&grants);
+    let shown_found = if found.is_empty() {
+        format!("none: {a_token} then {b_token}")
+    } else {
+        found
+            .iter()
+            .map(|r| format!("{} — {}", r.what, r.excerpt.join(" ⟶ ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let stale_kept = summary
+        .as_ref()
+        .is_some_and(|p| p.writer == HOLDER_A && p.content == A_CONTENT);
+    if run == Run::Negative {
+        rec.check_that(
+            format!(
+                "[{label}] negative control exposes: the promoted replica grants A's token again"
+            ),
+            b_token == a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{label}] negative control exposes: A's stale write is accepted after B's"),
+            accepted && stale_kept,
+            format_args!(
+                "WRITE accepted={accepted} token={a_token}; final summary {}",
+                part_line(&summary)
+            ),
+        );
+        rec.check_that(
+            format!("[{label}] the token-regression check catches it"),
+            found.iter().any(|r| r.kind == Kind::AcknowledgedTwice),
+            shown_found,
+        );
+    } else {
+        rec.check_that(
+            format!("[{label}] B's token is greater than A's: A's grant survived the failover"),
+            b_token > a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{label}] A's stale write is rejected by the resource's fence"),
+            !accepted && !stale_kept,
+            format_args!(
+                "WRITE accepted={accepted} token={a_token}; final summary {}",
+                part_line(&summary)
+            ),
+        );
+        rec.check_that(
+            format!("[{label}] the token-regression check finds no token gone back"),
+            found.is_empty(),
+            shown_found,
+        );
+    }
+    Ok(())
+}
