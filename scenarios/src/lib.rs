@@ -37,6 +37,9 @@ mod paused_holder;
 mod preflight;
 mod r1_zookeeper_suffix;
 mod r2_redis_sentinel_failover;
+mod redlock_majorities;
+mod rl1_redlock_paused_client;
+mod rl3_redlock_restart;
 mod runner;
 mod u1_fenced_job_lease;
 mod u2_stale_completion;
@@ -181,6 +184,8 @@ pub const ALL: &[&dyn Scenario] = &[
     &f17_patroni_failover::F17 { freeze: true },
     &r1_zookeeper_suffix::R1,
     &r2_redis_sentinel_failover::R2,
+    &rl1_redlock_paused_client::RL1,
+    &rl3_redlock_restart::RL3,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

@@ -737,3 +737,124 @@ impl RedisFailover {
         match self.never {}
     }
 }
+
+/// N independent Redis servers (the RL-series' Redlock): `containers::RedisServers`. Always
+/// compiled: without the feature `containers`, [`RedlockServers::start`] answers [`NOT_BUILT`]
+/// and no value of this type can exist. End it with [`RedlockServers::remove`]; a run
+/// interrupted meanwhile removes it by its mark.
+pub struct RedlockServers {
+    #[cfg(feature = "containers")]
+    servers: crate::containers::RedisServers,
+    #[cfg(not(feature = "containers"))]
+    never: std::convert::Infallible,
+    /// Where its image came from.
+    pub image_note: String,
+}
+
+/// The error of a method of [`RedlockServers`]: the container layer's, as `anyhow`.
+#[cfg(feature = "containers")]
+fn redlock_err(e: crate::containers::ContainerError) -> anyhow::Error {
+    anyhow::Error::new(e)
+}
+
+impl RedlockServers {
+    /// Starts `n` servers; returns once each is ready.
+    pub async fn start(mark: &str, n: usize) -> anyhow::Result<RedlockServers> {
+        #[cfg(feature = "containers")]
+        {
+            use crate::containers;
+            containers::engine()
+                .await
+                .map_err(|reason| anyhow::anyhow!("Redis servers for Redlock: {reason}"))?;
+            let image = containers::services_image().await.map_err(|e| {
+                anyhow::anyhow!(
+                    "Redis servers for Redlock: no way to build the lock services' image here \
+                     ({e}); building needs root, debootstrap and the Debian archive"
+                )
+            })?;
+            let servers = containers::RedisServers::start(&image, mark, n)
+                .await
+                .map_err(redlock_err)?;
+            Ok(RedlockServers {
+                servers,
+                image_note: containers::hosts::image_note(&image),
+            })
+        }
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = (mark, n);
+            anyhow::bail!("Redis servers for Redlock: {NOT_BUILT}")
+        }
+    }
+
+    /// `ip:port` of each server.
+    pub fn endpoints(&self) -> Vec<String> {
+        #[cfg(feature = "containers")]
+        return self.servers.endpoints();
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// `redis-cli ARGS` on server `i`: its output.
+    pub async fn cli(&self, i: usize, args: &str) -> anyhow::Result<String> {
+        #[cfg(feature = "containers")]
+        return self.servers.cli(i, args).await.map_err(redlock_err);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = (i, args);
+            match self.never {}
+        }
+    }
+
+    /// Server `i`'s log so far.
+    pub async fn log(&self, i: usize) -> String {
+        #[cfg(feature = "containers")]
+        return self.servers.log(i).await;
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = i;
+            match self.never {}
+        }
+    }
+
+    /// Server `i` refuses every connection until [`RedlockServers::admit`].
+    pub async fn refuse(&self, i: usize) -> anyhow::Result<()> {
+        #[cfg(feature = "containers")]
+        return self.servers.refuse(i).await.map_err(redlock_err);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = i;
+            match self.never {}
+        }
+    }
+
+    /// Server `i` accepts connections again.
+    pub async fn admit(&self, i: usize) -> anyhow::Result<()> {
+        #[cfg(feature = "containers")]
+        return self.servers.admit(i).await.map_err(redlock_err);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = i;
+            match self.never {}
+        }
+    }
+
+    /// Restarts server `i` without persistence (it forgets its keys); returns once it answers.
+    pub async fn restart(&self, i: usize) -> anyhow::Result<()> {
+        #[cfg(feature = "containers")]
+        return self.servers.restart(i).await.map_err(redlock_err);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = i;
+            match self.never {}
+        }
+    }
+
+    /// Removes them; returns once they are gone.
+    pub async fn remove(self) {
+        #[cfg(feature = "containers")]
+        self.servers.remove().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+}

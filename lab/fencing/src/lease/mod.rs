@@ -31,6 +31,8 @@ pub mod job;
 pub mod lab_only;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub mod redlock;
 pub mod sql;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -301,6 +303,10 @@ pub const STORES: &[StoreKind] = &[
     redis::PLAIN,
     #[cfg(feature = "redis")]
     redis::WAIT,
+    #[cfg(feature = "redis")]
+    redlock::KIND,
+    #[cfg(feature = "redis")]
+    redlock::FENCED,
     #[cfg(feature = "etcd")]
     etcd::KIND,
     #[cfg(feature = "zookeeper")]

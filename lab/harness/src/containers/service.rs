@@ -24,7 +24,7 @@ use super::{
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The image with the three lock services (and PostgreSQL, which the image recipe starts from;
-/// etcdctl and libfaketime for the R-series), built here on first use.
+/// etcdctl for the R-series), built here on first use.
 pub async fn services_image() -> Result<Image, ContainerError> {
     image_with(
         15,
@@ -37,8 +37,6 @@ pub async fn services_image() -> Result<Image, ContainerError> {
             "zookeeperd",
             "openjdk-17-jre-headless",
             "procps",
-            // libfaketime: RL2 runs one Redis server with its clock jumped forward.
-            "faketime",
         ],
     )
     .await

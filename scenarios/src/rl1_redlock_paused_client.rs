@@ -1,0 +1,307 @@
+//! RL1 — Redlock and the paused client (Kleppmann, "How to do distributed locking"): Redlock over
+//! five independent Redis servers (`lease/redlock.rs`, the algorithm as published), the
+//! resource the lab's fenced PostgreSQL table. A (a holder process) wins the lock on a majority,
+//! is frozen (SIGSTOP) at its write point past its validity; the keys expire on every server by
+//! its own clock; B (another process) wins the lock and writes; A wakes and writes.
+//! 1. **Negative control** (`redlock`, no token — the algorithm as published): the fence has
+//!    nothing to compare; A's stale write is accepted over B's.
+//! 2. **Positive control** (`redlock-fenced`: a counter's `INCR` on each server that grants,
+//!    the greatest of the majority's as the token): A's stale write is rejected.
+//! 3. **What a fence does not promise** (`redlock-fenced`, A's stale write reaching the
+//!    resource after B acquired but before B's first write): accepted — the floor is still
+//!    A's — and then B's write supersedes it. A fence orders writes at the resource; a stale
+//!    write that arrives before any newer one is not stale to it. (antirez's proposal — the
+//!    resource checks the lock's current value — is argued in LIMITS.md, not run here.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use fencing::lease::{LeaseStore, StoreAt};
+use fencing::resource::WriteMode;
+use harness::evidence::Recorder;
+use harness::holder::{Holder, EVENT_TIMEOUT};
+use harness::hosts::RedlockServers;
+use holder_protocol::{Event, Request};
+
+use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
+use crate::{Lab, Needs, Outcome, Scenario};
+
+pub struct RL1;
+
+/// Five servers, as published.
+pub(crate) const SERVERS: usize = 5;
+
+/// The runs: (store, whether A's stale write comes after B's write, label).
+const RUNS: [(&str, bool, &str); 3] = [
+    ("redlock", true, "redlock, no token"),
+    ("redlock-fenced", true, "redlock-fenced"),
+    (
+        "redlock-fenced",
+        false,
+        "redlock-fenced, A's write before B's first",
+    ),
+];
+
+/// Checks of each run.
+const PER_RUN: usize = 8;
+
+impl Scenario for RL1 {
+    fn id(&self) -> &'static str {
+        "RL1"
+    }
+
+    fn title(&self) -> &'static str {
+        "Redlock over five Redis servers, the winner frozen past its validity: another client wins, the frozen one wakes and writes — accepted without a token, rejected by a monotonic fence (unless it reaches the resource before the new holder's first write)"
+    }
+
+    fn checks(&self) -> usize {
+        RUNS.len() * PER_RUN
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::Containers
+    }
+
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
+        Err("RL1 starts its own five Redis servers; it runs with --lease-store single")
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            if fencing::lease::store_kind("redlock").is_none() {
+                rec.skip("RL1 needs the Redis client: this build left it out (build with --features lab/lock-services)");
+                return Ok(());
+            }
+            let servers = match RedlockServers::start(&lab.run_mark, SERVERS).await {
+                Ok(servers) => servers,
+                Err(e) => {
+                    rec.skip(format!("RL1 needs five Redis servers in containers: {e:#}"));
+                    return Ok(());
+                }
+            };
+            rec.note(format!(
+                "five independent Redis servers (no persistence, no replication): {}; {}",
+                servers.endpoints().join(", "),
+                servers.image_note
+            ));
+            let outcome = async {
+                for (n, (store, after, label)) in RUNS.into_iter().enumerate() {
+                    lab.reset().await?;
+                    one_run(lab, rec, &servers, store, after, label, n).await?;
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+            .await;
+            servers.remove().await;
+            outcome
+        })
+    }
+}
+
+/// A client of Redlock store `store` over `servers`, for the lab's own reads.
+pub(crate) async fn redlock_client(
+    lab: &Lab,
+    store: &str,
+    servers: &RedlockServers,
+) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    let at = StoreAt {
+        table: lab.lease_table.clone(),
+        endpoints: servers.endpoints(),
+    };
+    Ok(fencing::lease::open(store, &at).await?)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_run(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    servers: &RedlockServers,
+    store: &str,
+    after: bool,
+    label: &str,
+    n: usize,
+) -> anyhow::Result<()> {
+    let lock = format!("{LEASE}-rl1-{n}");
+    let own = redlock_client(lab, store, servers).await?;
+    let spec = |holder: &str, content: &str, release: bool| {
+        let mut spec = lab.holder_spec(holder, content, WriteMode::Fenced, release);
+        spec.flags.store = store.into();
+        spec.flags.store_endpoint = Some(servers.endpoints().join(","));
+        spec.flags.lease.clone_from(&lock);
+        spec
+    };
+    let mut a = Holder::spawn(&spec(HOLDER_A, A_CONTENT, false)).await?;
+    let (at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "acquire (Redlock)", &acquired).await;
+    let Event::Acquired { token: a_token } = acquired else {
+        bail!(a.unexpected("ACQUIRED token=…", &acquired));
+    };
+    let held = own.inspect(&lock).await?;
+    rec.check_that(
+        format!(
+            "[{label}] A (pid {}) wins the lock on a majority of the five servers",
+            a.pid()
+        ),
+        held.as_ref().is_some_and(|h| h.holder == HOLDER_A),
+        shown(held.map(|h| format!("{}: {}", h.holder, h.expires_at))),
+    );
+    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "A", "waits at the write point", &ready).await;
+    let frozen_at = freeze_and_show(
+        lab,
+        rec,
+        &mut a,
+        &format!(" [{label}]"),
+        &format!("[{label}] A's renewer is frozen with it: nothing extends its keys"),
+    )
+    .await?;
+    harness::wait::until(
+        "A's keys expired on a majority of the servers",
+        lab.params.wait_timeout,
+        || own.is_free(&lock),
+    )
+    .await?;
+    rec.note(format!(
+        "[{label}] A's keys expired on a majority of the servers {} ms after A was frozen (each server's clock)",
+        frozen_at.elapsed().as_millis()
+    ));
+
+    let mut b = Holder::spawn(&spec(HOLDER_B, B_CONTENT, true)).await?;
+    let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "B", "acquire (Redlock)", &acquired).await;
+    let Event::Acquired { token: b_token } = acquired else {
+        bail!(b.unexpected("ACQUIRED token=…", &acquired));
+    };
+    let held = own.inspect(&lock).await?;
+    rec.check_that(
+        format!("[{label}] B wins the lock on a majority while A is frozen"),
+        held.as_ref().is_some_and(|h| h.holder == HOLDER_B),
+        shown(held.map(|h| format!("{}: {}", h.holder, h.expires_at))),
+    );
+    let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
+    if !matches!(ready, Event::AtWritePoint { .. }) {
+        bail!(b.unexpected("AT_WRITE_POINT", &ready));
+    }
+
+    // A's stale write: after B's (runs 1, 2), or before B's first (run 3).
+    let mut a_result = None;
+    if !after {
+        a_result = Some(stale_write(&mut a).await?);
+    }
+    b.send(Request::Go).await?;
+    let (at, write) = b.next("B's write", EVENT_TIMEOUT).await?;
+    step(lab, rec, at, "B", "write", &write).await;
+    let b_write = write;
+    if after {
+        a_result = Some(stale_write(&mut a).await?);
+    }
+    let (thawed, at, a_write) = a_result.expect("A wrote");
+    crate::paused_holder::lab_step(
+        lab,
+        rec,
+        harness::evidence::Mark::Thawed,
+        "A",
+        "SIGCONT",
+        list(&thawed),
+    )
+    .await;
+    step(lab, rec, at, "A", "write (after resuming)", &a_write).await;
+    let Event::Write { accepted, .. } = a_write else {
+        bail!(a.unexpected("WRITE …", &a_write));
+    };
+    rec.check(
+        format!("[{label}] B's write is accepted"),
+        &format!("WRITE accepted=true token={b_token}"),
+        &b_write.to_string(),
+    );
+    // Both are ended here: their verdicts are in (A's renewals would only fail).
+    a.crash().await;
+    let _ = b.exit_code(EVENT_TIMEOUT).await;
+
+    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
+    let floor = lab.resource.floor(SCOPE).await?;
+    rec.note(format!(
+        "[{label}] A's token {a_token}, B's {b_token}; A's stale write accepted={accepted}; final summary = {}; fence_floor={}",
+        part_line(&summary),
+        shown(floor)
+    ));
+    let b_final = summary
+        .as_ref()
+        .is_some_and(|p| p.writer == HOLDER_B && p.content == B_CONTENT);
+    match (store, after) {
+        ("redlock", _) => {
+            rec.check_that(
+                format!("[{label}] negative control exposes: no token — both grants answer 0"),
+                a_token == 0 && b_token == 0,
+                format_args!("A {a_token}, B {b_token}"),
+            );
+            rec.check_that(
+                format!(
+                    "[{label}] negative control exposes: A's stale write is accepted after B's"
+                ),
+                accepted,
+                format_args!("WRITE accepted={accepted}"),
+            );
+            rec.check_that(
+                format!("[{label}] negative control exposes: A's stale result overwrote B's"),
+                !b_final,
+                part_line(&summary),
+            );
+        }
+        (_, true) => {
+            rec.check_that(
+                format!("[{label}] B's token is greater than A's"),
+                b_token > a_token,
+                format_args!("A {a_token}, B {b_token}"),
+            );
+            rec.check_that(
+                format!("[{label}] A's stale write is rejected by the resource's fence"),
+                !accepted,
+                format_args!("WRITE accepted={accepted}"),
+            );
+            rec.check_that(
+                format!("[{label}] the final summary is B's"),
+                b_final,
+                part_line(&summary),
+            );
+        }
+        (_, false) => {
+            rec.check_that(
+                format!("[{label}] B's token is greater than A's"),
+                b_token > a_token,
+                format_args!("A {a_token}, B {b_token}"),
+            );
+            rec.check_that(
+                format!("[{label}] A's stale write, arriving before B's first, is accepted: the floor was still below A's token"),
+                accepted,
+                format_args!("WRITE accepted={accepted}"),
+            );
+            rec.check_that(
+                format!("[{label}] B's write supersedes it: the final summary is B's"),
+                b_final,
+                part_line(&summary),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Gives the frozen A its go-line and thaws it; what `/proc` showed, and its write.
+async fn stale_write(
+    a: &mut Holder,
+) -> anyhow::Result<(
+    Vec<harness::process::ThreadState>,
+    std::time::Instant,
+    Event,
+)> {
+    a.send(Request::Go).await?;
+    let thawed = a.thaw().await?;
+    let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
+    Ok((thawed, at, write))
+}
+
+/// How long RL3 holds their locks: long enough for two rounds, a fault and the servers'
+/// state read in between (the published example's 10 s).
+pub(crate) const LONG_TTL: Duration = Duration::from_secs(10);

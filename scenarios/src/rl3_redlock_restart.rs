@@ -1,0 +1,80 @@
+//! RL3 — Redlock and a server restarted without persistence (antirez's own caveat): A wins the
+//! lock on servers 0, 1, 2 (3 and 4 refuse it), server 2 restarts empty, B wins on 2, 3, 4 (0
+//! and 1 refuse it): two majorities at once, as the servers' own state shows
+//! (`redlock_majorities.rs`).
+//! - **Negative control** (`redlock`, no token): A's write after B's is accepted.
+//! - **Negative control** (`redlock-fenced`): the restarted server forgot its counter too — B's
+//!   token equals A's, and the counter fence accepts A's write: a token kept on servers that
+//!   forget is no fence.
+//! - **Positive control** (`redlock`, delayed restart — the remedy antirez proposes: a restarted
+//!   server stays unavailable for at least the longest TTL): B cannot win a majority while A's
+//!   lock is valid.
+
+use harness::evidence::Recorder;
+use harness::hosts::RedlockServers;
+
+use crate::redlock_majorities::{self, Fault, DELAYED, FULL};
+use crate::rl1_redlock_paused_client::SERVERS;
+use crate::{Lab, Needs, Outcome, Scenario};
+
+pub struct RL3;
+
+const RUNS: [(&str, Fault, &str); 3] = [
+    ("redlock", Fault::Restart, "redlock"),
+    ("redlock-fenced", Fault::Restart, "redlock-fenced"),
+    ("redlock", Fault::DelayedRestart, "redlock, delayed restart"),
+];
+
+impl Scenario for RL3 {
+    fn id(&self) -> &'static str {
+        "RL3"
+    }
+
+    fn title(&self) -> &'static str {
+        "Redlock and a server restarted without persistence: it forgets the key (and a counter token) and two clients hold a majority at once; a restart delayed by a TTL keeps the second out"
+    }
+
+    fn checks(&self) -> usize {
+        2 * FULL + DELAYED
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::Containers
+    }
+
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
+        Err("RL3 starts its own five Redis servers; it runs with --lease-store single")
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            if fencing::lease::store_kind("redlock").is_none() {
+                rec.skip("RL3 needs the Redis client: this build left it out (build with --features lab/lock-services)");
+                return Ok(());
+            }
+            let servers = match RedlockServers::start(&lab.run_mark, SERVERS).await {
+                Ok(servers) => servers,
+                Err(e) => {
+                    rec.skip(format!("RL3 needs five Redis servers in containers: {e:#}"));
+                    return Ok(());
+                }
+            };
+            rec.note(format!(
+                "five independent Redis servers, no persistence (save '', appendonly no), each restarted by its container's loop when killed: {}; the lock's TTL 10 s; {}",
+                servers.endpoints().join(", "),
+                servers.image_note
+            ));
+            let outcome = async {
+                for (n, (store, fault, label)) in RUNS.into_iter().enumerate() {
+                    lab.reset().await?;
+                    let lock = format!("{}-rl3-{n}", crate::lab::LEASE);
+                    redlock_majorities::run(lab, rec, &servers, store, fault, label, &lock).await?;
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+            .await;
+            servers.remove().await;
+            outcome
+        })
+    }
+}
