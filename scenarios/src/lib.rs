@@ -37,6 +37,7 @@ mod paused_holder;
 mod preflight;
 mod r1_zookeeper_suffix;
 mod r2_redis_sentinel_failover;
+mod r3_etcd_restore;
 mod redlock_majorities;
 mod rl1_redlock_paused_client;
 mod rl3_redlock_restart;
@@ -184,6 +185,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &f17_patroni_failover::F17 { freeze: true },
     &r1_zookeeper_suffix::R1,
     &r2_redis_sentinel_failover::R2,
+    &r3_etcd_restore::R3,
     &rl1_redlock_paused_client::RL1,
     &rl3_redlock_restart::RL3,
     &u1_fenced_job_lease::U1,

@@ -39,6 +39,7 @@ use crate::process::container::{self as signals, ContainerProcessError};
 use crate::process::{describe_status, Spawn};
 
 pub mod container;
+mod etcd_cluster;
 mod hold;
 pub mod hosts;
 mod image;
@@ -52,6 +53,7 @@ mod sweep;
 
 use container::docker_with;
 pub use container::{docker, Container, Spec};
+pub use etcd_cluster::EtcdCluster;
 pub use hold::{remove_held_rules, tcp_state, Hold};
 use image::image_with;
 pub use image::{patroni_image, postgres_image, remove_images, suite_for, Image};

@@ -858,3 +858,104 @@ impl RedlockServers {
         match self.never {}
     }
 }
+
+/// A three-member etcd cluster (R3): `containers::EtcdCluster`. Always compiled: without the
+/// feature `containers`, [`EtcdMembers::start`] answers [`NOT_BUILT`] and no value of this type
+/// can exist. End it with [`EtcdMembers::remove`]; a run interrupted meanwhile removes it by its
+/// mark.
+pub struct EtcdMembers {
+    #[cfg(feature = "containers")]
+    cluster: crate::containers::EtcdCluster,
+    #[cfg(not(feature = "containers"))]
+    never: std::convert::Infallible,
+    /// Where its image came from.
+    pub image_note: String,
+}
+
+impl EtcdMembers {
+    /// Starts the three members; returns once every one is healthy.
+    pub async fn start(mark: &str) -> anyhow::Result<EtcdMembers> {
+        #[cfg(feature = "containers")]
+        {
+            use crate::containers;
+            containers::engine()
+                .await
+                .map_err(|reason| anyhow::anyhow!("a three-member etcd cluster: {reason}"))?;
+            let image = containers::services_image().await.map_err(|e| {
+                anyhow::anyhow!(
+                    "a three-member etcd cluster: no way to build the lock services' image here \
+                     ({e}); building needs root, debootstrap and the Debian archive"
+                )
+            })?;
+            let cluster = containers::EtcdCluster::start(&image, mark).await?;
+            Ok(EtcdMembers {
+                cluster,
+                image_note: containers::hosts::image_note(&image),
+            })
+        }
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = mark;
+            anyhow::bail!("a three-member etcd cluster: {NOT_BUILT}")
+        }
+    }
+
+    /// The members' client endpoints, comma-separated.
+    pub fn endpoints(&self) -> String {
+        #[cfg(feature = "containers")]
+        return self.cluster.endpoints();
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// `etcd --version`'s first line.
+    pub fn version(&self) -> &str {
+        #[cfg(feature = "containers")]
+        return &self.cluster.version;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// The cluster's revision now.
+    pub async fn revision(&self) -> anyhow::Result<i64> {
+        #[cfg(feature = "containers")]
+        return Ok(self.cluster.revision().await?);
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Saves a snapshot now; etcdctl's line.
+    pub async fn snapshot(&self) -> anyhow::Result<String> {
+        #[cfg(feature = "containers")]
+        return Ok(self.cluster.snapshot().await?);
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Restores every member from the snapshot; etcdctl's lines of it.
+    pub async fn restore(&self) -> anyhow::Result<Vec<String>> {
+        #[cfg(feature = "containers")]
+        return Ok(self.cluster.restore().await?);
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
+    /// Raises the revision by `n` writes of a scratch key.
+    pub async fn bump(&self, n: i64) -> anyhow::Result<()> {
+        #[cfg(feature = "containers")]
+        return Ok(self.cluster.bump(n).await?);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = n;
+            match self.never {}
+        }
+    }
+
+    /// Removes it; returns once it is gone.
+    pub async fn remove(self) {
+        #[cfg(feature = "containers")]
+        self.cluster.remove().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+}

@@ -54,10 +54,14 @@ fn key(name: &str) -> String {
 }
 
 impl EtcdLeaseStore {
-    /// Connects to the member at `endpoint` (`host:port`).
+    /// Connects to the member at `endpoint` (`host:port`, or several comma-separated).
     pub async fn connect(endpoint: &str, margin: Duration) -> Result<Self> {
+        // Several members: `host:port,host:port` (a cluster's endpoints, R3).
         let client = Client::connect(
-            [format!("http://{endpoint}")],
+            endpoint
+                .split(',')
+                .map(|e| format!("http://{e}"))
+                .collect::<Vec<_>>(),
             Some(
                 ConnectOptions::new()
                     .with_connect_timeout(REQUEST_TIMEOUT)
