@@ -44,6 +44,10 @@ pub enum LeaseStoreArg {
     /// ZooKeeper 3.8: an ephemeral sequential node, the session timeout as the TTL; the token is
     /// the node's czxid.
     Zookeeper,
+    /// The same ZooKeeper lock with the node's sequence suffix as the token — a counter of the
+    /// lock's container parent, which starts again when ZooKeeper deletes the empty parent (R1):
+    /// a flawed token, its fenced experiments negative results.
+    ZookeeperSuffix,
 }
 
 impl LeaseStoreArg {
@@ -65,6 +69,7 @@ impl LeaseStoreArg {
             LeaseStoreArg::RedisPlain => "redis-plain",
             LeaseStoreArg::Etcd => "etcd",
             LeaseStoreArg::Zookeeper => "zookeeper",
+            LeaseStoreArg::ZookeeperSuffix => "zookeeper-suffix",
             _ => "postgres",
         }
     }

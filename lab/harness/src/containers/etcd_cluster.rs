@@ -9,7 +9,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::{shell, until_logged, Container, ContainerError, Image, Network, Spec};
+use nix::sys::signal::Signal;
+
+use super::{docker, shell, until_logged, Container, ContainerError, Image, Network, Spec};
+use crate::process::container as signals;
 
 /// The client ports of the three members.
 pub const CLIENT_PORTS: [u16; 3] = [2379, 2389, 2399];
@@ -176,8 +179,24 @@ impl EtcdCluster {
     /// directory restored from `/tmp/snap.db`, every member started again; returns once each is
     /// healthy, with etcdctl's lines of the restore.
     pub async fn restore(&self) -> Result<Vec<String>, ContainerError> {
+        // Every member stopped (SIGTERM: etcd's own shutdown), not started again by its loop.
+        let (code, out) = shell(self.container.id(), "rm -f /tmp/go").await?;
+        if code != 0 {
+            return Err(ContainerError::Cli {
+                what: "hold the etcd members' loops".into(),
+                detail: out,
+            });
+        }
+        signals::signal_processes(
+            &docker().await?,
+            self.container.id(),
+            "the etcd members",
+            |cmdline| cmdline.starts_with("etcd "),
+            Signal::SIGTERM,
+        )
+        .await?;
         let script = format!(
-            "rm -f /tmp/go; pkill -x etcd; n=0; while pgrep -x etcd >/dev/null && [ $n -lt 100 ]; \
+            "n=0; while pgrep -x etcd >/dev/null && [ $n -lt 100 ]; \
              do sleep 0.1; n=$((n+1)); done; \
              for m in 0 1 2; do p=$((2380 + 10 * m)); rm -rf /tmp/m$m; \
              ETCDCTL_API=3 etcdctl snapshot restore /tmp/snap.db --name m$m \

@@ -8,9 +8,12 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
 use super::{
-    run, shell, until_logged, Container, ContainerError, Image, Network, Spec, CLI_TIMEOUT,
+    docker, run, shell, until_logged, Container, ContainerError, Image, Network, Spec, CLI_TIMEOUT,
 };
+use crate::process::container as signals;
 
 /// How long a server may take to start.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -151,7 +154,14 @@ impl RedisServers {
             .await
             .matches("Ready to accept connections")
             .count();
-        shell(&id, "pkill -9 -x redis-server").await?;
+        signals::signal_processes(
+            &docker().await?,
+            &id,
+            "redis-server",
+            |cmdline| cmdline.starts_with("redis-server"),
+            Signal::SIGKILL,
+        )
+        .await?;
         crate::wait::until_every(
             "the restarted Redis server ready",
             START_TIMEOUT,
