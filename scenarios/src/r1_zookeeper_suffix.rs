@@ -65,6 +65,14 @@ impl Scenario for R1 {
         Needs::Containers
     }
 
+    fn lanes(&self) -> harness::evidence::Lanes {
+        // The lease lives on the servers this experiment starts, not in lease26.
+        harness::evidence::Lanes {
+            lease: harness::evidence::Lane::new("zookeeper", "zookeeper (lease)"),
+            ..harness::evidence::Lanes::default()
+        }
+    }
+
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Err("R1 chooses its own stores (zookeeper-suffix, then zookeeper); it runs with --lease-store single")
     }

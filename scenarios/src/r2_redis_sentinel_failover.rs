@@ -62,6 +62,14 @@ impl Scenario for R2 {
         Needs::Containers
     }
 
+    fn lanes(&self) -> harness::evidence::Lanes {
+        // The lease lives on the servers this experiment starts, not in lease26.
+        harness::evidence::Lanes {
+            lease: harness::evidence::Lane::new("redis", "sentinel (lease)"),
+            ..harness::evidence::Lanes::default()
+        }
+    }
+
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Err("R2 starts its own Redis primary, replica and Sentinels; it runs with --lease-store single")
     }
@@ -248,6 +256,14 @@ async fn one_run(
 
     group.lose_primary().await?;
     let lost_at = Instant::now();
+    rec.step(
+        harness::evidence::Mark::Info,
+        "lab",
+        "primary lost",
+        None,
+        format!("{primary_ip}'s container removed"),
+        None,
+    );
     rec.note(format!(
         "[{label}] the primary {primary_ip} is lost (its container removed, as a crashed host)"
     ));

@@ -51,6 +51,14 @@ impl Scenario for R3 {
         Needs::Containers
     }
 
+    fn lanes(&self) -> harness::evidence::Lanes {
+        // The lease lives on the servers this experiment starts, not in lease26.
+        harness::evidence::Lanes {
+            lease: harness::evidence::Lane::new("etcd", "etcd ×3 (lease)"),
+            ..harness::evidence::Lanes::default()
+        }
+    }
+
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Err("R3 starts its own three-member etcd cluster; it runs with --lease-store single")
     }
@@ -193,6 +201,14 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
     // 1. Restored from the snapshot.
     let lines = cluster.restore().await?;
     let after = cluster.revision().await?;
+    rec.step(
+        harness::evidence::Mark::Info,
+        "lab",
+        "restore from the snapshot",
+        None,
+        format!("revision {before} → {after}"),
+        None,
+    );
     rec.check_that(
         "negative control exposes: restored from the snapshot, the cluster's revision goes back",
         after < before,
@@ -241,6 +257,14 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
     let raise = before - restored + 1;
     cluster.bump(raise).await?;
     let raised = cluster.revision().await?;
+    rec.step(
+        harness::evidence::Mark::Info,
+        "lab",
+        "restore again, raise the revision",
+        None,
+        format!("revision {restored} → {raised}"),
+        None,
+    );
     rec.check_that(
         "the remedy: restored again, the revision raised past the one before the first restore, before any client",
         raised > before,

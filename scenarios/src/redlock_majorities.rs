@@ -13,11 +13,11 @@
 
 use anyhow::Context as _;
 use fencing::resource::{Write, WriteMode};
-use harness::evidence::Recorder;
+use harness::evidence::{Mark, Recorder};
 use harness::hosts::RedlockServers;
 
 use crate::chaos::regression::{regressions, GrantSeen, Kind};
-use crate::lab::{shown, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
+use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
 use crate::rl1_redlock_paused_client::{redlock_client, LONG_TTL};
 use crate::Lab;
 
@@ -95,6 +95,14 @@ pub(crate) async fn run(
     servers.admit(3).await?;
     servers.admit(4).await?;
     let ga = granted_a?;
+    rec.step(
+        acquire_mark(ga.as_ref()),
+        "A",
+        "acquire (3 and 4 refuse it)",
+        ga.as_ref().map(|g| g.token),
+        acquired(ga.as_ref()),
+        None,
+    );
     let seen = state(servers, &key).await;
     rec.check_that(
         format!(
@@ -115,6 +123,14 @@ pub(crate) async fn run(
         .resource
         .write(&write(HOLDER_A, "rows=300(A)", ga.token), WriteMode::Fenced)
         .await?;
+    rec.step(
+        Mark::Write { accepted: ok },
+        "A",
+        "write",
+        Some(ga.token),
+        wrote(ok, ga.token),
+        None,
+    );
     rec.check_that(
         format!("[{label}] A writes with token {}", ga.token),
         ok,
@@ -126,6 +142,18 @@ pub(crate) async fn run(
     if fault == Fault::DelayedRestart {
         servers.refuse(2).await?;
     }
+    rec.step(
+        Mark::Info,
+        "lab",
+        "server 2 restarted, empty",
+        None,
+        if fault == Fault::DelayedRestart {
+            "SIGKILL; started again, refusing clients for a TTL"
+        } else {
+            "SIGKILL; started again"
+        },
+        None,
+    );
     let exists = servers.cli(2, &format!("EXISTS {key}")).await?;
     let log = servers.log(2).await;
     let restarted = log
@@ -158,6 +186,14 @@ pub(crate) async fn run(
         servers.admit(2).await?;
     }
     let gb = granted_b?;
+    rec.step(
+        acquire_mark(gb.as_ref()),
+        "B",
+        "acquire (0 and 1 refuse it)",
+        gb.as_ref().map(|g| g.token),
+        acquired(gb.as_ref()),
+        None,
+    );
     let seen = state(servers, &key).await;
     if fault == Fault::DelayedRestart {
         rec.check_that(
@@ -184,6 +220,14 @@ pub(crate) async fn run(
         .resource
         .write(&write(HOLDER_B, "rows=301(B)", gb.token), WriteMode::Fenced)
         .await?;
+    rec.step(
+        Mark::Write { accepted: ok },
+        "B",
+        "write",
+        Some(gb.token),
+        wrote(ok, gb.token),
+        None,
+    );
     rec.check_that(
         format!("[{label}] B writes with token {}", gb.token),
         ok,
@@ -193,6 +237,14 @@ pub(crate) async fn run(
         .resource
         .write(&write(HOLDER_A, "rows=302(A)", ga.token), WriteMode::Fenced)
         .await?;
+    rec.step(
+        Mark::Write { accepted: a_again },
+        "A",
+        "write again (still valid by its clock)",
+        Some(ga.token),
+        wrote(a_again, ga.token),
+        None,
+    );
     let summary = lab.resource.part(SCOPE, SUMMARY).await?;
     let part = shown(summary.map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)));
     let grants = [

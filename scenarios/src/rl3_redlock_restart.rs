@@ -42,6 +42,14 @@ impl Scenario for RL3 {
         Needs::Containers
     }
 
+    fn lanes(&self) -> harness::evidence::Lanes {
+        // The lease lives on the servers this experiment starts, not in lease26.
+        harness::evidence::Lanes {
+            lease: harness::evidence::Lane::new("redlock", "redlock ×5 (lease)"),
+            ..harness::evidence::Lanes::default()
+        }
+    }
+
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Err("RL3 starts its own five Redis servers; it runs with --lease-store single")
     }

@@ -172,7 +172,13 @@ impl EtcdCluster {
                 detail: out,
             });
         }
-        Ok(out.lines().last().unwrap_or("").trim().to_owned())
+        Ok(out
+            .lines()
+            .find(|l| l.starts_with("Snapshot saved at"))
+            .or_else(|| out.lines().last())
+            .unwrap_or("")
+            .trim()
+            .to_owned())
     }
 
     /// The operator's restore, as etcd 3.4's docs give it: every member stopped, each data
