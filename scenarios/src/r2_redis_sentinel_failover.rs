@@ -30,7 +30,7 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use harness::hosts::RedisFailover;
 use holder_protocol::{exit, Event, Request};
 
-use crate::chaos::regression::{regressions, GrantSeen, Kind};
+use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::{Lab, Needs, Outcome, Scenario};
@@ -361,39 +361,29 @@ async fn one_run(
         shown(floor)
     ));
     let grants = [
-        GrantSeen {
-            token: a_token,
-            holder: HOLDER_A.into(),
-            invoke_ms: 0.0,
-            complete_ms: Some(ms(a_at)),
-            acknowledged: true,
-            line: format!(
+        GrantSeen::acknowledged(
+            HOLDER_A,
+            a_token,
+            0.0,
+            ms(a_at),
+            format!(
                 "{HOLDER_A} ACQUIRED token={a_token} from the primary at {:.0} ms",
                 ms(a_at)
             ),
-        },
-        GrantSeen {
-            token: b_token,
-            holder: HOLDER_B.into(),
-            invoke_ms: ms(b_sent),
-            complete_ms: Some(ms(b_at)),
-            acknowledged: true,
-            line: format!(
+        ),
+        GrantSeen::acknowledged(
+            HOLDER_B,
+            b_token,
+            ms(b_sent),
+            ms(b_at),
+            format!(
                 "{HOLDER_B} ACQUIRED token={b_token} from the promoted replica at {:.0} ms",
                 ms(b_at)
             ),
-        },
+        ),
     ];
     let found = regressions(&grants);
-    let shown_found = if found.is_empty() {
-        format!("none: {a_token} then {b_token}")
-    } else {
-        found
-            .iter()
-            .map(|r| format!("{} — {}", r.what, r.excerpt.join(" ⟶ ")))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
+    let shown_found = regression::shown(&grants, &found);
     let stale_kept = summary
         .as_ref()
         .is_some_and(|p| p.writer == HOLDER_A && p.content == A_CONTENT);

@@ -27,7 +27,7 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use harness::hosts::EtcdMembers;
 use holder_protocol::{exit, Event, Request};
 
-use crate::chaos::regression::{regressions, GrantSeen, Kind};
+use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::paused_holder::{step, A_CONTENT, B_CONTENT};
 use crate::{Lab, Needs, Outcome, Scenario};
@@ -228,27 +228,25 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
         !b.accepted && b.code == exit::REJECTED,
         format_args!("WRITE accepted={}; {}; fence_floor={}", b.accepted, describe(Some(b.code)), shown(lab.resource.floor(SCOPE).await?)),
     );
-    let grant = |r: &Ran, holder: &str| GrantSeen {
-        token: r.token,
-        holder: holder.into(),
-        invoke_ms: ms(r.sent),
-        complete_ms: Some(ms(r.at)),
-        acknowledged: true,
-        line: format!(
-            "{holder} ACQUIRED revision={} at {:.0} ms",
+    let grant = |r: &Ran, holder: &str| {
+        GrantSeen::acknowledged(
+            holder,
             r.token,
-            ms(r.at)
-        ),
+            ms(r.sent),
+            ms(r.at),
+            format!(
+                "{holder} ACQUIRED revision={} at {:.0} ms",
+                r.token,
+                ms(r.at)
+            ),
+        )
     };
-    let found = regressions(&[grant(&a, HOLDER_A), grant(&b, HOLDER_B)]);
+    let grants = [grant(&a, HOLDER_A), grant(&b, HOLDER_B)];
+    let found = regressions(&grants);
     rec.check_that(
         "the token-regression check catches it",
         found.iter().any(|r| r.kind == Kind::Backwards),
-        found
-            .iter()
-            .map(|r| format!("{} — {}", r.what, r.excerpt.join(" ⟶ ")))
-            .collect::<Vec<_>>()
-            .join("; "),
+        regression::shown(&grants, &found),
     );
 
     // 2. Restored again, the revision raised past the old one before any client.
@@ -288,11 +286,12 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
             describe(Some(b2.code))
         ),
     );
-    let found = regressions(&[grant(&a, HOLDER_A), grant(&b2, HOLDER_B)]);
+    let grants = [grant(&a, HOLDER_A), grant(&b2, HOLDER_B)];
+    let found = regressions(&grants);
     rec.check_that(
         "the token-regression check finds no token gone back",
         found.is_empty(),
-        format_args!("{} then {}", a.token, b2.token),
+        regression::shown(&grants, &found),
     );
     let floor = lab.resource.floor(SCOPE).await?;
     rec.check_that(

@@ -16,7 +16,7 @@ use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use harness::hosts::RedlockServers;
 
-use crate::chaos::regression::{regressions, GrantSeen, Kind};
+use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
 use crate::rl1_redlock_paused_client::{redlock_client, LONG_TTL};
 use crate::Lab;
@@ -248,41 +248,31 @@ pub(crate) async fn run(
     let summary = lab.resource.part(SCOPE, SUMMARY).await?;
     let part = shown(summary.map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)));
     let grants = [
-        GrantSeen {
-            token: ga.token,
-            holder: HOLDER_A.into(),
-            invoke_ms: ms(a_sent),
-            complete_ms: Some(ms(a_at)),
-            acknowledged: true,
-            line: format!(
+        GrantSeen::acknowledged(
+            HOLDER_A,
+            ga.token,
+            ms(a_sent),
+            ms(a_at),
+            format!(
                 "{HOLDER_A} granted token={} at {:.0} ms",
                 ga.token,
                 ms(a_at)
             ),
-        },
-        GrantSeen {
-            token: gb.token,
-            holder: HOLDER_B.into(),
-            invoke_ms: ms(b_sent),
-            complete_ms: Some(ms(b_at)),
-            acknowledged: true,
-            line: format!(
+        ),
+        GrantSeen::acknowledged(
+            HOLDER_B,
+            gb.token,
+            ms(b_sent),
+            ms(b_at),
+            format!(
                 "{HOLDER_B} granted token={} at {:.0} ms",
                 gb.token,
                 ms(b_at)
             ),
-        },
+        ),
     ];
     let found = regressions(&grants);
-    let shown_found = if found.is_empty() {
-        format!("none: {} then {}", ga.token, gb.token)
-    } else {
-        found
-            .iter()
-            .map(|r| format!("{} — {}", r.what, r.excerpt.join(" ⟶ ")))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
+    let shown_found = regression::shown(&grants, &found);
     {
         rec.check_that(
             format!(

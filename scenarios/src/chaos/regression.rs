@@ -33,6 +33,41 @@ pub struct GrantSeen {
     pub line: String,
 }
 
+impl GrantSeen {
+    /// A grant a holder acknowledged: `token` to `holder`, asked at `invoke_ms`, answered at
+    /// `complete_ms`, quoted as `line`.
+    pub fn acknowledged(
+        holder: &str,
+        token: i64,
+        invoke_ms: f64,
+        complete_ms: f64,
+        line: String,
+    ) -> GrantSeen {
+        GrantSeen {
+            token,
+            holder: holder.to_owned(),
+            invoke_ms,
+            complete_ms: Some(complete_ms),
+            acknowledged: true,
+            line,
+        }
+    }
+}
+
+/// `found` among `grants` as one evidence line: each finding with its excerpt — or, with none,
+/// the tokens in the order given (`none: 27 then 36`).
+pub fn shown(grants: &[GrantSeen], found: &[Regression]) -> String {
+    if found.is_empty() {
+        let tokens: Vec<String> = grants.iter().map(|g| g.token.to_string()).collect();
+        return format!("none: {}", tokens.join(" then "));
+    }
+    found
+        .iter()
+        .map(|r| format!("{} — {}", r.what, r.excerpt.join(" ⟶ ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// What kind of regression a pair of grants shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
