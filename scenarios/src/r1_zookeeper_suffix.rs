@@ -154,6 +154,14 @@ async fn one_run(
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
     step(lab, rec, at, "A", "waits at the write point", &ready).await;
 
+    // Counted while A's node keeps the parent alive: the server may delete the parent within
+    // 200 ms of A's node going, before the lab has seen the node go.
+    let parent = format!("Attempting to delete candidate container: /fencing-lab/{lock}");
+    let service = lab
+        .service
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the ZooKeeper service is not running"))?;
+    let deletions_before = service.log().await.matches(&parent).count();
     let frozen_at = freeze_and_show(
         lab,
         rec,
@@ -173,12 +181,6 @@ async fn one_run(
         "[{store}] A's session expired and its node went {} ms after A was frozen (ZooKeeper's clock)",
         frozen_at.elapsed().as_millis()
     ));
-    let parent = format!("Attempting to delete candidate container: /fencing-lab/{lock}");
-    let service = lab
-        .service
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("the ZooKeeper service is not running"))?;
-    let deletions_before = service.log().await.matches(&parent).count();
     // ZooKeeper's container manager deletes the empty parent on its next check.
     let deleted = harness::wait::until_every(
         "ZooKeeper deleting the lock's empty container parent",
