@@ -40,6 +40,7 @@ mod r2_redis_sentinel_failover;
 mod r3_etcd_restore;
 mod redlock_majorities;
 mod rl1_redlock_paused_client;
+mod rl2_redlock_clock_jump;
 mod rl3_redlock_restart;
 mod runner;
 mod u1_fenced_job_lease;
@@ -187,6 +188,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &r2_redis_sentinel_failover::R2,
     &r3_etcd_restore::R3,
     &rl1_redlock_paused_client::RL1,
+    &rl2_redlock_clock_jump::RL2,
     &rl3_redlock_restart::RL3,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,

@@ -1,11 +1,10 @@
-//! RL3's timeline (Kleppmann's example against Redlock, with a restart where he has a clock jump —
-//! RL2, the clock jump itself, waits for a libfaketime that runs under Debian's jemalloc-linked
-//! redis-server: see LIMITS.md): two clients, five servers. A cannot reach servers 3 and 4 (they
-//! refuse its connections: an iptables rule in each one's namespace) and wins the lock on 0, 1,
-//! 2; server 2 restarts without persistence and A's key there is gone; B cannot reach 0 and 1
-//! and wins on 2, 3, 4. Both now hold a lock granted by a majority, each within
-//! its validity — read from the servers' own state (`redis-cli GET`/`PTTL` in each one's
-//! container). Then B writes, and A writes again.
+//! The RL-series' shared timeline (Kleppmann's example against Redlock): two clients, five
+//! servers. A cannot reach servers 3 and 4 (they refuse its connections: an iptables rule in
+//! each one's namespace) and wins the lock on 0, 1, 2; then server 2 loses A's key — its wall
+//! clock jumps forward past the key's TTL (RL2, the published example) or it restarts without
+//! persistence (RL3); B cannot reach 0 and 1 and wins on 2, 3, 4. Both now hold a lock granted
+//! by a majority, each within its validity — read from the servers' own state (`redis-cli
+//! GET`/`PTTL` in each one's container). Then B writes, and A writes again.
 //!
 //! The lab's own Redlock clients (`lease/redlock.rs`) play A and B: nobody is frozen here, the
 //! faults are the servers'. The lock lives 10 s, the published example's TTL, so that both rounds,
@@ -13,6 +12,7 @@
 
 use anyhow::Context as _;
 use fencing::resource::{Write, WriteMode};
+use fencing::value_cas::ValueCas;
 use harness::evidence::{Mark, Recorder};
 use harness::hosts::RedlockServers;
 
@@ -29,10 +29,19 @@ pub(crate) enum Fault {
     /// It restarts without persistence and stays unreachable for a TTL (antirez's remedy:
     /// "delayed restarts").
     DelayedRestart,
+    /// Its wall clock jumps forward past the key's TTL (it was started under the clock shim):
+    /// A's key expires there early; the token counter, which has no TTL, stays.
+    ClockJump,
 }
 
+/// The server that loses A's key (the timeline names it "server 2" throughout).
+pub(crate) const FAULTY: usize = 2;
+
+/// How far RL2 moves server 2's clock: past the lock's TTL.
+const JUMP: std::time::Duration = std::time::Duration::from_millis(11_000);
+
 /// Checks of one run: full, or with a delayed restart (B refused: nothing more to write).
-pub(crate) const FULL: usize = 7;
+pub(crate) const FULL: usize = 8;
 pub(crate) const DELAYED: usize = 4;
 
 /// The servers' own state of `key`: per server, `holder-a PTTL 9512` or `(none)`.
@@ -86,6 +95,10 @@ pub(crate) async fn run(
     let started = std::time::Instant::now();
     let ms = |at: std::time::Instant| at.duration_since(started).as_secs_f64() * 1000.0;
 
+    if fault == Fault::ClockJump {
+        // A run starts with server 2's clock on the host's (a previous run left it ahead).
+        servers.shift_clock(2, 0).await?;
+    }
     // A cannot reach 3 and 4.
     servers.refuse(3).await?;
     servers.refuse(4).await?;
@@ -136,43 +149,17 @@ pub(crate) async fn run(
         ok,
         format_args!("accepted={ok}"),
     );
+    // Beside the fence, antirez's proposal on its own row: A claims it with its lock's value.
+    let cas = ValueCas::new(lab.resource.pool().clone()).await?;
+    cas.claim(lock, &ga.handle).await?;
+    let a_cas = cas.write(lock, &ga.handle, "rows=300(A)", HOLDER_A).await?;
 
     // Server 2 loses A's key.
-    servers.restart(2).await?;
-    if fault == Fault::DelayedRestart {
-        servers.refuse(2).await?;
+    if fault == Fault::ClockJump {
+        jump_clock(rec, servers, &key, label).await?;
+    } else {
+        restart(rec, servers, &key, label, fault).await?;
     }
-    rec.step(
-        Mark::Info,
-        "lab",
-        "server 2 restarted, empty",
-        None,
-        if fault == Fault::DelayedRestart {
-            "SIGKILL; started again, refusing clients for a TTL"
-        } else {
-            "SIGKILL; started again"
-        },
-        None,
-    );
-    let exists = servers.cli(2, &format!("EXISTS {key}")).await?;
-    let log = servers.log(2).await;
-    let restarted = log
-        .lines()
-        .rfind(|l| l.contains("starting it again"))
-        .unwrap_or("")
-        .to_owned();
-    rec.check_that(
-        format!(
-            "[{label}] server 2 restarts without persistence{}: A's key is gone there",
-            if fault == Fault::DelayedRestart {
-                " and stays unreachable for a TTL (delayed restart)"
-            } else {
-                ""
-            }
-        ),
-        exists == "0" && !restarted.is_empty(),
-        format_args!("EXISTS = {exists}; its log: {restarted}"),
-    );
 
     // B cannot reach 0 and 1.
     servers.refuse(0).await?;
@@ -233,6 +220,8 @@ pub(crate) async fn run(
         ok,
         format_args!("accepted={ok}"),
     );
+    cas.claim(lock, &gb.handle).await?;
+    let b_cas = cas.write(lock, &gb.handle, "rows=301(B)", HOLDER_B).await?;
     let a_again = lab
         .resource
         .write(&write(HOLDER_A, "rows=302(A)", ga.token), WriteMode::Fenced)
@@ -244,6 +233,23 @@ pub(crate) async fn run(
         Some(ga.token),
         wrote(a_again, ga.token),
         None,
+    );
+    let a_cas_again = cas.write(lock, &ga.handle, "rows=302(A)", HOLDER_A).await?;
+    let cas_row = cas.state(lock).await?;
+    rec.check_that(
+        format!("[{label}] antirez's check-and-set beside it: A's write after B's claim is rejected — B's random value replaced A's"),
+        a_cas && b_cas && !a_cas_again && ga.handle != gb.handle,
+        format_args!(
+            "A's value {}, B's {}; A writes {a_cas}, B claims and writes {b_cas}, A again {a_cas_again}; the row: {}",
+            ga.handle,
+            gb.handle,
+            shown(cas_row.map(|r| format!(
+                "lock_value {} content {} by {}",
+                r.lock_value,
+                r.content.unwrap_or_default(),
+                r.writer.unwrap_or_default()
+            )))
+        ),
     );
     let summary = lab.resource.part(SCOPE, SUMMARY).await?;
     let part = shown(summary.map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)));
@@ -273,7 +279,22 @@ pub(crate) async fn run(
     ];
     let found = regressions(&grants);
     let shown_found = regression::shown(&grants, &found);
-    {
+    if fault == Fault::ClockJump && store == "redlock-fenced" {
+        // The counter has no TTL: a clock jump does not touch it.
+        rec.check_that(
+            format!("[{label}] positive control: the counter outlived the jump, B's token is greater than A's and the fence rejects A's write after B's"),
+            !a_again && gb.token > ga.token,
+            format_args!(
+                "A {}, B {}; A's write accepted={a_again}; summary {part}",
+                ga.token, gb.token
+            ),
+        );
+        rec.check_that(
+            format!("[{label}] the token-regression check finds nothing"),
+            found.is_empty(),
+            shown_found,
+        );
+    } else {
         rec.check_that(
             format!(
                 "[{label}] negative control exposes: A's write after B's is accepted{}",
@@ -297,5 +318,91 @@ pub(crate) async fn run(
             shown_found,
         );
     }
+    Ok(())
+}
+
+/// RL3's fault: server 2 restarts without persistence (and, delayed, refuses clients for a TTL).
+async fn restart(
+    rec: &mut Recorder,
+    servers: &RedlockServers,
+    key: &str,
+    label: &str,
+    fault: Fault,
+) -> anyhow::Result<()> {
+    servers.restart(2).await?;
+    if fault == Fault::DelayedRestart {
+        servers.refuse(2).await?;
+    }
+    rec.step(
+        Mark::Info,
+        "lab",
+        "server 2 restarted, empty",
+        None,
+        if fault == Fault::DelayedRestart {
+            "SIGKILL; started again, refusing clients for a TTL"
+        } else {
+            "SIGKILL; started again"
+        },
+        None,
+    );
+    let exists = servers.cli(2, &format!("EXISTS {key}")).await?;
+    let log = servers.log(2).await;
+    let restarted = log
+        .lines()
+        .rfind(|l| l.contains("starting it again"))
+        .unwrap_or("")
+        .to_owned();
+    rec.check_that(
+        format!(
+            "[{label}] server 2 restarts without persistence{}: A's key is gone there",
+            if fault == Fault::DelayedRestart {
+                " and stays unreachable for a TTL (delayed restart)"
+            } else {
+                ""
+            }
+        ),
+        exists == "0" && !restarted.is_empty(),
+        format_args!("EXISTS = {exists}; its log: {restarted}"),
+    );
+    Ok(())
+}
+
+/// RL2's fault: server 2's wall clock jumps [`JUMP`] ahead; A's key expires there by that clock.
+/// The skew is read from the servers themselves (`TIME` on server 2 against server 0's).
+async fn jump_clock(
+    rec: &mut Recorder,
+    servers: &RedlockServers,
+    key: &str,
+    label: &str,
+) -> anyhow::Result<()> {
+    let skew = || async {
+        let zero = servers.time_ms(0).await?;
+        let two = servers.time_ms(2).await?;
+        Ok::<_, anyhow::Error>(two - zero)
+    };
+    let pttl_before = servers.cli(2, &format!("PTTL {key}")).await?;
+    let before = skew().await?;
+    let jump = i64::try_from(JUMP.as_millis()).unwrap_or(i64::MAX);
+    servers.shift_clock(2, jump).await?;
+    let after = skew().await?;
+    rec.step(
+        Mark::Info,
+        "lab",
+        "server 2's clock jumps ahead",
+        None,
+        format!("+{} s (its TIME against server 0's)", JUMP.as_secs()),
+        None,
+    );
+    let exists = servers.cli(2, &format!("EXISTS {key}")).await?;
+    rec.check_that(
+        format!(
+            "[{label}] server 2's wall clock jumps {} s ahead: A's key expires there early, by that clock",
+            JUMP.as_secs()
+        ),
+        exists == "0" && after - before >= jump - 1000,
+        format_args!(
+            "server 2's TIME minus server 0's: {before:+} ms before, {after:+} ms after; A's key there had PTTL {pttl_before} ms, now EXISTS = {exists}"
+        ),
+    );
     Ok(())
 }

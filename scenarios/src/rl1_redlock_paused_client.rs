@@ -10,15 +10,22 @@
 //! 3. **What a fence does not promise** (`redlock-fenced`, A's stale write reaching the
 //!    resource after B acquired but before B's first write): accepted — the floor is still
 //!    A's — and then B's write supersedes it. A fence orders writes at the resource; a stale
-//!    write that arrives before any newer one is not stale to it. (antirez's proposal — the
-//!    resource checks the lock's current value — is argued in LIMITS.md, not run here.)
+//!    write that arrives before any newer one is not stale to it.
+//! 4. **antirez's proposal beside the fence** (`fencing::value_cas`: the holder claims the
+//!    resource with its lock's random value, then writes only while the value is still its
+//!    own), two interleavings the lab schedules itself with real Redlock grants (`redlock-fenced`,
+//!    so that each grant carries both a value and a token): a stale write arriving before the new
+//!    holder's first touch is accepted by both; a stale holder whose *claim* arrives late takes
+//!    the resource back under check-and-set — its write accepted, the lock's real holder rejected
+//!    from then on — while the fence rejects it by its smaller token.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context as _};
 use fencing::lease::{LeaseStore, StoreAt};
-use fencing::resource::WriteMode;
+use fencing::resource::{Write, WriteMode};
+use fencing::value_cas::ValueCas;
 use harness::evidence::Recorder;
 use harness::holder::{Holder, EVENT_TIMEOUT};
 use harness::hosts::RedlockServers;
@@ -46,6 +53,8 @@ const RUNS: [(&str, bool, &str); 3] = [
 
 /// Checks of each run.
 const PER_RUN: usize = 8;
+/// Checks of the check-and-set interleavings.
+const INTERLEAVINGS: usize = 3;
 
 impl Scenario for RL1 {
     fn id(&self) -> &'static str {
@@ -57,7 +66,7 @@ impl Scenario for RL1 {
     }
 
     fn checks(&self) -> usize {
-        RUNS.len() * PER_RUN
+        RUNS.len() * PER_RUN + INTERLEAVINGS
     }
 
     fn needs(&self) -> Needs {
@@ -82,7 +91,7 @@ impl Scenario for RL1 {
                 rec.skip("RL1 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&lab.run_mark, SERVERS).await {
+            let servers = match RedlockServers::start(&lab.run_mark, SERVERS, None).await {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!("RL1 needs five Redis servers in containers: {e:#}"));
@@ -99,6 +108,8 @@ impl Scenario for RL1 {
                     lab.reset().await?;
                     one_run(lab, rec, &servers, store, after, label, n).await?;
                 }
+                lab.reset().await?;
+                interleavings(lab, rec, &servers).await?;
                 Ok::<_, anyhow::Error>(())
             }
             .await;
@@ -293,6 +304,130 @@ async fn one_run(
             );
         }
     }
+    Ok(())
+}
+
+/// antirez's check-and-set and the fence, side by side on the same grants, in two interleavings
+/// the lab schedules (it plays A and B with real Redlock grants; A's "pause" is the schedule:
+/// A's keys expire on the servers' clocks before B acquires).
+async fn interleavings(
+    lab: &mut Lab,
+    rec: &mut Recorder,
+    servers: &RedlockServers,
+) -> anyhow::Result<()> {
+    const LABEL: &str = "check-and-set beside the fence";
+    let client = redlock_client(lab, "redlock-fenced", servers).await?;
+    let cas = ValueCas::new(lab.resource.pool().clone()).await?;
+    let ttl = lab.params.ttl;
+    let fence = |writer, content, token| Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer,
+        token,
+    };
+    // A grant for A, then one for B once A's keys expired (each server's clock).
+    let wait = lab.params.wait_timeout;
+    let grants = move |lock: String| {
+        let client = client.clone();
+        async move {
+            let a = client
+                .acquire(&lock, HOLDER_A, ttl)
+                .await?
+                .context("A's Redlock grant was refused")?;
+            harness::wait::until("A's keys expired on a majority", wait, || {
+                client.is_free(&lock)
+            })
+            .await?;
+            let b = client
+                .acquire(&lock, HOLDER_B, ttl)
+                .await?
+                .context("B's Redlock grant was refused")?;
+            Ok::<_, anyhow::Error>((a, b))
+        }
+    };
+
+    // 1. A claimed on time and wrote once; its next write arrives after B acquired, before B's
+    //    first touch of the resource.
+    let scope = format!("{LEASE}-rl1-early");
+    let (a, b) = grants(scope.clone()).await?;
+    cas.claim(&scope, &a.handle).await?;
+    let a_first = cas
+        .write(&scope, &a.handle, "rows=300(A)", HOLDER_A)
+        .await?
+        && lab
+            .resource
+            .write(&fence(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
+            .await?;
+    let a_cas = cas
+        .write(&scope, &a.handle, "rows=302(A)", HOLDER_A)
+        .await?;
+    let a_fence = lab
+        .resource
+        .write(&fence(HOLDER_A, "rows=302(A)", a.token), WriteMode::Fenced)
+        .await?;
+    rec.check_that(
+        format!("[{LABEL}] A's stale write, arriving before B's first touch, is accepted by both: the resource has seen nothing newer"),
+        a_first && a_cas && a_fence,
+        format_args!(
+            "A's value {}, token {}; B's value {}, token {} (granted, not yet used); check-and-set accepted={a_cas}, fence accepted={a_fence}",
+            a.handle, a.token, b.handle, b.token
+        ),
+    );
+
+    // 2. A was paused before its claim: B claims and writes, then A's claim and write arrive,
+    //    then B writes again.
+    lab.reset().await?;
+    let scope = format!("{LEASE}-rl1-late");
+    let (a, b) = grants(scope.clone()).await?;
+    cas.claim(&scope, &b.handle).await?;
+    let b_cas = cas
+        .write(&scope, &b.handle, "rows=301(B)", HOLDER_B)
+        .await?;
+    let b_fence = lab
+        .resource
+        .write(&fence(HOLDER_B, "rows=301(B)", b.token), WriteMode::Fenced)
+        .await?;
+    cas.claim(&scope, &a.handle).await?;
+    let a_cas = cas
+        .write(&scope, &a.handle, "rows=302(A)", HOLDER_A)
+        .await?;
+    let a_fence = lab
+        .resource
+        .write(&fence(HOLDER_A, "rows=302(A)", a.token), WriteMode::Fenced)
+        .await?;
+    let b_cas_again = cas
+        .write(&scope, &b.handle, "rows=303(B)", HOLDER_B)
+        .await?;
+    let b_fence_again = lab
+        .resource
+        .write(&fence(HOLDER_B, "rows=303(B)", b.token), WriteMode::Fenced)
+        .await?;
+    let row = cas.state(&scope).await?;
+    let row = shown(row.map(|r| {
+        format!(
+            "lock_value {} content {} by {}",
+            r.lock_value,
+            r.content.unwrap_or_default(),
+            r.writer.unwrap_or_default()
+        )
+    }));
+    rec.check_that(
+        format!("[{LABEL}] negative control exposes: A's late claim takes the resource back under check-and-set — its stale write is accepted"),
+        b_cas && a_cas,
+        format_args!(
+            "B claims and writes {b_cas}; A (value {}) claims and writes {a_cas}; the row: {row}",
+            a.handle
+        ),
+    );
+    rec.check_that(
+        format!("[{LABEL}] negative control exposes: B, the lock's holder, is rejected from then on by check-and-set; the fence rejects A by its token and keeps accepting B"),
+        !b_cas_again && b_fence && !a_fence && b_fence_again && b.token > a.token,
+        format_args!(
+            "check-and-set: B's next write accepted={b_cas_again}; fence: B (token {}) {b_fence}, A (token {}) {a_fence}, B again {b_fence_again}",
+            b.token, a.token
+        ),
+    );
     Ok(())
 }
 

@@ -60,7 +60,7 @@ impl Scenario for RL3 {
                 rec.skip("RL3 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&lab.run_mark, SERVERS).await {
+            let servers = match RedlockServers::start(&lab.run_mark, SERVERS, None).await {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!("RL3 needs five Redis servers in containers: {e:#}"));

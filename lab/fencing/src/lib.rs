@@ -20,6 +20,8 @@
 //!   statement prepared against scratch databases) — the one module above both the profiles and
 //!   the stores.
 //! - [`schema`]: the two databases, their owner roles and migrations.
+//! - [`value_cas`]: antirez's alternative to a token — the resource checks the lock's random
+//!   value with a check-and-set (the RL-series runs it beside the fence).
 
 #[cfg(feature = "mariadb")]
 pub mod fenced_job;
@@ -29,6 +31,7 @@ pub mod profile;
 pub mod publish;
 pub mod resource;
 pub mod schema;
+pub mod value_cas;
 
 /// What can go wrong in the system under test. A refused lease or a rejected write is *not* an
 /// error: those are answers (`None`, `false`). Errors are failures to ask the question at all.

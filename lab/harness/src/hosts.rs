@@ -758,8 +758,14 @@ fn redlock_err(e: crate::containers::ContainerError) -> anyhow::Error {
 }
 
 impl RedlockServers {
-    /// Starts `n` servers; returns once each is ready.
-    pub async fn start(mark: &str, n: usize) -> anyhow::Result<RedlockServers> {
+    /// Starts `n` servers — server `shifted_clock`, if any, under the clock shim, so that
+    /// [`RedlockServers::shift_clock`] can move its wall clock (RL2) — and returns once each is
+    /// ready.
+    pub async fn start(
+        mark: &str,
+        n: usize,
+        shifted_clock: Option<usize>,
+    ) -> anyhow::Result<RedlockServers> {
         #[cfg(feature = "containers")]
         {
             use crate::containers;
@@ -772,7 +778,7 @@ impl RedlockServers {
                      ({e}); building needs root, debootstrap and the Debian archive"
                 )
             })?;
-            let servers = containers::RedisServers::start(&image, mark, n)
+            let servers = containers::RedisServers::start(&image, mark, n, shifted_clock)
                 .await
                 .map_err(redlock_err)?;
             Ok(RedlockServers {
@@ -782,7 +788,7 @@ impl RedlockServers {
         }
         #[cfg(not(feature = "containers"))]
         {
-            let _ = (mark, n);
+            let _ = (mark, n, shifted_clock);
             anyhow::bail!("Redis servers for Redlock: {NOT_BUILT}")
         }
     }
@@ -835,6 +841,28 @@ impl RedlockServers {
         #[cfg(not(feature = "containers"))]
         {
             let _ = i;
+            match self.never {}
+        }
+    }
+
+    /// Server `i`'s wall clock as it answers `TIME`, in ms since the epoch.
+    pub async fn time_ms(&self, i: usize) -> anyhow::Result<i64> {
+        #[cfg(feature = "containers")]
+        return self.servers.time_ms(i).await.map_err(redlock_err);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = i;
+            match self.never {}
+        }
+    }
+
+    /// Moves server `i`'s wall clock `ms` ahead (it must have been started under the shim).
+    pub async fn shift_clock(&self, i: usize, ms: i64) -> anyhow::Result<()> {
+        #[cfg(feature = "containers")]
+        return self.servers.shift_clock(i, ms).await.map_err(redlock_err);
+        #[cfg(not(feature = "containers"))]
+        {
+            let _ = (i, ms);
             match self.never {}
         }
     }

@@ -89,6 +89,9 @@ pub struct Spec {
     pub name: Option<String>,
     /// Capabilities beyond the engine's default set (`NET_ADMIN` for routes of its own).
     pub cap_add: Vec<String>,
+    /// Host directories mounted in it, `host:container:ro` as the engine spells them (RL2's
+    /// clock shim). The engine must run on this host, as the lab's network faults need anyway.
+    pub binds: Vec<String>,
 }
 
 /// A container of the lab: removed (with its volumes) on drop, unless kept.
@@ -117,6 +120,7 @@ impl Container {
             host_config: Some(HostConfig {
                 network_mode: spec.network.clone(),
                 cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
+                binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
                 ..Default::default()
             }),
             ..Default::default()

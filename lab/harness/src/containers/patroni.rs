@@ -286,6 +286,7 @@ impl PatroniCluster {
                 name: Some(name.clone()),
                 // To cut a node off from its peers with routes of its own (`isolate`).
                 cap_add: vec!["NET_ADMIN".into()],
+                binds: Vec::new(),
             })
             .await;
             let container = match container {

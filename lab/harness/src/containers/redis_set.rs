@@ -4,6 +4,9 @@
 //! server in a loop, so that killing the server ([`RedisServers::restart`]) is a restart.
 //! Faults by the network: [`RedisServers::refuse`] — an iptables rule in the server's own
 //! namespace that resets every new connection from outside it — and [`RedisServers::admit`].
+//! A clock fault (RL2): one server may run under the lab's clock shim (`clockshim.c`, compiled
+//! here by the host's `cc` and mounted read-only), whose wall clock
+//! [`RedisServers::shift_clock`] moves.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -39,29 +42,95 @@ pub struct RedisServers {
     network: Network,
     servers: Vec<Container>,
     pub ips: Vec<IpAddr>,
+    /// The server whose wall clock the lab can shift, and the host directory of its shim
+    /// (removed with this value).
+    shifted: Option<(usize, tempfile::TempDir)>,
 }
 
-/// Each container's command: its server, started again whenever it ends.
-const SCRIPT: &str = "redis-server --version >&2; while :; do redis-server --bind 0.0.0.0 \
-     --port 6379 --protected-mode no --save '' --appendonly no --logfile '' 1>&2; \
-     echo 'redis-server ended; starting it again, empty' >&2; done";
+/// Each container's command: its server, started again whenever it ends. `{preload}` is empty,
+/// or the clock shim's `LD_PRELOAD=…` for the shifted server.
+fn script(preload: &str) -> String {
+    format!(
+        "redis-server --version >&2; while :; do {preload}redis-server --bind 0.0.0.0 \
+         --port 6379 --protected-mode no --save '' --appendonly no --logfile '' 1>&2; \
+         echo 'redis-server ended; starting it again, empty' >&2; done"
+    )
+}
+
+/// The clock shim's source: it shifts CLOCK_REALTIME by the milliseconds in [`OFFSET_FILE`].
+const SHIM_SOURCE: &str = include_str!("clockshim.c");
+/// Where the shim reads its offset, in the shifted server's container.
+const OFFSET_FILE: &str = "/tmp/clockshim-offset-ms";
+/// Where the shim's directory is mounted.
+const SHIM_DIR: &str = "/opt/clockshim";
+
+/// Compiles the clock shim with this host's `cc` into a directory of its own (readable by the
+/// container). The containers run the same Debian release as the host's C library or a newer
+/// one; the shim needs nothing but `syscall`.
+async fn clock_shim() -> Result<tempfile::TempDir, ContainerError> {
+    let failed = |what: &str, e: std::io::Error| ContainerError::Cli {
+        what: format!("the clock shim: {what}"),
+        detail: e.to_string(),
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("fencing-lab-clockshim-")
+        .tempdir()
+        .map_err(|e| failed("make its directory", e))?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| failed("open its directory to the container", e))?;
+    }
+    let source = dir.path().join("clockshim.c");
+    std::fs::write(&source, SHIM_SOURCE).map_err(|e| failed("write its source", e))?;
+    let so = dir.path().join("clockshim.so");
+    run(
+        "compile the clock shim (cc -shared -fPIC)",
+        "cc",
+        &[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            &so.to_string_lossy(),
+            &source.to_string_lossy(),
+        ],
+        CLI_TIMEOUT,
+    )
+    .await?;
+    Ok(dir)
+}
 
 impl RedisServers {
-    /// Starts `n` servers; returns once each logged that it is ready. On error nothing is left.
+    /// Starts `n` servers, server `shifted` (if any) under the clock shim; returns once each
+    /// logged that it is ready. On error nothing is left.
     pub async fn start(
         image: &Image,
         mark: &str,
         n: usize,
+        shifted: Option<usize>,
     ) -> Result<RedisServers, ContainerError> {
+        let shim = match shifted {
+            Some(i) => Some((i, clock_shim().await?)),
+            None => None,
+        };
         let network = Network::create(mark).await?;
         let mut servers: Vec<Container> = Vec::new();
         let built = async {
-            for _ in 0..n {
+            for i in 0..n {
+                let (preload, binds) = match &shim {
+                    Some((s, dir)) if *s == i => (
+                        format!("LD_PRELOAD={SHIM_DIR}/clockshim.so "),
+                        vec![format!("{}:{SHIM_DIR}:ro", dir.path().display())],
+                    ),
+                    _ => (String::new(), Vec::new()),
+                };
                 let container = Container::start(&Spec {
                     image: image.reference.clone(),
-                    cmd: vec!["sh".into(), "-c".into(), SCRIPT.into()],
+                    cmd: vec!["sh".into(), "-c".into(), script(&preload)],
                     network: Some(network.name.clone()),
                     mark: mark.to_owned(),
+                    binds,
                     ..Spec::default()
                 })
                 .await?;
@@ -80,6 +149,7 @@ impl RedisServers {
                 network,
                 servers,
                 ips,
+                shifted: shim,
             }),
             Err(e) => {
                 for c in servers {
@@ -106,6 +176,42 @@ impl RedisServers {
             });
         }
         Ok(out.trim().to_owned())
+    }
+
+    /// Server `i`'s wall clock as it answers `TIME`, in ms since the epoch.
+    pub async fn time_ms(&self, i: usize) -> Result<i64, ContainerError> {
+        let out = self.cli(i, "TIME").await?;
+        let mut parts = out.lines().map(|l| l.trim().parse::<i64>());
+        match (parts.next(), parts.next()) {
+            (Some(Ok(secs)), Some(Ok(micros))) => Ok(secs * 1000 + micros / 1000),
+            _ => Err(ContainerError::Cli {
+                what: format!("read server {i}'s clock (redis-cli TIME)"),
+                detail: format!("unexpected answer: {out}"),
+            }),
+        }
+    }
+
+    /// Moves the shifted server's wall clock `ms` ahead of the host's (from now on: the shim
+    /// reads its offset on every call). Only the server started under the shim can be shifted.
+    pub async fn shift_clock(&self, i: usize, ms: i64) -> Result<(), ContainerError> {
+        if !matches!(&self.shifted, Some((s, _)) if *s == i) {
+            return Err(ContainerError::Cli {
+                what: format!("shift server {i}'s clock"),
+                detail: "it was not started under the clock shim".into(),
+            });
+        }
+        let (code, out) = shell(
+            self.servers[i].id(),
+            &format!("echo {ms} > {OFFSET_FILE}.new && mv {OFFSET_FILE}.new {OFFSET_FILE}"),
+        )
+        .await?;
+        if code != 0 {
+            return Err(ContainerError::Cli {
+                what: format!("shift server {i}'s clock"),
+                detail: out,
+            });
+        }
+        Ok(())
     }
 
     /// Server `i`'s log so far.
@@ -190,5 +296,6 @@ impl RedisServers {
             let _ = c.remove().await;
         }
         self.network.remove().await;
+        drop(self.shifted);
     }
 }

@@ -1,0 +1,97 @@
+//! RL2 — Redlock and a clock that jumps (Kleppmann's own example): A wins the lock on servers
+//! 0, 1, 2 (3 and 4 refuse it), server 2's wall clock jumps 11 s forward and A's key expires
+//! there early, B wins on 2, 3, 4 (0 and 1 refuse it): two majorities at once, as the servers'
+//! own state shows (`redlock_majorities.rs`). Server 2 runs under the lab's clock shim
+//! (`clockshim.c`: CLOCK_REALTIME shifted by an offset it reads on every call — Redis expires
+//! keys by gettimeofday); the other servers' clocks are the host's.
+//! - **Negative control** (`redlock`, no token): A's write after B's is accepted.
+//! - **Positive control** (`redlock-fenced`): the counter has no TTL, the jump does not touch
+//!   it — B's token is greater than A's and the fence rejects A's write. (Contrast RL3, where
+//!   the server forgets the counter too.)
+
+use harness::evidence::Recorder;
+use harness::hosts::RedlockServers;
+
+use crate::redlock_majorities::{self, Fault, FULL};
+use crate::rl1_redlock_paused_client::SERVERS;
+use crate::{Lab, Needs, Outcome, Scenario};
+
+pub struct RL2;
+
+/// The server whose clock jumps.
+const SHIFTED: usize = redlock_majorities::FAULTY;
+
+const RUNS: [&str; 2] = ["redlock", "redlock-fenced"];
+
+impl Scenario for RL2 {
+    fn id(&self) -> &'static str {
+        "RL2"
+    }
+
+    fn title(&self) -> &'static str {
+        "Redlock and a server whose clock jumps forward: its key expires early and two clients hold a majority at once; a counter token, which has no TTL, still orders them"
+    }
+
+    fn checks(&self) -> usize {
+        RUNS.len() * FULL
+    }
+
+    fn needs(&self) -> Needs {
+        Needs::Containers
+    }
+
+    fn lanes(&self) -> harness::evidence::Lanes {
+        // The lease lives on the servers this experiment starts, not in lease26.
+        harness::evidence::Lanes {
+            lease: harness::evidence::Lane::new("redlock", "redlock ×5 (lease)"),
+            ..harness::evidence::Lanes::default()
+        }
+    }
+
+    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
+        Err("RL2 starts its own five Redis servers; it runs with --lease-store single")
+    }
+
+    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+        Box::pin(async move {
+            if fencing::lease::store_kind("redlock").is_none() {
+                rec.skip("RL2 needs the Redis client: this build left it out (build with --features lab/lock-services)");
+                return Ok(());
+            }
+            let servers = match RedlockServers::start(&lab.run_mark, SERVERS, Some(SHIFTED)).await {
+                Ok(servers) => servers,
+                Err(e) => {
+                    rec.skip(format!(
+                            "RL2 needs five Redis servers in containers, one under the clock shim: {e:#}"
+                        ));
+                    return Ok(());
+                }
+            };
+            rec.note(format!(
+                "five independent Redis servers, no persistence: {}; server {SHIFTED} runs under the lab's clock shim (LD_PRELOAD: gettimeofday and CLOCK_REALTIME shifted by an offset the lab writes; Debian's libfaketime recurses under redis-server's jemalloc); the lock's TTL 10 s; {}",
+                servers.endpoints().join(", "),
+                servers.image_note
+            ));
+            let outcome = async {
+                for (n, store) in RUNS.into_iter().enumerate() {
+                    lab.reset().await?;
+                    let lock = format!("{}-rl2-{n}", crate::lab::LEASE);
+                    redlock_majorities::run(
+                        lab,
+                        rec,
+                        &servers,
+                        store,
+                        Fault::ClockJump,
+                        store,
+                        &lock,
+                    )
+                    .await?;
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+            .await;
+            servers.remove().await;
+            outcome
+        })
+    }
+}
