@@ -43,6 +43,7 @@ mod rl1_redlock_paused_client;
 mod rl2_redlock_clock_jump;
 mod rl3_redlock_restart;
 mod runner;
+pub mod tokens_table;
 mod u1_fenced_job_lease;
 mod u2_stale_completion;
 mod u3_database_time;

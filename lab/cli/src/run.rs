@@ -226,6 +226,10 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         )),
         Box::new(EnvironmentReporter::new(dir.join("environment.json"))),
         Box::new(TimelineReporter::new(dir.to_path_buf())),
+        // tokens.md, when the R- or RL-series ran.
+        Box::new(scenarios::tokens_table::TokensTable::new(
+            dir.join("tokens.md"),
+        )),
     ];
     if cfg.step {
         // Last: each phase's check lines are on the terminal before the pause.

@@ -225,7 +225,7 @@ impl SentinelGroup {
     }
 
     /// The Sentinels' log lines of a failover (`+sdown`, `+odown`, `+elected-leader`,
-    /// `+promoted-slave`, `+switch-master`, …), each once.
+    /// `+promoted-slave`, `+switch-master`, …, and `-failover-abort-…`), each once.
     pub async fn failover_log(&self) -> Vec<String> {
         let log = self.sentinels.stderr().await.unwrap_or_default();
         let mut lines: Vec<String> = Vec::new();
@@ -237,13 +237,17 @@ impl SentinelGroup {
             else {
                 continue;
             };
+            // The failover's steps, and what stalls one (a replica judged down, no good
+            // replica, a leader not elected): a failover that does not come says why.
             let wanted = [
-                "+sdown master",
+                "+sdown",
                 "+odown",
                 "+elected-leader",
                 "+selected-slave",
                 "+promoted-slave",
                 "+switch-master",
+                "-failover-abort",
+                "+failover-end-for-timeout",
             ];
             if wanted.iter().any(|w| event.starts_with(w)) && !lines.iter().any(|x| x == event) {
                 lines.push(event.to_owned());
