@@ -539,10 +539,6 @@ impl Renewer {
         let every = Duration::from_millis(flags.renew_ms);
         let ttl = Duration::from_millis(flags.ttl_ms);
         let flags = flags.clone();
-        // The holder goes on (to its write point, where the lab may freeze it) only once the
-        // renewer is connected: a renewer frozen half-way through its connect would wake to a
-        // session the server gave up on, which is not the fault under test.
-        let (connected, ready) = mpsc::sync_channel::<Result<(), String>>(1);
         let thread = thread::Builder::new()
             .name("renewer".into())
             .spawn(move || {
@@ -550,17 +546,17 @@ impl Renewer {
                     .enable_all()
                     .build()
                 else {
-                    let _ = connected.send(Err("the renewer could not start a runtime".into()));
+                    emit(&Event::Error {
+                        message: "the renewer could not start a runtime".into(),
+                    });
                     return;
                 };
-                let side = match rt.block_on(S::connect(&flags, mode, true)) {
-                    Ok(side) => side,
-                    Err(e) => {
-                        let _ = connected.send(Err(format!("the renewer could not connect: {e}")));
-                        return;
-                    }
+                let Ok(side) = rt.block_on(S::connect(&flags, mode, true)) else {
+                    emit(&Event::Error {
+                        message: "the renewer could not connect".into(),
+                    });
+                    return;
                 };
-                let _ = connected.send(Ok(()));
                 // The renew interval is a duration the timeline prescribes; a stop ends the wait.
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                     let mut current = held.lock().expect("holding lock").clone();
@@ -584,21 +580,10 @@ impl Renewer {
                 }
             })
             .map_err(|e| format!("failed to start the renewer thread: {e}"))?;
-        let renewer = Renewer {
+        Ok(Renewer {
             stop,
             thread: Some(thread),
-        };
-        match ready.recv() {
-            Ok(Ok(())) => Ok(renewer),
-            Ok(Err(e)) => {
-                renewer.stop();
-                Err(e)
-            }
-            Err(_) => {
-                renewer.stop();
-                Err("the renewer ended before it connected".into())
-            }
-        }
+        })
     }
 
     /// Stops the renewer and waits until its thread has ended.

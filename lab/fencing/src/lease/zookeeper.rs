@@ -255,13 +255,13 @@ impl ZkLeaseStore {
         let (node, czxid) = node_of(&grant.handle);
         let mine = self.sessions.lock().expect("sessions").get(node).cloned()?;
         let id = mine.session_id();
-        // A connection the server closed is lost once before the client reconnects and hears
-        // of its session: ask again, a few times at most.
+        // A connection the server closed is lost until the client reconnects and hears of its
+        // session (longer on a loaded machine): ask again until it answers, for at most the
+        // session's own timeout.
+        let deadline = Instant::now() + grant.ttl.max(Duration::from_secs(2));
         let mut answer = mine.check_stat(node).await;
-        for _ in 0..3 {
-            if !matches!(answer, Err(zk::Error::ConnectionLoss)) {
-                break;
-            }
+        while matches!(answer, Err(zk::Error::ConnectionLoss)) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
             answer = mine.check_stat(node).await;
         }
         let state = mine.state();
