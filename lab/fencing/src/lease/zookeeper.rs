@@ -256,12 +256,19 @@ impl ZkLeaseStore {
         let mine = self.sessions.lock().expect("sessions").get(node).cloned()?;
         let id = mine.session_id();
         // A connection the server closed is lost until the client reconnects and hears of its
-        // session (longer on a loaded machine): ask again until it answers, for at most the
-        // session's own timeout.
+        // session (longer on a loaded machine): on each loss, wait for the client's session
+        // state to change (reconnected, or expired) and ask again, for at most the session's own
+        // timeout. The watcher is taken before the first question, so no change is missed.
         let deadline = Instant::now() + grant.ttl.max(Duration::from_secs(2));
+        let mut states = mine.state_watcher();
         let mut answer = mine.check_stat(node).await;
-        while matches!(answer, Err(zk::Error::ConnectionLoss)) && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        while matches!(answer, Err(zk::Error::ConnectionLoss)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // A timeout here is no answer either: ask one last time below.
+            let _ = tokio::time::timeout(left, states.changed()).await;
             answer = mine.check_stat(node).await;
         }
         let state = mine.state();
