@@ -1,7 +1,14 @@
 //! F3 — concurrent acquisition. The fault: N contenders, each on its own connection, released
-//! together by a barrier, in three rounds: on a fresh lease, while it is held, and after it
-//! expired by the database clock. Property (I1, I2): exactly one winner on a free lease, none on a
-//! held one, and the token advances by one per winning round.
+//! together by a barrier, in four rounds: on a fresh lease, while it is held, in its last moments
+//! (a quarter of the TTL or less left by the database clock), and after it expired by the
+//! database clock. Property (I1, I2): exactly one winner on a free lease, none on a held one —
+//! up to its expiry, which is what a store that hands the lease over early gets wrong and only
+//! the last-moments round can see — and the token advances by one per winning round.
+//!
+//! The last-moments round runs on the lease table, whose acquire reports when the server judged
+//! it (`now()`): its check counts the winners among the statements judged before `expires_at`,
+//! so a statement the machine delayed past the expiry may win without failing it. A lock service
+//! tells no such time; there the round is not run.
 //!
 //! To show that the race was real where it matters — on the server, not merely in the client's
 //! tasks — each acquire statement reports, by the database clock, when the server received it
@@ -61,7 +68,16 @@ impl Scenario for F3 {
     }
 
     fn checks(&self) -> usize {
-        11
+        12
+    }
+
+    fn checks_on(&self, store: &str) -> usize {
+        if fencing::lease::service_of(store).is_some() {
+            // A lock service: no last-moments round.
+            self.checks() - 1
+        } else {
+            self.checks()
+        }
     }
 
     fn on_containers(&self) -> bool {
@@ -100,6 +116,9 @@ impl Scenario for F3 {
                         row.as_ref().is_some_and(|r| !r.expired),
                         format_args!("expires_at = {}", shown(row.map(|r| r.expires_at))),
                     );
+                }
+                if round == 2 && !on_service {
+                    last_moments(lab, rec, &clients, ttl).await?;
                 }
                 if round == 2 && on_service {
                     // A lock service's holding may be kept alive by its client on its own (a
@@ -162,7 +181,7 @@ impl Scenario for F3 {
                 );
             }
             rec.note(format!(
-                "{total} attempts in all (3 rounds × {n} contenders)"
+                "{total} attempts in rounds 1–3 (3 rounds × {n} contenders)"
             ));
             let row = lab.lease.inspect(LEASE).await?;
             let holdings = usize::from(row.is_some());
@@ -183,6 +202,68 @@ impl Scenario for F3 {
             Ok(())
         })
     }
+}
+
+/// The last-moments round: once the lease has a quarter of its TTL or less left by the database
+/// clock, every contender tries again; none judged before the expiry may win.
+async fn last_moments(
+    lab: &Lab,
+    rec: &mut Recorder,
+    clients: &[Contender],
+    ttl: Duration,
+) -> anyhow::Result<()> {
+    let label = "round 2b (the lease's last moments, a quarter of its TTL or less left)";
+    let within_ms = ttl.as_secs_f64() * 1e3 / 4.0;
+    let lease = &lab.lease;
+    harness::wait::until(
+        &format!("the lease has {within_ms:.0} ms or less left by the database clock"),
+        lab.params.wait_timeout,
+        || async move {
+            let row = lease.inspect(LEASE).await?;
+            Ok::<_, fencing::Error>(row.is_none_or(|r| r.remaining_ms() <= within_ms))
+        },
+    )
+    .await?;
+    let row = lab
+        .lease
+        .inspect(LEASE)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the lease row vanished before its last moments"))?;
+    let expires_us = row.expires_epoch * 1e6;
+    let attempts = race(clients, ttl).await?;
+    let judged_before: Vec<&Attempt> = attempts
+        .iter()
+        .filter(|a| (a.span.judged_us as f64) < expires_us)
+        .collect();
+    let early_winners: Vec<i64> = judged_before.iter().filter_map(|a| a.token).collect();
+    let late_winners = attempts.iter().filter(|a| a.token.is_some()).count() - early_winners.len();
+    rec.check_that(
+        format!("{label}: no contender judged before expires_at wins"),
+        !judged_before.is_empty() && early_winners.is_empty(),
+        format_args!(
+            "{} of {} statements judged before expires_at {} ({:.0} ms left when the round began): \
+             {} winner(s) among them{}",
+            judged_before.len(),
+            attempts.len(),
+            row.expires_at,
+            row.remaining_ms(),
+            early_winners.len(),
+            if late_winners > 0 {
+                format!("; {late_winners} winner(s) judged after it (the machine was slow)")
+            } else {
+                String::new()
+            }
+        ),
+    );
+    rec.step(
+        Mark::Info,
+        "contenders",
+        label,
+        early_winners.first().copied(),
+        format!("{} winner(s)", early_winners.len() + late_winners),
+        None,
+    );
+    Ok(())
 }
 
 /// Releases every client at once through a barrier; each tries one acquire.

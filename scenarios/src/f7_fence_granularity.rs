@@ -2,7 +2,14 @@
 //! (token 1) writes `detail`, a part B never touched. A row-level fence compares only the row
 //! being written, and a new row has nothing to compare against: the negative control (fenced-row)
 //! must accept A's write. The scope-level fence keeps one floor for everything the lease protects
-//! and rejects it (I3: "whichever part it targets").
+//! and rejects it (I3: "whichever part it targets"). In both, A then tries to overwrite
+//! `summary`, B's row: both fences must reject that — the row-level one compares the row it
+//! overwrites, so its control shows a fence that works where it looks and nowhere else, not a
+//! fence that compares nothing.
+//!
+//! Run again with another fenced mode (`F7-fenced-single`, `F7-fenced-shared`), only the
+//! scope-level part runs: the row-level one does not use the fenced mode under test, and was
+//! judged in the first case.
 
 use anyhow::{ensure, Context as _};
 use fencing::resource::{Write, WriteMode};
@@ -23,7 +30,12 @@ impl Scenario for F7 {
     }
 
     fn checks(&self) -> usize {
-        4
+        6
+    }
+
+    fn checks_again(&self) -> usize {
+        // The row-level part runs once.
+        3
     }
 
     fn on_containers(&self) -> bool {
@@ -48,10 +60,15 @@ impl Scenario for F7 {
 
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            for mode in [WriteMode::FencedRow, WriteMode::Fenced] {
+            let modes: &[WriteMode] = if lab.again_with_fence {
+                &[WriteMode::Fenced]
+            } else {
+                &[WriteMode::FencedRow, WriteMode::Fenced]
+            };
+            for &mode in modes {
                 let mode_label = lab.params.mode_label(mode);
                 lab.reset().await?;
-                let (b_ok, a_detail_ok) = timeline(lab, rec, mode).await?;
+                let (b_ok, a_detail_ok, a_summary_ok) = timeline(lab, rec, mode).await?;
                 let label = mode_label.to_uppercase().replace('-', "_");
                 rec.note(format!(
                     "{label}: B summary accepted={b_ok}, A(token=1) detail accepted={a_detail_ok}"
@@ -73,6 +90,13 @@ impl Scenario for F7 {
                         &wrote(a_detail_ok, 1),
                     ),
                 };
+                rec.check(
+                    format!(
+                        "{mode_label}: A's overwrite of summary, B's row, with token=1 is rejected"
+                    ),
+                    &wrote(false, 1),
+                    &wrote(a_summary_ok, 1),
+                );
             }
             Ok(())
         })
@@ -80,12 +104,13 @@ impl Scenario for F7 {
 }
 
 /// A writes summary with token 1; the lease expires; B acquires token 2 and rewrites summary; A
-/// then writes detail with token 1. Returns (B's summary accepted, A's detail accepted).
+/// then writes detail with token 1, and summary again. Returns (B's summary accepted, A's detail
+/// accepted, A's summary accepted).
 async fn timeline(
     lab: &mut Lab,
     rec: &mut Recorder,
     mode: WriteMode,
-) -> anyhow::Result<(bool, bool)> {
+) -> anyhow::Result<(bool, bool, bool)> {
     let mode_label = lab.params.mode_label(mode);
     rec.step(Mark::Info, "lab", mode_label, None, "", None);
     let p = lab.params.clone();
@@ -180,5 +205,19 @@ async fn timeline(
         wrote(a_detail_ok, a.token),
         None,
     );
-    Ok((b_ok, a_detail_ok))
+    let a_summary_ok = lab
+        .resource
+        .write(&w(SUMMARY, HOLDER_A, "summary(A) again", a.token), mode)
+        .await?;
+    rec.step(
+        Mark::Write {
+            accepted: a_summary_ok,
+        },
+        "A",
+        "write summary again",
+        Some(a.token),
+        wrote(a_summary_ok, a.token),
+        None,
+    );
+    Ok((b_ok, a_detail_ok, a_summary_ok))
 }

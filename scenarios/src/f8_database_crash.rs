@@ -82,7 +82,7 @@ impl Scenario for F8 {
     }
 
     fn checks(&self) -> usize {
-        11
+        10
     }
 
     fn on_containers(&self) -> bool {
@@ -267,19 +267,17 @@ impl Scenario for F8 {
             );
             let lost = before.remaining_ms() - after.remaining_ms();
             let down_ms = downtime.as_secs_f64() * 1000.0;
-            rec.check_that(
-                format!(
-                    "the downtime counted against the lease: its validity fell by at least the \
-                     downtime (no pause of lease time while the database is down; −{TOLERANCE_MS} ms for the clocks)"
-                ),
-                lost >= down_ms - TOLERANCE_MS,
-                format_args!(
-                    "validity {:.0} ms before the crash → {:.0} ms after recovery: {lost:.0} ms lost by the \
-                     database clock; downtime {down_ms:.0} ms by the lab's monotonic clock",
-                    before.remaining_ms(),
-                    after.remaining_ms()
-                ),
-            );
+            // Shown, not judged: with `expires_at` unchanged (checked above), the validity lost
+            // is the database clock's time between the two reads, which bracket the downtime by
+            // construction — no fault of the store could make it differ.
+            rec.note(format!(
+                "the downtime counted against the lease: validity {:.0} ms before the crash → \
+                 {:.0} ms after recovery: {lost:.0} ms lost by the database clock; downtime \
+                 {down_ms:.0} ms by the lab's monotonic clock (the lease's time runs on while \
+                 the database is down)",
+                before.remaining_ms(),
+                after.remaining_ms()
+            ));
             // As soon as the database is back, holder-a renews — from now on for the run's TTL.
             a.ttl = p.ttl;
             let renewed = lab.lease.renew(&mut a).await?;

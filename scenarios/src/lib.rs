@@ -89,6 +89,12 @@ pub trait Scenario: Sync {
         let _ = store;
         self.checks()
     }
+    /// How many checks it makes when run again with another fenced mode ([`Lab::again_with_fence`]):
+    /// fewer than [`Scenario::checks`] where a part does not use the fenced mode under test (F6's
+    /// check-then-write, F7's row-level fence), judged once in the first case.
+    fn checks_again(&self) -> usize {
+        self.checks()
+    }
     /// What it needs beyond the embedded PostgreSQL.
     fn needs(&self) -> Needs {
         Needs::Nothing

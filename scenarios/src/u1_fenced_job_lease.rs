@@ -4,12 +4,18 @@
 //! token + fence token; B's still succeed. A run A started stays A's: B's holding cannot
 //! complete it (the run's fence is A's).
 //!
+//! Then the same owner takes the lease again (a restarted instance keeps its identity): A's
+//! first holding and its new one share the owner token and differ only in their fence, so here
+//! only the fence token can refuse the first holding's renew, release and is_held, and the new
+//! holding's completion of the run started under the first — where B's refusals above could
+//! have come from the owner token alone.
+//!
 //! Then the job lease's row is deleted by hand (seed 000's tables, as F11 truncates the F-series'
 //! lease table): the fence restarts, and C's new holding carries fence 1 again — A's old fence.
 //! Where the fence repeats, the completion's owner join is what still refuses C's completion of
 //! the run A started under fence 1.
 
-crate::u_common::u_scenario!(U1, "U1", 11, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
+crate::u_common::u_scenario!(U1, "U1", 15, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
 
 #[cfg(feature = "mariadb")]
 mod imp {
@@ -76,6 +82,41 @@ mod imp {
         let released = jobs.release(&b).await?;
         on_lane(rec, Mark::Released, "B", "release", b.fence_token);
         rec.check("B's release still succeeds", &true, &released);
+
+        // The same owner again: only the fence tells its two holdings apart.
+        let again = jobs
+            .acquire(JOB_LEASE, &a.owner_token, long)
+            .await?
+            .context("A's owner could not take the released lease again")?;
+        on_lane(
+            rec,
+            Mark::Acquired,
+            "A",
+            "acquire again, same owner token",
+            again.fence_token,
+        );
+        rec.check(
+            "A's first holding's renew fails once the same owner holds again with a new fence",
+            &false,
+            &jobs.renew(&a).await?,
+        );
+        rec.check(
+            "A's first holding's is_held is false (same owner, old fence)",
+            &false,
+            &jobs.is_held(&a).await?,
+        );
+        rec.check(
+            "A's first holding's release fails (same owner, old fence)",
+            &false,
+            &jobs.release(&a).await?,
+        );
+        rec.check(
+            "A's new holding (same owner, a new fence) cannot complete the run started under its first: the fence join refuses it",
+            "completed=false status=running",
+            &completion(jobs, RUN, &again).await?,
+        );
+        jobs.release(&again).await?;
+        on_lane(rec, Mark::Released, "A", "release", again.fence_token);
 
         // The row is lost: the fence restarts, and C's holding carries A's old fence again.
         operator_mistake::delete_the_job_lease(jobs.pool(), JOB_LEASE).await?;

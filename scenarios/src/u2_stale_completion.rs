@@ -8,6 +8,10 @@
 //! lease. Positive control: unfrozen, the same holder's fenced completion changes its run.
 //! Negative control: the same timeline with a completion that checks only the run id lets A's
 //! stale "finished" through.
+//!
+//! What refuses A here is the join as a whole: B has an owner token of its own, so the owner
+//! condition and the fence condition refuse A alike (U1 shows the fence alone, with one owner
+//! holding twice).
 
 crate::u_common::u_scenario!(U2, "U2", 10, "stale completion (MariaDB): holder A renews while its run goes on, is frozen before completing, B takes over and finishes; A's completion is fenced by the lease join");
 

@@ -5,6 +5,10 @@
 //! completion that re-checks in the statement that writes (the fenced join) changes no row; the
 //! unconditional write after the client's check lands — the stale completion goes through
 //! (negative control): a check in the client is stale by the time it is acted on.
+//!
+//! What refuses A here is the join as a whole: B has an owner token of its own, so the owner
+//! condition and the fence condition refuse A alike (U1 shows the fence alone, with one owner
+//! holding twice).
 
 crate::u_common::u_scenario!(U5, "U5", 7, "check-then-set (MariaDB): A checks is_held, pauses, B takes over; only a completion that re-checks as it writes stops A");
 

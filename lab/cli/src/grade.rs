@@ -312,13 +312,16 @@ fn design_name(sut: &str) -> String {
 
 /// Each experiment's cell, read off a run's events in their order (the preflight P0 is not an
 /// experiment): unsafe when one of its checks failed, with the first that did; else n/a when it
-/// said skip, with its first reason; else safe.
+/// said skip, with its first reason, or when no check of it judged anything (every one waived:
+/// a design without the token they read); else safe — resting on the checks that passed.
 fn cells(events: &[Event]) -> Vec<(String, Cell)> {
     /// What one case's events said.
     #[derive(Default)]
     struct Seen {
         first_failed: Option<String>,
         first_skip: Option<String>,
+        passed: usize,
+        first_waived: Option<String>,
     }
     let mut seen: Vec<(String, Seen)> = Vec::new();
     for event in events {
@@ -327,6 +330,17 @@ fn cells(events: &[Event]) -> Vec<(String, Cell)> {
             Event::Check(check) if !check.passed => {
                 if let Some((_, s)) = seen.iter_mut().find(|(id, _)| *id == check.case) {
                     s.first_failed.get_or_insert_with(|| evidence_line(event));
+                }
+            }
+            Event::Check(check) => {
+                if let Some((_, s)) = seen.iter_mut().find(|(id, _)| *id == check.case) {
+                    s.passed += 1;
+                }
+            }
+            Event::Note { case, text } if text.starts_with("n/a  ") => {
+                if let Some((_, s)) = seen.iter_mut().find(|(id, _)| id == case) {
+                    s.first_waived
+                        .get_or_insert_with(|| first_line(&text["n/a  ".len()..]));
                 }
             }
             Event::Skipped { case, reason } => {
@@ -349,6 +363,11 @@ fn cells(events: &[Event]) -> Vec<(String, Cell)> {
                     first_skip: Some(why),
                     ..
                 } => Cell::NotApplicable(why),
+                Seen {
+                    passed: 0,
+                    first_waived: Some(what),
+                    ..
+                } => Cell::NotApplicable(format!("every check was waived, e.g. {what}")),
                 _ => Cell::Safe,
             };
             (id, cell)
@@ -597,6 +616,17 @@ mod tests {
             started("F4"),
             skipped("F4", "skipped, but"),
             check("F4", false, "a failure outweighs a skip"),
+            started("F5"),
+            Event::Note {
+                case: "F5".into(),
+                text: "n/a  B acquires, token=– — the design issues no token".into(),
+            },
+            started("F6"),
+            Event::Note {
+                case: "F6".into(),
+                text: "n/a  fence_floor — the design keeps none".into(),
+            },
+            check("F6", true, "judged"),
         ];
         assert_eq!(
             cells(&events),
@@ -614,6 +644,14 @@ mod tests {
                     "F4".to_owned(),
                     Cell::Unsafe("a failure outweighs a skip (expected=1, actual=2)".into())
                 ),
+                (
+                    "F5".to_owned(),
+                    Cell::NotApplicable(
+                        "every check was waived, e.g. B acquires, token=– — the design issues no token"
+                            .into()
+                    )
+                ),
+                ("F6".to_owned(), Cell::Safe),
             ]
         );
     }

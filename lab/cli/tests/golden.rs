@@ -43,6 +43,16 @@ const MASKS: &[(&str, &str)] = &[
     (r"deadline passed by \d+ ms", "deadline passed by <N> ms"),
     (r"\d+ renewals, \d+ ok", "<N> renewals, <N> ok"),
     (r"peak \d+ of", "peak <N> of"),
+    // F3's last-moments round: how much of the lease was left, and how many statements the
+    // server judged before its expiry (all, unless the machine stalled; the verdict stays).
+    (
+        r"\d+ of (\d+) statements judged before",
+        "<N> of $1 statements judged before",
+    ),
+    (
+        r"\d+ ms left when the round began",
+        "<N> ms left when the round began",
+    ),
     (r"spread over \d+ µs", "spread over <N> µs"),
     // F2: T's age by the lab's monotonic clock and by the database (the verdict stays).
     (

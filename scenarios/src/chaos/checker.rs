@@ -4,7 +4,10 @@
 //! where, each violation with the smallest excerpt that shows it.
 //!
 //! - **I2** (token regression, [`regression`]): no token acknowledged to two holdings; a grant
-//!   that completed before another was invoked has the smaller token (real-time order).
+//!   that completed before another was invoked has the smaller token (real-time order). An
+//!   acquire with no answer (`info`) is resolved from the lease store's record where it names
+//!   that holder; the record itself is checked too (a token written for two holders, or a
+//!   smaller one after a greater, by the store's commit order).
 //! - **I3** per scope: in commit order, an accepted write never has a smaller token than one that
 //!   committed before it. Commits at the same microsecond are taken as concurrent.
 //! - **Durability**: every write acknowledged as accepted is among the committed versions, and
@@ -13,10 +16,11 @@
 //!   counted as failed.
 //! - **Stale writes**: committed versions whose token is below a token the lease store had
 //!   granted before they committed (database clock) — the fence's whole business.
-//! - **Liveness of the fence**: a write is rejected only when a greater token had been granted
-//!   before the resource logged the rejection (database clock; or, where the lease store lost
-//!   its record, acknowledged to a holder before the write began or written with at the resource
-//!   before the rejection) — else the fence turned away the current holding.
+//! - **Liveness of the fence**: a write is rejected only when the resource had accepted a
+//!   greater token in its scope before it logged the rejection (its attempt log, its clock) —
+//!   else the fence turned away a holding it had no reason to (a grant the resource never saw
+//!   excuses nothing). A rejection the holder reported that the log does not have is counted
+//!   apart (`unlogged_rejections`).
 //! - **I1** (efficiency only): holdings (grant to expiry or release, database clock) that
 //!   overlap, as a statistic.
 
@@ -129,6 +133,12 @@ pub struct Verdict {
     pub stale: BTreeMap<String, usize>,
     /// Writes with an unknown outcome: (applied, not applied).
     pub info_writes: (usize, usize),
+    /// Acquires with an unknown outcome: (resolved from the lease store's record as a grant,
+    /// not found there).
+    pub info_acquires: (usize, usize),
+    /// Writes a holder reported rejected that the resource's attempt log has no rejection for:
+    /// the fence's liveness could not be judged for them.
+    pub unlogged_rejections: usize,
     pub holdings: usize,
     pub overlapping_holdings: usize,
     /// Per fault kind (and `none`): see [`FaultRow`].
@@ -166,34 +176,90 @@ pub fn check(o: &Observed<'_>) -> Verdict {
 }
 
 fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
-    // The grants the holders acknowledged (a lock service keeps no record the lab can read; the
-    // lease table's own is checked by I3's stale writes), in the token-regression check.
-    let grants: Vec<&Op> = o
+    // The grants the holders acknowledged, and the `info` acquires (no answer reached the lab:
+    // the holder killed, or the run ended) that the lease store's record resolves: a version of
+    // the lease row naming that holder process with a token none of its acknowledged grants
+    // has. Such a grant counts as heard of when its holder wrote with the token (it got the
+    // answer, then was cut off before reporting it).
+    let acked: Vec<&Op> = o
         .ops
         .iter()
         .filter(|op| op.f == OpKind::Acquire && op.outcome == Outcome::Ok)
         .collect();
+    let mut grants: Vec<(&Op, i64, bool)> = acked.iter().map(|g| (*g, g.token, true)).collect();
+    for op in o
+        .ops
+        .iter()
+        .filter(|op| op.f == OpKind::Acquire && op.outcome == Outcome::Info)
+    {
+        let resolved = o.lease.iter().find(|l| {
+            l.holder == op.process
+                && l.token != 0
+                && !acked
+                    .iter()
+                    .any(|g| g.process == op.process && g.token == l.token)
+                && !grants
+                    .iter()
+                    .any(|(g, t, _)| g.process == op.process && *t == l.token)
+        });
+        if let Some(l) = resolved {
+            let heard = o
+                .ops
+                .iter()
+                .any(|w| w.f == OpKind::Write && w.process == op.process && w.token == l.token);
+            grants.push((op, l.token, heard));
+            v.info_acquires.0 += 1;
+        } else {
+            v.info_acquires.1 += 1;
+        }
+    }
     let seen: Vec<GrantSeen> = grants
         .iter()
-        .map(|g| GrantSeen {
-            token: g.token,
+        .map(|(g, token, heard)| GrantSeen {
+            token: *token,
             holder: g.process.clone(),
             invoke_ms: g.invoke_ms,
             complete_ms: g.complete_ms,
-            acknowledged: true,
-            line: g.line(),
+            acknowledged: *heard,
+            line: if g.outcome == Outcome::Ok {
+                g.line()
+            } else {
+                format!(
+                    "{} (no answer reached the lab; the lease store's record names token {token}{})",
+                    g.line(),
+                    if *heard { ", and its holder wrote with it" } else { "" }
+                )
+            },
         })
         .collect();
+    let mut judged: Vec<[(String, i64); 2]> = Vec::new();
+    let pair = |a: &GrantSeen, b: &GrantSeen| {
+        let mut p = [(a.holder.clone(), a.token), (b.holder.clone(), b.token)];
+        p.sort();
+        p
+    };
     for r in regressions(&seen) {
+        let (a, b) = (&seen[r.earlier], &seen[r.later]);
+        judged.push(pair(a, b));
+        if r.kind == regression::Kind::LostUnacknowledged {
+            v.lost_grants.push(Violation {
+                what: r.what,
+                excerpt: r.excerpt,
+                by: None,
+            });
+            continue;
+        }
         v.i2.push(Violation {
             what: r.what,
             excerpt: r.excerpt,
-            by: mark(grants[r.later]),
+            by: mark(grants[r.later].0),
         });
     }
-    // The lease table's own record, in its commit order: a grant it made that no holder
-    // acknowledged (the holder killed before the answer), reused or undercut later, is a lost
-    // grant — told apart from I2, which the holders' view above judges.
+    // The lease store's own record, in its commit order (a lock service keeps none the lab can
+    // read): a token it wrote twice for two holders, or a smaller one after a greater, is I2 on
+    // the store's word — unless the holders' view above already found the same pair. A grant
+    // it made that no holder acknowledged, reused or undercut later, is a lost grant — told
+    // apart from I2.
     let mut record: Vec<GrantSeen> = Vec::new();
     for version in o.lease {
         let same = |g: &GrantSeen| g.token == version.token && g.holder == version.holder;
@@ -206,9 +272,9 @@ fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
             holder: version.holder.clone(),
             invoke_ms: at,
             complete_ms: Some(at),
-            acknowledged: grants
+            acknowledged: seen
                 .iter()
-                .any(|g| g.token == version.token && g.process == version.holder),
+                .any(|g| g.acknowledged && g.token == version.token && g.holder == version.holder),
             line: format!(
                 "lease row: {} token={} written at {} µs (db clock)",
                 version.holder, version.token, version.at_us
@@ -216,9 +282,20 @@ fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
         });
     }
     for r in regressions(&record) {
+        let key = pair(&record[r.earlier], &record[r.later]);
+        if judged.contains(&key) {
+            continue;
+        }
+        judged.push(key);
         if r.kind == regression::Kind::LostUnacknowledged {
             v.lost_grants.push(Violation {
                 what: r.what,
+                excerpt: r.excerpt,
+                by: None,
+            });
+        } else {
+            v.i2.push(Violation {
+                what: format!("{} (the lease store's own record)", r.what),
                 excerpt: r.excerpt,
                 by: None,
             });
@@ -343,46 +420,27 @@ fn check_liveness(o: &Observed<'_>, v: &mut Verdict) {
                 && a.scope == op.scope
                 && a.part == op.part
         });
-        let Some(logged) = logged else { continue };
-        // Granted: in the lease store's own record, or acknowledged to a holder — a lease store
-        // that fails over may lose a grant it acknowledged (its row version with it), and the
-        // resource's floor still remembers the token. Acknowledged before this write began, or
-        // written with at the resource before it logged this rejection (on its clock) by the
-        // holder it was acknowledged to: a holder writes only once its grant is acknowledged.
-        let acknowledged = |process: &str, token: i64| {
-            o.ops.iter().any(|g| {
-                g.f == OpKind::Acquire
-                    && g.outcome == Outcome::Ok
-                    && g.token == token
-                    && g.process == process
-            })
+        let Some(logged) = logged else {
+            // Reported rejected, with no rejection in the resource's log: counted, and said.
+            v.unlogged_rejections += 1;
+            continue;
         };
-        let justified = o
-            .lease
-            .iter()
-            .any(|l| l.token > op.token && l.at_us < logged.at_us)
-            || o.ops.iter().any(|g| {
-                g.f == OpKind::Acquire
-                    && g.outcome == Outcome::Ok
-                    && g.token > op.token
-                    && g.complete_ms.is_some_and(|done| done < op.invoke_ms)
-            })
-            || o.attempts.iter().any(|a| {
-                a.accepted
-                    && a.scope == op.scope
-                    && a.token > op.token
-                    && a.at_us < logged.at_us
-                    && acknowledged(&a.writer, a.token)
-            });
+        // A fence rejects a token only for a greater one it had seen: a write with a greater
+        // token accepted in the same scope, logged before this rejection (the resource's
+        // clock). A grant the resource never saw excuses nothing — else a fence that wrongly
+        // rejected an equal token would be excused after any takeover.
+        let justified = o.attempts.iter().any(|a| {
+            a.accepted && a.scope == op.scope && a.token > op.token && a.at_us < logged.at_us
+        });
         if !justified {
             v.liveness
                 .entry(op.scope.clone())
                 .or_default()
                 .push(Violation {
                     what: format!(
-                    "{}: a write with token {} was rejected, and no greater token had been granted",
-                    op.scope, op.token
-                ),
+                        "{}: a write with token {} was rejected, and the resource had accepted no greater token before",
+                        op.scope, op.token
+                    ),
                     excerpt: vec![op.line()],
                     by: mark(op),
                 });
@@ -575,16 +633,16 @@ mod tests {
             start_ms: 4.0,
             end_ms: 2400.0,
         }];
-        // The resource logged each rejected write 1 ms after it completed.
+        // The resource logged each write it answered 1 ms after it completed.
         let attempts: Vec<Attempt> = ops
             .iter()
-            .filter(|op| op.f == OpKind::Write && op.outcome == Outcome::Fail)
+            .filter(|op| op.f == OpKind::Write && op.outcome != Outcome::Info)
             .map(|op| Attempt {
                 scope: op.scope.clone(),
                 part: op.part.clone(),
                 writer: op.process.clone(),
                 token: op.token,
-                accepted: false,
+                accepted: op.outcome == Outcome::Ok,
                 at_us: (op.complete_ms.unwrap_or(0.0) as i64 + 1) * 1000,
             })
             .chain(accepted.iter().cloned())
@@ -626,6 +684,66 @@ mod tests {
         );
         assert!(v.stale.is_empty());
         assert_eq!(v.by_fault["pause"].rejected["s"], 1);
+    }
+
+    #[test]
+    fn an_info_acquire_the_store_granted_a_token_twice_for_breaks_i2_and_unheard_is_lost() {
+        // h2.0's acquire got no answer to the lab (killed mid-acquire); the lease row says the
+        // store gave it token 2 — already acknowledged to h1.0 — and h2.0 wrote with it: it
+        // heard. I2: one token, two holdings.
+        let (mut ops, parts, _) = stale_history(false);
+        let mut lease = vec![
+            lease_of("h0.0", 1, 0),
+            lease_of("h1.0", 2, 2_000_000),
+            lease_of("h2.0", 2, 3_000_000),
+        ];
+        let mut info = op("h2.0", 1, OpKind::Acquire, 0, (3000.0, 0.0), Outcome::Info);
+        info.complete_ms = None;
+        ops.push(info);
+        ops.push(op(
+            "h2.0",
+            2,
+            OpKind::Write,
+            2,
+            (3002.0, 3003.0),
+            Outcome::Fail,
+        ));
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.info_acquires, (1, 0), "{v:?}");
+        assert_eq!(v.i2.len(), 1, "{v:?}");
+        assert!(
+            v.i2[0]
+                .what
+                .contains("token 2 was acknowledged to two holdings (h1.0 and h2.0)"),
+            "{v:?}"
+        );
+        assert!(v.i2[0].excerpt[1].contains("the lease store's record names token 2"));
+        // Without its write, nobody heard of h2.0's token: a lost grant, not I2.
+        ops.pop();
+        let v = run(&ops, &parts, &lease);
+        assert!(v.i2.is_empty(), "{v:?}");
+        assert_eq!(v.lost_grants.len(), 1, "{v:?}");
+        // An info acquire the record does not name stays unresolved.
+        lease.pop();
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.info_acquires, (0, 1), "{v:?}");
+        // The record alone: the store wrote token 6 after token 7, for two holdings that
+        // acknowledged them — I2 on the store's word, though the holders' requests overlapped
+        // (neither completed before the other was sent).
+        let ops = [
+            op("h5.0", 1, OpKind::Acquire, 7, (0.0, 10.0), Outcome::Ok),
+            op("h6.0", 1, OpKind::Acquire, 6, (5.0, 20.0), Outcome::Ok),
+        ];
+        let record = [lease_of("h5.0", 7, 8_000), lease_of("h6.0", 6, 9_000)];
+        let v = run(&ops, &parts, &record);
+        assert_eq!(v.i2.len(), 1, "{v:?}");
+        assert!(
+            v.i2[0].what.contains("(the lease store's own record)"),
+            "{v:?}"
+        );
+        // In the store's order 6 then 7: no regression anywhere.
+        let record = [lease_of("h6.0", 6, 8_000), lease_of("h5.0", 7, 9_000)];
+        assert!(run(&ops, &parts, &record).i2.is_empty());
     }
 
     #[test]
@@ -718,61 +836,68 @@ mod tests {
     #[test]
     fn a_rejection_with_no_greater_token_granted_breaks_the_fences_liveness() {
         let (mut ops, parts, lease) = stale_history(false);
-        // The stale write's rejection is justified: token 2 was granted at 2000 ms.
-        assert!(run(&ops, &parts, &lease).liveness.is_empty());
-        // B's own write rejected: nothing greater than 2 was ever granted.
+        // The stale write's rejection is justified: token 2 was accepted at 2003 ms.
+        let v = run(&ops, &parts, &lease);
+        assert!(v.liveness.is_empty(), "{v:?}");
+        assert_eq!(v.unlogged_rejections, 0);
+        // B's own write rejected: the resource never accepted anything greater than 1, so
+        // neither B's rejection nor, now, A's is justified — token 2's grant at the lease
+        // excuses nothing the resource did not see.
         ops[3].outcome = Outcome::Fail;
         let parts: Vec<_> = parts
             .into_iter()
             .filter(|p| p.content != "h1.0#2")
             .collect();
         let v = run(&ops, &parts, &lease);
-        assert_eq!(v.liveness["s"].len(), 1, "{v:?}");
+        assert_eq!(v.liveness["s"].len(), 2, "{v:?}");
         assert!(v.liveness["s"][0].what.contains("token 2 was rejected"));
+        assert!(v.liveness["s"][1].what.contains("token 1 was rejected"));
     }
 
     #[test]
-    fn a_grant_the_lease_store_lost_still_justifies_a_rejection() {
-        let (ops, parts, _) = stale_history(false);
-        // A failover lost the store's record of token 2's grant (its row version never reached
-        // the new leader); B's acquire of token 2 was acknowledged all the same, before A's
-        // stale write was rejected.
+    fn only_a_greater_token_the_resource_accepted_before_justifies_a_rejection() {
+        let (mut ops, parts, _) = stale_history(false);
+        // A failover lost the store's record of token 2's grant: the resource's acceptance of
+        // B's write still justifies A's rejection.
         let lost = vec![lease(1, 0, 1_500_000)];
         assert!(run(&ops, &parts, &lost).liveness.is_empty());
-        // Acknowledged only after the rejection: no justification.
-        let mut late = ops.clone();
-        late[2].invoke_ms = 2600.0;
-        late[2].complete_ms = Some(2601.0);
-        let v = run(&late, &parts, &lost);
+        // B's write never reached the resource (its outcome unknown, not logged): token 2 was
+        // granted, but the fence had not seen it — A's rejection is unjustified.
+        ops[3].outcome = Outcome::Info;
+        let v = run(&ops, &parts, &lost);
         assert_eq!(v.liveness["s"].len(), 1, "{v:?}");
-        // Acknowledged while A's write was on its way, and written with at the resource before
-        // it rejected A's (a Patroni failover, sync seed 103: token 8's grant lost, its write
-        // raised the floor): justified. Written with by a process it was not acknowledged to,
-        // in another scope, or only after the rejection: not.
-        let mut slow = ops.clone();
-        slow[2].invoke_ms = 2500.5;
-        slow[2].complete_ms = Some(2500.7);
-        let b_wrote = |writer: &str, scope: &str, at_us: i64| Attempt {
+        // Accepted, but in another scope, only after the rejection, or with an equal token (a
+        // fence that rejects equal tokens): unjustified; the same write in the scope before
+        // the rejection: justified.
+        let wrote = |scope: &str, token: i64, at_us: i64| Attempt {
             scope: scope.into(),
             part: "p1".into(),
-            writer: writer.into(),
-            token: 2,
+            writer: "h1.0".into(),
+            token,
             accepted: true,
             at_us,
         };
-        assert!(
-            run_logging(&slow, &parts, &lost, &[b_wrote("h1.0", "s", 2_500_900)])
-                .liveness
-                .is_empty()
-        );
         for unjustified in [
-            b_wrote("h9.0", "s", 2_500_900),
-            b_wrote("h1.0", "other", 2_500_900),
-            b_wrote("h1.0", "s", 2_503_000),
+            wrote("other", 2, 2_003_000),
+            wrote("s", 2, 2_503_000),
+            wrote("s", 1, 2_003_000),
         ] {
-            let v = run_logging(&slow, &parts, &lost, std::slice::from_ref(&unjustified));
+            let v = run_logging(&ops, &parts, &lost, std::slice::from_ref(&unjustified));
             assert_eq!(v.liveness["s"].len(), 1, "{unjustified:?}: {v:?}");
         }
+        let v = run_logging(&ops, &parts, &lost, &[wrote("s", 2, 2_003_000)]);
+        assert!(v.liveness.is_empty(), "{v:?}");
+        // A rejection the holder reported that the log lacks is counted, not judged.
+        let v = check(&Observed {
+            ops: &ops,
+            faults: &[],
+            parts: &parts,
+            final_parts: &[],
+            lease: &lost,
+            attempts: &[],
+        });
+        assert_eq!(v.unlogged_rejections, 1);
+        assert!(v.liveness.is_empty());
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub struct Regression {
     pub what: String,
     /// The earlier grant's line, then the later one's.
     pub excerpt: Vec<String>,
+    /// Index in the input of the earlier grant.
+    pub earlier: usize,
     /// Index in the input of the later grant (where a timeline marks it).
     pub later: usize,
 }
@@ -103,9 +105,10 @@ pub fn regressions(grants: &[GrantSeen]) -> Vec<Regression> {
     for (j, b) in grants.iter().enumerate() {
         // Twice acknowledged: the first other holding acknowledged with the same token.
         if b.acknowledged {
-            if let Some(a) = grants[..j]
+            if let Some((i, a)) = grants[..j]
                 .iter()
-                .find(|a| a.acknowledged && a.token == b.token)
+                .enumerate()
+                .find(|(_, a)| a.acknowledged && a.token == b.token)
             {
                 found.push(Regression {
                     kind: Kind::AcknowledgedTwice,
@@ -114,18 +117,19 @@ pub fn regressions(grants: &[GrantSeen]) -> Vec<Regression> {
                         b.token, a.holder, b.holder
                     ),
                     excerpt: vec![a.line.clone(), b.line.clone()],
+                    earlier: i,
                     later: j,
                 });
                 continue;
             }
         }
-        let earlier = grants
-            .iter()
-            .filter(|a| a.complete_ms.is_some_and(|done| done < b.invoke_ms) && b.token <= a.token);
+        let earlier = grants.iter().enumerate().filter(|(_, a)| {
+            a.complete_ms.is_some_and(|done| done < b.invoke_ms) && b.token <= a.token
+        });
         // Harm first: an acknowledged earlier grant outranks a lost one.
-        let Some(a) = earlier
+        let Some((i, a)) = earlier
             .clone()
-            .find(|a| a.acknowledged && b.acknowledged)
+            .find(|(_, a)| a.acknowledged && b.acknowledged)
             .or_else(|| earlier.clone().next())
         else {
             continue;
@@ -152,6 +156,7 @@ pub fn regressions(grants: &[GrantSeen]) -> Vec<Regression> {
             kind,
             what,
             excerpt: vec![a.line.clone(), b.line.clone()],
+            earlier: i,
             later: j,
         });
     }

@@ -63,12 +63,15 @@ pub fn record(
 ) {
     let writes = |scope: &str| v.i3.get(scope).map_or(0, Vec::len);
     rec.note(format!(
-        "{ops} operations in {:.1} s; {} holdings ({} overlapping by the database clock — I1 is efficiency only); writes of unknown outcome: {} applied, {} not",
+        "{ops} operations in {:.1} s; {} holdings ({} overlapping by the database clock — I1 is efficiency only); writes of unknown outcome: {} applied, {} not; acquires of unknown outcome: {} resolved from the lease store's record, {} not in it; rejections the resource's log lacks: {}",
         ended_ms / 1000.0,
         v.holdings,
         v.overlapping_holdings,
         v.info_writes.0,
-        v.info_writes.1
+        v.info_writes.1,
+        v.info_acquires.0,
+        v.info_acquires.1,
+        v.unlogged_rejections
     ));
     for (what, n) in notes {
         rec.note(format!("{what}: {n}"));
@@ -196,8 +199,15 @@ fn markdown(cfg: &ChaosConfig, v: &Verdict) -> String {
     text.push_str(&fault_table(v));
     let _ = writeln!(
         text,
-        "\n{} operations · {} holdings ({} overlapping by the database clock) · writes of unknown outcome: {} applied, {} not\n",
-        v.ops, v.holdings, v.overlapping_holdings, v.info_writes.0, v.info_writes.1
+        "\n{} operations · {} holdings ({} overlapping by the database clock) · writes of unknown outcome: {} applied, {} not · acquires of unknown outcome: {} resolved from the lease store's record, {} not · rejections the resource's log lacks: {}\n",
+        v.ops,
+        v.holdings,
+        v.overlapping_holdings,
+        v.info_writes.0,
+        v.info_writes.1,
+        v.info_acquires.0,
+        v.info_acquires.1,
+        v.unlogged_rejections
     );
     let mut section = |title: &str, found: &[checker::Violation]| {
         let _ = writeln!(text, "## {title}: {} violation(s)\n", found.len());

@@ -56,6 +56,10 @@ pub struct Lab {
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
     /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
     pub adopted: Vec<Box<dyn Hosts>>,
+    /// The open case runs a fence-dependent experiment again with another fenced mode
+    /// (`F6-fenced-single`…): parts that do not use the fenced mode under test were judged in
+    /// the first case and are not run (nor counted) again ([`crate::Scenario::checks_again`]).
+    pub again_with_fence: bool,
     /// This run's mark: the label value on every container, network and network hold the run
     /// makes (feature `containers`), so that leftovers can be found and removed.
     pub run_mark: String,
@@ -180,6 +184,7 @@ impl Lab {
             idle_services: Vec::new(),
             kept: false,
             adopted: Vec::new(),
+            again_with_fence: false,
             run_mark,
             maria: crate::maria::MariaSlot::default(),
             holder_bin,
