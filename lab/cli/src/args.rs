@@ -139,6 +139,16 @@ pub enum Command {
                       lab chaos --holders 8 --faults pause\n  \
                       lab chaos --sweep 20 --faults pause --time 30s")]
     Chaos(ChaosArgs),
+    /// Re-check a saved chaos run offline: read its history.jsonl (the operations, the faults
+    /// and the database's own records the run saved), run the same checker over it and print
+    /// the same verdict — no server, no holder. A seed replays a schedule, not the interleavings:
+    /// the history is what a failing run is judged on again.
+    /// Exit 0 when the verdict passes, 1 when it does not, 2 when the file cannot be read.
+    #[command(after_help = "Examples:\n  lab check evidence/chaos/history.jsonl")]
+    Check {
+        /// The history a `lab chaos` run wrote into its evidence directory.
+        history: PathBuf,
+    },
     /// The systems under test as profiles (TOML: the lease table and its statements, the
     /// resource's fence and its write — or, on MariaDB, seed 000's job lease and runs): list the
     /// built-in ones, or check a file before anything runs with it (on a throwaway server of

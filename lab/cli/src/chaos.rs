@@ -32,6 +32,35 @@ pub fn run(args: ChaosArgs) -> Ended {
     }
 }
 
+/// `lab check HISTORY`: the checker over a saved chaos run, its verdict on stdout as the run
+/// printed it ([`chaos::recheck`]). Needs no server and no runtime.
+pub fn check(history: &std::path::Path) -> Ended {
+    let text = match std::fs::read_to_string(history) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("lab check: {}: {e}", history.display());
+            return Ended::CouldNotRun;
+        }
+    };
+    let mut rec = Recorder::new(vec![Box::new(TextReporter::new(true, None))]);
+    rec.case(
+        chaos::CASE,
+        &format!("{} — re-checked from {}", chaos::TITLE, history.display()),
+    );
+    if let Err(e) = chaos::recheck(&mut rec, &text) {
+        eprintln!("lab check: {}: {e:#}", history.display());
+        return Ended::CouldNotRun;
+    }
+    match rec.finish() {
+        Ok(summary) if summary.all_passed() => Ended::Passed,
+        Ok(_) => Ended::Failed,
+        Err(e) => {
+            eprintln!("lab check: {e}");
+            Ended::CouldNotRun
+        }
+    }
+}
+
 async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()

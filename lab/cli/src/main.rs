@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => lab::bench::run(args),
         Command::Clean(args) => lab::clean::run(args),
         Command::Chaos(args) => lab::chaos::run(args),
+        Command::Check { history } => lab::chaos::check(&history),
         Command::Profile(args) => lab::profile::run(args.action),
         Command::Exercise { name, out } => lab::exercise::run(name, out),
         Command::Grade {

@@ -1,6 +1,7 @@
 //! `lab chaos` as a user runs it: a seeded run against the fenced resource passes (no violation
 //! at the scope under test, and the unfenced control scope beside it shows one); the same seed
-//! prints the same schedule; against an unfenced resource it exits 1 listing violations; and
+//! prints the same schedule; against an unfenced resource it exits 1 listing violations; `lab
+//! check` on either run's saved history prints the same verdict; and
 //! interrupted while holders are frozen it exits 130 and leaves no process behind.
 
 mod common;
@@ -47,6 +48,7 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
     // Seed 4: its control showed 6–16 violations over four 30 s runs; seed 1's 1–6, and none once
     // under the suite's load (a seed replays its schedule, not the interleavings inside it).
     let (code, out) = chaos(tmp, &fenced, &["--seed", "4", "--time", "30s"])?;
+    let fenced_run = (code, out.clone());
     for line in [
         "ok   I2: no token was granted twice",
         "ok   I3 (fenced-scope at scope chaos)",
@@ -107,7 +109,53 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
         out.contains("  FAIL I3 (unfenced at scope chaos)"),
         "the unfenced scope must break I3:\n{out}"
     );
+
+    // Each run's saved history, re-checked offline, gives the same verdict: the same check
+    // lines (and notes of violations), the same exit status.
+    for (dir, run_code, run_out) in [
+        (&fenced, fenced_run.0, &fenced_run.1),
+        (&unfenced, code, &out),
+    ] {
+        let (check_code, check_out) = check(&dir.join("history.jsonl"))?;
+        assert_eq!(check_code, run_code, "lab check:\n{check_out}");
+        assert_eq!(
+            verdict_lines(&check_out),
+            verdict_lines(run_out),
+            "lab check printed another verdict than the run"
+        );
+    }
+    // A file that is not a history: exit 2, one line naming it.
+    let bogus = tmp.join("bogus.jsonl");
+    fs::write(&bogus, "{\"type\":\"op\"}\n")?;
+    let (bad_code, _) = check(&bogus)?;
+    assert_eq!(bad_code, 2);
     Ok(())
+}
+
+/// `lab check <history>`: exit code, stdout.
+fn check(history: &Path) -> anyhow::Result<(i32, String)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .arg("check")
+        .arg(history)
+        .stderr(Stdio::inherit())
+        .output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+/// The verdict in a chaos output: its check lines and the notes of violations, in order.
+fn verdict_lines(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| {
+            l.starts_with("  ok   ")
+                || l.starts_with("  FAIL ")
+                || l.starts_with("  note violation: ")
+                || l.starts_with("  note lost grant")
+                || l.starts_with("  note control: ")
+        })
+        .collect()
 }
 
 #[test]

@@ -33,7 +33,7 @@ use super::regression::{self, regressions, GrantSeen};
 use super::schedule::FaultKind;
 
 /// How an operation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// It happened (granted, accepted, renewed, released).

@@ -7,16 +7,18 @@
 //! It must not judge (that is the [`checker`](super::checker)'s) nor act on a holder beyond
 //! taking what it reported; it never edits JSON by hand.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use harness::evidence::{Mark, Recorder};
 use harness::holder::Holder;
-use harness::observe::{LeaseVersion, PartVersion};
+use harness::observe::{Attempt, LeaseVersion, PartVersion};
 use holder_protocol::{Event, OpKind, OpPhase};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::checker::{Injected, Op, Outcome};
 use super::schedule::FaultKind;
@@ -88,7 +90,7 @@ impl Events {
     }
 
     /// The holders' other reports, counted: deadlines found passed, errors.
-    pub fn others(&self) -> BTreeMap<&'static str, usize> {
+    pub fn others(&self) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
         for (_, _, e) in &self.0 {
             let key = match e {
@@ -96,26 +98,42 @@ impl Events {
                 Event::Error { .. } => "holder errors",
                 _ => continue,
             };
-            *counts.entry(key).or_default() += 1;
+            *counts.entry(key.to_owned()).or_default() += 1;
         }
         counts
     }
 }
 
-/// One line of `history.jsonl`, tagged by `type` (`fault` or `op`; serde writes the tag first).
-/// The fields after it keep the names and the order the file had when its lines were patched
-/// `serde_json::Value`s (alphabetical); `complete_ms` is `null` for an operation that never
-/// completed, and a database time is absent where the database did not record one.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One line of `history.jsonl`, tagged by `type` (serde writes the tag first): the run's
+/// settings (`run`), the faults as carried out (`fault`), every operation (`op`), then the
+/// database's own records the checker read — each committed part version (`part_version`), each
+/// version of the lease row (`lease_version`), each attempt the resource logged (`attempt`) and
+/// each part's final content (`final_part`) — so that `lab check` re-checks a saved run offline
+/// and prints the same verdict. The fields after the tag keep the names and the order the file
+/// had when its lines were patched `serde_json::Value`s (alphabetical); `complete_ms` is `null`
+/// for an operation that never completed, and a database time is absent where the database did
+/// not record one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Line<'a> {
+    /// The run: what the verdict's wording needs, and the holders' other reports, counted.
+    Run {
+        ended_ms: f64,
+        holders: usize,
+        #[serde(borrow)]
+        mode: Cow<'a, str>,
+        reports: BTreeMap<String, usize>,
+        seed: u64,
+        time_ms: u64,
+    },
     /// A fault as it was carried out (the lab's monotonic clock, ms from the start).
     Fault {
         end_ms: f64,
-        #[serde(serialize_with = "fault_name")]
+        #[serde(serialize_with = "fault_name", deserialize_with = "parsed")]
         kind: FaultKind,
         /// The holder process it hit (`-` for a crash or a failover).
-        process: &'a str,
+        #[serde(borrow)]
+        process: Cow<'a, str>,
         start_ms: f64,
     },
     /// An operation: invocation and completion on the lab's monotonic clock (ms from the
@@ -123,19 +141,64 @@ pub enum Line<'a> {
     Op {
         complete_ms: Option<f64>,
         /// A grant's, a renewal's or a release's row version of the lease.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         db_at_us: Option<i64>,
         /// A write's commit, from the record of committed versions.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         db_commit_us: Option<i64>,
-        #[serde(serialize_with = "kind_name")]
+        #[serde(serialize_with = "kind_name", deserialize_with = "parsed")]
         f: OpKind,
         id: u64,
         invoke_ms: f64,
         outcome: Outcome,
-        part: &'a str,
-        process: &'a str,
-        scope: &'a str,
+        #[serde(borrow)]
+        part: Cow<'a, str>,
+        #[serde(borrow)]
+        process: Cow<'a, str>,
+        #[serde(borrow)]
+        scope: Cow<'a, str>,
+        token: i64,
+    },
+    /// A committed version of a part, from the resource's record (database clock, µs).
+    PartVersion {
+        at_us: i64,
+        commit_us: Option<i64>,
+        #[serde(borrow)]
+        content: Cow<'a, str>,
+        #[serde(borrow)]
+        part: Cow<'a, str>,
+        #[serde(borrow)]
+        scope: Cow<'a, str>,
+        token: i64,
+    },
+    /// A version of the lease row, from the lease store's record (database clock, µs).
+    LeaseVersion {
+        at_us: i64,
+        expires_us: Option<i64>,
+        #[serde(borrow)]
+        holder: Cow<'a, str>,
+        token: i64,
+    },
+    /// A write the resource logged, accepted or not (database clock, µs).
+    Attempt {
+        accepted: bool,
+        at_us: i64,
+        #[serde(borrow)]
+        part: Cow<'a, str>,
+        #[serde(borrow)]
+        scope: Cow<'a, str>,
+        token: i64,
+        #[serde(borrow)]
+        writer: Cow<'a, str>,
+    },
+    /// A part's content at the end of the run.
+    FinalPart {
+        #[serde(borrow)]
+        content: Cow<'a, str>,
+        #[serde(borrow)]
+        part: Cow<'a, str>,
+        #[serde(borrow)]
+        scope: Cow<'a, str>,
         token: i64,
     },
 }
@@ -148,12 +211,22 @@ fn fault_name<S: serde::Serializer>(kind: &FaultKind, s: S) -> Result<S::Ok, S::
     s.serialize_str(kind.as_str())
 }
 
+/// A name read back ([`FromStr`]: an operation's or a fault's).
+fn parsed<'de, D: serde::Deserializer<'de>, T: FromStr>(d: D) -> Result<T, D::Error>
+where
+    T::Err: std::fmt::Debug,
+{
+    let name = Cow::<'de, str>::deserialize(d)?;
+    name.parse()
+        .map_err(|e| serde::de::Error::custom(format!("unknown name {name:?}: {e:?}")))
+}
+
 impl<'a> Line<'a> {
     fn fault(f: &'a Injected) -> Self {
         Line::Fault {
             end_ms: f.end_ms,
             kind: f.kind,
-            process: &f.process,
+            process: Cow::Borrowed(&f.process),
             start_ms: f.start_ms,
         }
     }
@@ -167,12 +240,162 @@ impl<'a> Line<'a> {
             id: op.id,
             invoke_ms: op.invoke_ms,
             outcome: op.outcome,
-            part: &op.part,
-            process: &op.process,
-            scope: &op.scope,
+            part: Cow::Borrowed(&op.part),
+            process: Cow::Borrowed(&op.process),
+            scope: Cow::Borrowed(&op.scope),
             token: op.token,
         }
     }
+}
+
+/// The run's settings as its history records them ([`Line::Run`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunLine {
+    pub ended_ms: f64,
+    pub holders: usize,
+    pub mode: String,
+    pub reports: BTreeMap<String, usize>,
+    pub seed: u64,
+    pub time_ms: u64,
+}
+
+/// Everything a saved history holds: what the checker reads, as the run read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recorded {
+    pub run: Option<RunLine>,
+    pub ops: Vec<Op>,
+    pub faults: Vec<Injected>,
+    pub parts: Vec<PartVersion>,
+    pub lease: Vec<LeaseVersion>,
+    pub attempts: Vec<Attempt>,
+    pub final_parts: Vec<(String, String, String, i64)>,
+}
+
+/// The database's records of a run, as [`write`] saves them beside its operations.
+pub struct Records<'r> {
+    pub parts: &'r [PartVersion],
+    pub lease: &'r [LeaseVersion],
+    pub attempts: &'r [Attempt],
+    pub final_parts: &'r [(String, String, String, i64)],
+}
+
+/// Reads a `history.jsonl` back: each line by its `type`. A line that is not one names its
+/// number and what is wrong with it.
+pub fn read(text: &str) -> anyhow::Result<Recorded> {
+    let mut r = Recorded::default();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let parsed: Line = serde_json::from_str(line)
+            .with_context(|| format!("line {}: not a line of a chaos history: {line}", n + 1))?;
+        match parsed {
+            Line::Run {
+                ended_ms,
+                holders,
+                mode,
+                reports,
+                seed,
+                time_ms,
+            } => {
+                r.run = Some(RunLine {
+                    ended_ms,
+                    holders,
+                    mode: mode.into_owned(),
+                    reports,
+                    seed,
+                    time_ms,
+                })
+            }
+            Line::Fault {
+                end_ms,
+                kind,
+                process,
+                start_ms,
+            } => r.faults.push(Injected {
+                kind,
+                process: process.into_owned(),
+                start_ms,
+                end_ms,
+            }),
+            Line::Op {
+                complete_ms,
+                f,
+                id,
+                invoke_ms,
+                outcome,
+                part,
+                process,
+                scope,
+                token,
+                ..
+            } => r.ops.push(Op {
+                process: process.into_owned(),
+                id,
+                f,
+                token,
+                scope: scope.into_owned(),
+                part: part.into_owned(),
+                invoke_ms,
+                complete_ms,
+                outcome,
+            }),
+            Line::PartVersion {
+                at_us,
+                commit_us,
+                content,
+                part,
+                scope,
+                token,
+            } => r.parts.push(PartVersion {
+                scope: scope.into_owned(),
+                part: part.into_owned(),
+                content: content.into_owned(),
+                token,
+                at_us,
+                commit_us,
+            }),
+            Line::LeaseVersion {
+                at_us,
+                expires_us,
+                holder,
+                token,
+            } => r.lease.push(LeaseVersion {
+                holder: holder.into_owned(),
+                token,
+                at_us,
+                expires_us,
+            }),
+            Line::Attempt {
+                accepted,
+                at_us,
+                part,
+                scope,
+                token,
+                writer,
+            } => r.attempts.push(Attempt {
+                scope: scope.into_owned(),
+                part: part.into_owned(),
+                writer: writer.into_owned(),
+                token,
+                accepted,
+                at_us,
+            }),
+            Line::FinalPart {
+                content,
+                part,
+                scope,
+                token,
+            } => r.final_parts.push((
+                scope.into_owned(),
+                part.into_owned(),
+                content.into_owned(),
+                token,
+            )),
+        }
+    }
+    Ok(r)
 }
 
 /// A holding's renewals: its row versions' database times, and its ok renewals (process, op id).
@@ -250,18 +473,67 @@ pub fn lines<'a>(
     lines
 }
 
-/// Writes `history.jsonl` into `dir`, whole: one JSON object a line ([`lines`]).
+/// Writes `history.jsonl` into `dir`, whole: one JSON object a line — the run's line, then
+/// [`lines`], then the database's records ([`Records`]).
 pub fn write(
     dir: &Path,
+    run: &RunLine,
     ops: &[Op],
     faults: &[Injected],
-    parts: &[PartVersion],
-    lease: &[LeaseVersion],
+    records: &Records<'_>,
 ) -> anyhow::Result<()> {
     let mut text = String::new();
-    for line in lines(ops, faults, parts, lease) {
-        text.push_str(&serde_json::to_string(&line)?);
+    let mut put = |line: &Line| -> anyhow::Result<()> {
+        text.push_str(&serde_json::to_string(line)?);
         text.push('\n');
+        Ok(())
+    };
+    put(&Line::Run {
+        ended_ms: run.ended_ms,
+        holders: run.holders,
+        mode: Cow::Borrowed(&run.mode),
+        reports: run.reports.clone(),
+        seed: run.seed,
+        time_ms: run.time_ms,
+    })?;
+    for line in lines(ops, faults, records.parts, records.lease) {
+        put(&line)?;
+    }
+    for p in records.parts {
+        put(&Line::PartVersion {
+            at_us: p.at_us,
+            commit_us: p.commit_us,
+            content: Cow::Borrowed(&p.content),
+            part: Cow::Borrowed(&p.part),
+            scope: Cow::Borrowed(&p.scope),
+            token: p.token,
+        })?;
+    }
+    for l in records.lease {
+        put(&Line::LeaseVersion {
+            at_us: l.at_us,
+            expires_us: l.expires_us,
+            holder: Cow::Borrowed(&l.holder),
+            token: l.token,
+        })?;
+    }
+    for a in records.attempts {
+        put(&Line::Attempt {
+            accepted: a.accepted,
+            at_us: a.at_us,
+            part: Cow::Borrowed(&a.part),
+            scope: Cow::Borrowed(&a.scope),
+            token: a.token,
+            writer: Cow::Borrowed(&a.writer),
+        })?;
+    }
+    for (scope, part, content, token) in records.final_parts {
+        put(&Line::FinalPart {
+            content: Cow::Borrowed(content),
+            part: Cow::Borrowed(part),
+            scope: Cow::Borrowed(scope),
+            token: *token,
+        })?;
     }
     let path = dir.join("history.jsonl");
     harness::evidence::write_atomically(&path, text.as_bytes())
@@ -381,6 +653,73 @@ mod tests {
     }
 
     #[test]
+    fn a_written_history_reads_back_as_what_the_checker_read() -> anyhow::Result<()> {
+        let faults = vec![Injected {
+            kind: FaultKind::Kill,
+            process: "h0.0".into(),
+            start_ms: 1.5,
+            end_ms: 2.0,
+        }];
+        let mut ops = vec![
+            op(1, OpKind::Acquire, 1, Some(1.0), Outcome::Ok),
+            op(2, OpKind::Write, 1, Some(3.0), Outcome::Ok),
+            op(3, OpKind::Acquire, 0, None, Outcome::Info),
+        ];
+        // A content with a quote and a newline: read back whole.
+        ops[1].part = "p\"1\n".into();
+        let parts = vec![PartVersion {
+            scope: SCOPE.into(),
+            part: "p\"1\n".into(),
+            content: "h0.0#2".into(),
+            token: 1,
+            at_us: 90,
+            commit_us: None,
+        }];
+        let lease = vec![lease(1, 50, Some(1_000)), lease(1, 60, None)];
+        let attempts = vec![Attempt {
+            scope: SCOPE.into(),
+            part: "p1".into(),
+            writer: "h0.0".into(),
+            token: 1,
+            accepted: true,
+            at_us: 95,
+        }];
+        let final_parts = vec![(SCOPE.to_owned(), "p1".to_owned(), "h0.0#2".to_owned(), 1)];
+        let run = RunLine {
+            ended_ms: 12.5,
+            holders: 3,
+            mode: "fenced-scope".into(),
+            reports: BTreeMap::from([("holder errors".to_owned(), 2)]),
+            seed: 7,
+            time_ms: 10_000,
+        };
+        let dir = tempfile::tempdir()?;
+        let records = Records {
+            parts: &parts,
+            lease: &lease,
+            attempts: &attempts,
+            final_parts: &final_parts,
+        };
+        write(dir.path(), &run, &ops, &faults, &records)?;
+        let back = read(&std::fs::read_to_string(dir.path().join("history.jsonl"))?)?;
+        assert_eq!(
+            back,
+            Recorded {
+                run: Some(run),
+                ops,
+                faults,
+                parts,
+                lease,
+                attempts,
+                final_parts,
+            }
+        );
+        let bad = read("{\"type\":\"op\",\"f\":\"fly\"}").unwrap_err();
+        assert!(format!("{bad:#}").contains("line 1: not a line of a chaos history"));
+        Ok(())
+    }
+
+    #[test]
     fn renewals_get_database_times_only_where_their_numbers_agree() {
         let renew = |id, done| op(id, OpKind::Renew, 1, Some(done), Outcome::Ok);
         let ops = vec![
@@ -394,7 +733,7 @@ mod tests {
                 .into_iter()
                 .map(|l| match l {
                     Line::Op { db_at_us, .. } => db_at_us,
-                    Line::Fault { .. } => None,
+                    _ => None,
                 })
                 .collect()
         };

@@ -246,16 +246,97 @@ pub async fn run(
         lease: &lease,
         attempts: &attempts,
     });
-    history::write(dir, &ops, &injected, &parts, &lease)?;
+    let run = history::RunLine {
+        ended_ms,
+        holders: cfg.holders,
+        mode: cfg.mode_name.to_owned(),
+        reports: notes,
+        seed: cfg.seed,
+        time_ms: u64::try_from(cfg.time.as_millis()).unwrap_or(u64::MAX),
+    };
+    let records = history::Records {
+        parts: &parts,
+        lease: &lease,
+        attempts: &attempts,
+        final_parts: &final_parts,
+    };
+    history::write(dir, &run, &ops, &injected, &records)?;
     history::draw(rec, started, &ops);
     verdict::draw(rec, started, &verdict);
-    verdict::record(rec, cfg, &verdict, &notes, ops.len(), ended_ms);
+    verdict::record(rec, cfg, &verdict, &run.reports, ops.len(), ended_ms);
     verdict::write(dir, cfg, &verdict)?;
     Ok(Found {
         verdict,
         schedule: faults,
         injected,
     })
+}
+
+/// Re-checks a saved chaos run from its `history.jsonl` text (`lab check`): the checker over the
+/// operations and the database's records the run saved, its verdict recorded in `rec` (its case
+/// must be open) exactly as the run recorded it. A history written before it saved the records
+/// is refused, with why.
+pub fn recheck(rec: &mut Recorder, history_text: &str) -> anyhow::Result<Verdict> {
+    let saved = history::read(history_text)?;
+    let run = saved.run.context(
+        "this history has no run line and no database records: it was written before `lab \
+         check` existed; run `lab chaos` again with the same seed",
+    )?;
+    let mode_name = fencing::resource::NAMED_WRITES
+        .into_iter()
+        .find(|n| *n == run.mode)
+        .with_context(|| {
+            format!(
+                "the history's mode {:?} is not a write the lab names",
+                run.mode
+            )
+        })?;
+    let (mode, _) = fencing::resource::named_write(mode_name).context("a named write")?;
+    let mut faults: Vec<FaultKind> = Vec::new();
+    for f in &saved.faults {
+        if !faults.contains(&f.kind) {
+            faults.push(f.kind);
+        }
+    }
+    let cfg = ChaosConfig {
+        seed: run.seed,
+        time: Duration::from_millis(run.time_ms),
+        holders: run.holders,
+        mode,
+        mode_name,
+        faults,
+        faketime: None,
+    };
+    rec.note(format!(
+        "re-checked from the saved history: seed {}, {} ms, {} holders, mode {}; {} operations, \
+         {} faults, {} part versions, {} lease versions, {} attempts",
+        cfg.seed,
+        run.time_ms,
+        cfg.holders,
+        cfg.mode_name,
+        saved.ops.len(),
+        saved.faults.len(),
+        saved.parts.len(),
+        saved.lease.len(),
+        saved.attempts.len()
+    ));
+    let verdict = checker::check(&checker::Observed {
+        ops: &saved.ops,
+        faults: &saved.faults,
+        parts: &saved.parts,
+        final_parts: &saved.final_parts,
+        lease: &saved.lease,
+        attempts: &saved.attempts,
+    });
+    verdict::record(
+        rec,
+        &cfg,
+        &verdict,
+        &run.reports,
+        saved.ops.len(),
+        run.ended_ms,
+    );
+    Ok(verdict)
 }
 
 /// Writes `schedule.txt` into `dir`, whole: a line naming the run, then a line a fault.

@@ -57,7 +57,7 @@ pub fn record(
     rec: &mut Recorder,
     cfg: &ChaosConfig,
     v: &Verdict,
-    notes: &BTreeMap<&'static str, usize>,
+    notes: &BTreeMap<String, usize>,
     ops: usize,
     ended_ms: f64,
 ) {
@@ -128,7 +128,7 @@ pub fn record(
     show(rec, turned_away);
     rec.check_that(
         format!(
-            "the fence turned no current holding away ({} at scope {SCOPE}): every rejected write had a greater token granted before it",
+            "the fence turned no current holding away ({} at scope {SCOPE}): every rejected write came after the resource had accepted a greater token",
             cfg.mode_name
         ),
         turned_away.is_empty(),
