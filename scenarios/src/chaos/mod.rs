@@ -238,14 +238,17 @@ pub async fn run(
     }
     let final_parts = harness::observe::final_parts(lab.resource.pool()).await?;
     let attempts = harness::observe::attempts(lab.resource.pool()).await?;
-    let verdict = checker::check(&checker::Observed {
-        ops: &ops,
-        faults: &injected,
-        parts: &parts,
-        final_parts: &final_parts,
-        lease: &lease,
-        attempts: &attempts,
-    });
+    let verdict = checker::check(
+        &checker::Observed {
+            ops: &ops,
+            faults: &injected,
+            parts: &parts,
+            final_parts: &final_parts,
+            lease: &lease,
+            attempts: &attempts,
+        },
+        SCOPE,
+    );
     let run = history::RunLine {
         ended_ms,
         holders: cfg.holders,
@@ -320,14 +323,17 @@ pub fn recheck(rec: &mut Recorder, history_text: &str) -> anyhow::Result<Verdict
         saved.lease.len(),
         saved.attempts.len()
     ));
-    let verdict = checker::check(&checker::Observed {
-        ops: &saved.ops,
-        faults: &saved.faults,
-        parts: &saved.parts,
-        final_parts: &saved.final_parts,
-        lease: &saved.lease,
-        attempts: &saved.attempts,
-    });
+    let verdict = checker::check(
+        &checker::Observed {
+            ops: &saved.ops,
+            faults: &saved.faults,
+            parts: &saved.parts,
+            final_parts: &saved.final_parts,
+            lease: &saved.lease,
+            attempts: &saved.attempts,
+        },
+        SCOPE,
+    );
     verdict::record(
         rec,
         &cfg,

@@ -134,6 +134,13 @@ pub fn record(
         turned_away.is_empty(),
         format_args!("{} violations", turned_away.len()),
     );
+    for control in &v.controls {
+        rec.expose(
+            format!("the checker's own control — {}", control.what),
+            control.shown,
+            &control.evidence,
+        );
+    }
     let control =
         v.i3.get(CONTROL_SCOPE)
             .map(Vec::as_slice)
