@@ -15,7 +15,11 @@
 #    `lab run` and the seeded chaos run). → evidence/cargo-mutants.md.
 #
 # Usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s]
-#                           [--cargo-out DIR]
+#                           [--cargo-out DIR] [--catalogue FILE]
+#   --catalogue FILE  the SQL mutants to run instead of scripts/sql-mutants.txt — e.g. the ones
+#                     scripts/sql-mutants-gen.py generates by operator from every statement
+#                     (`scripts/sql-mutants-gen.py > gen.txt; scripts/mutants.sh --sql-only
+#                     --catalogue gen.txt`); a literal \n in a text stands for a newline.
 #   --cargo-out DIR  reuse (or keep) pass one's output in DIR instead of running it again.
 # On 2 cores: about 3 minutes per SQL mutant; pass one about 30 s per mutant (184 at 6a1d2c4),
 # pass two about 2 minutes per mutant it takes (seconds for one of the U-series' store, which
@@ -28,6 +32,7 @@ chaos_time=30s
 sql=1
 cargo_part=1
 cargo_out=""
+catalogue=scripts/sql-mutants.txt
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only="$2"; shift 2 ;;
@@ -35,7 +40,8 @@ while [ $# -gt 0 ]; do
     --sql-only) cargo_part=0; shift ;;
     --cargo-only) sql=0; shift ;;
     --cargo-out) cargo_out="$2"; shift 2 ;;
-    *) echo "usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s] [--cargo-out DIR]" >&2
+    --catalogue) catalogue="$2"; shift 2 ;;
+    *) echo "usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s] [--cargo-out DIR] [--catalogue FILE]" >&2
        exit 2 ;;
   esac
 done
@@ -135,11 +141,12 @@ if [ "$sql" = 1 ]; then
     mkdir -p "$dir"
     copy_of_head "$dir/src"
     target="$dir/src/$file"
-    if [ "$(FROM="$from" perl -0ne '$n = () = /\Q$ENV{FROM}\E/g; print $n' "$target")" != 1 ]; then
-      echo "mutants: $id: the text is not found exactly once in $file; fix scripts/sql-mutants.txt" >&2
+    # A literal \n in a catalogue's text stands for a newline (a text widened to be unique).
+    if [ "$(FROM="$from" perl -0ne '($f = $ENV{FROM}) =~ s/\\n/\n/g; $n = () = /\Q$f\E/g; print $n' "$target")" != 1 ]; then
+      echo "mutants: $id: the text is not found exactly once in $file; fix $catalogue" >&2
       exit 2
     fi
-    FROM="$from" TO="$to" perl -0pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$target"
+    FROM="$from" TO="$to" perl -0pi -e '($f = $ENV{FROM}) =~ s/\\n/\n/g; ($t = $ENV{TO}) =~ s/\\n/\n/g; s/\Q$f\E/$t/' "$target"
     echo "mutants: $id ($what)" >&2
     cells=$(gates "$dir/src" "$dir")
     echo "  $cells" >&2
@@ -149,12 +156,12 @@ if [ "$sql" = 1 ]; then
     else verdict="**SURVIVED**"; fi
     rows+="| $id | $what | $cells | $verdict |"$'\n'
     rm -rf "$dir"
-  done < scripts/sql-mutants.txt
+  done < "$catalogue"
 
   {
     echo "# Mutation testing: the SQL catalogue"
     echo
-    echo "Each mutant of scripts/sql-mutants.txt applied to a copy of $head_rev, built and run through"
+    echo "Each mutant of $catalogue applied to a copy of $head_rev, built and run through"
     echo "every gate; a cell says which experiments (or checks) failed on it. A mutant counts as killed"
     echo "when \`./run.sh\` (every experiment, each fence-dependent one with every fenced mode) or the"
     echo "chaos run kills it; \`cargo test -p fencing\` is shown beside. Made by scripts/mutants.sh on"
