@@ -12,7 +12,8 @@
 //! before the send). So the margin must cover the rate difference over the TTL,
 //! `margin >= (1 - r) * ttl`, and the boundary rate is `r* = (ttl - margin) / ttl`.
 //!
-//! - **The boundary, from both sides** (`r = r* + 0.05` and `r = r* - 0.05`): A is asked the
+//! - **The boundary, from both sides** (`r = r* + 0.05` and `r = r* - 0.05`; on a lock service
+//!   the second is not run: the service ends a lease in its own time after the TTL): A is asked the
 //!   moment the database expires the lease. Just above r*, A's own clock already says its
 //!   deadline passed: A stops by itself, nothing written. Just below, its clock still says the
 //!   deadline is ahead — it would write on a lease the database no longer grants (the lab ends
@@ -81,6 +82,15 @@ impl Scenario for F13 {
         15
     }
 
+    fn checks_on(&self, store: &str) -> usize {
+        if fencing::lease::service_of(store).is_some() {
+            // No row just below r* on a lock service (see `run`).
+            self.checks() - 2
+        } else {
+            self.checks()
+        }
+    }
+
     fn needs(&self) -> Needs {
         Needs::Faketime
     }
@@ -108,13 +118,22 @@ impl Scenario for F13 {
                 "the bound: margin >= (1 - r) × TTL, so with TTL={ttl:.0} ms and margin={margin:.0} ms the boundary rate is r* = (TTL - margin) / TTL = {boundary:.2}; rows: r={above} and r={below} (either side of r*, asked at the expiry), r={uncovered} (not covered, asked after B's takeover)"
             ));
             // Each row's timeline is its own: the two beside the boundary ask A at the expiry,
-            // the others after B's takeover.
-            let rows = [
-                (above, WriteMode::Fenced, true),
-                (below, WriteMode::Fenced, true),
-                (uncovered, WriteMode::Fenced, false),
-                (uncovered, WriteMode::Unfenced, false),
-            ];
+            // the others after B's takeover. The row just below r* needs the expiry where the
+            // TTL puts it, within A's slack (100 ms with the defaults): a database judges it by
+            // `now()` at the moment it is asked; a lock service ends a lease in its own time
+            // after the TTL (etcd revokes expired leases in a sweep: seen 400 ms late in CI),
+            // so on a lock service that row is not run.
+            let mut rows = vec![(above, WriteMode::Fenced, true)];
+            if lab.service.is_none() {
+                rows.push((below, WriteMode::Fenced, true));
+            } else {
+                rec.note(format!(
+                    "no row at r={below}: the lock service ends a lease in its own time after the TTL (etcd revokes expired leases in a sweep), later than A's slack of {:.0} ms below r*",
+                    (ttl - margin) / below - ttl
+                ));
+            }
+            rows.push((uncovered, WriteMode::Fenced, false));
+            rows.push((uncovered, WriteMode::Unfenced, false));
             let mut table = Vec::new();
             for (i, (rate, mode, covered_row_timeline)) in rows.into_iter().enumerate() {
                 let mode_label = lab.params.mode_label(mode);
