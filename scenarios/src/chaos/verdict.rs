@@ -63,15 +63,9 @@ pub fn record(
 ) {
     let writes = |scope: &str| v.i3.get(scope).map_or(0, Vec::len);
     rec.note(format!(
-        "{ops} operations in {:.1} s; {} holdings ({} overlapping by the database clock — I1 is efficiency only); writes of unknown outcome: {} applied, {} not; acquires of unknown outcome: {} resolved from the lease store's record, {} not in it; rejections the resource's log lacks: {}",
+        "{ops} operations in {:.1} s; {}",
         ended_ms / 1000.0,
-        v.holdings,
-        v.overlapping_holdings,
-        v.info_writes.0,
-        v.info_writes.1,
-        v.info_acquires.0,
-        v.info_acquires.1,
-        v.unlogged_rejections
+        counts(v, "; ")
     ));
     for (what, n) in notes {
         rec.note(format!("{what}: {n}"));
@@ -170,6 +164,30 @@ pub fn record(
     }
 }
 
+/// What the verdict counts besides its violations, the parts joined by `sep`: holdings (I1),
+/// and the operations of unknown outcome and how they were resolved.
+fn counts(v: &Verdict, sep: &str) -> String {
+    [
+        format!(
+            "{} holdings ({} overlapping by the database clock — I1 is efficiency only)",
+            v.holdings, v.overlapping_holdings
+        ),
+        format!(
+            "writes of unknown outcome: {} applied, {} not",
+            v.info_writes.0, v.info_writes.1
+        ),
+        format!(
+            "acquires of unknown outcome: {} resolved from the lease store's record, {} not in it",
+            v.info_acquires.0, v.info_acquires.1
+        ),
+        format!(
+            "rejections the resource's log lacks: {}",
+            v.unlogged_rejections
+        ),
+    ]
+    .join(sep)
+}
+
 /// Per fault kind: injected, stale writes committed (scope under test / control), writes the
 /// fence rejected.
 fn fault_table(v: &Verdict) -> String {
@@ -204,18 +222,7 @@ fn markdown(cfg: &ChaosConfig, v: &Verdict) -> String {
         cfg.mode_name
     );
     text.push_str(&fault_table(v));
-    let _ = writeln!(
-        text,
-        "\n{} operations · {} holdings ({} overlapping by the database clock) · writes of unknown outcome: {} applied, {} not · acquires of unknown outcome: {} resolved from the lease store's record, {} not · rejections the resource's log lacks: {}\n",
-        v.ops,
-        v.holdings,
-        v.overlapping_holdings,
-        v.info_writes.0,
-        v.info_writes.1,
-        v.info_acquires.0,
-        v.info_acquires.1,
-        v.unlogged_rejections
-    );
+    let _ = writeln!(text, "\n{} operations · {}\n", v.ops, counts(v, " · "));
     let mut section = |title: &str, found: &[checker::Violation]| {
         let _ = writeln!(text, "## {title}: {} violation(s)\n", found.len());
         for violation in found {
