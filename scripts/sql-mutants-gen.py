@@ -94,20 +94,13 @@ def assignment_regions(lines):
     return regions
 
 
+COMMA = re.compile(",")
+
+
 def split_top(text):
     """`text` split at commas outside parentheses and quotes: (start, end) of each piece."""
-    depth, quote, pieces, begin = 0, False, [], 0
-    for i, c in enumerate(text):
-        if c == "'":
-            quote = not quote
-        elif not quote and c == "(":
-            depth += 1
-        elif not quote and c == ")":
-            depth -= 1
-        elif not quote and depth == 0 and c == ",":
-            pieces.append((begin, i))
-            begin = i + 1
-    pieces.append((begin, len(text)))
+    cuts = [(-1, 0)] + top_level_spans(text, COMMA) + [(len(text), len(text))]
+    pieces = [(a_end, b_start) for (_, a_end), (b_start, _) in zip(cuts, cuts[1:])]
     return [(a, b) for a, b in pieces if text[a:b].strip()]
 
 
