@@ -1,7 +1,9 @@
 //! F1 — the normal path, no fault injected: acquire → write → renew → release → the next holder
 //! acquires a greater token and writes. Property: the token advances only on acquire (a renew
 //! keeps it; one continuous holding is one token), release never moves it back (I2), and the
-//! resource's floor follows the tokens it accepted (I3).
+//! resource's floor follows the tokens it accepted (I3). Last, B releases and acquires again:
+//! its first holding's handle (token 2) can neither renew nor release the new one (token 3) —
+//! a holding is its token, not its holder's name.
 
 use anyhow::Context as _;
 use fencing::resource::Write;
@@ -27,7 +29,7 @@ impl Scenario for F1 {
     }
 
     fn checks(&self) -> usize {
-        8
+        12
     }
 
     fn on_containers(&self) -> bool {
@@ -172,6 +174,58 @@ impl Scenario for F1 {
 
             lab.check_floor(rec, "the resource's fence_floor", 2)
                 .await?;
+
+            // The same holder, a new holding: the first one's handle must not reach it.
+            let released = lab.lease.release(&b).await?;
+            rec.step(
+                Mark::Released,
+                "holder-b",
+                "release",
+                Some(b.token),
+                format!("ok={released}"),
+                lab.lease.clock().await?,
+            );
+            let again = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+            rec.step(
+                acquire_mark(again.as_ref()),
+                "holder-b",
+                "acquire again",
+                again.as_ref().map(|g| g.token),
+                acquired(again.as_ref()),
+                None,
+            );
+            rec.check(
+                "holder-b releases and acquires again: a new holding, token=3",
+                "RELEASE ok=true ACQUIRED token=3",
+                &format!("RELEASE ok={released} {}", acquired(again.as_ref())),
+            );
+            let again = again.context("holder-b could not acquire its released lease again")?;
+            let mut stale = b;
+            let renewed = lab.lease.renew(&mut stale).await?;
+            rec.check(
+                "holder-b's first holding (token=2) cannot renew the new one",
+                "RENEW ok=false",
+                &format!("RENEW ok={renewed}"),
+            );
+            let released = lab.lease.release(&stale).await?;
+            rec.check(
+                "holder-b's first holding (token=2) cannot release the new one",
+                "RELEASE ok=false",
+                &format!("RELEASE ok={released}"),
+            );
+            let row = lab.lease.inspect(LEASE).await?;
+            rec.check(
+                "the lease is still holder-b's new holding, token=3, neither expired nor released",
+                "holder=holder-b token=3 expired=false released=false",
+                &match row {
+                    Some(h) => format!(
+                        "holder={} token={} expired={} released={}",
+                        h.holder, h.token, h.expired, h.released
+                    ),
+                    None => "no holding".to_owned(),
+                },
+            );
+            lab.lease.release(&again).await?;
             Ok(())
         })
     }
