@@ -14,8 +14,15 @@
 #    missed, applies its diff to a scratch copy of HEAD and runs the lab's gates on it (the full
 #    `lab run` and the seeded chaos run). → evidence/cargo-mutants.md.
 #
+# 3. --generated: the SQL mutants scripts/sql-mutants-gen.py generates by operator from every
+#    statement of the built-in profiles (141 at d518f51), each run as the system under test —
+#    `lab run --sut MUTANT`, then `lab chaos --sut MUTANT` — by scripts/sql-mutants-run.py on the
+#    lab built once: a profile needs no build. → the generated section of evidence/mutants.md,
+#    evidence/mutant-checks.tsv (every check each mutant failed). About 40 s a mutant here.
+#
 # Usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s]
 #                           [--cargo-out DIR] [--catalogue FILE]
+#        scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume]
 #   --catalogue FILE  the SQL mutants to run instead of scripts/sql-mutants.txt — e.g. the ones
 #                     scripts/sql-mutants-gen.py generates by operator from every statement
 #                     (`scripts/sql-mutants-gen.py > gen.txt; scripts/mutants.sh --sql-only
@@ -33,8 +40,12 @@ sql=1
 cargo_part=1
 cargo_out=""
 catalogue=scripts/sql-mutants.txt
+generated=0
+resume=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --generated) generated=1; shift ;;
+    --resume) resume=--resume; shift ;;
     --only) only="$2"; shift 2 ;;
     --chaos-time) chaos_time="$2"; shift 2 ;;
     --sql-only) cargo_part=0; shift ;;
@@ -42,12 +53,20 @@ while [ $# -gt 0 ]; do
     --cargo-out) cargo_out="$2"; shift 2 ;;
     --catalogue) catalogue="$2"; shift 2 ;;
     *) echo "usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s] [--cargo-out DIR] [--catalogue FILE]" >&2
+       echo "       scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume]" >&2
        exit 2 ;;
   esac
 done
 scripts/ensure-postgres.sh
 scripts/ensure-faketime.sh
 features=$(scripts/ensure-mariadb.sh)
+if [ "$generated" = 1 ]; then
+  # The lab as ./run.sh builds it (F15 and F16 need the containers feature), from this checkout.
+  all=$(echo "$features $(scripts/ensure-containers.sh)" | grep -oE 'lab/[a-z-]+|scenarios/[a-z-]+|holder/[a-z-]+' | paste -sd, -)
+  echo "mutants: building the lab (${all:-no features})" >&2
+  cargo build --quiet -p lab -p holder ${all:+--features "$all"}
+  exec python3 scripts/sql-mutants-run.py target/debug/lab ${only:+--only "$only"} --chaos-time "$chaos_time" $resume
+fi
 work=$(mktemp -d /tmp/lab-mutants.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export CARGO_TARGET_DIR="$root/target/mutants"

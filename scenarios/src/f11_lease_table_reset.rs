@@ -90,10 +90,10 @@ impl Scenario for F11 {
                 .floor(SCOPE)
                 .await?
                 .context("the scope has no floor")?;
-            rec.check(
+            rec.check_token(
                 "the resource's floor before the reset",
-                &GRANTS_BEFORE,
-                &floor,
+                GRANTS_BEFORE,
+                Some(floor),
             );
 
             let rows = lab.lease_table.row_count().await?;
@@ -171,10 +171,10 @@ impl Scenario for F11 {
                 &further.join(", "),
             );
 
-            rec.check(
+            rec.check_token(
                 "the resource's floor did not move",
-                &GRANTS_BEFORE.to_string(),
-                &shown(lab.resource.floor(SCOPE).await?),
+                GRANTS_BEFORE,
+                lab.resource.floor(SCOPE).await?,
             );
             let last = if GRANTS_BEFORE % 2 == 1 {
                 HOLDER_A

@@ -275,7 +275,10 @@ async fn row(
         &format!(
             "{}, {}",
             acquired(b.as_ref()),
-            b_ok.map_or_else(|| "no write".into(), |ok| wrote(ok, 2))
+            match (&b, b_ok) {
+                (Some(g), Some(ok)) => wrote(ok, g.token),
+                _ => "no write".into(),
+            }
         ),
     );
 

@@ -242,6 +242,11 @@ pub struct ChaosArgs {
     /// check-then-write, unfenced).
     #[arg(long, value_name = "MODE", default_value = "fenced-scope", value_parser = clap::builder::PossibleValuesParser::new(fencing::resource::NAMED_WRITES))]
     pub mode: String,
+    /// The system under test, as a PostgreSQL profile (a built-in's name or a TOML file, `lab
+    /// profile check`): every holder runs its lease statements, and its write is the one under
+    /// test at the scope `chaos` (in place of --mode). The file is checked first.
+    #[arg(long, value_name = "PROFILE", conflicts_with = "mode")]
+    pub sut: Option<String>,
     /// The faults the nemesis may inject (comma-separated): pause (SIGSTOP … SIGCONT), kill
     /// (SIGKILL, restarted later), crash (the servers stopped immediately and restarted), drift
     /// (a holder's clock slowed with libfaketime); with --backend containers also delay (a

@@ -2,7 +2,8 @@
 //! with commit timestamps on (the checker orders writes by commit). The same reporters as
 //! `lab run` write its evidence, plus the schedule, the history and the verdict.
 
-use anyhow::Context as _;
+use anyhow::{anyhow, Context as _};
+use fencing::resource::WriteMode;
 use harness::evidence::junit::JunitReporter;
 use harness::evidence::timeline::TimelineReporter;
 use harness::evidence::{EnvironmentReporter, JsonlReporter, Recorder, Reporter, TextReporter};
@@ -155,7 +156,20 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
         .into_iter()
         .find(|n| *n == args.mode)
         .with_context(|| format!("--mode {}: not a write the lab names", args.mode))?;
-    let (mode, profile) = fencing::resource::named_write(mode_name).context("a named write")?;
+    let (mode, profile) = match &args.sut {
+        None => {
+            let (mode, profile) =
+                fencing::resource::named_write(mode_name).context("a named write")?;
+            (mode, profile.clone())
+        }
+        Some(arg) => match fencing::profile::Sut::load(arg).map_err(|e| anyhow!("--sut {e}"))? {
+            fencing::profile::Sut::Pg(profile) => (WriteMode::Fenced, profile),
+            fencing::profile::Sut::Job(_) => anyhow::bail!(
+                "--sut {arg}: a MariaDB job-lease design; chaos runs PostgreSQL profiles (the U-series runs this one: lab run --sut {arg})"
+            ),
+        },
+    };
+    let mode_name = if args.sut.is_some() { "sut" } else { mode_name };
     let cfg = ChaosConfig {
         seed,
         time: args.time,
@@ -168,8 +182,19 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     let mut signals = Signals::install()?;
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
     let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
+    // A profile of the user's is checked before anything runs with it, as `lab run --sut` does.
+    if !profile.is_built_in() {
+        let checked = tokio::select! {
+            checked = crate::profile::prepare_with(&profile, bins.clone()) => checked,
+            signal = signals.recv() => return Ok(Ended::Interrupted(signal)),
+        };
+        if let Err(e) = checked {
+            eprintln!("lab chaos: --sut {e:#}");
+            return Ok(Ended::CouldNotRun);
+        }
+    }
     let params = Params {
-        sut: std::sync::Arc::new(profile.clone()),
+        sut: std::sync::Arc::new(profile),
         store: args.lease_store.store(),
         ..Params::default()
     };
