@@ -65,12 +65,19 @@ if [ "$generated" = 1 ]; then
   all=$(echo "$features $(scripts/ensure-containers.sh)" | grep -oE 'lab/[a-z-]+|scenarios/[a-z-]+|holder/[a-z-]+' | paste -sd, -)
   echo "mutants: building the lab (${all:-no features})" >&2
   cargo build --quiet -p lab -p holder ${all:+--features "$all"}
-  exec python3 scripts/sql-mutants-run.py target/debug/lab ${only:+--only "$only"} --chaos-time "$chaos_time" $resume
 fi
 work=$(mktemp -d /tmp/lab-mutants.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export CARGO_TARGET_DIR="$root/target/mutants"
 head_rev=$(git rev-parse --short HEAD)
+if [ "$generated" = 1 ]; then
+  # A copy of the lab and its holder: a build meanwhile does not change them under the run.
+  mkdir -p "$work/bin"
+  cp target/debug/lab target/debug/holder "$work/bin/"
+  status=0
+  python3 scripts/sql-mutants-run.py "$work/bin/lab" ${only:+--only "$only"} --chaos-time "$chaos_time" $resume || status=$?
+  exit "$status"
+fi
 
 # Failed experiments of a `lab run`, from its event log: "F2,F4-fenced-single" (or "").
 failed_cases() {
