@@ -990,7 +990,7 @@ fn a_profile_of_ones_own_is_run_and_judged_by_the_experiments() -> anyhow::Resul
 }
 
 /// A design without a token (ShedLock-style, built in): graded on what it has. Its F4 is UNSAFE
-/// with the stale write's evidence, its token and floor checks are noted n/a in its run (never
+/// with the stale write's evidence, its F1 with a stale handle renewing the holder's next holding, its token and floor checks are noted n/a in its run (never
 /// passed), the experiments about a token check at the resource are n/a with why, and the grade
 /// passes (exit 0): a modelled design is expected to be flawed.
 #[test]
@@ -1013,11 +1013,18 @@ fn a_design_without_a_token_is_graded_on_what_it_has() -> anyhow::Result<()> {
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
     // "", design, expected, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, ""
     assert_eq!(cells[2], "flawed", "{row}");
-    assert_eq!(&cells[3..6], ["safe", "safe", "safe"], "F1–F3: {row}");
+    // F1: ShedLock names a holding by its holder alone, so a holder's stale handle reaches
+    // its next holding.
+    assert_eq!(cells[3], "**UNSAFE**", "F1: {row}");
+    assert_eq!(&cells[4..6], ["safe", "safe"], "F2, F3: {row}");
     assert_eq!(cells[6], "**UNSAFE**", "F4: {row}");
     assert_eq!(&cells[7..9], ["n/a", "n/a"], "F6, F7: {row}");
     assert_eq!(cells[9], "**UNSAFE**", "F8: {row}");
     assert_eq!(&cells[11..13], ["n/a", "n/a"], "F11, F12: {row}");
+    assert!(
+        card.contains("- shedlock-style × F1: holder-b's first holding (token=–) cannot renew the new one (expected=RENEW ok=false, actual=RENEW ok=true)"),
+        "{card}"
+    );
     assert!(
         card.contains("- shedlock-style × F4: A's stale write is rejected by the resource (expected=WRITE accepted=false token=–, actual=WRITE accepted=true token=–)"),
         "{card}"
