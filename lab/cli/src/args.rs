@@ -237,6 +237,12 @@ pub struct ChaosArgs {
     /// How many looping holder processes compete.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=32))]
     pub holders: u64,
+    /// How many leases the holders are spread over (holder slot i contends for lease i mod K),
+    /// each guarding a scope under test and a control scope of its own at the resource, as a
+    /// service holds many locks at once; the checker judges each lease on its own. At most half
+    /// the holders. Default: 2, or 1 with fewer than 4 holders.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub leases: Option<u64>,
     /// The write under test at the scope `chaos` (the control scope is always unfenced): a fenced
     /// mode (fenced-scope, fenced-single, fenced-shared) or a negative control (fenced-row,
     /// check-then-write, unfenced).
@@ -244,7 +250,9 @@ pub struct ChaosArgs {
     pub mode: String,
     /// The system under test, as a PostgreSQL profile (a built-in's name or a TOML file, `lab
     /// profile check`): every holder runs its lease statements, and its write is the one under
-    /// test at the scope `chaos` (in place of --mode). The file is checked first.
+    /// test at the scope `chaos` (in place of --mode). The file is checked first. Its lease
+    /// table needs seed004's columns (name, holder, token, expires_at): the run's record of the
+    /// lease reads them.
     #[arg(long, value_name = "PROFILE", conflicts_with = "mode")]
     pub sut: Option<String>,
     /// The faults the nemesis may inject (comma-separated): pause (SIGSTOP … SIGCONT), kill

@@ -174,6 +174,9 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
         seed,
         time: args.time,
         holders: args.holders as usize,
+        leases: args
+            .leases
+            .map_or(if args.holders >= 4 { 2 } else { 1 }, |k| k as usize),
         mode,
         mode_name,
         faults,
@@ -262,9 +265,10 @@ async fn one(
         (
             "chaos".into(),
             format!(
-                "time={}ms holders={} mode={} faults={} ttl={}ms",
+                "time={}ms holders={} leases={} mode={} faults={} ttl={}ms",
                 cfg.time.as_millis(),
                 cfg.holders,
+                cfg.leases,
                 cfg.mode_name,
                 cfg.fault_names(),
                 lab.params.ttl.as_millis()

@@ -1,5 +1,6 @@
 //! `lab chaos` as a user runs it: a seeded run against the fenced resource passes (no violation
-//! at the scope under test, and the unfenced control scope beside it shows one); the same seed
+//! at the scopes under test of its two leases, and the unfenced control scopes beside them show
+//! one); the same seed
 //! prints the same schedule; against an unfenced resource it exits 1 listing violations; `lab
 //! check` on either run's saved history prints the same verdict; and
 //! interrupted while holders are frozen it exits 130 and leaves no process behind.
@@ -51,7 +52,8 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
     let fenced_run = (code, out.clone());
     for line in [
         "ok   I2: no token was granted twice",
-        "ok   I3 (fenced-scope at scope chaos)",
+        // Four holders on two leases (the default): each lease judged on its own.
+        "ok   I3 (fenced-scope at scope chaos-0…chaos-1)",
         "ok   durability:",
     ] {
         assert!(out.contains(line), "missing {line:?}:\n{out}");
@@ -106,7 +108,7 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
     );
     assert_eq!(code, 1, "an unfenced resource must fail:\n{out}");
     assert!(
-        out.contains("  FAIL I3 (unfenced at scope chaos)"),
+        out.contains("  FAIL I3 (unfenced at scope chaos-0…chaos-1)"),
         "the unfenced scope must break I3:\n{out}"
     );
 

@@ -480,7 +480,7 @@ fn chaos_fails_a_patroni_lease_store_over_and_the_fence_holds() -> anyhow::Resul
         stdout.contains("note failover: Patroni elected "),
         "no failover happened:\n{stdout}"
     );
-    for check in ["ok   I3 (fenced-scope at scope chaos)", "ok   durability:"] {
+    for check in ["ok   I3 (fenced-scope at scope chaos", "ok   durability:"] {
         assert!(stdout.contains(check), "not `{check}`:\n{stdout}");
     }
     // What may fail is the lease store's I2, or a control too gentle for one failover and no

@@ -169,6 +169,136 @@ pub fn check(o: &Observed<'_>, scope: &str) -> Verdict {
     v
 }
 
+/// The checker's verdict on a run whose holders were spread over `leases` leases
+/// ([`super::lease_of`]): each lease judged on its own — its holders' operations and faults, its
+/// rows of the lease store's record, its two scopes at the resource — for tokens are a lease's
+/// own (two leases may both grant token 5). The verdicts are summed, each lease's scopes counted
+/// under the names of one lease's ([`super::SCOPE`], [`super::CONTROL_SCOPE`]) and each
+/// violation named by its lease; the checker's own controls are planted on the first lease.
+/// One lease: [`check`].
+pub fn check_leases(o: &Observed<'_>, leases: usize) -> Verdict {
+    use super::{control_of, lease_index, lease_of, scope_of, CONTROL_SCOPE, SCOPE};
+    if leases <= 1 {
+        return check(o, SCOPE);
+    }
+    let mut merged = Verdict {
+        ops: o.ops.len(),
+        fault_effects: vec![BTreeMap::new(); o.faults.len()],
+        ..Verdict::default()
+    };
+    for k in 0..leases {
+        let mine = |process: &str| lease_index(process, leases) == Some(k);
+        let (scope, control) = (scope_of(k, leases), control_of(k, leases));
+        let at = |s: &String| *s == scope || *s == control;
+        let ops: Vec<Op> = o
+            .ops
+            .iter()
+            .filter(|op| mine(&op.process))
+            .cloned()
+            .collect();
+        // A holder's fault is its lease's; one that hits every holder (a crash) is each lease's.
+        let fault_ix: Vec<usize> = (0..o.faults.len())
+            .filter(|&i| lease_index(&o.faults[i].process, leases).is_none_or(|j| j == k))
+            .collect();
+        let faults: Vec<Injected> = fault_ix.iter().map(|&i| o.faults[i].clone()).collect();
+        let parts: Vec<PartVersion> = o.parts.iter().filter(|p| at(&p.scope)).cloned().collect();
+        let final_parts: Vec<(String, String, String, i64)> =
+            o.final_parts.iter().filter(|p| at(&p.0)).cloned().collect();
+        let lease: Vec<LeaseVersion> = o
+            .lease
+            .iter()
+            .filter(|l| mine(&l.holder))
+            .cloned()
+            .collect();
+        let attempts: Vec<Attempt> = o
+            .attempts
+            .iter()
+            .filter(|a| at(&a.scope))
+            .cloned()
+            .collect();
+        let one = Observed {
+            ops: &ops,
+            faults: &faults,
+            parts: &parts,
+            final_parts: &final_parts,
+            lease: &lease,
+            attempts: &attempts,
+        };
+        let v = judge(&one);
+        if k == 0 {
+            merged.controls = controls(&one, &v, &scope);
+        }
+        let name = lease_of(k, leases);
+        let rename = |key: &String| {
+            if *key == scope {
+                SCOPE.to_owned()
+            } else if *key == control {
+                CONTROL_SCOPE.to_owned()
+            } else {
+                key.clone()
+            }
+        };
+        let named = |list: Vec<Violation>| {
+            list.into_iter().map(|x| Violation {
+                what: format!("lease {name}: {}", x.what),
+                ..x
+            })
+        };
+        merged.i2.extend(named(v.i2));
+        merged.lost_grants.extend(named(v.lost_grants));
+        merged.durability.extend(named(v.durability));
+        for (key, list) in v.i3 {
+            merged
+                .i3
+                .entry(rename(&key))
+                .or_default()
+                .extend(named(list));
+        }
+        for (key, list) in v.liveness {
+            merged
+                .liveness
+                .entry(rename(&key))
+                .or_default()
+                .extend(named(list));
+        }
+        for (key, n) in v.stale {
+            *merged.stale.entry(rename(&key)).or_default() += n;
+        }
+        merged.info_writes.0 += v.info_writes.0;
+        merged.info_writes.1 += v.info_writes.1;
+        merged.info_acquires.0 += v.info_acquires.0;
+        merged.info_acquires.1 += v.info_acquires.1;
+        merged.unlogged_rejections += v.unlogged_rejections;
+        merged.holdings += v.holdings;
+        merged.overlapping_holdings += v.overlapping_holdings;
+        for (kind, row) in v.by_fault {
+            let to = merged.by_fault.entry(kind).or_default();
+            for (key, n) in row.stale_accepted {
+                *to.stale_accepted.entry(rename(&key)).or_default() += n;
+            }
+            for (key, n) in row.rejected {
+                *to.rejected.entry(rename(&key)).or_default() += n;
+            }
+        }
+        for (mine_ix, effects) in v.fault_effects.into_iter().enumerate() {
+            for (key, n) in effects {
+                *merged.fault_effects[fault_ix[mine_ix]]
+                    .entry(rename(&key))
+                    .or_default() += n;
+            }
+        }
+    }
+    // Each fault once, whichever leases it hit.
+    for f in o.faults {
+        merged
+            .by_fault
+            .entry(f.kind.as_str().into())
+            .or_default()
+            .injected += 1;
+    }
+    merged
+}
+
 /// One of the checker's own controls: a flaw planted in a copy of the run's history, which the
 /// checker must find there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -833,6 +963,111 @@ mod tests {
             },
             "s",
         )
+    }
+
+    /// [`stale_history`] moved to lease `k` of two: its holders in slots k and k+2, its writes
+    /// at `chaos-k`.
+    fn on_lease(k: usize, late_accepted: bool) -> (Vec<Op>, Vec<PartVersion>, Vec<LeaseVersion>) {
+        let (ops, parts, lease) = stale_history(late_accepted);
+        let process = |p: &str| match p {
+            "h0.0" => format!("h{k}.0"),
+            _ => format!("h{}.0", k + 2),
+        };
+        let scope = super::super::scope_of(k, 2);
+        let ops = ops
+            .into_iter()
+            .map(|o| Op {
+                process: process(&o.process),
+                scope: if o.f == OpKind::Write {
+                    scope.clone()
+                } else {
+                    o.scope
+                },
+                ..o
+            })
+            .collect();
+        let parts = parts
+            .into_iter()
+            .map(|p| PartVersion {
+                scope: scope.clone(),
+                content: match p.content.split_once('#') {
+                    Some((writer, op)) => format!("{}#{op}", process(writer)),
+                    None => p.content.clone(),
+                },
+                ..p
+            })
+            .collect();
+        let lease = lease
+            .into_iter()
+            .map(|l| LeaseVersion {
+                holder: process(if l.token == 1 { "h0.0" } else { "h1.0" }),
+                ..l
+            })
+            .collect();
+        (ops, parts, lease)
+    }
+
+    #[test]
+    fn each_lease_is_judged_on_its_own_tokens_and_scopes() {
+        // Both leases grant tokens 1 and 2; lease 0's stale write is accepted, lease 1's fenced.
+        let (mut ops, mut parts, mut lease) = on_lease(0, true);
+        let (ops1, parts1, lease1) = on_lease(1, false);
+        ops.extend(ops1);
+        parts.extend(parts1);
+        lease.extend(lease1);
+        let finals: Vec<(String, String, String, i64)> = ["chaos-0", "chaos-1"]
+            .iter()
+            .map(|scope| {
+                let last = parts
+                    .iter()
+                    .filter(|p| p.scope == *scope)
+                    .max_by_key(|p| p.commit_us)
+                    .expect("a version");
+                (
+                    scope.to_string(),
+                    "p1".into(),
+                    last.content.clone(),
+                    last.token,
+                )
+            })
+            .collect();
+        let faults = vec![Injected {
+            kind: FaultKind::Pause,
+            process: "h0.0".into(),
+            start_ms: 4.0,
+            end_ms: 2400.0,
+        }];
+        let o = Observed {
+            ops: &ops,
+            faults: &faults,
+            parts: &parts,
+            final_parts: &finals,
+            lease: &lease,
+            attempts: &[],
+        };
+        let v = check_leases(&o, 2);
+        assert!(v.i2.is_empty(), "tokens are each lease's own: {:?}", v.i2);
+        assert_eq!(v.i3[super::super::SCOPE].len(), 1, "{v:?}");
+        assert!(
+            v.i3[super::super::SCOPE][0]
+                .what
+                .starts_with("lease report-job-0: chaos-0"),
+            "{v:?}"
+        );
+        assert_eq!(v.stale[super::super::SCOPE], 1);
+        assert_eq!(v.by_fault["pause"].injected, 1);
+        assert_eq!(v.by_fault["pause"].stale_accepted[super::super::SCOPE], 1);
+        assert_eq!(
+            v.fault_effects,
+            [BTreeMap::from([(super::super::SCOPE.to_owned(), 1)])]
+        );
+        assert_eq!(v.holdings, 4);
+        assert!(v.durability.is_empty(), "{:?}", v.durability);
+        // Planted on lease 0's history (the liveness one needs the resource's log, not here).
+        assert_eq!(v.controls.len(), 3);
+        assert!(v.controls[..2].iter().all(|c| c.shown), "{:?}", v.controls);
+        // Judged as one lease, the same history has every token granted twice.
+        assert!(!check(&o, "chaos-0").i2.is_empty());
     }
 
     #[test]

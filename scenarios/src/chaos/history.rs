@@ -22,6 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::checker::{Injected, Op, Outcome};
 use super::schedule::FaultKind;
+use super::under_test;
+#[cfg(test)]
 use super::SCOPE;
 
 /// Every event the holders reported, each with its process's name and when it arrived.
@@ -120,6 +122,10 @@ pub enum Line<'a> {
     Run {
         ended_ms: f64,
         holders: usize,
+        /// How many leases the holders were spread over (absent, in a history written before
+        /// `--leases`: one).
+        #[serde(default = "one_lease")]
+        leases: usize,
         #[serde(borrow)]
         mode: Cow<'a, str>,
         reports: BTreeMap<String, usize>,
@@ -253,6 +259,7 @@ impl<'a> Line<'a> {
 pub struct RunLine {
     pub ended_ms: f64,
     pub holders: usize,
+    pub leases: usize,
     pub mode: String,
     pub reports: BTreeMap<String, usize>,
     pub seed: u64,
@@ -294,6 +301,7 @@ pub fn read(text: &str) -> anyhow::Result<Recorded> {
             Line::Run {
                 ended_ms,
                 holders,
+                leases,
                 mode,
                 reports,
                 seed,
@@ -302,6 +310,7 @@ pub fn read(text: &str) -> anyhow::Result<Recorded> {
                 r.run = Some(RunLine {
                     ended_ms,
                     holders,
+                    leases,
                     mode: mode.into_owned(),
                     reports,
                     seed,
@@ -491,6 +500,7 @@ pub fn write(
     put(&Line::Run {
         ended_ms: run.ended_ms,
         holders: run.holders,
+        leases: run.leases,
         mode: Cow::Borrowed(&run.mode),
         reports: run.reports.clone(),
         seed: run.seed,
@@ -559,7 +569,7 @@ pub fn draw(rec: &mut Recorder, started: Instant, ops: &[Op]) {
                 "",
                 None,
             ),
-            OpKind::Write if op.scope == SCOPE && op.outcome != Outcome::Info => rec.step_at(
+            OpKind::Write if under_test(&op.scope) && op.outcome != Outcome::Info => rec.step_at(
                 at,
                 Mark::Write {
                     accepted: op.outcome == Outcome::Ok,
@@ -582,6 +592,11 @@ pub fn draw(rec: &mut Recorder, started: Instant, ops: &[Op]) {
             _ => {}
         }
     }
+}
+
+/// The leases of a history written before `--leases`.
+fn one_lease() -> usize {
+    1
 }
 
 #[cfg(test)]
@@ -688,6 +703,7 @@ mod tests {
         let run = RunLine {
             ended_ms: 12.5,
             holders: 3,
+            leases: 1,
             mode: "fenced-scope".into(),
             reports: BTreeMap::from([("holder errors".to_owned(), 2)]),
             seed: 7,

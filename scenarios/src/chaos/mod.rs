@@ -42,6 +42,60 @@ use schedule::{Fault, FaultKind, Plan};
 /// The scope under test, and the unfenced control scope beside it.
 pub const SCOPE: &str = "chaos";
 pub const CONTROL_SCOPE: &str = "chaos-control";
+/// With K leases (`--leases K`, K > 1), lease k of the holders in slots k, k+K, k+2K, …, guarding
+/// its own scope under test `chaos-k` and control scope `chaos-control-k`; with one, the lab's
+/// lease and the two scopes above.
+pub fn lease_of(k: usize, leases: usize) -> String {
+    if leases <= 1 {
+        crate::lab::LEASE.to_owned()
+    } else {
+        format!("{}-{k}", crate::lab::LEASE)
+    }
+}
+
+/// Lease `k`'s scope under test (see [`lease_of`]).
+pub fn scope_of(k: usize, leases: usize) -> String {
+    if leases <= 1 {
+        SCOPE.to_owned()
+    } else {
+        format!("{SCOPE}-{k}")
+    }
+}
+
+/// Lease `k`'s unfenced control scope (see [`lease_of`]).
+pub fn control_of(k: usize, leases: usize) -> String {
+    if leases <= 1 {
+        CONTROL_SCOPE.to_owned()
+    } else {
+        format!("{CONTROL_SCOPE}-{k}")
+    }
+}
+
+/// The lease of holder process `process` (`h{slot}.{incarnation}`): its slot modulo the number
+/// of leases; `None` for a name that is not a holder's (the crash fault's `-`).
+pub fn lease_index(process: &str, leases: usize) -> Option<usize> {
+    let slot: usize = process.strip_prefix('h')?.split('.').next()?.parse().ok()?;
+    Some(slot % leases.max(1))
+}
+
+/// The scopes under test as the verdict names them: `chaos`, or `chaos-0…chaos-2`.
+pub fn scopes_label(leases: usize) -> String {
+    if leases <= 1 {
+        SCOPE.to_owned()
+    } else {
+        format!("{}…{}", scope_of(0, leases), scope_of(leases - 1, leases))
+    }
+}
+
+/// Whether writes at `scope` are writes under test (not to a control scope).
+pub fn under_test(scope: &str) -> bool {
+    scope == SCOPE
+        || scope
+            .strip_prefix(SCOPE)
+            .and_then(|k| k.strip_prefix('-'))
+            .is_some_and(|k| k.parse::<usize>().is_ok())
+}
+
 /// The case id and title in the evidence.
 pub const CASE: &str = "CHAOS";
 pub const TITLE: &str = "seeded faults against looping holders; a checker over the recorded history (I2, I3 in commit order, durability), an unfenced control scope beside";
@@ -52,6 +106,9 @@ pub struct ChaosConfig {
     pub seed: u64,
     pub time: Duration,
     pub holders: usize,
+    /// How many leases the holders are spread over, each guarding scopes of its own
+    /// ([`lease_of`]); at most half the holders, so that each lease has two contenders.
+    pub leases: usize,
     /// The write under test: the fence of the lab's profile, or a negative control.
     pub mode: WriteMode,
     /// How the command line and the evidence name it (`fenced-scope`, …, `unfenced`).
@@ -80,6 +137,15 @@ impl ChaosConfig {
 
     /// [`ChaosConfig::resolve`] on servers laid out as `topology`, for a lease of `ttl`.
     pub fn resolve_on(&self, topology: Topology, ttl: Duration) -> anyhow::Result<Resolved> {
+        if self.leases == 0 || self.leases * 2 > self.holders {
+            anyhow::bail!(
+                "--leases {}: each lease needs two holders to contend for it; with {} holders, \
+                 at most {} (or more --holders)",
+                self.leases,
+                self.holders,
+                (self.holders / 2).max(1)
+            );
+        }
         if self.faults.contains(&FaultKind::Failover) && !topology.patroni {
             anyhow::bail!(
                 "the failover fault needs the lease store on Patroni: --lease-store patroni \
@@ -195,7 +261,7 @@ pub async fn run(
     for f in &faults {
         rec.note(format!("schedule: {f}"));
     }
-    prepare(lab, rec).await?;
+    prepare(lab, rec, cfg.leases).await?;
 
     let started = Instant::now();
     // The Patroni nodes' logs are written from here on (a sweep's cluster serves every seed).
@@ -238,7 +304,7 @@ pub async fn run(
     }
     let final_parts = harness::observe::final_parts(lab.resource.pool()).await?;
     let attempts = harness::observe::attempts(lab.resource.pool()).await?;
-    let verdict = checker::check(
+    let verdict = checker::check_leases(
         &checker::Observed {
             ops: &ops,
             faults: &injected,
@@ -247,11 +313,12 @@ pub async fn run(
             lease: &lease,
             attempts: &attempts,
         },
-        SCOPE,
+        cfg.leases,
     );
     let run = history::RunLine {
         ended_ms,
         holders: cfg.holders,
+        leases: cfg.leases,
         mode: cfg.mode_name.to_owned(),
         reports: notes,
         seed: cfg.seed,
@@ -305,17 +372,19 @@ pub fn recheck(rec: &mut Recorder, history_text: &str) -> anyhow::Result<Verdict
         seed: run.seed,
         time: Duration::from_millis(run.time_ms),
         holders: run.holders,
+        leases: run.leases,
         mode,
         mode_name,
         faults,
         faketime: None,
     };
     rec.note(format!(
-        "re-checked from the saved history: seed {}, {} ms, {} holders, mode {}; {} operations, \
-         {} faults, {} part versions, {} lease versions, {} attempts",
+        "re-checked from the saved history: seed {}, {} ms, {} holders on {} lease(s), mode {}; \
+         {} operations, {} faults, {} part versions, {} lease versions, {} attempts",
         cfg.seed,
         run.time_ms,
         cfg.holders,
+        cfg.leases,
         cfg.mode_name,
         saved.ops.len(),
         saved.faults.len(),
@@ -323,7 +392,7 @@ pub fn recheck(rec: &mut Recorder, history_text: &str) -> anyhow::Result<Verdict
         saved.lease.len(),
         saved.attempts.len()
     ));
-    let verdict = checker::check(
+    let verdict = checker::check_leases(
         &checker::Observed {
             ops: &saved.ops,
             faults: &saved.faults,
@@ -332,7 +401,7 @@ pub fn recheck(rec: &mut Recorder, history_text: &str) -> anyhow::Result<Verdict
             lease: &saved.lease,
             attempts: &saved.attempts,
         },
-        SCOPE,
+        run.leases,
     );
     verdict::record(
         rec,
@@ -353,10 +422,11 @@ fn write_schedule(
     faults: &[Fault],
 ) -> anyhow::Result<()> {
     let mut listing = format!(
-        "seed {} · {} ms · {} holders · mode {} · faults {} · TTL {} ms\n",
+        "seed {} · {} ms · {} holders · {} lease(s) · mode {} · faults {} · TTL {} ms\n",
         cfg.seed,
         cfg.time.as_millis(),
         cfg.holders,
+        cfg.leases,
         cfg.mode_name,
         cfg.fault_names(),
         ttl.as_millis()
@@ -373,7 +443,7 @@ fn write_schedule(
 /// does not stream is reinitialised — said in a note), the tables reset, both scopes set up,
 /// and the triggers that record every committed part version and every version of the lease
 /// row installed (observation, not the system under test).
-async fn prepare(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+async fn prepare(lab: &mut Lab, rec: &mut Recorder, leases: usize) -> anyhow::Result<()> {
     let reinit = lab.heal_lease_store().await?;
     if !reinit.is_empty() {
         rec.note(format!(
@@ -382,8 +452,10 @@ async fn prepare(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
         ));
     }
     lab.reset().await?;
-    lab.resource.setup_scope(SCOPE).await?;
-    lab.resource.setup_scope(CONTROL_SCOPE).await?;
+    for k in 0..leases {
+        lab.resource.setup_scope(&scope_of(k, leases)).await?;
+        lab.resource.setup_scope(&control_of(k, leases)).await?;
+    }
     harness::observe::record_part_history(lab.resource.pool())
         .await
         .context("failed to install the record of committed writes")?;
@@ -414,6 +486,7 @@ mod tests {
             seed: 4,
             time: Duration::from_secs(20),
             holders: 4,
+            leases: 1,
             mode: WriteMode::Unfenced,
             mode_name: "unfenced",
             faults: faults.to_vec(),

@@ -18,7 +18,7 @@ use harness::holder::Holder;
 use super::checker::Injected;
 use super::history::Events;
 use super::schedule::{self, Fault, FaultKind};
-use super::{ChaosConfig, CONTROL_SCOPE, SCOPE};
+use super::ChaosConfig;
 use crate::Lab;
 
 /// What the nemesis does at one moment of the schedule.
@@ -486,9 +486,11 @@ async fn spawn(
 ) -> anyhow::Result<Holder> {
     let name = format!("h{slot}.{incarnation}");
     let mut spec = lab.holder_spec(&name, "", cfg.mode, false);
-    spec.flags.scope = SCOPE.into();
+    let k = slot % cfg.leases.max(1);
+    spec.flags.lease = super::lease_of(k, cfg.leases);
+    spec.flags.scope = super::scope_of(k, cfg.leases);
     spec.flags.loop_seed = Some(schedule::holder_seed(cfg.seed, slot, incarnation));
-    spec.flags.control_scope = Some(CONTROL_SCOPE.into());
+    spec.flags.control_scope = Some(super::control_of(k, cfg.leases));
     if let (Some(rate), Some(faketime)) = (rate, cfg.faketime.as_ref()) {
         spec.env = faketime.env(&format!("+0 x{:.2}", f64::from(rate) / 100.0));
     }

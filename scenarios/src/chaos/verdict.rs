@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use harness::evidence::{Mark, Recorder};
 
 use super::checker::{self, Verdict};
-use super::{ChaosConfig, CONTROL_SCOPE, SCOPE};
+use super::{control_of, lease_of, scopes_label, ChaosConfig, CONTROL_SCOPE, SCOPE};
 
 /// Marks every violation on the timeline, where the operation that broke it completed.
 pub fn draw(rec: &mut Recorder, started: Instant, verdict: &Verdict) {
@@ -48,6 +48,21 @@ pub fn write(dir: &Path, cfg: &ChaosConfig, v: &Verdict) -> anyhow::Result<()> {
         .with_context(|| format!("failed to write {}", path.display()))
 }
 
+/// The scopes under test and the control scopes as the verdict names them: with K leases they
+/// are K each, counted under one name ([`super::scopes_label`]).
+fn labels(leases: usize) -> (String, String) {
+    let control = if leases > 1 {
+        format!(
+            "{}…{}",
+            control_of(0, leases),
+            control_of(leases - 1, leases)
+        )
+    } else {
+        CONTROL_SCOPE.to_owned()
+    };
+    (scopes_label(leases), control)
+}
+
 /// At most this many violations of one kind are printed; verdict.md has them all.
 const SHOWN: usize = 5;
 
@@ -62,6 +77,18 @@ pub fn record(
     ended_ms: f64,
 ) {
     let writes = |scope: &str| v.i3.get(scope).map_or(0, Vec::len);
+    let (at, control_at) = labels(cfg.leases);
+    if cfg.leases > 1 {
+        rec.note(format!(
+            "{} leases ({}…{}): holder slot i contends for lease i mod {}, which guards its own \
+             scope ({at}) and control scope ({control_at}); each lease is judged on its own, the \
+             counts below are summed over them",
+            cfg.leases,
+            lease_of(0, cfg.leases),
+            lease_of(cfg.leases - 1, cfg.leases),
+            cfg.leases
+        ));
+    }
     rec.note(format!(
         "{ops} operations in {:.1} s; {}",
         ended_ms / 1000.0,
@@ -70,7 +97,7 @@ pub fn record(
     for (what, n) in notes {
         rec.note(format!("{what}: {n}"));
     }
-    for row in fault_table(v).lines() {
+    for row in fault_table(v, &at, &control_at).lines() {
         rec.note(row.to_owned());
     }
     let show = |rec: &mut Recorder, found: &[checker::Violation]| {
@@ -102,7 +129,7 @@ pub fn record(
     show(rec, under_test);
     rec.check_that(
         format!(
-            "I3 ({} at scope {SCOPE}): in commit order, no accepted write has a smaller token than one committed before it",
+            "I3 ({} at scope {at}): in commit order, no accepted write has a smaller token than one committed before it",
             cfg.mode_name
         ),
         under_test.is_empty(),
@@ -122,7 +149,7 @@ pub fn record(
     show(rec, turned_away);
     rec.check_that(
         format!(
-            "the fence turned no current holding away ({} at scope {SCOPE}): every rejected write came after the resource had accepted a greater token",
+            "the fence turned no current holding away ({} at scope {at}): every rejected write came after the resource had accepted a greater token",
             cfg.mode_name
         ),
         turned_away.is_empty(),
@@ -140,7 +167,7 @@ pub fn record(
             .map(Vec::as_slice)
             .unwrap_or_default();
     let exposed = rec.expose(
-        format!("the unfenced control scope ({CONTROL_SCOPE}) shows at least one I3 violation under the same schedule"),
+        format!("the unfenced control scope ({control_at}) shows at least one I3 violation under the same schedule"),
         !control.is_empty(),
         format_args!(
             "{} violations, {} stale writes committed{}",
@@ -190,9 +217,9 @@ fn counts(v: &Verdict, sep: &str) -> String {
 
 /// Per fault kind: injected, stale writes committed (scope under test / control), writes the
 /// fence rejected.
-fn fault_table(v: &Verdict) -> String {
+fn fault_table(v: &Verdict, at: &str, control_at: &str) -> String {
     let mut text = format!(
-        "| fault | injected | stale writes committed ({SCOPE}) | stale writes committed ({CONTROL_SCOPE}, unfenced) | writes rejected ({SCOPE}) |\n|---|---|---|---|---|\n"
+        "| fault | injected | stale writes committed ({at}) | stale writes committed ({control_at}, unfenced) | writes rejected ({at}) |\n|---|---|---|---|---|\n"
     );
     for (kind, row) in &v.by_fault {
         let get = |m: &BTreeMap<String, usize>, s: &str| m.get(s).copied().unwrap_or(0);
@@ -215,13 +242,15 @@ fn fault_table(v: &Verdict) -> String {
 /// `verdict.md`: the run's settings, the fault table, and every violation with its excerpt.
 fn markdown(cfg: &ChaosConfig, v: &Verdict) -> String {
     let mut text = format!(
-        "# Chaos verdict — seed {}, {} ms, {} holders, mode {}\n\n",
+        "# Chaos verdict — seed {}, {} ms, {} holders, {} lease(s), mode {}\n\n",
         cfg.seed,
         cfg.time.as_millis(),
         cfg.holders,
+        cfg.leases,
         cfg.mode_name
     );
-    text.push_str(&fault_table(v));
+    let (at, control_at) = labels(cfg.leases);
+    text.push_str(&fault_table(v, &at, &control_at));
     let _ = writeln!(text, "\n{} operations · {}\n", v.ops, counts(v, " · "));
     let mut section = |title: &str, found: &[checker::Violation]| {
         let _ = writeln!(text, "## {title}: {} violation(s)\n", found.len());
