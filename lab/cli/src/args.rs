@@ -154,7 +154,7 @@ pub enum Command {
     /// built-in ones, or check a file before anything runs with it (on a throwaway server of
     /// its dialect).
     #[command(
-        after_help = "Examples:\n  lab profile list\n  lab profile check seed004\n  lab profile check seed000\n  \
+        after_help = "Examples:\n  lab profile list\n  lab profile show seed004 > mine.toml\n  lab profile check seed004\n  lab profile check seed000\n  \
                       lab profile check my-lock-table.toml     (exit 2 with one line naming the statement)"
     )]
     Profile(ProfileArgs),
@@ -209,6 +209,12 @@ pub struct ProfileArgs {
 pub enum ProfileAction {
     /// The built-in profiles: name, whether the resource sees a token, what the design is.
     List,
+    /// Prints a built-in profile's file, comments and all — the start of a profile of your own
+    /// (`lab profile show seed004 > mine.toml`, edit, `lab profile check mine.toml`).
+    Show {
+        /// A built-in profile's name (lab profile list).
+        name: String,
+    },
     /// Checks a profile: parses it (TOML, every statement's `:name` parameters), then prepares
     /// every statement against scratch databases that hold its schema on a throwaway cluster.
     /// Exit 0 when the server accepted all of them; 2 with one line naming the file, the

@@ -34,6 +34,16 @@ pub fn run(action: ProfileAction) -> Ended {
                 .collect();
             print_or_fail(&list)
         }
+        ProfileAction::Show { name } => match fencing::profile::Profile::built_in_text(&name) {
+            Some(text) => print_or_fail(text),
+            None => {
+                eprintln!(
+                    "lab profile show: {name:?} is not a built-in profile; they are: {}",
+                    Sut::built_in_names().collect::<Vec<_>>().join(", ")
+                );
+                Ended::CouldNotRun
+            }
+        },
         ProfileAction::Check { profile, pg_bindir } => check(&profile, pg_bindir),
     }
 }

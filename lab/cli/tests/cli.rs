@@ -523,7 +523,8 @@ fn bench_with_a_closed_stdout_still_writes_its_files_and_stops_its_cluster() -> 
     sb.assert_nothing_left()
 }
 
-/// `lab profile check`: a good profile passes against a real server; a bad one — a TOML syntax
+/// `lab profile show` prints a built-in's file; `lab profile check`: a good profile passes against
+/// a real server; a bad one — a TOML syntax
 /// error, an unknown parameter, a missing statement, a statement the server refuses — gets one
 /// line naming the file and the statement, exit 2, and leaves no cluster and no process.
 #[test]
@@ -532,6 +533,17 @@ fn a_bad_profile_is_one_line_naming_the_file_and_the_statement_exit_2() -> anyho
     let good = fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../fencing/profiles/seed004.toml"),
     )?;
+    // `lab profile show` prints the built-in's file as it is, comments and all.
+    let shown = sb.lab(&["profile", "show", "seed004"])?;
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    assert_eq!(String::from_utf8_lossy(&shown.stdout), good);
+    let unknown = sb.lab(&["profile", "show", "no-such-design"])?;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("seed004, seed004-single"),
+        "{}",
+        stderr(&unknown)
+    );
     let ok = sb.lab(&["profile", "check", "seed004"])?;
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
     assert!(String::from_utf8_lossy(&ok.stdout).contains("8 statements prepared"));
