@@ -273,15 +273,34 @@ impl Sut {
 
 /// Turns a TOML error into the one line that names the file and the line.
 pub(super) fn toml_error(origin: &str, text: &str, e: toml::de::Error) -> ProfileError {
+    // The line the parser stopped at: a claim written as a word (`yes`) is said to be a
+    // boolean, not a string the parser wanted quoted.
+    let line = e.span().map(|span| {
+        let start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+        let end = text[span.start..]
+            .find('\n')
+            .map_or(text.len(), |i| span.start + i);
+        &text[start..end]
+    });
+    let boolean = line.and_then(|l| {
+        let (key, value) = l.split_once('=')?;
+        let (key, value) = (key.trim(), value.trim());
+        BOOLEAN_KEYS
+            .contains(&key)
+            .then(|| format!("`{key}` is a boolean: write true or false (found `{value}`)"))
+    });
     ProfileError {
         origin: origin.to_owned(),
         place: match e.span() {
             Some(span) => format!("line {}", text[..span.start].lines().count().max(1)),
             None => "file".into(),
         },
-        message: e.message().trim().replace('\n', " "),
+        message: boolean.unwrap_or_else(|| e.message().trim().replace('\n', " ")),
     }
 }
+
+/// The profile's keys whose values are booleans (the claims).
+const BOOLEAN_KEYS: [&str; 2] = ["token_at_lease", "token_at_resource"];
 
 impl Profile {
     /// The names of the built-in PostgreSQL profiles, the default first.
@@ -574,6 +593,11 @@ mod tests {
                 "lease.renew: unknown parameter :nmae",
             ),
             (good.replace("check = \"\"\"", "checked = \"\"\""), "line "),
+            // A claim is a boolean, said so, not "string values must be quoted".
+            (
+                good.replace("token_at_lease = true", "token_at_lease = yes"),
+                "`token_at_lease` is a boolean: write true or false (found `yes`)",
+            ),
         ];
         for (text, expected) in cases {
             let e = Profile::parse("my.toml", &text).unwrap_err().to_string();
