@@ -107,6 +107,11 @@ impl Profile {
             .prepare_with(s.sql(), &types)
             .await
             .map_err(|e| self.error(s.slot().key(), e))?;
+        // What it answers first: a design's acquire that answers two columns is told so, not
+        // what the timed form below makes of it.
+        if let Some(wanted) = s.slot().returns(Dialect::Postgres) {
+            answers_fit(&self.origin, s.slot(), &prepared, wanted, |ty| ty)?;
+        }
         if s.slot() == Slot::Acquire {
             // F3 times the acquire inside a WITH: it must run there too.
             conn.prepare_with(&timed_sql(s.sql()), &types)
@@ -114,16 +119,14 @@ impl Profile {
                 .map_err(|e| {
                     let mut e = self.error(s.slot().key(), e);
                     e.message = format!(
-                        "F3 runs it inside a WITH, to time it on the server, and there {}",
+                        "the statement must also run as the body of a WITH (F3 times each \
+                         acquire on the server so), and there {}",
                         e.message
                     );
                     e
                 })?;
         }
-        let Some(wanted) = s.slot().returns(Dialect::Postgres) else {
-            return Ok(());
-        };
-        answers_fit(&self.origin, s.slot(), &prepared, wanted, |ty| ty)
+        Ok(())
     }
 
     fn error(&self, place: &str, e: sqlx::Error) -> ProfileError {

@@ -73,9 +73,14 @@ async fn a_statement_the_server_refuses_is_named_with_the_servers_words() -> any
                 "INSERT INTO lease AS l (name, holder, token, expires_at)",
                 "WITH x AS (DELETE FROM lease WHERE false) INSERT INTO lease AS l (name, holder, token, expires_at)",
             ),
-            "my.toml: lease.acquire: F3 runs it inside a WITH, to time it on the server, and there \
-             the server refused it: WITH clause containing a data-modifying statement must be at \
-             the top level",
+            "my.toml: lease.acquire: the statement must also run as the body of a WITH (F3 times \
+             each acquire on the server so), and there the server refused it: WITH clause \
+             containing a data-modifying statement must be at the top level",
+        ),
+        // An acquire that answers two columns is told so, not what the WITH makes of it.
+        (
+            good.replace("RETURNING l.token", "RETURNING l.token, l.holder"),
+            "my.toml: lease.acquire: returns (token INT8, holder TEXT), must return (any name INT8)",
         ),
     ];
     for (text, expected) in cases {
