@@ -180,10 +180,6 @@ async fn run_case(
         let store = lab.params.store;
         lanes.lease = harness::evidence::Lane::new(store, format!("{store} (lease)"));
     }
-    rec.case_with_lanes(id, title, lanes);
-    if let Some(service) = lab.describe_service() {
-        rec.note(format!("lease store: {service}"));
-    }
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
     let on_mariadb = matches!(scenario.needs(), Needs::MariaDb);
     let (series, claims, sut_name) = if on_mariadb {
@@ -194,6 +190,26 @@ async fn run_case(
         (Dialect::Postgres, sut.claims, sut.name.clone())
     };
     let store_has_token = fencing::lease::store_kind(lab.params.store).is_none_or(|k| k.has_token);
+    // A title that says "(fenced)" of a design whose write checks no token says what it runs.
+    let title = if on_mariadb {
+        title.to_owned()
+    } else if !claims.token_at_resource {
+        title.replace(
+            " (fenced)",
+            &format!(" ({sut_name}'s write, which checks no token)"),
+        )
+    } else if !store_has_token {
+        title.replace(
+            " (fenced)",
+            &format!(" (the fence fed no token: {} issues none)", lab.params.store),
+        )
+    } else {
+        title.to_owned()
+    };
+    rec.case_with_lanes(id, &title, lanes);
+    if let Some(service) = lab.describe_service() {
+        rec.note(format!("lease store: {service}"));
+    }
     rec.blind_tokens(!claims.token_at_lease || (!on_mariadb && !store_has_token));
     let before = rec.summary();
     let waived_before = rec.waived();
