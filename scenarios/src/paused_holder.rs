@@ -176,12 +176,40 @@ pub(crate) async fn until_expired_while_frozen(
     rec: &mut Recorder,
     frozen_at: Instant,
 ) -> anyhow::Result<()> {
-    until_lease_expired(lab, rec).await?;
+    lab.until_lease_expired("A's lease").await?;
+    // When it expired, from the store's own record (its expiry against its clock), counted from
+    // the freeze — measured before the step's pause (`--step` waits for Enter in `lab_step`), so
+    // that it is the lease's figure, not the reader's. A store with no expiry per holding (a
+    // ZooKeeper session) is counted to the moment the lab saw it gone.
+    let seen_ms = frozen_at.elapsed().as_secs_f64() * 1000.0;
+    let row = lab.lease.inspect(crate::lab::LEASE).await?;
+    let read_ms = frozen_at.elapsed().as_secs_f64() * 1000.0;
+    let (after_ms, how) = match row.as_ref().map(|r| -r.remaining_ms()) {
+        Some(late) if late.is_finite() && late >= 0.0 => (
+            read_ms - late,
+            format!(
+                "expires_at {} — read {late:.0} ms later",
+                row.as_ref().map_or("", |r| r.expires_at.as_str())
+            ),
+        ),
+        _ => (seen_ms, "when the lab saw it gone".to_owned()),
+    };
     rec.note(format!(
-        "the lease expired by {} {} ms after A was frozen",
+        "the lease expired by {} {after_ms:.0} ms after A was frozen ({how})",
         lab.expiry_clock(),
-        frozen_at.elapsed().as_millis()
     ));
+    lab_step(
+        lab,
+        rec,
+        Mark::LeaseExpired,
+        "A",
+        &format!(
+            "lease expired ({})",
+            lab.expiry_clock().trim_start_matches("the ")
+        ),
+        "",
+    )
+    .await;
     Ok(())
 }
 

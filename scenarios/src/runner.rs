@@ -201,7 +201,10 @@ async fn run_case(
     } else if !store_has_token {
         title.replace(
             " (fenced)",
-            &format!(" (the fence fed no token: {} issues none)", lab.params.store),
+            &format!(
+                " (the fence fed no token: {} issues none)",
+                lab.params.store
+            ),
         )
     } else {
         title.to_owned()

@@ -37,6 +37,7 @@ const MASKS: &[(&str, &str)] = &[
     (r"after a wait of \d+ ms", "after a wait of <N> ms"),
     (r"expired after \d+ ms", "expired after <N> ms"),
     (r"\d+ ms after A was frozen", "<N> ms after A was frozen"),
+    (r"read \d+ ms later", "read <N> ms later"),
     // F10: the holder's own clock readings, and how long A stayed frozen.
     (r"deadline_left_ms=\d+", "deadline_left_ms=<N>"),
     (r"frozen for \d+ ms", "frozen for <N> ms"),
