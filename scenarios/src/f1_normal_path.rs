@@ -1,7 +1,8 @@
 //! F1 — the normal path, no fault injected: acquire → write → renew → release → the next holder
 //! acquires a greater token and writes. Property: the token advances only on acquire (a renew
 //! keeps it; one continuous holding is one token), release never moves it back (I2), and the
-//! resource's floor follows the tokens it accepted (I3). Last, B releases and acquires again:
+//! resource's floor follows the tokens it accepted (I3). holder-a holds a second lease meanwhile:
+//! its renew and release of the first leave the second alone. Last, B releases and acquires again:
 //! its first holding's handle (token 2) can neither renew nor release the new one (token 3) —
 //! a holding is its token, not its holder's name.
 
@@ -12,6 +13,9 @@ use harness::evidence::{Mark, Recorder};
 
 use crate::lab::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
+
+/// holder-a's second lease.
+const OTHER: &str = "report-job-other";
 
 pub struct F1;
 
@@ -29,7 +33,7 @@ impl Scenario for F1 {
     }
 
     fn checks(&self) -> usize {
-        12
+        14
     }
 
     fn on_containers(&self) -> bool {
@@ -54,6 +58,18 @@ impl Scenario for F1 {
                 &acquired(a.as_ref()),
             );
             let mut a = a.context("holder-a could not acquire a fresh lease")?;
+            // A second lease of the same holder, as a service holds several (on a table, its
+            // token is 1 too): what holder-a does to the first must not reach it.
+            let other = lab
+                .lease
+                .acquire(OTHER, HOLDER_A, ttl)
+                .await?
+                .context("holder-a could not acquire a second, fresh lease")?;
+            let other_before = lab
+                .lease
+                .inspect(OTHER)
+                .await?
+                .context("the second lease vanished")?;
 
             let write = |writer, content, token| Write {
                 scope: SCOPE,
@@ -114,6 +130,23 @@ impl Scenario for F1 {
                 );
             }
 
+            let other_renewed = lab
+                .lease
+                .inspect(OTHER)
+                .await?
+                .context("the second lease vanished")?;
+            // Its expiry by the store's clock, not moved: exactly on a table; within the 1 ms a
+            // lock service's remaining-time answer is rounded to (Redis's PTTL).
+            let slack_s = if lab.service.is_some() { 0.001 } else { 0.0 };
+            rec.check_that(
+                "holder-a's renew left its other lease as it was: its expiry not moved",
+                other_renewed.expires_epoch <= other_before.expires_epoch + slack_s,
+                format_args!(
+                    "{OTHER}: expires_at {} → {}",
+                    other_before.expires_at, other_renewed.expires_at
+                ),
+            );
+
             let released = lab.lease.release(&a).await?;
             let row = lab.lease.inspect(LEASE).await?;
             rec.step(
@@ -146,6 +179,20 @@ impl Scenario for F1 {
                     )
                 }
             };
+
+            let other_after = lab.lease.inspect(OTHER).await?;
+            rec.check(
+                "holder-a's release left its other lease held",
+                &format!("{OTHER}: holder={HOLDER_A} expired=false released=false"),
+                &match other_after {
+                    Some(h) => format!(
+                        "{OTHER}: holder={} expired={} released={}",
+                        h.holder, h.expired, h.released
+                    ),
+                    None => format!("{OTHER}: no holding"),
+                },
+            );
+            lab.lease.release(&other).await?;
 
             let b = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
             rec.step(
