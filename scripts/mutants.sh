@@ -22,7 +22,7 @@
 #
 # Usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s]
 #                           [--cargo-out DIR] [--catalogue FILE]
-#        scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume]
+#        scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume [--again-survivors]]
 #   --catalogue FILE  the SQL mutants to run instead of scripts/sql-mutants.txt — e.g. the ones
 #                     scripts/sql-mutants-gen.py generates by operator from every statement
 #                     (`scripts/sql-mutants-gen.py > gen.txt; scripts/mutants.sh --sql-only
@@ -45,7 +45,8 @@ resume=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --generated) generated=1; shift ;;
-    --resume) resume=--resume; shift ;;
+    --resume) resume="$resume --resume"; shift ;;
+    --again-survivors) resume="$resume --again-survivors"; shift ;;
     --only) only="$2"; shift 2 ;;
     --chaos-time) chaos_time="$2"; shift 2 ;;
     --sql-only) cargo_part=0; shift ;;
@@ -53,7 +54,7 @@ while [ $# -gt 0 ]; do
     --cargo-out) cargo_out="$2"; shift 2 ;;
     --catalogue) catalogue="$2"; shift 2 ;;
     *) echo "usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s] [--cargo-out DIR] [--catalogue FILE]" >&2
-       echo "       scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume]" >&2
+       echo "       scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume [--again-survivors]]" >&2
        exit 2 ;;
   esac
 done

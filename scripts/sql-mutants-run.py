@@ -190,7 +190,9 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--chaos-time", default="30s")
     ap.add_argument("--resume", action="store_true",
-                    help="keep the verdicts of evidence/mutant-checks.tsv's done list and run the rest")
+                    help="keep the verdicts of evidence/mutant-verdicts.tsv and run the rest")
+    ap.add_argument("--again-survivors", action="store_true",
+                    help="with --resume: run again the mutants no gate killed (after a new check)")
     a = ap.parse_args()
     only = set(filter(None, a.only.split(",")))
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -204,7 +206,12 @@ def main():
     if a.resume and done_file.exists():
         for line in done_file.read_text().splitlines()[1:]:
             mid, run_cell, chaos_cell = line.split("\t")
-            done[mid] = (run_cell, chaos_cell)
+            killed = "killed" in run_cell + chaos_cell or run_cell.startswith("refused")
+            if killed or not a.again_survivors:
+                done[mid] = (run_cell, chaos_cell)
+        # What is run again is written again, after the rest.
+        done_file.write_text("mutant\tlab run --sut\tlab chaos --sut\n" + "".join(
+            f"{mid}\t{r}\t{c}\n" for mid, (r, c) in done.items()))
     else:
         done_file.write_text("mutant\tlab run --sut\tlab chaos --sut\n")
         checks_file.write_text("mutant\tcase\tcheck (digits masked)\n")
