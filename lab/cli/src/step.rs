@@ -27,10 +27,47 @@ const RESOURCE_SQL: [&str; 3] = [
     "SELECT id, part, writer, token, mode, accepted FROM write_attempt ORDER BY id",
 ];
 
+/// Terms a step may show, each explained the first time it appears in a run.
+const GLOSSARY: [(&str, &str); 8] = [
+    (
+        "go-line",
+        "the lab's go-ahead: one line written to the holder's stdin; the holder takes its next step only then",
+    ),
+    (
+        "AT_WRITE_POINT",
+        "the holder's report that it passed its local-deadline check and stands at its write, holding its token",
+    ),
+    (
+        "deadline_left_ms",
+        "how long the holder's local deadline (TTL minus the safety margin, by its own monotonic clock) still had to run",
+    ),
+    (
+        "SIGSTOP",
+        "the signal that freezes a process at once, every thread; it cannot be caught",
+    ),
+    (
+        "SIGCONT",
+        "the signal that lets a frozen process go on where it stopped",
+    ),
+    (
+        "=T",
+        "a thread's state in /proc: T is stopped (frozen), S sleeping (alive, waiting), R running",
+    ),
+    (
+        "RENEW_AFTER_WRITE",
+        "the holder renews once after its write, to learn whether it still held the lease",
+    ),
+    (
+        "token",
+        "the fencing token: a number the lease store gives each grant, greater after every takeover; the resource refuses a write whose token is below one it has accepted",
+    ),
+];
+
 pub struct StepReporter {
-    psql: String,
-    lease_conn: String,
-    resource_conn: String,
+    /// Run once in a terminal, so that the `psql` commands below are short.
+    connect: String,
+    /// The glossary's terms explained so far in this run.
+    explained: Vec<&'static str>,
     /// The `mariadb` command line of the U-series' server, once it runs.
     maria_client: Arc<Mutex<Option<String>>>,
     /// The state of the job lease and its runs (the U-series), for the reader to query.
@@ -51,23 +88,18 @@ impl StepReporter {
         jobs: &fencing::profile::JobProfile,
     ) -> StepReporter {
         let psql = cluster.binaries().bin("psql");
-        let psql = if psql.is_file() {
-            psql.display().to_string()
-        } else {
-            "psql".to_owned()
+        let path = match psql.parent() {
+            Some(dir) if psql.is_file() => format!("PATH={}:$PATH ", dir.display()),
+            _ => String::new(),
         };
-        let conn = |db: &str| {
-            format!(
-                "host={} port={} user={} dbname={db}",
+        StepReporter {
+            connect: format!(
+                "export {path}PGHOST={} PGPORT={} PGUSER={}",
                 cluster.socket_dir().display(),
                 cluster.port(),
                 harness::server::SUPERUSER
-            )
-        };
-        StepReporter {
-            psql,
-            lease_conn: conn(fencing::schema::LEASE_DB),
-            resource_conn: conn(fencing::schema::RESOURCE_DB),
+            ),
+            explained: Vec::new(),
             maria_client,
             jobs_sql: [
                 format!(
@@ -83,7 +115,7 @@ impl StepReporter {
     }
 
     /// The block shown at `step`.
-    fn block(&self, step: &Step) -> String {
+    fn block(&mut self, step: &Step) -> String {
         let token = step
             .token
             .map(|t| format!(" token={t}"))
@@ -93,10 +125,17 @@ impl StepReporter {
         } else {
             format!(" → {}", step.outcome)
         };
+        // The database clock's reading, said once ("lease expired (database clock)" has it).
         let at = step
             .db_clock
             .as_ref()
-            .map(|c| format!(" (database clock {c})"))
+            .map(|c| {
+                if step.action.contains("(database clock)") {
+                    format!(" at {c}")
+                } else {
+                    format!(" (database clock {c})")
+                }
+            })
             .unwrap_or_default();
         let mut text = format!(
             "\n── {} · step {}: {} {}{token}{outcome}{at}\n",
@@ -105,6 +144,13 @@ impl StepReporter {
         let on_mariadb = step.case.starts_with('U');
         if let Some(meaning) = meaning(step, on_mariadb) {
             text.push_str(&format!("   {meaning}\n"));
+        }
+        let said = format!("{} {}{token}{outcome}", step.action, step.actor);
+        for (term, means) in GLOSSARY {
+            if said.contains(term) && !self.explained.contains(&term) {
+                self.explained.push(term);
+                text.push_str(&format!("   ({}: {means})\n", term.trim_start_matches('=')));
+            }
         }
         text.push_str("   the state now:\n");
         let maria = self.maria_client.lock().ok().and_then(|c| c.clone());
@@ -116,14 +162,18 @@ impl StepReporter {
                 ));
             }
             _ => {
+                text.push_str(&format!("     {}    # once per terminal\n", self.connect));
                 text.push_str(&format!(
-                    "     {} \"{}\" -c \"{LEASE_SQL}\"\n",
-                    self.psql, self.lease_conn
+                    "     psql -d {} -c \"{LEASE_SQL}\"\n",
+                    fencing::schema::LEASE_DB
                 ));
-                text.push_str(&format!("     {} \"{}\"", self.psql, self.resource_conn));
                 for sql in RESOURCE_SQL {
-                    text.push_str(&format!(" -c \"{sql}\""));
+                    text.push_str(&format!(
+                        "     psql -d {} -c \"{sql}\"\n",
+                        fencing::schema::RESOURCE_DB
+                    ));
                 }
+                text.pop();
             }
         }
         text.push_str("\n   Enter: go on · Ctrl-C: stop the run (nothing is left behind)\n");
@@ -177,6 +227,15 @@ fn meaning(step: &Step, on_mariadb: bool) -> Option<String> {
         Mark::Restart => "the database crashed and recovered: an immediate stop, then WAL replay.".into(),
         Mark::Failover => "the lease store failed over: a standby was promoted in its primary's place.".into(),
         Mark::Killed => format!("{who} was killed (SIGKILL): no handler ran; its connections died with it."),
+        Mark::Info if step.outcome.contains("AT_WRITE_POINT") => format!(
+            "{who} checked its local deadline and found time left: it stands at its write with {token}, waiting for the lab's go-ahead."
+        ),
+        Mark::Info if step.outcome.contains("RENEW_AFTER_WRITE ok=false") => format!(
+            "{who}'s renew after its write was refused: its holding is gone (taken over or expired) — only now does {who} learn it lost the lease."
+        ),
+        Mark::Info if step.outcome.contains("RENEW_AFTER_WRITE ok=true") => format!(
+            "{who}'s renew after its write succeeded: it still held the lease when it wrote."
+        ),
         Mark::Info => return None,
     })
 }

@@ -733,18 +733,25 @@ impl Stepper {
     }
 }
 
-/// Runs the lease store's psql command of a step block with `sql`; its one line of output.
+/// Runs the lease store's psql command of a step block with `sql`, as pasted into a shell after
+/// the block's `export` line; its one line of output.
 fn psql(block: &[String], sql: &str) -> anyhow::Result<String> {
-    let line = block
-        .iter()
-        .find(|l| l.contains("dbname=lease26"))
-        .ok_or_else(|| anyhow::anyhow!("no psql command for the lease store in {block:?}"))?;
-    let line = line.trim_start();
-    let bin = line.split(' ').next().expect("a word");
-    let conninfo = line.split('"').nth(1).expect("a quoted conninfo");
-    let out = Command::new(bin)
-        .arg(conninfo)
-        .args(["-Atc", sql])
+    let line = |what: &str| {
+        block
+            .iter()
+            .find(|l| l.contains(what))
+            .map(|l| l.trim_start().split("    #").next().unwrap_or(l).to_owned())
+            .ok_or_else(|| anyhow::anyhow!("no {what:?} line in {block:?}"))
+    };
+    let export = line("export ")?;
+    let lease = line("psql -d lease26")?;
+    anyhow::ensure!(export.contains("PGHOST=") && export.contains("PGPORT="), "{export}");
+    // The block's own command, its SQL swapped for `sql` (passed apart: no quoting to get wrong).
+    let command = lease.split(" -c ").next().expect("a command");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{export}; {command} -Atc \"$SQL\""))
+        .env("SQL", sql)
         .output()?;
     anyhow::ensure!(out.status.success(), "psql: {}", stderr(&out));
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
