@@ -745,7 +745,10 @@ fn psql(block: &[String], sql: &str) -> anyhow::Result<String> {
     };
     let export = line("export ")?;
     let lease = line("psql -d lease26")?;
-    anyhow::ensure!(export.contains("PGHOST=") && export.contains("PGPORT="), "{export}");
+    anyhow::ensure!(
+        export.contains("PGHOST=") && export.contains("PGPORT="),
+        "{export}"
+    );
     // The block's own command, its SQL swapped for `sql` (passed apart: no quoting to get wrong).
     let command = lease.split(" -c ").next().expect("a command");
     let out = Command::new("sh")
