@@ -29,7 +29,14 @@ pub async fn reached(what: &str, latch: oneshot::Receiver<()>) -> anyhow::Result
     tokio::time::timeout(EVENT_TIMEOUT, latch)
         .await
         .with_context(|| format!("{what} never reached its gap"))?
-        .with_context(|| format!("{what} ended before its gap"))
+        // The hook was dropped unreached: the statement ended on its own (the channel's own
+        // "channel closed" says nothing to a reader).
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{what} ended without reaching the point between its check and its write: its \
+                 check refused it, or it failed"
+            )
+        })
 }
 
 /// Awaits an operation that must finish now that nothing should hold it; one that stays blocked

@@ -188,7 +188,7 @@ pub enum Command {
     /// `lab run --sut FILE` passes. Without a name, lists the exercises.
     #[command(
         after_help = "Examples:\n  lab exercise\n  lab exercise stale-write\n  \
-                      lab run --only F4,F6,F7 --sut stale-write.toml"
+                      lab run --only F2,F4,F6,F7 --sut stale-write.toml"
     )]
     Exercise {
         /// The exercise (lab exercise lists them).

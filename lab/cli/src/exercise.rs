@@ -27,7 +27,9 @@ const EXERCISES: [Exercise; 5] = [
             "UPDATE fence_floor SET max_token = :token WHERE scope = :scope AND max_token <= :token",
             "UPDATE fence_floor SET max_token = :token WHERE scope = :scope",
         )),
-        run: "F4,F6,F7",
+        // F2 with them: a fix that makes the check `<` rejects a holder's own next write, and
+        // F2 says why equal tokens must pass.
+        run: "F2,F4,F6,F7",
     },
     Exercise {
         name: "same-token",
@@ -91,9 +93,8 @@ fn text(e: &Exercise, path: &Path) -> String {
         1,
     );
     format!(
-        "# Exercise {name}: {task}\n#\n# Check it:   lab profile check {path}\n# Run it:     lab run --only {run} --sut {path}\n#\n# The experiments' FAIL lines are the evidence; when they all pass, the design holds against\n# those faults. lab/fencing/profiles/{base}.toml in the lab's sources is the answer.\n#\n{body}",
+        "# Exercise {name}: {task}\n#\n# Check it:   lab profile check {path}\n# Run it:     lab run --only {run} --sut {path}\n#\n# The experiments' FAIL lines are the evidence; when they all pass, the design holds against\n# those faults.\n#\n{body}",
         name = e.name,
-        base = e.base,
         task = e.task,
         path = path.display(),
         run = e.run,
