@@ -19,6 +19,8 @@ case "$profile" in
 esac
 # shellcheck disable=SC2086 # $features and $containers are empty or one flag each
 cargo build --profile "$profile" --locked --quiet -p lab -p holder $features $containers
+# The lab's hints name the command the user ran (`./run.sh clean`, not `lab clean`).
+export LAB_INVOKED_AS=./run.sh
 case "${1:-}" in
   list | run | clean | bench | chaos | profile | exercise | grade | help | -V | --version) exec "target/$dir/lab" "$@" ;;
   *) exec "target/$dir/lab" run "$@" ;;

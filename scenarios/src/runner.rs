@@ -216,6 +216,7 @@ async fn run_case(
     rec.blind_tokens(!claims.token_at_lease || (!on_mariadb && !store_has_token));
     let before = rec.summary();
     let waived_before = rec.waived();
+    let adopted_before = lab.adopted.len();
     let on_containers = !matches!(lab.backend(), Backend::Embedded);
     let applies = scenario.applies_to(&lab.params.sut);
     let other_server = lab.params.sut_dialect.filter(|&d| d != series);
@@ -299,6 +300,16 @@ async fn run_case(
             );
         }
         Ok(()) => {}
+    }
+    // What a failing run keeps is the servers of the experiments that failed: a passing case's
+    // extra clusters go now; a failing one marks its lab.
+    if rec.summary().failed > before.failed {
+        lab.failed_here = true;
+    } else {
+        let passed: Vec<_> = lab.adopted.drain(adopted_before..).collect();
+        for other in passed {
+            other.shutdown().await;
+        }
     }
     rec.end_case();
     !skipped

@@ -217,8 +217,12 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     };
     let keep = matches!(&outcome, Ok(Ended::Failed));
     if keep {
-        for line in lab.keep() {
-            eprintln!("lab chaos: {line}; `./run.sh clean` removes it");
+        let kept = lab.keep();
+        for line in &kept {
+            eprintln!("lab chaos: {line}");
+        }
+        if !kept.is_empty() {
+            eprintln!("{}", crate::kept_size_line(&kept, &crate::clean_command()));
         }
     }
     lab.shutdown().await;

@@ -89,6 +89,78 @@ pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// The command that removes what a run kept, as the user ran the lab: `./run.sh clean` when
+/// `./run.sh` started it (it says so in `LAB_INVOKED_AS`), else `lab clean`.
+pub(crate) fn clean_command() -> String {
+    match std::env::var("LAB_INVOKED_AS") {
+        Ok(how) if !how.is_empty() => format!("{how} clean"),
+        _ => "lab clean".to_owned(),
+    }
+}
+
+/// Above this many megabytes of kept clusters in the temp dir, a run warns (`LAB_KEPT_WARN_MB`
+/// sets another).
+const KEPT_WARN_MB: u64 = 1024;
+
+/// The closing line of a run that kept servers: how many directories, their size, and what
+/// removes them — and a warning when every lab's kept clusters in the temp dir pass
+/// `LAB_KEPT_WARN_MB` (default 1024). `kept` are the lines [`scenarios::Lab::keep`] said, each
+/// naming a directory under the temp dir.
+pub(crate) fn kept_size_line(kept: &[String], clean: &str) -> String {
+    let tmp = std::env::temp_dir();
+    let mut dirs: Vec<std::path::PathBuf> = kept
+        .iter()
+        .flat_map(|line| line.split_whitespace())
+        .map(std::path::Path::new)
+        .filter(|p| p.parent() == Some(tmp.as_path()) && p.is_dir())
+        .map(std::path::Path::to_path_buf)
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    let mb = |bytes: u64| bytes.div_ceil(1 << 20);
+    let size: u64 = dirs.iter().map(|d| dir_size(d)).sum();
+    let mut line = format!(
+        "lab: kept {} director{} of the failing experiments' servers ({} MB) for a look inside; `{clean}` removes them",
+        dirs.len(),
+        if dirs.len() == 1 { "y" } else { "ies" },
+        mb(size)
+    );
+    let all: u64 = std::fs::read_dir(&tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("fencing-lab-"))
+        .map(|e| dir_size(&e.path()))
+        .sum();
+    let limit = std::env::var("LAB_KEPT_WARN_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(KEPT_WARN_MB);
+    if mb(all) > limit {
+        line.push_str(&format!(
+            "\nlab: warning: the labs' kept clusters in {} take {} MB in all, over {limit} MB (LAB_KEPT_WARN_MB): `{clean}` removes every one no lab is running on",
+            tmp.display(),
+            mb(all)
+        ));
+    }
+    line
+}
+
+/// The bytes of the files under `dir` (symbolic links not followed; unreadable parts count 0).
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// `lab list`: each experiment's id and title.
 pub fn list() -> Ended {
     let list: String = scenarios::ALL

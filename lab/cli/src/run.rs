@@ -277,14 +277,22 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         }
     };
     let secs = started.elapsed().as_secs_f64();
-    // A failing run keeps its servers for inspection; an interrupted one was not a verdict.
+    // A failing run keeps the servers of the experiments that failed for inspection (every
+    // server with --keep); an interrupted one was not a verdict.
+    let clean = crate::clean_command();
+    let mut kept = Vec::new();
     for mut lab in labs {
-        if (!summary.all_passed() && interrupted.is_none() && cfg.keep_failed) || cfg.keep {
+        let failing = !summary.all_passed() && interrupted.is_none() && cfg.keep_failed;
+        if (failing && lab.failed_here) || cfg.keep {
             for line in lab.keep() {
-                eprintln!("lab: {line}; `./run.sh clean` removes it");
+                eprintln!("lab: {line}");
+                kept.push(line);
             }
         }
         lab.shutdown().await;
+    }
+    if !kept.is_empty() {
+        eprintln!("{}", crate::kept_size_line(&kept, &clean));
     }
     eprintln!("lab: evidence in {}; {:.1} s", dir.display(), secs);
     let ended = match interrupted {

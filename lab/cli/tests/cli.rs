@@ -230,6 +230,44 @@ fn a_kept_cluster_stays_on_disk_stopped_and_named() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A failing run keeps only the servers of the experiments that failed: with two jobs, F1 (which
+/// passes) on one cluster and F4 (which fails with the floor check planted away) on the other,
+/// one directory stays — its size and `lab clean` said in the closing line.
+#[test]
+fn a_failing_run_keeps_only_the_failing_experiments_servers() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let file = sb.path("stale-write.toml");
+    let out = sb.lab(&["exercise", "stale-write", "--out", file.to_str().unwrap()])?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ev = sb.path("ev");
+    let out = sb.lab(&[
+        "run",
+        "--only",
+        "F1,F4",
+        "--jobs",
+        "2",
+        "--sut",
+        file.to_str().unwrap(),
+        "--evidence-dir",
+        ev.to_str().unwrap(),
+    ])?;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let kept: Vec<_> = fs::read_dir(sb.path("tmp"))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}\n{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("kept 1 directory of the failing experiments' servers (")
+            && err.contains("MB) for a look inside; `lab clean` removes them"),
+        "{err}"
+    );
+    fs::remove_dir_all(&kept[0])?;
+    Ok(())
+}
+
 /// A kept run keeps every server it started: the MariaDB directory of the U-series too, named,
 /// with its data and log, its server stopped.
 #[cfg(feature = "mariadb")]

@@ -53,6 +53,8 @@ pub struct Lab {
     idle_services: Vec<LockService>,
     /// `--keep` or a failing run: the servers stay after [`Lab::shutdown`] (stopped).
     kept: bool,
+    /// A case run on this lab failed: a failing run keeps this lab's servers, not every lab's.
+    pub failed_here: bool,
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
     /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
     pub adopted: Vec<Box<dyn Hosts>>,
@@ -183,6 +185,7 @@ impl Lab {
             service,
             idle_services: Vec::new(),
             kept: false,
+            failed_here: false,
             adopted: Vec::new(),
             again_with_fence: false,
             run_mark,
