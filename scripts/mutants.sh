@@ -23,6 +23,7 @@
 # Usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s]
 #                           [--cargo-out DIR] [--catalogue FILE]
 #        scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume [--again-survivors]]
+#                                       [--parallel N]
 #   --catalogue FILE  the SQL mutants to run instead of scripts/sql-mutants.txt — e.g. the ones
 #                     scripts/sql-mutants-gen.py generates by operator from every statement
 #                     (`scripts/sql-mutants-gen.py > gen.txt; scripts/mutants.sh --sql-only
@@ -47,6 +48,7 @@ while [ $# -gt 0 ]; do
     --generated) generated=1; shift ;;
     --resume) resume="$resume --resume"; shift ;;
     --again-survivors) resume="$resume --again-survivors"; shift ;;
+    --parallel) resume="$resume --parallel $2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --chaos-time) chaos_time="$2"; shift 2 ;;
     --sql-only) cargo_part=0; shift ;;

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -191,6 +192,8 @@ def main():
     ap.add_argument("--chaos-time", default="30s")
     ap.add_argument("--resume", action="store_true",
                     help="keep the verdicts of evidence/mutant-verdicts.tsv and run the rest")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="how many mutants run at once (each its own lab run; their runs mostly wait)")
     ap.add_argument("--again-survivors", action="store_true",
                     help="with --resume: run again the mutants no gate killed (after a new check)")
     a = ap.parse_args()
@@ -229,15 +232,46 @@ def main():
                 print(f"  {c[0]}: {c[1]}", file=sys.stderr)
             return 1
 
-    rows, killed, survived, equiv = [], 0, 0, 0
-    for i, (mid, name, frm, to, what) in enumerate(mutants):
-        if mid in done:
+    # The mutants to run, shared by `--parallel` workers (threads: each waits on its lab
+    # processes); every verdict is appended to the done file as it comes, the table rebuilt
+    # from it.
+    todo = [m for m in mutants if m[0] not in done]
+    lock = threading.Lock()
+    failed = []
+
+    def table():
+        rows, killed, survived, equiv, pending = [], 0, 0, 0, 0
+        for mid, _, _, _, what in mutants:
+            if mid not in done:
+                pending += 1
+                continue
             run_cell, chaos_cell = done[mid]
-        else:
+            cells = run_cell + " " + chaos_cell
+            if "killed" in cells or run_cell.startswith("refused"):
+                verdict = "killed"
+                killed += 1
+            elif mid in argued:
+                verdict = f"equivalent: {argued[mid]}"
+                equiv += 1
+            else:
+                verdict = "**SURVIVED**"
+                survived += 1
+            rows.append(f"| {mid} | {what.replace('|', '/')} | {run_cell.replace('|', '/')} | "
+                        f"{chaos_cell.replace('|', '/')} | {verdict.replace('|', '/')} |")
+        write_section(rows, head, a.chaos_time, (killed, equiv, survived, pending))
+        return killed, equiv, survived
+
+    def worker():
+        while True:
+            with lock:
+                if not todo or failed:
+                    return
+                mid, name, frm, to, what = todo.pop(0)
+                n = len(mutants) - len(todo)
             source = (PROFILES / f"{name}.toml").read_text()
             if source.count(frm) != 1:
-                print(f"mutants: {mid}: its text is not found exactly once in {name}.toml", file=sys.stderr)
-                return 2
+                failed.append(f"{mid}: its text is not found exactly once in {name}.toml")
+                return
             mutant = work / mid / f"{name}.toml"
             mutant.parent.mkdir(parents=True)
             mutant.write_text(source.replace(frm, to))
@@ -250,26 +284,26 @@ def main():
                 chaos_cell = "not run (a MariaDB job lease: chaos runs PostgreSQL profiles)"
             else:
                 chaos_cell = "not needed"
-            with checks_file.open("a") as f:
-                for case, check in checks:
-                    f.write(f"{mid}\t{case}\t{mask(check)}\n")
-            with done_file.open("a") as f:
-                f.write(f"{mid}\t{run_cell}\t{chaos_cell}\n")
-            print(f"mutants: [{i + 1}/{len(mutants)}] {mid}: {run_cell} | {chaos_cell} "
-                  f"({time.monotonic() - t:.0f} s)", file=sys.stderr)
-        cells = run_cell + " " + chaos_cell
-        if "killed" in cells or run_cell.startswith("refused"):
-            verdict = "killed"
-            killed += 1
-        elif mid in argued:
-            verdict = f"equivalent: {argued[mid]}"
-            equiv += 1
-        else:
-            verdict = "**SURVIVED**"
-            survived += 1
-        rows.append(f"| {mid} | {what.replace('|', '/')} | {run_cell.replace('|', '/')} | "
-                    f"{chaos_cell.replace('|', '/')} | {verdict.replace('|', '/')} |")
-        write_section(rows, head, a.chaos_time, (killed, equiv, survived, len(mutants) - i - 1))
+            with lock:
+                with checks_file.open("a") as f:
+                    for case, check in checks:
+                        f.write(f"{mid}\t{case}\t{mask(check)}\n")
+                with done_file.open("a") as f:
+                    f.write(f"{mid}\t{run_cell}\t{chaos_cell}\n")
+                done[mid] = (run_cell, chaos_cell)
+                print(f"mutants: [{n}/{len(mutants)}] {mid}: {run_cell} | {chaos_cell} "
+                      f"({time.monotonic() - t:.0f} s)", file=sys.stderr)
+                table()
+
+    threads = [threading.Thread(target=worker) for _ in range(max(1, a.parallel))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        print(f"mutants: {failed[0]}; fix the catalogue", file=sys.stderr)
+        return 2
+    killed, equiv, survived = table()
     print(f"mutants: {killed} killed, {equiv} argued equivalent, {survived} survived of "
           f"{len(mutants)} generated SQL mutants; evidence/mutants.md", file=sys.stderr)
     return 0 if survived == 0 else 1
