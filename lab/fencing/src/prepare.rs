@@ -59,7 +59,12 @@ impl Profile {
                 ],
                 &res_statements,
             )
-            .await
+            .await?;
+            if let WriteSql::OneStatement(s) = &self.resource.write {
+                self.records_its_attempts(&admin.clone().database(&res_db), s)
+                    .await?;
+            }
+            Ok(())
         }
         .await;
         for db in [&lease_db, &res_db] {
@@ -89,6 +94,71 @@ impl Profile {
             }
             for s in statements {
                 self.prepare_one(&mut conn, s).await?;
+            }
+            Ok(())
+        }
+        .await;
+        let _ = conn.close().await;
+        outcome
+    }
+
+    /// A one-statement write must record each attempt in `write_attempt` itself (the lab's log
+    /// of every write, accepted or not, that F4, F11 and chaos read): run twice on the scratch
+    /// database — with the greatest token, and with a smaller one — each call must add a row.
+    /// Said up front, about the design, rather than as an experiment's miscount later.
+    async fn records_its_attempts(
+        &self,
+        db: &PgConnectOptions,
+        s: &Statement,
+    ) -> Result<(), ProfileError> {
+        let mut conn = db.connect().await.map_err(|e| self.error("server", e))?;
+        let outcome = async {
+            let scope = "profile-check";
+            if let Some(setup) = &self.resource.setup {
+                setup
+                    .query(&crate::profile::Args {
+                        scope,
+                        ..Default::default()
+                    })
+                    .execute(&mut conn)
+                    .await
+                    .map_err(|e| self.error(setup.slot().key(), e))?;
+            }
+            let count = "SELECT count(*) FROM write_attempt";
+            for token in [2, 1] {
+                let before: i64 = sqlx::query_scalar(count)
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(|e| self.error("server", e))?;
+                s.query(&crate::profile::Args {
+                    scope,
+                    part: "summary",
+                    content: "profile check",
+                    writer: "lab-profile-check",
+                    token,
+                    mode: &self.resource.mode,
+                    ..Default::default()
+                })
+                .fetch_all(&mut conn)
+                .await
+                .map_err(|e| self.error(s.slot().key(), e))?;
+                let after: i64 = sqlx::query_scalar(count)
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(|e| self.error("server", e))?;
+                if after != before + 1 {
+                    return Err(ProfileError {
+                        origin: self.origin.clone(),
+                        place: s.slot().key().to_owned(),
+                        message: format!(
+                            "a write with token {token} added {} rows to write_attempt, not 1: the \
+                             one statement must record its own attempt, accepted or not (the lab's \
+                             log every experiment reads), as seed004-single's does: attempt AS \
+                             (INSERT INTO write_attempt (scope, part, writer, token, mode, accepted) …)",
+                            after - before
+                        ),
+                    });
+                }
             }
             Ok(())
         }

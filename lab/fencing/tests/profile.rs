@@ -83,6 +83,17 @@ async fn a_statement_the_server_refuses_is_named_with_the_servers_words() -> any
             "my.toml: lease.acquire: returns (token INT8, holder TEXT), must return (any name INT8)",
         ),
     ];
+    // A one-statement write that does not record its attempt: said up front, about the design.
+    let single = include_str!("../profiles/seed004-single.toml");
+    let attempt = "   INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)\n   SELECT :scope, :part, :writer, :token, :mode, EXISTS (SELECT 1 FROM floor))";
+    assert!(single.contains(attempt));
+    let cases: Vec<(String, &str)> = cases
+        .into_iter()
+        .chain([(
+            single.replace(attempt, "   SELECT 1)"),
+            "my.toml: resource.write.statement: a write with token 2 added 0 rows to write_attempt, not 1: the one statement must record its own attempt",
+        )])
+        .collect();
     for (text, expected) in cases {
         let profile = Profile::parse("my.toml", &text)?;
         let e = profile
