@@ -255,6 +255,24 @@ pub async fn record_lease_history(lease: &PgPool, table: &str) -> sqlx::Result<(
     Ok(())
 }
 
+/// The first of seed004's lease columns (name, holder, token, expires_at), which
+/// [`record_lease_history`]'s trigger reads, that the lease table `table` lacks; `None` when it
+/// has them all.
+pub async fn missing_lease_column(
+    lease: &PgPool,
+    table: &str,
+) -> sqlx::Result<Option<&'static str>> {
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns WHERE table_name = $1",
+    )
+    .bind(table)
+    .fetch_all(lease)
+    .await?;
+    Ok(["name", "holder", "token", "expires_at"]
+        .into_iter()
+        .find(|c| !columns.iter().any(|have| have == c)))
+}
+
 /// One version of the lease row (see [`record_lease_history`]): µs since the epoch by the
 /// database clock; a released lease's `expires_us` is `None` (`-infinity`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -459,7 +459,19 @@ async fn prepare(lab: &mut Lab, rec: &mut Recorder, leases: usize) -> anyhow::Re
     harness::observe::record_part_history(lab.resource.pool())
         .await
         .context("failed to install the record of committed writes")?;
-    harness::observe::record_lease_history(lab.lease_table.pool(), &lab.lease_table.sql().table)
+    let table = &lab.lease_table.sql().table;
+    if let Some(missing) = harness::observe::missing_lease_column(lab.lease_table.pool(), table)
+        .await
+        .context("failed to read the lease table's columns")?
+    {
+        anyhow::bail!(
+            "{}'s lease table {table} has no column {missing}: chaos reads every version of a \
+             lease from seed004's columns (name, holder, token, expires_at); run this design with \
+             lab run --sut",
+            lab.params.sut.name
+        );
+    }
+    harness::observe::record_lease_history(lab.lease_table.pool(), table)
         .await
         .context("failed to install the record of the lease row")?;
     Ok(())
