@@ -2,7 +2,8 @@
 //! acquires a greater token and writes. Property: the token advances only on acquire (a renew
 //! keeps it; one continuous holding is one token), release never moves it back (I2), and the
 //! resource's floor follows the tokens it accepted (I3). holder-a holds a second lease meanwhile:
-//! its renew and release of the first leave the second alone. Last, B releases and acquires again:
+//! its renew and release of the first leave the second alone, and its write under the second
+//! lease's token to that lease's own scope is accepted after B's (each scope its own floor). Last, B releases and acquires again:
 //! its first holding's handle (token 2) can neither renew nor release the new one (token 3) —
 //! a holding is its token, not its holder's name.
 
@@ -14,8 +15,9 @@ use harness::evidence::{Mark, Recorder};
 use crate::lab::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{Lab, Outcome, Scenario};
 
-/// holder-a's second lease.
+/// holder-a's second lease, and the scope it guards.
 const OTHER: &str = "report-job-other";
+const OTHER_SCOPE: &str = "report-other";
 
 pub struct F1;
 
@@ -33,7 +35,7 @@ impl Scenario for F1 {
     }
 
     fn checks(&self) -> usize {
-        14
+        15
     }
 
     fn on_containers(&self) -> bool {
@@ -65,6 +67,7 @@ impl Scenario for F1 {
                 .acquire(OTHER, HOLDER_A, ttl)
                 .await?
                 .context("holder-a could not acquire a second, fresh lease")?;
+            lab.resource.setup_scope(OTHER_SCOPE).await?;
             let other_before = lab
                 .lease
                 .inspect(OTHER)
@@ -204,7 +207,6 @@ impl Scenario for F1 {
                     None => format!("{OTHER}: no holding"),
                 },
             );
-            lab.lease.release(&other).await?;
 
             let b = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
             rec.step(
@@ -233,6 +235,30 @@ impl Scenario for F1 {
 
             lab.check_floor(rec, "the resource's fence_floor", 2)
                 .await?;
+
+            // holder-a's other lease guards a scope of its own: B's token there is nothing to
+            // it (a fence that raised every scope's floor would refuse it now).
+            let ok = lab
+                .resource
+                .write(
+                    &Write {
+                        scope: OTHER_SCOPE,
+                        part: SUMMARY,
+                        content: "rows=1(A, other)",
+                        writer: HOLDER_A,
+                        token: other.token,
+                    },
+                    WriteMode::Fenced,
+                )
+                .await?;
+            rec.check_that(
+                format!(
+                    "holder-a's write to {OTHER_SCOPE}, under its other lease's token, is accepted: each scope keeps its own floor"
+                ),
+                ok,
+                wrote(ok, other.token),
+            );
+            lab.lease.release(&other).await?;
 
             // The same holder, a new holding: the first one's handle must not reach it.
             let released = lab.lease.release(&b).await?;

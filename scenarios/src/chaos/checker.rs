@@ -141,6 +141,8 @@ pub struct Verdict {
     pub unlogged_rejections: usize,
     pub holdings: usize,
     pub overlapping_holdings: usize,
+    /// Per scope: writes acknowledged as accepted (a fence that accepts none guards nothing).
+    pub accepted: BTreeMap<String, usize>,
     /// Per fault kind (and `none`): see [`FaultRow`].
     pub by_fault: BTreeMap<String, FaultRow>,
     /// Per injected fault (in [`Observed::faults`]' order): the I3 violations it is blamed for,
@@ -263,6 +265,9 @@ pub fn check_leases(o: &Observed<'_>, leases: usize) -> Verdict {
         }
         for (key, n) in v.stale {
             *merged.stale.entry(rename(&key)).or_default() += n;
+        }
+        for (key, n) in v.accepted {
+            *merged.accepted.entry(rename(&key)).or_default() += n;
         }
         merged.info_writes.0 += v.info_writes.0;
         merged.info_writes.1 += v.info_writes.1;
@@ -477,6 +482,13 @@ fn judge(o: &Observed<'_>) -> Verdict {
     check_liveness(o, &mut v);
     check_stale(o, &mut v);
     check_i1(o, &mut v);
+    for op in o
+        .ops
+        .iter()
+        .filter(|op| op.f == OpKind::Write && op.outcome == Outcome::Ok)
+    {
+        *v.accepted.entry(op.scope.clone()).or_default() += 1;
+    }
     v
 }
 
@@ -1081,6 +1093,7 @@ mod tests {
         );
         assert_eq!(v.i3["s"][0].excerpt.len(), 2);
         assert_eq!(v.stale["s"], 1);
+        assert_eq!(v.accepted["s"], 3, "every write acknowledged as accepted");
         assert_eq!(v.by_fault["pause"].stale_accepted["s"], 1);
         assert_eq!(v.fault_effects, [BTreeMap::from([("s".to_owned(), 1)])]);
         assert!(v.i2.is_empty() && v.durability.is_empty(), "{v:?}");

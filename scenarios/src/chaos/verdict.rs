@@ -145,6 +145,15 @@ pub fn record(
         v.durability.is_empty(),
         format_args!("{} violations", v.durability.len()),
     );
+    let accepted = v.accepted.get(SCOPE).copied().unwrap_or(0);
+    rec.check_that(
+        format!(
+            "the scope under test accepted writes ({} at scope {at}): a fence that accepts none guards nothing",
+            cfg.mode_name
+        ),
+        accepted > 0,
+        format_args!("{accepted} writes acknowledged as accepted"),
+    );
     let turned_away = v.liveness.get(SCOPE).map(Vec::as_slice).unwrap_or_default();
     show(rec, turned_away);
     rec.check_that(
