@@ -83,7 +83,17 @@ pub fn svg(case: &CaseTimeline) -> String {
     let orchestrator = case.lanes.orchestrator.as_str();
     // The lane labels, top to bottom: the holders, the lease store, the resource.
     let (lease, resource) = (&case.lanes.lease, &case.lanes.resource);
-    let mut lanes: Vec<String> = actors.iter().map(|a| format!("holder {a}")).collect();
+    // An actor named after its role already ("holder-a") is not called "holder holder-a".
+    let mut lanes: Vec<String> = actors
+        .iter()
+        .map(|a| {
+            if a.starts_with("holder") {
+                a.to_string()
+            } else {
+                format!("holder {a}")
+            }
+        })
+        .collect();
     let lease_lane = lanes.len();
     let resource_lane = if case.lanes.one_store() {
         if lease.label != resource.label {
