@@ -3,7 +3,8 @@
 //! lease lane (`lease26` by default) shows each holding as the database clock judged it: from the
 //! grant to the moment the lab's poll saw `expires_at <= now()` (or the release). A frozen
 //! interval (SIGSTOP → SIGCONT) is shaded on its actor's lane; each write is marked on the
-//! resource lane (`res26` by default), accepted (✓) or rejected (✗), with its token; a
+//! resource lane (`res26` by default), accepted (✓; ⚠ stale, in orange, when a greater token was
+//! granted before it) or rejected (✗), with its token; a
 //! crash-restart of the database crosses every lane, and the orchestrator's phases are marked
 //! across every lane. The x axis is the lab's
 //! monotonic clock, but not linear: each step's position is half its share of the elapsed time
@@ -236,7 +237,13 @@ pub fn svg(case: &CaseTimeline) -> String {
     };
     let mut label_row = 0usize;
     let mut lane_rows: std::collections::HashMap<String, usize> = Default::default();
+    // The greatest token granted so far: an accepted write below it is stale, drawn in a warning
+    // colour, not as a success.
+    let mut granted: Option<i64> = None;
     for s in &case.steps {
+        if s.mark == Mark::Acquired {
+            granted = granted.max(s.token);
+        }
         let sx = x(s.at);
         let title = esc(&format!(
             "+{:.1} ms {} {} {}{}{}",
@@ -268,10 +275,11 @@ pub fn svg(case: &CaseTimeline) -> String {
                 );
             }
             Mark::Write { accepted } => {
-                let (sym, fill) = if accepted {
-                    ("✓", "#188038")
-                } else {
-                    ("✗", "#d93025")
+                let stale = matches!((s.token, granted), (Some(t), Some(g)) if t < g);
+                let (sym, fill) = match (accepted, stale) {
+                    (true, true) => ("⚠ stale", "#e37400"),
+                    (true, false) => ("✓", "#188038"),
+                    (false, _) => ("✗", "#d93025"),
                 };
                 let token = s.token.map_or_else(String::new, |t| format!(" t={t}"));
                 let y = ry + write_rows[label_row % 2];
@@ -374,6 +382,7 @@ fn short(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evidence::model::Event;
     use crate::evidence::timeline::cases;
 
     #[test]
@@ -382,5 +391,26 @@ mod tests {
         assert!(svg.contains("frozen (SIGSTOP)"));
         assert!(svg.contains("✓ B t=2") && svg.contains("✗ A t=1"), "{svg}");
         assert!(svg.contains("holder A") && svg.contains("lease26"));
+        assert!(!svg.contains("⚠ stale"), "{svg}");
+    }
+
+    #[test]
+    fn an_accepted_write_below_a_token_granted_before_it_is_drawn_stale() {
+        // The sample run with A's late write accepted, as an unfenced resource does (F5).
+        let run: Vec<Event> = crate::evidence::testing::sample_run()
+            .into_iter()
+            .map(|e| match e {
+                Event::Step(s) if s.mark == (Mark::Write { accepted: false }) => {
+                    Event::Step(crate::evidence::model::Step {
+                        mark: Mark::Write { accepted: true },
+                        ..s
+                    })
+                }
+                e => e,
+            })
+            .collect();
+        let svg = svg(&cases(&run)[0]);
+        assert!(svg.contains("⚠ stale A t=1"), "{svg}");
+        assert!(svg.contains("✓ B t=2"), "{svg}");
     }
 }
