@@ -108,7 +108,10 @@ pub fn svg(case: &CaseTimeline) -> String {
         lanes.push(resource.label.clone());
         lease_lane + 1
     };
-    let lane_y = |lane: usize| TOP + LANE * lane as f64;
+    // The title, wrapped to the picture's width (never cut): the lanes start below its lines.
+    let title_lines = wrap(&format!("{} — {}", case.id, case.title), TITLE_CHARS);
+    let top = TOP + TITLE_LINE * (title_lines.len() - 1) as f64;
+    let lane_y = |lane: usize| top + LANE * lane as f64;
     let actor_y = |actor: &str| lane_y(actors.iter().position(|a| *a == actor).unwrap_or(0));
     let color =
         |actor: &str| PALETTE[actors.iter().position(|a| *a == actor).unwrap_or(0) % PALETTE.len()];
@@ -120,7 +123,7 @@ pub fn svg(case: &CaseTimeline) -> String {
     // 2 % of margin on each side.
     let xpos = |ms: f64| X0 + (0.02 + 0.96 * axis.pos(ms)) * (X1 - X0);
     let x = |at: Duration| xpos(ms(at));
-    let height = TOP + LANE * lanes.len() as f64 + 40.0;
+    let height = top + LANE * lanes.len() as f64 + 40.0;
 
     let mut out = String::new();
     let _ = writeln!(
@@ -131,15 +134,17 @@ pub fn svg(case: &CaseTimeline) -> String {
         out,
         r##"<rect width="100%" height="100%" fill="#ffffff"/>"##
     );
-    let _ = writeln!(
-        out,
-        r#"<text x="10" y="20" font-size="14" font-weight="bold">{} — {}</text>"#,
-        esc(case.id),
-        esc(case.title)
-    );
+    for (i, line) in title_lines.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            r#"<text x="10" y="{}" font-size="14" font-weight="bold">{}</text>"#,
+            20.0 + TITLE_LINE * i as f64,
+            esc(line)
+        );
+    }
     // Lanes.
     for (i, lane) in lanes.iter().enumerate() {
-        let y = TOP + LANE * i as f64;
+        let y = top + LANE * i as f64;
         let fill = if i % 2 == 0 { "#f6f6f6" } else { "#ffffff" };
         let _ = writeln!(
             out,
@@ -154,7 +159,7 @@ pub fn svg(case: &CaseTimeline) -> String {
         );
     }
     // Time axis.
-    let axis_y = TOP + LANE * lanes.len() as f64;
+    let axis_y = top + LANE * lanes.len() as f64;
     let tick = tick_ms(span_ms);
     let _ = writeln!(
         out,
@@ -167,7 +172,7 @@ pub fn svg(case: &CaseTimeline) -> String {
         if tx - last_label >= 56.0 {
             let _ = writeln!(
                 out,
-                r##"<line x1="{tx:.1}" y1="{TOP}" x2="{tx:.1}" y2="{}" stroke="#ddd"/>"##,
+                r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#ddd"/>"##,
                 axis_y + 4.0
             );
             let _ = writeln!(
@@ -260,13 +265,13 @@ pub fn svg(case: &CaseTimeline) -> String {
             Mark::Restart | Mark::Failover => {
                 let _ = writeln!(
                     out,
-                    r##"<line x1="{sx:.1}" y1="{TOP}" x2="{sx:.1}" y2="{axis_y}" stroke="#d93025" stroke-width="2" stroke-dasharray="6 3"><title>{title}</title></line>"##
+                    r##"<line x1="{sx:.1}" y1="{top}" x2="{sx:.1}" y2="{axis_y}" stroke="#d93025" stroke-width="2" stroke-dasharray="6 3"><title>{title}</title></line>"##
                 );
                 let _ = writeln!(
                     out,
                     r##"<text x="{:.1}" y="{}" fill="#d93025" font-weight="bold">{}</text>"##,
                     sx + 4.0,
-                    TOP - 4.0,
+                    top - 4.0,
                     if s.mark == Mark::Failover {
                         "lease store failover"
                     } else {
@@ -313,13 +318,14 @@ pub fn svg(case: &CaseTimeline) -> String {
             Mark::Info if s.actor == orchestrator => {
                 let _ = writeln!(
                     out,
-                    r##"<line x1="{sx:.1}" y1="{TOP}" x2="{sx:.1}" y2="{axis_y}" stroke="#80868b" stroke-dasharray="2 3"><title>{title}</title></line>"##
+                    r##"<line x1="{sx:.1}" y1="{top}" x2="{sx:.1}" y2="{axis_y}" stroke="#80868b" stroke-dasharray="2 3"><title>{title}</title></line>"##
                 );
                 let _ = writeln!(
                     out,
-                    r##"<text x="{:.1}" y="{}" fill="#5f6368">{}</text>"##,
+                    r##"<text x="{:.1}" y="{}" fill="#5f6368"><title>{}</title>{}</text>"##,
                     sx + 3.0,
-                    TOP - 4.0,
+                    top - 4.0,
+                    esc(&s.action),
                     esc(&short(&s.action))
                 );
             }
@@ -354,9 +360,10 @@ pub fn svg(case: &CaseTimeline) -> String {
                     } else {
                         (sx + 2.0, "")
                     };
+                    // Shortened on the lane, whole on hover (and in the step table beside).
                     let _ = writeln!(
                         out,
-                        r#"<text x="{lx:.1}" y="{ly}"{anchor}>{}</text>"#,
+                        r#"<text x="{lx:.1}" y="{ly}"{anchor}><title>{title}</title>{}</text>"#,
                         esc(&label)
                     );
                 }
@@ -369,6 +376,28 @@ pub fn svg(case: &CaseTimeline) -> String {
     );
     out.push_str("</svg>\n");
     out
+}
+
+/// How many characters of the title fit on one line at its size, and the line's height.
+const TITLE_CHARS: usize = 105;
+const TITLE_LINE: f64 = 17.0;
+
+/// `text` in lines of at most `width` characters, broken at spaces (a longer word stays whole).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_owned()),
+        }
+    }
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
+    lines
 }
 
 /// A label short enough for a lane.
@@ -392,6 +421,13 @@ mod tests {
         assert!(svg.contains("✓ B t=2") && svg.contains("✗ A t=1"), "{svg}");
         assert!(svg.contains("holder A") && svg.contains("lease26"));
         assert!(!svg.contains("⚠ stale"), "{svg}");
+    }
+
+    #[test]
+    fn a_long_title_wraps_whole_and_the_lanes_start_below_it() {
+        let lines = wrap(&"word ".repeat(60), TITLE_CHARS);
+        assert!(lines.len() > 2 && lines.iter().all(|l| l.chars().count() <= TITLE_CHARS));
+        assert_eq!(lines.join(" ").trim(), "word ".repeat(60).trim());
     }
 
     #[test]
