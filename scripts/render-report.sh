@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders the run's report to pictures with headless Chromium, so that it can be looked at
 # without a browser:   scripts/render-report.sh [EVIDENCE_DIR]      (default: evidence)
-#   EVIDENCE_DIR/report.png         the whole report page
+#   EVIDENCE_DIR/report-N.png       the whole report page, in pages of at most 8000 px
 #   EVIDENCE_DIR/timeline-<CASE>.png one picture per timeline (F4 … F9)
 # Installs the Debian package chromium-headless-shell when missing and running as root.
 set -euo pipefail
@@ -25,7 +25,24 @@ trap 'rm -rf "$work"' EXIT
 shot() { # html-file png-file width height
   "$chrome" --no-sandbox --disable-gpu --hide-scrollbars --window-size="$3,$4" --screenshot="$2" "file://$1" >/dev/null 2>&1
 }
-shot "$ev/report.html" "$ev/report.png" 1040 9000
+# The whole report, never cut: its height measured by Chromium itself (the DOM dumped after a
+# script wrote it), then rendered in pages of at most 8000 px (report-1.png, report-2.png, …),
+# each the page shifted up by the ones before it.
+mkdir -p "$work/whole"
+sed 's#</body>#<script>document.body.setAttribute("data-height", document.documentElement.scrollHeight)</script></body>#' \
+  "$ev/report.html" >"$work/whole/measure.html"
+height=$("$chrome" --no-sandbox --disable-gpu --window-size=1040,1000 --dump-dom "file://$work/whole/measure.html" 2>/dev/null \
+  | grep -o 'data-height="[0-9]*"' | grep -o '[0-9]*' | head -1)
+[ -n "$height" ] || { echo "render-report: could not measure the report's height" >&2; exit 1; }
+rm -f "$ev"/report.png "$ev"/report-[0-9]*.png
+page=8000
+pages=$(( (height + page - 1) / page ))
+for i in $(seq 0 $((pages - 1))); do
+  h=$(( height - i * page < page ? height - i * page : page ))
+  sed "s#<head>#<head><style>body{margin-top:-$((i * page))px !important}</style>#" "$ev/report.html" >"$work/whole/page-$i.html"
+  shot "$work/whole/page-$i.html" "$ev/report-$((i + 1)).png" 1040 "$h"
+  echo "render-report: $ev/report-$((i + 1)).png ($h px of the report's $height)"
+done
 # One page per timeline: the SVG of each case, cut out of the report.
 python3 - "$ev/report.html" "$work" <<'PY'
 import re, sys
@@ -44,4 +61,3 @@ for page in "$work"/*.html; do
   shot "$page" "$ev/timeline-$case.png" 960 "$(cat "$work/$case.height")"
   echo "render-report: $ev/timeline-$case.png"
 done
-echo "render-report: $ev/report.png"

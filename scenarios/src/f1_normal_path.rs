@@ -85,6 +85,14 @@ impl Scenario for F1 {
                 .resource
                 .write(&write(HOLDER_A, "rows=100(A)", a.token), WriteMode::Fenced)
                 .await?;
+            rec.step(
+                Mark::Write { accepted: ok },
+                "holder-a",
+                "write",
+                Some(a.token),
+                wrote(ok, a.token),
+                None,
+            );
             rec.check(
                 "holder-a's write with token=1 is accepted",
                 "WRITE accepted=true token=1",
@@ -227,6 +235,14 @@ impl Scenario for F1 {
                 .resource
                 .write(&write(HOLDER_B, "rows=101(B)", b.token), WriteMode::Fenced)
                 .await?;
+            rec.step(
+                Mark::Write { accepted: ok },
+                "holder-b",
+                "write",
+                Some(b.token),
+                wrote(ok, b.token),
+                None,
+            );
             rec.check(
                 "holder-b's write with token=2 is accepted",
                 "WRITE accepted=true token=2",
