@@ -15,7 +15,7 @@
 //! Where the fence repeats, the completion's owner join is what still refuses C's completion of
 //! the run A started under fence 1.
 
-crate::u_common::u_scenario!(U1, "U1", 15, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
+crate::u_common::u_scenario!(U1, "U1", 16, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
 
 #[cfg(feature = "mariadb")]
 mod imp {
@@ -52,6 +52,17 @@ mod imp {
         // The day's run, started under A's holding.
         jobs.start_run(RUN, &a).await?;
         rec.check("A's is_held", &true, &jobs.is_held(&a).await?);
+        // While A holds it, another owner is refused (its answer read as seed 000 reads it:
+        // the row its own owner token names).
+        let refused = jobs.acquire(JOB_LEASE, &owner_token("B"), short).await?;
+        rec.check(
+            "while A holds the job lease, B's acquire is refused",
+            "refused",
+            &refused.map_or_else(
+                || "refused".to_owned(),
+                |g| format!("granted fence_token={}", g.fence_token),
+            ),
+        );
         env.until_expired(timeout).await?;
         on_lane(
             rec,
