@@ -210,7 +210,8 @@ def main():
         for line in done_file.read_text().splitlines()[1:]:
             mid, run_cell, chaos_cell = line.split("\t")
             killed = "killed" in run_cell + chaos_cell or run_cell.startswith("refused")
-            if killed or not a.again_survivors:
+            # --again-survivors with --only: those of the survivors only.
+            if killed or not a.again_survivors or (only and mid not in only):
                 done[mid] = (run_cell, chaos_cell)
         # What is run again is written again, after the rest.
         done_file.write_text("mutant\tlab run --sut\tlab chaos --sut\n" + "".join(
