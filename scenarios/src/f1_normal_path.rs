@@ -35,7 +35,7 @@ impl Scenario for F1 {
     }
 
     fn checks(&self) -> usize {
-        15
+        16
     }
 
     fn on_containers(&self) -> bool {
@@ -273,6 +273,30 @@ impl Scenario for F1 {
                 ),
                 ok,
                 wrote(ok, other.token),
+            );
+            // And the other way: what report-other accepted counts only there. holder-a's first
+            // holding is superseded: its token is stale at the first scope.
+            let stale = lab
+                .resource
+                .write(
+                    &write(HOLDER_A, "rows=102(A, stale)", a.token),
+                    WriteMode::Fenced,
+                )
+                .await?;
+            rec.step(
+                Mark::Write { accepted: stale },
+                "holder-a",
+                "stale write",
+                Some(a.token),
+                wrote(stale, a.token),
+                None,
+            );
+            rec.check(
+                format!(
+                    "holder-a's stale write with token=1, after B's token=2, is rejected: the floor of {OTHER_SCOPE} counts only there"
+                ),
+                "WRITE accepted=false token=1",
+                &wrote(stale, a.token),
             );
             lab.lease.release(&other).await?;
 
