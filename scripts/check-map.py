@@ -67,6 +67,13 @@ def main():
     inventory = Path(a.run_dir) / "events.jsonl"
     if not inventory.exists():
         sys.exit(f"check-map: {inventory}: no such event log (run ./run.sh first)")
+    env = {}
+    for line in inventory.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "environment":
+            env = e.get("environment", {})
+            break
+    made_by = f"`{env.get('command_line', '?')}` at {env.get('git_revision', '?')}, {env.get('date', '?')[:16]}"
     checks = {}
     for case, desc, _ in checks_of(inventory):
         checks.setdefault(key(case, desc), (case, desc))
@@ -111,9 +118,9 @@ def main():
     text = [
         "# The check map",
         "",
-        f"Every check of the default run in {inventory} ({len(checks)} checks, each experiment's",
-        "fenced modes and lock services counted once), and whether a planted flaw has been seen failing",
-        f"it. Made by scripts/check-map.py on {datetime.now(timezone.utc):%Y-%m-%d}. The failures read:",
+        f"Every check of a default run ({made_by}: {len(checks)} checks, each",
+        "experiment's fenced modes and lock services counted once), and whether a planted flaw has been",
+        f"seen failing it. Made by scripts/check-map.py on {datetime.now(timezone.utc):%Y-%m-%d}. The failures read:",
         "",
         *[f"- {s}" for s in sources],
         "",

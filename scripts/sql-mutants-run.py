@@ -170,7 +170,9 @@ def write_section(rows, head, chaos_time, totals):
         f"MUTANT --seed 1 --time {chaos_time}`. The profile check refusing a mutant's SQL kills it too.",
         "Each profile, unmutated, passed the same gate first. A survivor is argued equivalent in",
         "scripts/equivalent-mutants.txt or it fails this gate. Which checks each run failed:",
-        f"evidence/mutant-checks.tsv. Made on {datetime.now(timezone.utc):%Y-%m-%d} at {head}.",
+        f"evidence/mutant-checks.tsv. Last run on {datetime.now(timezone.utc):%Y-%m-%d} at {head}; a resumed",
+        "run (--resume) keeps the verdicts before it — a kill stays a kill, since checks are only",
+        "added — and --again-survivors runs the survivors again with the lab as it is now.",
         "",
         f"**{killed + argued} of {killed + argued + survived + pending} killed or argued equivalent: {killed} killed, {argued} argued "
         f"equivalent, {survived} survived{f', {pending} not yet run' if pending else ''}.**",
