@@ -188,7 +188,7 @@ fn a_passing_run_writes_the_evidence_and_removes_its_cluster() -> anyhow::Result
         "output.txt is what the terminal showed"
     );
     assert!(text.lines().any(|l| l.starts_with("CASE F1 ::")), "{text}");
-    assert!(text.ends_with("SUMMARY passed=11 failed=0\n"), "{text}");
+    assert!(text.ends_with("SUMMARY passed=19 failed=0\n"), "{text}");
     let events = fs::read_to_string(ev.join("events.jsonl"))?;
     assert!(
         events.lines().count() > 11 && events.contains("\"event\":\"step\""),
@@ -230,9 +230,9 @@ fn a_kept_cluster_stays_on_disk_stopped_and_named() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A failing run keeps only the servers of the experiments that failed: with two jobs, F1 (which
-/// passes) on one cluster and F4 (which fails with the floor check planted away) on the other,
-/// one directory stays — its size and `lab clean` said in the closing line.
+/// A failing run keeps only the servers of the experiments that failed: with two jobs, F3 (which
+/// passes: it judges the lease alone) and F4 (which fails with the floor check planted away), one
+/// directory stays — its size and `lab clean` said in the closing line.
 #[test]
 fn a_failing_run_keeps_only_the_failing_experiments_servers() -> anyhow::Result<()> {
     let sb = Sandbox::new()?;
@@ -243,7 +243,7 @@ fn a_failing_run_keeps_only_the_failing_experiments_servers() -> anyhow::Result<
     let out = sb.lab(&[
         "run",
         "--only",
-        "F1,F4",
+        "F3,F4",
         "--jobs",
         "2",
         "--sut",
@@ -455,7 +455,7 @@ fn a_reader_that_goes_away_ends_the_terminal_copy_not_the_run() -> anyhow::Resul
     assert_eq!(lab.wait()?.code(), Some(0));
     let text = fs::read_to_string(ev.join("output.txt"))?;
     assert!(
-        text.ends_with("SUMMARY passed=11 failed=0\n"),
+        text.ends_with("SUMMARY passed=19 failed=0\n"),
         "the file has every line: {text}"
     );
     sb.assert_nothing_left()
@@ -1141,8 +1141,8 @@ fn the_report_card_shows_a_flawed_design_unsafe_with_its_evidence() -> anyhow::R
     assert_eq!(cells[6], "**UNSAFE**", "F4: {row}");
     assert_eq!(cells[8], "**UNSAFE**", "F7: {row}");
     assert_eq!(
-        cells[3], "safe",
-        "F1 does not depend on the floor check: {row}"
+        cells[3], "**UNSAFE**",
+        "F1's stale write to the first scope is rejected only by the floor check: {row}"
     );
     assert!(
         card.contains("- stale-write × F4: A's stale write is rejected by the resource (expected=WRITE accepted=false token=1, actual=WRITE accepted=true token=1)"),
