@@ -305,7 +305,7 @@ async fn run_case(
     // extra clusters go now; a failing one marks its lab.
     if rec.summary().failed > before.failed {
         lab.failed_here = true;
-    } else {
+    } else if !lab.keep_all {
         let passed: Vec<_> = lab.adopted.drain(adopted_before..).collect();
         for other in passed {
             other.shutdown().await;

@@ -222,7 +222,14 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
             eprintln!("lab chaos: {line}");
         }
         if !kept.is_empty() {
-            eprintln!("{}", crate::kept_size_line(&kept, &crate::clean_command()));
+            eprintln!(
+                "{}",
+                crate::kept_size_line(
+                    &kept,
+                    "of the failing run's servers",
+                    &crate::clean_command()
+                )
+            );
         }
     }
     lab.shutdown().await;

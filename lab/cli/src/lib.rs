@@ -105,8 +105,8 @@ const KEPT_WARN_MB: u64 = 1024;
 /// The closing line of a run that kept servers: how many directories, their size, and what
 /// removes them — and a warning when every lab's kept clusters in the temp dir pass
 /// `LAB_KEPT_WARN_MB` (default 1024). `kept` are the lines [`scenarios::Lab::keep`] said, each
-/// naming a directory under the temp dir.
-pub(crate) fn kept_size_line(kept: &[String], clean: &str) -> String {
+/// naming a directory under the temp dir; `whose` says why they were kept.
+pub(crate) fn kept_size_line(kept: &[String], whose: &str, clean: &str) -> String {
     let tmp = std::env::temp_dir();
     let mut dirs: Vec<std::path::PathBuf> = kept
         .iter()
@@ -120,7 +120,7 @@ pub(crate) fn kept_size_line(kept: &[String], clean: &str) -> String {
     let mb = |bytes: u64| bytes.div_ceil(1 << 20);
     let size: u64 = dirs.iter().map(|d| dir_size(d)).sum();
     let mut line = format!(
-        "lab: kept {} director{} of the failing experiments' servers ({} MB) for a look inside; `{clean}` removes them",
+        "lab: kept {} director{} {whose} ({} MB) for a look inside; `{clean}` removes them",
         dirs.len(),
         if dirs.len() == 1 { "y" } else { "ies" },
         mb(size)

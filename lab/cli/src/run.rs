@@ -183,6 +183,8 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     };
     // The other jobs' labs, each on a cluster of its own (an embedded cluster starts in about a
     // second; they start together).
+    let mut lab = lab;
+    lab.keep_all = cfg.keep;
     let mut labs = vec![lab];
     if cfg.jobs > 1 && cfg.scenarios.len() > 1 {
         let more = (1..cfg.jobs).map(|_| {
@@ -200,7 +202,10 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         };
         for lab in started {
             match lab {
-                Ok(lab) => labs.push(lab),
+                Ok(mut lab) => {
+                    lab.keep_all = cfg.keep;
+                    labs.push(lab)
+                }
                 Err(e) => {
                     eprintln!("lab: another job's cluster: {e:#}");
                     for lab in labs {
@@ -292,7 +297,12 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         lab.shutdown().await;
     }
     if !kept.is_empty() {
-        eprintln!("{}", crate::kept_size_line(&kept, &clean));
+        let whose = if cfg.keep {
+            "of this run's servers, as --keep asked"
+        } else {
+            "of the failing experiments' servers"
+        };
+        eprintln!("{}", crate::kept_size_line(&kept, whose, &clean));
     }
     eprintln!("lab: evidence in {}; {:.1} s", dir.display(), secs);
     let ended = match interrupted {

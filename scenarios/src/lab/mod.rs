@@ -55,6 +55,8 @@ pub struct Lab {
     kept: bool,
     /// A case run on this lab failed: a failing run keeps this lab's servers, not every lab's.
     pub failed_here: bool,
+    /// `--keep`: every server stays, a passing case's extra clusters too.
+    pub keep_all: bool,
     /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
     /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
     pub adopted: Vec<Box<dyn Hosts>>,
@@ -186,6 +188,7 @@ impl Lab {
             idle_services: Vec::new(),
             kept: false,
             failed_here: false,
+            keep_all: false,
             adopted: Vec::new(),
             again_with_fence: false,
             run_mark,
