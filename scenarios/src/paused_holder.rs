@@ -460,6 +460,13 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         &renew.to_string(),
     );
     if let Some(session) = &session {
+        // A's stderr is read apart from its events: the line may come a moment after the
+        // renew's event. Polled with a deadline; a line that never comes fails the check below.
+        let _ = harness::wait::until("A's lease-lost line on stderr", EVENT_TIMEOUT, || {
+            let seen = a.stderr().lines().any(|l| l.starts_with(LOST_PREFIX));
+            async move { Ok::<bool, std::io::Error>(seen) }
+        })
+        .await;
         let heard = a
             .stderr()
             .lines()
