@@ -151,9 +151,8 @@ pub(crate) async fn freeze_and_show(
     Ok(frozen_at)
 }
 
-/// Waits until A's lease is expired by the database clock and marks it on A's timeline.
-pub(crate) async fn until_lease_expired(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-    lab.until_lease_expired("A's lease").await?;
+/// Marks A's lease expired on A's timeline (under `--step`, the pause is here).
+async fn mark_lease_expired(lab: &Lab, rec: &mut Recorder) {
     lab_step(
         lab,
         rec,
@@ -166,6 +165,12 @@ pub(crate) async fn until_lease_expired(lab: &Lab, rec: &mut Recorder) -> anyhow
         "",
     )
     .await;
+}
+
+/// Waits until A's lease is expired by the database clock and marks it on A's timeline.
+pub(crate) async fn until_lease_expired(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+    lab.until_lease_expired("A's lease").await?;
+    mark_lease_expired(lab, rec).await;
     Ok(())
 }
 
@@ -198,18 +203,7 @@ pub(crate) async fn until_expired_while_frozen(
         "the lease expired by {} {after_ms:.0} ms after A was frozen ({how})",
         lab.expiry_clock(),
     ));
-    lab_step(
-        lab,
-        rec,
-        Mark::LeaseExpired,
-        "A",
-        &format!(
-            "lease expired ({})",
-            lab.expiry_clock().trim_start_matches("the ")
-        ),
-        "",
-    )
-    .await;
+    mark_lease_expired(lab, rec).await;
     Ok(())
 }
 
