@@ -20,7 +20,14 @@
 //!     summary: no part row in common) must still wait for it,
 //!     so that A's token-1 commit precedes B's token-2 commit. (The shared fence lets writers of
 //!     the current token through together; this is the case its `FOR SHARE` is for.)
-//! Property (I3): in every fenced order the final content is B's, token 2, floor 2.
+//! (e) Two writes of A's *new* token (its summary and its detail, in parallel), the floor below it:
+//!     the first advances the floor to 1 and pauses in its open transaction; the second — whose
+//!     snapshot saw the floor at 0 — waits on the floor row, then re-evaluates on the committed
+//!     floor, `1 <= 1`, and is accepted. This is the order where Read Committed's re-evaluation
+//!     decides for an equal token: a fence that let only a greater token advance (`<`) would
+//!     reject a holder's own second part here, though each alone passes.
+//! Property (I3): in (b)–(d) the final content is B's, token 2, floor 2; in (e) both parts are
+//! A's at floor 1.
 //!
 //! Run again with another fenced mode (`F6-fenced-single`, `F6-fenced-shared`), only (b)–(d)
 //! run: (a) uses no fenced mode, and was judged in the first case.
@@ -72,7 +79,7 @@ impl Scenario for F6 {
     }
 
     fn checks(&self) -> usize {
-        19
+        24
     }
 
     fn checks_again(&self) -> usize {
@@ -104,13 +111,16 @@ impl Scenario for F6 {
                 lab.reset().await?;
             }
             // A first: B (token 2) re-evaluates `1 <= 2` and is accepted.
-            fenced_scope(lab, rec, HOLDER_A, HOLDER_B, true, false).await?;
+            fenced_scope(lab, rec, Order::AFirst).await?;
             lab.reset().await?;
             // B first: A (token 1) re-evaluates `2 <= 1` and is rejected.
-            fenced_scope(lab, rec, HOLDER_B, HOLDER_A, false, false).await?;
+            fenced_scope(lab, rec, Order::BFirst).await?;
             lab.reset().await?;
             // A first with the floor already at 1: B's advance still waits for A's commit.
-            fenced_scope(lab, rec, HOLDER_A, HOLDER_B, true, true).await?;
+            fenced_scope(lab, rec, Order::AtCurrent).await?;
+            lab.reset().await?;
+            // A's two writes of its new token: the second re-evaluates `1 <= 1`, accepted.
+            fenced_scope(lab, rec, Order::SameToken).await?;
             Ok(())
         })
     }
@@ -191,21 +201,42 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
 /// `first` writes (advancing the floor, or — `at_current` — at the floor its earlier write set)
 /// and pauses inside its open transaction; `second` must block on the floor row's lock until
 /// `first` commits, then re-evaluate its condition on the new row version.
-async fn fenced_scope(
-    lab: &mut Lab,
-    rec: &mut Recorder,
-    first: &'static str,
-    second: &'static str,
-    second_accepted: bool,
-    at_current: bool,
-) -> anyhow::Result<()> {
-    let (order, phase) = match (first == HOLDER_A, at_current) {
-        (true, false) => ("A first", "(b) fenced-scope, A first"),
-        (false, _) => ("B first", "(c) fenced-scope, B first"),
-        (true, true) => (
+/// The orders F6 runs at the fenced resource, (b)–(e).
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    AFirst,
+    BFirst,
+    AtCurrent,
+    SameToken,
+}
+
+async fn fenced_scope(lab: &mut Lab, rec: &mut Recorder, case: Order) -> anyhow::Result<()> {
+    let (first, second, second_accepted, at_current) = match case {
+        Order::AFirst => (HOLDER_A, HOLDER_B, true, false),
+        Order::BFirst => (HOLDER_B, HOLDER_A, false, false),
+        Order::AtCurrent => (HOLDER_A, HOLDER_B, true, true),
+        Order::SameToken => (HOLDER_A, HOLDER_A, true, false),
+    };
+    let (order, phase) = match case {
+        Order::AFirst => ("A first", "(b) fenced-scope, A first"),
+        Order::BFirst => ("B first", "(c) fenced-scope, B first"),
+        Order::AtCurrent => (
             "A first at the current token",
             "(d) A first, the floor already at A's token",
         ),
+        Order::SameToken => (
+            "A's two parts at its new token",
+            "(e) two writes of A's new token, the first advancing the floor",
+        ),
+    };
+    // (e): A's second write is of the detail, with the same token, and not B's at all.
+    let second_write = if case == Order::SameToken {
+        Write {
+            part: crate::lab::DETAIL,
+            ..write(HOLDER_A)
+        }
+    } else {
+        write(second)
     };
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let mode = WriteMode::Fenced;
@@ -224,7 +255,10 @@ async fn fenced_scope(
         write(first)
     };
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
-    let (f, s) = (name(first), name(second));
+    let (f, s) = match case {
+        Order::SameToken => ("A's summary", "A's detail"),
+        _ => (name(first), name(second)),
+    };
     let admin = lab.admin_pool(fencing::schema::Database::Resource).await?;
     let mut conn_first = lab.resource.pool().acquire().await?;
     let mut conn_second = lab.resource.pool().acquire().await?;
@@ -260,7 +294,7 @@ async fn fenced_scope(
     let floor_token = write(first).token;
     rec.step(
         Mark::Info,
-        f,
+        name(first),
         if at_current {
             "wrote at the current floor, paused in its open transaction"
         } else {
@@ -271,7 +305,7 @@ async fn fenced_scope(
         None,
     );
     let second_task = tokio::spawn(async move {
-        resource::write_on(&mut conn_second, &sut, &write(second), mode, async {}).await
+        resource::write_on(&mut conn_second, &sut, &second_write, mode, async {}).await
     });
     // Until it waits — or, where nothing holds it, has already finished (then the check fails).
     let blocked = harness::wait::until(
@@ -318,7 +352,7 @@ async fn fenced_scope(
     let second_ok = finishes(&format!("{s}'s write"), second_task).await???;
     rec.step(
         Mark::Write { accepted: first_ok },
-        f,
+        name(first),
         "committed",
         Some(write(first).token),
         wrote(first_ok, write(first).token),
@@ -328,10 +362,10 @@ async fn fenced_scope(
         Mark::Write {
             accepted: second_ok,
         },
-        s,
+        name(second),
         "re-evaluated on the new row version",
-        Some(write(second).token),
-        wrote(second_ok, write(second).token),
+        Some(second_write.token),
+        wrote(second_ok, second_write.token),
         None,
     );
     rec.check(
@@ -341,11 +375,26 @@ async fn fenced_scope(
     );
     rec.check(
         format!("{mode_label}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
-        &wrote(second_accepted, write(second).token),
-        &wrote(second_ok, write(second).token),
+        &wrote(second_accepted, second_write.token),
+        &wrote(second_ok, second_write.token),
     );
     let part = lab.resource.part(SCOPE, SUMMARY).await?;
     let floor = lab.resource.floor(SCOPE).await?;
+    if case == Order::SameToken {
+        // Both parts are A's, and the floor stands at A's token.
+        let detail = lab.resource.part(SCOPE, crate::lab::DETAIL).await?;
+        rec.check(
+            format!("{mode_label}, {order}: the summary and the detail, and fence_floor"),
+            &format!("{OLD_A} by holder-a token=1; {OLD_A} by holder-a token=1; floor 1"),
+            &format!(
+                "{}; {}; floor {}",
+                part_line(&part),
+                part_line(&detail),
+                shown(floor)
+            ),
+        );
+        return Ok(());
+    }
     rec.check(
         format!("{mode_label}, {order}: the final summary"),
         &format!("{NEW_B} by holder-b token=2"),
