@@ -7,6 +7,9 @@ systematic one (issue 30). Each SQL line of a profile's statements gets, where i
   flip           each comparison flipped: <= <-> <, >= <-> >, = -> >=, <> -> =
   drop-set       each assignment of a SET list dropped
   const          each arithmetic constant (+ 1, - 300 ...) moved by one either way
+  refuse         each WHERE condition made `FALSE AND …`: the statement never matches (a design
+                 that refuses every caller — what a liveness check must catch; the profiles'
+                 conditions have no top-level OR, so `FALSE AND` refuses the whole of it)
 
 Prints the mutants in the catalogue's format (id | file | the exact text | what it becomes | what
 it breaks), which scripts/mutants.sh reads with --catalogue FILE. A line whose text is not unique
@@ -124,6 +127,11 @@ def mutate(line, region):
         first = code[m.end() : ands[0][0]].strip()
         new = code[: m.end()] + code[ands[0][1] :].lstrip()
         out.append(("drop-conjunct", new, f"the condition `{first}` dropped"))
+    # refuse: the WHERE condition made FALSE.
+    w = re.search(r"\bWHERE\s+", code)
+    if w and not code[: w.start()].count("'") % 2:
+        new = code[: w.end()] + "FALSE AND " + code[w.end() :]
+        out.append(("refuse", new, "the WHERE condition made `FALSE AND …`: the statement never matches"))
     # flip: comparisons outside the SET list.
     for cm in COMPARISON.finditer(code):
         op = cm.group(0)
@@ -173,7 +181,7 @@ def main(argv):
         rel = path.resolve().relative_to(ROOT)
         text = path.read_text()
         for key, sql in statements(path):
-            n = 0
+            n = r = 0
             lines = sql.splitlines()
             for i, (line, region) in enumerate(zip(lines, assignment_regions(lines))):
                 if not line.strip() or line.strip().startswith("--"):
@@ -193,8 +201,14 @@ def main(argv):
                         continue
                     from_text = before.replace("\n", "\\n")
                     to_text = after.replace("\n", "\\n")
-                    n += 1
-                    ident = f"{path.stem}.{key}.{op}.{n}".replace("_", "-")
+                    # refuse mutants are numbered apart: the ids of the others stay what they
+                    # were before the operator was added (verdicts and arguments name them).
+                    if op == "refuse":
+                        r += 1
+                        ident = f"{path.stem}.{key}.{op}.{r}".replace("_", "-")
+                    else:
+                        n += 1
+                        ident = f"{path.stem}.{key}.{op}.{n}".replace("_", "-")
                     rows.append(f"{ident} | {rel} | {from_text} | {to_text} | {key}: {what}")
             table.append((path.stem, key, n))
     if count:

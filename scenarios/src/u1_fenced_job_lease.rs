@@ -326,7 +326,9 @@ mod imp {
     /// a `<` in one place gives it to both or to neither. Each probe is aimed at it: a holding
     /// with a short TTL, the database's clock polled until it reads `leased_until`, the probe, and
     /// the clock read again; an attempt counts when both readings are that millisecond (the probe
-    /// certainly ran in it) — for a takeover, when the `leased_until` it wrote, less the TTL, is. A probe that never lands in [`ATTEMPTS`] is waived, never passed.
+    /// certainly ran in it) — or, for a probe that wrote, when what it wrote dates it there (a
+    /// takeover's or renew's `leased_until` less the TTL, a release's `leased_until`, a
+    /// completion's `finished_at`). A probe that never lands in [`ATTEMPTS`] is waived, never passed.
     async fn at_the_expiry_millisecond(
         jobs: &JobLeaseStore,
         o: &str,
@@ -398,13 +400,26 @@ mod imp {
                         Some(answer)
                     }
                 };
-                // A takeover writes leased_until = its now + TTL, which dates the statement
-                // itself (its read-back comes after); the others are bracketed by the clock.
-                let ran_at = if k == 3 {
-                    let until = jobs.leased_until(lease).await?.map_or(0, ms);
-                    until - TTL.as_millis() as i64
-                } else {
-                    ms(jobs.db_epoch().await?)
+                // A statement that wrote is dated by what it wrote: a takeover's or a renew's
+                // leased_until is its now + TTL, a release's its now, a completion's finished_at
+                // its now. One that wrote nothing is bracketed by the clock, read again.
+                // (The clock first: the bracket must close as soon as it can.)
+                let now = ms(jobs.db_epoch().await?);
+                let until = jobs.leased_until(lease).await?.map_or(0, ms);
+                let ran_at = match (k, answer.is_some()) {
+                    (3, _) | (0, true) => until - TTL.as_millis() as i64,
+                    (2, true) => until,
+                    (1, true) => {
+                        let at: Option<String> = sqlx::query_scalar(
+                            "SELECT CAST(UNIX_TIMESTAMP(finished_at) AS CHAR) \
+                             FROM reconciliation_runs WHERE run_id = ?",
+                        )
+                        .bind(&run)
+                        .fetch_one(jobs.pool())
+                        .await?;
+                        at.and_then(|t| t.parse().ok()).map_or(0, ms)
+                    }
+                    _ => now,
                 };
                 if ran_at == end {
                     landed = Some((attempt, answer.unwrap_or_else(|| "refused".to_owned())));
