@@ -202,7 +202,8 @@ def main():
     only = set(filter(None, a.only.split(",")))
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
-    mutants = [m for m in catalogue() if not only or m[0] in only]
+    every = catalogue()
+    mutants = [m for m in every if not only or m[0] in only]
     argued = equivalents()
     work = Path(tempfile.mkdtemp(prefix="lab-sql-mutants."))
     done_file = ROOT / "evidence/mutant-verdicts.tsv"
@@ -243,8 +244,10 @@ def main():
     failed = []
 
     def table():
+        # Every mutant of the catalogue, not only those of this run (--only): the section is
+        # the whole table, with what earlier runs judged.
         rows, killed, survived, equiv, pending = [], 0, 0, 0, 0
-        for mid, _, _, _, what in mutants:
+        for mid, _, _, _, what in every:
             if mid not in done:
                 pending += 1
                 continue

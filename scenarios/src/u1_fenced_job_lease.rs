@@ -12,8 +12,18 @@
 //!
 //! Then the job lease's row is deleted by hand (seed 000's tables, as F11 truncates the F-series'
 //! lease table): the fence restarts, and C's new holding carries fence 1 again — A's old fence.
-//! Where the fence repeats, the completion's owner join is what still refuses C's completion of
-//! the run A started under fence 1.
+//! Where the fence repeats, the owner token is what still refuses: C's completion of the run A
+//! started under fence 1, and A's first holding's renew, release and completion of C's run. A
+//! second reset gives A's owner fence 1 below a run of its fence 3: the run's fence must equal
+//! the lease's, not merely reach it.
+//!
+//! Then one owner holds several leases beside another owner's: each statement reaches its own
+//! lease's row (a renew or release of one leaves the other alone, a read-back names only the
+//! lease asked for) and a completion only its own run under its own lease.
+//!
+//! Last, the instant a lease ends: `leased_until` is kept to the millisecond, so for a whole
+//! millisecond the database's now equals it. Probes aimed at it show that millisecond is the next
+//! holder's — the holder cannot renew, release or complete in it; another owner takes over.
 
 crate::u_common::u_scenario!(U1, "U1", 35, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
 
