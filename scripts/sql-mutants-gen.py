@@ -10,6 +10,7 @@ systematic one (issue 30). Each SQL line of a profile's statements gets, where i
   refuse         each WHERE condition made `FALSE AND …`: the statement never matches (a design
                  that refuses every caller — what a liveness check must catch; the profiles'
                  conditions have no top-level OR, so `FALSE AND` refuses the whole of it)
+  refuse-insert  each INSERT's `VALUES (…)` made `SELECT … WHERE FALSE`: it inserts nothing
 
 Prints the mutants in the catalogue's format (id | file | the exact text | what it becomes | what
 it breaks), which scripts/mutants.sh reads with --catalogue FILE. A line whose text is not unique
@@ -107,7 +108,28 @@ def split_top(text):
     return [(a, b) for a, b in pieces if text[a:b].strip()]
 
 
-def mutate(line, region):
+def values_refused(code, dialect):
+    """The line with its `VALUES (…)` list (closed on the same line) made `SELECT … WHERE FALSE`:
+    the INSERT inserts nothing. None where the line has no such list."""
+    m = re.search(r"\bVALUES\s+\(", code)
+    if not m or code[: m.start()].count("'") % 2:
+        return None
+    depth, i = 0, m.end() - 1
+    while i < len(code):
+        if code[i] == "(":
+            depth += 1
+        elif code[i] == ")":
+            depth -= 1
+            if depth == 0:
+                break
+        i += 1
+    if depth:
+        return None
+    never = "FROM DUAL WHERE FALSE" if dialect == "mariadb" else "WHERE FALSE"
+    return code[: m.start()] + "SELECT " + code[m.end() : i] + " " + never + code[i + 1 :]
+
+
+def mutate(line, region, dialect="postgres"):
     """(operator, new line, what) for every mutant of one SQL line; `region` is the span of its
     SET assignments, if any."""
     out = []
@@ -127,6 +149,10 @@ def mutate(line, region):
         first = code[m.end() : ands[0][0]].strip()
         new = code[: m.end()] + code[ands[0][1] :].lstrip()
         out.append(("drop-conjunct", new, f"the condition `{first}` dropped"))
+    # refuse: an INSERT's VALUES list made a SELECT that yields no row.
+    refused = values_refused(code, dialect)
+    if refused:
+        out.append(("refuse-insert", refused, "the VALUES list made `SELECT … WHERE FALSE`: the INSERT inserts nothing"))
     # refuse: the WHERE condition made FALSE.
     w = re.search(r"\bWHERE\s+", code)
     if w and not code[: w.start()].count("'") % 2:
@@ -180,13 +206,14 @@ def main(argv):
         path = Path(name) if name.endswith(".toml") else ROOT / "lab/fencing/profiles" / f"{name}.toml"
         rel = path.resolve().relative_to(ROOT)
         text = path.read_text()
+        dialect = tomllib.loads(text).get("dialect", "postgres")
         for key, sql in statements(path):
-            n = r = 0
+            n, apart = 0, {"refuse": 0, "refuse-insert": 0}
             lines = sql.splitlines()
             for i, (line, region) in enumerate(zip(lines, assignment_regions(lines))):
                 if not line.strip() or line.strip().startswith("--"):
                     continue
-                for op, new, what in mutate(line, region):
+                for op, new, what in mutate(line, region, dialect):
                     # The line, widened by the lines before it (joined with a literal \\n, which
                     # scripts/mutants.sh reads back as a newline) until the text is unique.
                     j = i
@@ -201,11 +228,12 @@ def main(argv):
                         continue
                     from_text = before.replace("\n", "\\n")
                     to_text = after.replace("\n", "\\n")
-                    # refuse mutants are numbered apart: the ids of the others stay what they
-                    # were before the operator was added (verdicts and arguments name them).
-                    if op == "refuse":
-                        r += 1
-                        ident = f"{path.stem}.{key}.{op}.{r}".replace("_", "-")
+                    # The refuse operators' mutants are numbered apart: the ids of the others
+                    # stay what they were before those were added (verdicts and arguments name
+                    # them).
+                    if op in apart:
+                        apart[op] += 1
+                        ident = f"{path.stem}.{key}.{op}.{apart[op]}".replace("_", "-")
                     else:
                         n += 1
                         ident = f"{path.stem}.{key}.{op}.{n}".replace("_", "-")

@@ -376,7 +376,8 @@ mod imp {
                 // The TTL is the timeline's: sleep through most of it, then poll.
                 let left = end - ms(jobs.db_epoch().await?);
                 if left > 20 {
-                    tokio::time::sleep(std::time::Duration::from_millis((left - 15) as u64)).await;
+                    harness::wait::prescribed(std::time::Duration::from_millis((left - 15) as u64))
+                        .await;
                 }
                 let mut now = ms(jobs.db_epoch().await?);
                 while now < end {
@@ -419,16 +420,7 @@ mod imp {
                 let ran_at = match (k, answer.is_some()) {
                     (3, _) | (0, true) => until - TTL.as_millis() as i64,
                     (2, true) => until,
-                    (1, true) => {
-                        let at: Option<String> = sqlx::query_scalar(
-                            "SELECT CAST(UNIX_TIMESTAMP(finished_at) AS CHAR) \
-                             FROM reconciliation_runs WHERE run_id = ?",
-                        )
-                        .bind(&run)
-                        .fetch_one(jobs.pool())
-                        .await?;
-                        at.and_then(|t| t.parse().ok()).map_or(0, ms)
-                    }
+                    (1, true) => jobs.finished_at(&run).await?.map_or(0, ms),
                     _ => now,
                 };
                 if ran_at == end {

@@ -429,6 +429,21 @@ impl JobLeaseStore {
         Ok(done.rows_affected() == 1)
     }
 
+    /// When a run was completed, by the database's clock, as Unix seconds with a fraction
+    /// (`None`: no such run, or not completed) — read from the lab's own column `finished_at`
+    /// of the run table, which a design keeps (U1 dates a completion by it).
+    pub async fn finished_at(&self, run_id: &str) -> Result<Option<f64>> {
+        let at: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT CAST(UNIX_TIMESTAMP(finished_at) AS CHAR) FROM reconciliation_runs \
+             WHERE run_id = ?",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .op("read when a run was completed")?;
+        Ok(at.flatten().and_then(|t| t.parse().ok()))
+    }
+
     /// A run's status, `None` if there is no such run.
     pub async fn run_status(&self, run_id: &str) -> Result<Option<String>> {
         let args = Args {

@@ -415,21 +415,25 @@ type Renewals<'a> = (Vec<i64>, Vec<(&'a str, u64)>);
 /// committed versions), a grant's, a renewal's or a release's row version (`db_at_us`). A
 /// holding's renewals are matched to its row versions in order, and only where their numbers
 /// agree (a renewal of unknown outcome that took effect would shift them: then none of that
-/// holding's renewals gets a database time).
+/// holding's renewals gets a database time). With several leases (`leases`), a holding is its
+/// lease's and its token — tokens of two leases are counted apart and may be equal.
 pub fn lines<'a>(
     ops: &'a [Op],
     faults: &'a [Injected],
     parts: &[PartVersion],
     lease: &[LeaseVersion],
+    leases: usize,
 ) -> Vec<Line<'a>> {
     let mut lines: Vec<Line> = faults.iter().map(Line::fault).collect();
-    // Per token: the row versions its holder wrote after the grant — renewals (an expiry) and
+    let of = |process: &str| super::lease_index(process, leases).unwrap_or(0);
+    let holding = |l: &LeaseVersion| (of(&l.holder), l.token);
+    // Per holding: the row versions its holder wrote after the grant — renewals (an expiry) and
     // the release (none) — and the ok renewals, in the order they completed.
-    let mut renewed: BTreeMap<i64, Renewals> = BTreeMap::new();
+    let mut renewed: BTreeMap<(usize, i64), Renewals> = BTreeMap::new();
     for l in lease {
-        let first = lease.iter().position(|g| g.token == l.token);
+        let first = lease.iter().position(|g| holding(g) == holding(l));
         if l.expires_us.is_some() && first.is_some_and(|i| !std::ptr::eq(&lease[i], l)) {
-            renewed.entry(l.token).or_default().0.push(l.at_us);
+            renewed.entry(holding(l)).or_default().0.push(l.at_us);
         }
     }
     let mut by_completion: Vec<&Op> = ops
@@ -443,7 +447,7 @@ pub fn lines<'a>(
     });
     for op in by_completion {
         renewed
-            .entry(op.token)
+            .entry((of(&op.process), op.token))
             .or_default()
             .1
             .push((op.process.as_str(), op.id));
@@ -460,7 +464,7 @@ pub fn lines<'a>(
             OpKind::Release if ok => (
                 lease
                     .iter()
-                    .find(|l| l.token == op.token && l.expires_us.is_none())
+                    .find(|l| holding(l) == (of(&op.process), op.token) && l.expires_us.is_none())
                     .map(|l| l.at_us),
                 None,
             ),
@@ -472,7 +476,10 @@ pub fn lines<'a>(
                     .map(|p| p.commit_us.unwrap_or(p.at_us)),
             ),
             OpKind::Acquire if ok => (
-                lease.iter().find(|l| l.token == op.token).map(|l| l.at_us),
+                lease
+                    .iter()
+                    .find(|l| holding(l) == (of(&op.process), op.token))
+                    .map(|l| l.at_us),
                 None,
             ),
             _ => (None, None),
@@ -506,7 +513,7 @@ pub fn write(
         seed: run.seed,
         time_ms: run.time_ms,
     })?;
-    for line in lines(ops, faults, records.parts, records.lease) {
+    for line in lines(ops, faults, records.parts, records.lease, run.leases) {
         put(&line)?;
     }
     for p in records.parts {
@@ -654,7 +661,13 @@ mod tests {
             at_us: 90,
             commit_us: Some(100),
         }];
-        let got = json(&lines(&ops, &faults, &parts, &[lease(1, 50, Some(1_000))]))?;
+        let got = json(&lines(
+            &ops,
+            &faults,
+            &parts,
+            &[lease(1, 50, Some(1_000))],
+            1,
+        ))?;
         assert_eq!(
             got,
             [
@@ -745,7 +758,7 @@ mod tests {
             op(4, OpKind::Release, 1, Some(4.0), Outcome::Ok),
         ];
         let db_at = |lease: &[LeaseVersion]| -> Vec<Option<i64>> {
-            lines(&ops, &[], &[], lease)
+            lines(&ops, &[], &[], lease, 1)
                 .into_iter()
                 .map(|l| match l {
                     Line::Op { db_at_us, .. } => db_at_us,
@@ -765,5 +778,47 @@ mod tests {
         // One row version for two ok renewals: neither is matched.
         let one = [grant, lease(1, 20, Some(200)), release];
         assert_eq!(db_at(&one), [Some(10), None, None, Some(40)]);
+    }
+
+    #[test]
+    fn two_leases_with_equal_tokens_match_their_renewals_apart() {
+        // h0.0 holds lease 0 and h1.0 lease 1 (two leases), each with token 1 and one renewal.
+        let on = |process: &str, o: Op| Op {
+            process: process.into(),
+            ..o
+        };
+        let ops = vec![
+            on("h0.0", op(1, OpKind::Acquire, 1, Some(1.0), Outcome::Ok)),
+            on("h1.0", op(2, OpKind::Acquire, 1, Some(2.0), Outcome::Ok)),
+            on("h0.0", op(3, OpKind::Renew, 1, Some(3.0), Outcome::Ok)),
+            on("h1.0", op(4, OpKind::Renew, 1, Some(4.0), Outcome::Ok)),
+        ];
+        let by = |holder: &str, l: LeaseVersion| LeaseVersion {
+            holder: holder.into(),
+            ..l
+        };
+        let record = [
+            by("h0.0", lease(1, 10, Some(100))),
+            by("h1.0", lease(1, 20, Some(200))),
+            by("h0.0", lease(1, 30, Some(300))),
+            by("h1.0", lease(1, 40, Some(400))),
+        ];
+        let db_at: Vec<Option<i64>> = lines(&ops, &[], &[], &record, 2)
+            .into_iter()
+            .map(|l| match l {
+                Line::Op { db_at_us, .. } => db_at_us,
+                _ => None,
+            })
+            .collect();
+        assert_eq!(db_at, [Some(10), Some(20), Some(30), Some(40)]);
+        // Counted as one lease, the two holdings' versions run together: none is matched.
+        let one: Vec<Option<i64>> = lines(&ops, &[], &[], &record, 1)
+            .into_iter()
+            .map(|l| match l {
+                Line::Op { db_at_us, .. } => db_at_us,
+                _ => None,
+            })
+            .collect();
+        assert_eq!(one[2..], [None, None]);
     }
 }
