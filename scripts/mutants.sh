@@ -15,7 +15,7 @@
 #    `lab run` and the seeded chaos run). → evidence/cargo-mutants.md.
 #
 # 3. --generated: the SQL mutants scripts/sql-mutants-gen.py generates by operator from every
-#    statement of the built-in profiles (141 at d518f51, 166 with the refuse operator), each run as the system under test —
+#    statement of the built-in profiles (141 at d518f51, 175 with the refuse operators), each run as the system under test —
 #    `lab run --sut MUTANT`, then `lab chaos --sut MUTANT` — by scripts/sql-mutants-run.py on the
 #    lab built once: a profile needs no build. → the generated section of evidence/mutants.md,
 #    evidence/mutant-checks.tsv (every check each mutant failed). About 40 s a mutant here.

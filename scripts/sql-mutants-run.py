@@ -311,7 +311,7 @@ def main():
         return 2
     killed, equiv, survived = table()
     print(f"mutants: {killed} killed, {equiv} argued equivalent, {survived} survived of "
-          f"{len(mutants)} generated SQL mutants; evidence/mutants.md", file=sys.stderr)
+          f"{len(every)} generated SQL mutants; evidence/mutants.md", file=sys.stderr)
     return 0 if survived == 0 else 1
 
 
