@@ -44,10 +44,12 @@ mod imp {
             "acquire (old execution)",
             old.fence_token,
         );
-        rec.check(
+        // The first grant, judged by order as every token is (gaps allowed): `token=1` names
+        // the first, whatever the design numbers it.
+        rec.check_token(
             "instance A acquires the job lease, fence_token=1",
-            &1,
-            &old.fence_token,
+            1,
+            Some(old.fence_token),
         );
         // The old execution's runs: one per completion form, all started under fence 1.
         let forms = [

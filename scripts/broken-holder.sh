@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A broken variant of the lab's holder for the check map (scripts/check-map.py --failures): the
+# holder's local-deadline check made `if false` (it never stops itself), built from a scratch copy
+# of this checkout's HEAD, run through the experiments that show the check — F10 (paused before
+# it), F13 (a slow clock), F16 (partitioned from the lease store). Their event logs go to
+# DIR/holder-skips-its-deadline-check; the run is expected to fail (that is the point).
+#
+# Usage: scripts/broken-holder.sh DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/broken-holder.sh DIR}
+root=$(pwd)
+features=$(echo "$(scripts/ensure-mariadb.sh) $(scripts/ensure-containers.sh)" \
+  | grep -oE 'lab/[a-z-]+|scenarios/[a-z-]+|holder/[a-z-]+' | paste -sd, -)
+work=$(mktemp -d /tmp/lab-broken-holder.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+git archive HEAD | tar -x -C "$work"
+python3 - "$work/holder/src/main.rs" <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "    let now = Instant::now();\n    if now >= deadline {"
+if s.count(old) != 1:
+    sys.exit(f"broken-holder: the local-deadline check is not found once in {p}")
+open(p, "w").write(s.replace(old, "    let now = Instant::now();\n    if false {"))
+PY
+(cd "$work" && CARGO_TARGET_DIR="$root/target/variant" cargo build --quiet -p lab -p holder ${features:+--features "$features"})
+lab="$root/target/variant/debug/lab"
+status=0
+(cd "$work" && "$lab" run --only F10,F13,F16 --evidence-dir "$out/holder-skips-its-deadline-check") || status=$?
+"$lab" clean >/dev/null 2>&1 || true
+if [ "$status" = 0 ]; then
+  echo "broken-holder: F10, F13 and F16 passed with a holder that skips its deadline check: they do not show it" >&2
+  exit 1
+fi
+echo "broken-holder: failed as it must (exit $status); event logs in $out/holder-skips-its-deadline-check" >&2
