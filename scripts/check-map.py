@@ -100,7 +100,8 @@ def main():
                 if passed is False:
                     seen[key(case, desc)].add(name)
                     n += 1
-        sources.append(f"{d}: {n} failed checks in {len(logs)} event logs")
+        runs = sorted({log.relative_to(Path(d)).parts[0] for log in logs})
+        sources.append(f"{d}: {n} failed checks in {len(logs)} event logs ({', '.join(runs)})")
 
     why = argued()
     rows_seen, rows_argued, rows_open = [], [], []
@@ -130,7 +131,7 @@ def main():
     ]
     if rows_open:
         text += ["## Never seen failing, not argued", "", "| experiment | check | |", "|---|---|---|", *rows_open, ""]
-    text += ["## Never seen failing, argued", "", "| experiment | check | why no fault of the system under test fails it |", "|---|---|---|", *rows_argued, ""]
+    text += ["## Never seen failing, argued", "", "| experiment | check | why it is not seen failing: no fault of the system under test can fail it, or the step where one fails first |", "|---|---|---|", *rows_argued, ""]
     text += ["## Seen failing", "", "| experiment | check | failed by |", "|---|---|---|", *rows_seen, ""]
     Path(a.out).write_text("\n".join(text))
     print(f"check-map: {len(checks)} checks: {len(rows_seen)} seen failing, {len(rows_argued)} argued, "

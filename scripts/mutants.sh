@@ -22,7 +22,7 @@
 #
 # Usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s]
 #                           [--cargo-out DIR] [--catalogue FILE]
-#        scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume [--again-survivors]]
+#        scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume [--again-survivors | --again]]
 #                                       [--parallel N]
 #   --catalogue FILE  the SQL mutants to run instead of scripts/sql-mutants.txt — e.g. the ones
 #                     scripts/sql-mutants-gen.py generates by operator from every statement
@@ -48,6 +48,7 @@ while [ $# -gt 0 ]; do
     --generated) generated=1; shift ;;
     --resume) resume="$resume --resume"; shift ;;
     --again-survivors) resume="$resume --again-survivors"; shift ;;
+    --again) resume="$resume --again"; shift ;;
     --parallel) resume="$resume --parallel $2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --chaos-time) chaos_time="$2"; shift 2 ;;
@@ -56,7 +57,7 @@ while [ $# -gt 0 ]; do
     --cargo-out) cargo_out="$2"; shift 2 ;;
     --catalogue) catalogue="$2"; shift 2 ;;
     *) echo "usage: scripts/mutants.sh [--sql-only | --cargo-only] [--only ID,ID] [--chaos-time 30s] [--cargo-out DIR] [--catalogue FILE]" >&2
-       echo "       scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume [--again-survivors]]" >&2
+       echo "       scripts/mutants.sh --generated [--only ID,ID] [--chaos-time 30s] [--resume [--again-survivors | --again]]" >&2
        exit 2 ;;
   esac
 done

@@ -17,7 +17,7 @@ Writes, as it goes (a run cut short keeps what it judged, and resumes with --res
                              (digits masked), for the check map
 
 Called by `scripts/mutants.sh --generated` with the lab built; by hand:
-  scripts/sql-mutants-run.py LAB_BIN [--only ID,ID] [--chaos-time 30s] [--resume]
+  scripts/sql-mutants-run.py LAB_BIN [--only ID,ID] [--chaos-time 30s] [--resume [--again | --again-survivors]]
 """
 import argparse
 import json
@@ -198,6 +198,9 @@ def main():
                     help="how many mutants run at once (each its own lab run; their runs mostly wait)")
     ap.add_argument("--again-survivors", action="store_true",
                     help="with --resume: run again the mutants no gate killed (after a new check)")
+    ap.add_argument("--again", action="store_true",
+                    help="with --resume and --only: run those mutants again whatever their verdict "
+                         "(their failed checks recorded anew, e.g. for the check map)")
     a = ap.parse_args()
     only = set(filter(None, a.only.split(",")))
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -213,12 +216,18 @@ def main():
         for line in done_file.read_text().splitlines()[1:]:
             mid, run_cell, chaos_cell = line.split("\t")
             killed = "killed" in run_cell + chaos_cell or run_cell.startswith("refused")
-            # --again-survivors with --only: those of the survivors only.
+            # --again-survivors with --only: those of the survivors only; --again: those.
+            if a.again and mid in only:
+                continue
             if killed or not a.again_survivors or (only and mid not in only):
                 done[mid] = (run_cell, chaos_cell)
-        # What is run again is written again, after the rest.
+        # What is run again is written again, after the rest — its failed checks too.
         done_file.write_text("mutant\tlab run --sut\tlab chaos --sut\n" + "".join(
             f"{mid}\t{r}\t{c}\n" for mid, (r, c) in done.items()))
+        if checks_file.exists():
+            rows = checks_file.read_text().splitlines()
+            checks_file.write_text("\n".join(
+                [rows[0]] + [r for r in rows[1:] if r.split("\t", 1)[0] in done]) + "\n")
     else:
         done_file.write_text("mutant\tlab run --sut\tlab chaos --sut\n")
         checks_file.write_text("mutant\tcase\tcheck (digits masked)\n")

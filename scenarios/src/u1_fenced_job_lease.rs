@@ -425,6 +425,16 @@ mod imp {
                     (1, true) => jobs.finished_at(&run).await?.map_or(0, ms),
                     _ => now,
                 };
+                // A grant that left leased_until where the old lease ended gave a holding that
+                // ended before it began — wrong whenever it ran, so it counts wherever it landed.
+                if k == 3 && release_later.is_some() && until == end {
+                    landed = Some((
+                        attempt,
+                        "granted, but leased_until did not move: the new holding ended before it began"
+                            .to_owned(),
+                    ));
+                    break;
+                }
                 if ran_at == end {
                     landed = Some((attempt, answer.unwrap_or_else(|| "refused".to_owned())));
                     break;

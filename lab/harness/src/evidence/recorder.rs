@@ -590,6 +590,76 @@ mod tests {
     }
 
     #[test]
+    fn absorbing_adds_every_count_of_the_child_to_the_parents() {
+        let mut main = recorder();
+        main.case("X1", "here");
+        main.check("one", &1, &1);
+        main.check("two", &1, &2);
+        let mut child = recorder();
+        child.case("X2", "elsewhere");
+        child.check("three", &3, &3);
+        child.check("four", &4, &4);
+        child.check("five", &5, &6);
+        child.skip("not here");
+        child.waive("six", "no floor");
+        main.absorb(child);
+        assert_eq!(
+            main.summary(),
+            Summary {
+                passed: 3,
+                failed: 2,
+                skipped: 1
+            }
+        );
+        assert_eq!(main.waived(), 1);
+    }
+
+    #[test]
+    fn an_interruption_adds_a_failure_to_those_before_it_and_says_which_signal() {
+        let mut r = recorder();
+        r.case("X1", "demo");
+        r.check("one", &1, &2);
+        r.interrupted("SIGINT");
+        assert_eq!(r.summary().failed, 2);
+        assert!(r
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Interrupted { signal } if signal == "SIGINT")));
+    }
+
+    #[test]
+    fn a_token_check_judges_by_order_and_binds_the_number_until_the_tokens_restart() {
+        let mut r = recorder();
+        r.case("X1", "demo");
+        // The first grant is whatever the store numbers it; the second must be greater.
+        assert!(r.check_token("A's token", 1, Some(5)));
+        assert_eq!((r.token(1), r.token(7)), (5, 7));
+        assert!(!r.check_token("B's token, after A's", 2, Some(3)));
+        assert!(r.check_token("B's token, after A's", 2, Some(9)));
+        assert!(!r.check_token("nothing granted", 3, None));
+        // A new timeline: the numbers are bound afresh.
+        r.restart_tokens();
+        assert_eq!(r.token(1), 1);
+        assert!(r.check_token("A's token again", 1, Some(2)));
+        assert_eq!(r.token(1), 2);
+        assert!(r.check_that("a condition", true, "seen"));
+        assert!(!r.check_that("another", false, "not seen"));
+        assert_eq!((r.summary().passed, r.summary().failed), (4, 3));
+    }
+
+    #[test]
+    fn the_environment_is_recorded_and_a_negative_token_is_masked_to_the_end() {
+        let mut r = recorder();
+        r.environment(vec![("git_revision".into(), "abc".into())]);
+        assert!(matches!(
+            r.events(),
+            [Event::Environment { entries }] if entries[0].1 == "abc"
+        ));
+        assert_eq!(mask_tokens("A token=-3"), "A token=–");
+        assert_eq!(mask_tokens("A token=12"), "A token=–");
+    }
+
+    #[test]
     fn an_aborted_scenario_counts_as_a_failure() {
         let mut r = recorder();
         r.case("X4", "demo");
