@@ -1083,6 +1083,109 @@ mod tests {
     }
 
     #[test]
+    fn the_verdict_of_several_leases_is_the_sum_of_each_leases_own() {
+        // Two leases with the same story, each with an info write and an info acquire the
+        // records cannot resolve: every count of the merged verdict is the two leases' sum.
+        let lease_k = |k: usize| {
+            let (mut ops, parts, lease) = on_lease(k, true);
+            let process = format!("h{k}.0");
+            for (id, f, token) in [(100, OpKind::Write, 2), (101, OpKind::Acquire, 9)] {
+                ops.push(Op {
+                    process: process.clone(),
+                    id,
+                    f,
+                    token,
+                    scope: if f == OpKind::Write {
+                        super::super::scope_of(k, 2)
+                    } else {
+                        "-".into()
+                    },
+                    part: if f == OpKind::Write { "p1" } else { "-" }.into(),
+                    invoke_ms: 3000.0,
+                    complete_ms: None,
+                    outcome: Outcome::Info,
+                });
+            }
+            (ops, parts, lease)
+        };
+        let (ops0, parts0, lease0) = lease_k(0);
+        let (ops1, parts1, lease1) = lease_k(1);
+        let last = |parts: &[PartVersion], scope: &str| {
+            let p = parts
+                .iter()
+                .filter(|p| p.scope == scope)
+                .max_by_key(|p| p.commit_us)
+                .expect("a version");
+            (
+                scope.to_owned(),
+                "p1".to_owned(),
+                p.content.clone(),
+                p.token,
+            )
+        };
+        let (s0, s1) = (super::super::scope_of(0, 2), super::super::scope_of(1, 2));
+        let single = |ops: &[Op], parts: &[PartVersion], lease: &[LeaseVersion], scope: &str| {
+            let finals = [last(parts, scope)];
+            check(
+                &Observed {
+                    ops,
+                    faults: &[],
+                    parts,
+                    final_parts: &finals,
+                    lease,
+                    attempts: &[],
+                },
+                scope,
+            )
+        };
+        let v0 = single(&ops0, &parts0, &lease0, &s0);
+        let v1 = single(&ops1, &parts1, &lease1, &s1);
+        let ops: Vec<Op> = ops0.iter().chain(&ops1).cloned().collect();
+        let parts: Vec<PartVersion> = parts0.iter().chain(&parts1).cloned().collect();
+        let lease: Vec<LeaseVersion> = lease0.iter().chain(&lease1).cloned().collect();
+        let finals = [last(&parts, &s0), last(&parts, &s1)];
+        let v = check_leases(
+            &Observed {
+                ops: &ops,
+                faults: &[],
+                parts: &parts,
+                final_parts: &finals,
+                lease: &lease,
+                attempts: &[],
+            },
+            2,
+        );
+        let sum = |a: (usize, usize), b: (usize, usize)| (a.0 + b.0, a.1 + b.1);
+        assert!(
+            v0.info_writes != (0, 0) && v0.info_acquires != (0, 0),
+            "{v0:?}"
+        );
+        assert!(
+            v0.holdings > 0 && v0.stale[&s0] > 0 && v0.accepted[&s0] > 0,
+            "{v0:?}"
+        );
+        assert_eq!(v.ops, ops.len());
+        assert_eq!(v.holdings, v0.holdings + v1.holdings);
+        assert_eq!(
+            v.overlapping_holdings,
+            v0.overlapping_holdings + v1.overlapping_holdings
+        );
+        assert_eq!(v.info_writes, sum(v0.info_writes, v1.info_writes));
+        assert_eq!(v.info_acquires, sum(v0.info_acquires, v1.info_acquires));
+        assert_eq!(
+            v.unlogged_rejections,
+            v0.unlogged_rejections + v1.unlogged_rejections
+        );
+        let scope = super::super::SCOPE;
+        assert_eq!(v.stale[scope], v0.stale[&s0] + v1.stale[&s1]);
+        assert_eq!(v.accepted[scope], v0.accepted[&s0] + v1.accepted[&s1]);
+        assert_eq!(v.i3[scope].len(), v0.i3[&s0].len() + v1.i3[&s1].len());
+        assert!(v.i3[scope]
+            .iter()
+            .all(|x| x.what.starts_with("lease report-job-")));
+    }
+
+    #[test]
     fn a_stale_write_accepted_after_a_greater_token_breaks_i3_and_is_blamed_on_the_pause() {
         let (ops, parts, lease) = stale_history(true);
         let v = run(&ops, &parts, &lease);
