@@ -1383,6 +1383,35 @@ mod tests {
     }
 
     #[test]
+    fn a_holdings_renewals_in_the_store_record_are_one_grant_not_two() {
+        // h5.0's grant of 7, its renewal (a second version of the same holding), then h6.0's 8.
+        let (_, parts, _) = stale_history(false);
+        let ops = [
+            op("h5.0", 1, OpKind::Acquire, 7, (0.0, 10.0), Outcome::Ok),
+            op("h6.0", 1, OpKind::Acquire, 8, (50.0, 60.0), Outcome::Ok),
+        ];
+        let record = [
+            lease_of("h5.0", 7, 8_000),
+            lease_of("h5.0", 7, 30_000),
+            lease_of("h6.0", 8, 55_000),
+        ];
+        let v = run(&ops, &parts, &record);
+        assert!(v.i2.is_empty(), "{v:?}");
+        assert!(v.lost_grants.is_empty(), "{v:?}");
+        // The same token written for another holder is a second grant: I2 on the store's word.
+        let record = [
+            lease_of("h5.0", 7, 8_000),
+            lease_of("h6.0", 7, 30_000),
+            lease_of("h6.0", 8, 55_000),
+        ];
+        let ops = [
+            op("h5.0", 1, OpKind::Acquire, 7, (0.0, 10.0), Outcome::Ok),
+            op("h6.0", 1, OpKind::Acquire, 7, (20.0, 40.0), Outcome::Ok),
+        ];
+        assert!(!run(&ops, &parts, &record).i2.is_empty());
+    }
+
+    #[test]
     fn a_lost_acknowledged_write_breaks_durability_and_info_writes_are_resolved() {
         let (mut ops, mut parts, lease) = stale_history(false);
         parts.retain(|p| p.content != "h1.0#2");
