@@ -803,22 +803,17 @@ mod tests {
             by("h0.0", lease(1, 30, Some(300))),
             by("h1.0", lease(1, 40, Some(400))),
         ];
-        let db_at: Vec<Option<i64>> = lines(&ops, &[], &[], &record, 2)
-            .into_iter()
-            .map(|l| match l {
-                Line::Op { db_at_us, .. } => db_at_us,
-                _ => None,
-            })
-            .collect();
-        assert_eq!(db_at, [Some(10), Some(20), Some(30), Some(40)]);
+        let db_at = |leases: usize| -> Vec<Option<i64>> {
+            lines(&ops, &[], &[], &record, leases)
+                .into_iter()
+                .map(|l| match l {
+                    Line::Op { db_at_us, .. } => db_at_us,
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(db_at(2), [Some(10), Some(20), Some(30), Some(40)]);
         // Counted as one lease, the two holdings' versions run together: none is matched.
-        let one: Vec<Option<i64>> = lines(&ops, &[], &[], &record, 1)
-            .into_iter()
-            .map(|l| match l {
-                Line::Op { db_at_us, .. } => db_at_us,
-                _ => None,
-            })
-            .collect();
-        assert_eq!(one[2..], [None, None]);
+        assert_eq!(db_at(1)[2..], [None, None]);
     }
 }
