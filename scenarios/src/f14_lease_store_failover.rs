@@ -151,7 +151,8 @@ async fn timeline(
     lease_pool: PgPool,
 ) -> anyhow::Result<()> {
     let p = lab.params.clone();
-    let on_primary = SqlLeaseStore::with_profile(lease_pool, p.margin, p.sut.clone());
+    let on_primary =
+        SqlLeaseStore::with_profile(lease_pool, p.margin, p.sut.clone()).with_ttl_in_force(p.ttl);
     if let Replication::Synchronous { names } = mode {
         let name = names.then_some(STANDBY);
         standby::set_synchronous_standby(&pair.primary_admin, name).await?;
@@ -297,7 +298,8 @@ async fn timeline(
         Lab::pool(&pair.hosts, Database::Lease).await?,
         p.margin,
         p.sut.clone(),
-    );
+    )
+    .with_ttl_in_force(p.ttl);
     if mode != Replication::Asynchronous {
         // A's holding survived: B waits for it to expire by the new primary's clock.
         let store = &on_standby;

@@ -183,11 +183,10 @@ async fn partitioned(
         lease_at: (hosts.ips[L], PG_PORT),
         hosts: Some(hosts),
         l_admin: Some(l_admin.clone()),
-        lease: Arc::new(SqlLeaseStore::with_profile(
-            l_pool.clone(),
-            p.margin,
-            p.sut.clone(),
-        )),
+        lease: Arc::new(
+            SqlLeaseStore::with_profile(l_pool.clone(), p.margin, p.sut.clone())
+                .with_ttl_in_force(p.ttl),
+        ),
         resource: Resource::with_profile(r_pool.clone(), p.sut.clone()),
     };
     for (i, (past_check, mode)) in ROWS.into_iter().enumerate() {

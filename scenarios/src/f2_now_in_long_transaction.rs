@@ -80,7 +80,7 @@ impl Scenario for F2 {
             let t_start = stmt::clocks(&mut *t).await?;
             let after_first_read = Instant::now();
             let valid_at_start =
-                stmt::expired_by_now(lab.lease_table.sql(), &mut *t, LEASE).await? == Some(false);
+                stmt::expired_by_now(&lab.lease_table, &mut *t, LEASE).await? == Some(false);
             rec.step(
                 Mark::Info,
                 "T",
@@ -230,7 +230,7 @@ impl Scenario for F2 {
             let mut t2 = t2_conn.begin().await?;
             let t2_start = stmt::clocks(&mut *t2).await?;
             let valid_at_t2 =
-                stmt::expired_by_now(lab.lease_table.sql(), &mut *t2, LEASE).await? == Some(false);
+                stmt::expired_by_now(&lab.lease_table, &mut *t2, LEASE).await? == Some(false);
             rec.check_that(
                 "transaction T2 began while holder-b's lease was valid",
                 valid_at_t2,

@@ -30,7 +30,12 @@ const OWN: [&str; 4] = ["seed004", "seed004-single", "seed004-shared", "seed000"
 
 /// Built-in designs modelled on widely used lock tables, none of which checks a token at the
 /// resource: each must come out unsafe somewhere.
-const MODELLED: [&str; 3] = ["shedlock-style", "quartz-style", "k8s-lease-style"];
+const MODELLED: [&str; 4] = [
+    "shedlock-style",
+    "quartz-style",
+    "k8s-lease-style",
+    "db-scheduler-style",
+];
 
 /// One cell of the card, read off a design's run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,12 +15,13 @@ use crate::{print_or_fail, Ended};
 pub fn run(action: ProfileAction) -> Ended {
     match action {
         ProfileAction::List => {
+            let width = Sut::built_in_names().map(str::len).max().unwrap_or(0);
             let list: String = Sut::built_in_names()
                 .filter_map(Sut::built_in)
                 .map(|p| {
                     let claims = p.claims();
                     format!(
-                        "{:<16} {:<10} {:<26}  {}\n",
+                        "{:<width$} {:<10} {:<26}  {}\n",
                         p.name(),
                         p.dialect().server(),
                         match (claims.token_at_lease, claims.token_at_resource) {

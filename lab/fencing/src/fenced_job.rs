@@ -126,6 +126,8 @@ pub struct JobLeaseStore {
     pub(crate) state_sql: String,
     /// Subtracted from every TTL to form a [`Grant`]'s local deadline ([`LeaseStore`]).
     pub(crate) margin: Duration,
+    /// What `inspect`'s `:ttl_ms` reads ([`crate::lease::TtlInForce`]).
+    ttl_in_force: crate::lease::TtlInForce,
 }
 
 impl JobLeaseStore {
@@ -146,7 +148,20 @@ impl JobLeaseStore {
             pool,
             profile,
             margin: Duration::ZERO,
+            ttl_in_force: crate::lease::TtlInForce::default(),
         }
+    }
+
+    /// This store with `ttl` in force for `inspect`'s `:ttl_ms` until an acquire or renew
+    /// through it asks another: the run's `--ttl`.
+    pub fn with_ttl_in_force(self, ttl: Duration) -> Self {
+        self.ttl_in_force.set(ttl);
+        self
+    }
+
+    /// The arguments of an `inspect` of `name`, its `:ttl_ms` the TTL in force.
+    pub(crate) fn inspect_args<'a>(&self, name: &'a str) -> Result<Args<'a>> {
+        crate::lease::sql::inspect_args(&self.profile.lease.inspect, &self.ttl_in_force, name)
     }
 
     /// The same store, whose grants ([`LeaseStore`]) keep a local deadline `margin` before their
@@ -195,6 +210,7 @@ impl JobLeaseStore {
         owner_token: &str,
         ttl: Duration,
     ) -> Result<Option<JobLease>> {
+        self.ttl_in_force.set(ttl);
         let args = Args {
             name: lease_name,
             holder: owner_token,
@@ -227,6 +243,7 @@ impl JobLeaseStore {
 
     /// Extends the holding if it is still the current one and unexpired by database time.
     pub async fn renew(&self, lease: &JobLease) -> Result<bool> {
+        self.ttl_in_force.set(lease.ttl);
         self.changes_one_row(
             &self.profile.lease.renew,
             &lease.args(),
@@ -269,10 +286,7 @@ impl JobLeaseStore {
 
     /// The lease row's `leased_until`, as Unix seconds with a fraction (`None`: no such lease).
     pub async fn leased_until(&self, lease_name: &str) -> Result<Option<f64>> {
-        let args = Args {
-            name: lease_name,
-            ..Args::default()
-        };
+        let args = self.inspect_args(lease_name)?;
         let epoch: Option<String> = self
             .profile
             .lease
@@ -314,10 +328,7 @@ impl JobLeaseStore {
 
     /// Whether nobody holds `lease_name` by database time.
     pub async fn is_free(&self, lease_name: &str) -> Result<bool> {
-        let args = Args {
-            name: lease_name,
-            ..Args::default()
-        };
+        let args = self.inspect_args(lease_name)?;
         let held: i64 = self
             .profile
             .lease

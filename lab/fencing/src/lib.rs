@@ -61,6 +61,10 @@ pub enum Error {
         what: String,
         detail: String,
     },
+    /// A profile's `inspect` names `:ttl_ms` and the store was given no TTL yet
+    /// ([`lease::TtlInForce`]).
+    #[error("lease.inspect names :ttl_ms, and no TTL is in force yet: the lab binds the TTL of its last acquire or renew through the store, or the run's --ttl")]
+    NoTtlInForce,
     /// No lease store of that name can be opened here.
     #[error("no lease store {name}: the lab opens {known}")]
     UnknownStore { name: String, known: String },

@@ -122,7 +122,7 @@ async fn the_expiry_read_inside_a_transaction_and_the_database_clock_read_as_the
     let db = common::start().await?;
     let pool = db.lease.pool();
     assert_eq!(
-        stmt::expired_by_now(seed004(), pool, "job").await?,
+        stmt::expired_by_now(&db.lease, pool, "job").await?,
         None,
         "no such lease"
     );
@@ -131,12 +131,12 @@ async fn the_expiry_read_inside_a_transaction_and_the_database_clock_read_as_the
         .await?
         .expect("fresh lease");
     assert_eq!(
-        stmt::expired_by_now(seed004(), pool, "job").await?,
+        stmt::expired_by_now(&db.lease, pool, "job").await?,
         Some(false)
     );
     db.until_free("job").await?;
     assert_eq!(
-        stmt::expired_by_now(seed004(), pool, "job").await?,
+        stmt::expired_by_now(&db.lease, pool, "job").await?,
         Some(true)
     );
     // The database clock, as the evidence quotes it: a timestamp, moving forward.
@@ -289,7 +289,7 @@ async fn inside_a_transaction_now_is_frozen_and_only_clock_timestamp_sees_expiry
         "waited {low} ms"
     );
     assert_eq!(
-        stmt::expired_by_now(seed004(), &mut *t, "job").await?,
+        stmt::expired_by_now(&db.lease, &mut *t, "job").await?,
         Some(false)
     );
     assert!(stmt::acquire(seed004(), &mut *t, "job", "b", TTL)

@@ -152,3 +152,52 @@ async fn a_token_that_contradicts_the_claims_is_an_error() -> anyhow::Result<()>
     }
     Ok(())
 }
+
+/// A design whose expiry is configuration (db-scheduler's heartbeat interval × limit) reads the
+/// TTL in force as `:ttl_ms` in `inspect`: the TTL of the last acquire or renew through the store,
+/// the run's TTL before any — and a store given none refuses to guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reads_the_ttl_in_force_and_a_store_without_one_says_so() -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use fencing::lease::SqlLeaseStore;
+    use fencing::schema::{self, Database};
+
+    let cluster = cluster().await?;
+    let pool = sqlx::PgPool::connect_with(cluster.connect_options("postgres", SUPERUSER)).await?;
+    let profile = Arc::new(
+        Profile::built_in("db-scheduler-style")
+            .expect("built in")
+            .clone(),
+    );
+    schema::migrate_for(&profile, Database::Lease, &pool).await?;
+    let margin = Duration::from_millis(100);
+
+    let bare = SqlLeaseStore::with_profile(pool.clone(), margin, profile.clone());
+    let e = bare.inspect("job").await.expect_err("no TTL in force");
+    assert!(e.to_string().contains("no TTL is in force"), "{e}");
+
+    // Given the run's TTL, it asks: no row yet.
+    let store = SqlLeaseStore::with_profile(pool.clone(), margin, profile.clone())
+        .with_ttl_in_force(Duration::from_secs(4));
+    assert!(store.inspect("job").await?.is_none());
+    // An acquire for 2 s: the row's expiry is its heartbeat + 2 s, by the database clock.
+    let grant = store
+        .acquire("job", "holder-a", Duration::from_secs(2))
+        .await?
+        .expect("a free execution");
+    let held = store.inspect("job").await?.expect("the row");
+    assert_eq!(
+        (held.holder.as_str(), held.token),
+        ("holder-a", grant.token)
+    );
+    let left = held.remaining_ms();
+    assert!(left > 1500.0 && left <= 2000.0, "{left} ms left of 2000");
+    // Another store on the same row, told 10 s (another run's configuration), sees 10 s.
+    let other = SqlLeaseStore::with_profile(pool.clone(), margin, profile)
+        .with_ttl_in_force(Duration::from_secs(10));
+    let left = other.inspect("job").await?.expect("the row").remaining_ms();
+    assert!(left > 9500.0 && left <= 10_000.0, "{left} ms left of 10000");
+    Ok(())
+}

@@ -153,6 +153,69 @@ pub struct Verdict {
     pub controls: Vec<Control>,
 }
 
+impl Verdict {
+    /// Adds one lease's verdict `v` to this one (the merge of [`check_leases`]): its violations
+    /// named by `lease`, its scopes renamed by `rename`, its counts summed, its fault effects
+    /// moved to the run's fault indices (`fault_ix[i]` is the run's index of `v`'s fault `i`).
+    /// Faults injected are not summed here: a fault that hit every lease is counted once by the
+    /// caller. The controls and `ops` are the caller's too.
+    fn absorb(
+        &mut self,
+        v: Verdict,
+        lease: &str,
+        rename: impl Fn(&String) -> String,
+        fault_ix: &[usize],
+    ) {
+        let named = |list: Vec<Violation>| {
+            list.into_iter().map(|x| Violation {
+                what: format!("lease {lease}: {}", x.what),
+                ..x
+            })
+        };
+        self.i2.extend(named(v.i2));
+        self.lost_grants.extend(named(v.lost_grants));
+        self.durability.extend(named(v.durability));
+        for (key, list) in v.i3 {
+            self.i3.entry(rename(&key)).or_default().extend(named(list));
+        }
+        for (key, list) in v.liveness {
+            self.liveness
+                .entry(rename(&key))
+                .or_default()
+                .extend(named(list));
+        }
+        for (key, n) in v.stale {
+            *self.stale.entry(rename(&key)).or_default() += n;
+        }
+        for (key, n) in v.accepted {
+            *self.accepted.entry(rename(&key)).or_default() += n;
+        }
+        self.info_writes.0 += v.info_writes.0;
+        self.info_writes.1 += v.info_writes.1;
+        self.info_acquires.0 += v.info_acquires.0;
+        self.info_acquires.1 += v.info_acquires.1;
+        self.unlogged_rejections += v.unlogged_rejections;
+        self.holdings += v.holdings;
+        self.overlapping_holdings += v.overlapping_holdings;
+        for (kind, row) in v.by_fault {
+            let to = self.by_fault.entry(kind).or_default();
+            for (key, n) in row.stale_accepted {
+                *to.stale_accepted.entry(rename(&key)).or_default() += n;
+            }
+            for (key, n) in row.rejected {
+                *to.rejected.entry(rename(&key)).or_default() += n;
+            }
+        }
+        for (i, effects) in v.fault_effects.into_iter().enumerate() {
+            for (key, n) in effects {
+                *self.fault_effects[fault_ix[i]]
+                    .entry(rename(&key))
+                    .or_default() += n;
+            }
+        }
+    }
+}
+
 /// Everything the checker reads.
 pub struct Observed<'a> {
     pub ops: &'a [Op],
@@ -240,58 +303,7 @@ pub fn check_leases(o: &Observed<'_>, leases: usize) -> Verdict {
                 key.clone()
             }
         };
-        let named = |list: Vec<Violation>| {
-            list.into_iter().map(|x| Violation {
-                what: format!("lease {name}: {}", x.what),
-                ..x
-            })
-        };
-        merged.i2.extend(named(v.i2));
-        merged.lost_grants.extend(named(v.lost_grants));
-        merged.durability.extend(named(v.durability));
-        for (key, list) in v.i3 {
-            merged
-                .i3
-                .entry(rename(&key))
-                .or_default()
-                .extend(named(list));
-        }
-        for (key, list) in v.liveness {
-            merged
-                .liveness
-                .entry(rename(&key))
-                .or_default()
-                .extend(named(list));
-        }
-        for (key, n) in v.stale {
-            *merged.stale.entry(rename(&key)).or_default() += n;
-        }
-        for (key, n) in v.accepted {
-            *merged.accepted.entry(rename(&key)).or_default() += n;
-        }
-        merged.info_writes.0 += v.info_writes.0;
-        merged.info_writes.1 += v.info_writes.1;
-        merged.info_acquires.0 += v.info_acquires.0;
-        merged.info_acquires.1 += v.info_acquires.1;
-        merged.unlogged_rejections += v.unlogged_rejections;
-        merged.holdings += v.holdings;
-        merged.overlapping_holdings += v.overlapping_holdings;
-        for (kind, row) in v.by_fault {
-            let to = merged.by_fault.entry(kind).or_default();
-            for (key, n) in row.stale_accepted {
-                *to.stale_accepted.entry(rename(&key)).or_default() += n;
-            }
-            for (key, n) in row.rejected {
-                *to.rejected.entry(rename(&key)).or_default() += n;
-            }
-        }
-        for (mine_ix, effects) in v.fault_effects.into_iter().enumerate() {
-            for (key, n) in effects {
-                *merged.fault_effects[fault_ix[mine_ix]]
-                    .entry(rename(&key))
-                    .or_default() += n;
-            }
-        }
+        merged.absorb(v, &name, rename, &fault_ix);
     }
     // Each fault once, whichever leases it hit.
     for f in o.faults {
@@ -1502,5 +1514,79 @@ mod tests {
         let lease = vec![lease(1, 0, 2_500_000), lease(2, 2_000_000, 3_500_000)];
         let v = run(&ops, &parts, &lease);
         assert_eq!(v.overlapping_holdings, 1);
+    }
+
+    #[test]
+    fn absorbing_a_leases_verdict_names_renames_sums_and_moves_its_fault_effects() {
+        let violation = |what: &str| Violation {
+            what: what.into(),
+            excerpt: vec![],
+            by: None,
+        };
+        let scoped = |n: usize| BTreeMap::from([("chaos-1".to_owned(), n)]);
+        // Every count a different prime, so that a sum taken from the wrong field shows.
+        let one = Verdict {
+            i2: vec![violation("i2")],
+            lost_grants: vec![violation("lost")],
+            i3: BTreeMap::from([("chaos-1".into(), vec![violation("i3")])]),
+            durability: vec![violation("dur")],
+            liveness: BTreeMap::from([("control-1".into(), vec![violation("live")])]),
+            stale: scoped(3),
+            info_writes: (5, 7),
+            info_acquires: (11, 13),
+            unlogged_rejections: 17,
+            holdings: 19,
+            overlapping_holdings: 23,
+            accepted: scoped(29),
+            by_fault: BTreeMap::from([(
+                "pause".into(),
+                FaultRow {
+                    injected: 31,
+                    stale_accepted: scoped(37),
+                    rejected: scoped(41),
+                },
+            )]),
+            fault_effects: vec![scoped(43), scoped(47)],
+            ops: 53,
+            controls: vec![],
+        };
+        let rename = |key: &String| match key.as_str() {
+            "chaos-1" => "chaos".to_owned(),
+            "control-1" => "control".to_owned(),
+            _ => key.clone(),
+        };
+        let mut merged = Verdict {
+            fault_effects: vec![BTreeMap::new(); 4],
+            ..Verdict::default()
+        };
+        merged.absorb(one.clone(), "b", rename, &[3, 1]);
+        merged.absorb(one, "b", rename, &[3, 1]);
+        let twice = |n: usize| BTreeMap::from([("chaos".to_owned(), 2 * n)]);
+        assert_eq!(merged.i2.len(), 2);
+        assert_eq!(merged.i2[0].what, "lease b: i2");
+        assert_eq!(merged.lost_grants[1].what, "lease b: lost");
+        assert_eq!(merged.durability[0].what, "lease b: dur");
+        assert_eq!(merged.i3["chaos"].len(), 2);
+        assert_eq!(merged.i3["chaos"][0].what, "lease b: i3");
+        assert_eq!(merged.liveness["control"][1].what, "lease b: live");
+        assert_eq!(merged.stale, twice(3));
+        assert_eq!(merged.info_writes, (10, 14));
+        assert_eq!(merged.info_acquires, (22, 26));
+        assert_eq!(merged.unlogged_rejections, 34);
+        assert_eq!(merged.holdings, 38);
+        assert_eq!(merged.overlapping_holdings, 46);
+        assert_eq!(merged.accepted, twice(29));
+        let row = &merged.by_fault["pause"];
+        assert_eq!(
+            row.injected, 0,
+            "the caller counts each injected fault once"
+        );
+        assert_eq!(row.stale_accepted, twice(37));
+        assert_eq!(row.rejected, twice(41));
+        assert_eq!(
+            merged.fault_effects,
+            vec![BTreeMap::new(), twice(47), BTreeMap::new(), twice(43)]
+        );
+        assert_eq!(merged.ops, 0, "the caller counts the run's operations");
     }
 }

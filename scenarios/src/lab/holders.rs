@@ -99,11 +99,10 @@ impl Lab {
             ))
             .await
             .context("failed to open a contender's connection")?;
-        Ok(SqlLeaseStore::with_profile(
-            pool,
-            self.params.margin,
-            self.params.sut.clone(),
-        ))
+        Ok(
+            SqlLeaseStore::with_profile(pool, self.params.margin, self.params.sut.clone())
+                .with_ttl_in_force(self.params.ttl),
+        )
     }
 
     /// A job holder's `--sut` (`--store mariadb`): the job-lease design it loads, `None` for

@@ -151,7 +151,8 @@ impl Lab {
             }
         };
         let lease_table =
-            SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone());
+            SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone())
+                .with_ttl_in_force(params.ttl);
         // A lock service as the lease store: a container of its own, started here.
         let service = match fencing::lease::service_of(params.store) {
             None => None,
@@ -369,11 +370,10 @@ impl Lab {
             self.lease_table.pool().clone(),
             self.resource.pool().clone(),
         ];
-        self.set_lease(SqlLeaseStore::with_profile(
-            lease_pool,
-            self.params.margin,
-            self.params.sut.clone(),
-        ));
+        self.set_lease(
+            SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone())
+                .sharing_ttl_in_force(self.lease_table.ttl_in_force()),
+        );
         self.resource = Resource::with_profile(resource_pool.clone(), self.params.sut.clone());
         self.publisher = Publisher::new(resource_pool);
         for pool in old {
@@ -396,11 +396,14 @@ impl Lab {
     /// Makes `profile` the run's system under test: every store of the lab runs it from now on
     /// (on the same pools: the fences that take turns share one schema, seed004's).
     pub fn use_sut(&mut self, profile: Arc<Profile>) {
-        self.set_lease(SqlLeaseStore::with_profile(
-            self.lease_table.pool().clone(),
-            self.params.margin,
-            profile.clone(),
-        ));
+        self.set_lease(
+            SqlLeaseStore::with_profile(
+                self.lease_table.pool().clone(),
+                self.params.margin,
+                profile.clone(),
+            )
+            .sharing_ttl_in_force(self.lease_table.ttl_in_force()),
+        );
         self.resource = Resource::with_profile(self.resource.pool().clone(), profile.clone());
         self.params.sut = profile;
     }

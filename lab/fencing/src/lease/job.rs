@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use super::{Grant, Holding, LeaseStore, StoreFuture, StoreKind};
 use crate::fenced_job::{JobLease, JobLeaseStore};
-use crate::profile::Args;
 use crate::{DbContext, Result};
 
 /// The job lease store in the registry ([`super::STORES`]).
@@ -64,10 +63,7 @@ impl LeaseStore for JobLeaseStore {
 
     fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
         Box::pin(async move {
-            let args = Args {
-                name,
-                ..Args::default()
-            };
+            let args = self.inspect_args(name)?;
             let row = self
                 .profile
                 .lease

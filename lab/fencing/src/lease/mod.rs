@@ -19,6 +19,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -151,6 +152,35 @@ impl Holding {
     /// negative once expired, `-inf` once released.
     pub fn remaining_ms(&self) -> f64 {
         (self.expires_epoch - self.db_now_epoch) * 1000.0
+    }
+}
+
+/// The TTL a profile's `inspect` reads as `:ttl_ms`: the TTL of the lab's last acquire or renew
+/// through the store, the run's `--ttl` before any. A design whose expiry is configuration rather
+/// than a column (db-scheduler's heartbeat interval × missed-heartbeat limit) computes its expiry
+/// from it, as every node of such a design does from its own configuration. Shared by a store's
+/// clones.
+#[derive(Debug, Clone, Default)]
+pub struct TtlInForce(Arc<AtomicU64>);
+
+impl TtlInForce {
+    /// `ttl` in force until the next acquire or renew asks another.
+    pub fn new(ttl: Duration) -> Self {
+        let t = TtlInForce::default();
+        t.set(ttl);
+        t
+    }
+
+    pub fn set(&self, ttl: Duration) {
+        self.0.store(ttl.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// In milliseconds; `None` before the lab gave one.
+    pub fn ms(&self) -> Option<f64> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(us as f64 / 1000.0),
+        }
     }
 }
 

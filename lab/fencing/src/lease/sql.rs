@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{PgExecutor, PgPool, Row};
 
-use super::{Grant, Holding, JudgedBy, LeaseStore, StoreFuture, StoreKind};
+use super::{Grant, Holding, JudgedBy, LeaseStore, StoreFuture, StoreKind, TtlInForce};
 use crate::profile::{Args, LeaseSql, Profile};
 use crate::{DbContext, Error, Result};
 
@@ -28,6 +28,7 @@ pub struct SqlLeaseStore {
     pool: PgPool,
     margin: Duration,
     profile: Arc<Profile>,
+    ttl_in_force: TtlInForce,
 }
 
 impl SqlLeaseStore {
@@ -43,7 +44,33 @@ impl SqlLeaseStore {
             pool,
             margin,
             profile,
+            ttl_in_force: TtlInForce::default(),
         }
+    }
+
+    /// This store with `ttl` in force for `inspect`'s `:ttl_ms` until an acquire or renew
+    /// through it asks another ([`TtlInForce`]): the run's `--ttl`.
+    pub fn with_ttl_in_force(self, ttl: Duration) -> Self {
+        self.ttl_in_force.set(ttl);
+        self
+    }
+
+    /// This store sharing `ttl` ([`TtlInForce`]) with the store it replaces (a reconnection:
+    /// the design's configuration stays).
+    pub fn sharing_ttl_in_force(mut self, ttl: &TtlInForce) -> Self {
+        self.ttl_in_force = ttl.clone();
+        self
+    }
+
+    /// What `inspect`'s `:ttl_ms` reads ([`TtlInForce`]).
+    pub fn ttl_in_force(&self) -> &TtlInForce {
+        &self.ttl_in_force
+    }
+
+    /// The arguments of an `inspect` of `name`: its `:ttl_ms` is the TTL in force; `Err` when the
+    /// profile's inspect names it and none was given.
+    pub(crate) fn inspect_args<'a>(&self, name: &'a str) -> Result<Args<'a>> {
+        inspect_args(&self.sql().inspect, &self.ttl_in_force, name)
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -65,6 +92,7 @@ impl SqlLeaseStore {
     /// 3, other designs leave gaps — and `None` means it is held.
     pub async fn acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
         self.check_timing(ttl)?;
+        self.ttl_in_force.set(ttl);
         let sent = Instant::now();
         let token = stmt::acquire(self.sql(), &self.pool, name, holder, ttl).await?;
         token
@@ -126,6 +154,7 @@ impl SqlLeaseStore {
     /// lease is never renewed, even if nobody took it over: re-acquire and get a new token.
     /// On success the local deadline moves (from a clock read before the request was sent).
     pub async fn renew(&self, grant: &mut Grant) -> Result<bool> {
+        self.ttl_in_force.set(grant.ttl);
         let sent = Instant::now();
         let renewed = stmt::renew(self.sql(), &self.pool, grant, JudgedBy::Now).await?;
         if renewed {
@@ -161,13 +190,7 @@ impl SqlLeaseStore {
         let row = self
             .sql()
             .inspect
-            .query_with(
-                &sql,
-                &Args {
-                    name,
-                    ..Args::default()
-                },
-            )
+            .query_with(&sql, &self.inspect_args(name)?)
             .fetch_optional(&self.pool)
             .await
             .op("read the lease row")?;
@@ -252,6 +275,26 @@ impl LeaseStore for SqlLeaseStore {
     fn clock(&self) -> StoreFuture<'_, Option<String>> {
         Box::pin(async { self.db_clock().await.map(Some) })
     }
+}
+
+/// The arguments of an `inspect` of `name` by `statement`, its `:ttl_ms` the TTL in force.
+pub(crate) fn inspect_args<'a>(
+    statement: &crate::profile::Statement,
+    ttl: &TtlInForce,
+    name: &'a str,
+) -> Result<Args<'a>> {
+    let ttl_ms = match ttl.ms() {
+        Some(ms) => ms,
+        None if statement.params().contains(&crate::profile::Param::TtlMs) => {
+            return Err(Error::NoTtlInForce)
+        }
+        None => 0.0,
+    };
+    Ok(Args {
+        name,
+        ttl_ms,
+        ..Args::default()
+    })
 }
 
 /// The lease statements themselves, runnable on any executor. [`SqlLeaseStore`] runs them in
@@ -357,23 +400,18 @@ pub mod stmt {
     /// Whether the lease looks expired judged by `now()` of the executor's transaction (`None`
     /// when there is no row): the judgement every lease statement makes.
     pub async fn expired_by_now<'e>(
-        sql: &LeaseSql,
+        store: &SqlLeaseStore,
         e: impl PgExecutor<'e>,
         name: &str,
     ) -> Result<Option<bool>> {
+        let sql = store.sql();
         let judged = format!(
             "SELECT expires_at <= now() FROM ({}) AS l",
             sql.inspect.sql()
         );
         let row = sql
             .inspect
-            .query_with(
-                &judged,
-                &Args {
-                    name,
-                    ..Args::default()
-                },
-            )
+            .query_with(&judged, &store.inspect_args(name)?)
             .fetch_optional(e)
             .await
             .op("judge the lease by now()")?;

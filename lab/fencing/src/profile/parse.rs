@@ -130,7 +130,7 @@ struct RawWrite {
 }
 
 /// The built-in profiles: name and file text.
-const BUILT_IN: [(&str, &str); 7] = [
+const BUILT_IN: [(&str, &str); 8] = [
     ("seed004", include_str!("../../profiles/seed004.toml")),
     (
         "seed004-single",
@@ -151,6 +151,10 @@ const BUILT_IN: [(&str, &str); 7] = [
     (
         "k8s-lease-style",
         include_str!("../../profiles/k8s-lease-style.toml"),
+    ),
+    (
+        "db-scheduler-style",
+        include_str!("../../profiles/db-scheduler-style.toml"),
     ),
     ("seed000", include_str!("../../profiles/seed000.toml")),
 ];
@@ -494,7 +498,8 @@ mod tests {
                 "seed004-shared",
                 "shedlock-style",
                 "quartz-style",
-                "k8s-lease-style"
+                "k8s-lease-style",
+                "db-scheduler-style"
             ]
         );
         for name in names {

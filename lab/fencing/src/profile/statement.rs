@@ -130,7 +130,7 @@ impl Slot {
             Slot::Acquired => &[Name, Holder],
             Slot::Renew => &[Name, Holder, Token, TtlMs],
             Slot::Release => &[Name, Holder, Token],
-            Slot::Inspect => &[Name],
+            Slot::Inspect => &[Name, TtlMs],
             Slot::Setup | Slot::Floor => &[Scope],
             Slot::Check => &[Token, Scope, Part, Writer],
             Slot::Write => &[Scope, Part, Content, Writer, Token],
