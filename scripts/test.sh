@@ -43,7 +43,7 @@ while :; do
   kill -0 "$child" 2>/dev/null || break
 done
 if [ -s "$LAB_SKIPPED" ]; then
-  echo "test: skipped for a missing dependency, each listed once (LAB_REQUIRE=docker,mariadb,faketime makes these failures):" >&2
+  echo "test: skipped for a missing dependency, each listed once (LAB_REQUIRE=docker,mariadb,faketime,chromium makes these failures):" >&2
   sort -u "$LAB_SKIPPED" | sed 's/^/  /' >&2
 fi
 exit "$status"

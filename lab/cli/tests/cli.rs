@@ -1162,3 +1162,50 @@ fn the_report_card_shows_a_flawed_design_unsafe_with_its_evidence() -> anyhow::R
     sb.assert_nothing_left()?;
     Ok(())
 }
+
+/// `scripts/render-report.sh` renders a report taller than one page whole, in pages, and checks
+/// it: the pages' heights add up to the report's and the last shows its end marker. Rendering one
+/// page fewer than the report needs (`RENDER_MAX_PAGES`, the old cut at a fixed height) fails.
+#[test]
+fn a_rendered_report_is_whole_and_a_cut_one_fails() -> anyhow::Result<()> {
+    use harness::require::{skip, this_test, Dependency::Chromium};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ev = tempfile::tempdir()?;
+    fs::write(
+        ev.path().join("report.html"),
+        "<!doctype html><html><head><title>tall</title></head><body>\
+         <h1>a report taller than a page</h1>\
+         <div style=\"height:9000px;background:#eef\">F1 … F17</div>\
+         <h2 id=\"U5\">U5 — the last case</h2><p>its table</p></body></html>",
+    )?;
+    let render = |max_pages: Option<&str>| {
+        let mut cmd = Command::new(root.join("scripts/render-report.sh"));
+        cmd.arg(ev.path());
+        if let Some(n) = max_pages {
+            cmd.env("RENDER_MAX_PAGES", n);
+        }
+        cmd.output()
+    };
+    let whole = render(None)?;
+    let (out, err) = (
+        String::from_utf8_lossy(&whole.stdout),
+        String::from_utf8_lossy(&whole.stderr),
+    );
+    if whole.status.code() == Some(2) && err.contains("needs headless Chromium") {
+        skip(Chromium, this_test(), err.trim())?;
+        return Ok(());
+    }
+    assert!(whole.status.success(), "{out}{err}");
+    assert!(
+        out.contains("png-check: whole: 2 page(s)"),
+        "two pages, the end on the last: {out}{err}"
+    );
+    for page in ["report-1.png", "report-2.png"] {
+        assert!(ev.path().join(page).is_file(), "{page}: {out}");
+    }
+    let cut = render(Some("1"))?;
+    let err = String::from_utf8_lossy(&cut.stderr);
+    assert!(!cut.status.success(), "one page of two must fail: {err}");
+    assert!(err.contains("the report is cut"), "{err}");
+    Ok(())
+}

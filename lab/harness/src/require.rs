@@ -3,8 +3,8 @@
 //! run sees it, and it fails instead when `LAB_REQUIRE` names that dependency. A test that returns
 //! `Ok` having checked nothing would pass vacuously: a CI machine without Docker would stay green.
 //!
-//! `LAB_REQUIRE` is a comma list of [`Dependency`] names (`docker,mariadb,faketime`); `.ci/run`
-//! sets all three. Without it a missing dependency is a skip, so that a developer's machine
+//! `LAB_REQUIRE` is a comma list of [`Dependency`] names (`docker,mariadb,faketime,chromium`);
+//! `.ci/run` sets all four. Without it a missing dependency is a skip, so that a developer's machine
 //! without Docker still runs the rest.
 //!
 //! Where the skip shows: test runners keep a passing test's output to themselves (nextest shows
@@ -32,6 +32,9 @@ pub enum Dependency {
     MariaDb,
     /// libfaketime.
     Faketime,
+    /// Headless Chromium, which `scripts/render-report.sh` renders the report with (and installs
+    /// with apt-get when run as root).
+    Chromium,
 }
 
 impl Dependency {
@@ -41,6 +44,7 @@ impl Dependency {
             Dependency::Docker => "docker",
             Dependency::MariaDb => "mariadb",
             Dependency::Faketime => "faketime",
+            Dependency::Chromium => "chromium",
         }
     }
 

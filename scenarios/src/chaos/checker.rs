@@ -1209,6 +1209,16 @@ mod tests {
         assert_eq!(v.i3["s"][0].excerpt.len(), 2);
         assert_eq!(v.stale["s"], 1);
         assert_eq!(v.accepted["s"], 3, "every write acknowledged as accepted");
+        assert_eq!(v.accepted.len(), 1, "writes only: {:?}", v.accepted);
+        assert_eq!(v.ops, 5);
+        // The excerpt: the version B committed, then A's, each with the operation that wrote it.
+        assert_eq!(
+            v.i3["s"][0].excerpt[1],
+            "s/p1 token=1 committed at 2501000 µs (db clock), by h0.0 op 3 write s/p1 token=1 \
+             invoked 2500 ms, completed 2501 ms: Ok"
+        );
+        // Marked on the timeline where A's late write completed.
+        assert_eq!(v.i3["s"][0].by, Some(("h0.0".to_owned(), 2501)));
         assert_eq!(v.by_fault["pause"].stale_accepted["s"], 1);
         assert_eq!(v.fault_effects, [BTreeMap::from([("s".to_owned(), 1)])]);
         assert!(v.i2.is_empty() && v.durability.is_empty(), "{v:?}");
@@ -1514,6 +1524,183 @@ mod tests {
         let lease = vec![lease(1, 0, 2_500_000), lease(2, 2_000_000, 3_500_000)];
         let v = run(&ops, &parts, &lease);
         assert_eq!(v.overlapping_holdings, 1);
+    }
+
+    /// [`on_lease`], its writes moved to lease `k`'s control scope.
+    fn on_control(k: usize, late_accepted: bool) -> (Vec<Op>, Vec<PartVersion>, Vec<LeaseVersion>) {
+        let (ops, parts, lease) = on_lease(k, late_accepted);
+        let (scope, control) = (super::super::scope_of(k, 2), super::super::control_of(k, 2));
+        let to_control = |s: String| if s == scope { control.clone() } else { s };
+        let ops = ops
+            .into_iter()
+            .map(|o| Op {
+                scope: to_control(o.scope),
+                ..o
+            })
+            .collect();
+        let parts = parts
+            .into_iter()
+            .map(|p| PartVersion {
+                scope: to_control(p.scope),
+                ..p
+            })
+            .collect();
+        (ops, parts, lease)
+    }
+
+    #[test]
+    fn a_leases_control_scope_is_judged_with_its_lease_and_the_controls_on_the_first() {
+        // Lease 0 fenced at its scope; lease 1's stale write accepted at its control scope.
+        let (mut ops, mut parts, mut lease) = on_lease(0, false);
+        let (ops1, parts1, lease1) = on_control(1, true);
+        ops.extend(ops1);
+        parts.extend(parts1);
+        lease.extend(lease1);
+        let finals: Vec<(String, String, String, i64)> = ["chaos-0", "chaos-control-1"]
+            .iter()
+            .map(|scope| {
+                let last = parts
+                    .iter()
+                    .filter(|p| p.scope == *scope)
+                    .max_by_key(|p| p.commit_us)
+                    .expect("a version");
+                (
+                    scope.to_string(),
+                    "p1".into(),
+                    last.content.clone(),
+                    last.token,
+                )
+            })
+            .collect();
+        let o = Observed {
+            ops: &ops,
+            faults: &[],
+            parts: &parts,
+            final_parts: &finals,
+            lease: &lease,
+            attempts: &[],
+        };
+        let v = check_leases(&o, 2);
+        let found: Vec<(&str, usize)> =
+            v.i3.iter()
+                .filter(|(_, list)| !list.is_empty())
+                .map(|(scope, list)| (scope.as_str(), list.len()))
+                .collect();
+        assert_eq!(found, [(super::super::CONTROL_SCOPE, 1)], "{:?}", v.i3);
+        assert!(
+            v.i3[super::super::CONTROL_SCOPE][0]
+                .what
+                .starts_with("lease report-job-1: chaos-control-1: token 1"),
+            "{:?}",
+            v.i3
+        );
+        assert!(
+            v.i3.keys()
+                .all(|k| k == super::super::SCOPE || k == super::super::CONTROL_SCOPE),
+            "every scope under one lease's name: {:?}",
+            v.i3.keys()
+        );
+        assert!(v.durability.is_empty(), "{:?}", v.durability);
+        // The controls are planted on lease 0's history: its last grant is h2.0's token 2.
+        assert!(
+            v.controls[0].evidence.contains("token 2 of h2.0"),
+            "{:?}",
+            v.controls[0]
+        );
+    }
+
+    #[test]
+    fn the_controls_plant_on_the_last_grant_and_the_last_committed_acknowledged_write() {
+        // A's late write accepted, completing after B's grant and B's write: the last
+        // acknowledged operation is a write with token 1, not a grant.
+        let (ops, parts, lease) = stale_history(true);
+        let v = run(&ops, &parts, &lease);
+        assert!(
+            v.controls[0].evidence.contains("token 2 of h1.0"),
+            "the last grant, not the last operation: {:?}",
+            v.controls[0]
+        );
+        // An acknowledged write with no committed version comes last: the durability control
+        // takes a write that has one (taking away the lost one's would plant nothing).
+        let (mut ops, parts, lease) = stale_history(false);
+        ops.push(op(
+            "h1.0",
+            3,
+            OpKind::Write,
+            2,
+            (2600.0, 2601.0),
+            Outcome::Ok,
+        ));
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.durability.len(), 1, "h1.0#3 was lost: {:?}", v.durability);
+        assert!(
+            v.controls[1].evidence.starts_with("h1.0#2 taken from"),
+            "{:?}",
+            v.controls[1]
+        );
+        assert_eq!(v.durability[0].by, Some(("h1.0".to_owned(), 2601)));
+        // The liveness control plants on the greatest token accepted at the scope under test,
+        // not at another scope.
+        let (ops, parts, lease) = stale_history(false);
+        let elsewhere = Attempt {
+            scope: "chaos-control".into(),
+            part: "p1".into(),
+            writer: "h9.0".into(),
+            token: 7,
+            accepted: true,
+            at_us: 5_000_000,
+        };
+        let v = run_logging(&ops, &parts, &lease, &[elsewhere]);
+        assert!(
+            v.controls[2]
+                .evidence
+                .starts_with("h1.0's token 2 rejected"),
+            "{:?}",
+            v.controls[2]
+        );
+        assert!(v.controls[2].shown, "{:?}", v.controls[2]);
+    }
+
+    #[test]
+    fn each_info_acquire_resolves_to_its_own_processs_next_unacknowledged_grant() {
+        // h3.0 was granted token 3 (acknowledged), then asked twice more with no answer reaching
+        // the lab; the record gives it 4, then 5, and it wrote with both. Each info acquire is
+        // one of those grants, in turn — neither the acknowledged 3 nor the same one twice —
+        // and one holder's successive grants break nothing.
+        let ops = vec![
+            op("h3.0", 1, OpKind::Acquire, 3, (0.0, 1.0), Outcome::Ok),
+            op(
+                "h3.0",
+                2,
+                OpKind::Acquire,
+                0,
+                (2000.0, 2001.0),
+                Outcome::Info,
+            ),
+            op("h3.0", 3, OpKind::Write, 4, (2002.0, 2003.0), Outcome::Ok),
+            op(
+                "h3.0",
+                4,
+                OpKind::Acquire,
+                0,
+                (4000.0, 4001.0),
+                Outcome::Info,
+            ),
+            op("h3.0", 5, OpKind::Write, 5, (4002.0, 4003.0), Outcome::Ok),
+        ];
+        let parts = vec![
+            version("h3.0#3", 4, 2_003_000),
+            version("h3.0#5", 5, 4_003_000),
+        ];
+        let lease = vec![
+            lease_of("h3.0", 3, 0),
+            lease_of("h3.0", 4, 2_000_500),
+            lease_of("h3.0", 5, 4_000_500),
+        ];
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.info_acquires, (2, 0), "{v:?}");
+        assert!(v.i2.is_empty(), "{:?}", v.i2);
+        assert!(v.lost_grants.is_empty(), "{:?}", v.lost_grants);
     }
 
     #[test]

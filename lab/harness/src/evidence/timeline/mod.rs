@@ -321,11 +321,11 @@ mod tests {
         assert!(case.is_multi_actor());
 
         let svg = svg(case);
-        // The lane labels: bold text at the left edge (the case's title is larger).
+        // The lane labels: bold text at the left edge, each whole in its hover title.
         let labels: Vec<&str> = svg
             .lines()
-            .filter(|l| l.starts_with(r#"<text x="10" "#) && !l.contains("font-size"))
-            .filter_map(|l| l.split('>').nth(1)?.strip_suffix("</text"))
+            .filter(|l| l.starts_with(r#"<text font-weight="bold"><title>"#))
+            .filter_map(|l| l.split("<title>").nth(1)?.split("</title>").next())
             .collect();
         assert_eq!(
             labels,
@@ -393,8 +393,8 @@ mod tests {
         let case = &cases(rec.events())[0];
         let svg = svg(case);
         assert!(
-            svg.contains(">leases (lease, etcd)</text>")
-                && svg.contains(">orders (resource)</text>"),
+            svg.contains("<title>leases (lease, etcd)</title>")
+                && svg.contains("<title>orders (resource)</title>"),
             "{svg}"
         );
         let m = mermaid(case);

@@ -19,7 +19,10 @@ use std::time::Duration;
 use super::{esc, spans, CaseTimeline};
 use crate::evidence::Mark;
 
-const PALETTE: [&str; 4] = ["#1f77b4", "#e6750f", "#2ca02c", "#9467bd"];
+/// One colour per holder lane (eight before one repeats; U1 has five holders).
+const PALETTE: [&str; 8] = [
+    "#1f77b4", "#e6750f", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
+];
 const X0: f64 = 130.0;
 const X1: f64 = 940.0;
 const WIDTH: f64 = 960.0;
@@ -71,6 +74,17 @@ impl Axis {
             .unwrap_or(k.len() - 2);
         let ((ta, pa), (tb, pb)) = (k[i], k[i + 1]);
         pa + (ms - ta) / (tb - ta) * (pb - pa)
+    }
+
+    /// The time at position `p` (0..=1): the inverse of [`Axis::pos`].
+    fn time_at(&self, p: f64) -> f64 {
+        let k = &self.knots;
+        let i = k
+            .windows(2)
+            .position(|w| p <= w[1].1)
+            .unwrap_or(k.len() - 2);
+        let ((ta, pa), (tb, pb)) = (k[i], k[i + 1]);
+        ta + (p - pa) / (pb - pa) * (tb - ta)
     }
 
     fn end_ms(&self) -> f64 {
@@ -151,10 +165,27 @@ pub fn svg(case: &CaseTimeline) -> String {
             r#"<rect x="{X0}" y="{y}" width="{}" height="{LANE}" fill="{fill}"/>"#,
             X1 - X0
         );
+        // Wrapped to the space left of the lane (never over it), the whole label on hover.
+        let mut lines = wrap(lane, LANE_LABEL_CHARS);
+        if lines.len() > 3 {
+            lines.truncate(3);
+            lines[2] = short_to(&lines[2], LANE_LABEL_CHARS - 1);
+        }
+        let first_y = y + LANE / 2.0 + 4.0 - LANE_LABEL_LINE * (lines.len() - 1) as f64 / 2.0;
+        let tspans: String = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                format!(
+                    r#"<tspan x="10" y="{}">{}</tspan>"#,
+                    first_y + LANE_LABEL_LINE * i as f64,
+                    esc(l)
+                )
+            })
+            .collect();
         let _ = writeln!(
             out,
-            r#"<text x="10" y="{}" font-weight="bold">{}</text>"#,
-            y + LANE / 2.0 + 4.0,
+            r#"<text font-weight="bold"><title>{}</title>{tspans}</text>"#,
             esc(lane)
         );
     }
@@ -165,24 +196,19 @@ pub fn svg(case: &CaseTimeline) -> String {
         out,
         r##"<line x1="{X0}" y1="{axis_y}" x2="{X1}" y2="{axis_y}" stroke="#444"/>"##
     );
-    let (mut t, mut last_label) = (0.0, f64::NEG_INFINITY);
-    while t <= span_ms {
+    for t in ticks(&axis, span_ms, tick, &xpos) {
         let tx = xpos(t);
-        // Ticks where the axis is stretched would crowd: label only those with room.
-        if tx - last_label >= 56.0 {
-            let _ = writeln!(
-                out,
-                r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#ddd"/>"##,
-                axis_y + 4.0
-            );
-            let _ = writeln!(
-                out,
-                r##"<text x="{tx:.1}" y="{}" text-anchor="middle" fill="#444">+{t} ms</text>"##,
-                axis_y + 16.0
-            );
-            last_label = tx;
-        }
-        t += tick;
+        let _ = writeln!(
+            out,
+            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#ddd"/>"##,
+            axis_y + 4.0
+        );
+        let _ = writeln!(
+            out,
+            r##"<text x="{tx:.1}" y="{}" text-anchor="middle" fill="#444">+{} ms</text>"##,
+            axis_y + 16.0,
+            tick_label(t)
+        );
     }
     let _ = writeln!(
         out,
@@ -378,6 +404,53 @@ pub fn svg(case: &CaseTimeline) -> String {
     out
 }
 
+/// The times the axis labels: every `tick` ms where there is room (56 px) — fewer where the
+/// axis is squeezed — then, where the axis is stretched (steps close in time spread out) and
+/// more than 150 px pass without a label, labels at that stretch's own times; and the end.
+fn ticks(axis: &Axis, span_ms: f64, tick: f64, xpos: &dyn Fn(f64) -> f64) -> Vec<f64> {
+    const ROOM: f64 = 56.0;
+    const GAP: f64 = 150.0;
+    let mut at: Vec<f64> = Vec::new();
+    let mut t = 0.0;
+    while t <= span_ms {
+        if at.last().is_none_or(|&l| xpos(t) - xpos(l) >= ROOM) {
+            at.push(t);
+        }
+        t += tick;
+    }
+    if at.last().is_some_and(|&l| xpos(span_ms) - xpos(l) >= ROOM) {
+        at.push(span_ms);
+    }
+    let to_pos = |x: f64| ((x - X0) / (X1 - X0) - 0.02) / 0.96;
+    let mut filled = Vec::with_capacity(at.len());
+    for w in at.windows(2) {
+        filled.push(w[0]);
+        let (xa, xb) = (xpos(w[0]), xpos(w[1]));
+        let n = ((xb - xa) / (GAP * 0.75)).ceil() as usize;
+        if xb - xa > GAP {
+            for i in 1..n {
+                let x = xa + (xb - xa) * i as f64 / n as f64;
+                filled.push(axis.time_at(to_pos(x)));
+            }
+        }
+    }
+    filled.extend(at.last());
+    filled
+}
+
+/// A tick's time: whole milliseconds when it is one, else to a tenth.
+fn tick_label(t: f64) -> String {
+    if (t - t.round()).abs() < 1e-6 {
+        format!("{t:.0}")
+    } else {
+        format!("{t:.1}")
+    }
+}
+
+/// How many characters of a lane's label fit left of the lane, and the line's height.
+const LANE_LABEL_CHARS: usize = 18;
+const LANE_LABEL_LINE: f64 = 12.0;
+
 /// How many characters of the title fit on one line at its size, and the line's height.
 const TITLE_CHARS: usize = 105;
 const TITLE_LINE: f64 = 17.0;
@@ -402,7 +475,12 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// A label short enough for a lane.
 fn short(text: &str) -> String {
-    match text.char_indices().nth(30) {
+    short_to(text, 30)
+}
+
+/// `text` cut to `n` characters and an ellipsis, when longer.
+fn short_to(text: &str, n: usize) -> String {
+    match text.char_indices().nth(n) {
         Some((i, _)) => format!("{}…", &text[..i]),
         None => text.to_owned(),
     }
@@ -421,6 +499,39 @@ mod tests {
         assert!(svg.contains("✓ B t=2") && svg.contains("✗ A t=1"), "{svg}");
         assert!(svg.contains("holder A") && svg.contains("lease26"));
         assert!(!svg.contains("⚠ stale"), "{svg}");
+    }
+
+    #[test]
+    fn the_ticks_reach_the_end_of_a_stretched_axis_with_no_long_gap() {
+        // U1's shape: two steps half a second apart, then forty within 50 ms — by rank, the
+        // last 50 ms take most of the width; the 100 ms ticks alone stop at +500 ms.
+        let mut times = vec![0.0, 500.0];
+        times.extend((0..40).map(|i| 500.0 + 1.25 * f64::from(i + 1)));
+        let axis = Axis::new(&times);
+        let span = axis.end_ms();
+        let xpos = |ms: f64| X0 + (0.02 + 0.96 * axis.pos(ms)) * (X1 - X0);
+        let at = ticks(&axis, span, tick_ms(span), &xpos);
+        assert_eq!(at.first(), Some(&0.0));
+        assert_eq!(at.last(), Some(&span), "{at:?}");
+        let xs: Vec<f64> = at.iter().map(|&t| xpos(t)).collect();
+        assert!(
+            xs.windows(2)
+                .all(|w| w[1] - w[0] <= 150.0 && w[1] - w[0] > 20.0),
+            "{xs:?}"
+        );
+        // The inverse of the axis, at every tick.
+        for &t in &at {
+            assert!((axis.time_at(axis.pos(t)) - t).abs() < 1e-6, "{t}");
+        }
+    }
+
+    #[test]
+    fn a_long_lane_label_wraps_left_of_the_lane_whole_on_hover() {
+        let label = "fencing (MariaDB: job lease and runs)";
+        let lines = wrap(label, LANE_LABEL_CHARS);
+        assert!(lines.len() > 1 && lines.iter().all(|l| l.chars().count() <= LANE_LABEL_CHARS));
+        // 6.5 px a character at 11 px bold: the widest line ends before the lane starts.
+        assert!(10.0 + 6.5 * LANE_LABEL_CHARS as f64 <= X0);
     }
 
     #[test]
