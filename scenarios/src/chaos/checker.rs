@@ -1704,6 +1704,187 @@ mod tests {
     }
 
     #[test]
+    fn durability_judges_every_outcome_and_each_parts_own_final_content() {
+        let (mut ops, mut parts, lease) = stale_history(false);
+        // Two writes with no answer: one committed, one not.
+        ops.push(op(
+            "h1.0",
+            3,
+            OpKind::Write,
+            2,
+            (2600.0, 2601.0),
+            Outcome::Info,
+        ));
+        parts.push(version("h1.0#3", 2, 2_601_000));
+        ops.push(op(
+            "h1.0",
+            4,
+            OpKind::Write,
+            2,
+            (2700.0, 2701.0),
+            Outcome::Info,
+        ));
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.info_writes, (1, 1), "{v:?}");
+        assert!(v.durability.is_empty(), "{:?}", v.durability);
+        // A write reported rejected whose version committed.
+        parts.push(version("h0.0#3", 1, 2_501_000));
+        let v = run(&ops, &parts, &lease);
+        assert_eq!(v.durability.len(), 1, "{:?}", v.durability);
+        assert_eq!(
+            v.durability[0].what,
+            "a write reported as rejected was committed (h0.0#3)"
+        );
+        // Two parts: each part's final content is its own last version, whatever the other's.
+        let (ops, mut parts, lease) = stale_history(false);
+        parts.push(PartVersion {
+            part: "p2".into(),
+            ..version("h0.0#9", 1, 1_000)
+        });
+        let finals = vec![
+            ("s".into(), "p1".into(), "h1.0#2".into(), 2),
+            ("s".into(), "p2".into(), "h0.0#9".into(), 1),
+        ];
+        let o = Observed {
+            ops: &ops,
+            faults: &[],
+            parts: &parts,
+            final_parts: &finals,
+            lease: &lease,
+            attempts: &[],
+        };
+        assert!(check(&o, "s").durability.is_empty());
+    }
+
+    #[test]
+    fn equal_tokens_and_versions_committed_at_one_instant_are_no_i3_violation() {
+        // One holder writes twice with its token: no token went back.
+        let ops = vec![
+            op("h0.0", 1, OpKind::Acquire, 1, (0.0, 1.0), Outcome::Ok),
+            op("h0.0", 2, OpKind::Write, 1, (2.0, 3.0), Outcome::Ok),
+            op("h0.0", 3, OpKind::Write, 1, (4.0, 5.0), Outcome::Ok),
+        ];
+        let parts = vec![version("h0.0#2", 1, 3_000), version("h0.0#3", 1, 5_000)];
+        let lease = vec![lease(1, 0, 1_500_000)];
+        let v = run(&ops, &parts, &lease);
+        assert!(v.i3.values().all(Vec::is_empty), "{:?}", v.i3);
+        // Two versions whose commits the resource dates to the same microsecond are not ordered
+        // by it: the smaller token is not "after" the greater.
+        let mut parts = vec![version("h0.0#2", 2, 3_000), version("h0.0#3", 1, 3_000)];
+        parts[1].at_us = parts[0].at_us + 1;
+        let v = run(&ops, &parts, &lease);
+        assert!(v.i3.values().all(Vec::is_empty), "{:?}", v.i3);
+    }
+
+    #[test]
+    fn a_stale_write_is_blamed_on_a_fault_after_its_own_grant_not_one_that_ended_before() {
+        // h0.0 held token 1, then token 3 (granted at 3001 ms); its write with token 3 committed
+        // after h1.0's token 4. A partition of h0.0 spanned the grant of 3 and the write; a pause
+        // of h0.0 began later than the partition but ended before 3 was granted: it did nothing to
+        // the holding of 3, and is not blamed.
+        let ops = vec![
+            op("h0.0", 1, OpKind::Acquire, 1, (0.0, 1.0), Outcome::Ok),
+            op("h1.0", 1, OpKind::Acquire, 2, (1500.0, 1501.0), Outcome::Ok),
+            op("h0.0", 2, OpKind::Acquire, 3, (3000.0, 3001.0), Outcome::Ok),
+            op("h1.0", 2, OpKind::Acquire, 4, (4000.0, 4001.0), Outcome::Ok),
+            op("h1.0", 3, OpKind::Write, 4, (4002.0, 4003.0), Outcome::Ok),
+            op("h0.0", 3, OpKind::Write, 3, (4500.0, 4501.0), Outcome::Ok),
+        ];
+        let parts = vec![
+            version("h1.0#3", 4, 4_003_000),
+            version("h0.0#3", 3, 4_501_000),
+        ];
+        let lease = vec![
+            lease_of("h0.0", 1, 0),
+            lease_of("h1.0", 2, 1_500_000),
+            lease_of("h0.0", 3, 3_000_000),
+            lease_of("h1.0", 4, 4_000_000),
+        ];
+        let faults = vec![
+            Injected {
+                kind: FaultKind::Partition,
+                process: "h0.0".into(),
+                start_ms: 1000.0,
+                end_ms: 5000.0,
+            },
+            Injected {
+                kind: FaultKind::Pause,
+                process: "h0.0".into(),
+                start_ms: 2000.0,
+                end_ms: 2500.0,
+            },
+        ];
+        let finals = vec![("s".into(), "p1".into(), "h0.0#3".into(), 3)];
+        let v = check(
+            &Observed {
+                ops: &ops,
+                faults: &faults,
+                parts: &parts,
+                final_parts: &finals,
+                lease: &lease,
+                attempts: &[],
+            },
+            "s",
+        );
+        assert_eq!(v.i3["s"].len(), 1, "{:?}", v.i3);
+        assert_eq!(
+            v.by_fault["partition"].stale_accepted.get("s"),
+            Some(&1),
+            "{:?}",
+            v.by_fault
+        );
+        assert!(
+            v.by_fault["pause"].stale_accepted.is_empty(),
+            "{:?}",
+            v.by_fault
+        );
+        assert_eq!(
+            v.fault_effects,
+            [BTreeMap::from([("s".to_owned(), 1)]), BTreeMap::new()]
+        );
+    }
+
+    #[test]
+    fn a_rejection_logged_in_the_same_microsecond_as_the_greater_acceptance_is_not_excused() {
+        // The resource logged B's acceptance of token 2 and A's rejection of token 1 at one
+        // instant: it cannot have seen 2 before rejecting 1.
+        let (ops, parts, lease) = stale_history(false);
+        let faults: Vec<Injected> = Vec::new();
+        let last = parts.iter().max_by_key(|p| p.commit_us).expect("a version");
+        let finals = vec![("s".into(), "p1".into(), last.content.clone(), last.token)];
+        let attempt = |writer: &str, token: i64, accepted: bool, at_us: i64| Attempt {
+            scope: "s".into(),
+            part: "p1".into(),
+            writer: writer.into(),
+            token,
+            accepted,
+            at_us,
+        };
+        let attempts = vec![
+            attempt("h0.0", 1, true, 4_000),
+            attempt("h1.0", 2, true, 2_501_000),
+            attempt("h0.0", 1, false, 2_501_000),
+        ];
+        let v = check(
+            &Observed {
+                ops: &ops,
+                faults: &faults,
+                parts: &parts,
+                final_parts: &finals,
+                lease: &lease,
+                attempts: &attempts,
+            },
+            "s",
+        );
+        assert_eq!(
+            v.liveness.get("s").map_or(0, Vec::len),
+            1,
+            "{:?}",
+            v.liveness
+        );
+    }
+
+    #[test]
     fn absorbing_a_leases_verdict_names_renames_sums_and_moves_its_fault_effects() {
         let violation = |what: &str| Violation {
             what: what.into(),
