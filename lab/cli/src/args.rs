@@ -335,6 +335,14 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     pub only: Option<Vec<String>>,
 
+    /// The gate for a pull request's CI: the fewest experiments that still kill every planted
+    /// bug of the mutation map (each SQL mutant of scripts/sql-mutants.txt, each broken variant
+    /// of the lab), each in every fenced mode — computed by scripts/gate.py from
+    /// evidence/mutants.md and evidence/check-map.md, not chosen by hand. The full run stays the
+    /// default
+    #[arg(long, conflicts_with = "only")]
+    pub gate: bool,
+
     /// Where the evidence goes (made if missing).
     #[arg(long, value_name = "DIR", default_value = "evidence")]
     pub evidence_dir: PathBuf,

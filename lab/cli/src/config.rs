@@ -105,7 +105,8 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             ),
         },
     };
-    let scenarios = match &args.only {
+    let gate: Option<Vec<String>> = args.gate.then(gate);
+    let scenarios = match gate.as_ref().or(args.only.as_ref()) {
         Some(ids) => scenarios::select(ids).map_err(anyhow::Error::msg)?,
         None => scenarios::ALL.to_vec(),
     };
@@ -478,4 +479,14 @@ fn kernel() -> String {
         read("/proc/sys/kernel/ostype"),
         read("/proc/sys/kernel/osrelease")
     )
+}
+
+/// The gate's experiment ids (`lab run --gate`): scripts/gate.py's answer from the mutation map,
+/// written to gate.txt (a test checks that it is still the script's answer).
+pub fn gate() -> Vec<String> {
+    include_str!("gate.txt")
+        .trim()
+        .split(',')
+        .map(str::to_owned)
+        .collect()
 }

@@ -1235,6 +1235,26 @@ mod tests {
         );
         assert!(v.stale.is_empty());
         assert_eq!(v.by_fault["pause"].rejected["s"], 1);
+        assert_eq!(v.by_fault["pause"].injected, 1);
+        // Only the rejected write is counted a rejection: not the accepted ones, nor a grant.
+        assert!(
+            v.by_fault.get("none").is_none_or(|r| r.rejected.is_empty()),
+            "{:?}",
+            v.by_fault
+        );
+    }
+
+    #[test]
+    fn a_version_committed_as_a_greater_token_is_granted_is_not_stale_nor_are_touching_holdings_overlapping(
+    ) {
+        // B's grant of token 2 and A's commit of token 1 dated to the same microsecond by the
+        // database: not "after" the grant. A's holding ended as B's began: no overlap.
+        let (ops, mut parts, _) = stale_history(true);
+        parts[2].commit_us = Some(2_000_000);
+        let lease = vec![lease(1, 0, 2_000_000), lease(2, 2_000_000, 3_500_000)];
+        let v = run(&ops, &parts, &lease);
+        assert!(v.stale.is_empty(), "{:?}", v.stale);
+        assert_eq!((v.holdings, v.overlapping_holdings), (2, 0));
     }
 
     #[test]
