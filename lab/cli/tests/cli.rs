@@ -1209,3 +1209,26 @@ fn a_rendered_report_is_whole_and_a_cut_one_fails() -> anyhow::Result<()> {
     assert!(err.contains("the report is cut"), "{err}");
     Ok(())
 }
+
+/// `lab run --gate` runs what scripts/gate.py computes from the committed mutation map: a map
+/// updated without the gate (or a gate edited by hand) fails here.
+#[test]
+fn the_gate_is_what_the_mutation_map_computes() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new("python3")
+        .arg(root.join("scripts/gate.py"))
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let computed = String::from_utf8(out.stdout)?;
+    let committed = fs::read_to_string(root.join("lab/cli/src/gate.txt"))?;
+    assert_eq!(
+        committed.trim(),
+        computed.trim(),
+        "scripts/gate.py --write updates lab/cli/src/gate.txt"
+    );
+    Ok(())
+}

@@ -216,6 +216,9 @@ pub fn svg(case: &CaseTimeline) -> String {
         axis_y + 32.0
     );
     let (holdings, frozen) = spans(&case.steps, last);
+    // Where each lane's labels already are (x from, x to, baseline y): a new label takes the
+    // first of its rows where it overlaps none.
+    let mut placed: std::collections::HashMap<String, Vec<(f64, f64, f64)>> = Default::default();
     // Frozen intervals, shaded on their actor's lane.
     for f in &frozen {
         let (xa, xb) = (x(f.from), x(f.to));
@@ -234,6 +237,11 @@ pub fn svg(case: &CaseTimeline) -> String {
             xa + 4.0,
             y + LANE - 10.0
         );
+        placed.entry(f.actor.clone()).or_default().push((
+            xa + 4.0,
+            xa + 4.0 + text_width("frozen (SIGSTOP)"),
+            y + LANE - 10.0,
+        ));
     }
     // Lease holdings on the lease lane.
     let ly = lane_y(lease_lane);
@@ -267,7 +275,6 @@ pub fn svg(case: &CaseTimeline) -> String {
         [30.0, 43.0]
     };
     let mut label_row = 0usize;
-    let mut lane_rows: std::collections::HashMap<String, usize> = Default::default();
     // The greatest token granted so far: an accepted write below it is stale, drawn in a warning
     // colour, not as a success.
     let mut granted: Option<i64> = None;
@@ -377,15 +384,30 @@ pub fn svg(case: &CaseTimeline) -> String {
                     _ => None,
                 };
                 if let Some(label) = label {
-                    // Cycle above / below / high above the dot so that neighbours do not overwrite each other.
-                    let row = lane_rows.entry(s.actor.clone()).or_default();
-                    let ly = [y - 9.0, y + 17.0, y - 20.0][*row % 3];
-                    *row += 1;
+                    let width = text_width(&label);
                     let (lx, anchor) = if sx > X1 - 110.0 {
                         (sx - 2.0, r#" text-anchor="end""#)
                     } else {
                         (sx + 2.0, "")
                     };
+                    let (from, to) = if anchor.is_empty() {
+                        (lx, lx + width)
+                    } else {
+                        (lx - width, lx)
+                    };
+                    // Above, below, high above, low below the dot: the first row where the label
+                    // overlaps no other label of the lane (else the least crowded).
+                    let lane = placed.entry(s.actor.clone()).or_default();
+                    let clashes = |row: f64| {
+                        lane.iter()
+                            .filter(|(a, b, r)| (r - row).abs() < 11.0 && *a < to && from < *b)
+                            .count()
+                    };
+                    let ly = [y - 9.0, y + 17.0, y - 20.0, y + 28.0]
+                        .into_iter()
+                        .min_by_key(|row| clashes(*row))
+                        .unwrap_or(y - 9.0);
+                    lane.push((from, to, ly));
                     // Shortened on the lane, whole on hover (and in the step table beside).
                     let _ = writeln!(
                         out,
@@ -473,6 +495,11 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+/// About how wide `text` is drawn at the lanes' 11 px (DejaVu Sans: 6.3 px a character).
+fn text_width(text: &str) -> f64 {
+    6.3 * text.chars().count() as f64
+}
+
 /// A label short enough for a lane.
 fn short(text: &str) -> String {
     short_to(text, 30)
@@ -523,6 +550,44 @@ mod tests {
         for &t in &at {
             assert!((axis.time_at(axis.pos(t)) - t).abs() < 1e-6, "{t}");
         }
+    }
+
+    #[test]
+    fn labels_close_together_on_a_lane_take_rows_where_they_do_not_overlap() {
+        // The sample run's F4: on A's lane, "lease expired", "go + SIGCONT" and the labels
+        // around the frozen box stand close; no two of A's labels may overlap.
+        let svg = svg(&cases(&crate::evidence::testing::sample_run())[0]);
+        let boxes: Vec<(f64, f64, f64)> = svg.lines().filter_map(label_box).collect();
+        for (i, a) in boxes.iter().enumerate() {
+            for b in &boxes[i + 1..] {
+                let overlap = (a.2 - b.2).abs() < 11.0 && a.0 < b.1 && b.0 < a.1;
+                assert!(!overlap, "{a:?} and {b:?} overlap in {svg}");
+            }
+        }
+        assert!(boxes.len() >= 3, "{svg}");
+    }
+
+    /// A step label's box (x from, x to, y) from its `<text>` line, for the lane of holder A.
+    fn label_box(line: &str) -> Option<(f64, f64, f64)> {
+        let attr = |name: &str| -> Option<f64> {
+            let at = line.find(&format!("{name}=\""))? + name.len() + 2;
+            line[at..].split('"').next()?.parse().ok()
+        };
+        if !line.starts_with("<text x=") || !line.contains("</title>") {
+            return None;
+        }
+        let (x, y) = (attr("x")?, attr("y")?);
+        // Holder A's lane is the first: y within 44..104.
+        if !(44.0..104.0).contains(&y) {
+            return None;
+        }
+        let text = line.split("</title>").nth(1)?.trim_end_matches("</text>");
+        let width = text_width(text);
+        Some(if line.contains("text-anchor=\"end\"") {
+            (x - width, x, y)
+        } else {
+            (x, x + width, y)
+        })
     }
 
     #[test]

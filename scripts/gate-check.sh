@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Measures the gate (`lab run --gate`, scripts/gate.py): its wall time on the lab's own design,
+# and its kill rate — each mutant of scripts/sql-mutants.txt applied to a copy of its profile and
+# run through the gate as the system under test (`--sut`), and the broken holder
+# (scripts/broken-holder.sh) run through it. A mutant the gate lets pass is a survivor: the
+# script says so and exits 1. Prints one line per planted bug and the figures at the end.
+#
+# Usage: scripts/gate-check.sh [DIR]      (default: a temporary directory; LAB= the lab binary,
+#                                          default target/debug/lab, built with every feature)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-$(mktemp -d /tmp/lab-gate-check.XXXXXX)}
+lab=${LAB:-target/debug/lab}
+mkdir -p "$out"
+[ -x "$lab" ] || { echo "gate-check: no $lab: build it first (./run.sh builds it)" >&2; exit 2; }
+
+t0=$SECONDS
+"$lab" run --gate --evidence-dir "$out/own" >"$out/own.log" 2>&1 || {
+  echo "gate-check: the gate fails on the lab's own design: see $out/own.log" >&2; exit 1; }
+own=$((SECONDS - t0))
+echo "gate-check: the lab's own design passes the gate in $own s ($(grep -m1 '^SUMMARY' "$out/own.log"))"
+
+killed=0 survived=0 total=0
+while IFS='|' read -r id file text becomes what; do
+  id=$(echo "$id" | xargs)
+  case "$id" in ''|'#'*) continue ;; esac
+  file=$(echo "$file" | xargs)
+  total=$((total + 1))
+  mutant="$out/$id.toml"
+  python3 - "$file" "$mutant" "$(echo "$text" | sed 's/^ //; s/ $//')" "$(echo "$becomes" | sed 's/^ //; s/ $//')" <<'PY'
+import sys
+src, dst, old, new = sys.argv[1:5]
+s = open(src).read()
+if s.count(old) != 1:
+    sys.exit(f"gate-check: {old!r} is not found once in {src}")
+open(dst, "w").write(s.replace(old, new))
+PY
+  t=$SECONDS
+  if "$lab" run --gate --sut "$mutant" --evidence-dir "$out/ev-$id" >"$out/$id.log" 2>&1; then
+    survived=$((survived + 1))
+    echo "gate-check: SURVIVED $id ($what) in $((SECONDS - t)) s"
+  else
+    killed=$((killed + 1))
+    echo "gate-check: killed $id in $((SECONDS - t)) s: $(grep -m1 '  FAIL' "$out/$id.log" | cut -c1-140)"
+  fi
+done < scripts/sql-mutants.txt
+"$lab" clean >/dev/null 2>&1 || true
+
+total=$((total + 1))
+t=$SECONDS
+# broken-holder.sh exits 0 when the run failed, as it must.
+if scripts/broken-holder.sh "$out/broken" --gate >"$out/broken.log" 2>&1; then
+  killed=$((killed + 1))
+  echo "gate-check: killed the broken holder in $((SECONDS - t)) s (its build included)"
+else
+  survived=$((survived + 1))
+  echo "gate-check: SURVIVED the broken holder (it skips its local-deadline check): $(tail -1 "$out/broken.log")"
+fi
+echo "gate-check: the gate ($(cat lab/cli/src/gate.txt)) killed $killed of $total planted bugs; $own s on the lab's own design; logs in $out"
+[ "$survived" = 0 ]
