@@ -383,30 +383,47 @@ pub fn svg(case: &CaseTimeline) -> String {
                     Mark::Killed => Some("SIGKILL".into()),
                     _ => None,
                 };
-                if let Some(label) = label {
-                    let width = text_width(&label);
+                if let Some(full) = label {
                     let (lx, anchor) = if sx > X1 - 110.0 {
                         (sx - 2.0, r#" text-anchor="end""#)
                     } else {
                         (sx + 2.0, "")
                     };
-                    let (from, to) = if anchor.is_empty() {
-                        (lx, lx + width)
-                    } else {
-                        (lx - width, lx)
+                    let span = |label: &str| {
+                        let width = text_width(label);
+                        if anchor.is_empty() {
+                            (lx, lx + width)
+                        } else {
+                            (lx - width, lx)
+                        }
                     };
                     // Above, below, high above, low below the dot: the first row where the label
-                    // overlaps no other label of the lane (else the least crowded).
+                    // overlaps no other label of the lane; where every row is taken, the label
+                    // cut short (whole on hover) in the least crowded one.
                     let lane = placed.entry(s.actor.clone()).or_default();
-                    let clashes = |row: f64| {
+                    let clashes = |row: f64, (from, to): (f64, f64)| {
                         lane.iter()
                             .filter(|(a, b, r)| (r - row).abs() < 11.0 && *a < to && from < *b)
                             .count()
                     };
-                    let ly = [y - 9.0, y + 17.0, y - 20.0, y + 28.0]
-                        .into_iter()
-                        .min_by_key(|row| clashes(*row))
-                        .unwrap_or(y - 9.0);
+                    let rows = [y - 9.0, y + 17.0, y - 20.0, y + 28.0];
+                    let best = |label: &str| {
+                        rows.into_iter()
+                            .map(|row| (clashes(row, span(label)), row))
+                            .min_by(|a, b| a.0.cmp(&b.0))
+                            .unwrap_or((0, y - 9.0))
+                    };
+                    let (label, ly) = match best(&full) {
+                        (0, row) => (full.clone(), row),
+                        (crowd, row) => {
+                            let cut = short_to(&full, 12);
+                            match best(&cut) {
+                                (fewer, cut_row) if fewer < crowd => (cut, cut_row),
+                                _ => (full.clone(), row),
+                            }
+                        }
+                    };
+                    let (from, to) = span(&label);
                     lane.push((from, to, ly));
                     // Shortened on the lane, whole on hover (and in the step table beside).
                     let _ = writeln!(
