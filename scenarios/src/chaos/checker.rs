@@ -1799,9 +1799,9 @@ mod tests {
     #[test]
     fn a_stale_write_is_blamed_on_a_fault_after_its_own_grant_not_one_that_ended_before() {
         // h0.0 held token 1, then token 3 (granted at 3001 ms); its write with token 3 committed
-        // after h1.0's token 4. A partition of h0.0 spanned the grant of 3 and the write; a pause
-        // of h0.0 began later than the partition but ended before 3 was granted: it did nothing to
-        // the holding of 3, and is not blamed.
+        // after h1.0's token 4. A partition of h0.0 came between the grant of 3 and the write; a
+        // pause of h0.0 began later than the partition but ended before 3 was granted: it did
+        // nothing to the holding of 3, and is not blamed — nor is a later pause of h1.0.
         let ops = vec![
             op("h0.0", 1, OpKind::Acquire, 1, (0.0, 1.0), Outcome::Ok),
             op("h1.0", 1, OpKind::Acquire, 2, (1500.0, 1501.0), Outcome::Ok),
@@ -1825,13 +1825,19 @@ mod tests {
                 kind: FaultKind::Partition,
                 process: "h0.0".into(),
                 start_ms: 1000.0,
-                end_ms: 5000.0,
+                end_ms: 4000.0,
             },
             Injected {
                 kind: FaultKind::Pause,
                 process: "h0.0".into(),
                 start_ms: 2000.0,
                 end_ms: 2500.0,
+            },
+            Injected {
+                kind: FaultKind::Pause,
+                process: "h1.0".into(),
+                start_ms: 3500.0,
+                end_ms: 3600.0,
             },
         ];
         let finals = vec![("s".into(), "p1".into(), "h0.0#3".into(), 3)];
@@ -1860,7 +1866,11 @@ mod tests {
         );
         assert_eq!(
             v.fault_effects,
-            [BTreeMap::from([("s".to_owned(), 1)]), BTreeMap::new()]
+            [
+                BTreeMap::from([("s".to_owned(), 1)]),
+                BTreeMap::new(),
+                BTreeMap::new()
+            ]
         );
     }
 
