@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
-# The fencing lab in one command. Builds in release mode and runs every experiment, or:
+# The fencing lab in one command. Builds the lab and runs every experiment, or:
 #   ./run.sh --only F4,F5        any `lab run` option (./run.sh --help lists them)
+#   ./run.sh --gate              the few experiments that kill every planted bug (a PR's CI)
 #   ./run.sh list                any other lab subcommand
+#   ./run.sh --quiet …           no build progress nor phase lines (for scripts)
 # Evidence goes to evidence/. Exit status: 0 passed, 1 a check failed, 2 the lab could not run.
-# LAB_PROFILE=dev builds (or reuses) the debug build instead of the release one: CI does, after the
-# test command has built it, to save the release build's minutes.
+# The experiments run on the dev build (unoptimised: they wait on servers and timers, not on the
+# CPU), which builds faster than a release build and which scripts/test.sh shares; `./run.sh
+# bench` builds and runs the release build, the one whose figures mean something.
+# LAB_PROFILE=release or dev chooses.
 set -euo pipefail
 cd "$(dirname "$0")"
+quiet=
+args=()
+for a in "$@"; do
+  if [ "$a" = --quiet ]; then quiet=--quiet; else args+=("$a"); fi
+done
+set -- ${args[@]+"${args[@]}"}
+say() { [ -n "$quiet" ] || echo "run.sh: $* (${SECONDS} s)" >&2; }
+say "setting up: PostgreSQL, libfaketime, MariaDB, Docker's tools (installed once, when missing)"
 scripts/ensure-postgres.sh
 scripts/ensure-faketime.sh
 features=$(scripts/ensure-mariadb.sh)
 containers=$(scripts/ensure-containers.sh)
-profile=${LAB_PROFILE:-release}
+profile=${LAB_PROFILE:-}
+if [ -z "$profile" ]; then
+  if [ "${1:-}" = bench ]; then profile=release; else profile=dev; fi
+fi
 case "$profile" in
   release) dir=release ;;
   dev) dir=debug ;;
   *) echo "run.sh: LAB_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
 esac
+say "building the lab and its holder ($profile build${features:+, $features}${containers:+ $containers}; cargo shows its progress)"
 # shellcheck disable=SC2086 # $features and $containers are empty or one flag each
-cargo build --profile "$profile" --locked --quiet -p lab -p holder $features $containers
+cargo build --profile "$profile" --locked ${quiet:+--quiet} -p lab -p holder $features $containers
+say "built; the lab starts"
 # The lab's hints name the command the user ran (`./run.sh clean`, not `lab clean`).
 export LAB_INVOKED_AS=./run.sh
 case "${1:-}" in
-  list | run | clean | bench | chaos | profile | exercise | grade | help | -V | --version) exec "target/$dir/lab" "$@" ;;
+  list | run | clean | bench | chaos | check | profile | exercise | grade | help | -V | --version) exec "target/$dir/lab" "$@" ;;
   *) exec "target/$dir/lab" run "$@" ;;
 esac

@@ -255,11 +255,19 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     }
     let mut rec = Recorder::new(reporters);
     rec.environment(cfg.environment(&labs[0]).await);
+    #[cfg(feature = "containers")]
+    let images = build_images_early(cfg).await;
 
     let interrupted = tokio::select! {
         () = scenarios::run_all_on(&mut labs, &mut rec, &cfg.scenarios) => None,
         signal = signals.recv() => Some(signal),
     };
+    // A build still going (its experiments did not run, or the run was interrupted) is stopped:
+    // its debootstrap is killed with the task.
+    #[cfg(feature = "containers")]
+    if let Some(images) = images {
+        images.abort();
+    }
     if let Some(signal) = interrupted {
         rec.interrupted(signal.name());
     }
@@ -311,6 +319,63 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         None => Ended::Failed,
     };
     Run { ended, events }
+}
+
+/// The images this run's container experiments need, built in the background from the start
+/// — the lock services' (F4/F5 again on etcd, ZooKeeper and Redis; the R- and RL-series), plain
+/// PostgreSQL's (F15, F16) and Patroni's (F17), in the order the run reaches them — so that the
+/// embedded experiments go on meanwhile and those experiments find their image made (the first
+/// time, a minute or two each) instead of building it in the middle of the run. One line when
+/// the builds end (none when every image was there); an experiment that needs an image still
+/// building waits for it (one build at a time, `harness::containers`). `None` without an engine
+/// or such experiments.
+#[cfg(feature = "containers")]
+async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>> {
+    use harness::containers::{patroni_image, postgres_image, services_image};
+    let ids: Vec<&str> = cfg.scenarios.iter().map(|s| s.id()).collect();
+    let services = !cfg.params.again_on.is_empty()
+        || ids
+            .iter()
+            .any(|id| ["R1", "R2", "R3", "RL1", "RL2", "RL3"].contains(id));
+    let postgres = ids.iter().any(|id| ["F15", "F16"].contains(id));
+    let patroni = ids.contains(&"F17");
+    if !(services || postgres || patroni) || harness::containers::engine().await.is_err() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut built = Vec::new();
+        for (wanted, name) in [
+            (services, "lock services'"),
+            (postgres, "PostgreSQL"),
+            (patroni, "Patroni"),
+        ] {
+            if !wanted {
+                continue;
+            }
+            let image = match name {
+                "lock services'" => services_image().await,
+                "PostgreSQL" => postgres_image(15).await,
+                _ => patroni_image(15).await,
+            };
+            match image {
+                Ok(image) => {
+                    if let Some(took) = image.built_in {
+                        built.push(format!("the {name} image in {:.0} s", took.as_secs_f64()));
+                    }
+                }
+                // The experiment that needs it says why when it gets there.
+                Err(_) => return,
+            }
+        }
+        if !built.is_empty() {
+            eprintln!(
+                "lab: built {} in the background ({:.0} s in all), while the embedded experiments ran",
+                built.join(", "),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }))
 }
 
 /// `LIMITS.md`, beside the run's evidence.
