@@ -7,7 +7,12 @@
 //!   per round, time per round p50 / p99;
 //! - the reference: `pgbench` on the same cluster with the same client counts, running a one-row
 //!   `UPDATE` per transaction (each client its own row), so that every figure can be read as a
-//!   ratio to what this machine's PostgreSQL can commit.
+//!   ratio to what this machine's PostgreSQL can commit;
+//! - like for like: `unfenced-single`, the one statement of fenced-single with the floor taken
+//!   out (the same upsert and attempt record, one commit), so that "× unfenced-single" is the
+//!   fence's own cost; and `pgbench` running the lab's own statement of each one-statement mode
+//!   (`pgbench:fenced-single`, …: the same SQL, the same parts, the server's limit for it), so
+//!   that "× same SQL" is the lab's Rust client's efficiency.
 //!
 //! Output: a table on the terminal, `bench.json` and `bench.svg` in the evidence directory.
 //! Figures are measurements of this machine at this moment; compare ratios within one run.
@@ -71,6 +76,50 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 
 /// The writer counts every mode is measured at.
 const WRITERS: [usize; 4] = [1, 4, 16, 64];
+
+/// The one-statement writes pgbench also runs as they are (their profile's statement).
+const SAME_SQL: [&str; 3] = ["fenced-single", "fenced-shared", "unfenced-single"];
+
+/// fenced-single's statement with the fence taken out: the part's upsert and the attempt's
+/// record in one statement, always accepted — the like-for-like baseline of the one-statement
+/// fences (`unfenced`, the lab's negative control, is two autocommit statements).
+const UNFENCED_SINGLE: &str = r#"
+WITH part AS (
+   INSERT INTO report_part AS r (scope, part, content, writer, token)
+   VALUES (:scope, :part, :content, :writer, :token)
+   ON CONFLICT (scope, part) DO UPDATE
+      SET content = EXCLUDED.content, writer = EXCLUDED.writer,
+          token = EXCLUDED.token, written_at = clock_timestamp()
+RETURNING 1),
+attempt AS (
+   INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
+   VALUES (:scope, :part, :writer, :token, :mode, true))
+SELECT true
+"#;
+
+/// The bench's own write `unfenced-single`: seed004-single's profile with [`UNFENCED_SINGLE`]
+/// as its write.
+static UNFENCED_SINGLE_PROFILE: std::sync::LazyLock<fencing::profile::Profile> =
+    std::sync::LazyLock::new(|| {
+        let single = fencing::profile::Profile::built_in_text("seed004-single")
+            .expect("seed004-single is built in");
+        let (head, _) = single
+            .split_once("[resource.write]")
+            .expect("seed004-single has a write");
+        let text = format!(
+            "{}[resource.write]\nmode = \"unfenced-single\"\nstatement = \"\"\"{UNFENCED_SINGLE}\"\"\"\n",
+            head.replace("name = \"seed004-single\"", "name = \"unfenced-single\"")
+        );
+        fencing::profile::Profile::parse("unfenced-single", &text).expect("unfenced-single parses")
+    });
+
+/// A write the bench measures: the lab's named writes, and [`UNFENCED_SINGLE_PROFILE`].
+fn bench_write(name: &str) -> Option<(resource::WriteMode, &'static fencing::profile::Profile)> {
+    if name == "unfenced-single" {
+        return Some((resource::WriteMode::Fenced, &UNFENCED_SINGLE_PROFILE));
+    }
+    resource::named_write(name)
+}
 
 /// Runs it on the lab's runtime: passed once the table and the files are out, could not run
 /// (the error's chain on stderr) otherwise.
@@ -162,9 +211,16 @@ async fn measure(
     let mut cells = Vec::new();
     for &n in clients {
         cells.push(pgbench_cell(lab, pgbench, n, duration).await?);
-        for name in resource::NAMED_WRITES {
+        for name in resource::NAMED_WRITES
+            .into_iter()
+            .chain(["unfenced-single"])
+        {
             lab.reset().await?;
             cells.push(write_cell(lab, name, n, duration, args.warmup).await?);
+        }
+        for name in SAME_SQL {
+            lab.reset().await?;
+            cells.push(same_sql_cell(lab, pgbench, name, n, duration).await?);
         }
     }
     let mut contention = Vec::new();
@@ -183,7 +239,7 @@ async fn write_cell(
     duration: Duration,
     warmup: usize,
 ) -> anyhow::Result<Cell> {
-    let (mode, profile) = resource::named_write(name).context("a named write")?;
+    let (mode, profile) = bench_write(name).context("a named write")?;
     let opts = lab.connect_options(
         fencing::schema::Database::Resource,
         fencing::schema::RESOURCE_DB,
@@ -290,31 +346,101 @@ async fn pgbench_cell(
         "INSERT INTO bench_row SELECT g, 0 FROM generate_series(1, 64) g ON CONFLICT DO NOTHING",
     )
     .await?;
-    let work = tempfile::tempdir()?;
-    let script = work.path().join("one-row-update.sql");
-    std::fs::write(
+    let script = "\\set id :client_id + 1\nUPDATE bench_row SET v = v + 1 WHERE id = :id;\n";
+    run_pgbench(lab, pgbench, "pgbench", script, &[], n, duration).await
+}
+
+/// pgbench running the statement of the one-statement write `name` as the lab's client sends
+/// it: the same parameters (pgbench's `-D` variables, substituted as text), client `i` writing
+/// part `part-<i>` with token 1 as the lab's writer `i` does — the server's limit for that SQL.
+async fn same_sql_cell(
+    lab: &Lab,
+    pgbench: &std::path::Path,
+    name: &str,
+    n: usize,
+    duration: Duration,
+) -> anyhow::Result<Cell> {
+    let (_, profile) = bench_write(name).context("a named write")?;
+    let fencing::profile::WriteSql::OneStatement(statement) = &profile.resource.write else {
+        bail!("{name} is not one statement");
+    };
+    // The statement as the lab's client sends it, its `$k` placeholders made pgbench's
+    // variables — bound as parameters (`-M prepared`: prepared once per connection, as the lab's
+    // client prepares and caches its statements) — the part per client. Replaced from the last
+    // number down, so that `$1` does not eat the start of `$10`.
+    let mut sql = statement.sql().trim().to_owned();
+    for (k, param) in statement.params().iter().enumerate().rev() {
+        let var = match param {
+            fencing::profile::Param::Part => {
+                "('part-' || lpad(CAST(:client_id AS text), 2, '0'))".to_owned()
+            }
+            other => format!(":{}", other.as_str()),
+        };
+        sql = sql.replace(&format!("${}", k + 1), &var);
+    }
+    let script = format!("{sql};\n");
+    let vars = [
+        "-M".to_owned(),
+        "prepared".to_owned(),
+        "-D".to_owned(),
+        format!("scope={SCOPE}"),
+        "-D".to_owned(),
+        "content=bench".to_owned(),
+        "-D".to_owned(),
+        "writer=bench".to_owned(),
+        "-D".to_owned(),
+        "token=1".to_owned(),
+        "-D".to_owned(),
+        format!("mode={}", profile.resource.mode),
+    ];
+    run_pgbench(
+        lab,
+        pgbench,
+        &format!("pgbench:{name}"),
         &script,
-        "\\set id :client_id + 1\nUPDATE bench_row SET v = v + 1 WHERE id = :id;\n",
-    )?;
+        &vars,
+        n,
+        duration,
+    )
+    .await
+}
+
+/// Runs pgbench's `script` with `n` clients for `duration` on the resource database, with the
+/// `extra` options: its tps and its per-transaction latencies as the cell `name`.
+async fn run_pgbench(
+    lab: &Lab,
+    pgbench: &std::path::Path,
+    name: &str,
+    script: &str,
+    extra: &[String],
+    n: usize,
+    duration: Duration,
+) -> anyhow::Result<Cell> {
+    let work = tempfile::tempdir()?;
+    let path = work.path().join("script.sql");
+    std::fs::write(&path, script)?;
     let secs = duration.as_secs().max(1);
+    let mut spawn = Spawn::new("pgbench", pgbench).args([
+        "-n",
+        "-c",
+        &n.to_string(),
+        "-j",
+        &n.min(2).to_string(),
+        "-T",
+        &secs.to_string(),
+        "-l",
+    ]);
+    for option in extra {
+        spawn = spawn.arg(option);
+    }
     // Bounded by its own -T plus a margin for connecting and writing its logs.
-    let out = Spawn::new("pgbench", pgbench)
-        .args([
-            "-n",
-            "-c",
-            &n.to_string(),
-            "-j",
-            &n.min(2).to_string(),
-            "-T",
-            &secs.to_string(),
-            "-l",
-        ])
+    let out = spawn
         .arg(format!(
             "--log-prefix={}",
             work.path().join("pgbench").display()
         ))
         .arg("-f")
-        .arg(&script)
+        .arg(&path)
         .arg("-h")
         .arg(lab.cluster()?.socket_dir())
         .args([
@@ -331,7 +457,7 @@ async fn pgbench_cell(
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
-            "pgbench failed: {}",
+            "{name} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -342,7 +468,7 @@ async fn pgbench_cell(
                 .and_then(|r| r.split_whitespace().next())
                 .and_then(|v| v.parse().ok())
         })
-        .context("pgbench printed no tps")?;
+        .with_context(|| format!("{name} printed no tps"))?;
     // Per-transaction logs: "client_id transaction_no latency_us script_no epoch epoch_us".
     let mut lat = Vec::new();
     for entry in std::fs::read_dir(work.path())?.flatten() {
@@ -361,7 +487,7 @@ async fn pgbench_cell(
     let writes = lat.len();
     let lat = sorted(lat);
     Ok(Cell {
-        name: "pgbench".into(),
+        name: name.into(),
         clients: n,
         writes,
         per_sec: tps,
@@ -422,18 +548,34 @@ fn reference(cells: &[Cell], name: &str, clients: usize) -> Option<f64> {
         .map(|c| c.per_sec)
 }
 
+/// For the lab's cell of a one-statement mode, pgbench's cell on the same SQL, writers, writes/s.
+fn same_sql(cells: &[Cell], c: &Cell) -> Option<f64> {
+    SAME_SQL
+        .contains(&c.name.as_str())
+        .then(|| reference(cells, &format!("pgbench:{}", c.name), c.clients))
+        .flatten()
+}
+
 fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<18} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10}  waits (pg_stat_activity)",
-        "mode", "writers", "writes/s", "p50 ms", "p99 ms", "×pgbench", "×unfenced",
+        "{:<24} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10} {:>8} {:>9}  waits (pg_stat_activity)",
+        "mode",
+        "writers",
+        "writes/s",
+        "p50 ms",
+        "p99 ms",
+        "×pgbench",
+        "×unfenced",
+        "×unf-1st",
+        "×sameSQL",
     );
     for c in cells {
         let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.2}", c.per_sec / r));
         let _ = writeln!(
             out,
-            "{:<18} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>9} {:>10}  {}",
+            "{:<24} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>9} {:>10} {:>8} {:>9}  {}",
             c.name,
             c.clients,
             c.per_sec,
@@ -441,7 +583,38 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
             c.p99_ms,
             ratio(reference(cells, "pgbench", c.clients)),
             ratio(reference(cells, "unfenced", c.clients)),
+            ratio(reference(cells, "unfenced-single", c.clients)),
+            ratio(same_sql(cells, c)),
             c.waits,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "×unf-1st: × unfenced-single, the same one statement without the fence (the fence's own \
+         cost); ×sameSQL: × pgbench running that mode's own statement (the lab's client's efficiency)"
+    );
+    for n in [1, 16, 64] {
+        if let (Some(shared), Some(base)) = (
+            reference(cells, "fenced-shared", n),
+            reference(cells, "unfenced-single", n),
+        ) {
+            let r = shared / base;
+            let _ = writeln!(
+                out,
+                "goal: fenced-shared ≥ 0.95× unfenced-single at {n:>2} writers: {r:.2}× — {}",
+                if r >= 0.95 { "met" } else { "NOT met" }
+            );
+        }
+    }
+    if let (Some(lab), Some(server)) = (
+        reference(cells, "fenced-shared", 16),
+        reference(cells, "pgbench:fenced-shared", 16),
+    ) {
+        let r = lab / server;
+        let _ = writeln!(
+            out,
+            "goal: the lab's client ≥ 0.9× pgbench on fenced-shared's SQL at 16 writers: {r:.2}× — {}",
+            if r >= 0.9 { "met" } else { "NOT met" }
         );
     }
     for n in WRITERS {
@@ -484,6 +657,8 @@ fn bench_json(cells: &[Cell], contention: &[Contention]) -> serde_json::Value {
             "p50_ms": c.p50_ms, "p99_ms": c.p99_ms, "waits": c.waits,
             "ratio_to_pgbench": reference(cells, "pgbench", c.clients).map(|r| c.per_sec / r),
             "ratio_to_unfenced": reference(cells, "unfenced", c.clients).map(|r| c.per_sec / r),
+            "ratio_to_unfenced_single": reference(cells, "unfenced-single", c.clients).map(|r| c.per_sec / r),
+            "ratio_to_pgbench_same_sql": same_sql(cells, c).map(|r| c.per_sec / r),
         })).collect::<Vec<_>>(),
         "lease_contention": contention.iter().map(|c| json!({
             "contenders": c.contenders, "rounds": c.rounds, "rounds_with_one_winner": c.one_winner_rounds,
@@ -502,16 +677,19 @@ fn chart(cells: &[Cell]) -> String {
         "fenced-row",
         "check-then-write",
         "unfenced",
+        "unfenced-single",
+        "pgbench:fenced-shared",
     ];
     let colors = [
-        "#5f6368", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#d62728", "#2ca02c",
+        "#5f6368", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#d62728", "#2ca02c", "#98df8a",
+        "#c5b0d5",
     ];
     let max = cells.iter().map(|c| c.per_sec).fold(1.0, f64::max);
     let (w, h, left, top, plot_h) = (1120.0, 380.0, 70.0, 40.0, 260.0);
     let group_w = (w - left - 20.0) / WRITERS.len() as f64;
     let bar_w = group_w / (names.len() as f64 + 1.0);
     let mut svg = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">writes per second by write mode and writer count (pgbench: one-row UPDATE per transaction)</text>"##
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">writes per second by write mode and writer count (pgbench: one-row UPDATE; pgbench:fenced-shared: the lab's statement run by pgbench)</text>"##
     );
     for (g, n) in WRITERS.iter().enumerate() {
         let gx = left + group_w * g as f64;
