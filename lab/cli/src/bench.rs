@@ -351,8 +351,9 @@ async fn pgbench_cell(
 }
 
 /// pgbench running the statement of the one-statement write `name` as the lab's client sends
-/// it: the same parameters (pgbench's `-D` variables, substituted as text), client `i` writing
-/// part `part-<i>` with token 1 as the lab's writer `i` does — the server's limit for that SQL.
+/// it: the same parameters (pgbench's `-D` variables, bound), client `i` writing part `part-<i>`
+/// with token 1 as the lab's writer `i` does — the server's limit for that SQL. Checked to have
+/// done the same work: every attempt it recorded accepted, at least one per transaction.
 async fn same_sql_cell(
     lab: &Lab,
     pgbench: &std::path::Path,
@@ -393,7 +394,7 @@ async fn same_sql_cell(
         "-D".to_owned(),
         format!("mode={}", profile.resource.mode),
     ];
-    run_pgbench(
+    let cell = run_pgbench(
         lab,
         pgbench,
         &format!("pgbench:{name}"),
@@ -402,7 +403,22 @@ async fn same_sql_cell(
         n,
         duration,
     )
-    .await
+    .await?;
+    // The same work, or the figure means nothing: every transaction pgbench logged wrote its
+    // part and recorded an accepted attempt, as the lab's writers' do.
+    let (accepted, recorded): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE accepted), count(*) FROM write_attempt WHERE mode = $1",
+    )
+    .bind(&profile.resource.mode)
+    .fetch_one(lab.resource.pool())
+    .await?;
+    if accepted != recorded || (recorded as usize) < cell.writes {
+        bail!(
+            "pgbench on {name}'s SQL did not do the lab's work: {accepted} accepted of {recorded} attempts recorded for {} transactions",
+            cell.writes
+        );
+    }
+    Ok(cell)
 }
 
 /// Runs pgbench's `script` with `n` clients for `duration` on the resource database, with the
