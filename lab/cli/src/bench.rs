@@ -705,7 +705,7 @@ fn chart(cells: &[Cell]) -> String {
     let group_w = (w - left - 20.0) / WRITERS.len() as f64;
     let bar_w = group_w / (names.len() as f64 + 1.0);
     let mut svg = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">writes per second by write mode and writer count (pgbench: one-row UPDATE; pgbench:fenced-shared: the lab's statement run by pgbench)</text>"##
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">writes/s by write mode and writers — pgbench: a one-row UPDATE; pgbench:fenced-shared: fenced-shared's own SQL</text>"##
     );
     for (g, n) in WRITERS.iter().enumerate() {
         let gx = left + group_w * g as f64;
@@ -744,15 +744,17 @@ fn chart(cells: &[Cell]) -> String {
         w - 20.0,
         top + plot_h
     );
+    // The legend in two rows of five, each entry as wide as the longest name needs.
     for (i, name) in names.iter().enumerate() {
-        let x = left + 150.0 * i as f64;
+        let (row, col) = (i / 5, i % 5);
+        let x = left + 200.0 * col as f64;
+        let y = h - 34.0 + 16.0 * row as f64;
         let _ = write!(
             svg,
-            r#"<rect x="{x}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{name}</text>"#,
-            h - 20.0,
+            r#"<rect x="{x}" y="{y}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{name}</text>"#,
             colors[i],
             x + 14.0,
-            h - 11.0
+            y + 9.0
         );
     }
     svg.push_str("</svg>\n");
