@@ -1031,15 +1031,9 @@ mod tests {
         (ops, parts, lease)
     }
 
-    #[test]
-    fn each_lease_is_judged_on_its_own_tokens_and_scopes() {
-        // Both leases grant tokens 1 and 2; lease 0's stale write is accepted, lease 1's fenced.
-        let (mut ops, mut parts, mut lease) = on_lease(0, true);
-        let (ops1, parts1, lease1) = on_lease(1, false);
-        ops.extend(ops1);
-        parts.extend(parts1);
-        lease.extend(lease1);
-        let finals: Vec<(String, String, String, i64)> = ["chaos-0", "chaos-1"]
+    /// Each scope's final content: part p1's last committed version there.
+    fn finals_of(parts: &[PartVersion], scopes: &[&str]) -> Vec<(String, String, String, i64)> {
+        scopes
             .iter()
             .map(|scope| {
                 let last = parts
@@ -1054,7 +1048,18 @@ mod tests {
                     last.token,
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn each_lease_is_judged_on_its_own_tokens_and_scopes() {
+        // Both leases grant tokens 1 and 2; lease 0's stale write is accepted, lease 1's fenced.
+        let (mut ops, mut parts, mut lease) = on_lease(0, true);
+        let (ops1, parts1, lease1) = on_lease(1, false);
+        ops.extend(ops1);
+        parts.extend(parts1);
+        lease.extend(lease1);
+        let finals = finals_of(&parts, &["chaos-0", "chaos-1"]);
         let faults = vec![Injected {
             kind: FaultKind::Pause,
             process: "h0.0".into(),
@@ -1576,22 +1581,7 @@ mod tests {
         ops.extend(ops1);
         parts.extend(parts1);
         lease.extend(lease1);
-        let finals: Vec<(String, String, String, i64)> = ["chaos-0", "chaos-control-1"]
-            .iter()
-            .map(|scope| {
-                let last = parts
-                    .iter()
-                    .filter(|p| p.scope == *scope)
-                    .max_by_key(|p| p.commit_us)
-                    .expect("a version");
-                (
-                    scope.to_string(),
-                    "p1".into(),
-                    last.content.clone(),
-                    last.token,
-                )
-            })
-            .collect();
+        let finals = finals_of(&parts, &["chaos-0", "chaos-control-1"]);
         let o = Observed {
             ops: &ops,
             faults: &[],
