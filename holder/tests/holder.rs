@@ -63,6 +63,7 @@ fn flags(socket_dir: std::path::PathBuf, port: u16, holder: &str, release: bool)
 
 fn spec(env: &Env, holder: &str, release: bool) -> HolderSpec {
     HolderSpec {
+        prefix: Vec::new(),
         bin: env!("CARGO_BIN_EXE_holder").into(),
         flags: flags(
             env.cluster.socket_dir(),

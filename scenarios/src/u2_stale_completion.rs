@@ -38,6 +38,7 @@ mod imp {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         HolderSpec {
             bin: lab.holder_bin.clone(),
+            prefix: lab.holder_prefix.clone(),
             flags: HolderFlags {
                 store: "mariadb".into(),
                 socket_dir: env.server.socket_dir(),

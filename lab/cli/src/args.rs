@@ -343,6 +343,14 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "only")]
     pub gate: bool,
 
+    /// Every holder the run starts is this command instead of the lab's own holder, with the
+    /// holder's flags appended: your own lock client, in any language, speaking the holder
+    /// protocol (docs/holder-protocol.md) — e.g. `--holder-cmd "python3
+    /// examples/holders/python/holder.py"`. Words are split at spaces (no quoting); the first is a
+    /// path or a name on PATH
+    #[arg(long, value_name = "CMD")]
+    pub holder_cmd: Option<String>,
+
     /// Where the evidence goes (made if missing).
     #[arg(long, value_name = "DIR", default_value = "evidence")]
     pub evidence_dir: PathBuf,

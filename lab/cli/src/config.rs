@@ -22,6 +22,8 @@ pub struct Config {
     /// One run per backend: one, or one per `--pg-versions` entry (then a matrix).
     pub backends: Vec<Backend>,
     pub holder_bin: PathBuf,
+    /// The arguments before the holder's flags (`--holder-cmd`); empty for the lab's holder.
+    pub holder_prefix: Vec<std::ffi::OsString>,
     pub evidence_dir: PathBuf,
     /// Whether this run made the evidence directory (and may remove it if it stays empty).
     made_evidence_dir: bool,
@@ -53,6 +55,9 @@ fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
             .filter(|k| k.service.is_some() && k.sound)
     };
     match args.again_on.as_deref() {
+        // A holder of the user's runs its own lease client: F4 and F5 are not repeated on the
+        // lab's lock services unless asked.
+        None if args.holder_cmd.is_some() => Ok(Vec::new()),
         None if args.lease_store == LeaseStoreArg::Single => {
             Ok(offered().map(|k| k.name).collect())
         }
@@ -121,9 +126,11 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         // unless a store was named.
         again_on: again_on(&args)?,
         sut: Arc::new(fence.unwrap_or(Profile::seed004()).clone()),
-        // Every fence the lab offers is gated unless one was named.
+        // Every fence the lab offers is gated unless one was named — or the holders are the
+        // user's (`--holder-cmd`), whose write is their own fence whatever the mode's name.
         again_with: match fence {
             Some(_) => Vec::new(),
+            None if args.holder_cmd.is_some() => Vec::new(),
             None => resource::FENCED_MODES[1..]
                 .iter()
                 .filter_map(|(mode, _)| resource::fenced_mode_profile(mode))
@@ -251,7 +258,13 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         );
     }
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
-    let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
+    let (holder_bin, holder_prefix) = match &args.holder_cmd {
+        Some(cmd) => harness::holder::holder_command(cmd).map_err(anyhow::Error::msg)?,
+        None => (
+            harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?,
+            Vec::new(),
+        ),
+    };
     let cluster = ClusterConfig {
         port: args.port,
         listen_tcp: args.tcp,
@@ -301,6 +314,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         cluster,
         backends,
         holder_bin,
+        holder_prefix,
         evidence_dir: dir,
         made_evidence_dir,
         keep: args.keep,

@@ -185,6 +185,7 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     // second; they start together).
     let mut lab = lab;
     lab.keep_all = cfg.keep;
+    lab.holder_prefix = cfg.holder_prefix.clone();
     let mut labs = vec![lab];
     if cfg.jobs > 1 && cfg.scenarios.len() > 1 {
         let more = (1..cfg.jobs).map(|_| {
@@ -204,6 +205,7 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
             match lab {
                 Ok(mut lab) => {
                     lab.keep_all = cfg.keep;
+                    lab.holder_prefix = cfg.holder_prefix.clone();
                     labs.push(lab)
                 }
                 Err(e) => {

@@ -1232,3 +1232,83 @@ fn the_gate_is_what_the_mutation_map_computes() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A holder of the user's, in Python (examples/holders/python/holder.py), run by `--holder-cmd`
+/// through the experiments that freeze, pause before the check and kill it: it passes them. Two
+/// broken copies fail, each at the check that shows its flaw: one that skips its local-deadline
+/// check (F10: A writes after the pause), one that writes without its token's fence (F4: A's
+/// stale write accepted).
+#[test]
+fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the_flaw(
+) -> anyhow::Result<()> {
+    use harness::require::{skip, this_test, Dependency::Psycopg};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let holder = root.join("examples/holders/python/holder.py");
+    let has = Command::new("/usr/bin/python3")
+        .args(["-c", "import psycopg"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        skip(
+            Psycopg,
+            this_test(),
+            "Debian's python3-psycopg is not installed (scripts/ensure-python-holder.sh)",
+        )?;
+        return Ok(());
+    }
+    let sb = Sandbox::new()?;
+    let run = |cmd: &Path, only: &str| -> anyhow::Result<(Option<i32>, String)> {
+        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["run", "--fenced-mode", "fenced-scope", "--only", only])
+            .arg("--holder-cmd")
+            .arg(cmd)
+            .arg("--evidence-dir")
+            .arg(sb.path(&format!("ev-{only}-{}", cmd.display()).replace('/', "_")))
+            .env("TMPDIR", sb.path("tmp"))
+            .output()?;
+        Ok((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    };
+    let (code, out) = run(&holder, "F4,F5,F10,F12")?;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("SUMMARY passed=") && out.contains(" failed=0"),
+        "{out}"
+    );
+
+    let text = fs::read_to_string(&holder)?;
+    let broken = |name: &str, from: &str, to: &str| -> anyhow::Result<PathBuf> {
+        assert_eq!(text.matches(from).count(), 1, "{from:?} once in holder.py");
+        let path = sb.path(name);
+        fs::write(&path, text.replace(from, to))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+        Ok(path)
+    };
+    let no_check = broken(
+        "skips-its-deadline.py",
+        "    if now >= deadline[0]:",
+        "    if False:",
+    )?;
+    let (code, out) = run(&no_check, "F10")?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("FAIL A, resumed, finds its local deadline passed by its monotonic clock and will not write"),
+        "{out}"
+    );
+    let unfenced = broken(
+        "writes-unfenced.py",
+        "    if f.mode == \"unfenced\":\n        resource.execute(PART, w)",
+        "    if True:\n        resource.execute(PART, w)",
+    )?;
+    let (code, out) = run(&unfenced, "F4")?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("FAIL A's stale write is rejected by the resource"),
+        "{out}"
+    );
+    // The failing runs kept their clusters for a look inside.
+    let _ = sb.lab(&["clean"])?;
+    sb.assert_nothing_left()
+}

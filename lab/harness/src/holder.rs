@@ -18,11 +18,13 @@ use crate::process::{ChildProcess, ProcessError, Spawn, Stream, ThreadState};
 /// How long a holder may stay silent when the lab expects it to speak.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Everything a holder process is started with: its binary and its flags (the write mode by
-/// name, `fenced-scope`, `unfenced`, …).
+/// Everything a holder process is started with: its program, the arguments before its flags
+/// (a holder of the user's, `--holder-cmd "python3 holder.py"`: `holder.py`) and its flags (the
+/// write mode by name, `fenced-scope`, `unfenced`, …).
 #[derive(Debug, Clone)]
 pub struct HolderSpec {
     pub bin: PathBuf,
+    pub prefix: Vec<OsString>,
     pub flags: HolderFlags,
     /// Extra environment, e.g. libfaketime's (`crate::faketime::Faketime::env`): F13 runs a
     /// holder's clock slow.
@@ -34,8 +36,34 @@ pub struct HolderSpec {
 
 impl HolderSpec {
     fn args(&self) -> Vec<OsString> {
-        self.flags.to_args()
+        let mut args = self.prefix.clone();
+        args.extend(self.flags.to_args());
+        args
     }
+}
+
+/// A holder of the user's, `--holder-cmd "PROGRAM ARG…"` (words split at spaces, no quoting):
+/// the program — a path, or a name found on `PATH` — and the arguments that come before the
+/// lab's flags. `Err` says what is wrong with the command.
+pub fn holder_command(cmd: &str) -> Result<(PathBuf, Vec<OsString>), String> {
+    let mut words = cmd.split_whitespace();
+    let program = words.next().ok_or_else(|| {
+        "--holder-cmd is empty: give the command that starts your holder".to_owned()
+    })?;
+    let path = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+            .ok_or_else(|| format!("--holder-cmd: {program} is not found on PATH"))?
+    };
+    if !path.is_file() {
+        return Err(format!("--holder-cmd: {} is not a file", path.display()));
+    }
+    Ok((path, words.map(OsString::from).collect()))
 }
 
 /// Finds the holder binary: `$LAB_HOLDER_BIN`, else beside the running executable (or one level

@@ -3,8 +3,8 @@
 //! run sees it, and it fails instead when `LAB_REQUIRE` names that dependency. A test that returns
 //! `Ok` having checked nothing would pass vacuously: a CI machine without Docker would stay green.
 //!
-//! `LAB_REQUIRE` is a comma list of [`Dependency`] names (`docker,mariadb,faketime,chromium`);
-//! `.ci/run` sets all four. Without it a missing dependency is a skip, so that a developer's machine
+//! `LAB_REQUIRE` is a comma list of [`Dependency`] names
+//! (`docker,mariadb,faketime,chromium,psycopg`); `.ci/run` sets them all. Without it a missing dependency is a skip, so that a developer's machine
 //! without Docker still runs the rest.
 //!
 //! Where the skip shows: test runners keep a passing test's output to themselves (nextest shows
@@ -35,6 +35,9 @@ pub enum Dependency {
     /// Headless Chromium, which `scripts/render-report.sh` renders the report with (and installs
     /// with apt-get when run as root).
     Chromium,
+    /// Debian's python3-psycopg, which the example Python holder runs on
+    /// (`scripts/ensure-python-holder.sh`).
+    Psycopg,
 }
 
 impl Dependency {
@@ -45,6 +48,7 @@ impl Dependency {
             Dependency::MariaDb => "mariadb",
             Dependency::Faketime => "faketime",
             Dependency::Chromium => "chromium",
+            Dependency::Psycopg => "psycopg",
         }
     }
 

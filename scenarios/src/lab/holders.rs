@@ -31,6 +31,7 @@ impl Lab {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         HolderSpec {
             bin: self.holder_bin.clone(),
+            prefix: self.holder_prefix.clone(),
             flags: HolderFlags {
                 store: self.params.store.into(),
                 socket_dir: self.servers.socket().0,

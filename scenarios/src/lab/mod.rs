@@ -72,6 +72,9 @@ pub struct Lab {
     pub maria: crate::maria::MariaSlot,
     /// The holder binary the multi-process scenarios start.
     pub holder_bin: PathBuf,
+    /// The arguments before the holder's flags: a holder of the user's (`--holder-cmd`), e.g.
+    /// the script `python3` runs. Empty for the lab's own holder.
+    pub holder_prefix: Vec<std::ffi::OsString>,
     pub params: Params,
     /// The lease store every experiment asks through the trait all stores implement.
     pub lease: Arc<dyn LeaseStore>,
@@ -195,6 +198,7 @@ impl Lab {
             run_mark,
             maria: crate::maria::MariaSlot::default(),
             holder_bin,
+            holder_prefix: Vec::new(),
             params,
         })
     }

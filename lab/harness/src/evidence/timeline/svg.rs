@@ -256,13 +256,22 @@ pub fn svg(case: &CaseTimeline) -> String {
             color(&h.actor),
             esc(&h.actor)
         );
+        // White on the bar: as much of "A token=1" as fits in it (the whole on hover).
+        let width = (xb - xa).max(2.0) - 6.0;
+        let whole = format!("{}{token}", h.actor);
+        let label = if text_width(&whole) <= width {
+            whole
+        } else if text_width(&h.actor) <= width {
+            h.actor.clone()
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            r##"<text x="{:.1}" y="{}" fill="#fff" font-weight="bold">{}{}</text>"##,
+            r##"<text x="{:.1}" y="{}" fill="#fff" font-weight="bold">{}</text>"##,
             xa + 4.0,
             ly + 30.0,
-            esc(&h.actor),
-            esc(&token)
+            esc(&label)
         );
     }
     // Steps.
@@ -275,6 +284,25 @@ pub fn svg(case: &CaseTimeline) -> String {
         [30.0, 43.0]
     };
     let mut label_row = 0usize;
+    // The marks across every lane (the orchestrator's phases, a crash, a failover) label the strip
+    // above the lanes: each label is cut to end before the next mark's (whole on hover).
+    let across: Vec<f64> = case
+        .steps
+        .iter()
+        .filter(|s| {
+            matches!(s.mark, Mark::Restart | Mark::Failover)
+                || (s.mark == Mark::Info && s.actor == orchestrator)
+        })
+        .map(|s| x(s.at))
+        .collect();
+    let room = |sx: f64| {
+        let next = across
+            .iter()
+            .copied()
+            .find(|&n| n > sx + 1.0)
+            .unwrap_or(WIDTH);
+        ((next - sx - 8.0) / 6.3).floor().max(1.0) as usize
+    };
     // The greatest token granted so far: an accepted write below it is stale, drawn in a warning
     // colour, not as a success.
     let mut granted: Option<i64> = None;
@@ -300,16 +328,17 @@ pub fn svg(case: &CaseTimeline) -> String {
                     out,
                     r##"<line x1="{sx:.1}" y1="{top}" x2="{sx:.1}" y2="{axis_y}" stroke="#d93025" stroke-width="2" stroke-dasharray="6 3"><title>{title}</title></line>"##
                 );
+                let label = if s.mark == Mark::Failover {
+                    "lease store failover"
+                } else {
+                    "database crash + restart"
+                };
                 let _ = writeln!(
                     out,
-                    r##"<text x="{:.1}" y="{}" fill="#d93025" font-weight="bold">{}</text>"##,
+                    r##"<text x="{:.1}" y="{}" fill="#d93025" font-weight="bold"><title>{label}</title>{}</text>"##,
                     sx + 4.0,
                     top - 4.0,
-                    if s.mark == Mark::Failover {
-                        "lease store failover"
-                    } else {
-                        "database crash + restart"
-                    }
+                    esc(&short_to(label, room(sx)))
                 );
             }
             Mark::Write { accepted } => {
@@ -359,7 +388,7 @@ pub fn svg(case: &CaseTimeline) -> String {
                     sx + 3.0,
                     top - 4.0,
                     esc(&s.action),
-                    esc(&short(&s.action))
+                    esc(&short_to(&s.action, room(sx).min(30)))
                 );
             }
             _ if s.actor == orchestrator => {}
