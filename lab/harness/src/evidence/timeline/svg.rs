@@ -506,10 +506,12 @@ fn ticks(axis: &Axis, span_ms: f64, tick: f64, xpos: &dyn Fn(f64) -> f64) -> Vec
     filled
 }
 
-/// A tick's time: whole milliseconds when it is one, else to a tenth.
+/// A tick's time: whole milliseconds when it is one, else to a tenth (a hundredth below 1 ms).
 fn tick_label(t: f64) -> String {
     if (t - t.round()).abs() < 1e-6 {
         format!("{t:.0}")
+    } else if t < 1.0 {
+        format!("{t:.2}")
     } else {
         format!("{t:.1}")
     }
