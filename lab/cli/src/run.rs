@@ -335,7 +335,9 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
 async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>> {
     use harness::containers::{patroni_image, postgres_image, services_image};
     let ids: Vec<&str> = cfg.scenarios.iter().map(|s| s.id()).collect();
-    let services = !cfg.params.again_on.is_empty()
+    // F4 and F5 again on the lock services, when they run; the R- and RL-series.
+    let services = (!cfg.params.again_on.is_empty()
+        && ids.iter().any(|id| ["F4", "F5"].contains(id)))
         || ids
             .iter()
             .any(|id| ["R1", "R2", "R3", "RL1", "RL2", "RL3"].contains(id));
