@@ -349,20 +349,27 @@ async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>>
     Some(tokio::spawn(async move {
         let started = std::time::Instant::now();
         let mut built = Vec::new();
-        for (wanted, name) in [
-            (services, "lock services'"),
-            (postgres, "PostgreSQL"),
-            (patroni, "Patroni"),
-        ] {
+        // Futures do nothing until awaited: only the wanted ones build.
+        type Build = std::pin::Pin<
+            Box<
+                dyn std::future::Future<
+                        Output = Result<
+                            harness::containers::Image,
+                            harness::containers::ContainerError,
+                        >,
+                    > + Send,
+            >,
+        >;
+        let builds: [(bool, &str, Build); 3] = [
+            (services, "lock services'", Box::pin(services_image())),
+            (postgres, "PostgreSQL", Box::pin(postgres_image(15))),
+            (patroni, "Patroni", Box::pin(patroni_image(15))),
+        ];
+        for (wanted, name, build) in builds {
             if !wanted {
                 continue;
             }
-            let image = match name {
-                "lock services'" => services_image().await,
-                "PostgreSQL" => postgres_image(15).await,
-                _ => patroni_image(15).await,
-            };
-            match image {
+            match build.await {
                 Ok(image) => {
                     if let Some(took) = image.built_in {
                         built.push(format!("the {name} image in {:.0} s", took.as_secs_f64()));
