@@ -141,6 +141,10 @@ pub struct Verdict {
     pub unlogged_rejections: usize,
     pub holdings: usize,
     pub overlapping_holdings: usize,
+    /// Whether the lease store's record was there to read (a lock service keeps none the lab
+    /// reads): without it holdings and I1 are not counted, and stale writes are counted from
+    /// the resource's own records as a lower bound ([`check_stale`]).
+    pub lease_record: bool,
     /// Per scope: writes acknowledged as accepted (a fence that accepts none guards nothing).
     pub accepted: BTreeMap<String, usize>,
     /// Per fault kind (and `none`): see [`FaultRow`].
@@ -197,6 +201,7 @@ impl Verdict {
         self.unlogged_rejections += v.unlogged_rejections;
         self.holdings += v.holdings;
         self.overlapping_holdings += v.overlapping_holdings;
+        self.lease_record |= v.lease_record;
         for (kind, row) in v.by_fault {
             let to = self.by_fault.entry(kind).or_default();
             for (key, n) in row.stale_accepted {
@@ -808,10 +813,27 @@ fn blamed(o: &Observed<'_>, process: &str, token: i64, until: f64) -> Option<usi
 }
 
 fn check_stale(o: &Observed<'_>, v: &mut Verdict) {
-    // When each token was first granted, by the database clock.
+    // When each token was first granted, by the database clock. A lease store that keeps no
+    // record the lab reads (a lock service) gives a bound instead: a token was granted before
+    // the resource first saw it — its first committed version or logged attempt, the resource's
+    // clock — so a version committed after that with a smaller token is stale for certain (a
+    // lower bound of the count: a stale write before the greater token reached the resource is
+    // not seen).
     let mut granted: BTreeMap<i64, i64> = BTreeMap::new();
     for l in o.lease {
         granted.entry(l.token).or_insert(l.at_us);
+    }
+    v.lease_record = !o.lease.is_empty();
+    if !v.lease_record {
+        let seen = o
+            .parts
+            .iter()
+            .map(|p| (p.token, p.commit_us.unwrap_or(p.at_us)))
+            .chain(o.attempts.iter().map(|a| (a.token, a.at_us)));
+        for (token, at) in seen {
+            let first = granted.entry(token).or_insert(at);
+            *first = (*first).min(at);
+        }
     }
     for f in o.faults {
         v.by_fault
@@ -1228,6 +1250,44 @@ mod tests {
         assert_eq!(v.fault_effects, [BTreeMap::from([("s".to_owned(), 1)])]);
         assert!(v.i2.is_empty() && v.durability.is_empty(), "{v:?}");
         assert_eq!((v.holdings, v.overlapping_holdings), (2, 0));
+    }
+
+    #[test]
+    fn without_the_lease_stores_record_stale_writes_are_bounded_by_the_resources_own_records() {
+        // A lock service: no record of its grants. Token 2 first reached the resource at
+        // 2003 ms (its committed version), so A's token-1 version at 2501 ms is stale for
+        // certain; holdings are not counted.
+        let (ops, parts, _) = stale_history(true);
+        let v = run(&ops, &parts, &[]);
+        assert!(!v.lease_record);
+        assert_eq!(v.stale["s"], 1, "{v:?}");
+        assert_eq!(v.by_fault["pause"].stale_accepted["s"], 1);
+        assert_eq!((v.holdings, v.overlapping_holdings), (0, 0));
+        // A stale version committed after the grant (2000 ms) but before token 2 reached the
+        // resource is what the bound does not see — the lease store's record does.
+        let mut early = parts.clone();
+        early[2].commit_us = Some(2_002_000);
+        early[2].at_us = 2_002_000;
+        assert!(run(&ops, &early, &[]).stale.is_empty());
+        let (_, _, lease) = stale_history(true);
+        let with_record = run(&ops, &early, &lease);
+        assert!(with_record.lease_record);
+        assert_eq!(with_record.stale["s"], 1);
+        // The earliest sighting counts, whichever record it is in: a rejected attempt logged
+        // with token 2 at 2001 ms bounds the grant before its version's commit.
+        let logged = Attempt {
+            scope: "s".into(),
+            part: "p1".into(),
+            writer: "h1.0".into(),
+            token: 2,
+            accepted: false,
+            at_us: 2_001_500,
+        };
+        let v = run_logging(&ops, &early, &[], &[logged]);
+        assert_eq!(v.stale["s"], 1, "{v:?}");
+        // Fenced: nothing stale, with or without the record.
+        let (ops, parts, _) = stale_history(false);
+        assert!(run(&ops, &parts, &[]).stale.is_empty());
     }
 
     #[test]
@@ -1925,6 +1985,7 @@ mod tests {
             unlogged_rejections: 17,
             holdings: 19,
             overlapping_holdings: 23,
+            lease_record: true,
             accepted: scoped(29),
             by_fault: BTreeMap::from([(
                 "pause".into(),
@@ -1963,6 +2024,7 @@ mod tests {
         assert_eq!(merged.unlogged_rejections, 34);
         assert_eq!(merged.holdings, 38);
         assert_eq!(merged.overlapping_holdings, 46);
+        assert!(merged.lease_record, "one lease's record makes the run's");
         assert_eq!(merged.accepted, twice(29));
         let row = &merged.by_fault["pause"];
         assert_eq!(

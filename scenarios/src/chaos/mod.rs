@@ -297,8 +297,9 @@ pub async fn run(
     if lab.service.is_some() {
         rec.note(format!(
             "the lease store is the lock service {}: it keeps no record of its holdings that the \
-             lab can read back, so holdings and I1 are not counted (0 below), and I2 is judged \
-             on the grants the holders acknowledged",
+             lab can read back, so holdings and I1 are not counted, I2 is judged on the grants \
+             the holders acknowledged, and a write is counted stale when the resource had seen \
+             a greater token before it committed (a lower bound)",
             lab.params.store
         ));
     }

@@ -203,11 +203,18 @@ pub fn record(
 /// What the verdict counts besides its violations, the parts joined by `sep`: holdings (I1),
 /// and the operations of unknown outcome and how they were resolved.
 fn counts(v: &Verdict, sep: &str) -> String {
-    [
+    let holdings = if v.lease_record {
         format!(
             "{} holdings ({} overlapping by the database clock — I1 is efficiency only)",
             v.holdings, v.overlapping_holdings
-        ),
+        )
+    } else {
+        "holdings and I1 not counted: no record of the lease store's to count them from; stale \
+         writes counted from the resource's records (a lower bound)"
+            .to_owned()
+    };
+    [
+        holdings,
         format!(
             "writes of unknown outcome: {} applied, {} not",
             v.info_writes.0, v.info_writes.1
