@@ -52,6 +52,10 @@ impl Scenario for F10 {
         &["/proc shows state T"]
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Ok(&[crate::FaultPoint::BeforeCheck])
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let p = lab.params.clone();

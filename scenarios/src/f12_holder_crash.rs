@@ -64,6 +64,14 @@ impl Scenario for F12 {
         }
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Ok(&[
+            crate::FaultPoint::WritePoint,
+            crate::FaultPoint::BeforeCommit,
+            crate::FaultPoint::AfterWrite,
+        ])
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let admin = lab.cluster()?.admin_pool().await?;

@@ -99,6 +99,10 @@ impl Scenario for F13 {
         &["still finds its deadline ahead"]
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Ok(&[crate::FaultPoint::BeforeCheck])
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let faketime = match Faketime::locate() {

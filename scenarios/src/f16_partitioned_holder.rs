@@ -68,6 +68,10 @@ impl Scenario for F16 {
         true
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Err("it reaches its holder's servers in containers over TCP (--resource-host, --lease-host, --store-endpoint), flags a holder of yours may ignore (docs/holder-protocol.md)")
+    }
+
     fn run<'a>(
         &'a self,
         lab: &'a mut Lab,

@@ -50,6 +50,10 @@ impl Scenario for F4 {
         &["/proc shows state T"]
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Ok(&[crate::FaultPoint::WritePoint])
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let r = paused_holder::run(lab, rec, WriteMode::Fenced).await?;

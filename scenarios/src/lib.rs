@@ -13,6 +13,7 @@ use std::pin::Pin;
 use harness::evidence::{Lanes, Recorder};
 
 pub mod chaos;
+pub mod conformance;
 mod f10_pause_before_the_check;
 mod f11_lease_table_reset;
 mod f12_holder_crash;
@@ -70,6 +71,56 @@ pub enum Needs {
     /// A Docker engine, the `containers` feature built in, and a way to build the image (F15).
     Containers,
 }
+
+/// Where an experiment stops a holder process (docs/holder-protocol.md, "The fault points").
+/// Every holder stands at the write point; the others are asked for with a flag, which a holder
+/// that does not implement them refuses with exit 2 (bad arguments) — how a holder of the
+/// user's (`--holder-cmd`) says which it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultPoint {
+    /// `AT_WRITE_POINT`: the check passed, the write not yet sent.
+    WritePoint,
+    /// `BEFORE_CHECK` (`--wait-before-check`): before the local-deadline check.
+    BeforeCheck,
+    /// `BEFORE_COMMIT` (`--wait-before-commit`): inside the write's transaction.
+    BeforeCommit,
+    /// After `WRITE` (`--wait-after-write`): the write committed, the renew not yet tried.
+    AfterWrite,
+}
+
+impl FaultPoint {
+    /// The points a holder is asked for with a flag.
+    pub const ASKED: [FaultPoint; 3] = [
+        FaultPoint::BeforeCheck,
+        FaultPoint::BeforeCommit,
+        FaultPoint::AfterWrite,
+    ];
+
+    /// The point as the protocol names it, with the flag that asks for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPoint::WritePoint => "AT_WRITE_POINT",
+            FaultPoint::BeforeCheck => "BEFORE_CHECK (--wait-before-check)",
+            FaultPoint::BeforeCommit => "BEFORE_COMMIT (--wait-before-commit)",
+            FaultPoint::AfterWrite => "the stop after WRITE (--wait-after-write)",
+        }
+    }
+
+    /// Sets the flag that asks a holder to stop here.
+    pub fn ask(self, flags: &mut holder_protocol::HolderFlags) {
+        match self {
+            FaultPoint::WritePoint => {}
+            FaultPoint::BeforeCheck => flags.wait_before_check = true,
+            FaultPoint::BeforeCommit => flags.wait_before_commit = true,
+            FaultPoint::AfterWrite => flags.wait_after_write = true,
+        }
+    }
+}
+
+/// Why an experiment that starts no holder process says skip with `--holder-cmd`.
+const NO_HOLDER: &str =
+    "it starts no holder process (it drives the lease and the resource through \
+                         the lab's own clients), so a holder of yours is not what it judges";
 
 /// One experiment. Adding one is one file implementing this trait plus one line in [`ALL`]
 /// (ARCHITECTURE.md, "Adding an experiment").
@@ -150,6 +201,13 @@ pub trait Scenario: Sync {
     fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
         let _ = sut;
         Ok(())
+    }
+    /// The fault points at which it stops a holder process — what a holder of the user's
+    /// (`--holder-cmd`) must implement for it to run. `Err` says why such a holder is not what
+    /// it judges (it starts none, or its holder reaches a server a holder of the user's is not
+    /// asked to speak to), and with `--holder-cmd` the case says skip.
+    fn holder_points(&self) -> Result<&'static [FaultPoint], &'static str> {
+        Err(NO_HOLDER)
     }
     /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a>;

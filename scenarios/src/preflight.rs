@@ -37,6 +37,11 @@ impl Scenario for P0 {
         true
     }
 
+    /// It judges the servers, not a holder: it runs whoever the holders are.
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Ok(&[])
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             for (side, db, role, expect_ok) in [

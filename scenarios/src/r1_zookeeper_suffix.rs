@@ -84,6 +84,10 @@ impl Scenario for R1 {
         false
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let outcome = async {

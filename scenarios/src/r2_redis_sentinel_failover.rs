@@ -74,6 +74,10 @@ impl Scenario for R2 {
         Err("R2 starts its own Redis primary, replica and Sentinels; it runs with --lease-store single")
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if let Err(e) = fencing::lease::store_kind("redis-wait").context(

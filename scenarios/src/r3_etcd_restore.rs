@@ -63,6 +63,10 @@ impl Scenario for R3 {
         Err("R3 starts its own three-member etcd cluster; it runs with --lease-store single")
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::lease::store_kind("etcd").is_none() {

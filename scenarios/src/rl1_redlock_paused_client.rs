@@ -85,6 +85,10 @@ impl Scenario for RL1 {
         Err("RL1 starts its own five Redis servers; it runs with --lease-store single")
     }
 
+    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    }
+
     fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::lease::store_kind("redlock").is_none() {

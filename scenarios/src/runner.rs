@@ -220,6 +220,7 @@ async fn run_case(
     let on_containers = !matches!(lab.backend(), Backend::Embedded);
     let applies = scenario.applies_to(&lab.params.sut);
     let other_server = lab.params.sut_dialect.filter(|&d| d != series);
+    let not_yours = lab.user_holder.as_ref().and_then(|u| u.not_for(scenario));
     let outcome = match lab.reset().await {
         Ok(()) if other_server.is_some() => {
             let (named, theirs) = match series {
@@ -237,6 +238,10 @@ async fn run_case(
                 scenario.id(),
                 other_server.map_or("", Dialect::server),
             ));
+            Ok(())
+        }
+        Ok(()) if not_yours.is_some() => {
+            rec.skip(not_yours.unwrap_or_default());
             Ok(())
         }
         Ok(()) if applies.is_err() => {

@@ -55,6 +55,10 @@ pub fn instance_token(instance: &str) -> String {
 
 /// Declares a U scenario: with the `mariadb` feature its `run` is the calling module's
 /// `imp::run`; without it, the scenario reports a skip with [`NO_FEATURE`] — never a pass.
+/// Why the U-series says skip with `--holder-cmd`.
+pub const NOT_YOUR_HOLDER: &str = "the U-series runs job-lease designs on MariaDB through the lab's own \
+     clients and holder (holder --store mariadb); a holder of yours takes its lease from PostgreSQL";
+
 macro_rules! u_scenario {
     ($name:ident, $id:literal, $checks:literal, $title:literal) => {
         pub struct $name;
@@ -78,6 +82,10 @@ macro_rules! u_scenario {
 
             fn lanes(&self) -> harness::evidence::Lanes {
                 crate::u_common::lanes()
+            }
+
+            fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
+                Err(crate::u_common::NOT_YOUR_HOLDER)
             }
 
             fn run<'a>(

@@ -8,12 +8,14 @@ its own. Run by the lab:
 One timeline: acquire the lease (by the database's clock) → renew in a background thread → the
 local-deadline check → stand at the write point until GO → write, fenced by the token → renew
 once → release if asked → exit with the status that says how it went. Needs Debian's
-python3-psycopg (scripts/ensure-python-holder.sh). Not implemented: the looping form
-(`--loop-seed`, lab chaos) and the other stores (`--store`): asked for them, it exits 2.
+python3-psycopg (scripts/ensure-python-holder.sh). With --loop-seed it runs the looping form
+that lab chaos drives (`lab chaos --holder-cmd examples/holders/python/holder.py`). Not
+implemented: the other stores (`--store`): asked for them, it exits 2.
 """
 import argparse
 import ctypes
 import os
+import random
 import sys
 import threading
 import time
@@ -96,8 +98,6 @@ def flags():
     f = p.parse_args()  # an unknown flag: exit 2
     if f.store != "postgres":
         p.error(f"--store {f.store}: this holder runs seed 004's table on PostgreSQL only")
-    if f.loop_seed is not None:
-        p.error("--loop-seed: the looping form (lab chaos) is not implemented by this holder")
     if f.lease_host or f.resource_host:
         p.error("--lease-host/--resource-host: this holder connects over the Unix socket only")
     return f
@@ -109,6 +109,116 @@ def connect(f, db, role):
                            application_name=f.holder, autocommit=True)
 
 
+def looping(f):
+    """The looping form (--loop-seed, lab chaos): hold, write every part, renew, release, again —
+    each operation reported as its invocation and its completion (ok, fail, or info when an
+    error leaves its outcome unknown) until stdin closes. Its own choices (how long it works, the
+    parts' order) come from its seed; pauses, kills and crashes are the lab's business."""
+    rng = random.Random(int(f.loop_seed))
+    parts = int(f.loop_parts or 3)
+
+    def stdin_watch():  # the lab ends the loop by closing stdin
+        while sys.stdin.readline():
+            pass
+        os._exit(0)
+
+    threading.Thread(target=stdin_watch, daemon=True).start()
+    conns = {}
+
+    def conn(db, role):
+        """The database's connection, opened again after an error (the cluster restarts)."""
+        while conns.get(db) is None or conns[db].closed:
+            try:
+                conns[db] = connect(f, db, role)
+            except psycopg.Error:
+                time.sleep(0.05)  # the server is coming back: poll it, as the lab's holder does
+        return conns[db]
+
+    def sql(db, role, query, args):
+        try:
+            return conn(db, role).execute(query, args)
+        except psycopg.Error:
+            conns[db] = None
+            raise
+
+    ids = iter(range(1, 1 << 62))
+
+    def op(i, phase, kind, token=0, scope="-", part="-"):
+        say(f"OP id={i} phase={phase} f={kind} token={token} scope={scope} part={part}")
+
+    def work(max_s):
+        time.sleep(rng.uniform(0, max_s))
+
+    def write(token, scope, part, fenced):
+        i = next(ids)
+        op(i, "invoke", "write", token, scope, part)
+        w = {"scope": scope, "part": part, "content": f"{f.holder}#{i}", "writer": f.holder,
+             "token": token}
+        try:
+            if fenced:
+                c = conn("res26", "resource_svc")
+                with c.transaction():
+                    accepted = c.execute(FLOOR, w).rowcount == 1
+                    if accepted:
+                        c.execute(PART, w)
+                        c.execute(ATTEMPT, {**w, "mode": "fenced-scope", "accepted": True})
+                if not accepted:
+                    c.execute(ATTEMPT, {**w, "mode": "fenced-scope", "accepted": False})
+            else:
+                sql("res26", "resource_svc", PART, w)
+                sql("res26", "resource_svc", ATTEMPT, {**w, "mode": "unfenced", "accepted": True})
+                accepted = True
+        except psycopg.Error:
+            conns["res26"] = None
+            op(i, "info", "write", token, scope, part)
+            return
+        op(i, "ok" if accepted else "fail", "write", token, scope, part)
+
+    ttl = f.ttl_ms / 1000.0
+    span = (f.ttl_ms - f.margin_ms) / 1000.0
+    while True:
+        args = {"name": f.lease, "holder": f.holder, "ttl_ms": f.ttl_ms}
+        i = next(ids)
+        op(i, "invoke", "acquire")
+        sent = time.monotonic()
+        try:
+            row = sql("lease26", "lease_svc", ACQUIRE, args).fetchone()
+        except psycopg.Error:
+            op(i, "info", "acquire")
+            work(ttl / 10)
+            continue
+        if row is None:
+            op(i, "fail", "acquire")
+            work(ttl / 10)
+            continue
+        token = args["token"] = row[0]
+        op(i, "ok", "acquire", token)
+        work(ttl / 10)
+        # The local-deadline check, asking for time enough to write every part before it.
+        per_part = ttl / (2 * parts)
+        needed = per_part * parts + 0.1
+        left = sent + span - time.monotonic()
+        if left < needed:
+            say(f"DEADLINE_PASSED token={token} overdue_ms={int((needed - left) * 1000)}")
+            continue
+        order = list(range(1, parts + 1))
+        rng.shuffle(order)
+        for n in order:  # no check between the parts: a pause here is what the fence is for
+            work(per_part)
+            write(token, f.scope, f"p{n}", f.mode != "unfenced")
+            if f.control_scope:
+                write(token, f.control_scope, f"p{n}", False)
+        for kind, query in (("renew", RENEW), ("release", RELEASE)):
+            i = next(ids)
+            op(i, "invoke", kind, token)
+            try:
+                done = sql("lease26", "lease_svc", query, args).rowcount == 1
+            except psycopg.Error:
+                op(i, "info", kind, token)
+                continue
+            op(i, "ok" if done else "fail", kind, token)
+
+
 def main():
     f = flags()
     hello = sys.stdin.readline().strip()
@@ -116,6 +226,8 @@ def main():
         say(f"ERROR unsupported protocol: {hello!r} (this holder speaks version {VERSION})")
         sys.exit(PROTOCOL)
     say(f"HELLO version={VERSION} pid={os.getpid()}")
+    if f.loop_seed is not None:
+        looping(f)
 
     lease = connect(f, "lease26", "lease_svc")
     resource = connect(f, "res26", "resource_svc")

@@ -158,6 +158,16 @@ pub enum Command {
                       lab profile check my-lock-table.toml     (exit 2 with one line naming the statement)"
     )]
     Profile(ProfileArgs),
+    /// Your own holder, checked against the holder protocol (docs/holder-protocol.md): the
+    /// handshake, one holding from acquire to release as the resource recorded it, a holder
+    /// orphaned at its write point, the fault points it has, then the experiments that judge a
+    /// holder (F4, F10, F12) — each finding in one line. Exit 0 when it conforms, 1 with a
+    /// finding, 2 when the command cannot be started.
+    #[command(
+        after_help = "Examples:\n  lab holder check --cmd examples/holders/python/holder.py\n  \
+                      lab holder check --cmd \"java -cp app.jar my.Holder\""
+    )]
+    Holder(HolderArgs),
     /// The report card: each design through the experiments that judge a fence (F1–F4, F6–F8,
     /// F10–F12 on PostgreSQL designs, U1–U5 on MariaDB ones), design × experiment → safe /
     /// UNSAFE (with the failed check that shows it) / n/a (with why), to stdout and
@@ -178,6 +188,11 @@ pub enum Command {
         /// of the build (in containers: a Docker engine must answer).
         #[arg(long, value_name = "STORE")]
         lease_store: Vec<String>,
+        /// Grade your own holder (docs/holder-protocol.md): one row, the experiments that start
+        /// a holder run with this command (its write is its own fence), the others n/a with why;
+        /// repeatable. E.g. `--holder-cmd examples/holders/python/holder.py`
+        #[arg(long, value_name = "CMD")]
+        holder_cmd: Vec<String>,
         /// Where the card goes (report-card.md), and each design's evidence (grade/<design>/).
         #[arg(long, value_name = "DIR", default_value = "evidence")]
         evidence_dir: PathBuf,
@@ -203,6 +218,26 @@ pub enum Command {
 pub struct ProfileArgs {
     #[command(subcommand)]
     pub action: ProfileAction,
+}
+
+#[derive(Debug, Args)]
+pub struct HolderArgs {
+    #[command(subcommand)]
+    pub action: HolderAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HolderAction {
+    /// The conformance run: one line per check, what is wrong said in the line.
+    Check {
+        /// The command that starts your holder; the lab appends the holder's flags. Words are
+        /// split at spaces (no quoting); the first is a path or a name on PATH.
+        #[arg(long, value_name = "CMD")]
+        cmd: String,
+        /// Where the experiments' evidence goes (made if missing).
+        #[arg(long, value_name = "DIR", default_value = "evidence/holder-check")]
+        evidence_dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -240,6 +275,12 @@ pub struct ChaosArgs {
     /// How long the holders run (30s, 2m, 7500ms; at least 5s).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub time: Duration,
+    /// The looping holders are this command instead of the lab's own holder, the flags
+    /// appended (`--loop-seed` among them): your own client's looping form, in any language
+    /// (docs/holder-protocol.md, "The looping form") — e.g. `--holder-cmd
+    /// examples/holders/python/holder.py`
+    #[arg(long, value_name = "CMD")]
+    pub holder_cmd: Option<String>,
     /// How many looping holder processes compete.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=32))]
     pub holders: u64,

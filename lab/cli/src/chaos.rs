@@ -184,7 +184,13 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     };
     let mut signals = Signals::install()?;
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
-    let holder_bin = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
+    let (holder_bin, holder_prefix) = match &args.holder_cmd {
+        Some(cmd) => harness::holder::holder_command(cmd).map_err(anyhow::Error::msg)?,
+        None => (
+            harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?,
+            Vec::new(),
+        ),
+    };
     // A profile of the user's is checked before anything runs with it, as `lab run --sut` does.
     if !profile.is_built_in() {
         let checked = tokio::select! {
@@ -211,6 +217,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
         lab = Lab::start_on(backend, Lab::new_run_mark(), cluster, params, holder_bin) => lab?,
         signal = signals.recv() => return Ok(Ended::Interrupted(signal)),
     };
+    lab.holder_prefix = holder_prefix;
     let outcome = match args.sweep {
         None => single(&mut lab, &cfg, &dir, &mut signals).await,
         Some(n) => sweep(&mut lab, &cfg, n, &dir, &mut signals).await,

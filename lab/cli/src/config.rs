@@ -24,6 +24,8 @@ pub struct Config {
     pub holder_bin: PathBuf,
     /// The arguments before the holder's flags (`--holder-cmd`); empty for the lab's holder.
     pub holder_prefix: Vec<std::ffi::OsString>,
+    /// `--holder-cmd` as given: the holders are the user's.
+    pub holder_cmd: Option<String>,
     pub evidence_dir: PathBuf,
     /// Whether this run made the evidence directory (and may remove it if it stays empty).
     made_evidence_dir: bool,
@@ -86,6 +88,23 @@ fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
             })
             .collect(),
     }
+}
+
+/// A run another command makes (`lab grade`'s per design, `lab holder check`'s): `lab run`'s
+/// arguments after `lab run`, parsed and resolved as the command line's are, its output to the
+/// evidence only (quiet) and no servers kept when it fails.
+pub fn inner_run<I: IntoIterator<Item = String>>(args: I) -> anyhow::Result<Config> {
+    use clap::Parser as _;
+    let argv = ["lab".to_owned(), "run".to_owned()].into_iter().chain(args);
+    let cfg = match crate::args::Cli::try_parse_from(argv)?.command {
+        crate::args::Command::Run(args) => resolve(args)?,
+        _ => unreachable!("a run's arguments"),
+    };
+    Ok(Config {
+        quiet: true,
+        keep_failed: false,
+        ..cfg
+    })
 }
 
 /// Checks the arguments, finds the server binaries and makes sure the evidence directory can
@@ -188,12 +207,27 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         params
     };
     params.validate().map_err(anyhow::Error::msg)?;
-    if args.tcp {
+    // A holder of the user's may have no Unix-socket client (JDBC): the cluster listens on
+    // 127.0.0.1:--port too, and then runs one job (the jobs' clusters would share the port).
+    let tcp = args.tcp || args.holder_cmd.is_some();
+    // Without --tcp, a port the system has free (so that two such runs at once do not meet).
+    let port = if tcp && !args.tcp && args.port == harness::server::postgres::DEFAULT_PORT {
+        std::net::TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|l| l.local_addr())
+            .map_or(args.port, |a| a.port())
+    } else {
+        args.port
+    };
+    if tcp {
         // Found now, before anything starts: the server would only say so in its log.
-        std::net::TcpListener::bind(("127.0.0.1", args.port)).map_err(|e| {
+        std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
             anyhow::anyhow!(
-                "--port {}: cannot listen on 127.0.0.1 ({e}); pass another --port, or drop --tcp",
-                args.port
+                "--port {port}: cannot listen on 127.0.0.1 ({e}); pass another --port{}",
+                if args.tcp {
+                    ", or drop --tcp"
+                } else {
+                    " (with --holder-cmd the cluster listens on TCP too)"
+                }
             )
         })?;
     }
@@ -266,8 +300,8 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         ),
     };
     let cluster = ClusterConfig {
-        port: args.port,
-        listen_tcp: args.tcp,
+        port,
+        listen_tcp: tcp,
         max_connections: params.max_connections(),
         ..ClusterConfig::new(bins)
     };
@@ -300,7 +334,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
     }
     // One cluster per job: with TCP they would share a port, and containers are heavy; one
     // experiment at a time while a reader steps through them.
-    let jobs = if args.tcp || args.step || backends != [Backend::Embedded] {
+    let jobs = if tcp || args.step || backends != [Backend::Embedded] {
         1
     } else {
         args.jobs.map_or_else(
@@ -315,6 +349,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         backends,
         holder_bin,
         holder_prefix,
+        holder_cmd: args.holder_cmd.clone(),
         evidence_dir: dir,
         made_evidence_dir,
         keep: args.keep,

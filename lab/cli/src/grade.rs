@@ -13,11 +13,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use clap::Parser as _;
 use harness::evidence::{render_text, Event};
 use scenarios::Backend;
 
-use crate::args::{Cli, Command};
 use crate::run::run_lab;
 use crate::{config, exercise, print_stdout, Ended};
 
@@ -85,7 +83,12 @@ impl Row {
     }
 }
 
-pub fn run(suts: Vec<String>, stores: Vec<String>, evidence_dir: PathBuf) -> Ended {
+pub fn run(
+    suts: Vec<String>,
+    stores: Vec<String>,
+    holders: Vec<String>,
+    evidence_dir: PathBuf,
+) -> Ended {
     for store in &stores {
         let known = fencing::lease::STORES
             .iter()
@@ -108,7 +111,7 @@ pub fn run(suts: Vec<String>, stores: Vec<String>, evidence_dir: PathBuf) -> End
             return Ended::CouldNotRun;
         }
     }
-    let every = suts.is_empty() && stores.is_empty();
+    let every = suts.is_empty() && stores.is_empty() && holders.is_empty();
     // Each design: its name, where it came from, whether it is expected to hold, and how a run
     // selects it (`--sut` a profile, or `--lease-store` a lock service).
     let mut designs: Vec<(String, String, bool, [String; 2])> = Vec::new();
@@ -189,6 +192,22 @@ pub fn run(suts: Vec<String>, stores: Vec<String>, evidence_dir: PathBuf) -> End
             designs.push((name.into(), path.clone(), false, sut(&path)));
         }
     }
+    // A holder of the user's: its write is its own fence, so it is expected to hold. The
+    // experiments that start no holder say skip with --holder-cmd: n/a on its row.
+    for (i, cmd) in holders.iter().enumerate() {
+        let name = std::path::Path::new(cmd.split_whitespace().last().unwrap_or(cmd))
+            .file_name()
+            .map_or_else(
+                || format!("holder-{}", i + 1),
+                |n| n.to_string_lossy().into_owned(),
+            );
+        designs.push((
+            format!("yours-{name}"),
+            format!("--holder-cmd {cmd}"),
+            true,
+            ["--holder-cmd".to_owned(), cmd.clone()],
+        ));
+    }
     if !every {
         for sut in suts {
             // The modelled designs are known to be flawed; any other is expected to hold.
@@ -212,33 +231,24 @@ pub fn run(suts: Vec<String>, stores: Vec<String>, evidence_dir: PathBuf) -> End
     for (design, source, expected_safe, [flag, value]) in designs {
         let dir = evidence_dir.join("grade").join(&design);
         let mut argv = vec![
-            "lab".to_owned(),
-            "run".into(),
-            "--only".into(),
+            "--only".to_owned(),
             EXPERIMENTS.into(),
             flag.clone(),
             value,
             "--evidence-dir".into(),
             dir.display().to_string(),
         ];
-        if flag == "--lease-store" {
-            // One fence, the lab's own: the store is what is graded.
+        if flag == "--lease-store" || flag == "--holder-cmd" {
+            // One fence: the store, or the user's holder, is what is graded.
             argv.extend(["--fenced-mode".to_owned(), "fenced-scope".to_owned()]);
         }
-        let cfg = match Cli::try_parse_from(argv).map(|cli| cli.command) {
-            Ok(Command::Run(args)) => config::resolve(args),
-            Ok(_) => unreachable!("a run's arguments"),
-            Err(e) => Err(e.into()),
-        };
-        let mut cfg = match cfg {
+        let cfg = match config::inner_run(argv) {
             Ok(cfg) => cfg,
             Err(e) => {
                 eprintln!("lab grade: {design}: {e:#}");
                 return Ended::CouldNotRun;
             }
         };
-        cfg.quiet = true;
-        cfg.keep_failed = false;
         eprintln!(
             "lab grade: {design}: running {EXPERIMENTS}; evidence in {}",
             dir.display()
@@ -418,7 +428,12 @@ fn notes(rows: &[Row]) -> (Lines, Lines) {
                     // "F6 does not apply to x: why" — the reason after the design's name; any
                     // other skip (a server missing here) says its reason whole.
                     let why = match why.split_once(": ") {
-                        Some((head, rest)) if head.contains(" does not apply to ") => rest,
+                        Some((head, rest))
+                            if head.contains(" does not apply to ")
+                                || head.ends_with(" does not judge your holder (--holder-cmd)") =>
+                        {
+                            rest
+                        }
                         _ => why.as_str(),
                     };
                     match reasons.iter_mut().find(|(_, w)| *w == why) {

@@ -17,6 +17,7 @@ pub mod clean;
 pub mod config;
 pub mod exercise;
 pub mod grade;
+pub mod holder_check;
 pub mod matrix;
 pub mod profile;
 pub mod run;

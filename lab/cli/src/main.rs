@@ -26,12 +26,18 @@ fn main() -> ExitCode {
         Command::Chaos(args) => lab::chaos::run(args),
         Command::Check { history } => lab::chaos::check(&history),
         Command::Profile(args) => lab::profile::run(args.action),
+        Command::Holder(args) => match args.action {
+            lab::args::HolderAction::Check { cmd, evidence_dir } => {
+                lab::holder_check::run(&cmd, evidence_dir)
+            }
+        },
         Command::Exercise { name, out } => lab::exercise::run(name, out),
         Command::Grade {
             sut,
             lease_store,
+            holder_cmd,
             evidence_dir,
-        } => lab::grade::run(sut, lease_store, evidence_dir),
+        } => lab::grade::run(sut, lease_store, holder_cmd, evidence_dir),
         Command::Run(args) => match lab::config::resolve(args) {
             Ok(cfg) => lab::run::run(&cfg),
             Err(e) => {

@@ -218,6 +218,31 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
             }
         }
     }
+    // A holder of the user's: which fault points it has, asked once (a refused one makes the
+    // experiments that stop a holder there say skip).
+    if let Some(command) = &cfg.holder_cmd {
+        let refused = tokio::select! {
+            refused = labs[0].refused_fault_points() => refused,
+            signal = signals.recv() => {
+                for lab in labs {
+                    lab.shutdown().await;
+                }
+                return Run::without_events(Ended::Interrupted(signal));
+            }
+        };
+        for (point, words) in &refused {
+            eprintln!(
+                "lab: your holder refused {} ({words}): the experiments that stop it there say skip",
+                point.name()
+            );
+        }
+        for lab in &mut labs {
+            lab.user_holder = Some(scenarios::lab::UserHolder {
+                command: command.clone(),
+                refused: refused.clone(),
+            });
+        }
+    }
     let mut reporters: Vec<Box<dyn Reporter>> = vec![
         Box::new(TextReporter::new(
             cfg.format == Format::Text && !cfg.quiet,

@@ -224,3 +224,52 @@ fn network_faults_without_a_network_are_refused_before_anything_runs() -> anyhow
     assert!(processes_mentioning(tmp).is_empty());
     Ok(())
 }
+
+/// `lab chaos --holder-cmd` (issue 32): the example Python holder's looping form, under seed 4's
+/// schedule, passes every check of the fenced scopes with the unfenced control exposing a
+/// violation; a copy of it that writes its fenced scope without the fence fails I3 there.
+#[test]
+fn chaos_drives_a_python_holders_looping_form_and_catches_a_copy_without_its_fence(
+) -> anyhow::Result<()> {
+    if !common::example_holder_ready(
+        "python",
+        harness::require::Dependency::Psycopg,
+        "Debian's python3-psycopg is not installed (scripts/ensure-python-holder.sh)",
+    )? {
+        return Ok(());
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let sandbox = sandbox()?;
+    let tmp = sandbox.path();
+    let holder = root.join("examples/holders/python/holder.py");
+    let cmd = holder.display().to_string();
+    let args = ["--seed", "4", "--time", "30s", "--holder-cmd", &cmd];
+    let (code, out) = chaos(tmp, &tmp.join("fenced"), &args)?;
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "ok   I2: no token was granted twice",
+        "ok   I3 (fenced-scope at scope chaos-0…chaos-1)",
+        "ok   durability:",
+        "ok   negative control exposes: the unfenced control scope",
+    ] {
+        assert!(out.contains(line), "missing {line:?}:\n{out}");
+    }
+    let text = fs::read_to_string(&holder)?;
+    let from = "write(token, f.scope, f\"p{n}\", f.mode != \"unfenced\")";
+    assert_eq!(text.matches(from).count(), 1, "{from:?} once in holder.py");
+    let broken = tmp.join("no-fence-in-its-loop.py");
+    fs::write(
+        &broken,
+        text.replace(from, "write(token, f.scope, f\"p{n}\", False)"),
+    )?;
+    fs::set_permissions(&broken, fs::Permissions::from_mode(0o755))?;
+    let cmd = broken.display().to_string();
+    let args = ["--seed", "4", "--time", "30s", "--holder-cmd", &cmd];
+    let (code, out) = chaos(tmp, &tmp.join("broken"), &args)?;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("  FAIL I3 (fenced-scope at scope chaos-0…chaos-1)"),
+        "{out}"
+    );
+    Ok(())
+}

@@ -152,6 +152,14 @@ impl Holder {
     /// Starts a holder and shakes hands with it. Returns once it answered `HELLO` with this
     /// protocol's version.
     pub async fn spawn(spec: &HolderSpec) -> Result<Holder, HolderError> {
+        Holder::spawn_within(spec, EVENT_TIMEOUT).await
+    }
+
+    /// [`Holder::spawn`], waiting at most `handshake` for the holder's `HELLO`.
+    pub async fn spawn_within(
+        spec: &HolderSpec,
+        handshake: Duration,
+    ) -> Result<Holder, HolderError> {
         let mut spawn = Spawn::new(&spec.flags.holder, &spec.bin)
             .args(spec.args())
             .stdin(Stream::Piped)
@@ -180,8 +188,15 @@ impl Holder {
             pending: Default::default(),
             pid,
         };
-        holder.send(Request::Hello { version: VERSION }).await?;
-        match holder.next("the HELLO handshake", EVENT_TIMEOUT).await? {
+        if let Err(sent) = holder.send(Request::Hello { version: VERSION }).await {
+            // Gone before it read a line (bad arguments, say): how it exited says more than
+            // the broken pipe.
+            return Err(match holder.next("the HELLO handshake", handshake).await {
+                Err(exited @ HolderError::Exited { .. }) => exited,
+                _ => sent,
+            });
+        }
+        match holder.next("the HELLO handshake", handshake).await? {
             (_, Event::Hello { version, pid }) if version == VERSION && pid == holder.pid => {
                 Ok(holder)
             }

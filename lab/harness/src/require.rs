@@ -4,7 +4,7 @@
 //! `Ok` having checked nothing would pass vacuously: a CI machine without Docker would stay green.
 //!
 //! `LAB_REQUIRE` is a comma list of [`Dependency`] names
-//! (`docker,mariadb,faketime,chromium,psycopg`); `.ci/run` sets them all. Without it a missing dependency is a skip, so that a developer's machine
+//! (`docker,mariadb,faketime,chromium,psycopg,jdbc`); `.ci/run` sets them all. Without it a missing dependency is a skip, so that a developer's machine
 //! without Docker still runs the rest.
 //!
 //! Where the skip shows: test runners keep a passing test's output to themselves (nextest shows
@@ -38,6 +38,9 @@ pub enum Dependency {
     /// Debian's python3-psycopg, which the example Python holder runs on
     /// (`scripts/ensure-python-holder.sh`).
     Psycopg,
+    /// A JDK 17+ and Debian's PostgreSQL JDBC driver, which the example Java holder runs on
+    /// (`scripts/ensure-java-holder.sh`).
+    Jdbc,
 }
 
 impl Dependency {
@@ -49,6 +52,7 @@ impl Dependency {
             Dependency::Faketime => "faketime",
             Dependency::Chromium => "chromium",
             Dependency::Psycopg => "psycopg",
+            Dependency::Jdbc => "jdbc",
         }
     }
 

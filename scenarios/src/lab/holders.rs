@@ -10,7 +10,7 @@ use fencing::lease::SqlLeaseStore;
 use fencing::profile::{JobProfile, Profile};
 use fencing::resource::WriteMode;
 use fencing::schema::Database;
-use harness::holder::HolderSpec;
+use harness::holder::{Holder, HolderError, HolderSpec};
 use harness::hosts::Host;
 use holder_protocol::HolderFlags;
 use sqlx::postgres::PgPoolOptions;
@@ -18,7 +18,63 @@ use sqlx::postgres::PgPoolOptions;
 use super::{Lab, LEASE, SCOPE, SUMMARY};
 use harness::hosts::PG_PORT;
 
+/// A holder of the user's (`--holder-cmd`): the command as given, and the fault points it
+/// refused when asked for each ([`Lab::refused_fault_points`]), with its words.
+#[derive(Debug, Clone)]
+pub struct UserHolder {
+    pub command: String,
+    pub refused: Vec<(crate::FaultPoint, String)>,
+}
+
+impl UserHolder {
+    /// Why `scenario` does not run with this holder (the skip line), `None` when it does.
+    pub fn not_for(&self, scenario: &dyn crate::Scenario) -> Option<String> {
+        let id = scenario.id();
+        match scenario.holder_points() {
+            Err(why) => Some(format!(
+                "{id} does not judge your holder (--holder-cmd): {why}"
+            )),
+            Ok(points) => points.iter().find_map(|p| {
+                self.refused.iter().find(|(q, _)| q == p).map(|(p, words)| {
+                    format!(
+                        "{id} stops its holder at {}, which your holder refused (a holder \
+                         without a fault point exits 2 on its flag): {words}",
+                        p.name()
+                    )
+                })
+            }),
+        }
+    }
+}
+
 impl Lab {
+    /// Asks the holder of the run for each fault point a flag asks for
+    /// ([`crate::FaultPoint::ASKED`]): started with that flag (on a lease of its own), a holder
+    /// that answers the handshake has it and is killed at once; one that exits 2 (bad
+    /// arguments) refused it — what those words were. Any other failure is not a refusal: the
+    /// experiments that start it fail on it, quoting it.
+    pub async fn refused_fault_points(&self) -> Vec<(crate::FaultPoint, String)> {
+        let mut refused = Vec::new();
+        for point in crate::FaultPoint::ASKED {
+            let mut spec = self.holder_spec("holder-probe", "probe", WriteMode::Fenced, false);
+            spec.flags.lease = "holder-probe".into();
+            point.ask(&mut spec.flags);
+            match Holder::spawn(&spec).await {
+                Ok(mut holder) => {
+                    holder.crash().await;
+                }
+                Err(HolderError::Exited { status, stderr, .. })
+                    if status.starts_with("exit 2 ") =>
+                {
+                    let said = stderr.lines().rev().find(|l| !l.trim().is_empty());
+                    refused.push((point, said.unwrap_or(&status).trim().to_owned()));
+                }
+                Err(_) => {}
+            }
+        }
+        refused
+    }
+
     /// How to start a holder process that writes `content` to the summary in `mode`.
     pub fn holder_spec(
         &self,

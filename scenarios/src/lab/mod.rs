@@ -25,6 +25,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 mod holders;
+pub use holders::UserHolder;
 mod params;
 mod servers;
 mod wording;
@@ -75,6 +76,10 @@ pub struct Lab {
     /// The arguments before the holder's flags: a holder of the user's (`--holder-cmd`), e.g.
     /// the script `python3` runs. Empty for the lab's own holder.
     pub holder_prefix: Vec<std::ffi::OsString>,
+    /// A holder of the user's (`--holder-cmd`) and the fault points it refused: the
+    /// experiments it is not what they judge say skip ([`crate::Scenario::holder_points`]).
+    /// `None` for the lab's own holder.
+    pub user_holder: Option<holders::UserHolder>,
     pub params: Params,
     /// The lease store every experiment asks through the trait all stores implement.
     pub lease: Arc<dyn LeaseStore>,
@@ -199,6 +204,7 @@ impl Lab {
             maria: crate::maria::MariaSlot::default(),
             holder_bin,
             holder_prefix: Vec::new(),
+            user_holder: None,
             params,
         })
     }

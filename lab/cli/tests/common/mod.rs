@@ -30,3 +30,21 @@ pub fn poll(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
     }
     probe()
 }
+
+/// Whether the example holder the script `scripts/ensure-NAME-holder.sh` sets up can run here
+/// (the script installs what it needs, as root). `Ok(false)` once the test's skip is said — the
+/// caller returns having checked nothing more —, an error when `LAB_REQUIRE` names `dep`.
+pub fn example_holder_ready(
+    name: &str,
+    dep: harness::require::Dependency,
+    why: &str,
+) -> anyhow::Result<bool> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ready = std::process::Command::new(root.join(format!("scripts/ensure-{name}-holder.sh")))
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        harness::require::skip(dep, harness::require::this_test(), why)?;
+    }
+    Ok(ready)
+}

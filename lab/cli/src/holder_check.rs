@@ -1,0 +1,179 @@
+//! `lab holder check --cmd CMD`: a holder of the user's against the holder protocol, each
+//! finding in one line. First the protocol's plain paths on a lab of its own
+//! ([`scenarios::conformance`]: the handshake, one holding as the resource recorded it, a holder
+//! orphaned at its write point), then the fault points it has, then the experiments that judge a
+//! holder — F4 (its write carries the token the resource checks), F10 (its own local deadline
+//! stops it), F12 (killed mid-write and after it) — through the ordinary run, their evidence in
+//! `--evidence-dir`. An experiment's line is its first failed check, worded as the run words it.
+
+use std::path::PathBuf;
+
+use harness::evidence::{render_text, Event};
+use scenarios::{Backend, Lab};
+
+use crate::run::run_lab;
+use crate::{config, Ended, Signals};
+
+/// The experiments that judge a holder's own behaviour.
+pub const EXPERIMENTS: &str = "F4,F10,F12";
+
+pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
+    let argv = [
+        "--holder-cmd",
+        cmd,
+        "--only",
+        EXPERIMENTS,
+        "--fenced-mode",
+        "fenced-scope",
+        "--evidence-dir",
+        &evidence_dir.display().to_string(),
+    ]
+    .map(str::to_owned);
+    let cfg = match config::inner_run(argv) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            // Worded for this command's own flag.
+            let e = format!("{e:#}").replace("--holder-cmd", "--cmd");
+            eprintln!("lab holder check: {e}");
+            return Ended::CouldNotRun;
+        }
+    };
+    let runtime = match crate::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lab holder check: failed to start the async runtime: {e}");
+            return Ended::CouldNotRun;
+        }
+    };
+    let mut lines: Vec<(bool, String)> = Vec::new();
+    let mut handshake = false;
+    let probed = runtime.block_on(async {
+        let mut signals = Signals::install()?;
+        let start = Lab::start_on(
+            Backend::Embedded,
+            Lab::new_run_mark(),
+            cfg.cluster.clone(),
+            cfg.params.clone(),
+            cfg.holder_bin.clone(),
+        );
+        let mut lab = tokio::select! {
+            lab = start => lab?,
+            signal = signals.recv() => return Ok(Err(signal)),
+        };
+        lab.holder_prefix = cfg.holder_prefix.clone();
+        let probes = async {
+            let found = scenarios::conformance::probe(&mut lab).await?;
+            let refused = lab.refused_fault_points().await;
+            anyhow::Ok((found, refused))
+        };
+        let outcome = tokio::select! {
+            outcome = probes => Ok(outcome),
+            signal = signals.recv() => Err(signal),
+        };
+        lab.shutdown().await;
+        anyhow::Ok(outcome.map(|o| o.map_err(|e| format!("{e:#}"))))
+    });
+    match probed {
+        Err(e) => {
+            eprintln!("lab holder check: {e:#}");
+            return Ended::CouldNotRun;
+        }
+        Ok(Err(signal)) => return Ended::Interrupted(signal),
+        Ok(Ok(Err(e))) => lines.push((false, format!("the protocol probes stopped: {e}"))),
+        Ok(Ok(Ok((found, refused)))) => {
+            handshake = found.first().is_some_and(|f| f.ok);
+            lines.extend(found.into_iter().map(|f| (f.ok, f.line)));
+            if handshake {
+                for point in scenarios::FaultPoint::ASKED {
+                    let line = match refused.iter().find(|(p, _)| *p == point) {
+                        Some((_, words)) => format!(
+                            "{} refused ({words}): the experiments that stop a holder there say skip",
+                            point.name()
+                        ),
+                        None => format!("{}: has it (answered the handshake with its flag)", point.name()),
+                    };
+                    // A refused point is not a fault: a holder may leave it out.
+                    lines.push((true, line));
+                }
+            }
+        }
+    }
+    let mut ended = if handshake {
+        eprintln!(
+            "lab holder check: running {EXPERIMENTS} with it (evidence in {})",
+            evidence_dir.display()
+        );
+        let run = runtime.block_on(run_lab(&cfg, Backend::Embedded, &evidence_dir));
+        if let Ended::Interrupted(_) = run.ended {
+            return run.ended;
+        }
+        lines.extend(experiment_lines(&run.events));
+        run.ended
+    } else {
+        lines.push((
+            false,
+            format!("{EXPERIMENTS} not run: without a handshake no experiment can start it"),
+        ));
+        Ended::Failed
+    };
+    for (ok, line) in &lines {
+        println!("{} {line}", if *ok { "ok  " } else { "FAIL" });
+    }
+    if lines.iter().any(|(ok, _)| !ok) && ended == Ended::Passed {
+        ended = Ended::Failed;
+    }
+    let failed = lines.iter().filter(|(ok, _)| !ok).count();
+    println!(
+        "HOLDER CHECK {}: {} finding(s) of {} line(s)",
+        if failed == 0 {
+            "conforms"
+        } else {
+            "does not conform"
+        },
+        failed,
+        lines.len()
+    );
+    ended
+}
+
+/// One line per experiment case: its first failed check (as the run words it), its skip, or
+/// how many checks passed.
+fn experiment_lines(events: &[Event]) -> Vec<(bool, String)> {
+    let mut lines = Vec::new();
+    let mut case: Option<(String, usize, Option<String>)> = None;
+    let flush = |case: &mut Option<(String, usize, Option<String>)>,
+                 lines: &mut Vec<(bool, String)>| {
+        if let Some((id, passed, failed)) = case.take() {
+            lines.push(match failed {
+                Some(line) => (false, format!("{id}: {line}")),
+                None => (true, format!("{id}: {passed} checks passed")),
+            });
+        }
+    };
+    for event in events {
+        match event {
+            Event::CaseStarted { id, .. } => {
+                flush(&mut case, &mut lines);
+                case = Some((id.clone(), 0, None));
+            }
+            Event::Check(check) => {
+                if let Some((_, passed, failed)) = &mut case {
+                    if check.passed {
+                        *passed += 1;
+                    } else if failed.is_none() {
+                        let text = render_text(event).unwrap_or_default();
+                        let text = text.trim();
+                        *failed = Some(text.strip_prefix("FAIL").unwrap_or(text).trim().to_owned());
+                    }
+                }
+            }
+            Event::Skipped { case: id, reason } => {
+                case = None;
+                lines.push((true, format!("{id} skip: {reason}")));
+            }
+            _ => {}
+        }
+    }
+    flush(&mut case, &mut lines);
+    lines
+}

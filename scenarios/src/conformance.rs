@@ -1,0 +1,271 @@
+//! `lab holder check`'s protocol probes: a holder of the user's (`--holder-cmd`) driven through
+//! the protocol's plain paths on a lab of its own, each finding one line that says what is wrong
+//! (docs/holder-protocol.md). The experiments that judge a holder (F4, F10, F12) run after these,
+//! through the ordinary run: what this module checks is what they take for granted.
+//!
+//! - **the handshake**: `HELLO version=4 pid=P` within 10 s, P its own pid;
+//! - **one holding**: `ACQUIRED` with a token above 0, `AT_WRITE_POINT`, a renewer thread named
+//!   `renewer` (the freeze check looks for it), and after `GO` the write accepted with that
+//!   token — as the resource recorded it, not only as the holder said — the renew after it, the
+//!   release, exit 0;
+//! - **orphaned at the write point**: stdin closed before `GO` → exit 6 within 5 s, nothing
+//!   written.
+
+use std::time::Duration;
+
+use fencing::resource::WriteMode;
+use harness::holder::{describe, Holder, EVENT_TIMEOUT};
+use holder_protocol::{exit, Event, Request};
+
+use crate::lab::{Lab, SCOPE, SUMMARY};
+
+/// How long a holder has for its handshake.
+pub const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How long an orphaned holder has to exit.
+const ORPHAN_EXIT: Duration = Duration::from_secs(5);
+
+/// One finding: whether the holder did what the protocol asks, and the line that says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub ok: bool,
+    pub line: String,
+}
+
+fn ok(line: impl Into<String>) -> Finding {
+    Finding {
+        ok: true,
+        line: line.into(),
+    }
+}
+
+fn fail(line: impl Into<String>) -> Finding {
+    Finding {
+        ok: false,
+        line: line.into(),
+    }
+}
+
+/// Runs the probes on `lab` (its holder is the user's): every finding, in order. A probe that
+/// cannot go on (no handshake) ends the list there.
+pub async fn probe(lab: &mut Lab) -> anyhow::Result<Vec<Finding>> {
+    lab.reset().await?;
+    let mut found = Vec::new();
+    if one_holding(lab, &mut found).await? {
+        orphaned(lab, &mut found).await?;
+    }
+    Ok(found)
+}
+
+/// The handshake and one holding from acquire to release; whether the handshake worked.
+async fn one_holding(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<bool> {
+    const NAME: &str = "check-a";
+    const CONTENT: &str = "written by check-a";
+    let spec = lab.holder_spec(NAME, CONTENT, WriteMode::Fenced, true);
+    let started = std::time::Instant::now();
+    let mut h = match Holder::spawn_within(&spec, HANDSHAKE).await {
+        Ok(h) => h,
+        Err(e) => {
+            found.push(fail(format!("the handshake: {e}")));
+            return Ok(false);
+        }
+    };
+    found.push(ok(format!(
+        "the handshake: HELLO version={} pid={} in {} ms",
+        holder_protocol::VERSION,
+        h.pid(),
+        started.elapsed().as_millis()
+    )));
+    let token = match h.next("ACQUIRED", EVENT_TIMEOUT).await {
+        Ok((_, Event::Acquired { token })) if token > 0 => {
+            found.push(ok(format!(
+                "acquired the free lease: ACQUIRED token={token}"
+            )));
+            token
+        }
+        Ok((_, other)) => {
+            found.push(fail(format!(
+                "acquiring a free lease: sent `{other}`, where ACQUIRED token=T (T > 0) was due"
+            )));
+            h.crash().await;
+            return Ok(true);
+        }
+        Err(e) => {
+            found.push(fail(format!("acquiring a free lease: {e}")));
+            h.crash().await;
+            return Ok(true);
+        }
+    };
+    match h.next("AT_WRITE_POINT", EVENT_TIMEOUT).await {
+        Ok((_, Event::AtWritePoint { token: t, .. })) if t == token => {
+            found.push(ok(format!("stands at AT_WRITE_POINT token={token}")))
+        }
+        Ok((_, other)) => {
+            found.push(fail(format!(
+                "the write point: sent `{other}`, where AT_WRITE_POINT token={token} was due"
+            )));
+            h.crash().await;
+            return Ok(true);
+        }
+        Err(e) => {
+            found.push(fail(format!("the write point: {e}")));
+            h.crash().await;
+            return Ok(true);
+        }
+    }
+    let threads = h.threads()?;
+    if lab.params.renew > Duration::ZERO {
+        if threads.iter().any(|t| t.name == "renewer") {
+            found.push(ok(format!(
+                "a thread named renewer among its {} thread(s)",
+                threads.len()
+            )));
+        } else {
+            let names: Vec<String> = threads.iter().map(ToString::to_string).collect();
+            found.push(fail(format!(
+                "no thread named `renewer` (threads: {}): name the background renewer so that \
+                 the freeze check can see it stopped (prctl PR_SET_NAME, Thread.setName)",
+                names.join(", ")
+            )));
+        }
+    }
+    h.send(Request::Go).await?;
+    let said = match h.next("WRITE", EVENT_TIMEOUT).await {
+        Ok((_, Event::Write { accepted, token: t })) => Some((accepted, t)),
+        Ok((_, other)) => {
+            found.push(fail(format!(
+                "the write after GO: sent `{other}`, where WRITE accepted=true token={token} was due"
+            )));
+            None
+        }
+        Err(e) => {
+            found.push(fail(format!("the write after GO: {e}")));
+            None
+        }
+    };
+    if let Some((accepted, t)) = said {
+        if accepted && t == token {
+            found.push(ok(format!("WRITE accepted=true token={token}")));
+        } else {
+            found.push(fail(format!(
+                "the write of a current holding: said WRITE accepted={accepted} token={t}, \
+                 where accepted=true token={token} was due"
+            )));
+        }
+        // The resource's word on it: one attempt logged, accepted, with the holding's token,
+        // and the part holding the content.
+        let logged: Vec<(i64, bool)> = harness::observe::attempts(lab.resource.pool())
+            .await?
+            .into_iter()
+            .filter(|a| a.writer == NAME)
+            .map(|a| (a.token, a.accepted))
+            .collect();
+        if logged == [(token, true)] {
+            found.push(ok(format!(
+                "the resource logged its write: one write_attempt, accepted, token={token}"
+            )));
+        } else {
+            found.push(fail(format!(
+                "the resource's write_attempt rows for writer={NAME} are {logged:?} (token, \
+                 accepted), where one ({token}, true) was due: log each attempt after its \
+                 transaction, with --holder as the writer"
+            )));
+        }
+        let part = harness::observe::final_parts(lab.resource.pool())
+            .await?
+            .into_iter()
+            .find(|(scope, part, _, _)| scope == SCOPE && part == SUMMARY)
+            .map(|(_, _, content, token)| (content, token));
+        if part == Some((CONTENT.to_owned(), token)) {
+            found.push(ok(format!(
+                "report_part {SCOPE}/{SUMMARY} holds its --content with token={token}"
+            )));
+        } else {
+            found.push(fail(format!(
+                "report_part {SCOPE}/{SUMMARY} is {part:?} (content, token), where \
+                 ({CONTENT:?}, {token}) was due: write --content to --part of --scope with the token"
+            )));
+        }
+        match h.next("RENEW_AFTER_WRITE", EVENT_TIMEOUT).await {
+            Ok((_, Event::RenewAfterWrite { ok: true })) => {
+                found.push(ok("RENEW_AFTER_WRITE ok=true"))
+            }
+            Ok((_, other)) => found.push(fail(format!(
+                "after the write: sent `{other}`, where RENEW_AFTER_WRITE ok=true was due"
+            ))),
+            Err(e) => found.push(fail(format!("after the write: {e}"))),
+        }
+        match h.next("RELEASED (--release)", EVENT_TIMEOUT).await {
+            Ok((_, Event::Released { ok: true })) => found.push(ok("RELEASED ok=true")),
+            Ok((_, other)) => found.push(fail(format!(
+                "with --release: sent `{other}`, where RELEASED ok=true was due"
+            ))),
+            Err(e) => found.push(fail(format!("with --release: {e}"))),
+        }
+    }
+    match h.exit_code(EVENT_TIMEOUT).await {
+        Ok(0) => found.push(ok("exit 0 after a holding that wrote and kept its lease")),
+        Ok(code) => found.push(fail(format!(
+            "exited {} after a holding that wrote and kept its lease, where exit 0 was due",
+            describe(Some(code))
+        ))),
+        Err(e) => found.push(fail(format!("its exit: {e}"))),
+    }
+    Ok(true)
+}
+
+/// A holder whose stdin closes at the write point: exit 6, nothing written.
+async fn orphaned(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<()> {
+    const NAME: &str = "check-orphan";
+    let spec = lab.holder_spec(NAME, "written by an orphan", WriteMode::Fenced, true);
+    let mut h = Holder::spawn_within(&spec, HANDSHAKE).await?;
+    loop {
+        match h.next("AT_WRITE_POINT", EVENT_TIMEOUT).await {
+            Ok((_, Event::AtWritePoint { .. })) => break,
+            Ok((_, Event::Acquired { .. })) => {}
+            Ok((_, other)) => {
+                found.push(fail(format!(
+                    "orphaned at the write point: sent `{other}` before it (the lease was free)"
+                )));
+                h.crash().await;
+                return Ok(());
+            }
+            Err(e) => {
+                found.push(fail(format!("orphaned at the write point: {e}")));
+                h.crash().await;
+                return Ok(());
+            }
+        }
+    }
+    // exit_code closes stdin first: the lab going away.
+    match h.exit_code(ORPHAN_EXIT).await {
+        Ok(exit::ORPHANED) => found.push(ok(format!(
+            "its stdin closed at the write point: {}",
+            describe(Some(exit::ORPHANED))
+        ))),
+        Ok(code) => found.push(fail(format!(
+            "its stdin closed at the write point: {}, where exit {} (orphaned) was due",
+            describe(Some(code)),
+            exit::ORPHANED
+        ))),
+        Err(_) => found.push(fail(format!(
+            "kept running {} s after its stdin closed at the write point (killed): exit {} \
+             when stdin closes before GO",
+            ORPHAN_EXIT.as_secs(),
+            exit::ORPHANED
+        ))),
+    }
+    let written = harness::observe::attempts(lab.resource.pool())
+        .await?
+        .iter()
+        .filter(|a| a.writer == NAME)
+        .count();
+    if written == 0 {
+        found.push(ok("orphaned, it wrote nothing"));
+    } else {
+        found.push(fail(format!(
+            "orphaned at the write point, it still wrote ({written} write_attempt row(s)): \
+             write nothing once stdin closed before GO"
+        )));
+    }
+    Ok(())
+}
