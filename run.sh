@@ -3,6 +3,7 @@
 #   ./run.sh --only F4,F5        any `lab run` option (./run.sh --help lists them)
 #   ./run.sh --gate              the few experiments that kill every planted bug (a PR's CI)
 #   ./run.sh list                any other lab subcommand
+#   ./run.sh holder check --cmd examples/holders/java/holder.sh   your own holder, conformance
 #   ./run.sh --quiet …           no build progress nor phase lines (for scripts)
 # Evidence goes to evidence/. Exit status: 0 passed, 1 a check failed, 2 the lab could not run.
 # The experiments run on the dev build (unoptimised: they wait on servers and timers, not on the
@@ -23,6 +24,13 @@ scripts/ensure-postgres.sh
 scripts/ensure-faketime.sh
 features=$(scripts/ensure-mariadb.sh)
 containers=$(scripts/ensure-containers.sh)
+# The example holders' set-up, when a command names one (--holder-cmd, --cmd).
+case " $* " in
+  *examples/holders/python*) scripts/ensure-python-holder.sh ;;
+esac
+case " $* " in
+  *examples/holders/java*) scripts/ensure-java-holder.sh ;;
+esac
 profile=${LAB_PROFILE:-}
 if [ -z "$profile" ]; then
   if [ "${1:-}" = bench ]; then profile=release; else profile=dev; fi
@@ -39,6 +47,6 @@ say "built; the lab starts"
 # The lab's hints name the command the user ran (`./run.sh clean`, not `lab clean`).
 export LAB_INVOKED_AS=./run.sh
 case "${1:-}" in
-  list | run | clean | bench | chaos | check | profile | exercise | grade | help | -V | --version) exec "target/$dir/lab" "$@" ;;
+  list | run | clean | bench | chaos | check | profile | holder | exercise | grade | help | -V | --version) exec "target/$dir/lab" "$@" ;;
   *) exec "target/$dir/lab" run "$@" ;;
 esac

@@ -9,9 +9,9 @@
 // connection of its own and moves the deadline on; the write is fenced by the token at the
 // resource. One timeline: acquire → renew in the background → the local-deadline check → stand at
 // the write point until GO → write → renew once → release if asked → exit with the status that
-// says how it went. JDBC cannot use PostgreSQL's Unix socket: the lab's cluster also listens on
-// 127.0.0.1:--port when the holders are the user's. Not implemented: the looping form
-// (--loop-seed, lab chaos) and the other stores (--store): asked for them, it exits 2.
+// says how it went. With --loop-seed, the looping form lab chaos drives (class Looping). JDBC
+// cannot use PostgreSQL's Unix socket: the lab's cluster also listens on 127.0.0.1:--port when the
+// holders are the user's. Not implemented: the other stores (--store): asked, it exits 2.
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -99,10 +99,8 @@ public final class Holder {
         }
         if (!f.getOrDefault("--store", "postgres").equals("postgres"))
             usage("--store " + f.get("--store") + ": this holder runs seed 004's table on PostgreSQL only");
-        if (f.containsKey("--loop-seed"))
-            usage("--loop-seed: the looping form (lab chaos) is not implemented by this holder");
         for (String needed : new String[] {"--port", "--lease", "--holder", "--ttl-ms",
-                "--renew-ms", "--margin-ms", "--scope", "--part", "--content", "--mode"})
+                "--renew-ms", "--margin-ms", "--scope", "--mode"})
             if (!f.containsKey(needed)) usage("missing " + needed);
         return f;
     }
@@ -181,6 +179,12 @@ public final class Holder {
             System.exit(PROTOCOL);
         }
         say("HELLO version=" + VERSION + " pid=" + ProcessHandle.current().pid());
+        if (f.containsKey("--loop-seed")) {
+            new Looping(f).run();
+            return;
+        }
+        for (String needed : new String[] {"--part", "--content"})
+            if (!f.containsKey(needed)) usage("missing " + needed);
 
         LeaseStore lease = new LeaseStore(connect(f, "lease", "lease26", "lease_svc"), f);
         Connection resource = connect(f, "resource", "res26", "resource_svc");
@@ -277,6 +281,162 @@ public final class Holder {
         say("RENEW_AFTER_WRITE ok=" + renewed);
         if (f.containsKey("--release")) say("RELEASED ok=" + lease.release(token));
         System.exit(!renewed ? LEASE_LOST : accepted ? WROTE : REJECTED);
+    }
+
+    /**
+     * The looping form (--loop-seed, lab chaos): hold, write every part, renew, release, again —
+     * each operation reported as its invocation and its completion (ok, fail, or info when an
+     * error leaves its outcome unknown) until stdin closes. Its own choices (how long it works,
+     * the parts' order) come from its seed; pauses, kills and crashes are the lab's business.
+     */
+    static final class Looping {
+        final Map<String, String> f;
+        final java.util.Random rng;
+        final int parts;
+        final long ttlMs, marginMs;
+        Connection lease, resource;
+        long nextId = 0;
+
+        Looping(Map<String, String> f) {
+            this.f = f;
+            this.rng = new java.util.Random(Long.parseUnsignedLong(f.get("--loop-seed")));
+            this.parts = Integer.parseInt(f.getOrDefault("--loop-parts", "3"));
+            this.ttlMs = Long.parseLong(f.get("--ttl-ms"));
+            this.marginMs = Long.parseLong(f.get("--margin-ms"));
+        }
+
+        void op(long id, String phase, String kind, long token, String scope, String part) {
+            say("OP id=" + id + " phase=" + phase + " f=" + kind + " token=" + token
+                    + " scope=" + scope + " part=" + part);
+        }
+
+        void work(long maxMs) throws InterruptedException {
+            Thread.sleep((long) (rng.nextDouble() * maxMs));
+        }
+
+        /** A connection, opened again after an error (the cluster restarts): polled until it is. */
+        Connection open(String which, String db, String role) throws InterruptedException {
+            while (true) {
+                try {
+                    return connect(f, which, db, role);
+                } catch (SQLException e) {
+                    Thread.sleep(50);
+                }
+            }
+        }
+
+        void run() throws Exception {
+            // The lab ends the loop by closing stdin.
+            Thread watch = new Thread(() -> {
+                try {
+                    while (IN.readLine() != null) { }
+                } catch (java.io.IOException e) {
+                    // stdin is gone either way
+                }
+                Runtime.getRuntime().halt(0);
+            }, "stdin");
+            watch.setDaemon(true);
+            watch.start();
+            while (true) oneHolding();
+        }
+
+        void oneHolding() throws Exception {
+            if (lease == null) lease = open("lease", "lease26", "lease_svc");
+            LeaseStore store = new LeaseStore(lease, f);
+            long id = ++nextId;
+            op(id, "invoke", "acquire", 0, "-", "-");
+            long[] deadline = new long[1];
+            long token;
+            try {
+                token = store.acquire(deadline);
+            } catch (SQLException e) {
+                op(id, "info", "acquire", 0, "-", "-");
+                lease = null;
+                work(ttlMs / 10);
+                return;
+            }
+            if (token < 0) {
+                op(id, "fail", "acquire", 0, "-", "-");
+                work(ttlMs / 10);
+                return;
+            }
+            op(id, "ok", "acquire", token, "-", "-");
+            work(ttlMs / 10);
+            // The local-deadline check, asking for time enough to write every part before it.
+            long perPart = ttlMs / (2L * parts);
+            long neededMs = perPart * parts + 100;
+            long leftMs = (deadline[0] - System.nanoTime()) / 1_000_000L;
+            if (leftMs < neededMs) {
+                say("DEADLINE_PASSED token=" + token + " overdue_ms=" + (neededMs - leftMs));
+                return;
+            }
+            java.util.List<Integer> order = new java.util.ArrayList<>();
+            for (int n = 1; n <= parts; n++) order.add(n);
+            java.util.Collections.shuffle(order, rng);
+            for (int n : order) { // no check between the parts: a pause here is what the fence is for
+                work(perPart);
+                write(token, f.get("--scope"), "p" + n, !f.get("--mode").equals("unfenced"));
+                if (f.containsKey("--control-scope"))
+                    write(token, f.get("--control-scope"), "p" + n, false);
+            }
+            for (String kind : new String[] {"renew", "release"}) {
+                id = ++nextId;
+                op(id, "invoke", kind, token, "-", "-");
+                try {
+                    if (lease == null) lease = open("lease", "lease26", "lease_svc");
+                    store = new LeaseStore(lease, f);
+                    boolean done = kind.equals("renew") ? store.renew(token, null) : store.release(token);
+                    op(id, done ? "ok" : "fail", kind, token, "-", "-");
+                } catch (SQLException e) {
+                    lease = null;
+                    op(id, "info", kind, token, "-", "-");
+                }
+            }
+        }
+
+        void write(long token, String scope, String part, boolean fenced) throws Exception {
+            long id = ++nextId;
+            op(id, "invoke", "write", token, scope, part);
+            String holder = f.get("--holder");
+            String content = holder + "#" + id;
+            boolean accepted;
+            try {
+                if (resource == null) resource = open("resource", "res26", "resource_svc");
+                Connection c = resource;
+                if (fenced) {
+                    c.setAutoCommit(false);
+                    try (PreparedStatement s = c.prepareStatement(FLOOR)) {
+                        s.setLong(1, token);
+                        s.setString(2, scope);
+                        s.setLong(3, token);
+                        accepted = s.executeUpdate() == 1;
+                    }
+                    if (accepted) {
+                        part(c, scope, part, content, holder, token);
+                        attempt(c, scope, part, holder, token, "fenced-scope", true);
+                        c.commit();
+                    } else {
+                        c.rollback();
+                    }
+                    c.setAutoCommit(true);
+                    if (!accepted) attempt(c, scope, part, holder, token, "fenced-scope", false);
+                } else {
+                    part(c, scope, part, content, holder, token);
+                    attempt(c, scope, part, holder, token, "unfenced", true);
+                    accepted = true;
+                }
+            } catch (SQLException e) {
+                try {
+                    if (resource != null) resource.close();
+                } catch (SQLException ignored) {
+                    // it is being replaced
+                }
+                resource = null;
+                op(id, "info", "write", token, scope, part);
+                return;
+            }
+            op(id, accepted ? "ok" : "fail", "write", token, scope, part);
+        }
     }
 
     static long leftMs(long[] deadline) {

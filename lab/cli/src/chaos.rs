@@ -210,6 +210,14 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     let cluster = ClusterConfig {
         max_connections: params.max_connections() + 2 * args.holders as u32,
         track_commit_timestamp: true,
+        // A holder of the user's may have no Unix-socket client (JDBC): TCP too, on a free port.
+        listen_tcp: args.holder_cmd.is_some(),
+        port: match args.holder_cmd {
+            Some(_) => {
+                crate::config::free_port().unwrap_or(harness::server::postgres::DEFAULT_PORT)
+            }
+            None => harness::server::postgres::DEFAULT_PORT,
+        },
         ..ClusterConfig::new(bins)
     };
     let dir = args.evidence_dir.clone();

@@ -90,6 +90,15 @@ fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
     }
 }
 
+/// A TCP port on 127.0.0.1 that the system has free now: a cluster that listens on TCP for a
+/// holder of the user's (JDBC has no Unix-socket transport) without meeting another run's.
+pub fn free_port() -> Option<u16> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .ok()
+        .map(|a| a.port())
+}
+
 /// A run another command makes (`lab grade`'s per design, `lab holder check`'s): `lab run`'s
 /// arguments after `lab run`, parsed and resolved as the command line's are, its output to the
 /// evidence only (quiet) and no servers kept when it fails.
@@ -212,9 +221,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
     let tcp = args.tcp || args.holder_cmd.is_some();
     // Without --tcp, a port the system has free (so that two such runs at once do not meet).
     let port = if tcp && !args.tcp && args.port == harness::server::postgres::DEFAULT_PORT {
-        std::net::TcpListener::bind(("127.0.0.1", 0))
-            .and_then(|l| l.local_addr())
-            .map_or(args.port, |a| a.port())
+        free_port().unwrap_or(args.port)
     } else {
         args.port
     };

@@ -1234,8 +1234,9 @@ fn the_gate_is_what_the_mutation_map_computes() -> anyhow::Result<()> {
 }
 
 /// The example Java holder (issue 32), shaped like seed 004's client, conforms: `lab holder
-/// check` passes it whole — the protocol's plain paths, every fault point, F4, F10 and F12 — and
-/// F4's freeze shows every thread of the JVM in state T, its renewer among them.
+/// check` passes it whole — the protocol's plain paths, every fault point, F4, F10 and F12 —,
+/// F4's freeze shows every thread of the JVM in state T, its renewer among them, and `lab chaos`
+/// passes with its looping form, the control exposing a violation.
 #[test]
 fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
     if !common::example_holder_ready(
@@ -1277,6 +1278,24 @@ fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
             && !frozen.contains(")=R"),
         "every JVM thread frozen, the renewer among them ({threads}): {frozen}"
     );
+    // Its looping form under chaos: every check of the fenced scopes holds, the control exposes.
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["chaos", "--seed", "4", "--time", "30s", "--holder-cmd"])
+        .arg(root.join("examples/holders/java/holder.sh"))
+        .arg("--evidence-dir")
+        .arg(sb.path("chaos-java"))
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for line in [
+        "ok   I2: no token was granted twice",
+        "ok   I3 (fenced-scope at scope chaos-0…chaos-1)",
+        "ok   durability:",
+        "ok   negative control exposes: the unfenced control scope",
+    ] {
+        assert!(text.contains(line), "missing {line:?}:\n{text}");
+    }
     sb.assert_nothing_left()
 }
 
