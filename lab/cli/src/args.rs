@@ -368,6 +368,34 @@ pub struct BenchArgs {
     /// The PostgreSQL server binaries to use (pgbench ships with them).
     #[arg(long, value_name = "DIR")]
     pub pg_bindir: Option<PathBuf>,
+    /// Lease scaling instead of the write modes: hold this many leases in all (comma-separated
+    /// counts, e.g. 100,1000,10000), spread over --holders, each renewed every --renew-ms; per
+    /// cell renewals/s against the offered rate, renew p50/p99, the share that came back expired
+    /// and the lease store's CPU; the knee named. Writes bench-leases.json and bench-leases.svg
+    #[arg(long, value_delimiter = ',', value_name = "L")]
+    pub leases: Vec<usize>,
+    /// With --leases: how many holders (tasks, each with its own client of the store) share
+    /// the leases (comma-separated counts)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "H",
+        default_value = "4,16,64"
+    )]
+    pub holders: Vec<usize>,
+    /// With --leases: the renewal period, in milliseconds (the TTL is three periods)
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..))]
+    pub renew_ms: u64,
+    /// With --leases: the lease stores, side by side in one run (comma-separated): single (the
+    /// lease table) and the lock services of the build (redis, etcd, zookeeper; a Docker engine
+    /// must answer)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "STORE",
+        default_value = "single"
+    )]
+    pub lease_store: Vec<String>,
 }
 
 #[derive(Debug, Args)]

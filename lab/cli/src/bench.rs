@@ -158,6 +158,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
             args.evidence_dir.display()
         )
     })?;
+    if !args.leases.is_empty() {
+        return lease_scaling(args, bins, started).await;
+    }
     let params = Params {
         contenders: 256,
         ..Params::default()
@@ -193,6 +196,84 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     write_atomically(&dir.join("bench.svg"), chart(&cells).as_bytes())?;
     eprintln!(
         "bench: bench.json and bench.svg in {}; {:.0} s",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `--leases`: the lease-scaling bench ([`crate::bench_leases`]) on every store named.
+async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> anyhow::Result<()> {
+    let mut stores: Vec<&'static str> = Vec::new();
+    for name in &args.lease_store {
+        // `single`: the lease table, as `lab run --lease-store single` names it.
+        let name = if name == "single" {
+            fencing::lease::sql::KIND.name
+        } else {
+            name.as_str()
+        };
+        let kind = fencing::lease::STORES
+            .iter()
+            .find(|k| {
+                k.name == name && (k.service.is_some() || k.name == fencing::lease::sql::KIND.name)
+            })
+            .with_context(|| {
+                format!(
+                    "--lease-store {name}: not a lease store of this build; pass single{}",
+                    fencing::lease::STORES
+                        .iter()
+                        .filter(|k| k.service.is_some())
+                        .map(|k| format!(", {}", k.name))
+                        .collect::<String>()
+                )
+            })?;
+        stores.push(kind.name);
+    }
+    if args.holders.contains(&0) || args.leases.contains(&0) {
+        bail!("--leases and --holders count from 1");
+    }
+    let most = *args.holders.iter().max().unwrap_or(&1);
+    let cluster = ClusterConfig {
+        max_connections: (most as u32 + 20).max(100),
+        ..ClusterConfig::new(bins)
+    };
+    let mut lab = Lab::start(cluster, Params::default(), PathBuf::new()).await?;
+    let duration = Duration::from_millis(args.duration_ms.max(3 * args.renew_ms));
+    eprintln!(
+        "bench: lease scaling on {} — leases {:?}, holders {:?}, renewals every {} ms (TTL {} ms), {} ms per cell",
+        stores.join(", "),
+        args.leases,
+        args.holders,
+        args.renew_ms,
+        3 * args.renew_ms,
+        duration.as_millis()
+    );
+    let measured = crate::bench_leases::measure(
+        &mut lab,
+        &stores,
+        &args.leases,
+        &args.holders,
+        Duration::from_millis(args.renew_ms),
+        duration,
+    )
+    .await;
+    lab.shutdown().await;
+    let cells = measured?;
+    let table = crate::bench_leases::render(&cells);
+    if let Err(e) = crate::print_stdout(&table) {
+        eprintln!("bench: failed to write the table to stdout: {e}");
+    }
+    let dir = &args.evidence_dir;
+    write_atomically(
+        &dir.join("bench-leases.json"),
+        crate::bench_leases::json(&cells).to_string().as_bytes(),
+    )?;
+    write_atomically(
+        &dir.join("bench-leases.svg"),
+        crate::bench_leases::chart(&cells).as_bytes(),
+    )?;
+    eprintln!(
+        "bench: bench-leases.json and bench-leases.svg in {}; {:.0} s",
         dir.display(),
         started.elapsed().as_secs_f64()
     );

@@ -12,6 +12,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod bench_leases;
 pub mod chaos;
 pub mod clean;
 pub mod config;

@@ -539,6 +539,14 @@ impl LockService {
         }
     }
 
+    /// The service's first process on this host (its container's): where its CPU is read.
+    pub async fn pid(&self) -> Option<u32> {
+        #[cfg(feature = "containers")]
+        return self.server.pid().await;
+        #[cfg(not(feature = "containers"))]
+        match self.never {}
+    }
+
     /// `ip:port` of the server, where clients connect.
     pub fn endpoint(&self) -> String {
         #[cfg(feature = "containers")]

@@ -105,7 +105,7 @@ fn recipe(service: &str) -> Option<Recipe> {
             script:
                 "mkdir -p /tmp/zk && printf 'tickTime=250\\ndataDir=/tmp/zk\\nclientPort=2181\\n\
                      minSessionTimeout=500\\nmaxSessionTimeout=5000\\nadmin.enableServer=false\\n\
-                     4lw.commands.whitelist=*\\n' > /tmp/zoo.cfg; \
+                     4lw.commands.whitelist=*\\nmaxClientCnxns=0\\n' > /tmp/zoo.cfg; \
                      echo \"ZooKeeper $(dpkg-query -W -f '${Version}' zookeeper)\" >&2; \
                      exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
                      -Dzookeeper.log.dir=/tmp -Dzookeeper.root.logger=INFO,CONSOLE \
@@ -123,6 +123,11 @@ fn recipe(service: &str) -> Option<Recipe> {
                     "500–5000 ms (minSessionTimeout, maxSessionTimeout)",
                 ),
                 s("heap", "256 MB (-Xmx256m)"),
+                s(
+                    "maxClientCnxns",
+                    "0, no limit (the default 60 per address would refuse the lab's lock a \
+                     session per holding past 60 holdings)",
+                ),
                 s(
                     "expiry",
                     "a session's timeout, by the server, from the client's last message",
@@ -197,6 +202,11 @@ impl ServiceContainer {
     /// `ip:port`, where its clients connect.
     pub fn endpoint(&self) -> String {
         format!("{}:{}", self.ip, self.port)
+    }
+
+    /// The container's first process on this host (`None` once it is gone).
+    pub async fn pid(&self) -> Option<u32> {
+        self.container.pid().await
     }
 
     /// The server's log so far.

@@ -90,3 +90,26 @@ pub fn tcp_ports_to(pid: u32, dst: std::net::IpAddr, port: u16) -> io::Result<Ve
     ports.dedup();
     Ok(ports)
 }
+
+/// User + system CPU seconds of `root` and every process descended from it, now (`None` when
+/// `/proc` cannot be read). What `lab bench` reads a lease store's cost with.
+pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
+    let tps = procfs::ticks_per_second() as f64;
+    let all: Vec<procfs::process::Stat> = procfs::process::all_processes()
+        .ok()?
+        .filter_map(|p| p.ok()?.stat().ok())
+        .collect();
+    let mut tree = vec![i32::try_from(root).ok()?];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(all.iter().filter(|s| s.ppid == parent).map(|s| s.pid));
+        i += 1;
+    }
+    let ticks: u64 = all
+        .iter()
+        .filter(|s| tree.contains(&s.pid))
+        .map(|s| s.utime + s.stime)
+        .sum();
+    Some(ticks as f64 / tps)
+}

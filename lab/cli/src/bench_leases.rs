@@ -1,0 +1,577 @@
+//! `lab bench --leases L,… --holders H,… --renew-ms R`: what a lease costs as locks and holders
+//! grow — the shape of ShedLock, db-scheduler and Quartz clusters, where dozens of nodes renew
+//! hundreds or thousands of locks. For each lease store named (`--lease-store`: the lease table,
+//! and the lock services of the build), each lease count L and holder count H: H holders (tasks,
+//! each with its own client of the store — its own connection, or its own session) acquire L/H
+//! leases each with a TTL of 3 R, then renew every one of them every R ms, spread evenly over the
+//! period, for `--duration-ms`. Measured per cell:
+//!
+//! - renewals/s sustained, against the offered L·1000/R;
+//! - renew latency p50 / p99 (request to answer), and how late the requests left against their
+//!   schedule (p99): a holder that cannot keep up falls behind;
+//! - the share of renewals that came back `false` — the lease had expired by the store's own
+//!   clock before the renewal arrived: the holder lost it without being paused;
+//! - the lease store's CPU over the cell (its processes' user + system time, from `/proc`: the
+//!   embedded cluster's postmaster and backends, or the service container's processes).
+//!
+//! The knee, per store and holder count, is the first lease count at which renewals fall below
+//! 95 % of the offered rate, or 1 % come back expired, or p99 exceeds the period. A renewal sleeps
+//! until its slot in the period: that wait is the timeline under test, not a wait for a state.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use fencing::lease::{Grant, LeaseStore};
+use scenarios::Lab;
+use serde_json::json;
+
+/// One measured cell.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub store: String,
+    pub leases: usize,
+    pub holders: usize,
+    pub renew_ms: u64,
+    /// When the slowest holder had taken its last lease, from the start (all are due within
+    /// the first period).
+    pub acquire_s: f64,
+    pub offered_per_s: f64,
+    pub renewed_per_s: f64,
+    pub attempts: usize,
+    /// Renewals the store answered `false`: the lease had expired before the renewal arrived.
+    pub expired: usize,
+    /// Renewals that failed with an error.
+    pub errors: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub lag_p99_ms: f64,
+    /// The store's CPU over the renew phase, in cores (1.0 = one core busy throughout); `None`
+    /// when its processes could not be read.
+    pub cpu_cores: Option<f64>,
+    /// Why the cell could not be measured (a lease could not be taken), if it could not.
+    pub failed: Option<String>,
+}
+
+impl Cell {
+    fn failed(store: &str, leases: usize, holders: usize, renew: Duration, why: String) -> Cell {
+        Cell {
+            store: store.to_owned(),
+            leases,
+            holders,
+            renew_ms: renew.as_millis() as u64,
+            acquire_s: f64::NAN,
+            offered_per_s: leases as f64 * 1000.0 / renew.as_millis() as f64,
+            renewed_per_s: 0.0,
+            attempts: 0,
+            expired: 0,
+            errors: 0,
+            p50_ms: f64::NAN,
+            p99_ms: f64::NAN,
+            lag_p99_ms: f64::NAN,
+            cpu_cores: None,
+            failed: Some(why),
+        }
+    }
+
+    fn expired_share(&self) -> f64 {
+        self.expired as f64 / self.attempts.max(1) as f64
+    }
+
+    /// Whether the store kept up: renewals at ≥ 95 % of the offered rate, < 1 % expired, p99
+    /// within the period.
+    pub fn kept_up(&self) -> bool {
+        self.failed.is_none()
+            && self.renewed_per_s >= 0.95 * self.offered_per_s
+            && self.expired_share() < 0.01
+            && self.p99_ms <= self.renew_ms as f64
+    }
+}
+
+/// What one holder saw.
+#[derive(Default)]
+struct Seen {
+    latencies_ms: Vec<f64>,
+    lags_ms: Vec<f64>,
+    ok: usize,
+    expired: usize,
+    errors: usize,
+    acquire_s: f64,
+}
+
+/// Every (store, leases, holders) cell, in order, on `lab`.
+pub async fn measure(
+    lab: &mut Lab,
+    stores: &[&'static str],
+    leases: &[usize],
+    holders: &[usize],
+    renew: Duration,
+    duration: Duration,
+) -> anyhow::Result<Vec<Cell>> {
+    let mut cells = Vec::new();
+    for &store in stores {
+        lab.use_store(store)
+            .await
+            .with_context(|| format!("--lease-store {store}"))?;
+        for &h in holders {
+            for &l in leases {
+                lab.reset().await?;
+                let n = cells.len();
+                let cell = match one_cell(lab, store, n, l, h, renew, duration).await {
+                    Ok(cell) => {
+                        eprintln!(
+                            "bench: {store}, {l} leases, {h} holders: {:.0} of {:.0} renewals/s, p99 {:.1} ms, {} expired",
+                            cell.renewed_per_s, cell.offered_per_s, cell.p99_ms, cell.expired
+                        );
+                        cell
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "bench: {store}, {l} leases, {h} holders: could not hold them: {e:#}"
+                        );
+                        Cell::failed(store, l, h, renew, format!("{e:#}"))
+                    }
+                };
+                cells.push(cell);
+            }
+        }
+    }
+    lab.use_store(fencing::lease::sql::KIND.name).await?;
+    Ok(cells)
+}
+
+async fn one_cell(
+    lab: &Lab,
+    store: &str,
+    n: usize,
+    leases: usize,
+    holders: usize,
+    renew: Duration,
+    duration: Duration,
+) -> anyhow::Result<Cell> {
+    let ttl = renew * 3;
+    let mut clients = Vec::with_capacity(holders);
+    for _ in 0..holders {
+        clients.push(lab.own_store_client().await?);
+    }
+    // Holder i holds leases i, i + H, i + 2H, …: L/H each (the first L mod H one more). The
+    // first period takes them, each lease in its own slot; the periods after it renew them,
+    // measured over `duration`.
+    let root = store_root(lab).await;
+    let started = Instant::now();
+    let window = started + renew;
+    let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
+        let names: Vec<String> = (i..leases)
+            .step_by(holders)
+            .map(|j| format!("scale{n}-{j}"))
+            .collect();
+        hold(client.clone(), names, i, ttl, renew, started, duration)
+    }));
+    // The store's CPU from the window's start: the timeline's own wait, then a reading.
+    let cpu_at_window = async {
+        tokio::time::sleep_until(window.into()).await;
+        root.and_then(harness::process::tree_cpu_seconds)
+    };
+    let (seen, cpu_before) = tokio::join!(holding, cpu_at_window);
+    let cpu_after = root.and_then(harness::process::tree_cpu_seconds);
+    let measured = window.elapsed().as_secs_f64();
+    let mut all = Seen::default();
+    for s in seen {
+        let s = s?;
+        all.latencies_ms.extend(s.latencies_ms);
+        all.lags_ms.extend(s.lags_ms);
+        all.ok += s.ok;
+        all.expired += s.expired;
+        all.errors += s.errors;
+        all.acquire_s = all.acquire_s.max(s.acquire_s);
+    }
+    let lat = sorted(all.latencies_ms);
+    let lag = sorted(all.lags_ms);
+    Ok(Cell {
+        store: store.to_owned(),
+        leases,
+        holders,
+        renew_ms: renew.as_millis() as u64,
+        acquire_s: all.acquire_s,
+        offered_per_s: leases as f64 * 1000.0 / renew.as_millis() as f64,
+        // Per second of the window the renewals were due in (the last one is due just before
+        // its end: the elapsed time would flatter the rate by that slot).
+        renewed_per_s: all.ok as f64 / duration.as_secs_f64(),
+        attempts: all.ok + all.expired + all.errors,
+        expired: all.expired,
+        errors: all.errors,
+        p50_ms: percentile(&lat, 0.5),
+        p99_ms: percentile(&lat, 0.99),
+        lag_p99_ms: percentile(&lag, 0.99),
+        cpu_cores: cpu_before
+            .zip(cpu_after)
+            .map(|(before, after)| (after - before) / measured),
+        failed: None,
+    })
+}
+
+/// One holder, one event at a time in the order they fall due: lease j of n is taken at its
+/// slot `j·renew/n` of the first period, then renewed every `renew` from when it was taken — a
+/// holder still taking leases renews the ones it holds in between, as a lock client's renewer
+/// does. Renewals due in the window (`renew` after the start, for `duration`) are measured; a
+/// holder that cannot keep up falls behind (the send lag) and its leases expire. `Err` when a
+/// lease could not be taken (the cell cannot be measured).
+async fn hold(
+    client: Arc<dyn LeaseStore>,
+    names: Vec<String>,
+    i: usize,
+    ttl: Duration,
+    renew: Duration,
+    started: Instant,
+    duration: Duration,
+) -> anyhow::Result<Seen> {
+    use std::cmp::Reverse;
+    let mut seen = Seen::default();
+    if names.is_empty() {
+        return Ok(seen);
+    }
+    let holder = format!("holder-{i}");
+    let slot = renew / names.len() as u32;
+    let (window, end) = (started + renew, started + renew + duration);
+    // (due, lease, whether it is held yet): the earliest first.
+    let mut due: std::collections::BinaryHeap<Reverse<(Instant, usize)>> = (0..names.len())
+        .map(|j| Reverse((started + slot * j as u32, j)))
+        .collect();
+    let mut grants: Vec<Option<Grant>> = names.iter().map(|_| None).collect();
+    while let Some(Reverse((at, j))) = due.pop() {
+        if at >= end {
+            break;
+        }
+        // The timeline's own wait: this lease's slot.
+        tokio::time::sleep_until(at.into()).await;
+        let sent = Instant::now();
+        match &mut grants[j] {
+            None => {
+                let grant = client
+                    .acquire(&names[j], &holder, ttl)
+                    .await
+                    .with_context(|| format!("{holder} taking {}", names[j]))?
+                    .with_context(|| format!("{} was not free", names[j]))?;
+                grants[j] = Some(grant);
+                seen.acquire_s = seen.acquire_s.max(started.elapsed().as_secs_f64());
+                due.push(Reverse((sent + renew, j)));
+            }
+            Some(grant) => {
+                let answered = client.renew(grant).await;
+                if at >= window {
+                    seen.lags_ms
+                        .push(sent.duration_since(at).as_secs_f64() * 1000.0);
+                    seen.latencies_ms
+                        .push(sent.elapsed().as_secs_f64() * 1000.0);
+                    match answered {
+                        Ok(true) => seen.ok += 1,
+                        Ok(false) => seen.expired += 1,
+                        Err(_) => seen.errors += 1,
+                    }
+                }
+                due.push(Reverse((at + renew, j)));
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// The process whose tree is the lease store: the embedded cluster's postmaster, or the lock
+/// service container's first process.
+async fn store_root(lab: &Lab) -> Option<u32> {
+    match &lab.service {
+        Some(service) => service.pid().await,
+        None => lab.cluster().ok()?.postmaster_pid(),
+    }
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
+    if sorted_ms.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted_ms.len() as f64 * p).ceil() as usize).clamp(1, sorted_ms.len()) - 1;
+    sorted_ms[i]
+}
+
+/// The table, and under it the knee of each (store, holders) series.
+pub fn render(cells: &[Cell]) -> String {
+    let mut text = String::from(
+        "| store | leases | holders | acquire s | offered renewals/s | renewed/s | expired | errors | renew p50 ms | p99 ms | send lag p99 ms | store CPU (cores) | kept up |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for c in cells {
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {:.1} | {:.0} | {:.0} | {} ({:.1} %) | {} | {:.2} | {:.2} | {:.1} | {} | {} |",
+            c.store,
+            c.leases,
+            c.holders,
+            c.acquire_s,
+            c.offered_per_s,
+            c.renewed_per_s,
+            c.expired,
+            c.expired_share() * 100.0,
+            c.errors,
+            c.p50_ms,
+            c.p99_ms,
+            c.lag_p99_ms,
+            c.cpu_cores.map_or("–".to_owned(), |x| format!("{x:.2}")),
+            match (&c.failed, c.kept_up()) {
+                (Some(_), _) => "could not hold them",
+                (None, true) => "yes",
+                (None, false) => "NO",
+            }
+        );
+    }
+    text.push('\n');
+    for c in cells {
+        if let Some(why) = &c.failed {
+            let _ = writeln!(
+                text,
+                "{} × {} leases × {} holders: {why}",
+                c.store, c.leases, c.holders
+            );
+        }
+    }
+    for line in knees(cells) {
+        let _ = writeln!(text, "{line}");
+    }
+    text
+}
+
+/// Per (store, holders), in the cells' order: where the store stopped keeping up.
+pub fn knees(cells: &[Cell]) -> Vec<String> {
+    let mut series: Vec<(&str, usize)> = Vec::new();
+    for c in cells {
+        if !series.contains(&(c.store.as_str(), c.holders)) {
+            series.push((&c.store, c.holders));
+        }
+    }
+    series
+        .into_iter()
+        .map(|(store, holders)| {
+            let mut mine: Vec<&Cell> = cells
+                .iter()
+                .filter(|c| c.store == store && c.holders == holders)
+                .collect();
+            mine.sort_by_key(|c| c.leases);
+            let renew = mine.first().map_or(0, |c| c.renew_ms);
+            match mine.iter().find(|c| !c.kept_up()) {
+                Some(c) => {
+                    let below = mine
+                        .iter()
+                        .rev()
+                        .find(|k| k.leases < c.leases && k.kept_up())
+                        .map_or("none of the counts measured".to_owned(), |k| {
+                            format!("{} leases", k.leases)
+                        });
+                    format!(
+                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {below}, not with {} ({:.0} of {:.0} renewals/s, {:.1} % expired, p99 {:.1} ms)",
+                        c.leases,
+                        c.renewed_per_s,
+                        c.offered_per_s,
+                        c.expired_share() * 100.0,
+                        c.p99_ms
+                    )
+                }
+                None => format!(
+                    "knee: {store} with {holders} holders renewing every {renew} ms kept up with every count measured (up to {} leases)",
+                    mine.last().map_or(0, |c| c.leases)
+                ),
+            }
+        })
+        .collect()
+}
+
+pub fn json(cells: &[Cell]) -> serde_json::Value {
+    json!({
+        "cells": cells.iter().map(|c| json!({
+            "store": c.store, "leases": c.leases, "holders": c.holders, "renew_ms": c.renew_ms,
+            "acquire_s": c.acquire_s, "offered_per_s": c.offered_per_s,
+            "renewed_per_s": c.renewed_per_s, "attempts": c.attempts, "expired": c.expired,
+            "errors": c.errors, "p50_ms": c.p50_ms, "p99_ms": c.p99_ms,
+            "lag_p99_ms": c.lag_p99_ms, "cpu_cores": c.cpu_cores, "kept_up": c.kept_up(),
+            "failed": c.failed,
+        })).collect::<Vec<_>>(),
+        "knees": knees(cells),
+    })
+}
+
+/// Renew p99 (log scale) against the lease count, one line per (store, holders), the period as
+/// the limit line.
+pub fn chart(cells: &[Cell]) -> String {
+    let colors = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+        "#bcbd22", "#17becf",
+    ];
+    let (w, h, left, top, plot_w, plot_h) = (900.0, 440.0, 80.0, 50.0, 560.0, 320.0);
+    let mut counts: Vec<usize> = cells.iter().map(|c| c.leases).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let x_of = |l: usize| {
+        let i = counts.iter().position(|&c| c == l).unwrap_or(0);
+        left + plot_w * (i as f64 + 0.5) / counts.len().max(1) as f64
+    };
+    let renew = cells.first().map_or(500, |c| c.renew_ms) as f64;
+    let top_ms = cells
+        .iter()
+        .map(|c| c.p99_ms)
+        .filter(|v| v.is_finite())
+        .fold(renew * 2.0, f64::max);
+    let (lo, hi) = (0.1f64.log10(), top_ms.log10());
+    let y_of = |ms: f64| top + plot_h - (ms.max(0.1).log10() - lo) / (hi - lo) * plot_h;
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">renew p99 (ms, log scale) against leases held — each lease renewed every {renew:.0} ms, TTL {:.0} ms</text>"##,
+        renew * 3.0
+    );
+    for ms in [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0] {
+        if ms > top_ms * 1.01 {
+            break;
+        }
+        let y = y_of(ms);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end">{ms}</text>"##,
+            left + plot_w,
+            left - 6.0,
+            y + 4.0
+        );
+    }
+    let y = y_of(renew);
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}" fill="#d62728">the period: a renewal slower than this falls behind</text>"##,
+        left + plot_w,
+        left + 6.0,
+        y - 5.0
+    );
+    for &l in &counts {
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{l}</text>"#,
+            x_of(l),
+            top + plot_h + 18.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">leases held</text><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#444"/>"##,
+        left + plot_w / 2.0,
+        top + plot_h + 36.0,
+        top + plot_h,
+        left + plot_w,
+        top + plot_h
+    );
+    let mut series: Vec<(&str, usize)> = Vec::new();
+    for c in cells {
+        if !series.contains(&(c.store.as_str(), c.holders)) {
+            series.push((&c.store, c.holders));
+        }
+    }
+    for (k, (store, holders)) in series.iter().enumerate() {
+        let color = colors[k % colors.len()];
+        let mut mine: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.store == *store && c.holders == *holders)
+            .collect();
+        mine.sort_by_key(|c| c.leases);
+        let points: Vec<String> = mine
+            .iter()
+            .map(|c| format!("{:.1},{:.1}", x_of(c.leases), y_of(c.p99_ms)))
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+            points.join(" ")
+        );
+        for c in &mine {
+            let _ = write!(
+                svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="{}" fill="{}" stroke="{color}" stroke-width="2"><title>{store}, {holders} holders, {} leases: p99 {:.2} ms, {:.0} of {:.0} renewals/s, {} expired</title></circle>"#,
+                x_of(c.leases),
+                y_of(c.p99_ms),
+                if c.kept_up() { 3 } else { 5 },
+                if c.kept_up() { color } else { "#fff" },
+                c.leases,
+                c.p99_ms,
+                c.renewed_per_s,
+                c.offered_per_s,
+                c.expired
+            );
+        }
+        let ly = top + 16.0 * k as f64;
+        let _ = write!(
+            svg,
+            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{store}, {holders} holders</text>"#,
+            left + plot_w + 20.0,
+            left + plot_w + 44.0,
+            left + plot_w + 50.0,
+            ly + 4.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{:.1}" y="{:.1}" font-size="10">hollow: the store did not keep up there</text>"#,
+        left + plot_w + 20.0,
+        top + 16.0 * series.len() as f64 + 10.0
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(leases: usize, renewed: f64, expired: usize, p99: f64) -> Cell {
+        Cell {
+            store: "single".into(),
+            leases,
+            holders: 4,
+            renew_ms: 500,
+            acquire_s: 0.0,
+            offered_per_s: leases as f64 * 2.0,
+            renewed_per_s: renewed,
+            attempts: 1000,
+            expired,
+            errors: 0,
+            p50_ms: 1.0,
+            p99_ms: p99,
+            lag_p99_ms: 0.0,
+            cpu_cores: None,
+            failed: None,
+        }
+    }
+
+    #[test]
+    fn the_knee_is_the_first_count_that_did_not_keep_up_by_any_measure() {
+        let ok = [cell(100, 200.0, 0, 3.0), cell(1000, 1990.0, 9, 40.0)];
+        assert!(ok.iter().all(Cell::kept_up));
+        assert!(knees(&ok)[0].contains("kept up with every count measured (up to 1000 leases)"));
+        // Each measure alone stops it keeping up: the rate, the expired share, the p99.
+        for bad in [
+            cell(10000, 18000.0, 0, 3.0),
+            cell(10000, 20000.0, 10, 3.0),
+            cell(10000, 20000.0, 0, 501.0),
+        ] {
+            assert!(!bad.kept_up(), "{bad:?}");
+            let cells = [ok[0].clone(), ok[1].clone(), bad];
+            let knee = &knees(&cells)[0];
+            assert!(
+                knee.contains("keeps up with 1000 leases, not with 10000"),
+                "{knee}"
+            );
+        }
+        let table = render(&[cell(10000, 18000.0, 0, 3.0)]);
+        assert!(
+            table.contains("| NO |") && table.contains("keeps up with none of the counts measured"),
+            "{table}"
+        );
+    }
+}
