@@ -152,7 +152,7 @@ async fn on_lock_service(lab: &mut Lab, rec: &mut Recorder, cut: bool) -> anyhow
             hosts: None,
             l_admin: None,
             lease: lab.lease.clone(),
-            resource: lab.resource.clone(),
+            resource: lab.resource.0.clone(),
         };
         row(lab, rec, &stores, past_check, mode, cut).await?;
     }

@@ -49,6 +49,9 @@ struct Cell {
     /// What the writers' backends waited for while measured: the two most frequent wait events
     /// in `pg_stat_activity`, sampled every 10 ms, with their shares ("" for pgbench).
     waits: String,
+    /// WAL written per transaction while pgbench ran (bytes; `None` for the lab's writers, whose
+    /// warm-up writes share the measurement).
+    wal_per_tx: Option<f64>,
 }
 
 /// One contention size.
@@ -77,8 +80,20 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 /// The writer counts every mode is measured at.
 const WRITERS: [usize; 4] = [1, 4, 16, 64];
 
-/// The one-statement writes pgbench also runs as they are (their profile's statement).
-const SAME_SQL: [&str; 3] = ["fenced-single", "fenced-shared", "unfenced-single"];
+/// The one-statement writes pgbench also runs as they are (their profile's statement), and
+/// [`NO_ROW_LOCK`].
+const SAME_SQL: [&str; 4] = [
+    "fenced-single",
+    "fenced-shared",
+    "unfenced-single",
+    NO_ROW_LOCK,
+];
+
+/// A diagnostic of the fence's cost on the server, run by pgbench only: fenced-shared's statement
+/// with its row lock (`FOR SHARE`) taken out. Not a fence — a writer whose token equals the floor
+/// no longer holds the floor against one that advances it — but beside fenced-shared and
+/// unfenced-single it weighs what the shared row lock costs per commit (the WAL it writes).
+const NO_ROW_LOCK: &str = "fenced-shared-no-row-lock";
 
 /// fenced-single's statement with the fence taken out: the part's upsert and the attempt's
 /// record in one statement, always accepted — the like-for-like baseline of the one-statement
@@ -382,6 +397,7 @@ async fn write_cell(
         p50_ms: percentile(&all, 0.50),
         p99_ms: percentile(&all, 0.99),
         waits,
+        wal_per_tx: None,
     })
 }
 
@@ -442,7 +458,12 @@ async fn same_sql_cell(
     n: usize,
     duration: Duration,
 ) -> anyhow::Result<Cell> {
-    let (_, profile) = bench_write(name).context("a named write")?;
+    let written = if name == NO_ROW_LOCK {
+        "fenced-shared"
+    } else {
+        name
+    };
+    let (_, profile) = bench_write(written).context("a named write")?;
     let fencing::profile::WriteSql::OneStatement(statement) = &profile.resource.write else {
         bail!("{name} is not one statement");
     };
@@ -451,6 +472,13 @@ async fn same_sql_cell(
     // client prepares and caches its statements) — the part per client. Replaced from the last
     // number down, so that `$1` does not eat the start of `$10`.
     let mut sql = statement.sql().trim().to_owned();
+    if name == NO_ROW_LOCK {
+        anyhow::ensure!(
+            sql.matches("FOR SHARE").count() == 1,
+            "fenced-shared's statement takes one FOR SHARE"
+        );
+        sql = sql.replace("FOR SHARE", "");
+    }
     for (k, param) in statement.params().iter().enumerate().rev() {
         let var = match param {
             fencing::profile::Param::Part => {
@@ -517,6 +545,7 @@ async fn run_pgbench(
     let path = work.path().join("script.sql");
     std::fs::write(&path, script)?;
     let secs = duration.as_secs().max(1);
+    let wal_before = wal_lsn(lab).await?;
     let mut spawn = Spawn::new("pgbench", pgbench).args([
         "-n",
         "-c",
@@ -551,6 +580,7 @@ async fn run_pgbench(
         .output(Duration::from_secs(secs + 60))
         .await
         .context("failed to run pgbench")?;
+    let wal = wal_lsn(lab).await? - wal_before;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
@@ -591,7 +621,13 @@ async fn run_pgbench(
         p50_ms: percentile(&lat, 0.50),
         p99_ms: percentile(&lat, 0.99),
         waits: String::new(),
+        wal_per_tx: Some(wal as f64 / writes.max(1) as f64),
     })
+}
+
+/// Where the server's WAL insertion stands, in bytes from its start.
+async fn wal_lsn(lab: &Lab) -> anyhow::Result<i64> {
+    Ok(harness::observe::wal_insert_bytes(lab.resource.pool()).await?)
 }
 
 /// `rounds` rounds of `c` contenders released by a barrier on a fresh lease each round.
@@ -728,6 +764,27 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
             }
         }
     }
+    // The server's side of the fence's cost: WAL per transaction of the same SQL under pgbench,
+    // the row lock taken out as a diagnostic.
+    for n in WRITERS {
+        let wal = |name: &str| {
+            cells
+                .iter()
+                .find(|c| c.name == name && c.clients == n)
+                .and_then(|c| c.wal_per_tx.map(|w| (w, c.per_sec)))
+        };
+        if let (Some(shared), Some(unlocked), Some(base)) = (
+            wal("pgbench:fenced-shared"),
+            wal(&format!("pgbench:{NO_ROW_LOCK}")),
+            wal("pgbench:unfenced-single"),
+        ) {
+            let _ = writeln!(
+                out,
+                "server side at {n:>2} writers (pgbench, WAL bytes/tx, tx/s): unfenced-single {:.0} B, {:.0}/s; fenced-shared {:.0} B, {:.0}/s; fenced-shared without FOR SHARE {:.0} B, {:.0}/s",
+                base.0, base.1, shared.0, shared.1, unlocked.0, unlocked.1
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "{:<18} {:>7} {:>10} {:>8} {:>8}",
@@ -751,7 +808,7 @@ fn bench_json(cells: &[Cell], contention: &[Contention]) -> serde_json::Value {
     json!({
         "writes": cells.iter().map(|c| json!({
             "mode": c.name, "writers": c.clients, "writes": c.writes, "writes_per_sec": c.per_sec,
-            "p50_ms": c.p50_ms, "p99_ms": c.p99_ms, "waits": c.waits,
+            "p50_ms": c.p50_ms, "p99_ms": c.p99_ms, "waits": c.waits, "wal_bytes_per_tx": c.wal_per_tx,
             "ratio_to_pgbench": reference(cells, "pgbench", c.clients).map(|r| c.per_sec / r),
             "ratio_to_unfenced": reference(cells, "unfenced", c.clients).map(|r| c.per_sec / r),
             "ratio_to_unfenced_single": reference(cells, "unfenced-single", c.clients).map(|r| c.per_sec / r),

@@ -421,13 +421,13 @@ pub fn chart(cells: &[Cell]) -> String {
     let renew = cells.first().map_or(500, |c| c.renew_ms) as f64;
     let top_ms = cells
         .iter()
-        .map(|c| c.p99_ms)
+        .flat_map(|c| [c.p99_ms, c.lag_p99_ms])
         .filter(|v| v.is_finite())
         .fold(renew * 2.0, f64::max);
     let (lo, hi) = (0.1f64.log10(), top_ms.log10());
     let y_of = |ms: f64| top + plot_h - (ms.max(0.1).log10() - lo) / (hi - lo) * plot_h;
     let mut svg = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">renew p99 (ms, log scale) against leases held — each lease renewed every {renew:.0} ms, TTL {:.0} ms</text>"##,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">renew p99 and send lag p99 (ms, log scale) against leases held — renewed every {renew:.0} ms, TTL {:.0} ms</text>"##,
         renew * 3.0
     );
     for ms in [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0] {
@@ -490,6 +490,18 @@ pub fn chart(cells: &[Cell]) -> String {
             r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
             points.join(" ")
         );
+        // How late the renewals left (p99), dashed: where a holder falls behind, this climbs
+        // while the store's own answer time may not.
+        let lag: Vec<String> = mine
+            .iter()
+            .filter(|c| c.lag_p99_ms.is_finite())
+            .map(|c| format!("{:.1},{:.1}", x_of(c.leases), y_of(c.lag_p99_ms)))
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="1.5" stroke-dasharray="4 3"><title>{store}, {holders} holders: how late renewals were sent, p99</title></polyline>"#,
+            lag.join(" ")
+        );
         for c in &mine {
             let _ = write!(
                 svg,
@@ -517,9 +529,11 @@ pub fn chart(cells: &[Cell]) -> String {
     }
     let _ = write!(
         svg,
-        r#"<text x="{:.1}" y="{:.1}" font-size="10">hollow: the store did not keep up there</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" font-size="10">hollow: the store did not keep up there</text><text x="{:.1}" y="{:.1}" font-size="10">dashed: how late renewals left (p99)</text>"#,
         left + plot_w + 20.0,
-        top + 16.0 * series.len() as f64 + 10.0
+        top + 16.0 * series.len() as f64 + 10.0,
+        left + plot_w + 20.0,
+        top + 16.0 * series.len() as f64 + 24.0
     );
     svg.push_str("</svg>\n");
     svg

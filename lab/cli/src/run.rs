@@ -264,7 +264,10 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         )),
     ];
     if cfg.step {
-        // Last: each phase's check lines are on the terminal before the pause.
+        // First: a pause no action took is taken before the next line is printed.
+        reporters.insert(0, Box::new(step::PauseGate));
+        // Last: its block follows the step's line; the pause comes at the lab's next action,
+        // once the step's checks are printed.
         match labs[0].cluster() {
             Ok(cluster) => reporters.push(Box::new(step::StepReporter::new(
                 cluster,

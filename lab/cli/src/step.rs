@@ -1,21 +1,24 @@
 //! `lab run --step`: the classroom. A reporter that, at each phase of an experiment's timeline
 //! (every step but the background renewals), prints what just happened and what it means, the
 //! SQL that shows the state and the `psql` command that connects to the running cluster — or, in
-//! the U-series, the `mariadb` command that connects to its MariaDB — then waits for Enter
-//! ([`harness::wait::for_enter`]).
+//! the U-series, the `mariadb` command that connects to its MariaDB — then asks for a pause before
+//! the lab's next action ([`harness::wait::pause_before_next_action`]): the step's checks are made
+//! and printed first, then the lab stands still at its next action (a holder started, sent a line,
+//! frozen, thawed or killed; a lease acquired, renewed or released; a write; a server crashed; a
+//! wait begun — [`harness::wait::before_action`], and `scenarios::lab::stepped` for the lab's own
+//! clients) until Enter. A pause no action took (the next phase or the case's end came first) is
+//! taken by [`PauseGate`], first among the reporters, before the next line is printed.
 //!
-//! It waits inside the recorder, so the experiment stands still while the reader looks — the
-//! database clock does not: a lease keeps running out. Ctrl-C while it waits ends the wait at once
-//! and the run is interrupted as any run is: every holder thawed and stopped, the cluster removed.
-//! When stdin closes, it stops pausing and the run goes on. It writes to stderr; the evidence is
-//! the same as without it.
+//! While it waits the experiment stands still — the database clock does not: a lease keeps
+//! running out. Ctrl-C while it waits ends the wait at once and the run is interrupted as any run
+//! is: every holder thawed and stopped, the cluster removed. When stdin closes, it stops pausing
+//! and the run goes on. It writes to stderr; the evidence is the same as without it.
 
 use std::io::{self, Write as _};
 use std::sync::{Arc, Mutex};
 
 use harness::evidence::{Event, Mark, Reporter, Step};
 use harness::server::Cluster;
-use harness::wait::{for_enter, Reader};
 
 /// The state of the lease store, for the reader to query.
 const LEASE_SQL: &str =
@@ -176,10 +179,13 @@ impl StepReporter {
                 text.pop();
             }
         }
-        text.push_str("\n   Enter: go on · Ctrl-C: stop the run (nothing is left behind)\n");
+        text.push('\n');
         text
     }
 }
+
+/// What the pause says when it is taken, after the step's checks.
+pub const PROMPT: &str = "   Enter: go on · Ctrl-C: stop the run (nothing is left behind)";
 
 /// What a step means, in a sentence for the reader (`None` for an experiment's own note: its
 /// header line says it). `on_mariadb`: a step of the U-series, whose write is a run's completion
@@ -264,13 +270,23 @@ impl Reporter for StepReporter {
             self.pausing = false;
             return Ok(());
         }
-        match for_enter() {
-            Reader::Enter => {}
-            Reader::Closed => {
-                self.pausing = false;
-                let _ = writeln!(err, "   (stdin closed: going on without stopping)");
-            }
-            Reader::Interrupted => self.pausing = false,
+        // The pause itself comes before the lab's next action: the step's checks first.
+        self.pausing = harness::wait::pause_before_next_action(PROMPT);
+        Ok(())
+    }
+}
+
+/// Goes first among the reporters of a `--step` run: a pause a step asked for that no action
+/// took yet (the next phase, or the case's end, came first) is taken here — before the next
+/// phase's line is printed, or once the case's last checks are.
+pub struct PauseGate;
+
+impl Reporter for PauseGate {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        match event {
+            Event::Step(step) if step.mark != Mark::Renewed => harness::wait::take_pending_pause(),
+            Event::CaseFinished { .. } => harness::wait::take_pending_pause(),
+            _ => {}
         }
         Ok(())
     }

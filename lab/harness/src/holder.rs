@@ -160,6 +160,7 @@ impl Holder {
         spec: &HolderSpec,
         handshake: Duration,
     ) -> Result<Holder, HolderError> {
+        crate::wait::before_action().await;
         let mut spawn = Spawn::new(&spec.flags.holder, &spec.bin)
             .args(spec.args())
             .stdin(Stream::Piped)
@@ -226,6 +227,7 @@ impl Holder {
 
     /// Sends one request line.
     pub async fn send(&mut self, request: Request) -> Result<(), HolderError> {
+        crate::wait::before_action().await;
         let line = format!("{request}\n");
         let name = self.name().to_owned();
         let stdin = self.stdin.as_mut().ok_or_else(|| HolderError::Send {
@@ -340,6 +342,7 @@ impl Holder {
 
     /// See [`ChildProcess::freeze`].
     pub async fn freeze(&mut self) -> Result<Vec<ThreadState>, HolderError> {
+        crate::wait::before_action().await;
         Ok(self.process.freeze().await?)
     }
 
@@ -350,6 +353,7 @@ impl Holder {
 
     /// See [`ChildProcess::thaw`].
     pub async fn thaw(&mut self) -> Result<Vec<ThreadState>, HolderError> {
+        crate::wait::before_action().await;
         Ok(self.process.thaw().await?)
     }
 
@@ -357,6 +361,7 @@ impl Holder {
     /// survives — and reaps it: a crash, no handler runs. Returns the status waitpid(2) reported
     /// (`None` only if even SIGKILL did not end it within a deadline).
     pub async fn crash(&mut self) -> Option<std::process::ExitStatus> {
+        crate::wait::before_action().await;
         // Killed first, its stdin closed after: a holder whose stdin closes first may exit by
         // itself (orphaned) before the signal lands, and the crash would not be one.
         let status = self.process.crash().await;

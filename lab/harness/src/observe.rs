@@ -106,6 +106,14 @@ pub async fn active_waits(pool: &PgPool, database: &str) -> sqlx::Result<Vec<Str
     .await
 }
 
+/// Where the server's WAL insertion stands, in bytes from its start
+/// (`pg_current_wal_insert_lsn()`): the difference of two readings is the WAL written between.
+pub async fn wal_insert_bytes(pool: &PgPool) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::int8")
+        .fetch_one(pool)
+        .await
+}
+
 /// The sessions whose `application_name` is `name` (a holder names its connections after
 /// itself), by backend pid. `admin` must connect as a superuser.
 pub async fn sessions_of(admin: &PgPool, name: &str) -> sqlx::Result<Vec<Session>> {

@@ -48,6 +48,7 @@ where
     Fut: Future<Output = Result<bool, E>>,
     E: std::error::Error + Send + Sync + 'static,
 {
+    before_action().await;
     let start = Instant::now();
     loop {
         // A probe that blocks (e.g. on a lock) counts against the same deadline.
@@ -90,7 +91,76 @@ pub fn until_blocking(timeout: Duration, mut probe: impl FnMut() -> bool) -> boo
 /// kind of sleep the lab allows outside this module's polling. Never use it to wait for a state:
 /// poll the state with [`until`].
 pub async fn prescribed(duration: Duration) {
+    before_action().await;
     tokio::time::sleep(duration).await;
+}
+
+/// A classroom pause asked for at a step (`lab run --step`) and not yet taken.
+static PAUSE_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set once the reader cannot answer (stdin closed) or the run was interrupted: no more pauses.
+static PAUSES_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// What the pending pause says when it is taken (on stderr).
+static PAUSE_PROMPT: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Asks for the classroom's pause before the experiment's next action (`lab run --step`): the
+/// step that was just recorded has its checks made and printed first, then the lab stands still
+/// at [`before_action`] until Enter, `prompt` said then. Whether pauses are still on.
+pub fn pause_before_next_action(prompt: &str) -> bool {
+    use std::sync::atomic::Ordering;
+    hear_signals();
+    if PAUSES_OFF.load(Ordering::SeqCst) || INTERRUPTED.load(Ordering::SeqCst) {
+        return false;
+    }
+    if let Ok(mut said) = PAUSE_PROMPT.lock() {
+        prompt.clone_into(&mut said);
+    }
+    PAUSE_PENDING.store(true, Ordering::SeqCst);
+    true
+}
+
+/// Where an action of the lab begins — a holder started, sent a line, frozen, thawed or killed; a
+/// lease acquired, renewed or released; a write sent; a server crashed; a wait begun: a pause
+/// asked for with [`pause_before_next_action`] is taken here, so that the state the reader looks
+/// at is the one the step left. Nothing pending: returns at once.
+pub async fn before_action() {
+    use std::sync::atomic::Ordering;
+    if PAUSE_PENDING.swap(false, Ordering::SeqCst) {
+        say_prompt();
+        // The wait for Enter blocks a thread of its own, not the runtime's.
+        let reader = tokio::task::spawn_blocking(for_enter)
+            .await
+            .unwrap_or(Reader::Closed);
+        after_pause(reader);
+    }
+}
+
+/// [`before_action`] for a place that cannot await (the step reporter, when a new step or the
+/// case's end comes before any action did): takes a pending pause now.
+pub fn take_pending_pause() {
+    use std::sync::atomic::Ordering;
+    if PAUSE_PENDING.swap(false, Ordering::SeqCst) {
+        say_prompt();
+        after_pause(for_enter());
+    }
+}
+
+fn say_prompt() {
+    use std::io::Write as _;
+    let said = PAUSE_PROMPT.lock().map(|p| p.clone()).unwrap_or_default();
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{said}").and_then(|()| err.flush());
+}
+
+fn after_pause(reader: Reader) {
+    use std::sync::atomic::Ordering;
+    match reader {
+        Reader::Enter => {}
+        Reader::Closed => {
+            PAUSES_OFF.store(true, Ordering::SeqCst);
+            eprintln!("   (stdin closed: going on without stopping)");
+        }
+        Reader::Interrupted => PAUSES_OFF.store(true, Ordering::SeqCst),
+    }
 }
 
 /// What ended a wait for the reader ([`for_enter`]).
@@ -104,8 +174,24 @@ pub enum Reader {
     Interrupted,
 }
 
-/// Whether SIGINT or SIGTERM arrived since [`for_enter`] was first called.
+/// Whether SIGINT or SIGTERM arrived since [`for_enter`] or [`pause_before_next_action`] was
+/// first called.
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Registers the signal action that sets [`INTERRUPTED`] (once), beside the process's other
+/// handlers: a pause still pending when the run is interrupted is never waited for.
+fn hear_signals() {
+    use std::sync::atomic::Ordering;
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        for signal in [nix::libc::SIGINT, nix::libc::SIGTERM] {
+            // SAFETY: the action only stores to an atomic, which is async-signal-safe.
+            let _ = unsafe {
+                signal_hook_registry::register(signal, || INTERRUPTED.store(true, Ordering::SeqCst))
+            };
+        }
+    });
+}
 
 /// Blocks until the reader presses Enter (a line on stdin), stdin closes, or SIGINT or SIGTERM
 /// arrives — the classroom's pause (`lab run --step`). The state polled is stdin's readiness,
@@ -116,15 +202,7 @@ pub fn for_enter() -> Reader {
     use std::os::fd::AsFd as _;
     use std::sync::atomic::Ordering;
 
-    static REGISTERED: std::sync::Once = std::sync::Once::new();
-    REGISTERED.call_once(|| {
-        for signal in [nix::libc::SIGINT, nix::libc::SIGTERM] {
-            // SAFETY: the action only stores to an atomic, which is async-signal-safe.
-            let _ = unsafe {
-                signal_hook_registry::register(signal, || INTERRUPTED.store(true, Ordering::SeqCst))
-            };
-        }
-    });
+    hear_signals();
     let stdin = std::io::stdin();
     loop {
         if INTERRUPTED.load(Ordering::SeqCst) {

@@ -25,7 +25,9 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 mod holders;
+mod stepped;
 pub use holders::UserHolder;
+pub use stepped::{SteppedResource, SteppedStore};
 mod params;
 mod servers;
 mod wording;
@@ -87,7 +89,9 @@ pub struct Lab {
     /// transaction, F3's server-side timings and row count, F11's truncation, the lab's own
     /// resets and chaos's record of its rows.
     pub lease_table: SqlLeaseStore,
-    pub resource: Resource,
+    /// The resource the experiments write to (its writes pause at a step's request:
+    /// [`SteppedResource`]).
+    pub resource: SteppedResource,
     pub publisher: Publisher,
 }
 
@@ -188,9 +192,12 @@ impl Lab {
         params.ttl = lease.granted_ttl(ttl_asked);
         Ok(Lab {
             ttl_asked,
-            lease,
+            lease: SteppedStore::wrap(lease),
             lease_table,
-            resource: Resource::with_profile(resource_pool.clone(), params.sut.clone()),
+            resource: SteppedResource(Resource::with_profile(
+                resource_pool.clone(),
+                params.sut.clone(),
+            )),
             publisher: Publisher::new(resource_pool),
             servers,
             service,
@@ -384,7 +391,10 @@ impl Lab {
             SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone())
                 .sharing_ttl_in_force(self.lease_table.ttl_in_force()),
         );
-        self.resource = Resource::with_profile(resource_pool.clone(), self.params.sut.clone());
+        self.resource = SteppedResource(Resource::with_profile(
+            resource_pool.clone(),
+            self.params.sut.clone(),
+        ));
         self.publisher = Publisher::new(resource_pool);
         for pool in old {
             // Connections to the server that is gone are dropped, not waited for.
@@ -398,7 +408,7 @@ impl Lab {
     fn set_lease(&mut self, table: SqlLeaseStore) {
         // A lock service's store stays: it does not run on the table.
         if self.service.is_none() {
-            self.lease = Arc::new(table.clone());
+            self.lease = SteppedStore::wrap(Arc::new(table.clone()));
         }
         self.lease_table = table;
     }
@@ -414,7 +424,10 @@ impl Lab {
             )
             .sharing_ttl_in_force(self.lease_table.ttl_in_force()),
         );
-        self.resource = Resource::with_profile(self.resource.pool().clone(), profile.clone());
+        self.resource = SteppedResource(Resource::with_profile(
+            self.resource.pool().clone(),
+            profile.clone(),
+        ));
         self.params.sut = profile;
     }
 
@@ -425,7 +438,7 @@ impl Lab {
         if let Some(service) = self.service.take() {
             self.idle_services.push(service);
         }
-        self.lease = Arc::new(self.lease_table.clone());
+        self.lease = SteppedStore::wrap(Arc::new(self.lease_table.clone()));
         self.params.store = fencing::lease::sql::KIND.name;
         self.params.ttl = self.ttl_asked;
         let Some(name) = fencing::lease::service_of(store) else {
@@ -438,7 +451,7 @@ impl Lab {
         match open_store(store, &self.lease_table, Some(&service)).await {
             Ok(lease) => {
                 self.params.ttl = lease.granted_ttl(self.ttl_asked);
-                self.lease = lease;
+                self.lease = SteppedStore::wrap(lease);
                 self.service = Some(service);
                 self.params.store = store;
                 Ok(())

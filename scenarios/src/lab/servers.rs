@@ -129,6 +129,7 @@ impl Lab {
     /// the same data; returns once each has recovered and accepts connections, with what each
     /// logged meanwhile. The pools are stale afterwards: call [`Lab::reopen`].
     pub async fn crash_and_restart(&mut self) -> anyhow::Result<Vec<Restarted>> {
+        harness::wait::before_action().await;
         self.servers
             .crash_and_restart(self.params.wait_timeout)
             .await
