@@ -383,8 +383,9 @@ pub struct BenchArgs {
         default_value = "4,16,64"
     )]
     pub holders: Vec<usize>,
-    /// With --leases: the renewal period, in milliseconds (the TTL is three periods)
-    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..))]
+    /// With --leases: the renewal period, in milliseconds (the TTL is three periods, which must
+    /// be above the lab's 300 ms safety margin)
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(101..))]
     pub renew_ms: u64,
     /// With --leases: the lease stores, side by side in one run (comma-separated): single (the
     /// lease table) and the lock services of the build (redis, etcd, zookeeper; a Docker engine

@@ -170,7 +170,7 @@ async fn one_cell(
     }));
     // The store's CPU from the window's start: the timeline's own wait, then a reading.
     let cpu_at_window = async {
-        tokio::time::sleep_until(window.into()).await;
+        harness::wait::prescribed_until(window).await;
         root.and_then(harness::process::tree_cpu_seconds)
     };
     let (seen, cpu_before) = tokio::join!(holding, cpu_at_window);
@@ -244,7 +244,7 @@ async fn hold(
             break;
         }
         // The timeline's own wait: this lease's slot.
-        tokio::time::sleep_until(at.into()).await;
+        harness::wait::prescribed_until(at).await;
         let sent = Instant::now();
         match &mut grants[j] {
             None => {
@@ -403,21 +403,33 @@ pub fn json(cells: &[Cell]) -> serde_json::Value {
     })
 }
 
-/// Renew p99 (log scale) against the lease count, one line per (store, holders), the period as
-/// the limit line.
+/// Renew p99 and send lag p99 (log scale) against the lease count: one panel per store, a line
+/// per holder count (solid: the store's answer time; dashed: how late the renewals left), the
+/// period as the limit; a cell that did not keep up hollow, one that could not hold its leases
+/// marked ✗.
 pub fn chart(cells: &[Cell]) -> String {
-    let colors = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-        "#bcbd22", "#17becf",
-    ];
-    let (w, h, left, top, plot_w, plot_h) = (900.0, 440.0, 80.0, 50.0, 560.0, 320.0);
-    let mut counts: Vec<usize> = cells.iter().map(|c| c.leases).collect();
+    let shades = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"];
+    let mut stores: Vec<&str> = Vec::new();
+    let mut holder_counts: Vec<usize> = Vec::new();
+    let mut counts: Vec<usize> = Vec::new();
+    for c in cells {
+        if !stores.contains(&c.store.as_str()) {
+            stores.push(&c.store);
+        }
+        if !holder_counts.contains(&c.holders) {
+            holder_counts.push(c.holders);
+        }
+        if !counts.contains(&c.leases) {
+            counts.push(c.leases);
+        }
+    }
+    holder_counts.sort_unstable();
     counts.sort_unstable();
-    counts.dedup();
-    let x_of = |l: usize| {
-        let i = counts.iter().position(|&c| c == l).unwrap_or(0);
-        left + plot_w * (i as f64 + 0.5) / counts.len().max(1) as f64
-    };
+    let cols = stores.len().clamp(1, 2);
+    let rows = stores.len().div_ceil(cols).max(1);
+    let (pw, ph, pad_l, pad_t, gap) = (400.0, 230.0, 70.0, 60.0, 60.0);
+    let w = pad_l + cols as f64 * (pw + gap) + 20.0;
+    let h = pad_t + rows as f64 * (ph + gap + 20.0) + 50.0;
     let renew = cells.first().map_or(500, |c| c.renew_ms) as f64;
     let top_ms = cells
         .iter()
@@ -425,116 +437,125 @@ pub fn chart(cells: &[Cell]) -> String {
         .filter(|v| v.is_finite())
         .fold(renew * 2.0, f64::max);
     let (lo, hi) = (0.1f64.log10(), top_ms.log10());
-    let y_of = |ms: f64| top + plot_h - (ms.max(0.1).log10() - lo) / (hi - lo) * plot_h;
     let mut svg = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">renew p99 and send lag p99 (ms, log scale) against leases held — renewed every {renew:.0} ms, TTL {:.0} ms</text>"##,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">lease scaling: renew p99 (solid) and how late renewals left, p99 (dashed) — ms, log scale</text><text x="10" y="38">each lease renewed every {renew:.0} ms (TTL {:.0} ms); hollow: the store did not keep up there; ✗: could not hold the leases</text>"##,
         renew * 3.0
     );
-    for ms in [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0] {
-        if ms > top_ms * 1.01 {
-            break;
-        }
-        let y = y_of(ms);
+    for (k, store) in stores.iter().enumerate() {
+        let (col, row) = (k % cols, k / cols);
+        let x0 = pad_l + col as f64 * (pw + gap);
+        let y0 = pad_t + row as f64 * (ph + gap + 20.0);
+        let x_of = |l: usize| {
+            let i = counts.iter().position(|&c| c == l).unwrap_or(0);
+            x0 + pw * (i as f64 + 0.5) / counts.len().max(1) as f64
+        };
+        let y_of = |ms: f64| y0 + ph - (ms.max(0.1).log10() - lo) / (hi - lo) * ph;
         let _ = write!(
             svg,
-            r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end">{ms}</text>"##,
-            left + plot_w,
-            left - 6.0,
-            y + 4.0
+            r##"<text x="{x0}" y="{:.1}" font-weight="bold">{store}</text><rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#ccc"/>"##,
+            y0 - 6.0
         );
-    }
-    let y = y_of(renew);
-    let _ = write!(
-        svg,
-        r##"<line x1="{left}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}" fill="#d62728">the period: a renewal slower than this falls behind</text>"##,
-        left + plot_w,
-        left + 6.0,
-        y - 5.0
-    );
-    for &l in &counts {
-        let _ = write!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{l}</text>"#,
-            x_of(l),
-            top + plot_h + 18.0
-        );
-    }
-    let _ = write!(
-        svg,
-        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">leases held</text><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#444"/>"##,
-        left + plot_w / 2.0,
-        top + plot_h + 36.0,
-        top + plot_h,
-        left + plot_w,
-        top + plot_h
-    );
-    let mut series: Vec<(&str, usize)> = Vec::new();
-    for c in cells {
-        if !series.contains(&(c.store.as_str(), c.holders)) {
-            series.push((&c.store, c.holders));
-        }
-    }
-    for (k, (store, holders)) in series.iter().enumerate() {
-        let color = colors[k % colors.len()];
-        let mut mine: Vec<&Cell> = cells
-            .iter()
-            .filter(|c| c.store == *store && c.holders == *holders)
-            .collect();
-        mine.sort_by_key(|c| c.leases);
-        let points: Vec<String> = mine
-            .iter()
-            .map(|c| format!("{:.1},{:.1}", x_of(c.leases), y_of(c.p99_ms)))
-            .collect();
-        let _ = write!(
-            svg,
-            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
-            points.join(" ")
-        );
-        // How late the renewals left (p99), dashed: where a holder falls behind, this climbs
-        // while the store's own answer time may not.
-        let lag: Vec<String> = mine
-            .iter()
-            .filter(|c| c.lag_p99_ms.is_finite())
-            .map(|c| format!("{:.1},{:.1}", x_of(c.leases), y_of(c.lag_p99_ms)))
-            .collect();
-        let _ = write!(
-            svg,
-            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="1.5" stroke-dasharray="4 3"><title>{store}, {holders} holders: how late renewals were sent, p99</title></polyline>"#,
-            lag.join(" ")
-        );
-        for c in &mine {
+        for ms in [0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0] {
+            if ms > top_ms * 1.01 {
+                break;
+            }
+            let y = y_of(ms);
             let _ = write!(
                 svg,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="{}" fill="{}" stroke="{color}" stroke-width="2"><title>{store}, {holders} holders, {} leases: p99 {:.2} ms, {:.0} of {:.0} renewals/s, {} expired</title></circle>"#,
-                x_of(c.leases),
-                y_of(c.p99_ms),
-                if c.kept_up() { 3 } else { 5 },
-                if c.kept_up() { color } else { "#fff" },
-                c.leases,
-                c.p99_ms,
-                c.renewed_per_s,
-                c.offered_per_s,
-                c.expired
+                r##"<line x1="{x0}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end" font-size="10">{ms}</text>"##,
+                x0 + pw,
+                x0 - 4.0,
+                y + 4.0
             );
         }
-        let ly = top + 16.0 * k as f64;
+        let y = y_of(renew);
         let _ = write!(
             svg,
-            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{store}, {holders} holders</text>"#,
-            left + plot_w + 20.0,
-            left + plot_w + 44.0,
-            left + plot_w + 50.0,
+            r##"<line x1="{x0}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="6 4"/><text x="{:.1}" y="{:.1}" fill="#d62728" font-size="10">the period</text>"##,
+            x0 + pw,
+            x0 + 4.0,
+            y - 4.0
+        );
+        for &l in &counts {
+            let _ = write!(
+                svg,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{l}</text>"#,
+                x_of(l),
+                y0 + ph + 14.0
+            );
+        }
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">leases held</text>"#,
+            x0 + pw / 2.0,
+            y0 + ph + 28.0
+        );
+        for (hi_k, &holders) in holder_counts.iter().enumerate() {
+            let color = shades[hi_k % shades.len()];
+            let mut mine: Vec<&Cell> = cells
+                .iter()
+                .filter(|c| c.store == *store && c.holders == holders)
+                .collect();
+            mine.sort_by_key(|c| c.leases);
+            let held: Vec<&&Cell> = mine.iter().filter(|c| c.failed.is_none()).collect();
+            let line = |f: fn(&Cell) -> f64| {
+                held.iter()
+                    .filter(|c| f(c).is_finite())
+                    .map(|c| format!("{:.1},{:.1}", x_of(c.leases), y_of(f(c))))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let _ = write!(
+                svg,
+                r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/><polyline points="{}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="4 3"/>"#,
+                line(|c| c.p99_ms),
+                line(|c| c.lag_p99_ms)
+            );
+            for c in &mine {
+                match &c.failed {
+                    Some(why) => {
+                        let _ = write!(
+                            svg,
+                            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{color}" font-weight="bold">✗<title>{store}, {holders} holders, {} leases: could not hold them — {}</title></text>"#,
+                            x_of(c.leases),
+                            y0 + 14.0 + 12.0 * hi_k as f64,
+                            c.leases,
+                            why.replace('<', "&lt;").replace('&', "&amp;")
+                        );
+                    }
+                    None => {
+                        let _ = write!(
+                            svg,
+                            r#"<circle cx="{:.1}" cy="{:.1}" r="{}" fill="{}" stroke="{color}" stroke-width="2"><title>{store}, {holders} holders, {} leases: p99 {:.2} ms, sent up to {:.0} ms late (p99), {:.0} of {:.0} renewals/s, {} expired</title></circle>"#,
+                            x_of(c.leases),
+                            y_of(c.p99_ms),
+                            if c.kept_up() { 3 } else { 5 },
+                            if c.kept_up() { color } else { "#fff" },
+                            c.leases,
+                            c.p99_ms,
+                            c.lag_p99_ms,
+                            c.renewed_per_s,
+                            c.offered_per_s,
+                            c.expired
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The legend: one shade per holder count.
+    let ly = h - 22.0;
+    for (k, holders) in holder_counts.iter().enumerate() {
+        let x = pad_l + 150.0 * k as f64;
+        let color = shades[k % shades.len()];
+        let _ = write!(
+            svg,
+            r#"<line x1="{x}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{holders} holders</text>"#,
+            x + 24.0,
+            x + 30.0,
             ly + 4.0
         );
     }
-    let _ = write!(
-        svg,
-        r#"<text x="{:.1}" y="{:.1}" font-size="10">hollow: the store did not keep up there</text><text x="{:.1}" y="{:.1}" font-size="10">dashed: how late renewals left (p99)</text>"#,
-        left + plot_w + 20.0,
-        top + 16.0 * series.len() as f64 + 10.0,
-        left + plot_w + 20.0,
-        top + 16.0 * series.len() as f64 + 24.0
-    );
     svg.push_str("</svg>\n");
     svg
 }

@@ -95,6 +95,13 @@ pub async fn prescribed(duration: Duration) {
     tokio::time::sleep(duration).await;
 }
 
+/// [`prescribed`], until the instant the timeline prescribes (a renewal's slot in its period in
+/// `lab bench --leases`); at once when it has passed.
+pub async fn prescribed_until(at: Instant) {
+    before_action().await;
+    tokio::time::sleep_until(at.into()).await;
+}
+
 /// A classroom pause asked for at a step (`lab run --step`) and not yet taken.
 static PAUSE_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Set once the reader cannot answer (stdin closed) or the run was interrupted: no more pauses.
