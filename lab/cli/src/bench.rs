@@ -209,8 +209,10 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         bench_json(&cells, &contention).to_string().as_bytes(),
     )?;
     write_atomically(&dir.join("bench.svg"), chart(&cells).as_bytes())?;
+    write_atomically(&dir.join("bench.txt"), table.as_bytes())?;
+    write_page(dir)?;
     eprintln!(
-        "bench: bench.json and bench.svg in {}; {:.0} s",
+        "bench: bench.json, bench.svg and bench.html in {}; {:.0} s",
         dir.display(),
         started.elapsed().as_secs_f64()
     );
@@ -287,11 +289,49 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         &dir.join("bench-leases.svg"),
         crate::bench_leases::chart(&cells).as_bytes(),
     )?;
+    write_atomically(&dir.join("bench-leases.md"), table.as_bytes())?;
+    write_page(dir)?;
     eprintln!(
-        "bench: bench-leases.json and bench-leases.svg in {}; {:.0} s",
+        "bench: bench-leases.json, bench-leases.svg and bench.html in {}; {:.0} s",
         dir.display(),
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// `bench.html`: the report page of the benches run into `dir` — each one's chart and its table
+/// as it printed them (the write modes: `bench.svg`, `bench.txt`; lease scaling:
+/// `bench-leases.svg`, `bench-leases.md`), whichever are there.
+fn write_page(dir: &std::path::Path) -> anyhow::Result<()> {
+    let escape = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut page = String::from(
+        "<!doctype html><meta charset=\"utf-8\"><title>fencing lab — bench</title>\
+         <style>body{font-family:DejaVu Sans,sans-serif;margin:20px}pre{font-size:11px;overflow-x:auto}</style>\
+         <h1>What fencing costs, and what a lease costs as locks grow</h1>\
+         <p>Measurements of this machine at this moment: compare ratios within one run.</p>",
+    );
+    for (title, svg, table) in [
+        ("Write modes (lab bench)", "bench.svg", "bench.txt"),
+        (
+            "Lease scaling (lab bench --leases)",
+            "bench-leases.svg",
+            "bench-leases.md",
+        ),
+    ] {
+        let Ok(text) = std::fs::read_to_string(dir.join(table)) else {
+            continue;
+        };
+        let _ = write!(
+            page,
+            "<h2>{title}</h2><img src=\"{svg}\" alt=\"{title}\"><pre>{}</pre>",
+            escape(&text)
+        );
+    }
+    write_atomically(&dir.join("bench.html"), page.as_bytes())?;
     Ok(())
 }
 

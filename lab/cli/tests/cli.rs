@@ -551,7 +551,7 @@ fn bench_with_a_closed_stdout_still_writes_its_files_and_stops_its_cluster() -> 
         .output()?;
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for file in ["bench.json", "bench.svg"] {
+    for file in ["bench.json", "bench.svg", "bench.html"] {
         assert!(
             fs::metadata(ev.join(file))?.len() > 0,
             "{file} written: {}",
@@ -615,6 +615,11 @@ fn lease_scaling_measures_each_cell_and_names_the_knee() -> anyhow::Result<()> {
         "10 leases every 150 ms: about 67 renewals/s: {first}"
     );
     assert!(fs::metadata(ev.join("bench-leases.svg"))?.len() > 0);
+    let page = fs::read_to_string(ev.join("bench.html"))?;
+    assert!(
+        page.contains("<img src=\"bench-leases.svg\"") && page.contains("knee: postgres"),
+        "the report page shows the chart and the table: {page}"
+    );
     sb.assert_nothing_left()
 }
 

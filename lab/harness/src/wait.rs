@@ -50,7 +50,17 @@ where
 {
     before_action().await;
     let start = Instant::now();
+    // A long wait says what it waits for, every HEARTBEAT: nothing silent for long.
+    let mut say_at = HEARTBEAT;
     loop {
+        if start.elapsed() >= say_at {
+            eprintln!(
+                "lab: waiting until {what}: {:.0} s of up to {:.0} s",
+                start.elapsed().as_secs_f64(),
+                timeout.as_secs_f64()
+            );
+            say_at += HEARTBEAT;
+        }
         // A probe that blocks (e.g. on a lock) counts against the same deadline.
         let left = timeout.saturating_sub(start.elapsed());
         match tokio::time::timeout(left.max(interval), probe()).await {
@@ -100,6 +110,26 @@ pub async fn prescribed(duration: Duration) {
 pub async fn prescribed_until(at: Instant) {
     before_action().await;
     tokio::time::sleep_until(at.into()).await;
+}
+
+/// How often a long piece of work says it is still going ([`with_heartbeat`]).
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// Awaits `work`, saying on stderr every [`HEARTBEAT`] that `what` is still going and for how
+/// long (`lab: image …: debootstrap, 30 s so far`): nothing silent for more than ten seconds.
+pub async fn with_heartbeat<T>(what: &str, work: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let mut work = std::pin::pin!(work);
+    let mut ticks = tokio::time::interval_at((started + HEARTBEAT).into(), HEARTBEAT);
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            _ = ticks.tick() => eprintln!(
+                "lab: {what}, {:.0} s so far",
+                started.elapsed().as_secs_f64()
+            ),
+        }
+    }
 }
 
 /// A classroom pause asked for at a step (`lab run --step`) and not yet taken.

@@ -54,7 +54,25 @@ pub(super) async fn image_with(
     flavour: &str,
     extra: &[&str],
 ) -> Result<Image, ContainerError> {
-    let _one_at_a_time = BUILDING.lock().await;
+    // Another image being built here first: said, so that a run waiting on it is not silent.
+    let _one_at_a_time = match BUILDING.try_lock() {
+        Ok(guard) => guard,
+        Err(_) => {
+            let waited = Instant::now();
+            let label = format!("{flavour}{major}");
+            eprintln!("lab: image {label}: waiting for the image build under way to finish first");
+            let guard = crate::wait::with_heartbeat(
+                &format!("image {label}: waiting for the build under way"),
+                BUILDING.lock(),
+            )
+            .await;
+            eprintln!(
+                "lab: image {label}: waited {:.0} s for the build under way",
+                waited.elapsed().as_secs_f64()
+            );
+            guard
+        }
+    };
     let suite = suite_for(major).ok_or_else(|| ContainerError::Cli {
         what: format!("PostgreSQL {major}"),
         detail: "no Debian suite ships it (13: bullseye, 15: bookworm, 17: trixie)".into(),
@@ -84,14 +102,32 @@ pub(super) async fn image_with(
     let dir = root.path().join("root");
     let dir_s = dir.to_string_lossy().into_owned();
     let include = format!("--include={packages}");
-    run(
-        "debootstrap",
-        "debootstrap",
-        &["--variant=minbase", &include, suite, &dir_s, &mirror()],
-        BUILD_TIMEOUT,
+    eprintln!(
+        "lab: image {reference}: building it here (once per machine): debootstrap of Debian {suite} with {packages}"
+    );
+    crate::wait::with_heartbeat(
+        &format!("image {reference}: debootstrap"),
+        run(
+            "debootstrap",
+            "debootstrap",
+            &["--variant=minbase", &include, suite, &dir_s, &mirror()],
+            BUILD_TIMEOUT,
+        ),
     )
     .await?;
-    import(&dir_s, major, &reference).await?;
+    eprintln!(
+        "lab: image {reference}: debootstrap done in {:.0} s; importing it into the engine",
+        started.elapsed().as_secs_f64()
+    );
+    crate::wait::with_heartbeat(
+        &format!("image {reference}: import"),
+        import(&dir_s, major, &reference),
+    )
+    .await?;
+    eprintln!(
+        "lab: image {reference}: built in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(Image {
         reference,
         major,
