@@ -231,11 +231,7 @@ fn network_faults_without_a_network_are_refused_before_anything_runs() -> anyhow
 #[test]
 fn chaos_drives_a_python_holders_looping_form_and_catches_a_copy_without_its_fence(
 ) -> anyhow::Result<()> {
-    if !common::example_holder_ready(
-        "python",
-        harness::require::Dependency::Psycopg,
-        "Debian's python3-psycopg is not installed (scripts/ensure-python-holder.sh)",
-    )? {
+    if !common::python_holder_ready()? {
         return Ok(());
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -1371,11 +1371,7 @@ fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
 #[test]
 fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the_flaw(
 ) -> anyhow::Result<()> {
-    if !common::example_holder_ready(
-        "python",
-        harness::require::Dependency::Psycopg,
-        "Debian's python3-psycopg is not installed (scripts/ensure-python-holder.sh)",
-    )? {
+    if !common::python_holder_ready()? {
         return Ok(());
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -48,3 +48,12 @@ pub fn example_holder_ready(
     }
     Ok(ready)
 }
+
+/// [`example_holder_ready`] for the Python holder (Debian's python3-psycopg).
+pub fn python_holder_ready() -> anyhow::Result<bool> {
+    example_holder_ready(
+        "python",
+        harness::require::Dependency::Psycopg,
+        "Debian's python3-psycopg is not installed (scripts/ensure-python-holder.sh)",
+    )
+}
