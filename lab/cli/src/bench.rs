@@ -733,7 +733,7 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<24} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10} {:>8} {:>9}  waits (pg_stat_activity)",
+        "{:<34} {:>7} {:>10} {:>8} {:>8} {:>9} {:>10} {:>8} {:>9}  waits (pg_stat_activity)",
         "mode",
         "writers",
         "writes/s",
@@ -748,7 +748,7 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
         let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.2}", c.per_sec / r));
         let _ = writeln!(
             out,
-            "{:<24} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>9} {:>10} {:>8} {:>9}  {}",
+            "{:<34} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>9} {:>10} {:>8} {:>9}  {}",
             c.name,
             c.clients,
             c.per_sec,

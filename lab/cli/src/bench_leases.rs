@@ -428,7 +428,8 @@ pub fn chart(cells: &[Cell]) -> String {
     let cols = stores.len().clamp(1, 2);
     let rows = stores.len().div_ceil(cols).max(1);
     let (pw, ph, pad_l, pad_t, gap) = (400.0, 230.0, 70.0, 60.0, 60.0);
-    let w = pad_l + cols as f64 * (pw + gap) + 20.0;
+    // Wide enough for the title whatever the number of panels.
+    let w = (pad_l + cols as f64 * (pw + gap) + 20.0).max(980.0);
     let h = pad_t + rows as f64 * (ph + gap + 20.0) + 50.0;
     let renew = cells.first().map_or(500, |c| c.renew_ms) as f64;
     let top_ms = cells
