@@ -64,7 +64,7 @@ struct Contention {
     p99_ms: f64,
 }
 
-fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
     if sorted_ms.is_empty() {
         return f64::NAN;
     }
@@ -72,7 +72,7 @@ fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
     sorted_ms[i.min(sorted_ms.len() - 1)]
 }
 
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+pub(crate) fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(f64::total_cmp);
     v
 }

@@ -27,6 +27,8 @@ use fencing::lease::{Grant, LeaseStore};
 use scenarios::Lab;
 use serde_json::json;
 
+use crate::bench::{percentile, sorted};
+
 /// One measured cell.
 #[derive(Debug, Clone)]
 pub struct Cell {
@@ -284,19 +286,6 @@ async fn store_root(lab: &Lab) -> Option<u32> {
         Some(service) => service.pid().await,
         None => lab.cluster().ok()?.postmaster_pid(),
     }
-}
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
-}
-
-fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
-    if sorted_ms.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted_ms.len() as f64 * p).ceil() as usize).clamp(1, sorted_ms.len()) - 1;
-    sorted_ms[i]
 }
 
 /// The table, and under it the knee of each (store, holders) series.

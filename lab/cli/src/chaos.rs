@@ -184,13 +184,8 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     };
     let mut signals = Signals::install()?;
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
-    let (holder_bin, holder_prefix) = match &args.holder_cmd {
-        Some(cmd) => harness::holder::holder_command(cmd).map_err(anyhow::Error::msg)?,
-        None => (
-            harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?,
-            Vec::new(),
-        ),
-    };
+    let (holder_bin, holder_prefix) =
+        harness::holder::holder_for(args.holder_cmd.as_deref()).map_err(anyhow::Error::msg)?;
     // A profile of the user's is checked before anything runs with it, as `lab run --sut` does.
     if !profile.is_built_in() {
         let checked = tokio::select! {

@@ -299,13 +299,8 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         );
     }
     let bins = PgBinaries::locate(args.pg_bindir.as_deref())?;
-    let (holder_bin, holder_prefix) = match &args.holder_cmd {
-        Some(cmd) => harness::holder::holder_command(cmd).map_err(anyhow::Error::msg)?,
-        None => (
-            harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?,
-            Vec::new(),
-        ),
-    };
+    let (holder_bin, holder_prefix) =
+        harness::holder::holder_for(args.holder_cmd.as_deref()).map_err(anyhow::Error::msg)?;
     let cluster = ClusterConfig {
         port,
         listen_tcp: tcp,

@@ -220,7 +220,7 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     }
     // A holder of the user's: which fault points it has, asked once (a refused one makes the
     // experiments that stop a holder there say skip).
-    if let Some(command) = &cfg.holder_cmd {
+    if cfg.holder_cmd.is_some() {
         let refused = tokio::select! {
             refused = labs[0].refused_fault_points() => refused,
             signal = signals.recv() => {
@@ -238,7 +238,6 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         }
         for lab in &mut labs {
             lab.user_holder = Some(scenarios::lab::UserHolder {
-                command: command.clone(),
                 refused: refused.clone(),
             });
         }

@@ -66,6 +66,15 @@ pub fn holder_command(cmd: &str) -> Result<(PathBuf, Vec<OsString>), String> {
     Ok((path, words.map(OsString::from).collect()))
 }
 
+/// The holder a run starts: the user's command (`--holder-cmd`, see [`holder_command`]) or the
+/// lab's own binary ([`locate_holder_bin`]) with nothing before its flags.
+pub fn holder_for(cmd: Option<&str>) -> Result<(PathBuf, Vec<OsString>), String> {
+    match cmd {
+        Some(cmd) => holder_command(cmd),
+        None => Ok((locate_holder_bin()?, Vec::new())),
+    }
+}
+
 /// Finds the holder binary: `$LAB_HOLDER_BIN`, else beside the running executable (or one level
 /// up, for test executables in `target/*/deps`).
 pub fn locate_holder_bin() -> Result<PathBuf, String> {

@@ -18,11 +18,10 @@ use sqlx::postgres::PgPoolOptions;
 use super::{Lab, LEASE, SCOPE, SUMMARY};
 use harness::hosts::PG_PORT;
 
-/// A holder of the user's (`--holder-cmd`): the command as given, and the fault points it
-/// refused when asked for each ([`Lab::refused_fault_points`]), with its words.
+/// A holder of the user's (`--holder-cmd`): the fault points it refused when asked for each
+/// ([`Lab::refused_fault_points`]), with its words.
 #[derive(Debug, Clone)]
 pub struct UserHolder {
-    pub command: String,
     pub refused: Vec<(crate::FaultPoint, String)>,
 }
 
