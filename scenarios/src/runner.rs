@@ -24,9 +24,12 @@ pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenar
 /// [`run_all`] on several labs at once (`lab run --jobs`), each on a cluster of its own:
 /// experiments run on whichever lab is free, those that must run alone
 /// ([`Scenario::runs_alone`]) with every other lab idle, and the U-series on the first lab (one
-/// MariaDB server). Each experiment records into a recorder of its own; `rec` takes them over
-/// in registry order as they complete, so the output is the sequential run's, whatever finished
-/// first. Everything runs on the caller's task: dropping the future drops the labs with it.
+/// MariaDB server). While the images some experiments need are being built
+/// ([`Params::images_building`]), those experiments run after all the others. Each experiment
+/// records into a recorder of its own (one that runs alone when every experiment before it is
+/// recorded: straight into `rec`, as it goes); `rec` takes them over in registry order as they
+/// complete, so the output is the sequential run's, whatever finished first. Everything runs on
+/// the caller's task: dropping the future drops the labs with it.
 pub async fn run_all_on(labs: &mut [Lab], rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
     assert!(!labs.is_empty(), "at least one lab");
     let preflight = match labs[0].backend() {
@@ -38,28 +41,90 @@ pub async fn run_all_on(labs: &mut [Lab], rec: &mut Recorder, scenarios: &[&dyn 
         },
     };
     run_scenario(&mut labs[0], rec, &preflight).await;
-    let mut i = 0;
-    while i < scenarios.len() {
-        if scenarios[i].runs_alone() || labs.len() == 1 {
-            run_scenario(&mut labs[0], rec, scenarios[i]).await;
-            i += 1;
+    if labs.len() == 1 {
+        for scenario in scenarios {
+            run_scenario(&mut labs[0], rec, *scenario).await;
+        }
+        return;
+    }
+    let order = execution_order(scenarios, &labs[0].params);
+    let mut absorber = Absorber::default();
+    let mut k = 0;
+    while k < order.len() {
+        let i = order[k];
+        if scenarios[i].runs_alone() {
+            if absorber.next == i {
+                run_scenario(&mut labs[0], rec, scenarios[i]).await;
+                absorber.next += 1;
+                absorber.flush(rec);
+            } else {
+                let mut own = Recorder::new(Vec::new());
+                run_scenario(&mut labs[0], &mut own, scenarios[i]).await;
+                absorber.take(i, own, rec);
+            }
+            k += 1;
             continue;
         }
-        let end = scenarios[i..]
+        let end = order[k..]
             .iter()
-            .position(|s| s.runs_alone())
-            .map_or(scenarios.len(), |p| i + p);
-        run_together(labs, rec, &scenarios[i..end]).await;
-        i = end;
+            .position(|&i| scenarios[i].runs_alone())
+            .map_or(order.len(), |p| k + p);
+        run_together(labs, rec, &mut absorber, scenarios, &order[k..end]).await;
+        k = end;
     }
 }
 
-/// One stretch of experiments none of which must run alone, spread over `labs`.
-async fn run_together(labs: &mut [Lab], rec: &mut Recorder, stretch: &[&dyn Scenario]) {
-    use std::collections::{BTreeMap, VecDeque};
+/// The order the experiments start in (indices into `scenarios`): those waiting on an image
+/// last while it is built, each part in the registry's order.
+fn execution_order(scenarios: &[&dyn Scenario], params: &Params) -> Vec<usize> {
+    let (now, later): (Vec<usize>, Vec<usize>) =
+        (0..scenarios.len()).partition(|&i| !waits_on_images(scenarios[i], params));
+    now.into_iter().chain(later).collect()
+}
+
+/// Whether `scenario` waits on an image being built: it runs in containers, or again on the
+/// lock services.
+fn waits_on_images(scenario: &dyn Scenario, params: &Params) -> bool {
+    params.images_building
+        && (scenario.needs() == Needs::Containers
+            || (scenario.again_on_stores() && !params.again_on.is_empty()))
+}
+
+/// The experiments' own recorders, handed to the run's recorder in registry order: `next` is the
+/// index of the first not yet handed over.
+#[derive(Default)]
+struct Absorber {
+    finished: std::collections::BTreeMap<usize, Recorder>,
+    next: usize,
+}
+
+impl Absorber {
+    fn take(&mut self, i: usize, own: Recorder, rec: &mut Recorder) {
+        self.finished.insert(i, own);
+        self.flush(rec);
+    }
+
+    fn flush(&mut self, rec: &mut Recorder) {
+        while let Some(own) = self.finished.remove(&self.next) {
+            rec.absorb(own);
+            self.next += 1;
+        }
+    }
+}
+
+/// One stretch of experiments (`stretch`: their indices in `scenarios`) none of which must run
+/// alone, spread over `labs`.
+async fn run_together(
+    labs: &mut [Lab],
+    rec: &mut Recorder,
+    absorber: &mut Absorber,
+    scenarios: &[&dyn Scenario],
+    stretch: &[usize],
+) {
+    use std::collections::VecDeque;
     use std::sync::Mutex;
 
-    let queue = Mutex::new((0..stretch.len()).collect::<VecDeque<usize>>());
+    let queue = Mutex::new(stretch.iter().copied().collect::<VecDeque<usize>>());
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
     let workers: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = labs
         .iter_mut()
@@ -73,12 +138,12 @@ async fn run_together(labs: &mut [Lab], rec: &mut Recorder, stretch: &[&dyn Scen
                         let mut queue = queue.lock().expect("no panic while held");
                         queue
                             .iter()
-                            .position(|&i| k == 0 || stretch[i].needs() != Needs::MariaDb)
+                            .position(|&i| k == 0 || scenarios[i].needs() != Needs::MariaDb)
                             .and_then(|p| queue.remove(p))
                     };
                     let Some(i) = next else { break };
                     let mut own = Recorder::new(Vec::new());
-                    run_scenario(lab, &mut own, stretch[i]).await;
+                    run_scenario(lab, &mut own, scenarios[i]).await;
                     let _ = done_tx.send((i, own));
                 }
             }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>
@@ -86,14 +151,8 @@ async fn run_together(labs: &mut [Lab], rec: &mut Recorder, stretch: &[&dyn Scen
         .collect();
     drop(done_tx);
     let absorb = async {
-        let mut finished = BTreeMap::new();
-        let mut next = 0;
         while let Some((i, own)) = done_rx.recv().await {
-            finished.insert(i, own);
-            while let Some(own) = finished.remove(&next) {
-                rec.absorb(own);
-                next += 1;
-            }
+            absorber.take(i, own, rec);
         }
     };
     tokio::join!(join_all(workers.into_iter()), absorb);
@@ -318,4 +377,60 @@ async fn run_case(
     }
     rec.end_case();
     !skipped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(order: &[usize]) -> Vec<&'static str> {
+        order.iter().map(|&i| crate::ALL[i].id()).collect()
+    }
+
+    #[test]
+    fn while_images_are_built_the_experiments_that_wait_on_them_start_last() {
+        let all: Vec<usize> = (0..crate::ALL.len()).collect();
+        let mut params = Params::default();
+        assert_eq!(
+            execution_order(crate::ALL, &params),
+            all,
+            "no build: the registry's order"
+        );
+        params.again_on = vec!["redis"];
+        assert_eq!(execution_order(crate::ALL, &params), all);
+
+        params.images_building = true;
+        let order = execution_order(crate::ALL, &params);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, all, "every experiment once");
+        let first_waiting = order
+            .iter()
+            .position(|&i| waits_on_images(crate::ALL[i], &params))
+            .expect("some experiment needs containers");
+        let (now, later) = order.split_at(first_waiting);
+        assert!(now.windows(2).all(|w| w[0] < w[1]), "{:?}", ids(now));
+        assert!(later.windows(2).all(|w| w[0] < w[1]), "{:?}", ids(later));
+        assert!(later
+            .iter()
+            .all(|&i| waits_on_images(crate::ALL[i], &params)));
+        // F4 and F5 run again on the lock services: they wait too; F15 runs in containers.
+        for id in ["F4", "F5", "F15", "F17"] {
+            assert!(ids(later).contains(&id), "{id} in {:?}", ids(later));
+        }
+        for id in ["F1", "F3", "F6", "F14"] {
+            assert!(ids(now).contains(&id), "{id} in {:?}", ids(now));
+        }
+
+        // Without the lock services' cases, F4 and F5 need no image.
+        params.again_on.clear();
+        let order = execution_order(crate::ALL, &params);
+        let f4 = crate::ALL.iter().position(|s| s.id() == "F4").expect("F4");
+        let f15 = crate::ALL
+            .iter()
+            .position(|s| s.id() == "F15")
+            .expect("F15");
+        let at = |i| order.iter().position(|&k| k == i).expect("there");
+        assert!(at(f4) < at(f15));
+    }
 }

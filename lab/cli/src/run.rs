@@ -286,6 +286,12 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     rec.environment(cfg.environment(&labs[0]).await);
     #[cfg(feature = "containers")]
     let images = build_images_early(cfg).await;
+    #[cfg(feature = "containers")]
+    if images.is_some() {
+        for lab in &mut labs {
+            lab.params.images_building = true;
+        }
+    }
 
     let interrupted = tokio::select! {
         () = scenarios::run_all_on(&mut labs, &mut rec, &cfg.scenarios) => None,
@@ -350,17 +356,18 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     Run { ended, events }
 }
 
-/// The images this run's container experiments need, built in the background from the start
-/// — the lock services' (F4/F5 again on etcd, ZooKeeper and Redis; the R- and RL-series), plain
-/// PostgreSQL's (F15, F16) and Patroni's (F17), in the order the run reaches them — so that the
-/// embedded experiments go on meanwhile and those experiments find their image made (the first
-/// time, a minute or two each) instead of building it in the middle of the run. One line when
-/// the builds end (none when every image was there); an experiment that needs an image still
-/// building waits for it (one build at a time, `harness::containers`). `None` without an engine
-/// or such experiments.
+/// The images this run's container experiments need and this machine lacks, built in the
+/// background from the start — the lock services' (F4/F5 again on etcd, ZooKeeper and Redis; the
+/// R- and RL-series), plain PostgreSQL's (F15, F16) and Patroni's (F17), in the order the run
+/// reaches them — so that the experiments that need no image go on meanwhile (the runner runs
+/// them first: [`scenarios::Params::images_building`]) and those that need one find it made
+/// (the first time, a minute or two each) instead of building it in the middle of the run. One
+/// line when the builds end; an experiment that needs an image still building waits for it (one
+/// build at a time, `harness::containers`). `None` without an engine, without such experiments,
+/// or with every image there.
 #[cfg(feature = "containers")]
 async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>> {
-    use harness::containers::{patroni_image, postgres_image, services_image};
+    use harness::containers::LabImage;
     let ids: Vec<&str> = cfg.scenarios.iter().map(|s| s.id()).collect();
     // F4 and F5 again on the lock services, when they run; the R- and RL-series.
     let services = (!cfg.params.again_on.is_empty()
@@ -370,33 +377,39 @@ async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>>
             .any(|id| ["R1", "R2", "R3", "RL1", "RL2", "RL3"].contains(id));
     let postgres = ids.iter().any(|id| ["F15", "F16"].contains(id));
     let patroni = ids.contains(&"F17");
+    let wanted = [
+        (services, "lock services'", LabImage::Services),
+        (postgres, "PostgreSQL", LabImage::Postgres(15)),
+        (patroni, "Patroni", LabImage::Patroni(15)),
+    ];
     if !(services || postgres || patroni) || harness::containers::engine().await.is_err() {
         return None;
     }
+    let mut missing = Vec::new();
+    for (wanted, name, recipe) in wanted {
+        // An engine that cannot say: the experiment that needs the image says why.
+        if wanted && matches!(recipe.is_built().await, Ok(false)) {
+            missing.push((name, recipe));
+        }
+    }
+    if missing.is_empty() {
+        return None;
+    }
+    eprintln!(
+        "lab: building the {} image{} in the background (once per machine); the experiments that \
+         need no image run first",
+        missing
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(", "),
+        if missing.len() > 1 { "s" } else { "" }
+    );
     Some(tokio::spawn(async move {
         let started = std::time::Instant::now();
         let mut built = Vec::new();
-        // Futures do nothing until awaited: only the wanted ones build.
-        type Build = std::pin::Pin<
-            Box<
-                dyn std::future::Future<
-                        Output = Result<
-                            harness::containers::Image,
-                            harness::containers::ContainerError,
-                        >,
-                    > + Send,
-            >,
-        >;
-        let builds: [(bool, &str, Build); 3] = [
-            (services, "lock services'", Box::pin(services_image())),
-            (postgres, "PostgreSQL", Box::pin(postgres_image(15))),
-            (patroni, "Patroni", Box::pin(patroni_image(15))),
-        ];
-        for (wanted, name, build) in builds {
-            if !wanted {
-                continue;
-            }
-            match build.await {
+        for (name, recipe) in missing {
+            match recipe.image().await {
                 Ok(image) => {
                     if let Some(took) = image.built_in {
                         built.push(format!("the {name} image in {:.0} s", took.as_secs_f64()));
@@ -408,7 +421,7 @@ async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>>
         }
         if !built.is_empty() {
             eprintln!(
-                "lab: built {} in the background ({:.0} s in all), while the embedded experiments ran",
+                "lab: built {} in the background ({:.0} s in all)",
                 built.join(", "),
                 started.elapsed().as_secs_f64()
             );

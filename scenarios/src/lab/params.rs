@@ -48,6 +48,11 @@ pub struct Params {
     /// (`F4-redis`), when the run's store is the lease table: every store of this build with a
     /// token, unless `--lease-store` named one.
     pub again_on: Vec<&'static str>,
+    /// The images the container experiments need (and the lock services' cases of F4 and F5)
+    /// are being built in the background (a machine's first run): the runner runs those
+    /// experiments after the rest, which need no image, instead of holding a job on each while
+    /// it waits. The output keeps the registry's order.
+    pub images_building: bool,
 }
 
 /// The lease every scenario contends for.
@@ -75,6 +80,7 @@ impl Default for Params {
             sut_dialect: None,
             store: "postgres",
             again_on: Vec::new(),
+            images_building: false,
         }
     }
 }

@@ -37,23 +37,100 @@ pub use crate::server::postgres::debian_suite_for as suite_for;
 /// One image build at a time in this process (tests run scenarios side by side).
 static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The images the lab builds, by what they hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabImage {
+    /// PostgreSQL `major` (F15, F16).
+    Postgres(u32),
+    /// PostgreSQL `major` with Patroni and etcd (Debian's `patroni` and `etcd-server`, and
+    /// `procps` to find and signal a server's processes): F17.
+    Patroni(u32),
+    /// The three lock services — Redis, etcd (with etcdctl, which R3 snapshots and restores a
+    /// cluster with), ZooKeeper and its JVM — on PostgreSQL 15's image.
+    Services,
+}
+
+impl LabImage {
+    /// PostgreSQL's major version, the tag's flavour, the packages beside PostgreSQL's.
+    fn parts(self) -> (u32, &'static str, &'static [&'static str]) {
+        match self {
+            LabImage::Postgres(major) => (major, "", &[]),
+            LabImage::Patroni(major) => (major, "patroni-", &["patroni", "etcd-server", "procps"]),
+            LabImage::Services => (
+                15,
+                "services-",
+                &[
+                    "redis-server",
+                    "etcd-server",
+                    "etcd-client",
+                    "zookeeperd",
+                    "openjdk-17-jre-headless",
+                    "procps",
+                ],
+            ),
+        }
+    }
+
+    /// The image, built here from Debian packages if it is not there yet.
+    pub async fn image(self) -> Result<Image, ContainerError> {
+        let (major, flavour, extra) = self.parts();
+        image_with(major, flavour, extra).await
+    }
+
+    /// Whether the image is there already (nothing is built).
+    pub async fn is_built(self) -> Result<bool, ContainerError> {
+        let (major, flavour, extra) = self.parts();
+        present(&reference_for(major, flavour, extra)?.0).await
+    }
+}
+
 /// The image for PostgreSQL `major`, built here from Debian packages if it is not there yet.
 pub async fn postgres_image(major: u32) -> Result<Image, ContainerError> {
-    image_with(major, "", &[]).await
+    LabImage::Postgres(major).image().await
 }
 
-/// The image for PostgreSQL `major` with Patroni and etcd (Debian's `patroni` and `etcd-server`,
-/// and `procps` to find and signal a server's processes), built here if it is not there yet.
+/// The image for PostgreSQL `major` with Patroni and etcd, built here if it is not there yet.
 pub async fn patroni_image(major: u32) -> Result<Image, ContainerError> {
-    image_with(major, "patroni-", &["patroni", "etcd-server", "procps"]).await
+    LabImage::Patroni(major).image().await
 }
 
-/// The image for PostgreSQL `major` and `extra` packages, tagged `<major>-<flavour><suite>-<hash>`.
-pub(super) async fn image_with(
+/// Whether the engine has the image `reference`.
+async fn present(reference: &str) -> Result<bool, ContainerError> {
+    Ok(docker().await?.inspect_image(reference).await.is_ok())
+}
+
+/// The tag of the image for PostgreSQL `major` and `extra` packages,
+/// `<major>-<flavour><suite>-<hash>`; its Debian suite; the packages debootstrap includes.
+fn reference_for(
     major: u32,
     flavour: &str,
     extra: &[&str],
-) -> Result<Image, ContainerError> {
+) -> Result<(String, &'static str, String), ContainerError> {
+    let suite = suite_for(major).ok_or_else(|| ContainerError::Cli {
+        what: format!("PostgreSQL {major}"),
+        detail: "no Debian suite ships it (13: bullseye, 15: bookworm, 17: trixie)".into(),
+    })?;
+    let mut packages = format!("postgresql-{major},iproute2");
+    for p in extra {
+        packages.push(',');
+        packages.push_str(p);
+    }
+    let hash = fnv1a(&format!("{RECIPE}|{suite}|{packages}"));
+    let reference = format!("{IMAGE_REPO}:{major}-{flavour}{suite}-{hash:08x}");
+    Ok((reference, suite, packages))
+}
+
+/// The image for PostgreSQL `major` and `extra` packages, built here if it is not there yet.
+async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, ContainerError> {
+    let (reference, suite, packages) = reference_for(major, flavour, extra)?;
+    // There already (every run but a machine's first): no need to wait for another build.
+    if present(&reference).await? {
+        return Ok(Image {
+            reference,
+            major,
+            built_in: None,
+        });
+    }
     // Another image being built here first: said, so that a run waiting on it is not silent.
     let _one_at_a_time = match BUILDING.try_lock() {
         Ok(guard) => guard,
@@ -73,18 +150,8 @@ pub(super) async fn image_with(
             guard
         }
     };
-    let suite = suite_for(major).ok_or_else(|| ContainerError::Cli {
-        what: format!("PostgreSQL {major}"),
-        detail: "no Debian suite ships it (13: bullseye, 15: bookworm, 17: trixie)".into(),
-    })?;
-    let mut packages = format!("postgresql-{major},iproute2");
-    for p in extra {
-        packages.push(',');
-        packages.push_str(p);
-    }
-    let hash = fnv1a(&format!("{RECIPE}|{suite}|{packages}"));
-    let reference = format!("{IMAGE_REPO}:{major}-{flavour}{suite}-{hash:08x}");
-    if docker().await?.inspect_image(&reference).await.is_ok() {
+    // Built by the build this one waited for, or by another process meanwhile.
+    if present(&reference).await? {
         return Ok(Image {
             reference,
             major,

@@ -16,9 +16,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::{
-    image_with, until_logged, Container, ContainerError, Image, Network, Spec, KEPT_PREFIX,
-};
+use super::{until_logged, Container, ContainerError, Image, LabImage, Network, Spec, KEPT_PREFIX};
 
 /// How long a service may take to start (ZooKeeper's JVM takes a few seconds on 2 cores).
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -26,20 +24,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// The image with the three lock services (and PostgreSQL, which the image recipe starts from;
 /// etcdctl for the R-series), built here on first use.
 pub async fn services_image() -> Result<Image, ContainerError> {
-    image_with(
-        15,
-        "services-",
-        &[
-            "redis-server",
-            "etcd-server",
-            // etcdctl: R3 snapshots and restores an etcd cluster.
-            "etcd-client",
-            "zookeeperd",
-            "openjdk-17-jre-headless",
-            "procps",
-        ],
-    )
-    .await
+    LabImage::Services.image().await
 }
 
 /// One lock service's server.
