@@ -385,11 +385,16 @@ async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>>
     if !(services || postgres || patroni) || harness::containers::engine().await.is_err() {
         return None;
     }
-    let mut missing = Vec::new();
+    let mut missing: Vec<(String, LabImage)> = Vec::new();
     for (wanted, name, recipe) in wanted {
         // An engine that cannot say: the experiment that needs the image says why.
-        if wanted && matches!(recipe.is_built().await, Ok(false)) {
-            missing.push((name, recipe));
+        if !wanted || !matches!(recipe.is_built().await, Ok(false)) {
+            continue;
+        }
+        // PostgreSQL 15's images are one: named once, built once.
+        match missing.iter_mut().find(|(_, r)| r.is_same_as(recipe)) {
+            Some((names, _)) => *names = format!("{names} and {name}"),
+            None => missing.push((name.to_owned(), recipe)),
         }
     }
     if missing.is_empty() {
@@ -400,7 +405,7 @@ async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>>
          need no image run first",
         missing
             .iter()
-            .map(|(name, _)| *name)
+            .map(|(name, _)| name.as_str())
             .collect::<Vec<_>>()
             .join(", "),
         if missing.len() > 1 { "s" } else { "" }
