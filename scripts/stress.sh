@@ -17,9 +17,19 @@ load=0
 if [ "${1:-}" = "--load" ]; then load=1; shift; fi
 
 scripts/ensure-postgres.sh
+scripts/ensure-faketime.sh
 features=$(scripts/ensure-mariadb.sh)
-# shellcheck disable=SC2086 # $features is empty or one flag
-cargo build --release --locked --quiet -p lab -p holder $features
+containers=$(scripts/ensure-containers.sh)
+# The build ./run.sh runs (the dev build unless LAB_PROFILE=release), with the container and lock
+# services' features where a Docker engine answers: the runs repeat what a user's run does.
+profile=${LAB_PROFILE:-dev}
+case "$profile" in
+  release) bin=target/release/lab ;;
+  dev) bin=target/debug/lab ;;
+  *) echo "stress: LAB_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
+esac
+# shellcheck disable=SC2086 # $features and $containers are empty or one flag each
+cargo build --profile "$profile" --locked --quiet -p lab -p holder $features $containers
 
 stamp=$(date +%Y%m%d-%H%M%S)
 out="target/stress/$stamp"
@@ -49,7 +59,7 @@ for i in $(seq 1 "$n"); do
   dir="$out/run-$i"
   start=$(date +%s.%N)
   set +e
-  target/release/lab run --evidence-dir "$dir" "$@" >"$dir.log" 2>&1
+  "$bin" run --evidence-dir "$dir" "$@" >"$dir.log" 2>&1
   rc=$?
   set -e
   secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.3f", e - s }')

@@ -148,6 +148,21 @@ pub async fn xact_status(admin: &PgPool, xid: &str) -> sqlx::Result<Option<Strin
     .await
 }
 
+/// How many sessions named one of `names` (a holder names its connections after itself) are
+/// still open on the server `admin` connects to. A holder that ended with a statement in flight
+/// — its `COMMIT` sent, its process gone — leaves a backend that still runs it, and may commit
+/// after the process exited: the server's record is complete only once those are gone. `admin`
+/// must connect as a superuser.
+pub async fn open_sessions(admin: &PgPool, names: &[String]) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE backend_type = 'client backend' AND application_name = ANY($1)",
+    )
+    .bind(names)
+    .fetch_one(admin)
+    .await
+}
+
 /// The client ports of the TCP sessions whose `application_name` is `name` (sessions over a
 /// Unix socket have none). `admin` must connect as a superuser.
 pub async fn client_ports(admin: &PgPool, name: &str) -> sqlx::Result<Vec<u16>> {

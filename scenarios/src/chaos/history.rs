@@ -91,6 +91,13 @@ impl Events {
         ops
     }
 
+    /// Every holder process that reported anything (its connections carry its name).
+    pub fn processes(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<&String> =
+            self.0.iter().map(|(name, _, _)| name).collect();
+        names.into_iter().cloned().collect()
+    }
+
     /// The holders' other reports, counted: deadlines found passed, errors.
     pub fn others(&self) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();

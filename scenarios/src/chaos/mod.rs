@@ -292,6 +292,7 @@ pub async fn run(
     }
     let ops = events.ops(started);
     let notes = events.others();
+    settle(lab, rec, &events.processes()).await?;
     let parts = harness::observe::part_history(lab.resource.pool()).await?;
     let lease = harness::observe::lease_history(lab.lease_table.pool()).await?;
     if lab.service.is_some() {
@@ -488,6 +489,36 @@ fn count_by_kind(faults: &[Fault]) -> String {
         .map(|(k, n)| format!("{n} {k}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Waits until the ended holders' sessions are gone from the resource's server. A holder ends
+/// at once when its stdin closes — with a write's `COMMIT` possibly sent and unanswered — and
+/// its backend may commit after the process is gone: read before that, the record of committed
+/// versions lacks a write that the final content, read a moment later, has (seen once: "final
+/// content is not its last committed version"). A session still open after the deadline is
+/// said, and the records are read as they are.
+async fn settle(lab: &Lab, rec: &mut Recorder, holders: &[String]) -> anyhow::Result<()> {
+    const DEADLINE: Duration = Duration::from_secs(10);
+    let admin = lab.admin_pool(fencing::schema::Database::Resource).await?;
+    let gone = harness::wait::until(
+        "the ended holders' sessions are gone from the resource's server",
+        DEADLINE,
+        || async {
+            harness::observe::open_sessions(&admin, holders)
+                .await
+                .map(|open| open == 0)
+        },
+    )
+    .await;
+    if let Err(e) = gone {
+        let open = harness::observe::open_sessions(&admin, holders).await?;
+        rec.note(format!(
+            "{e}: {open} session(s) of ended holders still open; a write they commit later is \
+             missing from the records read now"
+        ));
+    }
+    admin.close().await;
+    Ok(())
 }
 
 #[cfg(test)]
