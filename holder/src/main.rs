@@ -539,9 +539,12 @@ impl Renewer {
         let every = Duration::from_millis(flags.renew_ms);
         let ttl = Duration::from_millis(flags.ttl_ms);
         let flags = flags.clone();
+        // Told once the thread runs: std names the OS thread before it runs the closure.
+        let (named, is_named) = mpsc::sync_channel::<()>(1);
         let thread = thread::Builder::new()
             .name("renewer".into())
             .spawn(move || {
+                let _ = named.send(());
                 let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -580,6 +583,9 @@ impl Renewer {
                 }
             })
             .map_err(|e| format!("failed to start the renewer thread: {e}"))?;
+        // On only once it is named, as the lab sees it in /proc (a thread just spawned may not
+        // have run yet; seen with the example Python holder under load). An error: it ended.
+        let _ = is_named.recv();
         Ok(Renewer {
             stop,
             thread: Some(thread),

@@ -202,7 +202,10 @@ public final class Holder {
         LeaseStore renewing = new LeaseStore(connect(f, "lease", "lease26", "lease_svc"), f);
         final long held = token;
         final boolean[] stop = {false};
+        // Counted down once it runs: HotSpot names the OS thread before it runs the body.
+        java.util.concurrent.CountDownLatch named = new java.util.concurrent.CountDownLatch(1);
         Thread renewer = new Thread(() -> {
+            named.countDown();
             try {
                 while (true) {
                     Thread.sleep(renewMs);
@@ -220,7 +223,11 @@ public final class Holder {
             }
         }, "renewer");
         renewer.setDaemon(true);
-        if (renewMs > 0) renewer.start();
+        if (renewMs > 0) {
+            renewer.start();
+            // On only once it is named: a thread just started may not have run yet.
+            named.await();
+        }
 
         if (f.containsKey("--wait-before-check")) {
             say("BEFORE_CHECK token=" + token + " deadline_left_ms=" + leftMs(deadline));

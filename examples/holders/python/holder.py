@@ -247,11 +247,13 @@ def main():
 
     # The background renewer, on a connection of its own; it moves the deadline on success.
     stop = threading.Event()
+    named = threading.Event()
 
     def renewer():
         # Named `renewer` where the lab looks for it (/proc/PID/task/TID/comm): a frozen holder
         # must show its renewer frozen too.
         ctypes.CDLL(None).prctl(15, b"renewer", 0, 0, 0)  # PR_SET_NAME
+        named.set()
         conn = connect(f, "lease26", "lease_svc")
         while not stop.wait(f.renew_ms / 1000.0):
             sent = time.monotonic()
@@ -263,6 +265,9 @@ def main():
 
     if f.renew_ms > 0:
         threading.Thread(target=renewer, daemon=True).start()
+        # On only once it is named: a thread just started may not have run a line yet (seen
+        # under load: the write point reached, the renewer still unnamed).
+        named.wait()
 
     def left_ms():
         return max(0, int((deadline[0] - time.monotonic()) * 1000))
