@@ -298,9 +298,13 @@ async fn row(
         .iter()
         .map(|(_, ok)| *ok)
         .collect();
+    // The renewer renews one at a time, so at most one renewal was in flight at the cut: sent
+    // before the rules, it may be answered after them (they drop A's outgoing packets, not the
+    // answers) — seen in CI under load as [true, false]. Every renewal after it must fail.
+    let in_flight = usize::from(after.first() == Some(&true));
     let held = rec.check_that(
-        "A's renewals fail during the partition (a renew not answered within the TTL is a failure)",
-        failed.is_ok() && after.contains(&false) && !after.contains(&true),
+        "A's renewals fail during the partition (a renew not answered within the TTL is a failure; the one in flight at the cut may succeed)",
+        failed.is_ok() && after.contains(&false) && !after[in_flight..].contains(&true),
         format_args!(
             "renewals after the partition began: {after:?}; {} ms after it (a failure expected within {} ms)",
             partitioned_at.elapsed().as_millis(),
