@@ -16,20 +16,16 @@ n=$1; shift
 load=0
 if [ "${1:-}" = "--load" ]; then load=1; shift; fi
 
-scripts/ensure-postgres.sh
-scripts/ensure-faketime.sh
-features=$(scripts/ensure-mariadb.sh)
-containers=$(scripts/ensure-containers.sh)
-# The build ./run.sh runs (the dev build unless LAB_PROFILE=release), with the container and lock
-# services' features where a Docker engine answers: the runs repeat what a user's run does.
+# ./run.sh sets up and builds what a user's run uses (the dev build unless LAB_PROFILE=release,
+# with the container and lock services' features where a Docker engine answers); the runs below
+# call the binary it built.
 profile=${LAB_PROFILE:-dev}
 case "$profile" in
   release) bin=target/release/lab ;;
   dev) bin=target/debug/lab ;;
   *) echo "stress: LAB_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
 esac
-# shellcheck disable=SC2086 # $features and $containers are empty or one flag each
-cargo build --profile "$profile" --locked --quiet -p lab -p holder $features $containers
+LAB_PROFILE=$profile ./run.sh --quiet --version >/dev/null
 
 stamp=$(date +%Y%m%d-%H%M%S)
 out="target/stress/$stamp"

@@ -252,8 +252,10 @@ def main():
     def renewer():
         # Named `renewer` where the lab looks for it (/proc/PID/task/TID/comm): a frozen holder
         # must show its renewer frozen too.
-        ctypes.CDLL(None).prctl(15, b"renewer", 0, 0, 0)  # PR_SET_NAME
-        named.set()
+        try:
+            ctypes.CDLL(None).prctl(15, b"renewer", 0, 0, 0)  # PR_SET_NAME
+        finally:
+            named.set()  # even if naming failed: the holder must never hang on it
         conn = connect(f, "lease26", "lease_svc")
         while not stop.wait(f.renew_ms / 1000.0):
             sent = time.monotonic()
