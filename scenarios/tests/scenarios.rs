@@ -1,14 +1,22 @@
 //! Every scenario of the registry that the golden test's full run (`lab/cli/tests/golden.rs`)
 //! does not cover — those that need something beyond the embedded PostgreSQL: libfaketime,
-//! MariaDB, a Docker engine — run end to end against their own servers here. Each must pass every
-//! check and make exactly the number of checks it declares (a scenario that silently stopped
-//! checking something would otherwise still "pass"); one that needs what this machine or build
-//! lacks must say `skip`, never pass — and the test then says `skip` with the scenario's reason,
-//! or fails when `LAB_REQUIRE` names the need (`harness::require`). The fence-dependent ones pass
-//! against every fenced mode. The golden run makes the same checks for the rest (the lab counts each scenario's checks, and
+//! MariaDB, a Docker engine — run end to end against their own servers here, one test each (so
+//! that the test runner spreads them over its groups instead of one test running them one after
+//! the other: the longest test of the suite, 260–410 s). Each must pass every check and make
+//! exactly the number of checks it declares (a scenario that silently stopped checking something
+//! would otherwise still "pass"); one that needs what this machine or build lacks must say
+//! `skip`, never pass — and the test then says `skip` with the scenario's reason, or fails when
+//! `LAB_REQUIRE` names the need (`harness::require`). The fence-dependent ones pass against every
+//! fenced mode, and every deliberately broken variant fails at the check that guards against it.
+//! The golden run makes the same checks for the rest (the lab counts each scenario's checks, and
 //! runs the fence-dependent ones once per fenced mode): running them again here would double the
-//! test command's time and prove nothing more. The lists come from `scenarios::ALL`: adding an
-//! experiment adds it here or there.
+//! test command's time and prove nothing more.
+//!
+//! The tests sit in one module per need (`in_containers`, `on_mariadb`, `with_faketime`,
+//! `embedded`: the test runner's groups go by those names), and the lists come from
+//! `scenarios::ALL` and `scenarios::broken::all()`: a guard test fails when a scenario with needs,
+//! a fenced mode of a fence-dependent one or a broken variant has no test here, or one sits in
+//! the wrong module.
 
 use std::time::Duration;
 
@@ -19,16 +27,6 @@ use scenarios::{Lab, Needs, Params, Scenario};
 
 /// The preflight's checks, made before every selection.
 const PREFLIGHT_CHECKS: usize = 3;
-
-/// The scenarios running at once in this test binary, whichever test started them: its tests run
-/// side by side, and an uncapped sum (the broken variants beside every scenario beside the
-/// fenced-single run) loaded a 2-core CI machine until F3's contenders no longer overlapped.
-static RUNNING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(AT_ONCE);
-
-/// The scenarios that start containers run one at a time in this test binary: with several at
-/// once (each starting PostgreSQL containers of its own) beside the other tests, a 2-core machine
-/// once left one unable to connect to its container within its pool's 30 s (measured).
-static CONTAINERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// For as long as a test runs: a signal that stops this process (nextest's SIGTERM at a test's
 /// timeout, Ctrl-C's SIGINT) first removes the containers, networks and network holds its labs
@@ -54,13 +52,23 @@ fn remove_containers_when_stopped() {
     });
 }
 
+/// The lab's image (PostgreSQL 15's one, with every package the containers use) built before
+/// any scenario's 300 s start: on a machine's first run one test process builds it while the
+/// others wait (`harness::containers` takes a machine-wide lock), and a debootstrap is not spent
+/// from an experiment's deadline (measured on a fresh machine: 279 s under the suite's load; F15,
+/// F16 and F17 ran out of time). Without an engine, or when the build fails, the scenarios say
+/// why themselves.
+async fn images_ready() {
+    #[cfg(feature = "containers")]
+    if harness::containers::engine().await.is_ok() {
+        if let Err(e) = harness::containers::LabImage::Postgres(15).image().await {
+            eprintln!("the lab's image could not be built (the scenarios will say why): {e}");
+        }
+    }
+}
+
 /// Runs `scenario` alone on its own lab; its recorder (the preflight first).
 async fn run_alone(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<Recorder> {
-    let _one_with_containers = match scenario.needs() {
-        Needs::Containers => Some(CONTAINERS.acquire().await?),
-        _ => None,
-    };
-    let _running = RUNNING.acquire().await?;
     let bins = tokio::task::spawn_blocking(|| PgBinaries::locate(None)).await??;
     let cluster = ClusterConfig {
         max_connections: params.max_connections(),
@@ -132,98 +140,186 @@ fn said_skipped(scenario: &dyn Scenario, rec: &Recorder) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How many scenarios run at once, each with its own servers: enough to overlap their waits,
-/// few enough that timing-sensitive ones (F3's held lease, F4's renewals) keep their margins on
-/// a loaded 2-core machine.
-const AT_ONCE: usize = 4;
+/// Each run's deadline: the slowest (F17, the R- and RL-series) take 30–120 s under the suite's
+/// load.
+const DEADLINE: Duration = Duration::from_secs(300);
 
-/// Runs each of `scenarios` on its own lab, [`AT_ONCE`] at a time, and reports every one that
-/// failed.
-async fn run_each(scenarios: Vec<&'static dyn Scenario>, params: Params) -> anyhow::Result<()> {
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
-    let mut runs = tokio::task::JoinSet::new();
-    for scenario in scenarios {
-        let params = params.clone();
-        let slots = slots.clone();
-        runs.spawn(async move {
-            let _slot = slots.acquire_owned().await?;
-            tokio::time::timeout(Duration::from_secs(300), run_with(scenario, params))
-                .await
-                .map_err(|_| anyhow::anyhow!("{} did not finish within 300 s", scenario.id()))?
-        });
-    }
-    let mut failures = Vec::new();
-    while let Some(joined) = runs.join_next().await {
-        if let Err(e) = joined? {
-            failures.push(format!("{e:#}"));
-        }
-    }
-    anyhow::ensure!(failures.is_empty(), "{}", failures.join("\n\n"));
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_scenario_with_needs_passes_alone_with_the_number_of_checks_it_declares(
-) -> anyhow::Result<()> {
-    remove_containers_when_stopped();
-    run_each(with_needs(), Params::default()).await
-}
-
-/// The scenarios the golden run leaves out: those that need more than the embedded PostgreSQL.
-fn with_needs() -> Vec<&'static dyn Scenario> {
-    scenarios::ALL
+/// The scenario `id` of [`scenarios::ALL`], whose needs are `needs` (the module its test sits
+/// in says so: a test in the wrong module fails).
+fn scenario(id: &str, needs: Needs) -> &'static dyn Scenario {
+    let found = *scenarios::ALL
         .iter()
-        .copied()
-        .filter(|s| s.needs() != Needs::Nothing)
-        .collect()
+        .find(|s| s.id() == id)
+        .unwrap_or_else(|| panic!("no scenario {id} in scenarios::ALL"));
+    assert_eq!(found.needs(), needs, "{id}'s test sits in the wrong module");
+    found
 }
 
-/// A reviewer's "break it and see it fail", kept: each deliberately broken variant
-/// (`scenarios::broken`) fails, at the check that guards against it — or, where its need is not
-/// met here, says `skip`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_broken_variant_fails_at_the_check_that_guards_it() -> anyhow::Result<()> {
+/// The parameters of a run with the fenced mode `mode` ("fenced-scope": the default).
+fn with_fence(mode: &str) -> Params {
+    let profile = fencing::resource::fenced_mode_profile(mode)
+        .unwrap_or_else(|| panic!("{mode} is not a fenced mode"));
+    let params = Params {
+        sut: std::sync::Arc::new(profile.clone()),
+        ..Params::default()
+    };
+    assert_eq!(params.fence_label(), mode);
+    params
+}
+
+/// Scenario `id` (whose needs are `needs`) passes alone with the number of checks it declares,
+/// with the fenced mode `mode`, within [`DEADLINE`] — or says `skip` for want of its need.
+async fn passes_alone(id: &str, needs: Needs, mode: &str) -> anyhow::Result<()> {
     remove_containers_when_stopped();
-    for (scenario, guard) in scenarios::broken::all() {
-        let rec = run_alone(scenario, Params::default()).await?;
-        let s = rec.summary();
-        let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
-        if s.skipped == 1 && s.failed == 0 && scenario.needs() != Needs::Nothing {
-            said_skipped(scenario, &rec)?;
-            continue;
-        }
+    let scenario = scenario(id, needs);
+    if mode != "fenced-scope" {
         assert!(
-            text.iter()
-                .any(|l| l.trim_start().starts_with("FAIL") && l.contains(guard)),
-            "broken {}: no failed check says {guard:?}:\n{}",
-            scenario.id(),
-            text.join("\n")
+            scenario.fence_dependent(),
+            "{id} does not depend on the fence: one fenced mode shows it"
         );
     }
+    if needs == Needs::Containers {
+        images_ready().await;
+    }
+    tokio::time::timeout(DEADLINE, run_with(scenario, with_fence(mode)))
+        .await
+        .map_err(|_| anyhow::anyhow!("{id} did not finish within {DEADLINE:?}"))?
+}
+
+/// A reviewer's "break it and see it fail", kept: the broken variant of `id`
+/// (`scenarios::broken`) fails at the check that guards against it — or, where its need is not
+/// met here, says `skip`.
+async fn broken_fails(id: &str, needs: Needs) -> anyhow::Result<()> {
+    remove_containers_when_stopped();
+    let (scenario, guard) = scenarios::broken::all()
+        .into_iter()
+        .find(|(s, _)| s.id() == id)
+        .unwrap_or_else(|| panic!("no broken variant of {id}"));
+    assert_eq!(
+        scenario.needs(),
+        needs,
+        "broken {id}'s test sits in the wrong module"
+    );
+    if needs == Needs::Containers {
+        images_ready().await;
+    }
+    let rec = run_alone(scenario, Params::default()).await?;
+    let s = rec.summary();
+    let text: Vec<String> = rec.events().iter().filter_map(render_text).collect();
+    if s.skipped == 1 && s.failed == 0 && needs != Needs::Nothing {
+        return said_skipped(scenario, &rec);
+    }
+    assert!(
+        text.iter()
+            .any(|l| l.trim_start().starts_with("FAIL") && l.contains(guard)),
+        "broken {id}: no failed check says {guard:?}:\n{}",
+        text.join("\n")
+    );
     Ok(())
 }
 
-/// The other fences keep the guarantee: every fence-dependent scenario with needs passes with
-/// each of them (the golden run covers the ones without needs, once per fenced mode).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_fence_dependent_scenario_with_needs_passes_with_every_other_fence(
-) -> anyhow::Result<()> {
-    remove_containers_when_stopped();
-    let dependent: Vec<_> = with_needs()
-        .into_iter()
-        .filter(|s| s.fence_dependent())
-        .collect();
-    assert!(!dependent.is_empty(), "F15 and F16 depend on the fence");
-    for (mode, _) in &fencing::resource::FENCED_MODES[1..] {
-        let profile = fencing::resource::fenced_mode_profile(mode).expect("built in");
-        let params = Params {
-            sut: std::sync::Arc::new(profile.clone()),
-            ..Params::default()
-        };
-        assert_eq!(params.fence_label(), *mode);
-        run_each(dependent.clone(), params).await?;
+/// One test per run, in a module per need. `alone`: the scenario passes alone
+/// ([`passes_alone`], fenced-scope); `fenced`: with another fenced mode; `broken`: its broken
+/// variant fails ([`broken_fails`]). [`OWN_TESTS`] lists them all for the guard test.
+macro_rules! one_test_each {
+    ($($module:ident ($needs:ident) {
+        $($test:ident: $kind:ident $id:literal $($mode:literal)?),* $(,)?
+    })*) => {
+        $(mod $module {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() -> anyhow::Result<()> {
+                    one_test_each!(@run $kind $id $needs $($mode)?)
+                }
+            )*
+        })*
+        /// Every test above: its kind, scenario id, need and fenced mode.
+        const OWN_TESTS: &[(&str, &str, Needs, &str)] = &[
+            $($((stringify!($kind), $id, Needs::$needs, one_test_each!(@mode $($mode)?)),)*)*
+        ];
+    };
+    (@run alone $id:literal $needs:ident) => {
+        passes_alone($id, Needs::$needs, "fenced-scope").await
+    };
+    (@run fenced $id:literal $needs:ident $mode:literal) => {
+        passes_alone($id, Needs::$needs, $mode).await
+    };
+    (@run broken $id:literal $needs:ident) => { broken_fails($id, Needs::$needs).await };
+    (@mode) => { "fenced-scope" };
+    (@mode $mode:literal) => { $mode };
+}
+
+one_test_each! {
+    in_containers (Containers) {
+        f15: alone "F15",
+        f15_fenced_single: fenced "F15" "fenced-single",
+        f15_fenced_shared: fenced "F15" "fenced-shared",
+        f15_broken_fails: broken "F15",
+        f16: alone "F16",
+        f16_fenced_single: fenced "F16" "fenced-single",
+        f16_fenced_shared: fenced "F16" "fenced-shared",
+        f16_broken_fails: broken "F16",
+        f17: alone "F17",
+        f17_broken_fails: broken "F17",
+        r1: alone "R1",
+        r2: alone "R2",
+        r3: alone "R3",
+        rl1: alone "RL1",
+        rl2: alone "RL2",
+        rl3: alone "RL3",
     }
-    Ok(())
+    on_mariadb (MariaDb) {
+        u1: alone "U1",
+        u2: alone "U2",
+        u3: alone "U3",
+        u4: alone "U4",
+        u5: alone "U5",
+    }
+    with_faketime (Faketime) {
+        f13: alone "F13",
+        f13_broken_fails: broken "F13",
+    }
+    embedded (Nothing) {
+        f14_broken_fails: broken "F14",
+    }
+}
+
+/// The guard: every scenario with needs has a test of its own above, and each fence-dependent
+/// one a test per other fenced mode; every broken variant has one. Adding an experiment with
+/// needs (or a broken variant) without its test here fails.
+#[test]
+fn every_scenario_with_needs_every_fenced_mode_and_every_broken_variant_has_its_own_test() {
+    let has = |kind: &str, id: &str, mode: &str| {
+        OWN_TESTS
+            .iter()
+            .any(|&(k, i, _, m)| k == kind && i == id && m == mode)
+    };
+    let mut missing = Vec::new();
+    for s in scenarios::ALL
+        .iter()
+        .filter(|s| s.needs() != Needs::Nothing)
+    {
+        if !has("alone", s.id(), "fenced-scope") {
+            missing.push(format!("{} alone", s.id()));
+        }
+        if s.fence_dependent() {
+            for (mode, _) in &fencing::resource::FENCED_MODES[1..] {
+                if !has("fenced", s.id(), mode) {
+                    missing.push(format!("{} with {mode}", s.id()));
+                }
+            }
+        }
+    }
+    for (s, _) in scenarios::broken::all() {
+        if !has("broken", s.id(), "fenced-scope") {
+            missing.push(format!("broken {}", s.id()));
+        }
+    }
+    assert!(missing.is_empty(), "no test of its own: {missing:?}");
+    let runs: std::collections::HashSet<_> =
+        OWN_TESTS.iter().map(|&(k, i, _, m)| (k, i, m)).collect();
+    assert_eq!(OWN_TESTS.len(), runs.len(), "a run tested twice");
 }
 
 /// Without MariaDB support built in, the U-series says `skip` with the install hint.

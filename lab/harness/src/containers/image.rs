@@ -7,12 +7,14 @@
 //! container: an image is all this file makes.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::{
     CreateImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
 };
 use futures_util::StreamExt as _;
+use nix::fcntl::{Flock, FlockArg};
 use tokio::io::AsyncReadExt as _;
 
 use super::{
@@ -160,6 +162,12 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
             guard
         }
     };
+    // One build at a time on this machine too: the test runner starts several container tests
+    // at once, each in its own process, and each built the same image beside the others
+    // (measured on a fresh machine: four debootstraps at once, 252 s for the one that finished
+    // first, while the tests that waited on them ran out of time).
+    let _one_on_this_machine =
+        machine_lock(Path::new(MACHINE_LOCK), &format!("{flavour}{major}")).await?;
     // Built by the build this one waited for, or by another process meanwhile.
     if present(&reference).await? {
         return Ok(Image {
@@ -210,6 +218,66 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
         major,
         built_in: Some(started.elapsed()),
     })
+}
+
+/// Where the lab's processes on this machine take turns building images: a fixed path, not the
+/// temporary directory (the tests give each lab a `TMPDIR` of its own).
+const MACHINE_LOCK: &str = "/tmp/fencing-lab-images.lock";
+
+/// An exclusive `flock` on `path` ([`MACHINE_LOCK`]), held until dropped (the kernel releases it when the
+/// process dies, however it dies). Said when another process holds it; polled (never a blocking
+/// `flock` a Ctrl-C could not interrupt) until it is free, up to the build's own timeout.
+async fn machine_lock(path: &Path, label: &str) -> Result<Flock<std::fs::File>, ContainerError> {
+    let failed = |e: String| ContainerError::Cli {
+        what: format!("take the image lock {}", path.display()),
+        detail: e,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| failed(e.to_string()))?;
+    // Mutexes, not cells: the future stays `Send` (no guard is held across an await).
+    let file = std::sync::Mutex::new(Some(file));
+    let lock = std::sync::Mutex::new(None);
+    let try_lock = || {
+        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = match file.take() {
+            None => Ok(true),
+            Some(f) => match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => {
+                    *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+                    Ok(true)
+                }
+                Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+                    *file = Some(f);
+                    Ok(false)
+                }
+                Err((_, e)) => Err(e),
+            },
+        };
+        std::future::ready(taken)
+    };
+    if !try_lock().await.map_err(|e| failed(e.to_string()))? {
+        let waited = Instant::now();
+        eprintln!("lab: image {label}: waiting for another process's image build to finish first");
+        crate::wait::until_every(
+            &format!("another process's build of image {label} is done"),
+            BUILD_TIMEOUT,
+            Duration::from_millis(250),
+            try_lock,
+        )
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+        eprintln!(
+            "lab: image {label}: waited {:.0} s for another process's build",
+            waited.elapsed().as_secs_f64()
+        );
+    }
+    lock.into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .ok_or_else(|| failed("not taken".into()))
 }
 
 /// Imports the root file system in `dir` as the image `reference` (`docker import`'s API call,
@@ -316,6 +384,29 @@ pub async fn remove_images() -> Result<usize, ContainerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two processes building at once take turns: a second open of the lock file stands for
+    /// the other process (`flock` locks belong to an open file, not to a process). The waiter
+    /// waits while the lock is held — over a prescribed 300 ms — and takes it once released.
+    #[tokio::test]
+    async fn a_build_waits_while_another_holds_the_machine_lock_and_goes_on_after() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("images.lock");
+        let other = std::fs::File::create(&path).expect("the lock file");
+        let held = Flock::lock(other, FlockArg::LockExclusiveNonblock).expect("free at first");
+        let waiter = {
+            let path = path.clone();
+            tokio::spawn(async move { machine_lock(&path, "test").await.map(drop) })
+        };
+        crate::wait::prescribed(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "took the lock while another held it");
+        drop(held);
+        let taken = tokio::time::timeout(Duration::from_secs(10), waiter).await;
+        assert!(
+            matches!(taken, Ok(Ok(Ok(())))),
+            "did not take the lock once it was released: {taken:?}"
+        );
+    }
 
     #[test]
     fn image_tags_are_stable_and_follow_the_recipe() {
