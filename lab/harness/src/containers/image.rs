@@ -232,11 +232,21 @@ async fn machine_lock(path: &Path, label: &str) -> Result<Flock<std::fs::File>, 
         what: format!("take the image lock {}", path.display()),
         detail: e,
     };
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
+    // Read-only where it exists (a `flock` needs no more, and another user's lab may have made
+    // it); made readable by everyone where it does not.
+    let file = std::fs::File::open(path)
+        .or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                use std::os::unix::fs::OpenOptionsExt as _;
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .mode(0o644)
+                    .open(path)
+            }
+            _ => Err(e),
+        })
         .map_err(|e| failed(e.to_string()))?;
     // Mutexes, not cells: the future stays `Send` (no guard is held across an await).
     let file = std::sync::Mutex::new(Some(file));
