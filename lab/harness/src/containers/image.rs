@@ -388,7 +388,31 @@ pub async fn remove_images() -> Result<usize, ContainerError> {
                 ContainerError::engine(format!("remove the image {reference}"), source)
             })?;
     }
-    Ok(refs.len())
+    // And the lab's images that lost their tag: one built again over it (two builds at once,
+    // before builds took turns on a machine) left the older untagged, with its label.
+    let filters = HashMap::from([
+        ("label".to_owned(), vec!["fencing-lab.image".to_owned()]),
+        ("dangling".to_owned(), vec!["true".to_owned()]),
+    ]);
+    let untagged = docker
+        .list_images(Some(
+            ListImagesOptionsBuilder::new().filters(&filters).build(),
+        ))
+        .await
+        .map_err(|source| ContainerError::engine("list the lab's untagged images", source))?;
+    for image in &untagged {
+        docker
+            .remove_image(
+                &image.id,
+                Some(RemoveImageOptionsBuilder::new().force(true).build()),
+                None,
+            )
+            .await
+            .map_err(|source| {
+                ContainerError::engine(format!("remove the untagged image {}", image.id), source)
+            })?;
+    }
+    Ok(refs.len() + untagged.len())
 }
 
 #[cfg(test)]
