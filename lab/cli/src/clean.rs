@@ -50,6 +50,12 @@ fn clean_containers(images: bool) -> Result<String, String> {
         let mut line = format!(
             "lab clean: removed {c} container(s), {n} network(s) and {holds} network hold(s) left by labs no longer running\n"
         );
+        let roots = containers::remove_killed_builds();
+        if roots > 0 {
+            line.push_str(&format!(
+                "lab clean: removed {roots} image build root(s) left by killed builds\n"
+            ));
+        }
         if images {
             let i = containers::remove_images().await.map_err(|e| e.to_string())?;
             line.push_str(&format!("lab clean: removed {i} image(s)\n"));

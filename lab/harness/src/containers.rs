@@ -55,7 +55,9 @@ use container::docker_with;
 pub use container::{docker, Container, Spec};
 pub use etcd_cluster::EtcdCluster;
 pub use hold::{remove_held_rules, tcp_state, Hold};
-pub use image::{patroni_image, postgres_image, remove_images, suite_for, Image, LabImage};
+pub use image::{
+    patroni_image, postgres_image, remove_images, remove_killed_builds, suite_for, Image, LabImage,
+};
 pub use network::Network;
 use pg::{tcp_options, STARTUP_TIMEOUT};
 pub use pg::{until_logged, PgContainer};

@@ -176,9 +176,12 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
             built_in: None,
         });
     }
+    // Holding the machine's lock, no other build is under way: a root left here is a killed
+    // build's (nextest's SIGTERM at a test's timeout exits without destructors; about 1 GB each).
+    remove_stale_roots(&std::env::temp_dir());
     let started = Instant::now();
     let root = tempfile::Builder::new()
-        .prefix("fencing-lab-image-")
+        .prefix(ROOT_PREFIX)
         .tempdir()
         .map_err(|e| ContainerError::Cli {
             what: "make the image's root directory".into(),
@@ -199,7 +202,8 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
             BUILD_TIMEOUT,
         ),
     )
-    .await?;
+    .await
+    .inspect_err(|_| detach_mounts_under(root.path()))?;
     eprintln!(
         "lab: image {reference}: debootstrap done in {:.0} s; importing it into the engine",
         started.elapsed().as_secs_f64()
@@ -220,9 +224,74 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
     })
 }
 
+/// The prefix of a build's root directory (debootstrap's target) in the temporary directory.
+const ROOT_PREFIX: &str = "fencing-lab-image-";
+
+/// Removes the build roots in `temp_dir` (the caller holds [`MACHINE_LOCK`], so none is a build
+/// under way); how many. A killed debootstrap leaves its `/proc` mounted inside the root: those
+/// mounts are detached first (deepest first), or the removal fails on them.
+fn remove_stale_roots(temp_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(temp_dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(ROOT_PREFIX))
+        .filter(|e| {
+            detach_mounts_under(&e.path());
+            std::fs::remove_dir_all(e.path()).is_ok()
+        })
+        .count()
+}
+
+/// Detaches every mount under `root` (deepest first): debootstrap mounts `/proc` inside the root
+/// it builds, and one stopped or failed midway leaves it there, where it stops the root's removal.
+fn detach_mounts_under(root: &Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mut inside: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|m| Path::new(m).starts_with(root))
+        .collect();
+    inside.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in inside {
+        let _ = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// Removes the root directories that killed image builds left in the temporary directory
+/// (`lab clean`), when no build is under way on this machine (else none: the lock is not waited
+/// for); how many.
+pub fn remove_killed_builds() -> usize {
+    let Ok(file) = open_lock_file(Path::new(MACHINE_LOCK)) else {
+        return 0;
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(_held) => remove_stale_roots(&std::env::temp_dir()),
+        Err(_) => 0,
+    }
+}
+
 /// Where the lab's processes on this machine take turns building images: a fixed path, not the
 /// temporary directory (the tests give each lab a `TMPDIR` of its own).
 const MACHINE_LOCK: &str = "/tmp/fencing-lab-images.lock";
+
+/// The lock file at `path`: read-only where it exists (a `flock` needs no more, and another
+/// user's lab may have made it); made, readable by everyone, where it does not.
+fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path).or_else(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o644)
+                .open(path)
+        }
+        _ => Err(e),
+    })
+}
 
 /// An exclusive `flock` on `path` ([`MACHINE_LOCK`]), held until dropped (the kernel releases it when the
 /// process dies, however it dies). Said when another process holds it; polled (never a blocking
@@ -232,22 +301,7 @@ async fn machine_lock(path: &Path, label: &str) -> Result<Flock<std::fs::File>, 
         what: format!("take the image lock {}", path.display()),
         detail: e,
     };
-    // Read-only where it exists (a `flock` needs no more, and another user's lab may have made
-    // it); made readable by everyone where it does not.
-    let file = std::fs::File::open(path)
-        .or_else(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                use std::os::unix::fs::OpenOptionsExt as _;
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .mode(0o644)
-                    .open(path)
-            }
-            _ => Err(e),
-        })
-        .map_err(|e| failed(e.to_string()))?;
+    let file = open_lock_file(path).map_err(|e| failed(e.to_string()))?;
     // Mutexes, not cells: the future stays `Send` (no guard is held across an await).
     let file = std::sync::Mutex::new(Some(file));
     let lock = std::sync::Mutex::new(None);
@@ -418,6 +472,20 @@ pub async fn remove_images() -> Result<usize, ContainerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A killed build's root is removed, whatever it holds; nothing else in the directory is.
+    #[test]
+    fn stale_build_roots_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let root = dir.path().join(format!("{ROOT_PREFIX}abc123"));
+        std::fs::create_dir_all(root.join("root/usr/bin")).expect("a root");
+        std::fs::write(root.join("root/usr/bin/x"), "x").expect("a file");
+        let other = dir.path().join("fencing-lab-Q2iby1");
+        std::fs::create_dir(&other).expect("a cluster directory");
+        assert_eq!(remove_stale_roots(dir.path()), 1);
+        assert!(!root.exists(), "the root is gone");
+        assert!(other.exists(), "a cluster directory is not an image root");
+    }
 
     /// Two processes building at once take turns: a second open of the lock file stands for
     /// the other process (`flock` locks belong to an open file, not to a process). The waiter
