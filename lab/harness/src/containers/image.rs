@@ -37,9 +37,6 @@ const RECIPE: &str = "v1: debootstrap --variant=minbase, docker import";
 
 pub use crate::server::postgres::debian_suite_for as suite_for;
 
-/// One image build at a time in this process (tests run scenarios side by side).
-static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// The images the lab builds, by what they hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LabImage {
@@ -143,32 +140,14 @@ async fn image_with(major: u32, flavour: &str, extra: &[&str]) -> Result<Image, 
             built_in: None,
         });
     }
-    // Another image being built here first: said, so that a run waiting on it is not silent.
-    let _one_at_a_time = match BUILDING.try_lock() {
-        Ok(guard) => guard,
-        Err(_) => {
-            let waited = Instant::now();
-            let label = format!("{flavour}{major}");
-            eprintln!("lab: image {label}: waiting for the image build under way to finish first");
-            let guard = crate::wait::with_heartbeat(
-                &format!("image {label}: waiting for the build under way"),
-                BUILDING.lock(),
-            )
-            .await;
-            eprintln!(
-                "lab: image {label}: waited {:.0} s for the build under way",
-                waited.elapsed().as_secs_f64()
-            );
-            guard
-        }
-    };
-    // One build at a time on this machine too: the test runner starts several container tests
-    // at once, each in its own process, and each built the same image beside the others
-    // (measured on a fresh machine: four debootstraps at once, 252 s for the one that finished
-    // first, while the tests that waited on them ran out of time).
+    // One build at a time on this machine, in this process or another: the test runner starts
+    // several container tests at once, each in its own process, and each built the same image
+    // beside the others (measured on a fresh machine: four debootstraps at once, 252 s for the
+    // one that finished first, while the tests that waited on them ran out of time). A `flock`
+    // belongs to an open file, so two tasks of one process take turns on it too.
     let _one_on_this_machine =
         machine_lock(Path::new(MACHINE_LOCK), &format!("{flavour}{major}")).await?;
-    // Built by the build this one waited for, or by another process meanwhile.
+    // Built by the build this one waited for.
     if present(&reference).await? {
         return Ok(Image {
             reference,
@@ -274,7 +253,9 @@ pub fn remove_killed_builds() -> usize {
 
 /// Where the lab's processes on this machine take turns building images: a fixed path, not the
 /// temporary directory (the tests give each lab a `TMPDIR` of its own).
-const MACHINE_LOCK: &str = "/tmp/fencing-lab-images.lock";
+/// Hidden, and not named like a lab's directory (`fencing-lab-*`): it stays, as a lock file
+/// must (one removed while a lab waits on it would let two builds in).
+const MACHINE_LOCK: &str = "/tmp/.fencing-lab-images.lock";
 
 /// The lock file at `path`: read-only where it exists (a `flock` needs no more, and another
 /// user's lab may have made it); made, readable by everyone, where it does not.
@@ -294,7 +275,7 @@ fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// An exclusive `flock` on `path` ([`MACHINE_LOCK`]), held until dropped (the kernel releases it when the
-/// process dies, however it dies). Said when another process holds it; polled (never a blocking
+/// process dies, however it dies). Said when another build holds it; polled (never a blocking
 /// `flock` a Ctrl-C could not interrupt) until it is free, up to the build's own timeout.
 async fn machine_lock(path: &Path, label: &str) -> Result<Flock<std::fs::File>, ContainerError> {
     let failed = |e: String| ContainerError::Cli {
@@ -325,9 +306,9 @@ async fn machine_lock(path: &Path, label: &str) -> Result<Flock<std::fs::File>, 
     };
     if !try_lock().await.map_err(|e| failed(e.to_string()))? {
         let waited = Instant::now();
-        eprintln!("lab: image {label}: waiting for another process's image build to finish first");
+        eprintln!("lab: image {label}: waiting for the image build under way to finish first");
         crate::wait::until_every(
-            &format!("another process's build of image {label} is done"),
+            &format!("the build under way (image {label}) is done"),
             BUILD_TIMEOUT,
             Duration::from_millis(250),
             try_lock,
@@ -335,7 +316,7 @@ async fn machine_lock(path: &Path, label: &str) -> Result<Flock<std::fs::File>, 
         .await
         .map_err(|e| failed(e.to_string()))?;
         eprintln!(
-            "lab: image {label}: waited {:.0} s for another process's build",
+            "lab: image {label}: waited {:.0} s for the build under way",
             waited.elapsed().as_secs_f64()
         );
     }
@@ -425,23 +406,11 @@ pub async fn remove_images() -> Result<usize, ContainerError> {
         ))
         .await
         .map_err(|source| ContainerError::engine("list the lab's images", source))?;
-    let refs: Vec<String> = images
+    let mut names: Vec<String> = images
         .into_iter()
         .flat_map(|image| image.repo_tags)
         .filter(|r| r.starts_with(&format!("{IMAGE_REPO}:")))
         .collect();
-    for reference in &refs {
-        docker
-            .remove_image(
-                reference,
-                Some(RemoveImageOptionsBuilder::new().force(true).build()),
-                None,
-            )
-            .await
-            .map_err(|source| {
-                ContainerError::engine(format!("remove the image {reference}"), source)
-            })?;
-    }
     // And the lab's images that lost their tag: one built again over it (two builds at once,
     // before builds took turns on a machine) left the older untagged, with its label.
     let filters = HashMap::from([
@@ -454,19 +423,18 @@ pub async fn remove_images() -> Result<usize, ContainerError> {
         ))
         .await
         .map_err(|source| ContainerError::engine("list the lab's untagged images", source))?;
-    for image in &untagged {
+    names.extend(untagged.into_iter().map(|image| image.id));
+    for name in &names {
         docker
             .remove_image(
-                &image.id,
+                name,
                 Some(RemoveImageOptionsBuilder::new().force(true).build()),
                 None,
             )
             .await
-            .map_err(|source| {
-                ContainerError::engine(format!("remove the untagged image {}", image.id), source)
-            })?;
+            .map_err(|source| ContainerError::engine(format!("remove the image {name}"), source))?;
     }
-    Ok(refs.len() + untagged.len())
+    Ok(names.len())
 }
 
 #[cfg(test)]
