@@ -90,8 +90,9 @@ fn docker(args: &[&str]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// What still carries the mark of the lab with `pid`: containers, networks, iptables rules.
-fn left_by(pid: u32) -> (usize, usize, usize) {
+/// What still carries the mark of the lab with `pid`: containers, networks, iptables rules, and
+/// volumes (each container's /tmp, where its server keeps its data).
+fn left_by(pid: u32) -> (usize, usize, usize, usize) {
     let prefix = format!("{pid}-");
     let format = format!("{{{{.Label \"{LABEL}\"}}}}");
     let filter = format!("label={LABEL}");
@@ -112,7 +113,10 @@ fn left_by(pid: u32) -> (usize, usize, usize) {
                 .count()
         })
         .unwrap_or(0);
-    (containers, networks, rules)
+    let volumes = ours(docker(&[
+        "volume", "ls", "--filter", &filter, "--format", &format,
+    ]));
+    (containers, networks, rules, volumes)
 }
 
 /// Removes the containers, then the networks, that carry the mark of the lab with `pid`.
@@ -192,7 +196,7 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
     let pid = lab.id();
     assert_ne!(
         left_by(pid),
-        (0, 0, 0),
+        (0, 0, 0, 0),
         "the audit must see what a running F15 has"
     );
     stopped_leaving_nothing(&mut lab, Signal::SIGINT, 130, "SIGINT")?;
@@ -211,11 +215,31 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
     let pid = lab.id();
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
     lab.wait()?;
-    let (c, n, r) = left_by(pid);
+    let (c, n, r, v) = left_by(pid);
     assert!(
-        c >= 1 && n >= 1 && r >= 1,
-        "a killed lab leaves ({c}, {n}, {r})"
+        c >= 1 && n >= 1 && r >= 1 && v >= 1,
+        "a killed lab leaves ({c}, {n}, {r}, {v})"
     );
+    // One of its containers removed by hand without its volume: the volume, no longer used,
+    // must still be found by its mark.
+    let format = format!("{{{{.ID}}}} {{{{.Label \"{LABEL}\"}}}}");
+    let one = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label={LABEL}"),
+        "--format",
+        &format,
+    ])
+    .into_iter()
+    .find_map(|l| {
+        let (id, mark) = l.split_once(' ')?;
+        mark.starts_with(&format!("{pid}-")).then(|| id.to_owned())
+    })
+    .expect("a container of the killed lab");
+    docker(&["rm", "-f", &one]);
+    assert_eq!(left_by(pid).0, c - 1, "removed by hand: {one}");
+    assert_eq!(left_by(pid).3, v, "its volume stays, unused");
     let clean = Command::new(env!("CARGO_BIN_EXE_lab"))
         .arg("clean")
         .env("TMPDIR", sandbox.path())
@@ -223,8 +247,8 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
     assert!(clean.status.success(), "{clean:?}");
     assert_eq!(
         left_by(pid),
-        (0, 0, 0),
-        "lab clean left containers, networks or holds"
+        (0, 0, 0, 0),
+        "lab clean left containers, networks, holds or volumes"
     );
     Ok(())
 }
@@ -239,15 +263,20 @@ fn stopped_leaving_nothing(
 ) -> anyhow::Result<()> {
     let pid = lab.id();
     kill(Pid::from_raw(pid as i32), signal)?;
+    let sent = std::time::Instant::now();
     let exited = poll(Duration::from_secs(10), || {
         matches!(lab.try_wait(), Ok(Some(_)))
     });
     assert!(exited, "{what}: still running 10 s after the signal");
+    eprintln!(
+        "{what}: the lab exited {} ms after the signal",
+        sent.elapsed().as_millis()
+    );
     assert_eq!(lab.wait()?.code(), Some(code), "{what}");
     assert_eq!(
         left_by(pid),
-        (0, 0, 0),
-        "{what}: containers, networks, holds left"
+        (0, 0, 0, 0),
+        "{what}: containers, networks, holds, volumes left"
     );
     Ok(())
 }
@@ -337,7 +366,7 @@ fn the_container_backend_runs_f1_to_f9_keeps_on_request_and_leaves_nothing_other
     );
     assert_eq!(
         left_by(pid),
-        (0, 0, 0),
+        (0, 0, 0, 0),
         "a passing run left containers or networks"
     );
 
@@ -373,7 +402,7 @@ fn the_container_backend_runs_f1_to_f9_keeps_on_request_and_leaves_nothing_other
     assert!(clean.status.success(), "{clean:?}");
     assert_eq!(
         left_by(kept_pid),
-        (0, 0, 0),
+        (0, 0, 0, 0),
         "lab clean left a kept run's containers or networks"
     );
     Ok(())
@@ -419,7 +448,11 @@ fn chaos_on_containers_delays_and_partitions_holders_and_leaves_nothing() -> any
         !dropped.is_empty() && dropped.iter().all(|&n| n >= 1),
         "every cut drops at least one connection: {dropped:?}"
     );
-    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0, 0),
+        "containers, networks, rules, volumes left"
+    );
     Ok(())
 }
 
@@ -451,7 +484,7 @@ fn the_lease_store_on_patroni_runs_f1_and_f4_and_an_interrupted_failover_leaves_
     assert!(!out.contains("  skip") && !out.contains("  FAIL"), "{out}");
     assert_eq!(
         left_by(pid),
-        (0, 0, 0),
+        (0, 0, 0, 0),
         "a passing run left containers or networks"
     );
 
@@ -535,7 +568,11 @@ fn chaos_fails_a_patroni_lease_store_over_and_the_fence_holds() -> anyhow::Resul
         assert_eq!(left_by(pid).0, 1, "a failing run keeps res26's container");
         remove_marked_by(pid);
     }
-    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
+    assert_eq!(
+        left_by(pid),
+        (0, 0, 0, 0),
+        "containers, networks, rules, volumes left"
+    );
     Ok(())
 }
 
@@ -601,8 +638,8 @@ fn passes_the_experiments_with_its_own_token(store: &str, token: &str) -> anyhow
     }
     assert_eq!(
         left_by(pid),
-        (0, 0, 0),
-        "{store}: containers, networks, rules left"
+        (0, 0, 0, 0),
+        "{store}: containers, networks, rules, volumes left"
     );
     Ok(())
 }
@@ -660,8 +697,8 @@ fn redis_plain_without_a_token_fails_f4_and_f5_exposes_it() -> anyhow::Result<()
     remove_marked_by(pid);
     assert_eq!(
         left_by(pid),
-        (0, 0, 0),
-        "redis-plain: containers, networks, rules left"
+        (0, 0, 0, 0),
+        "redis-plain: containers, networks, rules, volumes left"
     );
     Ok(())
 }
@@ -708,8 +745,8 @@ fn chaos_passes_and_its_control_exposes_a_violation(store: &str) -> anyhow::Resu
     );
     assert_eq!(
         left_by(pid),
-        (0, 0, 0),
-        "{store}: containers, networks, rules left"
+        (0, 0, 0, 0),
+        "{store}: containers, networks, rules, volumes left"
     );
     Ok(())
 }
