@@ -90,9 +90,8 @@ fn docker(args: &[&str]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// What still carries the mark of the lab with `pid`: containers, networks, iptables rules, and
-/// volumes (each container's /tmp, where its server keeps its data).
-fn left_by(pid: u32) -> (usize, usize, usize, usize) {
+/// What still carries the mark of the lab with `pid`: containers, networks, iptables rules.
+fn left_by(pid: u32) -> (usize, usize, usize) {
     let prefix = format!("{pid}-");
     let format = format!("{{{{.Label \"{LABEL}\"}}}}");
     let filter = format!("label={LABEL}");
@@ -113,10 +112,7 @@ fn left_by(pid: u32) -> (usize, usize, usize, usize) {
                 .count()
         })
         .unwrap_or(0);
-    let volumes = ours(docker(&[
-        "volume", "ls", "--filter", &filter, "--format", &format,
-    ]));
-    (containers, networks, rules, volumes)
+    (containers, networks, rules)
 }
 
 /// Removes the containers, then the networks, that carry the mark of the lab with `pid`.
@@ -196,7 +192,7 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
     let pid = lab.id();
     assert_ne!(
         left_by(pid),
-        (0, 0, 0, 0),
+        (0, 0, 0),
         "the audit must see what a running F15 has"
     );
     stopped_leaving_nothing(&mut lab, Signal::SIGINT, 130, "SIGINT")?;
@@ -215,31 +211,11 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
     let pid = lab.id();
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL)?;
     lab.wait()?;
-    let (c, n, r, v) = left_by(pid);
+    let (c, n, r) = left_by(pid);
     assert!(
-        c >= 1 && n >= 1 && r >= 1 && v >= 1,
-        "a killed lab leaves ({c}, {n}, {r}, {v})"
+        c >= 1 && n >= 1 && r >= 1,
+        "a killed lab leaves ({c}, {n}, {r})"
     );
-    // One of its containers removed by hand without its volume: the volume, no longer used,
-    // must still be found by its mark.
-    let format = format!("{{{{.ID}}}} {{{{.Label \"{LABEL}\"}}}}");
-    let one = docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label={LABEL}"),
-        "--format",
-        &format,
-    ])
-    .into_iter()
-    .find_map(|l| {
-        let (id, mark) = l.split_once(' ')?;
-        mark.starts_with(&format!("{pid}-")).then(|| id.to_owned())
-    })
-    .expect("a container of the killed lab");
-    docker(&["rm", "-f", &one]);
-    assert_eq!(left_by(pid).0, c - 1, "removed by hand: {one}");
-    assert_eq!(left_by(pid).3, v, "its volume stays, unused");
     let clean = Command::new(env!("CARGO_BIN_EXE_lab"))
         .arg("clean")
         .env("TMPDIR", sandbox.path())
@@ -247,8 +223,8 @@ fn a_lab_stopped_while_a_request_is_held_leaves_nothing_behind() -> anyhow::Resu
     assert!(clean.status.success(), "{clean:?}");
     assert_eq!(
         left_by(pid),
-        (0, 0, 0, 0),
-        "lab clean left containers, networks, holds or volumes"
+        (0, 0, 0),
+        "lab clean left containers, networks or holds"
     );
     Ok(())
 }
@@ -275,8 +251,8 @@ fn stopped_leaving_nothing(
     assert_eq!(lab.wait()?.code(), Some(code), "{what}");
     assert_eq!(
         left_by(pid),
-        (0, 0, 0, 0),
-        "{what}: containers, networks, holds, volumes left"
+        (0, 0, 0),
+        "{what}: containers, networks, holds left"
     );
     Ok(())
 }
@@ -366,7 +342,7 @@ fn the_container_backend_runs_f1_to_f9_keeps_on_request_and_leaves_nothing_other
     );
     assert_eq!(
         left_by(pid),
-        (0, 0, 0, 0),
+        (0, 0, 0),
         "a passing run left containers or networks"
     );
 
@@ -402,7 +378,7 @@ fn the_container_backend_runs_f1_to_f9_keeps_on_request_and_leaves_nothing_other
     assert!(clean.status.success(), "{clean:?}");
     assert_eq!(
         left_by(kept_pid),
-        (0, 0, 0, 0),
+        (0, 0, 0),
         "lab clean left a kept run's containers or networks"
     );
     Ok(())
@@ -448,11 +424,7 @@ fn chaos_on_containers_delays_and_partitions_holders_and_leaves_nothing() -> any
         !dropped.is_empty() && dropped.iter().all(|&n| n >= 1),
         "every cut drops at least one connection: {dropped:?}"
     );
-    assert_eq!(
-        left_by(pid),
-        (0, 0, 0, 0),
-        "containers, networks, rules, volumes left"
-    );
+    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
     Ok(())
 }
 
@@ -484,7 +456,7 @@ fn the_lease_store_on_patroni_runs_f1_and_f4_and_an_interrupted_failover_leaves_
     assert!(!out.contains("  skip") && !out.contains("  FAIL"), "{out}");
     assert_eq!(
         left_by(pid),
-        (0, 0, 0, 0),
+        (0, 0, 0),
         "a passing run left containers or networks"
     );
 
@@ -568,11 +540,7 @@ fn chaos_fails_a_patroni_lease_store_over_and_the_fence_holds() -> anyhow::Resul
         assert_eq!(left_by(pid).0, 1, "a failing run keeps res26's container");
         remove_marked_by(pid);
     }
-    assert_eq!(
-        left_by(pid),
-        (0, 0, 0, 0),
-        "containers, networks, rules, volumes left"
-    );
+    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
     Ok(())
 }
 
@@ -638,8 +606,8 @@ fn passes_the_experiments_with_its_own_token(store: &str, token: &str) -> anyhow
     }
     assert_eq!(
         left_by(pid),
-        (0, 0, 0, 0),
-        "{store}: containers, networks, rules, volumes left"
+        (0, 0, 0),
+        "{store}: containers, networks, rules left"
     );
     Ok(())
 }
@@ -697,8 +665,8 @@ fn redis_plain_without_a_token_fails_f4_and_f5_exposes_it() -> anyhow::Result<()
     remove_marked_by(pid);
     assert_eq!(
         left_by(pid),
-        (0, 0, 0, 0),
-        "redis-plain: containers, networks, rules, volumes left"
+        (0, 0, 0),
+        "redis-plain: containers, networks, rules left"
     );
     Ok(())
 }
@@ -745,8 +713,8 @@ fn chaos_passes_and_its_control_exposes_a_violation(store: &str) -> anyhow::Resu
     );
     assert_eq!(
         left_by(pid),
-        (0, 0, 0, 0),
-        "{store}: containers, networks, rules, volumes left"
+        (0, 0, 0),
+        "{store}: containers, networks, rules left"
     );
     Ok(())
 }

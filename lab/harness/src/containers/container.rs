@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTypeEnum, MountVolumeOptions};
+use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
     RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -73,10 +73,6 @@ pub(crate) fn block_on<T: Send>(job: impl Future<Output = T> + Send) -> Option<T
     })
 }
 
-/// Where the lab's containers keep their servers' data: a volume of the container's own (see
-/// [`Container::start`]).
-const DATA_VOLUME: &str = "/tmp";
-
 /// What a container is made of: the lab's containers differ only in these.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {
@@ -125,24 +121,6 @@ impl Container {
                 network_mode: spec.network.clone(),
                 cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
                 binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
-                // Every server of the lab keeps its data under /tmp (PostgreSQL's, Patroni's,
-                // etcd's, ZooKeeper's, Redis's): on a volume of its own it is written to the
-                // host's file system directly, not through the engine's storage driver
-                // (fuse-overlayfs here, where every write is a round trip through a FUSE
-                // daemon: initdb in a container took 2.9 s on it and 1.85 s on a volume). The
-                // volume starts with the image's /tmp (mode 1777), carries the run's mark as
-                // the container does (a leftover is found by it), lives as long as the
-                // container (a restart keeps the data, as F8's crash needs) and is removed with
-                // it (`remove`: `v`).
-                mounts: Some(vec![Mount {
-                    target: Some(DATA_VOLUME.to_owned()),
-                    typ: Some(MountTypeEnum::VOLUME),
-                    volume_options: Some(MountVolumeOptions {
-                        labels: Some(HashMap::from([(LABEL.to_owned(), spec.mark.clone())])),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }]),
                 ..Default::default()
             }),
             ..Default::default()

@@ -1,5 +1,4 @@
-//! What runs leave behind, found by the label [`LABEL`] and removed: the containers (with their
-//! data volumes) and networks
+//! What runs leave behind, found by the label [`LABEL`] and removed: the containers and networks
 //! of labs that are not running any more, or of one run ([`remove_labelled`]: `lab clean`, the
 //! next run, a lab's shutdown), and everything this process's labs made
 //! ([`remove_this_process`]: a test process a signal is stopping). It never removes what a
@@ -8,10 +7,7 @@
 
 use std::collections::HashMap;
 
-use bollard::query_parameters::{
-    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder,
-    RemoveVolumeOptions,
-};
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListNetworksOptionsBuilder};
 
 use super::{container, docker, remove_held_rules, ContainerError, KEPT_PREFIX, LABEL};
 
@@ -65,30 +61,6 @@ pub async fn remove_labelled(
         .collect();
     for id in &containers {
         container::remove(id).await?;
-    }
-    // A container's data volume goes with it; one whose container went another way (removed
-    // by hand without its volumes) is found by its mark too, once nothing uses it.
-    let mut volume_filters = filters.clone();
-    volume_filters.insert("dangling".to_owned(), vec!["true".to_owned()]);
-    if let Ok(listed) = docker
-        .list_volumes(Some(
-            ListVolumesOptionsBuilder::new()
-                .filters(&volume_filters)
-                .build(),
-        ))
-        .await
-    {
-        for volume in listed.volumes.unwrap_or_default() {
-            let of_a_removed_run = volume
-                .labels
-                .get(LABEL)
-                .is_some_and(|m| mark.is_some() || !lab_alive(m));
-            if of_a_removed_run {
-                let _ = docker
-                    .remove_volume(&volume.name, None::<RemoveVolumeOptions>)
-                    .await;
-            }
-        }
     }
     let networks = docker
         .list_networks(Some(
