@@ -23,7 +23,25 @@ containers=$(scripts/ensure-containers.sh)
 # $LAB_SKIPPED, printed here after the runner's summary.
 LAB_SKIPPED=$(mktemp)
 export LAB_SKIPPED
-trap 'rm -f "$LAB_SKIPPED"' EXIT
+# The tests' temp directories — every embedded cluster's and MariaDB server's data, the lab runs'
+# evidence — on tmpfs when /dev/shm is one with room (4 GiB free), not on the disk: creating
+# and deleting thousands of small files there was most of the suite's system time (perf: ext4's
+# inode allocation under postgres and initdb). Measured on this 2-core machine, 44 embedded
+# tests: 82 s wall, 58 s system CPU on ext4; 60 s, 24 s on tmpfs. A server killed by a crash
+# experiment keeps what it wrote either way (a process crash, not a power cut). LAB_TEST_TMPDIR
+# chooses another place ("" keeps $TMPDIR).
+tests_tmp=
+if [ -z "${LAB_TEST_TMPDIR+set}" ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] \
+  && [ "$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')" -ge $((4 * 1024 * 1024)) ]; then
+  LAB_TEST_TMPDIR=/dev/shm
+fi
+if [ -n "${LAB_TEST_TMPDIR:-}" ]; then
+  tests_tmp=$(mktemp -d "$LAB_TEST_TMPDIR/fencing-lab-tests.XXXXXX")
+  chmod 0755 "$tests_tmp"
+  export TMPDIR=$tests_tmp
+  echo "test: the tests' temp directories are in $tests_tmp (LAB_TEST_TMPDIR= keeps \$TMPDIR)" >&2
+fi
+trap 'rm -f "$LAB_SKIPPED"; [ -z "$tests_tmp" ] || rm -rf "$tests_tmp"' EXIT
 # The runner runs in the background so that this script can print that list after it; a SIGTERM
 # or SIGINT sent to this script is passed on to it as SIGTERM (an asynchronous command ignores the
 # terminal's SIGINT, and bash would hold a signal to the script until a foreground child ended),

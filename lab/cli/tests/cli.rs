@@ -34,6 +34,15 @@ impl Sandbox {
         self.dir.path().join(name)
     }
 
+    /// `lab clean` of this sandbox's leftovers: its clusters; no container (`NO_ENGINE`).
+    fn clean(&self) -> anyhow::Result<Output> {
+        Ok(Command::new(env!("CARGO_BIN_EXE_lab"))
+            .arg("clean")
+            .env("TMPDIR", self.path("tmp"))
+            .env(common::NO_ENGINE.0, common::NO_ENGINE.1)
+            .output()?)
+    }
+
     fn lab(&self, args: &[&str]) -> anyhow::Result<Output> {
         Ok(Command::new(env!("CARGO_BIN_EXE_lab"))
             .args(args)
@@ -510,6 +519,7 @@ fn list_and_clean_end_quietly_when_their_reader_went_away() -> anyhow::Result<()
         let out = Command::new(env!("CARGO_BIN_EXE_lab"))
             .arg(command)
             .env("TMPDIR", sb.path("tmp"))
+            .env(common::NO_ENGINE.0, common::NO_ENGINE.1)
             .stdout(closed_stdout()?)
             .stderr(std::process::Stdio::piped())
             .output()?;
@@ -1052,7 +1062,7 @@ fn a_profile_of_ones_own_is_run_and_judged_by_the_experiments() -> anyhow::Resul
         text.contains("FAIL A's stale write is rejected by the resource"),
         "{text}"
     );
-    let _ = sb.lab(&["clean"])?;
+    let _ = sb.clean()?;
 
     // The student's fix: the floor check back in place.
     fs::write(
@@ -1528,6 +1538,6 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
         "{out}"
     );
     // The failing runs kept their clusters for a look inside.
-    let _ = sb.lab(&["clean"])?;
+    let _ = sb.clean()?;
     sb.assert_nothing_left()
 }

@@ -44,6 +44,13 @@ const MASKS: &[(&str, &str)] = &[
     (r"deadline passed by \d+ ms", "deadline passed by <N> ms"),
     (r"\d+ renewals, \d+ ok", "<N> renewals, <N> ok"),
     (r"peak \d+ of", "peak <N> of"),
+    // F3: how soon every contender waited at the server, and what the server then ran at once.
+    (
+        r"waiting at once after \d+ ms",
+        "waiting at once after <N> ms",
+    ),
+    (r"let go, \d+ transactions", "let go, <N> transactions"),
+    (r"µs\), \d+ executing", "µs), <N> executing"),
     // F3's last-moments round: how much of the lease was left, and how many statements the
     // server judged before its expiry (all, unless the machine stalled; the verdict stays).
     (

@@ -41,6 +41,7 @@ fn run(only: &str, sut: &Path) -> anyhow::Result<(Option<i32>, String)> {
         let _ = Command::new(env!("CARGO_BIN_EXE_lab"))
             .arg("clean")
             .env("TMPDIR", &tmp)
+            .env(common::NO_ENGINE.0, common::NO_ENGINE.1)
             .output()?;
     }
     assert!(

@@ -423,3 +423,38 @@ async fn the_timed_acquire_span_covers_a_wait_on_the_row_lock() -> anyhow::Resul
     assert!(db.lease.renew(&mut a).await?, "a still holds it");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_table_gate_holds_every_acquire_at_the_server_until_it_opens() -> anyhow::Result<()> {
+    let db = common::start().await?;
+    // With nobody holding the table, nothing waits for it: the count F3 checks is no constant.
+    assert_eq!(db.lease.waiting_for_the_table().await?, 0);
+    let gate = db.lease.gate().await?;
+    let contenders: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|who| {
+            let lease = db.lease.clone();
+            tokio::spawn(async move { lease.acquire_timed("job", who, TTL).await })
+        })
+        .collect();
+    harness::wait::until(
+        "both acquires wait at the server for the held table",
+        Duration::from_secs(30),
+        || async { Ok::<_, Error>(db.lease.waiting_for_the_table().await? == 2) },
+    )
+    .await?;
+    assert!(
+        contenders.iter().all(|c| !c.is_finished()),
+        "an acquire ended while the table was held"
+    );
+    gate.open().await?;
+    let mut winners = Vec::new();
+    for c in contenders {
+        if let (Some(grant), _) = c.await?? {
+            winners.push(grant.token);
+        }
+    }
+    assert_eq!(winners.len(), 1, "one winner once let go: {winners:?}");
+    assert_eq!(db.lease.waiting_for_the_table().await?, 0);
+    Ok(())
+}

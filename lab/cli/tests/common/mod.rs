@@ -6,6 +6,16 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// `DOCKER_HOST` for a `lab clean` of a test that started no container: an engine that does not
+/// answer, so that its clean removes its own sandbox's leftovers only. `lab clean` also removes
+/// every kept container on the machine, and the container tests run beside the others: a
+/// fresh-clone suite saw an embedded test's clean remove the containers a container test had
+/// just kept, and that test's check that the next run leaves them failed.
+pub const NO_ENGINE: (&str, &str) = (
+    "DOCKER_HOST",
+    "unix:///nonexistent/fencing-lab-tests-started-no-container.sock",
+);
+
 /// The command lines of live processes that mention `path` (a test's private TMPDIR).
 pub fn processes_mentioning(path: &Path) -> Vec<String> {
     let needle = path.to_string_lossy().into_owned();

@@ -1,12 +1,13 @@
 //! SQL of the lease table that a service would never run, kept apart from the store a reader
 //! copies (`sql.rs`): an acquire timed by the server's own clock (F3 asks whether contenders'
 //! statements really ran at the same time; `lab profile check` prepares a profile's acquire in
-//! that form too), and an operator's mistake (F11 truncates the lease table by hand to show what
+//! that form too), a hold on the lease table that makes F3's contenders wait at the server and
+//! lets them go together ([`TableGate`]), and an operator's mistake (F11 truncates the lease table by hand to show what
 //! it costs). Nothing of the system under test calls these.
 
 use std::time::{Duration, Instant};
 
-use sqlx::{PgExecutor, Row};
+use sqlx::{PgExecutor, Postgres, Row, Transaction};
 
 use super::sql::stmt::acquire_args;
 use super::{Grant, SqlLeaseStore};
@@ -30,6 +31,56 @@ impl SqlLeaseStore {
             .map(|token| self.grant(name, holder, token, ttl, sent))
             .transpose()?;
         Ok((grant, timed.span))
+    }
+}
+
+impl SqlLeaseStore {
+    /// Holds the lease table (`LOCK TABLE … IN SHARE MODE`, in a transaction of this store's
+    /// connection) so that every statement that writes it waits at the server until
+    /// [`TableGate::open`]: F3's barrier, at the server rather than in the lab's tasks. Each
+    /// contender's acquire waits for the table's lock when its statement is bound, before it
+    /// executes (`statement_timestamp()` is taken at Execute), so the moments [`acquire_timed`]
+    /// reports begin after the gate opened. Dropped unopened, the transaction rolls back and the
+    /// table is free again.
+    pub async fn gate(&self) -> Result<TableGate> {
+        let mut tx = self
+            .pool()
+            .begin()
+            .await
+            .op("begin the gate's transaction")?;
+        sqlx::query(&format!("LOCK TABLE {} IN SHARE MODE", self.sql().table))
+            .execute(&mut *tx)
+            .await
+            .op("hold the lease table (LOCK TABLE … IN SHARE MODE)")?;
+        Ok(TableGate { tx })
+    }
+
+    /// How many sessions wait for a lock on the lease table now (`pg_locks`, a live view): the
+    /// statements a [`TableGate`] holds, once they reached the server.
+    pub async fn waiting_for_the_table(&self) -> Result<i64> {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks
+              WHERE locktype = 'relation' AND relation = to_regclass($1) AND NOT granted",
+        )
+        .bind(&self.sql().table)
+        .fetch_one(self.pool())
+        .await
+        .op("count the statements waiting for the lease table")
+    }
+}
+
+/// The lease table held by [`SqlLeaseStore::gate`].
+pub struct TableGate {
+    tx: Transaction<'static, Postgres>,
+}
+
+impl TableGate {
+    /// Lets every waiting statement go at once: the gate's transaction ends, its lock with it.
+    pub async fn open(self) -> Result<()> {
+        self.tx
+            .commit()
+            .await
+            .op("open the gate (end its transaction)")
     }
 }
 

@@ -256,10 +256,14 @@ impl ZkLeaseStore {
         let mine = self.sessions.lock().expect("sessions").get(node).cloned()?;
         let id = mine.session_id();
         // A connection the server closed is lost until the client reconnects and hears of its
-        // session (longer on a loaded machine): on each loss, wait for the client's session
-        // state to change (reconnected, or expired) and ask again, for at most the session's own
-        // timeout. The watcher is taken before the first question, so no change is missed.
-        let deadline = Instant::now() + grant.ttl.max(Duration::from_secs(2));
+        // session: on each loss, wait for the client's session state to change (reconnected, or
+        // expired) and ask again. The client decides within its own bounds — it gives a session
+        // up 1.4 × its timeout after it last heard from the server, or is told so by the server,
+        // each connection attempt taking up to CONNECT_TIMEOUT — so wait that long: a bound of
+        // 2 s was too short on a loaded machine (a fresh-clone CI saw no answer from A's session
+        // after its freeze, and the check of what the client heard failed). The watcher is taken
+        // before the first question, so no change is missed.
+        let deadline = Instant::now() + grant.ttl * 7 / 5 + CONNECT_TIMEOUT;
         let mut states = mine.state_watcher();
         let mut answer = mine.check_stat(node).await;
         while matches!(answer, Err(zk::Error::ConnectionLoss)) {
@@ -282,7 +286,19 @@ impl ZkLeaseStore {
                  reconnected (zookeeper-client: SessionExpired, state {state:?}); its ephemeral \
                  node {node} went with it"
             )),
-            Err(_) => return None,
+            // No answer in time: the store's own session is asked instead (`None`), and if the
+            // node is gone, the holding is lost for a reason that says what its session said.
+            Err(e) => {
+                let why = format!(
+                    "the client's session {id} gave no answer ({e}, state {state:?}); the \
+                     store's session finds the node {node} gone"
+                );
+                return if self.holds(grant).await.ok() == Some(false) {
+                    Some(Err(why))
+                } else {
+                    None
+                };
+            }
         })
     }
 
