@@ -54,6 +54,9 @@ impl EtcdCluster {
             cmd: vec!["sh".into(), "-c".into(), script()],
             network: Some(network.name.clone()),
             mark: mark.to_owned(),
+            // The members' data directories and the snapshot (/tmp/m0…, /tmp/snap.db), in
+            // memory: a restore restarts the members, never the container.
+            tmpfs: vec!["/tmp".into()],
             ..Spec::default()
         })
         .await

@@ -287,6 +287,9 @@ impl PatroniCluster {
                 // To cut a node off from its peers with routes of its own (`isolate`).
                 cap_add: vec!["NET_ADMIN".into()],
                 binds: Vec::new(),
+                // Its etcd member's and its server's data (/tmp/etcd, /tmp/pgdata) in memory: a
+                // node is never started again (a lost host stays lost).
+                tmpfs: vec!["/tmp".into()],
             })
             .await;
             let container = match container {

@@ -131,6 +131,8 @@ impl RedisServers {
                     network: Some(network.name.clone()),
                     mark: mark.to_owned(),
                     binds,
+                    // Nothing is persisted (`--save ''`); the clock shim's offset file.
+                    tmpfs: vec!["/tmp".into()],
                     ..Spec::default()
                 })
                 .await?;

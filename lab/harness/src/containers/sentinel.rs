@@ -51,6 +51,7 @@ impl SentinelGroup {
             cmd: vec!["sh".into(), "-c".into(), script],
             network: Some(network.name.clone()),
             mark: mark.to_owned(),
+            tmpfs: vec!["/tmp".into()],
             ..Spec::default()
         };
         let mut started: Vec<Container> = Vec::new();

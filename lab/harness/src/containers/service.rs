@@ -145,6 +145,9 @@ impl ServiceContainer {
             cmd: vec!["sh".into(), "-c".into(), recipe.script.clone()],
             network: Some(network.name.clone()),
             mark: mark.to_owned(),
+            // The service's data (etcd's /tmp/etcd, ZooKeeper's /tmp/zk) in memory: the
+            // container is never started again.
+            tmpfs: vec!["/tmp".into()],
             ..Spec::default()
         })
         .await
