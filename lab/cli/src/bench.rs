@@ -50,7 +50,7 @@ struct Cell {
     /// in `pg_stat_activity`, sampled every 10 ms, with their shares ("" for pgbench).
     waits: String,
     /// WAL written per transaction while pgbench ran (bytes; `None` for the lab's writers, whose
-    /// warm-up writes share the measurement).
+    /// warm-up writes share the measurement, and for a pgbench cell that completed none).
     wal_per_tx: Option<f64>,
 }
 
@@ -628,14 +628,29 @@ async fn run_pgbench(
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let tps: f64 = text
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("tps = ")
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-        })
-        .with_context(|| format!("{name} printed no tps"))?;
+    let tps: Option<f64> = text.lines().find_map(|l| {
+        l.strip_prefix("tps = ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    });
+    let processed: Option<u64> = text.lines().find_map(|l| {
+        l.strip_prefix("number of transactions actually processed: ")
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|v| v.parse().ok())
+    });
+    let tps = match (tps, processed) {
+        (Some(tps), _) => tps,
+        // pgbench prints no rate when no transaction ended in its window: the cell measured
+        // none (seen: a 1 s cell while seven tests loaded two cores). Zero, said so, not an error.
+        (None, Some(0)) => {
+            eprintln!(
+                "lab bench: {name} with {n} client(s) completed no transaction in its {secs} s \
+                 (the machine was too busy for a cell this short; --duration-ms gives it longer)"
+            );
+            0.0
+        }
+        _ => bail!("{name} printed no tps:\n{}", text.trim()),
+    };
     // Per-transaction logs: "client_id transaction_no latency_us script_no epoch epoch_us".
     let mut lat = Vec::new();
     for entry in std::fs::read_dir(work.path())?.flatten() {
@@ -661,7 +676,7 @@ async fn run_pgbench(
         p50_ms: percentile(&lat, 0.50),
         p99_ms: percentile(&lat, 0.99),
         waits: String::new(),
-        wal_per_tx: Some(wal as f64 / writes.max(1) as f64),
+        wal_per_tx: (writes > 0).then(|| wal as f64 / writes as f64),
     })
 }
 
@@ -719,6 +734,8 @@ fn reference(cells: &[Cell], name: &str, clients: usize) -> Option<f64> {
         .iter()
         .find(|c| c.name == name && c.clients == clients)
         .map(|c| c.per_sec)
+        // A reference cell that completed nothing is no yardstick.
+        .filter(|r| *r > 0.0)
 }
 
 /// For the lab's cell of a one-statement mode, pgbench's cell on the same SQL, writers, writes/s.
