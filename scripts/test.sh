@@ -11,10 +11,11 @@
 # doctests; the workspace has none.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Builds write no incremental state unless CARGO_INCREMENTAL says otherwise: a fresh clone's
-# test build took 155 s with it, and 120 s without it in CI's build of the same tree, linted as
-# it built (2026-12-04, this 2-core machine); the workspace's crates and test binaries alone,
-# 77 s → 62 s (2026-12-03). The same default in scripts/test.sh and
+# Builds write no incremental state unless CARGO_INCREMENTAL says otherwise: it only pays when
+# the same crates are built again after an edit. Measured like for like on this 2-core machine,
+# back to back from empty target directories: the lab and holder's dev build with every
+# feature 150 s with it, 145 s without (2026-12-04); the workspace's crates and test binaries
+# alone 77 s → 62 s (2026-12-03). The same default in scripts/test.sh and
 # ./run.sh, so that either reuses the other's build; CARGO_INCREMENTAL=1 for both suits an
 # edit-and-rerun loop.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
