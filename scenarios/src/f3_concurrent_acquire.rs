@@ -192,16 +192,17 @@ impl Scenario for F3 {
                 match seen {
                     None => {
                         rec.check_that(
-                        format!(
-                            "{label}: at least 2 acquire requests were in flight at once (sent \
-                             before another's answer came back, by this host's monotonic clock; a \
-                             lock service tells no execution time)"
-                        ),
-                        peak >= 2,
-                        format_args!(
-                            "peak {peak} of {n} in flight at one instant; their starts spread over {spread_us} µs"
-                        ),
-                    );
+                            format!(
+                                "{label}: at least 2 acquire requests were in flight at once \
+                                 (sent before another's answer came back, by this host's \
+                                 monotonic clock; a lock service tells no execution time)"
+                            ),
+                            peak >= 2,
+                            format_args!(
+                                "peak {peak} of {n} in flight at one instant; their starts \
+                                 spread over {spread_us} µs"
+                            ),
+                        );
                     }
                     Some(seen) => {
                         let executing: Vec<(i64, i64)> = attempts

@@ -2,8 +2,8 @@
 //! copies (`sql.rs`): an acquire timed by the server's own clock (F3 asks whether contenders'
 //! statements really ran at the same time; `lab profile check` prepares a profile's acquire in
 //! that form too), a hold on the lease table that makes F3's contenders wait at the server and
-//! lets them go together ([`TableGate`]), and an operator's mistake (F11 truncates the lease table by hand to show what
-//! it costs). Nothing of the system under test calls these.
+//! lets them go together ([`TableGate`]), and an operator's mistake (F11 truncates the lease
+//! table by hand to show what it costs). Nothing of the system under test calls these.
 
 use std::time::{Duration, Instant};
 
