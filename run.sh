@@ -12,13 +12,8 @@
 # LAB_PROFILE=release or dev chooses.
 set -euo pipefail
 cd "$(dirname "$0")"
-# Builds write no incremental state unless CARGO_INCREMENTAL says otherwise: it only pays when
-# the same crates are built again after an edit. Measured like for like on this 2-core machine,
-# back to back from empty target directories: the lab and holder's dev build with every
-# feature 150 s with it, 145 s without (2026-12-04); the workspace's crates and test binaries
-# alone 77 s → 62 s (2026-12-03). The same default in scripts/test.sh and
-# ./run.sh, so that either reuses the other's build; CARGO_INCREMENTAL=1 for both suits an
-# edit-and-rerun loop.
+# No incremental state unless CARGO_INCREMENTAL says otherwise: the same default as
+# scripts/test.sh (why, measured, is there), so that either reuses the other's build.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 quiet=
 args=()

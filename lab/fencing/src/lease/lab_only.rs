@@ -38,10 +38,11 @@ impl SqlLeaseStore {
     /// Holds the lease table (`LOCK TABLE … IN SHARE MODE`, in a transaction of this store's
     /// connection) so that every statement that writes it waits at the server until
     /// [`TableGate::open`]: F3's barrier, at the server rather than in the lab's tasks. Each
-    /// contender's acquire waits for the table's lock when its statement is bound, before it
-    /// executes (`statement_timestamp()` is taken at Execute), so the moments [`acquire_timed`]
-    /// reports begin after the gate opened. Dropped unopened, the transaction rolls back and the
-    /// table is free again.
+    /// contender's acquire waits for the table's lock before it executes — at Parse the first
+    /// time its connection prepares the statement, at Bind once it is cached — so the
+    /// `statement_timestamp()` [`acquire_timed`] reports (taken at Execute) falls after the gate
+    /// opened, while its `now()`, the transaction's start, may fall before. Dropped unopened,
+    /// the transaction rolls back and the table is free again.
     pub async fn gate(&self) -> Result<TableGate> {
         let mut tx = self
             .pool()

@@ -286,19 +286,17 @@ impl ZkLeaseStore {
                  reconnected (zookeeper-client: SessionExpired, state {state:?}); its ephemeral \
                  node {node} went with it"
             )),
-            // No answer in time: the store's own session is asked instead (`None`), and if the
-            // node is gone, the holding is lost for a reason that says what its session said.
-            Err(e) => {
-                let why = format!(
+            // No answer in time: the store's own session is asked instead; if the node is gone,
+            // the holding is lost for a reason that says what its session said. If that session
+            // cannot answer either, `None`: the caller asks it again.
+            Err(e) => match self.holds(grant).await {
+                Ok(true) => Ok(true),
+                Ok(false) => Err(format!(
                     "the client's session {id} gave no answer ({e}, state {state:?}); the \
                      store's session finds the node {node} gone"
-                );
-                return if self.holds(grant).await.ok() == Some(false) {
-                    Some(Err(why))
-                } else {
-                    None
-                };
-            }
+                )),
+                Err(_) => return None,
+            },
         })
     }
 
