@@ -466,9 +466,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
             .lines()
             .find_map(|l| l.strip_prefix(LOST_PREFIX).map(str::to_owned));
         rec.check_that(
-            format!(
-                "A's ZooKeeper client, on waking, hears from the server that its session {session} expired"
-            ),
+            format!("A's ZooKeeper client, on waking, learns that its session {session} expired"),
             heard
                 .as_deref()
                 .is_some_and(|h| h.contains("SessionExpired") && h.contains(session.as_str())),

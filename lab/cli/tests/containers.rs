@@ -599,7 +599,7 @@ fn passes_the_experiments_with_its_own_token(store: &str, token: &str) -> anyhow
         // what the client heard on waking — in F4 and F5 alike.
         for check in [
             "  ok   ZooKeeper expired A's session 0x",
-            "  ok   A's ZooKeeper client, on waking, hears from the server that its session 0x",
+            "  ok   A's ZooKeeper client, on waking, learns that its session 0x",
         ] {
             assert_eq!(out.matches(check).count(), 2, "{check}:\n{out}");
         }

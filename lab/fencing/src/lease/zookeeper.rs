@@ -137,6 +137,50 @@ async fn session(endpoint: &str, timeout: Duration, detached: bool) -> Result<zk
         .map_err(|e| failed(&format!("open a session at {endpoint}"), e))
 }
 
+/// `client`'s answer to whether `node` exists, its connection's loss waited out until
+/// `deadline`. A connection the client finds gone — the server closed it (`ConnectionLoss`), no
+/// word from it for the client's connection timeout, a write into a reset socket (the library's
+/// own errors) — fails the requests in flight while the client reconnects in the background: on
+/// each such failure, wait for the client's session state to change (reconnected, or expired)
+/// and ask again. Seen after a freeze: the timer that notices the silence and the read of the
+/// closed socket wake together, and whichever the client's loop polls first names the failure.
+/// A terminal answer (`SessionExpired`, the client closed) is returned at once. The watcher is
+/// taken before the first question, so no change is missed. Beside the answer: the failures
+/// waited out, in the client's words.
+async fn asked(
+    client: &zk::Client,
+    node: &str,
+    deadline: Instant,
+) -> (
+    std::result::Result<Option<zk::Stat>, zk::Error>,
+    Vec<String>,
+) {
+    let mut states = client.state_watcher();
+    let mut answer = client.check_stat(node).await;
+    let mut lost = Vec::new();
+    while let Err(e) = &answer {
+        if matches!(
+            e,
+            zk::Error::SessionExpired
+                | zk::Error::ClientClosed
+                | zk::Error::NoHosts
+                | zk::Error::AuthFailed
+        ) || client.state().is_terminated()
+        {
+            break;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        lost.push(e.to_string());
+        // A timeout here is no answer either: ask one last time.
+        let _ = tokio::time::timeout(left, states.changed()).await;
+        answer = client.check_stat(node).await;
+    }
+    (answer, lost)
+}
+
 impl ZkLeaseStore {
     /// Connects to the server at `endpoint` (`host:port`); its grants' tokens are `token_of`.
     pub async fn connect(endpoint: &str, margin: Duration, token_of: TokenOf) -> Result<Self> {
@@ -218,10 +262,19 @@ impl ZkLeaseStore {
         ))
     }
 
-    /// Whether the holding of `grant` still exists: its node, with the grant's czxid.
+    /// Whether the holding of `grant` still exists: its node, with the grant's czxid, asked
+    /// through the store's own session (a connection lost on the way is waited out; see
+    /// [`asked`]).
     async fn holds(&self, grant: &Grant) -> Result<bool> {
         let (node, czxid) = node_of(&grant.handle);
-        match self.own.check_stat(node).await {
+        match asked(
+            &self.own,
+            node,
+            Instant::now() + OWN_SESSION * 7 / 5 + CONNECT_TIMEOUT,
+        )
+        .await
+        .0
+        {
             Ok(stat) => Ok(stat.is_some_and(|s| Some(s.czxid) == czxid)),
             Err(e) => Err(failed("read the holding's node", e)),
         }
@@ -244,10 +297,9 @@ impl ZkLeaseStore {
     }
 
     /// Asks through the holding's own session, when this client took it, whether its node still
-    /// exists — what a Curator client learns on waking: a session the server expired while the
-    /// client slept answers `SessionExpired` once the client reconnects (the server closed its
-    /// connection). `Some(Err(why))` is a holding lost, in the client's words; `None`, no session
-    /// of this client holds it, or it gave no answer (ask the store's own session).
+    /// exists — what a Curator client learns on waking: a session ZooKeeper expired while the
+    /// client slept is `SessionExpired` to it once it tries to reconnect. `Some(Err(why))` is a
+    /// holding lost, in the client's words; `None`, no session of this client holds it.
     async fn asked_by_its_session(
         &self,
         grant: &Grant,
@@ -255,47 +307,51 @@ impl ZkLeaseStore {
         let (node, czxid) = node_of(&grant.handle);
         let mine = self.sessions.lock().expect("sessions").get(node).cloned()?;
         let id = mine.session_id();
-        // A connection the server closed is lost until the client reconnects and hears of its
-        // session: on each loss, wait for the client's session state to change (reconnected, or
-        // expired) and ask again. The client decides within its own bounds — it gives a session
-        // up 1.4 × its timeout after it last heard from the server, or is told so by the server,
-        // each connection attempt taking up to CONNECT_TIMEOUT — so wait that long: a bound of
-        // 2 s was too short on a loaded machine (a fresh-clone CI saw no answer from A's session
-        // after its freeze, and the check of what the client heard failed). The watcher is taken
-        // before the first question, so no change is missed.
-        let deadline = Instant::now() + grant.ttl * 7 / 5 + CONNECT_TIMEOUT;
-        let mut states = mine.state_watcher();
-        let mut answer = mine.check_stat(node).await;
-        while matches!(answer, Err(zk::Error::ConnectionLoss)) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            // A timeout here is no answer either: ask one last time below.
-            let _ = tokio::time::timeout(left, states.changed()).await;
-            answer = mine.check_stat(node).await;
-        }
+        // The client decides within its own bounds — it gives a session up 1.4 × its timeout
+        // after it last heard from the server, or is told so by the server, each connection
+        // attempt taking up to CONNECT_TIMEOUT — so wait that long: a bound of 2 s was too short
+        // on a loaded machine (a fresh-clone CI saw no answer from A's session after its freeze,
+        // and the check of what the client heard failed).
+        let (answer, lost) = asked(
+            &mine,
+            node,
+            Instant::now() + grant.ttl * 7 / 5 + CONNECT_TIMEOUT,
+        )
+        .await;
         let state = mine.state();
+        // What the client went through before its answer, when it lost its connection first.
+        let before = if lost.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (before that, its requests failed while it reconnected: {})",
+                lost.join("; ")
+            )
+        };
         Some(match answer {
             Ok(Some(stat)) if Some(stat.czxid) == czxid => Ok(true),
             Ok(_) => Err(format!(
                 "the node {node} is gone while its session {id} lives (state {state:?})"
             )),
             Err(zk::Error::SessionExpired) => Err(format!(
-                "the client's session {id} is expired: the server said so when the client \
-                 reconnected (zookeeper-client: SessionExpired, state {state:?}); its ephemeral \
-                 node {node} went with it"
+                "the client's session {id} is expired (zookeeper-client: SessionExpired, state \
+                 {state:?}): ZooKeeper ended it while the client was silent — on reconnecting, \
+                 the server answers so; past 1.4 × the session's timeout without a word from the \
+                 server, the client gives it up itself; its ephemeral node {node} went with it{before}"
             )),
             // No answer in time: the store's own session is asked instead; if the node is gone,
-            // the holding is lost for a reason that says what its session said. If that session
-            // cannot answer either, `None`: the caller asks it again.
+            // the holding is lost for a reason that says what its session said.
             Err(e) => match self.holds(grant).await {
                 Ok(true) => Ok(true),
                 Ok(false) => Err(format!(
-                    "the client's session {id} gave no answer ({e}, state {state:?}); the \
-                     store's session finds the node {node} gone"
+                    "the client's session {id} gave no answer ({e}, state {state:?}){before}; \
+                     the store's session finds the node {node} gone"
                 )),
-                Err(_) => return None,
+                Err(own) => Err(format!(
+                    "neither the client's session {id} ({e}, state {state:?}) nor the store's \
+                     own session ({own}) could say whether the node {node} still exists: not \
+                     renewed"
+                )),
             },
         })
     }
