@@ -34,7 +34,9 @@ use fencing::lease::{Grant, LeaseStore, SqlLeaseStore, STORES};
 use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
-use holder_protocol::{exit, Event, HolderFlags, Request, LOST_PREFIX, VERSION};
+use holder_protocol::{
+    exit, Event, HolderFlags, Request, KERNEL_CLOCK_PREFIX, LOST_PREFIX, VERSION,
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 mod looping;
@@ -236,10 +238,13 @@ where
     if flags.wait_before_check {
         // Reported, not decided: the check below reads the clock again after the go-line.
         let deadline = held.lock().expect("holding lock").local_deadline();
+        let now = Instant::now();
+        let kernel = kernel_clock_ms();
         emit(&Event::BeforeCheck {
             token,
-            deadline_left_ms: millis(deadline.saturating_duration_since(Instant::now())),
+            deadline_left_ms: millis(deadline.saturating_duration_since(now)),
         });
+        say_kernel_clock("BEFORE_CHECK", kernel);
         renewer = match await_go(renewer)? {
             Ok(running) => running,
             Err(code) => return Ok(code),
@@ -251,18 +256,21 @@ where
     // process.
     let deadline = held.lock().expect("holding lock").local_deadline();
     let now = Instant::now();
+    let kernel = kernel_clock_ms();
     if now >= deadline {
         renewer.stop();
         emit(&Event::DeadlinePassed {
             token,
             overdue_ms: millis(now - deadline),
         });
+        say_kernel_clock("DEADLINE_PASSED", kernel);
         return Ok(exit::DEADLINE_PASSED);
     }
     emit(&Event::AtWritePoint {
         token,
         deadline_left_ms: millis(deadline - now),
     });
+    say_kernel_clock("AT_WRITE_POINT", kernel);
     let renewer = match await_go(renewer)? {
         Ok(running) => running,
         Err(code) => return Ok(code),
@@ -445,6 +453,36 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 }
 
 /// Whole milliseconds, as the protocol reports durations.
+/// The kernel's monotonic clock, in ms, read through the raw `clock_gettime` system call: a
+/// time-faking library preloaded into this process (libfaketime, F13) replaces the libc
+/// function that `Instant::now` calls, not the system call. `None` if the call fails.
+fn kernel_clock_ms() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) writes one `timespec` through its second argument, which points
+    // at `ts`, alive and writable for the call's duration.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u64::try_from(ts.tv_nsec).ok()?;
+    (rc == 0).then_some(secs * 1000 + nanos / 1_000_000)
+}
+
+/// Tells the lab, on stderr, the kernel's clock read with the event `tag`'s own clock reading
+/// (`KERNEL_CLOCK_PREFIX`).
+fn say_kernel_clock(tag: &str, kernel_ms: Option<u64>) {
+    if let Some(ms) = kernel_ms {
+        eprintln!("{KERNEL_CLOCK_PREFIX}{tag} ms={ms}");
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

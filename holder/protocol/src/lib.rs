@@ -64,6 +64,16 @@ pub const VERSION: u32 = 4;
 /// stderr, where a holder that does not write it loses nothing.
 pub const LOST_PREFIX: &str = "lease lost: ";
 
+/// The start of a stderr line in which a holder gives, beside a `BEFORE_CHECK`,
+/// `AT_WRITE_POINT` or `DEADLINE_PASSED` it emits, the kernel's monotonic clock read at the
+/// moment of that event's own clock reading, through a path a time-faking library preloaded
+/// into it does not intercept (the raw `clock_gettime` system call): `kernel clock:
+/// BEFORE_CHECK ms=123456`. F13 measures the rate its holder's clock runs at from two such
+/// pairs — the holder's own clock against the kernel's, read at the same moments — instead of
+/// from when the events reached the lab, which a loaded machine delays. Not a protocol message:
+/// a holder that does not write it loses nothing (the lab times the events' arrivals instead).
+pub const KERNEL_CLOCK_PREFIX: &str = "kernel clock: ";
+
 /// The holder's exit statuses (documented in the holder's `--help`).
 pub mod exit {
     /// It wrote (accepted) and its lease was still held afterwards.
