@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes the example Java holder runnable (examples/holders/java): a JDK's `java` (17 or newer,
-# for the source launcher and text blocks) and Debian's PostgreSQL JDBC driver
+# Makes the example Java holder runnable (examples/holders/java): a JDK's `java` and `javac` (17
+# or newer, for text blocks) and Debian's PostgreSQL JDBC driver
 # (libpostgresql-jdbc-java, /usr/share/java/postgresql.jar), installed with apt-get when missing
 # and this runs as root. Quiet when present; says what to install otherwise.
 set -euo pipefail
@@ -15,3 +15,4 @@ fi
 [ -f "$jar" ] || { echo "ensure-java-holder: $jar is missing (apt-get install -y libpostgresql-jdbc-java)" >&2; exit 2; }
 version=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1) || true
 [ "${version:-0}" -ge 17 ] || { echo "ensure-java-holder: a JDK 17 or newer is needed on PATH (java -version says ${version:-nothing})" >&2; exit 2; }
+command -v javac >/dev/null 2>&1 || { echo "ensure-java-holder: javac is missing: a JDK (not only a JRE) 17 or newer is needed on PATH" >&2; exit 2; }
