@@ -54,6 +54,33 @@ VALUES (%(scope)s, %(part)s, %(writer)s, %(token)s, %(mode)s, %(accepted)s)"""
 say_lock = threading.Lock()
 
 
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+# clock_gettime's system call number, where known: called raw, it reaches the kernel past a
+# time-faking library preloaded into this process (libfaketime replaces the libc function that
+# time.monotonic calls, not the call).
+_SYS_CLOCK_GETTIME = {"x86_64": 228, "aarch64": 113}.get(os.uname().machine)
+
+
+def kernel_clock_ms():
+    """The kernel's monotonic clock in ms, or None where it cannot be read past libc."""
+    if _SYS_CLOCK_GETTIME is None:
+        return None
+    ts = _Timespec()
+    if ctypes.CDLL(None).syscall(_SYS_CLOCK_GETTIME, 1, ctypes.byref(ts)) != 0:  # CLOCK_MONOTONIC
+        return None
+    return ts.tv_sec * 1000 + ts.tv_nsec // 1_000_000
+
+
+def say_kernel_clock(tag, ms):
+    """Beside an event: the kernel's clock read with the event's own (F13 times this holder's
+    clock against it; docs/holder-protocol.md)."""
+    if ms is not None:
+        print(f"kernel clock: {tag} ms={ms}", file=sys.stderr, flush=True)
+
+
 def say(line):
     """One protocol line on stdout, whole and flushed (the renewer thread speaks too)."""
     with say_lock:
@@ -271,19 +298,23 @@ def main():
         # under load: the write point reached, the renewer still unnamed).
         named.wait()
 
-    def left_ms():
-        return max(0, int((deadline[0] - time.monotonic()) * 1000))
+    def left_ms(now):
+        return max(0, int((deadline[0] - now) * 1000))
 
     if f.wait_before_check:
-        say(f"BEFORE_CHECK token={token} deadline_left_ms={left_ms()}")
+        now, kernel = time.monotonic(), kernel_clock_ms()
+        say(f"BEFORE_CHECK token={token} deadline_left_ms={left_ms(now)}")
+        say_kernel_clock("BEFORE_CHECK", kernel)
         wait_for_go()
     # The local-deadline check: an efficiency device; the fence below is what keeps I3.
-    now = time.monotonic()
+    now, kernel = time.monotonic(), kernel_clock_ms()
     if now >= deadline[0]:
         stop.set()
         say(f"DEADLINE_PASSED token={token} overdue_ms={int((now - deadline[0]) * 1000)}")
+        say_kernel_clock("DEADLINE_PASSED", kernel)
         sys.exit(DEADLINE)
-    say(f"AT_WRITE_POINT token={token} deadline_left_ms={left_ms()}")
+    say(f"AT_WRITE_POINT token={token} deadline_left_ms={left_ms(now)}")
+    say_kernel_clock("AT_WRITE_POINT", kernel)
     wait_for_go()
 
     # The write: no check of the lease here — the resource's fence decides.
