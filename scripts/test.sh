@@ -3,8 +3,8 @@
 # MariaDB for U1–U5 and a Docker engine's tools for F15 when it can), then runs every test of the
 # workspace against real, throwaway servers. Extra arguments go to the test runner.
 #
-# The runner is cargo-nextest when it is installed (`.config/nextest.toml`: two server-starting
-# tests at a time across every test binary and two container tests beside them, per-test
+# The runner is cargo-nextest when it is installed (`.config/nextest.toml`: three server-starting
+# tests at a time across every test binary and three container tests beside them, per-test
 # timeouts): measured on this 2-core machine when the suite was smaller, 261 s against `cargo
 # test`'s 365 s for the same build, since `cargo test` runs the binaries one after the other and
 # most tests wait on a lease's TTL. Without it, `cargo test`. (nextest runs no
