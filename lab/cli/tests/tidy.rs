@@ -445,6 +445,29 @@ fn the_sources_keep_the_house_rules() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `scripts/broken-holder.sh` plants its bug (the holder never stops itself) by replacing one text
+/// of `holder/src/main.rs`, the local-deadline check; code around it changed so that the text is
+/// gone leaves the check map's and the gate's broken holder unbuilt, and the gate one planted bug
+/// short (seen on 2026-12-04: `scripts/gate-check.sh` killed 13 of 14, the broken holder not
+/// found). Held here, where every test run sees it, since those scripts run apart from CI.
+#[test]
+fn the_broken_holders_planted_bug_still_finds_its_line() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = fs::read_to_string(root.join("scripts/broken-holder.sh"))?;
+    let old = script
+        .lines()
+        .find_map(|l| l.strip_prefix("old = \"")?.strip_suffix('"'))
+        .expect("scripts/broken-holder.sh names the text it replaces (old = \"…\")")
+        .replace("\\n", "\n");
+    let holder = fs::read_to_string(root.join("holder/src/main.rs"))?;
+    assert_eq!(
+        holder.matches(&old).count(),
+        1,
+        "scripts/broken-holder.sh replaces {old:?}, which holder/src/main.rs must hold once"
+    );
+    Ok(())
+}
+
 // The rules on small examples: each catches what it should and lets pass what it should.
 
 fn rules(found: &[Offence]) -> Vec<(usize, &'static str)> {
