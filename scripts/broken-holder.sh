@@ -3,7 +3,8 @@
 # holder's local-deadline check made `if false` (it never stops itself), built from a scratch copy
 # of this checkout's HEAD, run through the experiments that show the check — F10 (paused before
 # it), F13 (a slow clock), F16 (partitioned from the lease store). Their event logs go to
-# DIR/holder-skips-its-deadline-check; the run is expected to fail (that is the point).
+# DIR/holder-skips-its-deadline-check; the run is expected to fail a check (that is the point):
+# exit 0 when it did, 1 when it passed, 2 when the broken holder could not be built or run.
 # With ONLY (e.g. `--gate`, or `--only F10`), those experiments instead (scripts/gate-check.sh).
 #
 # Usage: scripts/broken-holder.sh DIR [ONLY...]
@@ -28,7 +29,8 @@ if s.count(old) != 1:
     sys.exit(f"broken-holder: the local-deadline check is not found once in {p}")
 open(p, "w").write(s.replace(old, "    if false {"))
 PY
-(cd "$work" && CARGO_TARGET_DIR="$root/target/variant" cargo build --quiet -p lab -p holder ${features:+--features "$features"})
+(cd "$work" && CARGO_TARGET_DIR="$root/target/variant" cargo build --quiet -p lab -p holder ${features:+--features "$features"}) \
+  || { echo "broken-holder: the broken holder did not build" >&2; exit 2; }
 lab="$root/target/variant/debug/lab"
 status=0
 (cd "$work" && "$lab" run "${only[@]}" --evidence-dir "$out/holder-skips-its-deadline-check") || status=$?
@@ -36,5 +38,11 @@ status=0
 if [ "$status" = 0 ]; then
   echo "broken-holder: ${only[*]} passed with a holder that skips its deadline check: they do not show it" >&2
   exit 1
+fi
+# Exit 1 is a check that failed; any other status is a lab that could not run (exit 2) or was
+# stopped — not the broken holder shown.
+if [ "$status" != 1 ]; then
+  echo "broken-holder: the lab did not run the experiments through (exit $status); see $out/holder-skips-its-deadline-check" >&2
+  exit 2
 fi
 echo "broken-holder: failed as it must (exit $status); event logs in $out/holder-skips-its-deadline-check" >&2

@@ -20,7 +20,7 @@ t0=$SECONDS
 own=$((SECONDS - t0))
 echo "gate-check: the lab's own design passes the gate in $own s ($(grep -m1 '^SUMMARY' "$out/own.log"))"
 
-killed=0 survived=0 total=0
+killed=0 survived=0 unrun=0 total=0
 while IFS='|' read -r id file text becomes what; do
   id=$(echo "$id" | xargs)
   case "$id" in ''|'#'*) continue ;; esac
@@ -36,25 +36,37 @@ if s.count(old) != 1:
 open(dst, "w").write(s.replace(old, new))
 PY
   t=$SECONDS
-  if "$lab" run --gate --sut "$mutant" --evidence-dir "$out/ev-$id" >"$out/$id.log" 2>&1; then
+  status=0
+  "$lab" run --gate --sut "$mutant" --evidence-dir "$out/ev-$id" >"$out/$id.log" 2>&1 || status=$?
+  # Killed only by a check that failed (exit 1, a FAIL line): a lab that could not run the mutant
+  # (exit 2: a design on MariaDB and a lab built without it, say) killed nothing.
+  if [ "$status" = 0 ]; then
     survived=$((survived + 1))
     echo "gate-check: SURVIVED $id ($what) in $((SECONDS - t)) s"
-  else
+  elif [ "$status" = 1 ] && grep -q '  FAIL' "$out/$id.log"; then
     killed=$((killed + 1))
     echo "gate-check: killed $id in $((SECONDS - t)) s: $(grep -m1 '  FAIL' "$out/$id.log" | cut -c1-140)"
+  else
+    unrun=$((unrun + 1))
+    echo "gate-check: COULD NOT RUN $id (exit $status): $(tail -1 "$out/$id.log" | cut -c1-200)"
   fi
 done < scripts/sql-mutants.txt
 "$lab" clean >/dev/null 2>&1 || true
 
 total=$((total + 1))
 t=$SECONDS
-# broken-holder.sh exits 0 when the run failed, as it must.
-if scripts/broken-holder.sh "$out/broken" --gate >"$out/broken.log" 2>&1; then
-  killed=$((killed + 1))
-  echo "gate-check: killed the broken holder in $((SECONDS - t)) s (its build included)"
-else
-  survived=$((survived + 1))
-  echo "gate-check: SURVIVED the broken holder (it skips its local-deadline check): $(tail -1 "$out/broken.log")"
-fi
+# broken-holder.sh exits 0 when the run failed a check, as it must; 1 when it passed; 2 when it
+# could not build or run the broken holder.
+status=0
+scripts/broken-holder.sh "$out/broken" --gate >"$out/broken.log" 2>&1 || status=$?
+case $status in
+  0) killed=$((killed + 1))
+     echo "gate-check: killed the broken holder in $((SECONDS - t)) s (its build included)" ;;
+  1) survived=$((survived + 1))
+     echo "gate-check: SURVIVED the broken holder (it skips its local-deadline check): $(tail -1 "$out/broken.log")" ;;
+  *) unrun=$((unrun + 1))
+     echo "gate-check: COULD NOT RUN the broken holder (exit $status): $(tail -1 "$out/broken.log")" ;;
+esac
 echo "gate-check: the gate ($(cat lab/cli/src/gate.txt)) killed $killed of $total planted bugs; $own s on the lab's own design; logs in $out"
+[ "$unrun" = 0 ] || { echo "gate-check: $unrun planted bugs could not be run: no kill rate" >&2; exit 2; }
 [ "$survived" = 0 ]
