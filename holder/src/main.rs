@@ -452,7 +452,6 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Whole milliseconds, as the protocol reports durations.
 /// The kernel's monotonic clock, in ms, read through the raw `clock_gettime` system call: a
 /// time-faking library preloaded into this process (libfaketime, F13) replaces the libc
 /// function that `Instant::now` calls, not the system call. `None` if the call fails.
@@ -483,6 +482,7 @@ fn say_kernel_clock(tag: &str, kernel_ms: Option<u64>) {
     }
 }
 
+/// Whole milliseconds, as the protocol reports durations.
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

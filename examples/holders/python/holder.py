@@ -69,7 +69,9 @@ def kernel_clock_ms():
     if _SYS_CLOCK_GETTIME is None:
         return None
     ts = _Timespec()
-    if ctypes.CDLL(None).syscall(_SYS_CLOCK_GETTIME, 1, ctypes.byref(ts)) != 0:  # CLOCK_MONOTONIC
+    # syscall(2) takes longs: the number and CLOCK_MONOTONIC (1) passed as such.
+    libc = ctypes.CDLL(None)
+    if libc.syscall(ctypes.c_long(_SYS_CLOCK_GETTIME), ctypes.c_long(1), ctypes.byref(ts)) != 0:
         return None
     return ts.tv_sec * 1000 + ts.tv_nsec // 1_000_000
 
