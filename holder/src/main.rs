@@ -34,9 +34,7 @@ use fencing::lease::{Grant, LeaseStore, SqlLeaseStore, STORES};
 use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
-use holder_protocol::{
-    exit, Event, HolderFlags, Request, KERNEL_CLOCK_PREFIX, LOST_PREFIX, VERSION,
-};
+use holder_protocol::{exit, kernel_clock_line, Event, HolderFlags, Request, LOST_PREFIX, VERSION};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 mod looping;
@@ -475,10 +473,10 @@ fn kernel_clock_ms() -> Option<u64> {
 }
 
 /// Tells the lab, on stderr, the kernel's clock read with the event `tag`'s own clock reading
-/// (`KERNEL_CLOCK_PREFIX`).
+/// (`holder_protocol::KERNEL_CLOCK_PREFIX`).
 fn say_kernel_clock(tag: &str, kernel_ms: Option<u64>) {
     if let Some(ms) = kernel_ms {
-        eprintln!("{KERNEL_CLOCK_PREFIX}{tag} ms={ms}");
+        eprintln!("{}", kernel_clock_line(tag, ms));
     }
 }
 

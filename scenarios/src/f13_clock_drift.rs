@@ -34,7 +34,7 @@ use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 use harness::faketime::Faketime;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-use holder_protocol::{Event, Request, KERNEL_CLOCK_PREFIX};
+use holder_protocol::{kernel_clock_reading, Event, Request};
 
 use crate::lab::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
 use crate::paused_holder::{
@@ -308,10 +308,10 @@ async fn kernel_readings(a: &Holder, verdict: &Event) -> Option<f64> {
         _ => return None,
     };
     let reading = |tag: &str| {
-        a.stderr().lines().rev().find_map(|l| {
-            let rest = l.strip_prefix(KERNEL_CLOCK_PREFIX)?.strip_prefix(tag)?;
-            rest.trim().strip_prefix("ms=")?.parse::<u64>().ok()
-        })
+        a.stderr()
+            .lines()
+            .rev()
+            .find_map(|l| kernel_clock_reading(l, tag))
     };
     let before = reading("BEFORE_CHECK")?;
     let _ = harness::wait::until("A's kernel clock line", Duration::from_secs(2), || {

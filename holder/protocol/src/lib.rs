@@ -74,6 +74,19 @@ pub const LOST_PREFIX: &str = "lease lost: ";
 /// a holder that does not write it loses nothing (the lab times the events' arrivals instead).
 pub const KERNEL_CLOCK_PREFIX: &str = "kernel clock: ";
 
+/// The stderr line giving the kernel's clock, `ms`, read with the clock reading of the event
+/// tagged `tag` ([`KERNEL_CLOCK_PREFIX`]).
+pub fn kernel_clock_line(tag: &str, ms: u64) -> String {
+    format!("{KERNEL_CLOCK_PREFIX}{tag} ms={ms}")
+}
+
+/// The kernel's clock in a [`kernel_clock_line`] for the event tagged `tag`; `None` for any
+/// other line.
+pub fn kernel_clock_reading(line: &str, tag: &str) -> Option<u64> {
+    let rest = line.strip_prefix(KERNEL_CLOCK_PREFIX)?.strip_prefix(tag)?;
+    rest.strip_prefix(" ms=")?.trim_end().parse().ok()
+}
+
 /// The holder's exit statuses (documented in the holder's `--help`).
 pub mod exit {
     /// It wrote (accepted) and its lease was still held afterwards.
@@ -453,6 +466,18 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_clock_line_reads_back_for_its_own_tag_only() {
+        let line = kernel_clock_line("AT_WRITE_POINT", 123_456);
+        assert_eq!(line, "kernel clock: AT_WRITE_POINT ms=123456");
+        assert_eq!(kernel_clock_reading(&line, "AT_WRITE_POINT"), Some(123_456));
+        assert_eq!(kernel_clock_reading(&line, "BEFORE_CHECK"), None);
+        assert_eq!(
+            kernel_clock_reading("AT_WRITE_POINT ms=1", "AT_WRITE_POINT"),
+            None
+        );
+    }
 
     #[test]
     fn every_message_survives_a_round_trip() {
