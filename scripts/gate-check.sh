@@ -67,6 +67,6 @@ case $status in
   *) unrun=$((unrun + 1))
      echo "gate-check: COULD NOT RUN the broken holder (exit $status): $(tail -1 "$out/broken.log")" ;;
 esac
-echo "gate-check: the gate ($(cat lab/cli/src/gate.txt)) killed $killed of $total planted bugs; $own s on the lab's own design; logs in $out"
+echo "gate-check: the gate ($(cat lab/src/gate.txt)) killed $killed of $total planted bugs; $own s on the lab's own design; logs in $out"
 [ "$unrun" = 0 ] || { echo "gate-check: $unrun planted bugs could not be run: no kill rate" >&2; exit 2; }
 [ "$survived" = 0 ]

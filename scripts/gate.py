@@ -5,7 +5,7 @@ which cases of `./run.sh` failed on it) and each broken variant of the lab's cod
 evidence/check-map.md says was seen failing (scripts/broken-holder.sh). Computed, not chosen:
 
     scripts/gate.py            prints the gate's experiment ids, comma-separated, and why
-    scripts/gate.py --write    writes them to lab/cli/src/gate.txt, which `lab run --gate` runs
+    scripts/gate.py --write    writes them to lab/src/gate.txt, which `lab run --gate` runs
 
 A case id names an experiment and, after it, a fenced mode (`F6-fenced-shared`); `lab run --only
 F6` runs the experiment in every fenced mode, so the gate names experiments and runs each in all
@@ -20,7 +20,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "evidence/mutants.md"
 CHECK_MAP = ROOT / "evidence/check-map.md"
-GATE = ROOT / "lab/cli/src/gate.txt"
+GATE = ROOT / "lab/src/gate.txt"
 
 
 def experiment(case):

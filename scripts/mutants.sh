@@ -9,7 +9,7 @@
 #    test's own cargo tests. A baseline of the unmutated copy must pass every gate first.
 #    → evidence/mutants.md, the kill matrix (mutant × what caught it).
 # 2. cargo-mutants (crates.io; installed with `cargo install --locked` when missing) on
-#    lab/fencing: pass one tests each mutant with the system under test's own tests
+#    fencing: pass one tests each mutant with the system under test's own tests
 #    (`cargo test -p fencing`, real PostgreSQL and MariaDB); pass two takes every mutant pass one
 #    missed, applies its diff to a scratch copy of HEAD and runs the lab's gates on it (the full
 #    `lab run` and the seeded chaos run). → evidence/cargo-mutants.md.
@@ -195,7 +195,7 @@ if [ "$sql" = 1 ]; then
     echo "every gate; a cell says which experiments (or checks) failed on it. A mutant counts as killed"
     echo "when \`./run.sh\` (every experiment, each fence-dependent one with every fenced mode) or the"
     echo "chaos run kills it; \`cargo test -p fencing\` is shown beside. Made by scripts/mutants.sh on"
-    echo "$(date -u +%Y-%m-%d). cargo-mutants' mutants of lab/fencing: cargo-mutants.md."
+    echo "$(date -u +%Y-%m-%d). cargo-mutants' mutants of fencing: cargo-mutants.md."
     echo
     echo "| mutant | what it breaks | ./run.sh (F, U) | chaos --seed 1 --time $chaos_time | cargo test -p fencing | verdict |"
     echo "|---|---|---|---|---|---|"
@@ -214,7 +214,7 @@ if [ "$cargo_part" = 1 ]; then
   pass1=${cargo_out:-$work/cargo-mutants}
   if [ ! -f "$pass1/mutants.out/outcomes.json" ] \
       || ! python3 -c "import json,sys; sys.exit(0 if json.load(open('$pass1/mutants.out/outcomes.json')).get('end_time') else 1)"; then
-    echo "mutants: cargo-mutants pass one on lab/fencing (its own tests) into $pass1" >&2
+    echo "mutants: cargo-mutants pass one on fencing (its own tests) into $pass1" >&2
     mkdir -p "$pass1"
     # A missed mutant is not an error here: pass two takes it.
     # shellcheck disable=SC2086
@@ -262,7 +262,7 @@ EOF
       # U-series' (and the holder's for U2): nothing else runs it.
       only=""
       case "$file" in
-        lab/fencing/src/fenced_job.rs | lab/fencing/profiles/seed000.toml) only=U1,U2,U3,U4,U5 ;;
+        fencing/src/fenced_job.rs | fencing/profiles/seed000.toml) only=U1,U2,U3,U4,U5 ;;
       esac
       rm -rf "$dir/run" "$dir/chaos"
       cells=$(gates "$dir/src" "$dir" "$only")
@@ -277,7 +277,7 @@ EOF
     rows+="| \`$name\` | $cells | $verdict |"$'\n'
   done <"$work/outcomes.tsv"
   {
-    echo "# Mutation testing: cargo-mutants on lab/fencing"
+    echo "# Mutation testing: cargo-mutants on fencing"
     echo
     echo "$(python3 -c "import json; print(json.load(open('$outcomes'))['cargo_mutants_version'])" 2>/dev/null \
       | sed 's/^/cargo-mutants /'), on the system under test at $head_rev, made by scripts/mutants.sh on"

@@ -18,7 +18,7 @@ in its file cannot be mutated by exact replacement: it is counted and listed on 
 silently dropped.
 
 Usage: scripts/sql-mutants-gen.py [--count] [PROFILE.toml ...]
-  (default: seed004, seed004-single, seed004-shared and seed000 under lab/fencing/profiles)
+  (default: seed004, seed004-single, seed004-shared and seed000 under fencing/profiles)
   --count  a table of mutants per profile and statement instead of the catalogue
 """
 import re
@@ -203,7 +203,7 @@ def main(argv):
     names = [a for a in argv if a != "--count"] or DEFAULT
     rows, skipped, table = [], [], []
     for name in names:
-        path = Path(name) if name.endswith(".toml") else ROOT / "lab/fencing/profiles" / f"{name}.toml"
+        path = Path(name) if name.endswith(".toml") else ROOT / "fencing/profiles" / f"{name}.toml"
         rel = path.resolve().relative_to(ROOT)
         text = path.read_text()
         dialect = tomllib.loads(text).get("dialect", "postgres")

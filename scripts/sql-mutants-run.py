@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = ROOT / "lab/fencing/profiles"
+PROFILES = ROOT / "fencing/profiles"
 BEGIN = "<!-- generated SQL mutants: scripts/mutants.sh --generated writes from here -->"
 END = "<!-- generated SQL mutants: to here -->"
 # The experiments that read a PostgreSQL profile (its lease statements or its fence), but F17:

@@ -20,7 +20,7 @@
 //! the same statement). Each round checks that every contender's statement was waiting at the
 //! server at once (`pg_locks`: as many ungranted locks on the lease table as there are
 //! contenders) before the gate opened — a count that falls short when a contender's statement
-//! never reached the server in time, and is 0 with no gate (`lab/fencing/tests/lease.rs`) — and
+//! never reached the server in time, and is 0 with no gate (`fencing/tests/lease.rs`) — and
 //! reports, as figures, how many of their transactions were then open at one instant, the spread
 //! of their starts, and how many statements executed at once. The check used to be the peak
 //! executing at once, with the lab's tasks alone as the barrier, and it failed: the 16

@@ -1,4 +1,4 @@
-//! Every scenario of the registry that the golden test's full run (`lab/cli/tests/golden.rs`)
+//! Every scenario of the registry that the golden test's full run (`lab/tests/golden.rs`)
 //! does not cover — those that need something beyond the embedded PostgreSQL: libfaketime,
 //! MariaDB, a Docker engine — run end to end against their own servers here, one test each (so
 //! that the test runner spreads them over its groups instead of one test running them one after

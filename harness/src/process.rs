@@ -41,7 +41,7 @@
 //! This file holds what they share — the error ([`ProcessError`]), [`describe_status`], the
 //! deadlines — and the only places the module builds a `std::process::Command` or calls
 //! kill(2) or killpg(2) (`new_command`, `signal_pid`, `signal_group`): the tidy test
-//! (`lab/cli/tests/tidy.rs`) allows those calls in this file's path alone, and the submodules go
+//! (`lab/tests/tidy.rs`) allows those calls in this file's path alone, and the submodules go
 //! through these three.
 
 use std::ffi::OsStr;

@@ -234,7 +234,7 @@ fn chaos_drives_a_python_holders_looping_form_and_catches_a_copy_without_its_fen
     if !common::python_holder_ready()? {
         return Ok(());
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let sandbox = sandbox()?;
     let tmp = sandbox.path();
     let holder = root.join("examples/holders/python/holder.py");

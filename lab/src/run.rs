@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::{matrix, print_stdout, profile, step, Ended, Signals};
 
 /// What the experiments do not prove, beside every run's evidence.
-const LIMITS: &str = include_str!("../../../evidence/LIMITS.md");
+const LIMITS: &str = include_str!("../../evidence/LIMITS.md");
 
 /// How one run on one backend went.
 pub struct Run {

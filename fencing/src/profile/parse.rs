@@ -2,7 +2,7 @@
 //! shape it names — [`Profile`] on PostgreSQL (its [`Claims`], its lease side [`LeaseSql`], its
 //! resource side [`ResourceSql`] with the [`WriteSql`]), or a [`JobProfile`] on MariaDB — each
 //! statement compiled for its place as it is read, the first refusal one [`ProfileError`] line
-//! naming the file and the line or statement. The built-in profiles (`lab/fencing/profiles/`,
+//! naming the file and the line or statement. The built-in profiles (`fencing/profiles/`,
 //! compiled in) are parsed once, here.
 //!
 //! This file judges a profile's form only, never its SQL: it must not talk to a server (that is

@@ -1241,7 +1241,7 @@ fn the_report_card_shows_a_flawed_design_unsafe_with_its_evidence() -> anyhow::R
 #[test]
 fn a_rendered_report_is_whole_and_a_cut_one_fails() -> anyhow::Result<()> {
     use harness::require::{skip, this_test, Dependency::Chromium};
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let ev = tempfile::tempdir()?;
     fs::write(
         ev.path().join("report.html"),
@@ -1286,7 +1286,7 @@ fn a_rendered_report_is_whole_and_a_cut_one_fails() -> anyhow::Result<()> {
 /// updated without the gate (or a gate edited by hand) fails here.
 #[test]
 fn the_gate_is_what_the_mutation_map_computes() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new("python3")
         .arg(root.join("scripts/gate.py"))
         .output()?;
@@ -1296,11 +1296,11 @@ fn the_gate_is_what_the_mutation_map_computes() -> anyhow::Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     let computed = String::from_utf8(out.stdout)?;
-    let committed = fs::read_to_string(root.join("lab/cli/src/gate.txt"))?;
+    let committed = fs::read_to_string(root.join("lab/src/gate.txt"))?;
     assert_eq!(
         committed.trim(),
         computed.trim(),
-        "scripts/gate.py --write updates lab/cli/src/gate.txt"
+        "scripts/gate.py --write updates lab/src/gate.txt"
     );
     Ok(())
 }
@@ -1318,7 +1318,7 @@ fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
     )? {
         return Ok(());
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let sb = Sandbox::new()?;
     let ev = sb.path("ev-java");
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
@@ -1384,7 +1384,7 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
     if !common::python_holder_ready()? {
         return Ok(());
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let holder = root.join("examples/holders/python/holder.py");
     let sb = Sandbox::new()?;
     let run = |cmd: &Path, only: &str| -> anyhow::Result<(Option<i32>, String)> {

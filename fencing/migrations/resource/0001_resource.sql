@@ -1,6 +1,6 @@
 -- The lab's tables of the protected resource (SPEC §3.2) and the publish stand-in (SPEC §3.3), in
 -- database res26. The fence's own state (seed004's fence_floor) is the system under test's: its
--- profile's resource.schema creates it beside these (lab/fencing/profiles/).
+-- profile's resource.schema creates it beside these (fencing/profiles/).
 
 CREATE TABLE report_part (
   scope       text,

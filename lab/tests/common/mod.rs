@@ -49,7 +49,7 @@ pub fn example_holder_ready(
     dep: harness::require::Dependency,
     why: &str,
 ) -> anyhow::Result<bool> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let ready = std::process::Command::new(root.join(format!("scripts/ensure-{name}-holder.sh")))
         .status()
         .is_ok_and(|s| s.success());

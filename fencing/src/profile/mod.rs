@@ -1,7 +1,7 @@
 //! Profiles: a system under test described as data — its lease table with the four statements on
 //! it, and the resource's fence with its write — in a TOML file (issue 17). The lab's own design
 //! ships as the built-in profiles `seed004`, `seed004-single` and `seed004-shared` (the files in
-//! `lab/fencing/profiles/`, compiled in): the SQL lease store and the resource run their
+//! `fencing/profiles/`, compiled in): the SQL lease store and the resource run their
 //! statements, so the SQL of the lab's fence lives in those
 //! files and nowhere else. A profile with `dialect = "mariadb"` is the other shape, seed 000's
 //! job lease and the runs it fences ([`JobProfile`], built in as `seed000`, run by the U-series);

@@ -1,6 +1,6 @@
 //! The house rules that a reader should not have to police by eye, checked on the repository's
 //! Rust sources (like rust-analyzer's tidy test): every file opens with a `//!` paragraph;
-//! scenarios hold no SQL; outside `lab/harness/src/{process,wait}.rs` the lab's non-test code
+//! scenarios hold no SQL; outside `harness/src/{process,wait}.rs` the lab's non-test code
 //! neither signals, sleeps nor spawns by itself, and outside `process.rs` it sends no signal
 //! with a tool (`docker kill`, `pkill`, `kill` run in a container); nowhere does it run the
 //! `docker` command — the harness talks to the engine through its API, image building included
@@ -39,17 +39,27 @@ impl fmt::Display for Offence {
 }
 
 const MODULE_DOC: &str = "no `//!` paragraph opens the file";
-const SQL: &str = "SQL in a scenario (it belongs in lab/fencing)";
+const SQL: &str = "SQL in a scenario (it belongs in fencing)";
 const PROCESS: &str = "a signal, a sleep or a spawn outside harness::{process, wait}";
 const SIGNAL_TOOL: &str = "a signal sent by a tool (docker kill, pkill) outside harness::process";
 const DOCKER_CLI: &str = "the docker command run (the harness uses the engine's API)";
 
 /// The directories whose Rust sources follow the rules (relative to the repository root).
-const ROOTS: &[&str] = &["lab", "scenarios", "holder"];
+const ROOTS: &[&str] = &[
+    "lab",
+    "fencing",
+    "harness",
+    "scenarios",
+    "holder",
+    "protocol",
+];
+/// The crates whose sources start no process, send no signal and run no command line of their own
+/// (the holder, its own binary, and the protocol crate are outside these rules).
+const RULED: &[&str] = &["lab/", "fencing/", "harness/", "scenarios/"];
 /// The only non-test sources that may signal, sleep or spawn.
-const PROCESS_HOMES: &[&str] = &["lab/harness/src/process.rs", "lab/harness/src/wait.rs"];
+const PROCESS_HOMES: &[&str] = &["harness/src/process.rs", "harness/src/wait.rs"];
 /// The only non-test source that may signal a container or a process in one.
-const SIGNAL_HOME: &str = "lab/harness/src/process.rs";
+const SIGNAL_HOME: &str = "harness/src/process.rs";
 /// What a signal, a sleep or a spawn looks like in the code (comments and strings blanked).
 const PROCESS_CALLS: &[&str] = &[
     "kill(",
@@ -383,13 +393,12 @@ fn check_file(rel: &str, text: &str) -> Vec<Offence> {
     if rel.starts_with("scenarios/src/") {
         found.extend(check_sql(rel, &lexed));
     }
-    let non_test_source = (rel.starts_with("lab/") || rel.starts_with("scenarios/"))
-        && in_dir("src")
-        && !PROCESS_HOMES.contains(&rel);
+    let lab_source = RULED.iter().any(|dir| rel.starts_with(dir)) && in_dir("src");
+    let non_test_source = lab_source && !PROCESS_HOMES.contains(&rel);
     if non_test_source {
         found.extend(check_process_calls(rel, &lexed));
     }
-    if (rel.starts_with("lab/") || rel.starts_with("scenarios/")) && in_dir("src") {
+    if lab_source {
         found.extend(check_command_lines(rel, &lexed));
     }
     found.sort_by_key(|o| o.line);
@@ -415,7 +424,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 #[test]
 fn the_sources_keep_the_house_rules() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
+        .join("..")
         .canonicalize()?;
     let mut files = Vec::new();
     for dir in ROOTS {
@@ -452,7 +461,7 @@ fn the_sources_keep_the_house_rules() -> anyhow::Result<()> {
 /// found). Held here, where every test run sees it, since those scripts run apart from CI.
 #[test]
 fn the_broken_holders_planted_bug_still_finds_its_line() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let script = fs::read_to_string(root.join("scripts/broken-holder.sh"))?;
     let old = script
         .lines()
@@ -478,7 +487,7 @@ fn rules(found: &[Offence]) -> Vec<(usize, &'static str)> {
 fn a_file_that_does_not_open_with_a_module_doc_is_caught() {
     let text = "use std::fmt;\n//! too late\n";
     assert_eq!(
-        rules(&check_file("lab/harness/src/x.rs", text)),
+        rules(&check_file("harness/src/x.rs", text)),
         [(1, MODULE_DOC)]
     );
     assert_eq!(
@@ -491,7 +500,7 @@ fn a_file_that_does_not_open_with_a_module_doc_is_caught() {
     );
     assert!(check_file("holder/src/x.rs", "//! What it is for.\n\nuse std::fmt;\n").is_empty());
     // Not a source of the lab: a build script, or a file outside src/ and tests/.
-    assert!(check_file("lab/cli/build.rs", "fn main() {}\n").is_empty());
+    assert!(check_file("lab/build.rs", "fn main() {}\n").is_empty());
 }
 
 #[test]
@@ -512,8 +521,8 @@ fn f() {
         rules(&check_file("scenarios/src/f99.rs", text)),
         [(3, SQL), (4, SQL), (5, SQL), (7, SQL)]
     );
-    // SQL belongs in lab/fencing, where it is not an offence.
-    assert!(check_file("lab/fencing/src/x.rs", text)
+    // SQL belongs in fencing, where it is not an offence.
+    assert!(check_file("fencing/src/x.rs", text)
         .iter()
         .all(|o| o.rule != SQL));
 }
@@ -544,8 +553,8 @@ fn h() {
     );
     // Test sources, and the two homes of signals and waits, may.
     assert!(check_file("scenarios/tests/x.rs", text).is_empty());
-    assert!(check_file("lab/harness/src/process.rs", text).is_empty());
-    assert!(check_file("lab/harness/src/wait.rs", text).is_empty());
+    assert!(check_file("harness/src/process.rs", text).is_empty());
+    assert!(check_file("harness/src/wait.rs", text).is_empty());
     // The holder is its own binary, outside this rule.
     assert!(check_file("holder/src/main.rs", text).is_empty());
 }
@@ -577,7 +586,7 @@ mod tests {
 }
 "#;
     assert_eq!(
-        rules(&check_file("lab/harness/src/x.rs", text)),
+        rules(&check_file("harness/src/x.rs", text)),
         [
             (3, SIGNAL_TOOL),
             (3, DOCKER_CLI),
@@ -590,14 +599,14 @@ mod tests {
     );
     // The signals' home may send them; it may not run docker either.
     assert_eq!(
-        rules(&check_file("lab/harness/src/process.rs", text)),
+        rules(&check_file("harness/src/process.rs", text)),
         [(3, DOCKER_CLI), (4, DOCKER_CLI), (10, DOCKER_CLI)]
     );
     // Scenarios and the command line are held to the same; tests and the holder are not.
     assert!(check_file("scenarios/src/x.rs", text)
         .iter()
         .any(|o| o.rule == SIGNAL_TOOL));
-    assert!(check_file("lab/cli/tests/x.rs", text).is_empty());
+    assert!(check_file("lab/tests/x.rs", text).is_empty());
     assert!(check_file("holder/src/main.rs", text).is_empty());
 }
 
