@@ -3,7 +3,7 @@
 //! first one it refuses. The helpers it shares with the MariaDB check (`fenced_job`) are here too.
 //!
 //! It sits above both the profiles and the stores: it reads the lab's resource tables from
-//! [`crate::schema`] and the form in which F3 times an acquire from [`crate::lease::lab_only`],
+//! [`crate::schema`] and the form in which F3 times an acquire from [`crate::lease::for_experiments`],
 //! while `profile` uses nothing of the crate beyond itself and `lease` and `schema` use only the
 //! profile's data types — neither calls back into this module (a test below checks both sides),
 //! so the modules' dependencies go one way: profile ← lease, schema ← prepare.
@@ -13,7 +13,7 @@ use sqlx::postgres::{PgConnectOptions, PgTypeInfo};
 use sqlx::TypeInfo as _;
 use sqlx::{Column as _, ConnectOptions as _, Connection as _, Executor as _, PgConnection};
 
-use crate::lease::lab_only::timed_sql;
+use crate::lease::for_experiments::timed_sql;
 use crate::profile::{Dialect, Profile, ProfileError, Slot, Statement, WriteSql};
 use crate::schema::LAB_RESOURCE_SQL;
 

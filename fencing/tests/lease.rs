@@ -396,7 +396,7 @@ async fn the_timed_acquire_span_covers_a_wait_on_the_row_lock() -> anyhow::Resul
     let mut conn = db.lease.pool().acquire().await?;
     let pid = harness::observe::backend_pid(&mut conn).await?;
     let contender = tokio::spawn(async move {
-        fencing::lease::lab_only::acquire_timed(seed004(), &mut *conn, "job", "b", TTL).await
+        fencing::lease::for_experiments::acquire_timed(seed004(), &mut *conn, "job", "b", TTL).await
     });
     let admin = db.cluster.admin_pool().await?;
     harness::wait::until(

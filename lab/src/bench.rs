@@ -27,8 +27,8 @@ use fencing::resource::{self, Write};
 use harness::evidence::write_atomically;
 use harness::process::Spawn;
 use harness::server::{ClusterConfig, PgBinaries};
-use scenarios::lab::SCOPE;
-use scenarios::{Lab, Params};
+use scenarios::testbed::SCOPE;
+use scenarios::{Params, Testbed};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Executor;
@@ -184,17 +184,17 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         max_connections: 300,
         ..ClusterConfig::new(bins)
     };
-    let mut lab = Lab::start(cluster, params, PathBuf::new()).await?;
+    let mut bed = Testbed::start(cluster, params, PathBuf::new()).await?;
     eprintln!(
         "bench: PostgreSQL {}, {} ms per cell after {} warm-up writes per writer",
-        lab.cluster()?.binaries().version,
+        bed.cluster()?.binaries().version,
         duration.as_millis(),
         args.warmup
     );
 
     // Whatever the measurement's outcome, the cluster is stopped cleanly before the verdict.
-    let measured = measure(&mut lab, &pgbench, &clients, &contenders, duration, &args).await;
-    lab.shutdown().await;
+    let measured = measure(&mut bed, &pgbench, &clients, &contenders, duration, &args).await;
+    bed.shutdown().await;
     let (cells, contention) = measured?;
 
     let table = render_table(&cells, &contention);
@@ -254,7 +254,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         max_connections: (most as u32 + 20).max(100),
         ..ClusterConfig::new(bins)
     };
-    let mut lab = Lab::start(cluster, Params::default(), PathBuf::new()).await?;
+    let mut bed = Testbed::start(cluster, Params::default(), PathBuf::new()).await?;
     let duration = Duration::from_millis(args.duration_ms.max(3 * args.renew_ms));
     eprintln!(
         "bench: lease scaling on {} — leases {:?}, holders {:?}, renewals every {} ms (TTL {} ms), {} ms per cell",
@@ -266,7 +266,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         duration.as_millis()
     );
     let measured = crate::bench_leases::measure(
-        &mut lab,
+        &mut bed,
         &stores,
         &args.leases,
         &args.holders,
@@ -274,7 +274,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         duration,
     )
     .await;
-    lab.shutdown().await;
+    bed.shutdown().await;
     let cells = measured?;
     let table = crate::bench_leases::render(&cells);
     if let Err(e) = crate::print_stdout(&table) {
@@ -337,7 +337,7 @@ fn write_page(dir: &std::path::Path) -> anyhow::Result<()> {
 
 /// Every cell and every contention size, in order, on `lab`'s cluster.
 async fn measure(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     pgbench: &std::path::Path,
     clients: &[usize],
     contenders: &[usize],
@@ -346,22 +346,22 @@ async fn measure(
 ) -> anyhow::Result<(Vec<Cell>, Vec<Contention>)> {
     let mut cells = Vec::new();
     for &n in clients {
-        cells.push(pgbench_cell(lab, pgbench, n, duration).await?);
+        cells.push(pgbench_cell(bed, pgbench, n, duration).await?);
         for name in resource::NAMED_WRITES
             .into_iter()
             .chain(["unfenced-single"])
         {
-            lab.reset().await?;
-            cells.push(write_cell(lab, name, n, duration, args.warmup).await?);
+            bed.reset().await?;
+            cells.push(write_cell(bed, name, n, duration, args.warmup).await?);
         }
         for name in SAME_SQL {
-            lab.reset().await?;
-            cells.push(same_sql_cell(lab, pgbench, name, n, duration).await?);
+            bed.reset().await?;
+            cells.push(same_sql_cell(bed, pgbench, name, n, duration).await?);
         }
     }
     let mut contention = Vec::new();
     for &c in contenders {
-        contention.push(contention_rounds(lab, c, args.rounds as usize).await?);
+        contention.push(contention_rounds(bed, c, args.rounds as usize).await?);
     }
     Ok((cells, contention))
 }
@@ -369,14 +369,14 @@ async fn measure(
 /// `n` writers of the named write `name` (a fenced mode or a control), each on its own
 /// connection writing its own part with token 1.
 async fn write_cell(
-    lab: &Lab,
+    bed: &Testbed,
     name: &'static str,
     n: usize,
     duration: Duration,
     warmup: usize,
 ) -> anyhow::Result<Cell> {
     let (mode, profile) = bench_write(name).context("a named write")?;
-    let opts = lab.connect_options(
+    let opts = bed.connect_options(
         fencing::schema::Database::Resource,
         fencing::schema::RESOURCE_DB,
         fencing::schema::RESOURCE_ROLE,
@@ -416,7 +416,7 @@ async fn write_cell(
         });
     }
     barrier.wait().await;
-    let waits = sample_waits(lab, duration).await?;
+    let waits = sample_waits(bed, duration).await?;
     let (mut all, mut longest, mut rejected) = (Vec::new(), Duration::ZERO, 0);
     while let Some(joined) = tasks.join_next().await {
         let (lat, took, rej) = joined??;
@@ -443,13 +443,13 @@ async fn write_cell(
 
 /// Samples the resource's active backends' wait events every 10 ms for `duration`; the two most
 /// frequent, with their share of all samples: "Lock:transactionid 64%, CPU 30%".
-async fn sample_waits(lab: &Lab, duration: Duration) -> anyhow::Result<String> {
+async fn sample_waits(bed: &Testbed, duration: Duration) -> anyhow::Result<String> {
     let start = Instant::now();
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     let mut total = 0usize;
     while start.elapsed() < duration {
         for wait in
-            harness::observe::active_waits(lab.resource.pool(), fencing::schema::RESOURCE_DB)
+            harness::observe::active_waits(bed.resource.pool(), fencing::schema::RESOURCE_DB)
                 .await?
         {
             *counts.entry(wait).or_default() += 1;
@@ -470,13 +470,13 @@ async fn sample_waits(lab: &Lab, duration: Duration) -> anyhow::Result<String> {
 
 /// The reference: pgbench, one-row UPDATE per transaction, each client its own row.
 async fn pgbench_cell(
-    lab: &Lab,
+    bed: &Testbed,
     pgbench: &std::path::Path,
     n: usize,
     duration: Duration,
 ) -> anyhow::Result<Cell> {
     // The reference table is the bench's own, beside the resource's tables; not the system under test.
-    let pool = lab.resource.pool();
+    let pool = bed.resource.pool();
     pool.execute("CREATE TABLE IF NOT EXISTS bench_row (id int PRIMARY KEY, v bigint NOT NULL)")
         .await?;
     pool.execute(
@@ -484,7 +484,7 @@ async fn pgbench_cell(
     )
     .await?;
     let script = "\\set id :client_id + 1\nUPDATE bench_row SET v = v + 1 WHERE id = :id;\n";
-    run_pgbench(lab, pgbench, "pgbench", script, &[], n, duration).await
+    run_pgbench(bed, pgbench, "pgbench", script, &[], n, duration).await
 }
 
 /// pgbench running the statement of the one-statement write `name` as the lab's client sends
@@ -492,7 +492,7 @@ async fn pgbench_cell(
 /// with token 1 as the lab's writer `i` does — the server's limit for that SQL. Checked to have
 /// done the same work: every attempt it recorded accepted, at least one per transaction.
 async fn same_sql_cell(
-    lab: &Lab,
+    bed: &Testbed,
     pgbench: &std::path::Path,
     name: &str,
     n: usize,
@@ -544,7 +544,7 @@ async fn same_sql_cell(
         format!("mode={}", profile.resource.mode),
     ];
     let cell = run_pgbench(
-        lab,
+        bed,
         pgbench,
         &format!("pgbench:{name}"),
         &script,
@@ -559,7 +559,7 @@ async fn same_sql_cell(
         "SELECT count(*) FILTER (WHERE accepted), count(*) FROM write_attempt WHERE mode = $1",
     )
     .bind(&profile.resource.mode)
-    .fetch_one(lab.resource.pool())
+    .fetch_one(bed.resource.pool())
     .await?;
     if accepted != recorded || (recorded as usize) < cell.writes {
         bail!(
@@ -573,7 +573,7 @@ async fn same_sql_cell(
 /// Runs pgbench's `script` with `n` clients for `duration` on the resource database, with the
 /// `extra` options: its tps and its per-transaction latencies as the cell `name`.
 async fn run_pgbench(
-    lab: &Lab,
+    bed: &Testbed,
     pgbench: &std::path::Path,
     name: &str,
     script: &str,
@@ -585,7 +585,7 @@ async fn run_pgbench(
     let path = work.path().join("script.sql");
     std::fs::write(&path, script)?;
     let secs = duration.as_secs().max(1);
-    let wal_before = wal_lsn(lab).await?;
+    let wal_before = wal_lsn(bed).await?;
     let mut spawn = Spawn::new("pgbench", pgbench).args([
         "-n",
         "-c",
@@ -608,10 +608,10 @@ async fn run_pgbench(
         .arg("-f")
         .arg(&path)
         .arg("-h")
-        .arg(lab.cluster()?.socket_dir())
+        .arg(bed.cluster()?.socket_dir())
         .args([
             "-p",
-            &lab.cluster()?.port().to_string(),
+            &bed.cluster()?.port().to_string(),
             "-U",
             fencing::schema::RESOURCE_ROLE,
             fencing::schema::RESOURCE_DB,
@@ -620,7 +620,7 @@ async fn run_pgbench(
         .output(Duration::from_secs(secs + 60))
         .await
         .context("failed to run pgbench")?;
-    let wal = wal_lsn(lab).await? - wal_before;
+    let wal = wal_lsn(bed).await? - wal_before;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
@@ -681,15 +681,15 @@ async fn run_pgbench(
 }
 
 /// Where the server's WAL insertion stands, in bytes from its start.
-async fn wal_lsn(lab: &Lab) -> anyhow::Result<i64> {
-    Ok(harness::observe::wal_insert_bytes(lab.resource.pool()).await?)
+async fn wal_lsn(bed: &Testbed) -> anyhow::Result<i64> {
+    Ok(harness::observe::wal_insert_bytes(bed.resource.pool()).await?)
 }
 
 /// `rounds` rounds of `c` contenders released by a barrier on a fresh lease each round.
-async fn contention_rounds(lab: &Lab, c: usize, rounds: usize) -> anyhow::Result<Contention> {
+async fn contention_rounds(bed: &Testbed, c: usize, rounds: usize) -> anyhow::Result<Contention> {
     let mut clients = Vec::with_capacity(c);
     for _ in 0..c {
-        clients.push(lab.own_lease_client().await?);
+        clients.push(bed.own_lease_client().await?);
     }
     let (mut times, mut one_winner) = (Vec::new(), 0);
     for round in 0..rounds {
@@ -796,11 +796,11 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
             );
         }
     }
-    if let (Some(lab), Some(server)) = (
+    if let (Some(ours), Some(server)) = (
         reference(cells, "fenced-shared", 16),
         reference(cells, "pgbench:fenced-shared", 16),
     ) {
-        let r = lab / server;
+        let r = ours / server;
         let _ = writeln!(
             out,
             "goal: the lab's client ≥ 0.9× pgbench on fenced-shared's SQL at 16 writers: {r:.2}× — {}",

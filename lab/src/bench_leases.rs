@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fencing::lease::{Grant, LeaseStore};
-use scenarios::Lab;
+use scenarios::Testbed;
 use serde_json::json;
 
 use crate::bench::{percentile, sorted};
@@ -104,7 +104,7 @@ struct Seen {
 
 /// Every (store, leases, holders) cell, in order, on `lab`.
 pub async fn measure(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     stores: &[&'static str],
     leases: &[usize],
     holders: &[usize],
@@ -113,14 +113,14 @@ pub async fn measure(
 ) -> anyhow::Result<Vec<Cell>> {
     let mut cells = Vec::new();
     for &store in stores {
-        lab.use_store(store)
+        bed.use_store(store)
             .await
             .with_context(|| format!("--lease-store {store}"))?;
         for &h in holders {
             for &l in leases {
-                lab.reset().await?;
+                bed.reset().await?;
                 let n = cells.len();
-                let cell = match one_cell(lab, store, n, l, h, renew, duration).await {
+                let cell = match one_cell(bed, store, n, l, h, renew, duration).await {
                     Ok(cell) => {
                         eprintln!(
                             "bench: {store}, {l} leases, {h} holders: {:.0} of {:.0} renewals/s, p99 {:.1} ms, {} expired",
@@ -139,12 +139,12 @@ pub async fn measure(
             }
         }
     }
-    lab.use_store(fencing::lease::sql::KIND.name).await?;
+    bed.use_store(fencing::lease::sql::KIND.name).await?;
     Ok(cells)
 }
 
 async fn one_cell(
-    lab: &Lab,
+    bed: &Testbed,
     store: &str,
     n: usize,
     leases: usize,
@@ -155,12 +155,12 @@ async fn one_cell(
     let ttl = renew * 3;
     let mut clients = Vec::with_capacity(holders);
     for _ in 0..holders {
-        clients.push(lab.own_store_client().await?);
+        clients.push(bed.own_store_client().await?);
     }
     // Holder i holds leases i, i + H, i + 2H, …: L/H each (the first L mod H one more). The
     // first period takes them, each lease in its own slot; the periods after it renew them,
     // measured over `duration`.
-    let root = store_root(lab).await;
+    let root = store_root(bed).await;
     let started = Instant::now();
     let window = started + renew;
     let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
@@ -281,10 +281,10 @@ async fn hold(
 
 /// The process whose tree is the lease store: the embedded cluster's postmaster, or the lock
 /// service container's first process.
-async fn store_root(lab: &Lab) -> Option<u32> {
-    match &lab.service {
+async fn store_root(bed: &Testbed) -> Option<u32> {
+    match &bed.service {
         Some(service) => service.pid().await,
-        None => lab.cluster().ok()?.postmaster_pid(),
+        None => bed.cluster().ok()?.postmaster_pid(),
     }
 }
 

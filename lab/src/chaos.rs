@@ -9,7 +9,7 @@ use harness::evidence::timeline::TimelineReporter;
 use harness::evidence::{EnvironmentReporter, JsonlReporter, Recorder, Reporter, TextReporter};
 use harness::server::{ClusterConfig, PgBinaries};
 use scenarios::chaos::{self, ChaosConfig};
-use scenarios::{Backend, Lab, Params};
+use scenarios::{Backend, Params, Testbed};
 
 use crate::args::{BackendArg, ChaosArgs};
 use crate::{Ended, Signals};
@@ -216,18 +216,18 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
         ..ClusterConfig::new(bins)
     };
     let dir = args.evidence_dir.clone();
-    let mut lab = tokio::select! {
-        lab = Lab::start_on(backend, Lab::new_run_mark(), cluster, params, holder_bin) => lab?,
+    let mut bed = tokio::select! {
+        bed = Testbed::start_on(backend, Testbed::new_run_mark(), cluster, params, holder_bin) => bed?,
         signal = signals.recv() => return Ok(Ended::Interrupted(signal)),
     };
-    lab.holder_prefix = holder_prefix;
+    bed.holder_prefix = holder_prefix;
     let outcome = match args.sweep {
-        None => single(&mut lab, &cfg, &dir, &mut signals).await,
-        Some(n) => sweep(&mut lab, &cfg, n, &dir, &mut signals).await,
+        None => single(&mut bed, &cfg, &dir, &mut signals).await,
+        Some(n) => sweep(&mut bed, &cfg, n, &dir, &mut signals).await,
     };
     let keep = matches!(&outcome, Ok(Ended::Failed));
     if keep {
-        let kept = lab.keep();
+        let kept = bed.keep();
         for line in &kept {
             eprintln!("lab chaos: {line}");
         }
@@ -242,7 +242,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
             );
         }
     }
-    lab.shutdown().await;
+    bed.shutdown().await;
     let ended = outcome?;
     eprintln!(
         "lab chaos: seed {seed}; evidence in {} (schedule.txt, history.jsonl, verdict.md, report.html{})",
@@ -256,7 +256,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
 /// interrupted), and what it found
 /// (`None` when it could not complete or was interrupted).
 async fn one(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     cfg: &ChaosConfig,
     dir: &std::path::Path,
     to_stdout: bool,
@@ -282,7 +282,7 @@ async fn one(
             std::env::args().collect::<Vec<_>>().join(" "),
         ),
         ("seed".into(), cfg.seed.to_string()),
-        ("backend".into(), lab.describe_servers()),
+        ("backend".into(), bed.describe_servers()),
         (
             "chaos".into(),
             format!(
@@ -292,13 +292,13 @@ async fn one(
                 cfg.leases,
                 cfg.mode_name,
                 cfg.fault_names(),
-                lab.params.ttl.as_millis()
+                bed.params.ttl.as_millis()
             ),
         ),
     ]);
     rec.case_with_lanes(chaos::CASE, chaos::TITLE, chaos::lanes(cfg.holders));
     let (found, interrupted) = tokio::select! {
-        found = chaos::run(lab, &mut rec, cfg, dir) => match found {
+        found = chaos::run(bed, &mut rec, cfg, dir) => match found {
             Ok(found) => (Some(found), None),
             Err(e) => {
                 rec.abort(&format!("{e:#}"));
@@ -322,12 +322,12 @@ async fn one(
 }
 
 async fn single(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     cfg: &ChaosConfig,
     dir: &std::path::Path,
     signals: &mut Signals,
 ) -> anyhow::Result<Ended> {
-    Ok(one(lab, cfg, dir, true, signals).await?.0)
+    Ok(one(bed, cfg, dir, true, signals).await?.0)
 }
 
 /// `--sweep N`: N runs, seeds `seed` … `seed + N - 1`, each with its evidence in `seed-K/`; one
@@ -335,7 +335,7 @@ async fn single(
 /// an invariant at the scope under test; a run whose control showed nothing is counted, not
 /// failed (its pauses still count in the table).
 async fn sweep(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     cfg: &ChaosConfig,
     n: u64,
     dir: &std::path::Path,
@@ -351,7 +351,7 @@ async fn sweep(
             ..cfg.clone()
         };
         let (ended, found) = one(
-            lab,
+            bed,
             &run_cfg,
             &dir.join(format!("seed-{seed}")),
             false,
@@ -377,7 +377,7 @@ async fn sweep(
             format!(
                 "{} failovers (lease store: {}); ",
                 injected(chaos::schedule::FaultKind::Failover),
-                lab.describe_lease_store()
+                bed.describe_lease_store()
             )
         } else {
             String::new()
@@ -395,7 +395,7 @@ async fn sweep(
                 (false, _) => "FENCE BROKEN",
             }
         );
-        runs.push(chaos::sweep::Run::of(seed, &found, lab.params.ttl));
+        runs.push(chaos::sweep::Run::of(seed, &found, bed.params.ttl));
     }
     let table = chaos::sweep::table(&runs, cfg.mode_name);
     let text = format!(
@@ -409,7 +409,7 @@ async fn sweep(
         cfg.time.as_millis(),
         cfg.holders,
         cfg.fault_names(),
-        lab.params.ttl.as_millis()
+        bed.params.ttl.as_millis()
     );
     print!("{text}");
     std::fs::write(dir.join("sweep.md"), &text)

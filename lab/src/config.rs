@@ -10,7 +10,7 @@ use anyhow::{bail, Context as _};
 use fencing::profile::{Dialect, Profile, Sut};
 use fencing::resource::{self, WriteMode};
 use harness::server::{ClusterConfig, PgBinaries};
-use scenarios::{Backend, Lab, Params, Scenario};
+use scenarios::{Backend, Params, Scenario, Testbed};
 
 use crate::args::{BackendArg, Format, LeaseStoreArg, RunArgs};
 
@@ -376,7 +376,7 @@ impl Config {
 
     /// The environment record: what ran, on what, with which parameters. It heads the output
     /// and goes to `environment.json`.
-    pub async fn environment(&self, lab: &Lab) -> Vec<(String, String)> {
+    pub async fn environment(&self, bed: &Testbed) -> Vec<(String, String)> {
         let p = &self.params;
         let bins = self.cluster.bins.clone();
         let mut env = vec![
@@ -388,7 +388,7 @@ impl Config {
             ("command_line".to_owned(), self.command_line.clone()),
             (
                 "date".to_owned(),
-                lab.lease_table
+                bed.lease_table
                     .db_clock()
                     .await
                     .unwrap_or_else(|e| format!("unknown ({e})")),
@@ -398,10 +398,10 @@ impl Config {
                 "postgresql_binaries".to_owned(),
                 format!("{} ({})", bins.version, bins.bindir.display()),
             ),
-            ("backend".to_owned(), lab.describe_servers()),
+            ("backend".to_owned(), bed.describe_servers()),
             ("mariadb_binaries".to_owned(), self.mariadb.clone()),
         ];
-        if let Some(service) = lab.describe_service() {
+        if let Some(service) = bed.describe_service() {
             env.push(("lease_store".to_owned(), service));
         }
         if !p.again_on.is_empty() {
@@ -421,7 +421,7 @@ impl Config {
             "max_connections",
             "listen_addresses",
         ];
-        match lab.admin_pool(fencing::schema::Database::Lease).await {
+        match bed.admin_pool(fencing::schema::Database::Lease).await {
             Ok(admin) => match harness::observe::settings(&admin, &names).await {
                 Ok(settings) => env.extend(settings),
                 Err(e) => env.push(("settings".into(), format!("unknown ({e})"))),

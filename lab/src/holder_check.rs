@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use harness::evidence::{render_text, Event};
-use scenarios::{Backend, Lab};
+use scenarios::{Backend, Testbed};
 
 use crate::run::run_lab;
 use crate::{config, Ended, Signals};
@@ -49,28 +49,28 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
     let mut handshake = false;
     let probed = runtime.block_on(async {
         let mut signals = Signals::install()?;
-        let start = Lab::start_on(
+        let start = Testbed::start_on(
             Backend::Embedded,
-            Lab::new_run_mark(),
+            Testbed::new_run_mark(),
             cfg.cluster.clone(),
             cfg.params.clone(),
             cfg.holder_bin.clone(),
         );
-        let mut lab = tokio::select! {
-            lab = start => lab?,
+        let mut bed = tokio::select! {
+            bed = start => bed?,
             signal = signals.recv() => return Ok(Err(signal)),
         };
-        lab.holder_prefix = cfg.holder_prefix.clone();
+        bed.holder_prefix = cfg.holder_prefix.clone();
         let probes = async {
-            let found = scenarios::conformance::probe(&mut lab).await?;
-            let refused = lab.refused_fault_points().await;
+            let found = scenarios::conformance::probe(&mut bed).await?;
+            let refused = bed.refused_fault_points().await;
             anyhow::Ok((found, refused))
         };
         let outcome = tokio::select! {
             outcome = probes => Ok(outcome),
             signal = signals.recv() => Err(signal),
         };
-        lab.shutdown().await;
+        bed.shutdown().await;
         anyhow::Ok(outcome.map(|o| o.map_err(|e| format!("{e:#}"))))
     });
     match probed {

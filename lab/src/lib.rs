@@ -106,7 +106,7 @@ const KEPT_WARN_MB: u64 = 1024;
 
 /// The closing line of a run that kept servers: how many directories, their size, and what
 /// removes them — and a warning when every lab's kept clusters in the temp dir pass
-/// `LAB_KEPT_WARN_MB` (default 1024). `kept` are the lines [`scenarios::Lab::keep`] said, each
+/// `LAB_KEPT_WARN_MB` (default 1024). `kept` are the lines [`scenarios::Testbed::keep`] said, each
 /// naming a directory under the temp dir; `whose` says why they were kept.
 pub(crate) fn kept_size_line(kept: &[String], whose: &str, clean: &str) -> String {
     let tmp = std::env::temp_dir();

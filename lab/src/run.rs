@@ -1,10 +1,10 @@
 //! `lab run`, the run loop: a resolved [`Config`] in, how the run [`Ended`] out, with the events
 //! its recorder emitted (what `lab grade` and the `--pg-versions` matrix read their verdicts
-//! off). One run starts its labs (one cluster per job), installs the reporters, runs the
+//! off). One run starts its beds (one cluster per job), installs the reporters, runs the
 //! experiments (`scenarios::run_all_on`), writes the evidence and stops every server; SIGINT and
 //! SIGTERM interrupt it at any point, the servers stopped on the way out.
 //!
-//! It starts no process itself: servers and holders are started through `scenarios::Lab` and
+//! It starts no process itself: servers and holders are started through `scenarios::Testbed` and
 //! `harness`. It decides nothing from text: the verdicts are the recorder's typed events.
 
 use std::path::Path;
@@ -14,7 +14,7 @@ use harness::evidence::timeline::TimelineReporter;
 use harness::evidence::{
     EnvironmentReporter, Event, JsonlReporter, Recorder, Reporter, TextReporter,
 };
-use scenarios::{Backend, Lab};
+use scenarios::{Backend, Testbed};
 
 use crate::args::Format;
 use crate::clean::report_removed;
@@ -162,36 +162,36 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
             return Run::without_events(Ended::CouldNotRun);
         }
     }
-    let mark = Lab::new_run_mark();
-    let start = Lab::start_on(
+    let mark = Testbed::new_run_mark();
+    let start = Testbed::start_on(
         backend,
         mark.clone(),
         cfg.cluster.clone(),
         cfg.params.clone(),
         cfg.holder_bin.clone(),
     );
-    let lab = tokio::select! {
-        lab = start => lab,
+    let bed = tokio::select! {
+        bed = start => bed,
         signal = signals.recv() => return Run::without_events(interrupted_start(&mark, signal).await),
     };
-    let lab = match lab {
-        Ok(lab) => lab,
+    let bed = match bed {
+        Ok(bed) => bed,
         Err(e) => {
             eprintln!("lab: {e:#}");
             return Run::without_events(Ended::CouldNotRun);
         }
     };
-    // The other jobs' labs, each on a cluster of its own (an embedded cluster starts in about a
+    // The other jobs' beds, each on a cluster of its own (an embedded cluster starts in about a
     // second; they start together).
-    let mut lab = lab;
-    lab.keep_all = cfg.keep;
-    lab.holder_prefix = cfg.holder_prefix.clone();
-    let mut labs = vec![lab];
+    let mut bed = bed;
+    bed.keep_all = cfg.keep;
+    bed.holder_prefix = cfg.holder_prefix.clone();
+    let mut beds = vec![bed];
     if cfg.jobs > 1 && cfg.scenarios.len() > 1 {
         let more = (1..cfg.jobs).map(|_| {
-            Lab::start_on(
+            Testbed::start_on(
                 backend,
-                Lab::new_run_mark(),
+                Testbed::new_run_mark(),
                 cfg.cluster.clone(),
                 cfg.params.clone(),
                 cfg.holder_bin.clone(),
@@ -201,17 +201,17 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
             started = scenarios::join_all(more) => started,
             signal = signals.recv() => return Run::without_events(Ended::Interrupted(signal)),
         };
-        for lab in started {
-            match lab {
-                Ok(mut lab) => {
-                    lab.keep_all = cfg.keep;
-                    lab.holder_prefix = cfg.holder_prefix.clone();
-                    labs.push(lab)
+        for bed in started {
+            match bed {
+                Ok(mut bed) => {
+                    bed.keep_all = cfg.keep;
+                    bed.holder_prefix = cfg.holder_prefix.clone();
+                    beds.push(bed)
                 }
                 Err(e) => {
                     eprintln!("lab: another job's cluster: {e:#}");
-                    for lab in labs {
-                        lab.shutdown().await;
+                    for bed in beds {
+                        bed.shutdown().await;
                     }
                     return Run::without_events(Ended::CouldNotRun);
                 }
@@ -222,10 +222,10 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     // experiments that stop a holder there say skip).
     if cfg.holder_cmd.is_some() {
         let refused = tokio::select! {
-            refused = labs[0].refused_fault_points() => refused,
+            refused = beds[0].refused_fault_points() => refused,
             signal = signals.recv() => {
-                for lab in labs {
-                    lab.shutdown().await;
+                for bed in beds {
+                    bed.shutdown().await;
                 }
                 return Run::without_events(Ended::Interrupted(signal));
             }
@@ -236,8 +236,8 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
                 point.name()
             );
         }
-        for lab in &mut labs {
-            lab.user_holder = Some(scenarios::lab::UserHolder {
+        for bed in &mut beds {
+            bed.user_holder = Some(scenarios::testbed::UserHolder {
                 refused: refused.clone(),
             });
         }
@@ -267,34 +267,34 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         reporters.insert(0, Box::new(step::PauseGate));
         // Last: its block follows the step's line; the pause comes at the lab's next action,
         // once the step's checks are printed.
-        match labs[0].cluster() {
+        match beds[0].cluster() {
             Ok(cluster) => reporters.push(Box::new(step::StepReporter::new(
                 cluster,
-                labs[0].maria.client.clone(),
+                beds[0].maria.client.clone(),
                 &cfg.params.jobs,
             ))),
             Err(e) => {
                 eprintln!("lab: --step: {e:#}");
-                for lab in labs {
-                    lab.shutdown().await;
+                for bed in beds {
+                    bed.shutdown().await;
                 }
                 return Run::without_events(Ended::CouldNotRun);
             }
         }
     }
     let mut rec = Recorder::new(reporters);
-    rec.environment(cfg.environment(&labs[0]).await);
+    rec.environment(cfg.environment(&beds[0]).await);
     #[cfg(feature = "containers")]
     let images = build_images_early(cfg).await;
     #[cfg(feature = "containers")]
     if images.is_some() {
-        for lab in &mut labs {
-            lab.params.images_building = true;
+        for bed in &mut beds {
+            bed.params.images_building = true;
         }
     }
 
     let interrupted = tokio::select! {
-        () = scenarios::run_all_on(&mut labs, &mut rec, &cfg.scenarios) => None,
+        () = scenarios::run_all_on(&mut beds, &mut rec, &cfg.scenarios) => None,
         signal = signals.recv() => Some(signal),
     };
     // A build still going (its experiments did not run, or the run was interrupted) is stopped:
@@ -315,11 +315,11 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
                 "lab: failed to write the evidence into {}: {e}",
                 dir.display()
             );
-            for mut lab in labs {
-                for line in lab.keep() {
+            for mut bed in beds {
+                for line in bed.keep() {
                     eprintln!("lab: {line}");
                 }
-                lab.shutdown().await;
+                bed.shutdown().await;
             }
             return Run::without_events(Ended::CouldNotRun);
         }
@@ -329,15 +329,15 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     // server with --keep); an interrupted one was not a verdict.
     let clean = crate::clean_command();
     let mut kept = Vec::new();
-    for mut lab in labs {
+    for mut bed in beds {
         let failing = !summary.all_passed() && interrupted.is_none() && cfg.keep_failed;
-        if (failing && lab.failed_here) || cfg.keep {
-            for line in lab.keep() {
+        if (failing && bed.failed_here) || cfg.keep {
+            for line in bed.keep() {
                 eprintln!("lab: {line}");
                 kept.push(line);
             }
         }
-        lab.shutdown().await;
+        bed.shutdown().await;
     }
     if !kept.is_empty() {
         let whose = if cfg.keep {

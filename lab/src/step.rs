@@ -5,7 +5,7 @@
 //! the lab's next action ([`harness::wait::pause_before_next_action`]): the step's checks are made
 //! and printed first, then the lab stands still at its next action (a holder started, sent a line,
 //! frozen, thawed or killed; a lease acquired, renewed or released; a write; a server crashed; a
-//! wait begun — [`harness::wait::before_action`], and `scenarios::lab::stepped` for the lab's own
+//! wait begun — [`harness::wait::before_action`], and `scenarios::testbed::stepped` for the lab's own
 //! clients) until Enter. A pause no action took (the next phase or the case's end came first) is
 //! taken by [`PauseGate`], first among the reporters, before the next line is printed.
 //!

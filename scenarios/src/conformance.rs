@@ -17,7 +17,7 @@ use fencing::resource::WriteMode;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
-use crate::lab::{Lab, SCOPE, SUMMARY};
+use crate::testbed::{Testbed, SCOPE, SUMMARY};
 
 /// How long a holder has for its handshake.
 pub const HANDSHAKE: Duration = Duration::from_secs(10);
@@ -47,20 +47,20 @@ fn fail(line: impl Into<String>) -> Finding {
 
 /// Runs the probes on `lab` (its holder is the user's): every finding, in order. A probe that
 /// cannot go on (no handshake) ends the list there.
-pub async fn probe(lab: &mut Lab) -> anyhow::Result<Vec<Finding>> {
-    lab.reset().await?;
+pub async fn probe(bed: &mut Testbed) -> anyhow::Result<Vec<Finding>> {
+    bed.reset().await?;
     let mut found = Vec::new();
-    if one_holding(lab, &mut found).await? {
-        orphaned(lab, &mut found).await?;
+    if one_holding(bed, &mut found).await? {
+        orphaned(bed, &mut found).await?;
     }
     Ok(found)
 }
 
 /// The handshake and one holding from acquire to release; whether the handshake worked.
-async fn one_holding(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<bool> {
+async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<bool> {
     const NAME: &str = "check-a";
     const CONTENT: &str = "written by check-a";
-    let spec = lab.holder_spec(NAME, CONTENT, WriteMode::Fenced, true);
+    let spec = bed.holder_spec(NAME, CONTENT, WriteMode::Fenced, true);
     let started = std::time::Instant::now();
     let mut h = match Holder::spawn_within(&spec, HANDSHAKE).await {
         Ok(h) => h,
@@ -113,7 +113,7 @@ async fn one_holding(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<bool
         }
     }
     let threads = h.threads()?;
-    if lab.params.renew > Duration::ZERO {
+    if bed.params.renew > Duration::ZERO {
         if threads.iter().any(|t| t.name == "renewer") {
             found.push(ok(format!(
                 "a thread named renewer among its {} thread(s)",
@@ -153,7 +153,7 @@ async fn one_holding(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<bool
         }
         // The resource's word on it: one attempt logged, accepted, with the holding's token,
         // and the part holding the content.
-        let logged: Vec<(i64, bool)> = harness::observe::attempts(lab.resource.pool())
+        let logged: Vec<(i64, bool)> = harness::observe::attempts(bed.resource.pool())
             .await?
             .into_iter()
             .filter(|a| a.writer == NAME)
@@ -170,7 +170,7 @@ async fn one_holding(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<bool
                  transaction, with --holder as the writer"
             )));
         }
-        let part = harness::observe::final_parts(lab.resource.pool())
+        let part = harness::observe::final_parts(bed.resource.pool())
             .await?
             .into_iter()
             .find(|(scope, part, _, _)| scope == SCOPE && part == SUMMARY)
@@ -214,9 +214,9 @@ async fn one_holding(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<bool
 }
 
 /// A holder whose stdin closes at the write point: exit 6, nothing written.
-async fn orphaned(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<()> {
+async fn orphaned(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<()> {
     const NAME: &str = "check-orphan";
-    let spec = lab.holder_spec(NAME, "written by an orphan", WriteMode::Fenced, true);
+    let spec = bed.holder_spec(NAME, "written by an orphan", WriteMode::Fenced, true);
     let mut h = Holder::spawn_within(&spec, HANDSHAKE).await?;
     loop {
         match h.next("AT_WRITE_POINT", EVENT_TIMEOUT).await {
@@ -254,7 +254,7 @@ async fn orphaned(lab: &Lab, found: &mut Vec<Finding>) -> anyhow::Result<()> {
             exit::ORPHANED
         ))),
     }
-    let written = harness::observe::attempts(lab.resource.pool())
+    let written = harness::observe::attempts(bed.resource.pool())
         .await?
         .iter()
         .filter(|a| a.writer == NAME)

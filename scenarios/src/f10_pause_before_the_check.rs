@@ -20,14 +20,14 @@ use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
-use crate::lab::{
-    acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY,
-};
 use crate::paused_holder::{
     freeze_and_show, lab_step, list, part_line, record_renewals, renewal_count, renewed_every_time,
     step, until_expired_while_frozen, A_CONTENT, B_CONTENT,
 };
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{
+    acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY,
+};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F10;
 
@@ -56,14 +56,14 @@ impl Scenario for F10 {
         Ok(&[crate::FaultPoint::BeforeCheck])
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let p = lab.params.clone();
-            let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Unfenced, false);
+            let p = bed.params.clone();
+            let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Unfenced, false);
             spec.flags.wait_before_check = true;
             let mut a = Holder::spawn(&spec).await?;
             let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-            step(lab, rec, at, "A", "acquire", &event).await;
+            step(bed, rec, at, "A", "acquire", &event).await;
             rec.check(
                 format!("A (pid {}) acquires the lease, token=1", a.pid()),
                 "ACQUIRED token=1",
@@ -71,7 +71,7 @@ impl Scenario for F10 {
             );
             let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
             step(
-                lab,
+                bed,
                 rec,
                 at,
                 "A",
@@ -86,7 +86,7 @@ impl Scenario for F10 {
             else {
                 bail!(a.unexpected("BEFORE_CHECK token=1", &before));
             };
-            if token != lab.token(rec, 1) {
+            if token != bed.token(rec, 1) {
                 bail!(a.unexpected("BEFORE_CHECK token=1", &before));
             }
             rec.check_that(
@@ -111,7 +111,7 @@ impl Scenario for F10 {
                 renewed_every_time(&renewals),
                 renewal_count(&renewals),
             );
-            let row = lab.lease.inspect(LEASE).await?;
+            let row = bed.lease.inspect(LEASE).await?;
             rec.check(
                 "just before the freeze the lease is A's and unexpired (database clock)",
                 "holder-a token=1 unexpired",
@@ -119,17 +119,17 @@ impl Scenario for F10 {
             );
 
             let frozen_at = freeze_and_show(
-                lab,
+                bed,
                 rec,
                 &mut a,
                 " before its check",
                 "A's renewer thread is frozen with it: nothing moves A's local deadline",
             )
             .await?;
-            until_expired_while_frozen(lab, rec, frozen_at).await?;
+            until_expired_while_frozen(bed, rec, frozen_at).await?;
 
-            let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
-            let clock = lab.lease.clock().await.ok().flatten();
+            let b = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+            let clock = bed.lease.clock().await.ok().flatten();
             rec.step(
                 acquire_mark(b.as_ref()),
                 "B",
@@ -151,8 +151,8 @@ impl Scenario for F10 {
                 writer: HOLDER_B,
                 token: b.token,
             };
-            let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
-            let clock = lab.lease.clock().await.ok().flatten();
+            let ok = bed.resource.write(&write, WriteMode::Fenced).await?;
+            let clock = bed.lease.clock().await.ok().flatten();
             rec.step(
                 Mark::Write { accepted: ok },
                 "B",
@@ -172,7 +172,7 @@ impl Scenario for F10 {
             let thawed = a.thaw().await?;
             let frozen_for = frozen_at.elapsed();
             lab_step(
-                lab,
+                bed,
                 rec,
                 Mark::Thawed,
                 "A",
@@ -182,7 +182,7 @@ impl Scenario for F10 {
             .await;
             let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
             step(
-                lab,
+                bed,
                 rec,
                 at,
                 "A",
@@ -215,7 +215,7 @@ impl Scenario for F10 {
                 &describe(Some(code)),
             );
 
-            let attempts = lab.resource.attempts(SCOPE).await?;
+            let attempts = bed.resource.attempts(SCOPE).await?;
             rec.note(format!(
                 "write_attempt: {}",
                 attempts
@@ -235,14 +235,14 @@ impl Scenario for F10 {
             rec.check(
                 "B's part stays: the final summary is B's",
                 &format!("{B_CONTENT} by holder-b token=2"),
-                &part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
+                &part_line(&bed.resource.part(SCOPE, SUMMARY).await?),
             );
             // Shown, not judged: A writes unfenced, which never touches the floor.
             rec.note(format!(
                 "fence_floor: {} (B's token; A's unfenced write mode never touches it)",
-                lab.floor_shown(lab.resource.floor(SCOPE).await?)
+                bed.floor_shown(bed.resource.floor(SCOPE).await?)
             ));
-            let row = lab.lease.inspect(LEASE).await?;
+            let row = bed.lease.inspect(LEASE).await?;
             rec.check(
                 "the lease row is still B's holding: A, resumed, did not touch it",
                 "holder-b token=2",

@@ -16,12 +16,12 @@ use fencing::resource::Write;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{
+use crate::paused_holder::part_line;
+use crate::testbed::{
     acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE,
     SUMMARY,
 };
-use crate::paused_holder::part_line;
-use crate::{Lab, Outcome, Scenario};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F11;
 
@@ -59,14 +59,14 @@ impl Scenario for F11 {
         }
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let mut before = Vec::new();
             for n in 1..=GRANTS_BEFORE {
                 let who = if n % 2 == 1 { HOLDER_A } else { HOLDER_B };
-                let (g, ok) = grant_and_write(lab, rec, who, &format!("rows={n}00")).await?;
+                let (g, ok) = grant_and_write(bed, rec, who, &format!("rows={n}00")).await?;
                 before.push(format!("token={} accepted={ok}", g.token));
-                let released = lab.lease.release(&g).await?;
+                let released = bed.lease.release(&g).await?;
                 ensure!(released, "{who} could not release its holding");
                 rec.step(
                     Mark::Released,
@@ -85,7 +85,7 @@ impl Scenario for F11 {
                     .join(", "),
                 &before.join(", "),
             );
-            let floor = lab
+            let floor = bed
                 .resource
                 .floor(SCOPE)
                 .await?
@@ -96,20 +96,20 @@ impl Scenario for F11 {
                 Some(floor),
             );
 
-            let rows = lab.lease_table.row_count().await?;
+            let rows = bed.lease_table.row_count().await?;
             operator_mistake::truncate_the_lease_table(
-                lab.lease_table.sql(),
-                lab.lease_table.pool(),
+                bed.lease_table.sql(),
+                bed.lease_table.pool(),
             )
             .await?;
-            let left = lab.lease_table.row_count().await?;
+            let left = bed.lease_table.row_count().await?;
             rec.step(
                 Mark::Info,
                 "lab",
                 "an operator truncates the lease table by hand",
                 None,
                 format!("lease rows {rows} → {left}"),
-                lab.lease.clock().await.ok().flatten(),
+                bed.lease.clock().await.ok().flatten(),
             );
             rec.check(
                 "an operator truncates the lease table by hand (lease rows before → after)",
@@ -117,13 +117,13 @@ impl Scenario for F11 {
                 &format!("{rows} → {left}"),
             );
 
-            let (g, ok) = grant_and_write(lab, rec, HOLDER_C, "rows=500(C)").await?;
+            let (g, ok) = grant_and_write(bed, rec, HOLDER_C, "rows=500(C)").await?;
             rec.expose(
                 format!("I2 broken: tokens went back; the first grant after the reset is below the resource's floor {floor}"),
                 g.token < floor,
                 format_args!("ACQUIRED token={}; fence_floor={floor}", g.token),
             );
-            let row = lab.lease.inspect(LEASE).await?;
+            let row = bed.lease.inspect(LEASE).await?;
             rec.check(
                 "holder-c is the lease's current, unexpired holder: a legitimate holding",
                 &format!("{HOLDER_C} token={} unexpired", g.token),
@@ -142,7 +142,7 @@ impl Scenario for F11 {
             let mut held = g;
             let mut further = Vec::new();
             for _ in 0..FURTHER_GRANTS {
-                let released = lab.lease.release(&held).await?;
+                let released = bed.lease.release(&held).await?;
                 ensure!(released, "holder-c could not release its holding");
                 rec.step(
                     Mark::Released,
@@ -152,8 +152,8 @@ impl Scenario for F11 {
                     "RELEASED ok=true",
                     None,
                 );
-                let (g, ok) = grant_and_write(lab, rec, HOLDER_C, "rows=500(C)").await?;
-                let current = lab
+                let (g, ok) = grant_and_write(bed, rec, HOLDER_C, "rows=500(C)").await?;
+                let current = bed
                     .lease
                     .inspect(LEASE)
                     .await?
@@ -174,7 +174,7 @@ impl Scenario for F11 {
             rec.check_token(
                 "the resource's floor did not move",
                 GRANTS_BEFORE,
-                lab.resource.floor(SCOPE).await?,
+                bed.resource.floor(SCOPE).await?,
             );
             let last = if GRANTS_BEFORE % 2 == 1 {
                 HOLDER_A
@@ -184,9 +184,9 @@ impl Scenario for F11 {
             rec.check(
                 "the summary is still the last write before the reset",
                 &format!("rows={GRANTS_BEFORE}00 by {last} token={GRANTS_BEFORE}"),
-                &part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
+                &part_line(&bed.resource.part(SCOPE, SUMMARY).await?),
             );
-            let attempts = lab.resource.attempts(SCOPE).await?;
+            let attempts = bed.resource.attempts(SCOPE).await?;
             let by_c = |accepted: bool| {
                 attempts
                     .iter()
@@ -215,19 +215,19 @@ impl Scenario for F11 {
 /// fenced mode under test; both are recorded as steps. The grant and whether the write was
 /// accepted.
 async fn grant_and_write(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     who: &str,
     content: &str,
 ) -> anyhow::Result<(Grant, bool)> {
-    let g = lab.lease.acquire(LEASE, who, lab.params.ttl).await?;
+    let g = bed.lease.acquire(LEASE, who, bed.params.ttl).await?;
     rec.step(
         acquire_mark(g.as_ref()),
         who,
         "acquire",
         g.as_ref().map(|g| g.token),
         acquired(g.as_ref()),
-        lab.lease.clock().await.ok().flatten(),
+        bed.lease.clock().await.ok().flatten(),
     );
     let g = g.with_context(|| format!("{who} could not acquire a free lease"))?;
     let write = Write {
@@ -237,14 +237,14 @@ async fn grant_and_write(
         writer: who,
         token: g.token,
     };
-    let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
+    let ok = bed.resource.write(&write, WriteMode::Fenced).await?;
     rec.step(
         Mark::Write { accepted: ok },
         who,
         "write",
         Some(g.token),
         wrote(ok, g.token),
-        lab.lease.clock().await.ok().flatten(),
+        bed.lease.clock().await.ok().flatten(),
     );
     Ok((g, ok))
 }

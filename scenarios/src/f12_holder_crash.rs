@@ -23,12 +23,12 @@ use harness::observe::{self, Session};
 use harness::process::{self, describe_status};
 use holder_protocol::{Event, Request};
 
-use crate::lab::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
-use crate::lab::{DETAIL, SUMMARY};
 use crate::paused_holder::{
     lab_client_takes_over, lab_step, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
 };
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
+use crate::testbed::{DETAIL, SUMMARY};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F12;
 
@@ -56,7 +56,7 @@ impl Scenario for F12 {
     fn applies_to(&self, sut: &Profile) -> Result<(), &'static str> {
         match sut.resource.write {
             // The lab's own fenced modes share seed004's design: A dies in seed004's transaction.
-            WriteSql::OneStatement(_) if crate::lab::Params::fence_label_of(sut) == "sut" => Err(
+            WriteSql::OneStatement(_) if crate::testbed::Params::fence_label_of(sut) == "sut" => Err(
                 "its write is one statement: there is no open write transaction for the holder \
                  to die inside",
             ),
@@ -72,9 +72,9 @@ impl Scenario for F12 {
         ])
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let admin = lab.cluster()?.admin_pool().await?;
+            let admin = bed.cluster()?.admin_pool().await?;
             rec.note("(a) A is killed inside its write transaction, before its commit");
             rec.step(
                 Mark::Info,
@@ -84,8 +84,8 @@ impl Scenario for F12 {
                 "",
                 None,
             );
-            inside_the_transaction(lab, rec, &admin).await?;
-            lab.reset().await?;
+            inside_the_transaction(bed, rec, &admin).await?;
+            bed.reset().await?;
             rec.restart_tokens();
             rec.note("(b) A is killed right after its write committed");
             rec.step(
@@ -96,7 +96,7 @@ impl Scenario for F12 {
                 "",
                 None,
             );
-            after_the_commit(lab, rec, &admin).await?;
+            after_the_commit(bed, rec, &admin).await?;
             admin.close().await;
             Ok(())
         })
@@ -106,9 +106,9 @@ impl Scenario for F12 {
 /// The `--sut` of the holder A is: the system under test's when its fence is a check and a
 /// write in one transaction, else seed004's (`None`, the holder's own): a one-statement fence has
 /// no moment before its commit to stop at.
-fn before_commit_sut(lab: &Lab) -> Option<String> {
-    match &lab.params.sut.resource.write {
-        fencing::profile::WriteSql::CheckThenWrite { .. } => lab.sut_arg(),
+fn before_commit_sut(bed: &Testbed) -> Option<String> {
+    match &bed.params.sut.resource.write {
+        fencing::profile::WriteSql::CheckThenWrite { .. } => bed.sut_arg(),
         fencing::profile::WriteSql::OneStatement(_) => None,
     }
 }
@@ -116,23 +116,23 @@ fn before_commit_sut(lab: &Lab) -> Option<String> {
 /// A, spawned with `wait` set on its flags, acquired token 1 and was given the go-line at its
 /// write point. Returns it and its sessions on the server as they were then.
 async fn start_a(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     set: impl FnOnce(&mut holder_protocol::HolderFlags),
 ) -> anyhow::Result<Holder> {
-    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Fenced, false);
-    spec.flags.sut = before_commit_sut(lab);
+    let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Fenced, false);
+    spec.flags.sut = before_commit_sut(bed);
     set(&mut spec.flags);
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "acquire", &event).await;
+    step(bed, rec, at, "A", "acquire", &event).await;
     rec.check(
         format!("A (pid {}) acquires the lease, token=1", a.pid()),
         "ACQUIRED token=1",
         &event.to_string(),
     );
     let (_, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    if !matches!(ready, Event::AtWritePoint { token, .. } if token == lab.token(rec, 1)) {
+    if !matches!(ready, Event::AtWritePoint { token, .. } if token == bed.token(rec, 1)) {
         bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
     }
     a.send(Request::Go).await?;
@@ -143,7 +143,7 @@ async fn start_a(
 /// group, and — once the server noticed the closed connections — no session and no backend of
 /// the `sessions` A had.
 async fn kill_and_show(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     admin: &sqlx::PgPool,
     a: &mut Holder,
@@ -156,7 +156,7 @@ async fn kill_and_show(
         .context("A could not be reaped after SIGKILL")?;
     let killed_at = Instant::now();
     lab_step(
-        lab,
+        bed,
         rec,
         Mark::Killed,
         "A",
@@ -178,7 +178,7 @@ async fn kill_and_show(
         left.is_empty() && !process::exists(pid),
         format_args!("group members left: {left:?}"),
     );
-    let timeout = lab.params.wait_timeout;
+    let timeout = bed.params.wait_timeout;
     let backends: Vec<i32> = sessions.iter().map(|s| s.pid).collect();
     let alive = || -> Vec<i32> {
         backends
@@ -218,14 +218,14 @@ async fn kill_and_show(
 /// After the kill: nobody released A's lease — B is refused at once — until it expires by the
 /// database clock; then B acquires token 2 and writes `part`.
 async fn the_lease_outlives_a(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     killed_at: Instant,
     part: &str,
 ) -> anyhow::Result<()> {
-    let p = lab.params.clone();
-    let row = lab.lease.inspect(LEASE).await?;
-    let early = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    let p = bed.params.clone();
+    let row = bed.lease.inspect(LEASE).await?;
+    let early = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
     rec.check(
         "nobody released A's lease: B's acquire right after the kill is refused while A's row stands",
         "REFUSED (holder-a token=1 unexpired)",
@@ -235,15 +235,15 @@ async fn the_lease_outlives_a(
             shown(row.as_ref().map(lease_state))
         ),
     );
-    until_lease_expired(lab, rec).await?;
+    until_lease_expired(bed, rec).await?;
     rec.note(format!(
         "A's lease expired by {} {} ms after A was killed (TTL {} ms, renewed every {} ms while A lived)",
-        lab.expiry_clock(),
+        bed.expiry_clock(),
         killed_at.elapsed().as_millis(),
         p.ttl.as_millis(),
         p.renew.as_millis()
     ));
-    let (b, ok) = lab_client_takes_over(lab, rec, part, B_CONTENT, WriteMode::Fenced).await?;
+    let (b, ok) = lab_client_takes_over(bed, rec, part, B_CONTENT, WriteMode::Fenced).await?;
     rec.check(
         "B (the lab's lease client) acquires the expired lease with a greater token",
         "ACQUIRED token=2",
@@ -265,14 +265,14 @@ async fn the_lease_outlives_a(
 
 /// (a): killed with its transaction open.
 async fn inside_the_transaction(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     admin: &sqlx::PgPool,
 ) -> anyhow::Result<()> {
-    let mut a = start_a(lab, rec, |f| f.wait_before_commit = true).await?;
+    let mut a = start_a(bed, rec, |f| f.wait_before_commit = true).await?;
     let (at, event) = a.next("A before its commit", EVENT_TIMEOUT).await?;
     step(
-        lab,
+        bed,
         rec,
         at,
         "A",
@@ -288,10 +288,10 @@ async fn inside_the_transaction(
     // A state, polled: A's renewer has its own connection to lease26 by now (it renews while A
     // stands before its commit), so that the sessions shown — and killed — are all of A's. On a
     // lock service its connection goes there instead: it has renewed there once.
-    if lab.service.is_some() {
+    if bed.service.is_some() {
         harness::wait::until(
             "A's renewer has renewed on the lock service",
-            lab.params.wait_timeout,
+            bed.params.wait_timeout,
             || {
                 let renewed = !a.drain_renewals().is_empty();
                 async move { Ok::<_, std::convert::Infallible>(renewed) }
@@ -301,7 +301,7 @@ async fn inside_the_transaction(
     } else {
         harness::wait::until(
             "A's renewer is connected to lease26",
-            lab.params.wait_timeout,
+            bed.params.wait_timeout,
             || async {
                 let lease_sessions = observe::sessions_of(admin, HOLDER_A)
                     .await?
@@ -330,7 +330,7 @@ async fn inside_the_transaction(
         ),
     );
     let xid = open.and_then(|s| s.xid.clone());
-    let killed_at = kill_and_show(lab, rec, admin, &mut a, &sessions).await?;
+    let killed_at = kill_and_show(bed, rec, admin, &mut a, &sessions).await?;
 
     let status = match &xid {
         Some(xid) => observe::xact_status(admin, xid).await?,
@@ -344,42 +344,42 @@ async fn inside_the_transaction(
         "aborted",
         &shown(status),
     );
-    let floor = lab.resource.floor(SCOPE).await?;
-    let part = lab.resource.part(SCOPE, SUMMARY).await?;
-    let attempts = lab.resource.attempts(SCOPE).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
+    let part = bed.resource.part(SCOPE, SUMMARY).await?;
+    let attempts = bed.resource.attempts(SCOPE).await?;
     rec.check(
         "rolled back with it: the floor advance, the part and the attempt record",
         &format!(
             "fence_floor={} summary=none write_attempt rows=0",
-            lab.floor_shown(Some(0))
+            bed.floor_shown(Some(0))
         ),
         &format!(
             "fence_floor={} summary={} write_attempt rows={}",
-            lab.floor_shown(floor),
+            bed.floor_shown(floor),
             part_line(&part),
             attempts.len()
         ),
     );
-    the_lease_outlives_a(lab, rec, killed_at, SUMMARY).await
+    the_lease_outlives_a(bed, rec, killed_at, SUMMARY).await
 }
 
 /// (b): killed right after its write committed.
 async fn after_the_commit(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     admin: &sqlx::PgPool,
 ) -> anyhow::Result<()> {
-    let mut a = start_a(lab, rec, |f| f.wait_after_write = true).await?;
+    let mut a = start_a(bed, rec, |f| f.wait_after_write = true).await?;
     let (at, event) = a.next("A's write", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "write (committed)", &event).await;
+    step(bed, rec, at, "A", "write (committed)", &event).await;
     rec.check(
         "A's write is accepted and committed; A waits before its renew",
         "WRITE accepted=true token=1",
         &event.to_string(),
     );
     let sessions = observe::sessions_of(admin, HOLDER_A).await?;
-    let killed_at = kill_and_show(lab, rec, admin, &mut a, &sessions).await?;
-    let attempts: Vec<String> = lab
+    let killed_at = kill_and_show(bed, rec, admin, &mut a, &sessions).await?;
+    let attempts: Vec<String> = bed
         .resource
         .attempts(SCOPE)
         .await?
@@ -390,27 +390,27 @@ async fn after_the_commit(
         "the committed part stays after A's death, the floor A advanced, and the one record of its attempt",
         &format!(
             "summary={A_CONTENT} by holder-a token=1 fence_floor={} write_attempt=[holder-a token=1 accepted=true]",
-            lab.floor_shown(Some(lab.token(rec, 1)))
+            bed.floor_shown(Some(bed.token(rec, 1)))
         ),
         &format!(
             "summary={} fence_floor={} write_attempt=[{}]",
-            part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
-            lab.floor_shown(lab.resource.floor(SCOPE).await?),
+            part_line(&bed.resource.part(SCOPE, SUMMARY).await?),
+            bed.floor_shown(bed.resource.floor(SCOPE).await?),
             attempts.join(", ")
         ),
     );
-    the_lease_outlives_a(lab, rec, killed_at, DETAIL).await?;
+    the_lease_outlives_a(bed, rec, killed_at, DETAIL).await?;
     rec.check(
         "final state: A's committed summary (token 1) beside B's detail (token 2), floor at B's token",
         &format!(
             "summary={A_CONTENT} by holder-a token=1 detail={B_CONTENT} by holder-b token=2 fence_floor={}",
-            lab.floor_shown(Some(lab.token(rec, 2)))
+            bed.floor_shown(Some(bed.token(rec, 2)))
         ),
         &format!(
             "summary={} detail={} fence_floor={}",
-            part_line(&lab.resource.part(SCOPE, SUMMARY).await?),
-            part_line(&lab.resource.part(SCOPE, DETAIL).await?),
-            lab.floor_shown(lab.resource.floor(SCOPE).await?)
+            part_line(&bed.resource.part(SCOPE, SUMMARY).await?),
+            part_line(&bed.resource.part(SCOPE, DETAIL).await?),
+            bed.floor_shown(bed.resource.floor(SCOPE).await?)
         ),
     );
     Ok(())

@@ -36,11 +36,11 @@ use harness::faketime::Faketime;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{kernel_clock_reading, Event, Request};
 
-use crate::lab::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
 use crate::paused_holder::{
     lab_client_takes_over, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
 };
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::testbed::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 /// F13 as `./run.sh` runs it. `uncovered_rate` replaces the not-covered rows' clock rate: only a
 /// deliberately broken variant ([`crate::broken`]) sets it.
@@ -104,7 +104,7 @@ impl Scenario for F13 {
         Ok(&[crate::FaultPoint::BeforeCheck])
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let faketime = match Faketime::locate() {
                 Ok(f) => f,
@@ -113,7 +113,7 @@ impl Scenario for F13 {
                     return Ok(());
                 }
             };
-            let p = lab.params.clone();
+            let p = bed.params.clone();
             let (ttl, margin) = (p.ttl.as_secs_f64() * 1e3, p.margin.as_secs_f64() * 1e3);
             let boundary = (ttl - margin) / ttl;
             let above = round2(boundary + ABOVE_BOUNDARY);
@@ -129,7 +129,7 @@ impl Scenario for F13 {
             // after the TTL (etcd revokes expired leases in a sweep: seen 400 ms late in CI),
             // so on a lock service that row is not run.
             let mut rows = vec![(above, WriteMode::Fenced, true)];
-            if lab.service.is_none() {
+            if bed.service.is_none() {
                 rows.push((below, WriteMode::Fenced, true));
             } else {
                 rec.note(format!(
@@ -141,9 +141,9 @@ impl Scenario for F13 {
             rows.push((uncovered, WriteMode::Unfenced, false));
             let mut table = Vec::new();
             for (i, (rate, mode, covered_row_timeline)) in rows.into_iter().enumerate() {
-                let mode_label = lab.params.mode_label(mode);
+                let mode_label = bed.params.mode_label(mode);
                 if i > 0 {
-                    lab.reset().await?;
+                    bed.reset().await?;
                     rec.restart_tokens();
                 }
                 let predicted_stop = rate >= boundary;
@@ -156,15 +156,15 @@ impl Scenario for F13 {
                     None,
                 );
                 let outcome = if covered_row_timeline {
-                    at_expiry_row(lab, rec, &faketime, rate, mode, predicted_stop).await?
+                    at_expiry_row(bed, rec, &faketime, rate, mode, predicted_stop).await?
                 } else {
-                    uncovered_row(lab, rec, &faketime, rate, mode).await?
+                    uncovered_row(bed, rec, &faketime, rate, mode).await?
                 };
                 table.push((rate, mode, predicted_stop, outcome));
             }
             rec.note("rate | margin | A's local deadline (real ms after its acquire) | lease TTL (database clock) | the bound predicts | observed");
             for (rate, mode, predicted_stop, outcome) in &table {
-                let mode_label = lab.params.mode_label(*mode);
+                let mode_label = bed.params.mode_label(*mode);
                 rec.note(format!(
                     "{rate} | {margin:.0} ms | {:.0} | {ttl:.0} ms | {} | {} (mode={mode_label})",
                     (ttl - margin) / rate,
@@ -206,20 +206,20 @@ struct RowOutcome {
 /// check. Returns A, the instant its BEFORE_CHECK arrived, the deadline it reported then (ms
 /// on its own clock) and the token of its grant.
 async fn start_a(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     faketime: &Faketime,
     rate: f64,
     mode: WriteMode,
 ) -> anyhow::Result<(Holder, Instant, u64, i64)> {
-    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
+    let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     spec.flags.renew_ms = 0;
     spec.flags.wait_before_check = true;
     spec.env = faketime.env(&format!("+0 x{rate}"));
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
     step(
-        lab,
+        bed,
         rec,
         at,
         "A",
@@ -234,7 +234,7 @@ async fn start_a(
     };
     let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
     step(
-        lab,
+        bed,
         rec,
         at,
         "A",
@@ -328,7 +328,7 @@ async fn kernel_readings(a: &Holder, verdict: &Event) -> Option<f64> {
 /// passed, and A writes nothing; below it, A's clock must still say its deadline is ahead — it
 /// would write on a lease the database no longer grants (the lab closes its stdin instead).
 async fn at_expiry_row(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     faketime: &Faketime,
     rate: f64,
@@ -340,12 +340,12 @@ async fn at_expiry_row(
     } else {
         format!("rate {rate}: just below r*, a drift the margin does not cover")
     });
-    let (mut a, reported_at, left_ms, _) = start_a(lab, rec, faketime, rate, mode).await?;
-    until_lease_expired(lab, rec).await?;
+    let (mut a, reported_at, left_ms, _) = start_a(bed, rec, faketime, rate, mode).await?;
+    until_lease_expired(bed, rec).await?;
     a.send(Request::Go).await?;
     let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
     step(
-        lab,
+        bed,
         rec,
         at,
         "A",
@@ -379,7 +379,7 @@ async fn at_expiry_row(
         rec.note(format!("A exits: {}", describe(Some(code))));
     }
     if stop {
-        let attempts = lab.resource.attempts(SCOPE).await?;
+        let attempts = bed.resource.attempts(SCOPE).await?;
         rec.check(
             format!("rate {rate}: A stopped by itself — write_attempt has no row of A"),
             &0,
@@ -398,19 +398,19 @@ async fn at_expiry_row(
 /// The drift the margin does not cover: the lease expires, B takes over and writes, then A's
 /// check — on its slow clock — still passes and A writes with token 1.
 async fn uncovered_row(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     faketime: &Faketime,
     rate: f64,
     mode: WriteMode,
 ) -> anyhow::Result<RowOutcome> {
-    let mode_label = lab.params.mode_label(mode);
+    let mode_label = bed.params.mode_label(mode);
     rec.note(format!(
         "rate {rate}: a drift the margin does not cover, resource mode={mode_label}"
     ));
-    let (mut a, reported_at, left_ms, a_token) = start_a(lab, rec, faketime, rate, mode).await?;
-    until_lease_expired(lab, rec).await?;
-    let (b, b_ok) = lab_client_takes_over(lab, rec, SUMMARY, B_CONTENT, mode).await?;
+    let (mut a, reported_at, left_ms, a_token) = start_a(bed, rec, faketime, rate, mode).await?;
+    until_lease_expired(bed, rec).await?;
+    let (b, b_ok) = lab_client_takes_over(bed, rec, SUMMARY, B_CONTENT, mode).await?;
     rec.check(
         format!("rate {rate}, {mode_label}: B takes the expired lease over and writes"),
         "ACQUIRED token=2, WRITE accepted=true token=2",
@@ -424,7 +424,7 @@ async fn uncovered_row(
     a.send(Request::Go).await?;
     let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
     step(
-        lab,
+        bed,
         rec,
         at,
         "A",
@@ -443,7 +443,7 @@ async fn uncovered_row(
         a.send(Request::Go).await?;
         let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
         step(
-            lab,
+            bed,
             rec,
             at,
             "A",
@@ -465,7 +465,7 @@ async fn uncovered_row(
         None
     };
     let a_wrote = write.map_or_else(|| "no write: A gave up".into(), |ok| wrote(ok, a_token));
-    let summary = part_line(&lab.resource.part(SCOPE, SUMMARY).await?);
+    let summary = part_line(&bed.resource.part(SCOPE, SUMMARY).await?);
     if mode == WriteMode::Unfenced {
         rec.expose(
             format!("rate {rate}, unfenced: A's write, made after B's, is accepted"),

@@ -29,9 +29,9 @@ use harness::server::standby::{self, Lsn, Replicated, Standby};
 use harness::server::Cluster;
 use sqlx::PgPool;
 
-use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::paused_holder::{A_CONTENT, B_CONTENT};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Outcome, Scenario, Testbed};
 
 /// F14 as `./run.sh` runs it. `synchronous_names` false leaves `synchronous_standby_names` empty
 /// in part (b): only a deliberately broken variant ([`crate::broken`]) does that.
@@ -69,12 +69,12 @@ impl Scenario for F14 {
         &["the standby is promoted"]
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             rec.note("(a) asynchronous replication");
             rec.step(Mark::Info, "lab", "(a) asynchronous", None, "", None);
-            failover(lab, rec, Replication::Asynchronous).await?;
-            lab.reset().await?;
+            failover(bed, rec, Replication::Asynchronous).await?;
+            bed.reset().await?;
             rec.note(if self.synchronous_names {
                 "(b) synchronous replication: synchronous_standby_names names the standby, synchronous_commit = on"
             } else {
@@ -82,7 +82,7 @@ impl Scenario for F14 {
             });
             rec.step(Mark::Info, "lab", "(b) synchronous", None, "", None);
             failover(
-                lab,
+                bed,
                 rec,
                 Replication::Synchronous {
                     names: self.synchronous_names,
@@ -110,12 +110,12 @@ struct Pair {
     standby_admin: PgPool,
 }
 
-async fn failover(lab: &mut Lab, rec: &mut Recorder, mode: Replication) -> anyhow::Result<()> {
-    let primary = Cluster::create(lab.cluster()?.config().clone())
+async fn failover(bed: &mut Testbed, rec: &mut Recorder, mode: Replication) -> anyhow::Result<()> {
+    let primary = Cluster::create(bed.cluster()?.config().clone())
         .await
         .context("failed to start the lease store's primary")?;
     let made = async {
-        let (lease_pool, resource_pool) = Lab::provision(&primary, &lab.params.sut).await?;
+        let (lease_pool, resource_pool) = Testbed::provision(&primary, &bed.params.sut).await?;
         resource_pool.close().await;
         let primary_admin = primary.admin_pool().await?;
         let standby = Standby::create(&primary, &primary_admin, STANDBY)
@@ -127,7 +127,7 @@ async fn failover(lab: &mut Lab, rec: &mut Recorder, mode: Replication) -> anyho
     let (lease_pool, primary_admin, standby, standby_admin) = match made.await {
         Ok(made) => made,
         Err(e) => {
-            lab.adopt(Box::new(primary)).await;
+            bed.adopt(Box::new(primary)).await;
             return Err(e);
         }
     };
@@ -136,21 +136,21 @@ async fn failover(lab: &mut Lab, rec: &mut Recorder, mode: Replication) -> anyho
         primary_admin,
         standby_admin,
     };
-    let outcome = timeline(lab, rec, mode, &mut pair, lease_pool).await;
+    let outcome = timeline(bed, rec, mode, &mut pair, lease_pool).await;
     pair.primary_admin.close().await;
     pair.standby_admin.close().await;
-    lab.adopt(Box::new(pair.hosts)).await;
+    bed.adopt(Box::new(pair.hosts)).await;
     outcome
 }
 
 async fn timeline(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     mode: Replication,
     pair: &mut Pair,
     lease_pool: PgPool,
 ) -> anyhow::Result<()> {
-    let p = lab.params.clone();
+    let p = bed.params.clone();
     let on_primary =
         SqlLeaseStore::with_profile(lease_pool, p.margin, p.sut.clone()).with_ttl_in_force(p.ttl);
     if let Replication::Synchronous { names } = mode {
@@ -235,7 +235,7 @@ async fn timeline(
             // Read after A's acknowledgement: what the standby has when A already holds.
             let (received_after_a, _) = Standby::lsns(&pair.standby_admin).await?;
             rec.step(
-                crate::lab::acquire_mark(a.as_ref()),
+                crate::testbed::acquire_mark(a.as_ref()),
                 "A",
                 "acquire (on the primary)",
                 a.as_ref().map(|g| g.token),
@@ -257,7 +257,7 @@ async fn timeline(
             a
         }
         Replication::Synchronous { .. } => {
-            synchronous_acquire(lab, rec, pair, &on_primary, before_a, z.token).await?
+            synchronous_acquire(bed, rec, pair, &on_primary, before_a, z.token).await?
         }
     };
     let a = a.context("A was not granted the lease")?;
@@ -295,7 +295,7 @@ async fn timeline(
     ));
 
     let on_standby = SqlLeaseStore::with_profile(
-        Lab::pool(&pair.hosts, Database::Lease).await?,
+        Testbed::pool(&pair.hosts, Database::Lease).await?,
         p.margin,
         p.sut.clone(),
     )
@@ -312,7 +312,7 @@ async fn timeline(
     }
     let b = on_standby.acquire(LEASE, HOLDER_B, p.ttl).await?;
     rec.step(
-        crate::lab::acquire_mark(b.as_ref()),
+        crate::testbed::acquire_mark(b.as_ref()),
         "B",
         "acquire (on the promoted standby)",
         b.as_ref().map(|g| g.token),
@@ -336,13 +336,13 @@ async fn timeline(
         }
     }
     let b = b.context("B could not acquire on the promoted standby")?;
-    let b_ok = write(lab, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
+    let b_ok = write(bed, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
     rec.check(
         format!("B's write is accepted (mode={})", p.fence_label()),
         &wrote(true, b.token),
         &wrote(b_ok, b.token),
     );
-    let a_ok = write(lab, rec, "A", HOLDER_A, A_CONTENT, &a).await?;
+    let a_ok = write(bed, rec, "A", HOLDER_A, A_CONTENT, &a).await?;
     match mode {
         Replication::Asynchronous => {
             rec.expose(
@@ -369,14 +369,14 @@ async fn timeline(
 /// (b): A's acquire during the cut waits for the standby; it is acknowledged only once the link
 /// is back and the standby has A's commit.
 async fn synchronous_acquire(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     pair: &Pair,
     on_primary: &SqlLeaseStore,
     before_a: Lsn,
     z_token: i64,
 ) -> anyhow::Result<Option<Grant>> {
-    let p = &lab.params;
+    let p = &bed.params;
     let store = on_primary.clone();
     let ttl = p.ttl;
     let sent = Instant::now();
@@ -432,7 +432,7 @@ async fn synchronous_acquire(
     let blocked = sent.elapsed();
     let (received, _) = Standby::lsns(&pair.standby_admin).await?;
     rec.step(
-        crate::lab::acquire_mark(a.as_ref()),
+        crate::testbed::acquire_mark(a.as_ref()),
         "A",
         "acquire (on the primary, acknowledged)",
         a.as_ref().map(|g| g.token),
@@ -454,7 +454,7 @@ async fn synchronous_acquire(
 
 /// `who` writes `content` to the summary with `grant`'s token, in the run's fenced mode.
 async fn write(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     who: &str,
     writer: &str,
@@ -468,8 +468,8 @@ async fn write(
         writer,
         token: grant.token,
     };
-    let ok = lab.resource.write(&write, WriteMode::Fenced).await?;
-    let clock = lab.lease.clock().await.ok().flatten();
+    let ok = bed.resource.write(&write, WriteMode::Fenced).await?;
+    let clock = bed.lease.clock().await.ok().flatten();
     rec.step(
         Mark::Write { accepted: ok },
         who,

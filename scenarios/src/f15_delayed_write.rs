@@ -26,9 +26,9 @@ use harness::observe::client_ports;
 use holder_protocol::{Event, Request};
 use sqlx::PgPool;
 
-use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 /// F15 as `./run.sh` runs it. `hold: false` sends A's write without holding it: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
@@ -67,19 +67,19 @@ impl Scenario for F15 {
 
     fn run<'a>(
         &'a self,
-        lab: &'a mut Lab,
+        bed: &'a mut Testbed,
         rec: &'a mut harness::evidence::Recorder,
     ) -> Outcome<'a> {
-        Box::pin(async move { run(lab, rec, self.hold).await })
+        Box::pin(async move { run(bed, rec, self.hold).await })
     }
 }
 
 /// Starts the resource's host (a server of F15's own), runs both rows on it, removes it.
-async fn run(lab: &mut Lab, rec: &mut Recorder, hold: bool) -> anyhow::Result<()> {
-    let Some(host) = lab.own_servers(rec, 1).await? else {
+async fn run(bed: &mut Testbed, rec: &mut Recorder, hold: bool) -> anyhow::Result<()> {
+    let Some(host) = bed.own_servers(rec, 1).await? else {
         return Ok(());
     };
-    let outcome = with_resource_host(lab, rec, &host, hold).await;
+    let outcome = with_resource_host(bed, rec, &host, hold).await;
     host.remove().await;
     outcome
 }
@@ -88,7 +88,7 @@ async fn run(lab: &mut Lab, rec: &mut Recorder, hold: bool) -> anyhow::Result<()
 const R: usize = 0;
 
 async fn with_resource_host(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     r: &OwnServers,
     hold: bool,
@@ -98,8 +98,8 @@ async fn with_resource_host(
     let res_pool = r
         .pool(R, Database::Resource.name(), Database::Resource.role())
         .await?;
-    schema::migrate_for(&lab.params.sut, Database::Resource, &res_pool).await?;
-    let resource = Resource::with_profile(res_pool.clone(), lab.params.sut.clone());
+    schema::migrate_for(&bed.params.sut, Database::Resource, &res_pool).await?;
+    let resource = Resource::with_profile(res_pool.clone(), bed.params.sut.clone());
     let version: String = harness::observe::settings(&admin, &[])
         .await?
         .first()
@@ -114,9 +114,9 @@ async fn with_resource_host(
         .into_iter()
         .enumerate()
     {
-        let mode_label = lab.params.mode_label(mode);
+        let mode_label = bed.params.mode_label(mode);
         if i > 0 {
-            lab.reset().await?;
+            bed.reset().await?;
         }
         schema::reset(&res_pool).await?;
         resource.setup_scope(SCOPE).await?;
@@ -128,7 +128,7 @@ async fn with_resource_host(
             "",
             None,
         );
-        row(lab, rec, r, &admin, &resource, mode, hold).await?;
+        row(bed, rec, r, &admin, &resource, mode, hold).await?;
     }
     res_pool.close().await;
     admin.close().await;
@@ -170,7 +170,7 @@ const LATE: Duration = Duration::from_secs(8);
 
 #[allow(clippy::too_many_arguments)]
 async fn row(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     r: &OwnServers,
     admin: &PgPool,
@@ -178,21 +178,21 @@ async fn row(
     mode: WriteMode,
     hold: bool,
 ) -> anyhow::Result<()> {
-    let mode_label = lab.params.mode_label(mode);
-    let p = lab.params.clone();
-    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
+    let mode_label = bed.params.mode_label(mode);
+    let p = bed.params.clone();
+    let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     spec.flags.renew_ms = 0;
     spec.flags.resource_host = Some(r.ips[R].to_string());
     spec.flags.resource_port = Some(PG_PORT);
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "acquire (once; no renewer)", &event).await;
+    step(bed, rec, at, "A", "acquire (once; no renewer)", &event).await;
     if event != (Event::Acquired { token: 1 }) {
         bail!(a.unexpected("ACQUIRED token=1", &event));
     }
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "local-deadline check passed", &ready).await;
-    let row = lab.lease.inspect(LEASE).await?;
+    step(bed, rec, at, "A", "local-deadline check passed", &ready).await;
+    let row = bed.lease.inspect(LEASE).await?;
     rec.check_that(
         format!("{mode_label}: A passes its local-deadline check while its lease is valid by the database clock"),
         matches!(ready, Event::AtWritePoint { token: 1, .. })
@@ -214,7 +214,7 @@ async fn row(
         .context("A has no connection to the resource")?;
     let log_from = r.log(R).await.len();
     let (held, rule) = if hold {
-        let held = Holds::start(r.ips[R], &[port], &lab.run_mark).await?;
+        let held = Holds::start(r.ips[R], &[port], &bed.run_mark).await?;
         let rule = held.rules().join("; ");
         (Some(held), rule)
     } else {
@@ -225,13 +225,13 @@ async fn row(
         rule.contains("DROP") && rule.contains(&port.to_string()),
         format_args!("iptables OUTPUT: {rule}"),
     );
-    lab_step(lab, rec, Mark::Info, "A", "request held in the network", "").await;
+    lab_step(bed, rec, Mark::Info, "A", "request held in the network", "").await;
     let sent = Instant::now();
     a.send(Request::Go).await?;
 
-    lab.until_lease_expired("A's lease").await?;
+    bed.until_lease_expired("A's lease").await?;
     lab_step(
-        lab,
+        bed,
         rec,
         Mark::LeaseExpired,
         "A",
@@ -239,9 +239,9 @@ async fn row(
         "",
     )
     .await;
-    let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    let b = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
     rec.step(
-        crate::lab::acquire_mark(b.as_ref()),
+        crate::testbed::acquire_mark(b.as_ref()),
         "B",
         "acquire",
         b.as_ref().map(|g| g.token),
@@ -309,7 +309,7 @@ async fn row(
         }
         answered => answered?,
     };
-    step(lab, rec, at, "A", "write (arrived late)", &write).await;
+    step(bed, rec, at, "A", "write (arrived late)", &write).await;
     rec.note(format!(
         "A's write answered {} ms after it was sent, {} ms after the hold was lifted (TCP's next retransmission)",
         sent.elapsed().as_millis(),

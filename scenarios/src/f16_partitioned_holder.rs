@@ -33,9 +33,9 @@ use harness::observe::client_ports;
 use holder_protocol::{Event, Request};
 use sqlx::PgPool;
 
-use crate::lab::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::testbed::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 /// F16 as `./run.sh` runs it. `cut: false` leaves A's lease connections alone: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
@@ -74,24 +74,24 @@ impl Scenario for F16 {
 
     fn run<'a>(
         &'a self,
-        lab: &'a mut Lab,
+        bed: &'a mut Testbed,
         rec: &'a mut harness::evidence::Recorder,
     ) -> Outcome<'a> {
-        Box::pin(async move { run(lab, rec, self.cut).await })
+        Box::pin(async move { run(bed, rec, self.cut).await })
     }
 }
 
 /// Starts the two hosts (servers of F16's own), runs the rows on them, removes them. On a lock
 /// service the lease store is already a host of its own: the rows run on it and on the lab's
 /// resource.
-async fn run(lab: &mut Lab, rec: &mut Recorder, cut: bool) -> anyhow::Result<()> {
-    if lab.service.is_some() {
-        return on_lock_service(lab, rec, cut).await;
+async fn run(bed: &mut Testbed, rec: &mut Recorder, cut: bool) -> anyhow::Result<()> {
+    if bed.service.is_some() {
+        return on_lock_service(bed, rec, cut).await;
     }
-    let Some(hosts) = lab.own_servers(rec, 2).await? else {
+    let Some(hosts) = bed.own_servers(rec, 2).await? else {
         return Ok(());
     };
-    let outcome = partitioned(lab, rec, &hosts, cut).await;
+    let outcome = partitioned(bed, rec, &hosts, cut).await;
     hosts.remove().await;
     outcome
 }
@@ -122,8 +122,8 @@ const ROWS: [(bool, WriteMode); 3] = [
 ];
 
 /// The row's header, as the evidence shows it.
-fn row_header(lab: &Lab, rec: &mut Recorder, i: usize, past_check: bool, mode: WriteMode) {
-    let mode_label = lab.params.mode_label(mode);
+fn row_header(bed: &Testbed, rec: &mut Recorder, i: usize, past_check: bool, mode: WriteMode) {
+    let mode_label = bed.params.mode_label(mode);
     let what = if past_check {
         format!("({}) A past its check, resource mode {mode_label}", i + 1)
     } else {
@@ -135,37 +135,37 @@ fn row_header(lab: &Lab, rec: &mut Recorder, i: usize, past_check: bool, mode: W
 
 /// The rows on a lock service: the lease store is the service's container, the resource the
 /// lab's cluster (over its Unix socket: the partition cannot touch it).
-async fn on_lock_service(lab: &mut Lab, rec: &mut Recorder, cut: bool) -> anyhow::Result<()> {
-    let service = lab.service.as_ref().context("a lock service")?;
+async fn on_lock_service(bed: &mut Testbed, rec: &mut Recorder, cut: bool) -> anyhow::Result<()> {
+    let service = bed.service.as_ref().context("a lock service")?;
     let (ip, port) = (service.ip(), service.port());
     rec.check_that(
         "the lease store and the resource each live on a host of their own (the lock service in a container on a private network, the resource on the lab's cluster)",
-        !ip.is_loopback() && lab.servers.tcp_host(harness::hosts::Host::Resource).is_none(),
-        format_args!("{} at {ip}:{port}; res26 on the lab's cluster, over its Unix socket", lab.params.store),
+        !ip.is_loopback() && bed.servers.tcp_host(harness::hosts::Host::Resource).is_none(),
+        format_args!("{} at {ip}:{port}; res26 on the lab's cluster, over its Unix socket", bed.params.store),
     );
     for (i, (past_check, mode)) in ROWS.into_iter().enumerate() {
-        lab.reset().await?;
+        bed.reset().await?;
         rec.restart_tokens();
-        row_header(lab, rec, i, past_check, mode);
+        row_header(bed, rec, i, past_check, mode);
         let stores = Stores {
             lease_at: (ip, port),
             hosts: None,
             l_admin: None,
-            lease: lab.lease.clone(),
-            resource: lab.resource.0.clone(),
+            lease: bed.lease.clone(),
+            resource: bed.resource.0.clone(),
         };
-        row(lab, rec, &stores, past_check, mode, cut).await?;
+        row(bed, rec, &stores, past_check, mode, cut).await?;
     }
     Ok(())
 }
 
 async fn partitioned(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     hosts: &OwnServers,
     cut: bool,
 ) -> anyhow::Result<()> {
-    let p = lab.params.clone();
+    let p = bed.params.clone();
     let l_admin = hosts.pool(L, "postgres", "lab").await?;
     schema::provision(&mut *l_admin.acquire().await?).await?;
     let l_pool = hosts
@@ -197,8 +197,8 @@ async fn partitioned(
         schema::reset(&l_pool).await?;
         schema::reset(&r_pool).await?;
         stores.resource.setup_scope(SCOPE).await?;
-        row_header(lab, rec, i, past_check, mode);
-        row(lab, rec, &stores, past_check, mode, cut).await?;
+        row_header(bed, rec, i, past_check, mode);
+        row(bed, rec, &stores, past_check, mode, cut).await?;
     }
     for pool in [l_pool, r_pool, r_admin, l_admin] {
         pool.close().await;
@@ -207,16 +207,16 @@ async fn partitioned(
 }
 
 async fn row(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     h: &Stores<'_>,
     past_check: bool,
     mode: WriteMode,
     cut: bool,
 ) -> anyhow::Result<()> {
-    let mode_label = lab.params.mode_label(mode);
-    let p = lab.params.clone();
-    let mut spec = lab.holder_spec(HOLDER_A, A_CONTENT, mode, false);
+    let mode_label = bed.params.mode_label(mode);
+    let p = bed.params.clone();
+    let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     if let Some(hosts) = h.hosts {
         spec.flags.lease_host = Some(hosts.ips[L].to_string());
         spec.flags.lease_port = Some(PG_PORT);
@@ -228,20 +228,20 @@ async fn row(
     // the service), so that one rule by owner holds every connection A has or opens: a client
     // that reconnects at once (ZooKeeper's) stays cut off.
     let owner = if h.hosts.is_none() {
-        harness::server::Server::dir(lab.cluster()?).run_as()
+        harness::server::Server::dir(bed.cluster()?).run_as()
     } else {
         None
     };
     spec.run_as = owner;
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "acquire (lease store host)", &event).await;
+    step(bed, rec, at, "A", "acquire (lease store host)", &event).await;
     // The store's own number for A's grant (a lock service's does not start again per row).
     let Event::Acquired { token: a_token } = event else {
         bail!(a.unexpected("ACQUIRED token=1", &event));
     };
     let (at, stands) = a.next("A before or past its check", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "stands", &stands).await;
+    step(bed, rec, at, "A", "stands", &stands).await;
     // A state, polled: A's renewer has connected and renewed once.
     harness::wait::until("A's renewer has renewed", p.wait_timeout, || {
         let seen = a.drain_renewals().iter().any(|(_, ok)| *ok);
@@ -258,9 +258,9 @@ async fn row(
     let holds = match (cut, owner) {
         (false, _) => Holds::default(),
         (true, Some(user)) => {
-            Holds::start_for_owner(lease_ip, lease_port, user.uid, &lab.run_mark).await?
+            Holds::start_for_owner(lease_ip, lease_port, user.uid, &bed.run_mark).await?
         }
-        (true, None) => Holds::start(lease_ip, &ports, &lab.run_mark).await?,
+        (true, None) => Holds::start(lease_ip, &ports, &bed.run_mark).await?,
     };
     let rules = holds.rules();
     let every_port_held = match owner {
@@ -333,7 +333,7 @@ async fn row(
     );
     let b = h.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
     rec.step(
-        crate::lab::acquire_mark(b.as_ref()),
+        crate::testbed::acquire_mark(b.as_ref()),
         "B",
         "acquire",
         b.as_ref().map(|g| g.token),
@@ -368,7 +368,7 @@ async fn row(
     a.send(Request::Go).await?;
     if !past_check {
         let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "A", "local-deadline check", &verdict).await;
+        step(bed, rec, at, "A", "local-deadline check", &verdict).await;
         rec.check(
             "A, before its check, finds its local deadline passed and starts no new work",
             "DEADLINE_PASSED token=1",
@@ -390,7 +390,7 @@ async fn row(
     }
 
     let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "write (resource reachable)", &write).await;
+    step(bed, rec, at, "A", "write (resource reachable)", &write).await;
     // Lifted now, so that A's renew after its write can be answered (and fail).
     holds.lift().await?;
     let code = a.exit_code(EVENT_TIMEOUT).await?;

@@ -20,7 +20,7 @@
 //! Needs the `containers` feature and a Docker engine; the image (PostgreSQL, Patroni, etcd) is
 //! built here from Debian packages on first use. Without them F17 says `skip` with the reason.
 
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 /// F17 as `./run.sh` runs it. `freeze: false` leaves the leader's WAL senders alone, so that
 /// nothing opens a loss window: only a deliberately broken variant ([`crate::broken`]) does that,
@@ -84,17 +84,17 @@ impl Scenario for F17 {
 
     fn run<'a>(
         &'a self,
-        lab: &'a mut Lab,
+        bed: &'a mut Testbed,
         rec: &'a mut harness::evidence::Recorder,
     ) -> Outcome<'a> {
         Box::pin(async move {
             #[cfg(feature = "containers")]
             {
-                imp::run(lab, rec, self.freeze).await
+                imp::run(bed, rec, self.freeze).await
             }
             #[cfg(not(feature = "containers"))]
             {
-                let _ = (lab, self.freeze);
+                let _ = (bed, self.freeze);
                 rec.skip(harness::hosts::NOT_BUILT);
                 Ok(())
             }
@@ -117,9 +117,9 @@ mod imp {
     use sqlx::postgres::PgPoolOptions;
     use sqlx::PgPool;
 
-    use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
     use crate::paused_holder::{part_line, A_CONTENT, B_CONTENT};
-    use crate::Lab;
+    use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+    use crate::Testbed;
 
     /// How long the lab lets A's acquire wait while the leader's WAL senders are frozen (the
     /// timeline prescribes it: long enough to call a synchronous commit blocked).
@@ -127,7 +127,7 @@ mod imp {
     /// How long Patroni may take to start, and to fail over.
     const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder, freeze: bool) -> anyhow::Result<()> {
+    pub async fn run(bed: &mut Testbed, rec: &mut Recorder, freeze: bool) -> anyhow::Result<()> {
         let image = match harness::containers::hosts::image_or_skip(true).await {
             Ok(image) => image,
             Err(reason) => {
@@ -136,7 +136,7 @@ mod imp {
             }
         };
         rec.note(harness::containers::hosts::image_note(&image));
-        let mark = lab.run_mark.clone();
+        let mark = bed.run_mark.clone();
         // The resource: a host of its own, on a network of its own, outside the HA cluster.
         let res_net = Network::create(&mark).await?;
         let res_host = match PgContainer::start(&image, &res_net, &mark).await {
@@ -146,14 +146,14 @@ mod imp {
                 return Err(e.into());
             }
         };
-        let outcome = with_resource(lab, rec, &image, &res_host, &mark, freeze).await;
+        let outcome = with_resource(bed, rec, &image, &res_host, &mark, freeze).await;
         res_host.remove().await;
         res_net.remove().await;
         outcome
     }
 
     async fn with_resource(
-        lab: &mut Lab,
+        bed: &mut Testbed,
         rec: &mut Recorder,
         image: &containers::Image,
         res_host: &PgContainer,
@@ -165,8 +165,8 @@ mod imp {
         let res_pool =
             pool(res_host.connect_options(Database::Resource.name(), Database::Resource.role()))
                 .await?;
-        schema::migrate_for(&lab.params.sut, Database::Resource, &res_pool).await?;
-        let resource = Resource::with_profile(res_pool.clone(), lab.params.sut.clone());
+        schema::migrate_for(&bed.params.sut, Database::Resource, &res_pool).await?;
+        let resource = Resource::with_profile(res_pool.clone(), bed.params.sut.clone());
         for (i, replication) in [
             Replication::Asynchronous,
             Replication::Synchronous,
@@ -197,7 +197,7 @@ mod imp {
                     return Err(e.into());
                 }
             };
-            let outcome = timeline(lab, rec, &mut cluster, &resource, freeze).await;
+            let outcome = timeline(bed, rec, &mut cluster, &resource, freeze).await;
             cluster.remove().await;
             net.remove().await;
             outcome?;
@@ -217,7 +217,11 @@ mod imp {
     }
 
     /// A lease store on `node`'s server (the lab's lease database, provisioned there if not yet).
-    async fn store_on(lab: &Lab, node: &Node, provision: bool) -> anyhow::Result<SqlLeaseStore> {
+    async fn store_on(
+        bed: &Testbed,
+        node: &Node,
+        provision: bool,
+    ) -> anyhow::Result<SqlLeaseStore> {
         if provision {
             let admin = pool(node.connect_options("postgres")).await?;
             schema::provision(&mut *admin.acquire().await?).await?;
@@ -228,17 +232,17 @@ mod imp {
             .username(Database::Lease.role());
         let lease_pool = pool(opts).await?;
         if provision {
-            schema::migrate_for(&lab.params.sut, Database::Lease, &lease_pool).await?;
+            schema::migrate_for(&bed.params.sut, Database::Lease, &lease_pool).await?;
         }
         Ok(SqlLeaseStore::with_profile(
             lease_pool,
-            lab.params.margin,
-            Arc::clone(&lab.params.sut),
+            bed.params.margin,
+            Arc::clone(&bed.params.sut),
         ))
     }
 
     async fn timeline(
-        lab: &Lab,
+        bed: &Testbed,
         rec: &mut Recorder,
         cluster: &mut PatroniCluster,
         resource: &Resource,
@@ -247,14 +251,14 @@ mod imp {
         let s = cluster.settings;
         let mode = s.replication.as_str();
         let asynchronous = s.replication == Replication::Asynchronous;
-        let p = lab.params.clone();
+        let p = bed.params.clone();
         let leader = cluster
             .leader()
             .await
             .context("Patroni reported ready without a leader")?;
         let leader_name = leader.name.clone();
         // The nodes' names without the run's mark, for the evidence: `async-pg2`.
-        let mark_prefix = format!("{}-", lab.run_mark);
+        let mark_prefix = format!("{}-", bed.run_mark);
         let short = |name: &str| name.replace(&mark_prefix, "");
         rec.note(format!(
             "{mode}: {}; three nodes, each an etcd member and a Patroni-managed PostgreSQL 15; \
@@ -271,7 +275,7 @@ mod imp {
             mode,
             None,
         );
-        let store = store_on(lab, leader, true).await?;
+        let store = store_on(bed, leader, true).await?;
         let write = |writer, content, token| Write {
             scope: SCOPE,
             part: SUMMARY,
@@ -283,7 +287,7 @@ mod imp {
         // A holds token 1, acknowledged and on every replica; it writes with it.
         let a1 = store.acquire(LEASE, HOLDER_A, p.ttl).await?;
         rec.step(
-            crate::lab::acquire_mark(a1.as_ref()),
+            crate::testbed::acquire_mark(a1.as_ref()),
             "A",
             "acquire",
             a1.as_ref().map(|g| g.token),
@@ -451,7 +455,7 @@ mod imp {
             "",
             None,
         );
-        let (new_leader, b, b_at) = b_acquires_on_the_new_leader(lab, cluster, lost_at).await?;
+        let (new_leader, b, b_at) = b_acquires_on_the_new_leader(bed, cluster, lost_at).await?;
         let failover = b_at.duration_since(lost_at);
         rec.step(
             Mark::Info,
@@ -462,7 +466,7 @@ mod imp {
             None,
         );
         rec.step(
-            crate::lab::acquire_mark(b.as_ref()),
+            crate::testbed::acquire_mark(b.as_ref()),
             "B",
             "acquire (new leader)",
             b.as_ref().map(|g| g.token),
@@ -628,7 +632,7 @@ mod imp {
     /// Polls the surviving nodes until one answers as the primary and B's acquire there
     /// returns: the new leader's name, B's grant and when it returned.
     async fn b_acquires_on_the_new_leader(
-        lab: &Lab,
+        bed: &Testbed,
         cluster: &PatroniCluster,
         lost_at: Instant,
     ) -> anyhow::Result<(String, Option<Grant>, Instant)> {
@@ -644,8 +648,8 @@ mod imp {
                     };
                     // A server that just became primary may still refuse or drop a connection.
                     let attempt = async {
-                        let store = store_on(lab, leader, false).await?;
-                        let b = store.acquire(LEASE, HOLDER_B, lab.params.ttl).await?;
+                        let store = store_on(bed, leader, false).await?;
+                        let b = store.acquire(LEASE, HOLDER_B, bed.params.ttl).await?;
                         let at = Instant::now();
                         store.pool().close().await;
                         anyhow::Ok((b, at))

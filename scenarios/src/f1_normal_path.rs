@@ -12,8 +12,8 @@ use fencing::resource::Write;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Outcome, Scenario, Testbed};
 
 /// holder-a's second lease, and the scope it guards.
 const OTHER: &str = "report-job-other";
@@ -42,10 +42,10 @@ impl Scenario for F1 {
         true
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let ttl = lab.params.ttl;
-            let a = lab.lease.acquire(LEASE, HOLDER_A, ttl).await?;
+            let ttl = bed.params.ttl;
+            let a = bed.lease.acquire(LEASE, HOLDER_A, ttl).await?;
             rec.step(
                 acquire_mark(a.as_ref()),
                 "holder-a",
@@ -62,13 +62,13 @@ impl Scenario for F1 {
             let mut a = a.context("holder-a could not acquire a fresh lease")?;
             // A second lease of the same holder, as a service holds several (on a table, its
             // token is 1 too): what holder-a does to the first must not reach it.
-            let other = lab
+            let other = bed
                 .lease
                 .acquire(OTHER, HOLDER_A, ttl)
                 .await?
                 .context("holder-a could not acquire a second, fresh lease")?;
-            lab.resource.setup_scope(OTHER_SCOPE).await?;
-            let other_before = lab
+            bed.resource.setup_scope(OTHER_SCOPE).await?;
+            let other_before = bed
                 .lease
                 .inspect(OTHER)
                 .await?
@@ -81,7 +81,7 @@ impl Scenario for F1 {
                 writer,
                 token,
             };
-            let ok = lab
+            let ok = bed
                 .resource
                 .write(&write(HOLDER_A, "rows=100(A)", a.token), WriteMode::Fenced)
                 .await?;
@@ -99,13 +99,13 @@ impl Scenario for F1 {
                 &wrote(ok, a.token),
             );
 
-            let before = lab
+            let before = bed
                 .lease
                 .inspect(LEASE)
                 .await?
                 .context("the lease row vanished")?;
-            let renewed = lab.lease.renew(&mut a).await?;
-            let after = lab
+            let renewed = bed.lease.renew(&mut a).await?;
+            let after = bed
                 .lease
                 .inspect(LEASE)
                 .await?
@@ -141,7 +141,7 @@ impl Scenario for F1 {
                 );
             }
 
-            let other_renewed = lab
+            let other_renewed = bed
                 .lease
                 .inspect(OTHER)
                 .await?
@@ -150,7 +150,7 @@ impl Scenario for F1 {
             // lock service's remaining-time answer is rounded to (Redis's PTTL). etcd tells a
             // lease's time left in whole seconds: a renew's few milliseconds cannot show there.
             let what = "holder-a's renew left its other lease as it was: its expiry not moved";
-            if lab.params.store == "etcd" {
+            if bed.params.store == "etcd" {
                 rec.waive(
                     what,
                     format_args!(
@@ -159,7 +159,7 @@ impl Scenario for F1 {
                     ),
                 );
             } else {
-                let slack_s = if lab.service.is_some() { 0.001 } else { 0.0 };
+                let slack_s = if bed.service.is_some() { 0.001 } else { 0.0 };
                 rec.check_that(
                     what,
                     other_renewed.expires_epoch <= other_before.expires_epoch + slack_s,
@@ -170,8 +170,8 @@ impl Scenario for F1 {
                 );
             }
 
-            let released = lab.lease.release(&a).await?;
-            let row = lab.lease.inspect(LEASE).await?;
+            let released = bed.lease.release(&a).await?;
+            let row = bed.lease.inspect(LEASE).await?;
             rec.step(
                 Mark::Released,
                 "holder-a",
@@ -180,12 +180,12 @@ impl Scenario for F1 {
                 format!("ok={released}"),
                 match &row {
                     Some(row) => Some(row.db_now.clone()),
-                    None => lab.lease.clock().await?,
+                    None => bed.lease.clock().await?,
                 },
             );
             match row {
                 // A lock service keeps nothing of a holding that ended: the lock is gone.
-                None if lab.service.is_some() => rec.check(
+                None if bed.service.is_some() => rec.check(
                     "holder-a releases: ok, and the lock service keeps no holding (the lock is gone)",
                     "RELEASE ok=true holding=none",
                     &format!("RELEASE ok={released} holding=none"),
@@ -203,7 +203,7 @@ impl Scenario for F1 {
                 }
             };
 
-            let other_after = lab.lease.inspect(OTHER).await?;
+            let other_after = bed.lease.inspect(OTHER).await?;
             rec.check(
                 "holder-a's release left its other lease held",
                 &format!("{OTHER}: holder={HOLDER_A} expired=false released=false"),
@@ -216,7 +216,7 @@ impl Scenario for F1 {
                 },
             );
 
-            let b = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+            let b = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
             rec.step(
                 acquire_mark(b.as_ref()),
                 "holder-b",
@@ -231,7 +231,7 @@ impl Scenario for F1 {
                 &acquired(b.as_ref()),
             );
             let b = b.context("holder-b could not acquire a released lease")?;
-            let ok = lab
+            let ok = bed
                 .resource
                 .write(&write(HOLDER_B, "rows=101(B)", b.token), WriteMode::Fenced)
                 .await?;
@@ -249,12 +249,12 @@ impl Scenario for F1 {
                 &wrote(ok, b.token),
             );
 
-            lab.check_floor(rec, "the resource's fence_floor", 2)
+            bed.check_floor(rec, "the resource's fence_floor", 2)
                 .await?;
 
             // holder-a's other lease guards a scope of its own: B's token there is nothing to
             // it (a fence that raised every scope's floor would refuse it now).
-            let ok = lab
+            let ok = bed
                 .resource
                 .write(
                     &Write {
@@ -276,7 +276,7 @@ impl Scenario for F1 {
             );
             // And the other way: what report-other accepted counts only there. holder-a's first
             // holding is superseded: its token is stale at the first scope.
-            let stale = lab
+            let stale = bed
                 .resource
                 .write(
                     &write(HOLDER_A, "rows=102(A, stale)", a.token),
@@ -294,7 +294,7 @@ impl Scenario for F1 {
             let what = format!(
                 "holder-a's stale write with token=1, after B's token=2, is rejected: the floor of {OTHER_SCOPE} counts only there"
             );
-            if lab.params.sut.claims.token_at_resource {
+            if bed.params.sut.claims.token_at_resource {
                 rec.check(what, "WRITE accepted=false token=1", &wrote(stale, a.token));
             } else {
                 // F4 judges a resource without a fence; here it is about floors per scope.
@@ -302,23 +302,23 @@ impl Scenario for F1 {
                     what,
                     format_args!(
                         "{} checks no token at the resource: no floor to keep per scope",
-                        lab.params.sut.name
+                        bed.params.sut.name
                     ),
                 );
             }
-            lab.lease.release(&other).await?;
+            bed.lease.release(&other).await?;
 
             // The same holder, a new holding: the first one's handle must not reach it.
-            let released = lab.lease.release(&b).await?;
+            let released = bed.lease.release(&b).await?;
             rec.step(
                 Mark::Released,
                 "holder-b",
                 "release",
                 Some(b.token),
                 format!("ok={released}"),
-                lab.lease.clock().await?,
+                bed.lease.clock().await?,
             );
-            let again = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+            let again = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
             rec.step(
                 acquire_mark(again.as_ref()),
                 "holder-b",
@@ -334,19 +334,19 @@ impl Scenario for F1 {
             );
             let again = again.context("holder-b could not acquire its released lease again")?;
             let mut stale = b;
-            let renewed = lab.lease.renew(&mut stale).await?;
+            let renewed = bed.lease.renew(&mut stale).await?;
             rec.check(
                 "holder-b's first holding (token=2) cannot renew the new one",
                 "RENEW ok=false",
                 &format!("RENEW ok={renewed}"),
             );
-            let released = lab.lease.release(&stale).await?;
+            let released = bed.lease.release(&stale).await?;
             rec.check(
                 "holder-b's first holding (token=2) cannot release the new one",
                 "RELEASE ok=false",
                 &format!("RELEASE ok={released}"),
             );
-            let row = lab.lease.inspect(LEASE).await?;
+            let row = bed.lease.inspect(LEASE).await?;
             rec.check(
                 "the lease is still holder-b's new holding, token=3, neither expired nor released",
                 "holder=holder-b token=3 expired=false released=false",
@@ -358,7 +358,7 @@ impl Scenario for F1 {
                     None => "no holding".to_owned(),
                 },
             );
-            lab.lease.release(&again).await?;
+            bed.lease.release(&again).await?;
             Ok(())
         })
     }

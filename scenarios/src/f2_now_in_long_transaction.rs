@@ -24,15 +24,15 @@ use fencing::resource::WriteMode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fencing::lease::{lab_only, stmt, JudgedBy};
+use fencing::lease::{for_experiments, stmt, JudgedBy};
 use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 use sqlx::Connection;
 
-use crate::lab::{
+use crate::testbed::{
     acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
 };
-use crate::{Lab, Outcome, Scenario};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F2;
 
@@ -58,10 +58,10 @@ impl Scenario for F2 {
         true
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let ttl = lab.params.short_ttl;
-            let a = lab.lease.acquire(LEASE, HOLDER_A, ttl).await?;
+            let ttl = bed.params.short_ttl;
+            let a = bed.lease.acquire(LEASE, HOLDER_A, ttl).await?;
             rec.check(
                 format!(
                     "holder-a acquires the lease with a short TTL ({} ms), token=1",
@@ -74,13 +74,13 @@ impl Scenario for F2 {
 
             // T opens while the lease is still valid; its now() stays at this moment. The lab's
             // monotonic clock brackets T's start: before BEGIN is sent, after the first read.
-            let mut t_conn = lab.lease_table.pool().acquire().await?;
+            let mut t_conn = bed.lease_table.pool().acquire().await?;
             let before_begin = Instant::now();
             let mut t = t_conn.begin().await?;
             let t_start = stmt::clocks(&mut *t).await?;
             let after_first_read = Instant::now();
             let valid_at_start =
-                stmt::expired_by_now(&lab.lease_table, &mut *t, LEASE).await? == Some(false);
+                stmt::expired_by_now(&bed.lease_table, &mut *t, LEASE).await? == Some(false);
             rec.step(
                 Mark::Info,
                 "T",
@@ -104,14 +104,14 @@ impl Scenario for F2 {
                     writer: HOLDER_A,
                     token: a.token,
                 };
-                let ok = lab.resource.write(&w, WriteMode::Fenced).await?;
+                let ok = bed.resource.write(&w, WriteMode::Fenced).await?;
                 rec.check(
                     format!("holder-a's write #{n} with token=1 is accepted (equal token, same holding)"),
                     "WRITE accepted=true token=1",
                     &wrote(ok, a.token),
                 );
             }
-            lab.check_floor(
+            bed.check_floor(
                 rec,
                 "fence_floor stays at 1 after two writes with token 1",
                 1,
@@ -119,8 +119,8 @@ impl Scenario for F2 {
             .await?;
 
             // Wait until an autocommit statement judges the lease expired.
-            let waited = lab.until_lease_expired("the lease").await?;
-            let clock = lab.lease_table.db_clock().await?;
+            let waited = bed.until_lease_expired("the lease").await?;
+            let clock = bed.lease_table.db_clock().await?;
             rec.step(
                 Mark::LeaseExpired,
                 "holder-a",
@@ -136,9 +136,9 @@ impl Scenario for F2 {
 
             // Expired, and nobody took over: holder-a's renew in autocommit is refused, and the
             // row (holder, token, expires_at) stays as it was.
-            let before = lab.lease.inspect(LEASE).await?;
-            let renewed = lab.lease.renew(&mut a).await?;
-            let after = lab.lease.inspect(LEASE).await?;
+            let before = bed.lease.inspect(LEASE).await?;
+            let renewed = bed.lease.renew(&mut a).await?;
+            let after = bed.lease.inspect(LEASE).await?;
             let row_line = |row: Option<fencing::lease::Holding>| {
                 shown(row.map(|r| {
                     let state = if r.expired { "expired" } else { "unexpired" };
@@ -197,7 +197,7 @@ impl Scenario for F2 {
                     t_later.clock_minus_now_ms
                 ),
             );
-            let in_t = stmt::acquire(lab.lease_table.sql(), &mut *t, LEASE, HOLDER_B, ttl).await?;
+            let in_t = stmt::acquire(bed.lease_table.sql(), &mut *t, LEASE, HOLDER_B, ttl).await?;
             rec.check(
                 "inside T the acquire is refused: judged by T's start, the lease is still held",
                 "REFUSED",
@@ -209,7 +209,7 @@ impl Scenario for F2 {
             t.rollback().await?;
             drop(t_conn);
 
-            let b = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+            let b = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
             rec.check(
                 "the same acquire in autocommit succeeds, token=2",
                 "ACQUIRED token=2",
@@ -218,7 +218,7 @@ impl Scenario for F2 {
             let Some(b) = b else {
                 // Say what the lease is, not what it was expected to be (a design whose renew
                 // revives an expired lease has an unexpired one here).
-                let row = lab.lease.inspect(LEASE).await?;
+                let row = bed.lease.inspect(LEASE).await?;
                 anyhow::bail!(
                     "holder-b's acquire was refused: the lease is {}",
                     shown(row.as_ref().map(lease_state))
@@ -226,19 +226,19 @@ impl Scenario for F2 {
             };
 
             // The opposite direction: a renew inside a transaction opened before expiry.
-            let mut t2_conn = lab.lease_table.pool().acquire().await?;
+            let mut t2_conn = bed.lease_table.pool().acquire().await?;
             let mut t2 = t2_conn.begin().await?;
             let t2_start = stmt::clocks(&mut *t2).await?;
             let valid_at_t2 =
-                stmt::expired_by_now(&lab.lease_table, &mut *t2, LEASE).await? == Some(false);
+                stmt::expired_by_now(&bed.lease_table, &mut *t2, LEASE).await? == Some(false);
             rec.check_that(
                 "transaction T2 began while holder-b's lease was valid",
                 valid_at_t2,
                 format_args!("T2's now() = {}", t2_start.now),
             );
-            lab.until_lease_expired("holder-b's lease").await?;
+            bed.until_lease_expired("holder-b's lease").await?;
             let by_clock = stmt::renew(
-                lab.lease_table.sql(),
+                bed.lease_table.sql(),
                 &mut *t2,
                 &b,
                 JudgedBy::ClockTimestamp,
@@ -249,7 +249,7 @@ impl Scenario for F2 {
                 "RENEW ok=false",
                 &format!("RENEW ok={by_clock}"),
             );
-            let by_now = stmt::renew(lab.lease_table.sql(), &mut *t2, &b, JudgedBy::Now).await?;
+            let by_now = stmt::renew(bed.lease_table.sql(), &mut *t2, &b, JudgedBy::Now).await?;
             let revived = stmt::clocks(&mut *t2).await?;
             rec.expose(
                 "a renew judged by now() inside T2 revives a lease that expired by the clock",
@@ -266,19 +266,19 @@ impl Scenario for F2 {
             // every poll. Each must be refused while the statement's now() is before holder-b's
             // expires_at, and the first grant must come at or after it — a takeover even a few
             // hundred milliseconds early is a lease store that breaks I1 by its own clock.
-            let again = lab.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+            let again = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
             rec.check(
                 "holder-b takes its expired lease again in autocommit, token=3",
                 "ACQUIRED token=3",
                 &acquired(again.as_ref()),
             );
-            let row = lab
+            let row = bed
                 .lease
                 .inspect(LEASE)
                 .await?
                 .context("the lease row is missing")?;
             let expires_us = (row.expires_epoch * 1e6).round() as i64;
-            let (refused, granted) = poll_acquire(lab, HOLDER_C, ttl).await?;
+            let (refused, granted) = poll_acquire(bed, HOLDER_C, ttl).await?;
             // Judged by the statement's now(): what its WHERE compares expires_at with.
             let last_refused = refused.iter().map(|s| s.judged_us).max();
             rec.check_that(
@@ -300,17 +300,20 @@ impl Scenario for F2 {
 /// Sends `holder`'s acquire at every poll until one is granted: the server spans of the refused
 /// attempts, and of the granted one.
 async fn poll_acquire(
-    lab: &Lab,
+    bed: &Testbed,
     holder: &str,
     ttl: Duration,
-) -> anyhow::Result<(Vec<lab_only::ServerSpan>, lab_only::ServerSpan)> {
+) -> anyhow::Result<(
+    Vec<for_experiments::ServerSpan>,
+    for_experiments::ServerSpan,
+)> {
     let spans = std::sync::Mutex::new((Vec::new(), None));
     let spans_ref = &spans;
     harness::wait::until(
         &format!("{holder}'s acquire is granted"),
-        lab.params.wait_timeout,
+        bed.params.wait_timeout,
         || {
-            let lease = lab.lease_table.clone();
+            let lease = bed.lease_table.clone();
             async move {
                 let (grant, span) = lease.acquire_timed(LEASE, holder, ttl).await?;
                 let mut spans = spans_ref.lock().expect("no panic while held");

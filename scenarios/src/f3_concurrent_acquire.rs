@@ -35,13 +35,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::lease::lab_only::ServerSpan;
+use fencing::lease::for_experiments::ServerSpan;
 use harness::evidence::{Mark, Recorder};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::lab::{shown, LEASE};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{shown, LEASE};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F3;
 
@@ -96,25 +96,25 @@ impl Scenario for F3 {
         true
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let n = lab.params.contenders;
-            let ttl = lab.params.ttl;
-            let on_service = lab.service.is_some();
+            let n = bed.params.contenders;
+            let ttl = bed.params.ttl;
+            let on_service = bed.service.is_some();
             // The gate's own connection to the lease table, made before any round's clock
             // starts: made inside a round, it took the last-moments round's few hundred ms
             // under load (a CI saw every contender judged after the expiry).
             let gate = if on_service {
                 None
             } else {
-                Some(lab.own_lease_client().await?)
+                Some(bed.own_lease_client().await?)
             };
             let mut clients = Vec::with_capacity(n);
             for _ in 0..n {
                 clients.push(if on_service {
-                    Contender::Service(lab.own_store_client().await?)
+                    Contender::Service(bed.own_store_client().await?)
                 } else {
-                    Contender::Table(lab.own_lease_client().await?)
+                    Contender::Table(bed.own_lease_client().await?)
                 });
             }
             rec.note(format!(
@@ -137,7 +137,7 @@ impl Scenario for F3 {
             let mut total = 0;
             for (round, (label, want_winners, want_token)) in rounds.into_iter().enumerate() {
                 if round == 1 {
-                    let row = lab.lease.inspect(LEASE).await?;
+                    let row = bed.lease.inspect(LEASE).await?;
                     rec.check_that(
                         "before round 2 the lease is still valid by the database clock",
                         row.as_ref().is_some_and(|r| !r.expired),
@@ -145,7 +145,7 @@ impl Scenario for F3 {
                     );
                 }
                 if round == 2 && !on_service {
-                    last_moments(lab, rec, gate.as_ref(), &clients, ttl).await?;
+                    last_moments(bed, rec, gate.as_ref(), &clients, ttl).await?;
                 }
                 if round == 2 && on_service {
                     // A lock service's holding may be kept alive by its client on its own (a
@@ -154,24 +154,24 @@ impl Scenario for F3 {
                     // one; the winner's holding ends when the service expires it.
                     clients.clear();
                     for _ in 0..n {
-                        clients.push(Contender::Service(lab.own_store_client().await?));
+                        clients.push(Contender::Service(bed.own_store_client().await?));
                     }
                     rec.note("the contenders dropped their clients of rounds 1–2 (nothing released) and opened new ones");
                 }
                 if round == 2 {
-                    let waited = lab.until_lease_expired("the lease").await?;
+                    let waited = bed.until_lease_expired("the lease").await?;
                     rec.note(format!(
                         "the lease expired by {} after a wait of {} ms",
-                        lab.expiry_clock(),
+                        bed.expiry_clock(),
                         waited.as_millis()
                     ));
                 }
-                let (attempts, seen) = race(lab, gate.as_ref(), &clients, ttl).await?;
+                let (attempts, seen) = race(bed, gate.as_ref(), &clients, ttl).await?;
                 total += attempts.len();
                 let winners: Vec<i64> = attempts.iter().filter_map(|a| a.token).collect();
                 rec.check(format!("{label}: winners"), &want_winners, &winners.len());
                 if let Some(token) = want_token {
-                    lab.check_token(
+                    bed.check_token(
                         rec,
                         format!("{label}: the winner's token"),
                         token,
@@ -241,9 +241,9 @@ impl Scenario for F3 {
             rec.note(format!(
                 "{total} attempts in rounds 1–3 (3 rounds × {n} contenders)"
             ));
-            let row = lab.lease.inspect(LEASE).await?;
+            let row = bed.lease.inspect(LEASE).await?;
             let holdings = usize::from(row.is_some());
-            lab.check_token(rec, "the final token", 2, row.map(|r| r.token));
+            bed.check_token(rec, "the final token", 2, row.map(|r| r.token));
             if on_service {
                 rec.check(
                     "holdings of the lease on the lock service (the round-3 winner's)",
@@ -254,7 +254,7 @@ impl Scenario for F3 {
                 rec.check(
                     "rows in the lease table",
                     &1,
-                    &lab.lease_table.row_count().await?,
+                    &bed.lease_table.row_count().await?,
                 );
             }
             Ok(())
@@ -265,7 +265,7 @@ impl Scenario for F3 {
 /// The last-moments round: once the lease has a quarter of its TTL or less left by the database
 /// clock, every contender tries again; none judged before the expiry may win.
 async fn last_moments(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     gate: Option<&fencing::lease::SqlLeaseStore>,
     clients: &[Contender],
@@ -273,23 +273,23 @@ async fn last_moments(
 ) -> anyhow::Result<()> {
     let label = "round 2b (the lease's last moments, a quarter of its TTL or less left)";
     let within_ms = ttl.as_secs_f64() * 1e3 / 4.0;
-    let lease = &lab.lease;
+    let lease = &bed.lease;
     harness::wait::until(
         &format!("the lease has {within_ms:.0} ms or less left by the database clock"),
-        lab.params.wait_timeout,
+        bed.params.wait_timeout,
         || async move {
             let row = lease.inspect(LEASE).await?;
             Ok::<_, fencing::Error>(row.is_none_or(|r| r.remaining_ms() <= within_ms))
         },
     )
     .await?;
-    let row = lab
+    let row = bed
         .lease
         .inspect(LEASE)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the lease row vanished before its last moments"))?;
     let expires_us = row.expires_epoch * 1e6;
-    let (attempts, _) = race(lab, gate, clients, ttl).await?;
+    let (attempts, _) = race(bed, gate, clients, ttl).await?;
     let judged_before: Vec<&Attempt> = attempts
         .iter()
         .filter(|a| (a.span.judged_us as f64) < expires_us)
@@ -326,14 +326,14 @@ async fn last_moments(
 }
 
 /// Releases every client at once; each tries one acquire. On the lease table the barrier is at
-/// the server: the lab holds the table ([`fencing::lease::lab_only::TableGate`]) until every
+/// the server: the lab holds the table ([`fencing::lease::for_experiments::TableGate`]) until every
 /// contender's statement waits for it there (`pg_locks`), then lets them all go together —
 /// released by the lab's tasks alone, 16 statements reached the server over about 5 ms, and
 /// where each ran in well under that (a data directory on tmpfs) one ran after the other and
 /// the overlap check failed (measured). A lock service has no such lock: its contenders are
 /// released by the tasks' barrier alone (`gate` is `None`).
 async fn race(
-    lab: &Lab,
+    bed: &Testbed,
     gate: Option<&fencing::lease::SqlLeaseStore>,
     clients: &[Contender],
     ttl: Duration,
@@ -376,12 +376,12 @@ async fn race(
         None => None,
         Some(gate) => {
             let n = clients.len();
-            let (table, most) = (&lab.lease_table, &std::sync::atomic::AtomicUsize::new(0));
+            let (table, most) = (&bed.lease_table, &std::sync::atomic::AtomicUsize::new(0));
             let waited = harness::wait::until(
                 &format!(
                     "all {n} contenders' statements wait at the server for the held lease table"
                 ),
-                lab.params.wait_timeout,
+                bed.params.wait_timeout,
                 || async move {
                     let now = usize::try_from(table.waiting_for_the_table().await?).unwrap_or(0);
                     most.fetch_max(now, std::sync::atomic::Ordering::Relaxed);

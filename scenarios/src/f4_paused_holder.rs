@@ -7,9 +7,9 @@
 use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 
-use crate::lab::wrote;
 use crate::paused_holder::{self, part_line, B_CONTENT};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::wrote;
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F4;
 
@@ -54,9 +54,9 @@ impl Scenario for F4 {
         Ok(&[crate::FaultPoint::WritePoint])
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let r = paused_holder::run(lab, rec, WriteMode::Fenced).await?;
+            let r = paused_holder::run(bed, rec, WriteMode::Fenced).await?;
             rec.check(
                 "A's stale write is rejected by the resource",
                 "WRITE accepted=false token=1",
@@ -67,7 +67,7 @@ impl Scenario for F4 {
                 &format!("{B_CONTENT} by holder-b token=2"),
                 &part_line(&r.summary),
             );
-            lab.check_floor_is(rec, "fence_floor after the run", 2, r.floor);
+            bed.check_floor_is(rec, "fence_floor after the run", 2, r.floor);
             rec.check(
                 "write_attempt holds exactly one rejected attempt by A",
                 &1,

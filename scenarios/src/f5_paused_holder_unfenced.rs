@@ -8,9 +8,9 @@
 use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 
-use crate::lab::HOLDER_A;
 use crate::paused_holder::{self, part_line, A_CONTENT};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::HOLDER_A;
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F5;
 
@@ -51,9 +51,9 @@ impl Scenario for F5 {
         Ok(&[crate::FaultPoint::WritePoint])
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let r = paused_holder::run(lab, rec, WriteMode::Unfenced).await?;
+            let r = paused_holder::run(bed, rec, WriteMode::Unfenced).await?;
             let stale_won = r.a_accepted
                 && r.summary.as_ref().is_some_and(|p| {
                     p.writer == HOLDER_A && p.token == r.a_token && p.content == A_CONTENT
@@ -70,7 +70,7 @@ impl Scenario for F5 {
             let tokens: Vec<String> = r.accepted_tokens.iter().map(|t| t.to_string()).collect();
             rec.expose(
                 "I3 broken in the resource's own write_attempt log: it accepted A's token 1 after B's token 2",
-                r.accepted_tokens == [lab.token(rec, 2), r.a_token],
+                r.accepted_tokens == [bed.token(rec, 2), r.a_token],
                 format_args!("accepted tokens in log order: {}", tokens.join(", ")),
             );
             Ok(())

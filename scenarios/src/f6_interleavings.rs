@@ -40,10 +40,10 @@ use harness::observe;
 use sqlx::Connection as _;
 use tokio::sync::oneshot;
 
-use crate::lab::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
 use crate::latch::{finishes, latch, reached};
 use crate::paused_holder::part_line;
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F6;
 
@@ -104,34 +104,34 @@ impl Scenario for F6 {
         }
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if !lab.again_with_fence {
-                check_then_write(lab, rec).await?;
-                lab.reset().await?;
+            if !bed.again_with_fence {
+                check_then_write(bed, rec).await?;
+                bed.reset().await?;
             }
             // A first: B (token 2) re-evaluates `1 <= 2` and is accepted.
-            fenced_scope(lab, rec, Order::AFirst).await?;
-            lab.reset().await?;
+            fenced_scope(bed, rec, Order::AFirst).await?;
+            bed.reset().await?;
             // B first: A (token 1) re-evaluates `2 <= 1` and is rejected.
-            fenced_scope(lab, rec, Order::BFirst).await?;
-            lab.reset().await?;
+            fenced_scope(bed, rec, Order::BFirst).await?;
+            bed.reset().await?;
             // A first with the floor already at 1: B's advance still waits for A's commit.
-            fenced_scope(lab, rec, Order::AtCurrent).await?;
-            lab.reset().await?;
+            fenced_scope(bed, rec, Order::AtCurrent).await?;
+            bed.reset().await?;
             // A's two writes of its new token: the second re-evaluates `1 <= 1`, accepted.
-            fenced_scope(lab, rec, Order::SameToken).await?;
+            fenced_scope(bed, rec, Order::SameToken).await?;
             Ok(())
         })
     }
 }
 
-async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+async fn check_then_write(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
     rec.step(Mark::Info, "lab", "(a) check-then-write", None, "", None);
     let (gap, at_gap, release) = latch();
     // The hook is told the floor A's check read; it reports it, then holds A in its gap.
     let (read_tx, read_rx) = oneshot::channel();
-    let res = lab.resource.clone();
+    let res = bed.resource.clone();
     let a = tokio::spawn(async move {
         res.write_with_checked_gap(&write(HOLDER_A), WriteMode::CheckThenWrite, |checked| {
             let _ = read_tx.send(checked.floor_read);
@@ -152,9 +152,9 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
         None,
     );
     let b = write(HOLDER_B);
-    let b_write = lab.resource.write(&b, WriteMode::CheckThenWrite);
+    let b_write = bed.resource.write(&b, WriteMode::CheckThenWrite);
     let b_ok = finishes("B's write", b_write).await??;
-    let floor_after_b = lab.resource.floor(SCOPE).await?;
+    let floor_after_b = bed.resource.floor(SCOPE).await?;
     rec.step(
         Mark::Write { accepted: b_ok },
         "B",
@@ -173,8 +173,8 @@ async fn check_then_write(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<(
         wrote(a_ok, 1),
         None,
     );
-    let floor = lab.resource.floor(SCOPE).await?;
-    let part = lab.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
+    let part = bed.resource.part(SCOPE, SUMMARY).await?;
     rec.note(format!(
         "check-then-write: A's check read fence_floor={}; B accepted={b_ok}, A accepted={a_ok}, final {}, fence_floor={}",
         shown(a_read),
@@ -210,7 +210,7 @@ enum Order {
     SameToken,
 }
 
-async fn fenced_scope(lab: &mut Lab, rec: &mut Recorder, case: Order) -> anyhow::Result<()> {
+async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> anyhow::Result<()> {
     let (first, second, second_accepted, at_current) = match case {
         Order::AFirst => (HOLDER_A, HOLDER_B, true, false),
         Order::BFirst => (HOLDER_B, HOLDER_A, false, false),
@@ -232,7 +232,7 @@ async fn fenced_scope(lab: &mut Lab, rec: &mut Recorder, case: Order) -> anyhow:
     // (e): A's second write is of the detail, with the same token, and not B's at all.
     let second_write = if case == Order::SameToken {
         Write {
-            part: crate::lab::DETAIL,
+            part: crate::testbed::DETAIL,
             ..write(HOLDER_A)
         }
     } else {
@@ -240,15 +240,15 @@ async fn fenced_scope(lab: &mut Lab, rec: &mut Recorder, case: Order) -> anyhow:
     };
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let mode = WriteMode::Fenced;
-    let mode_label = lab.params.fence_label();
+    let mode_label = bed.params.fence_label();
     // At the current token: A's earlier write (of the summary, committed) set the floor to A's
     // token, and the write it pauses in is of another part than B's, so that only the floor row
     // can make B wait.
     let first_write = if at_current {
-        let ok = lab.resource.write(&write(first), mode).await?;
+        let ok = bed.resource.write(&write(first), mode).await?;
         anyhow::ensure!(ok, "{first}'s earlier write was rejected");
         Write {
-            part: crate::lab::DETAIL,
+            part: crate::testbed::DETAIL,
             ..write(first)
         }
     } else {
@@ -259,14 +259,14 @@ async fn fenced_scope(lab: &mut Lab, rec: &mut Recorder, case: Order) -> anyhow:
         Order::SameToken => ("A's summary", "A's detail"),
         _ => (name(first), name(second)),
     };
-    let admin = lab.admin_pool(fencing::schema::Database::Resource).await?;
-    let mut conn_first = lab.resource.pool().acquire().await?;
-    let mut conn_second = lab.resource.pool().acquire().await?;
+    let admin = bed.admin_pool(fencing::schema::Database::Resource).await?;
+    let mut conn_first = bed.resource.pool().acquire().await?;
+    let mut conn_second = bed.resource.pool().acquire().await?;
     let first_pid = observe::backend_pid(&mut conn_first).await?;
     let second_pid = observe::backend_pid(&mut conn_second).await?;
 
     let (gap, at_gap, release) = latch();
-    let sut = lab.params.sut.clone();
+    let sut = bed.params.sut.clone();
     let one_statement = matches!(sut.resource.write, WriteSql::OneStatement(_));
     let first_task = tokio::spawn({
         let sut = sut.clone();
@@ -310,7 +310,7 @@ async fn fenced_scope(lab: &mut Lab, rec: &mut Recorder, case: Order) -> anyhow:
     // Until it waits — or, where nothing holds it, has already finished (then the check fails).
     let blocked = harness::wait::until(
         &format!("{s}'s UPDATE waits on a lock"),
-        lab.params.wait_timeout,
+        bed.params.wait_timeout,
         || async {
             let act = observe::activity(&admin, second_pid).await?;
             Ok::<_, sqlx::Error>(
@@ -378,11 +378,11 @@ async fn fenced_scope(lab: &mut Lab, rec: &mut Recorder, case: Order) -> anyhow:
         &wrote(second_accepted, second_write.token),
         &wrote(second_ok, second_write.token),
     );
-    let part = lab.resource.part(SCOPE, SUMMARY).await?;
-    let floor = lab.resource.floor(SCOPE).await?;
+    let part = bed.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
     if case == Order::SameToken {
         // Both parts are A's, and the floor stands at A's token.
-        let detail = lab.resource.part(SCOPE, crate::lab::DETAIL).await?;
+        let detail = bed.resource.part(SCOPE, crate::testbed::DETAIL).await?;
         rec.check(
             format!("{mode_label}, {order}: the summary and the detail, and fence_floor"),
             &format!("{OLD_A} by holder-a token=1; {OLD_A} by holder-a token=1; floor 1"),

@@ -15,8 +15,8 @@ use anyhow::{ensure, Context as _};
 use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F7;
 
@@ -58,17 +58,17 @@ impl Scenario for F7 {
         }
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let modes: &[WriteMode] = if lab.again_with_fence {
+            let modes: &[WriteMode] = if bed.again_with_fence {
                 &[WriteMode::Fenced]
             } else {
                 &[WriteMode::FencedRow, WriteMode::Fenced]
             };
             for &mode in modes {
-                let mode_label = lab.params.mode_label(mode);
-                lab.reset().await?;
-                let (b_ok, a_detail_ok, a_summary_ok) = timeline(lab, rec, mode).await?;
+                let mode_label = bed.params.mode_label(mode);
+                bed.reset().await?;
+                let (b_ok, a_detail_ok, a_summary_ok) = timeline(bed, rec, mode).await?;
                 let label = mode_label.to_uppercase().replace('-', "_");
                 rec.note(format!(
                     "{label}: B summary accepted={b_ok}, A(token=1) detail accepted={a_detail_ok}"
@@ -107,14 +107,14 @@ impl Scenario for F7 {
 /// then writes detail with token 1, and summary again. Returns (B's summary accepted, A's detail
 /// accepted, A's summary accepted).
 async fn timeline(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     mode: WriteMode,
 ) -> anyhow::Result<(bool, bool, bool)> {
-    let mode_label = lab.params.mode_label(mode);
+    let mode_label = bed.params.mode_label(mode);
     rec.step(Mark::Info, "lab", mode_label, None, "", None);
-    let p = lab.params.clone();
-    let a = lab
+    let p = bed.params.clone();
+    let a = bed
         .lease
         .acquire(LEASE, HOLDER_A, p.short_ttl)
         .await?
@@ -126,7 +126,7 @@ async fn timeline(
         writer,
         token,
     };
-    let a_ok = lab
+    let a_ok = bed
         .resource
         .write(&w(SUMMARY, HOLDER_A, "summary(A)", a.token), mode)
         .await?;
@@ -151,7 +151,7 @@ async fn timeline(
         wrote(a_ok, a.token),
         None,
     );
-    lab.until_lease_expired("holder-a's lease").await?;
+    bed.until_lease_expired("holder-a's lease").await?;
     rec.step(
         Mark::LeaseExpired,
         "A",
@@ -160,7 +160,7 @@ async fn timeline(
         "",
         None,
     );
-    let b = lab
+    let b = bed
         .lease
         .acquire(LEASE, HOLDER_B, p.ttl)
         .await?
@@ -179,7 +179,7 @@ async fn timeline(
         b.token,
         a.token
     );
-    let b_ok = lab
+    let b_ok = bed
         .resource
         .write(&w(SUMMARY, HOLDER_B, "summary(B)", b.token), mode)
         .await?;
@@ -191,7 +191,7 @@ async fn timeline(
         wrote(b_ok, b.token),
         None,
     );
-    let a_detail_ok = lab
+    let a_detail_ok = bed
         .resource
         .write(&w(DETAIL, HOLDER_A, "detail(A)", a.token), mode)
         .await?;
@@ -205,7 +205,7 @@ async fn timeline(
         wrote(a_detail_ok, a.token),
         None,
     );
-    let a_summary_ok = lab
+    let a_summary_ok = bed
         .resource
         .write(&w(SUMMARY, HOLDER_A, "summary(A) again", a.token), mode)
         .await?;

@@ -20,8 +20,8 @@ use anyhow::{ensure, Context as _};
 use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F8;
 
@@ -97,22 +97,22 @@ impl Scenario for F8 {
         false
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let p = lab.params.clone();
+            let p = bed.params.clone();
             // Two grants to holder-a: the second holding has token 2.
-            let first = lab
+            let first = bed
                 .lease
                 .acquire(LEASE, HOLDER_A, p.ttl)
                 .await?
                 .context("holder-a could not acquire")?;
             ensure!(
-                lab.lease.release(&first).await?,
+                bed.lease.release(&first).await?,
                 "holder-a could not release its first holding"
             );
             let hold_ttl = holding_ttl(p.ttl);
             let grant_sent = Instant::now();
-            let mut a = lab
+            let mut a = bed
                 .lease
                 .acquire(LEASE, HOLDER_A, hold_ttl)
                 .await?
@@ -133,7 +133,7 @@ impl Scenario for F8 {
                 writer,
                 token,
             };
-            let ok = lab
+            let ok = bed
                 .resource
                 .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
                 .await?;
@@ -157,14 +157,14 @@ impl Scenario for F8 {
                 wrote(ok, 2),
                 None,
             );
-            lab.check_floor(
+            bed.check_floor(
                 rec,
                 "before the crash, fence_floor = 2: holder-a's write with token 2 advanced it",
                 2,
             )
             .await?;
             let inspect_sent = Instant::now();
-            let before = lab
+            let before = bed
                 .lease
                 .inspect(LEASE)
                 .await?
@@ -200,12 +200,12 @@ impl Scenario for F8 {
             ));
 
             let down_from = Instant::now();
-            let restarted = lab.crash_and_restart().await?;
-            lab.reopen().await?;
+            let restarted = bed.crash_and_restart().await?;
+            bed.reopen().await?;
             // From before the crash until the server answered again: the downtime as the lease's
             // holder lives it (no statement, so no renewal, could have run in between).
             let downtime = down_from.elapsed();
-            let after = lab.lease.inspect(LEASE).await?;
+            let after = bed.lease.inspect(LEASE).await?;
             rec.step(
                 Mark::Restart,
                 "lab",
@@ -284,7 +284,7 @@ impl Scenario for F8 {
             ));
             // As soon as the database is back, holder-a renews — from now on for the run's TTL.
             a.ttl = p.ttl;
-            let renewed = lab.lease.renew(&mut a).await?;
+            let renewed = bed.lease.renew(&mut a).await?;
             rec.step(
                 if renewed {
                     Mark::Renewed
@@ -306,9 +306,9 @@ impl Scenario for F8 {
                 "RENEW ok=true token=2",
                 &format!("RENEW ok={renewed} token={}", a.token),
             );
-            lab.check_floor(rec, "fence_floor survived", 2).await?;
+            bed.check_floor(rec, "fence_floor survived", 2).await?;
 
-            lab.until_lease_expired("holder-a's lease").await?;
+            bed.until_lease_expired("holder-a's lease").await?;
             rec.step(
                 Mark::LeaseExpired,
                 "A",
@@ -317,7 +317,7 @@ impl Scenario for F8 {
                 "",
                 None,
             );
-            let b = lab.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+            let b = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
             if let Some(g) = &b {
                 rec.step(
                     Mark::Acquired,
@@ -334,7 +334,7 @@ impl Scenario for F8 {
                 &acquired(b.as_ref()),
             );
             let b = b.context("holder-b could not acquire the expired lease")?;
-            let b_ok = lab
+            let b_ok = bed
                 .resource
                 .write(&w(HOLDER_B, "rows=301(B)", b.token), WriteMode::Fenced)
                 .await?;
@@ -351,7 +351,7 @@ impl Scenario for F8 {
                 &wrote(true, 3),
                 &wrote(b_ok, b.token),
             );
-            let a_ok = lab
+            let a_ok = bed
                 .resource
                 .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
                 .await?;

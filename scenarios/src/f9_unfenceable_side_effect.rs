@@ -12,8 +12,8 @@ use fencing::lease::Grant;
 use fencing::schema;
 use harness::evidence::{Mark, Recorder};
 
-use crate::lab::{acquired, shown, HOLDER_A, HOLDER_B, LEASE};
-use crate::{Lab, Outcome, Scenario};
+use crate::testbed::{acquired, shown, HOLDER_A, HOLDER_B, LEASE};
+use crate::{Outcome, Scenario, Testbed};
 
 pub struct F9;
 
@@ -44,10 +44,10 @@ impl Scenario for F9 {
         true
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let p = lab.params.clone();
-            let a = lab
+            let p = bed.params.clone();
+            let a = bed
                 .lease
                 .acquire(LEASE, HOLDER_A, p.short_ttl)
                 .await?
@@ -60,8 +60,8 @@ impl Scenario for F9 {
                 acquired(Some(&a)),
                 None,
             );
-            lab.until_lease_expired("A's lease").await?;
-            let b = lab
+            bed.until_lease_expired("A's lease").await?;
+            let b = bed
                 .lease
                 .acquire(LEASE, HOLDER_B, p.ttl)
                 .await?
@@ -74,7 +74,7 @@ impl Scenario for F9 {
                 acquired(Some(&b)),
                 None,
             );
-            let row = lab.lease.inspect(LEASE).await?;
+            let row = bed.lease.inspect(LEASE).await?;
             rec.check(
                 "before anything is published, A's holding (token 1) is superseded: the lease is B's, token 2",
                 "A token=1; lease holder-b token=2 unexpired",
@@ -94,13 +94,13 @@ impl Scenario for F9 {
                 a.token, b.token
             ));
             let grants = (&a, &b);
-            let (b_ok, a_ok, kept) = publish(lab, rec, grants, Variant::BusinessKey, false).await?;
+            let (b_ok, a_ok, kept) = publish(bed, rec, grants, Variant::BusinessKey, false).await?;
             rec.check(
                 "business key, order B→A: A's duplicate is dropped, B's content kept",
                 &format!("B accepted=true, A accepted=false, kept {B_FRESH}"),
                 &format!("B accepted={b_ok}, A accepted={a_ok}, kept {kept}"),
             );
-            let (b_ok, a_ok, kept) = publish(lab, rec, grants, Variant::BusinessKey, true).await?;
+            let (b_ok, a_ok, kept) = publish(bed, rec, grants, Variant::BusinessKey, true).await?;
             rec.note(format!(
                 "business key, order A→B: A accepted={a_ok}, B accepted={b_ok}, kept {kept}"
             ));
@@ -111,7 +111,7 @@ impl Scenario for F9 {
             );
             for a_first in [true, false] {
                 let order = if a_first { "A→B" } else { "B→A" };
-                let (_, _, kept) = publish(lab, rec, grants, Variant::Versioned, a_first).await?;
+                let (_, _, kept) = publish(bed, rec, grants, Variant::Versioned, a_first).await?;
                 rec.check(
                     format!("versioned publish, order {order}: B's content is kept"),
                     B_FRESH,
@@ -127,13 +127,13 @@ impl Scenario for F9 {
 /// resource side (the lease, and with it the grants, stay as they are). Returns (B's publish
 /// stored, A's publish stored, the content kept).
 async fn publish(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     (a, b): (&Grant, &Grant),
     variant: Variant,
     a_first: bool,
 ) -> anyhow::Result<(bool, bool, String)> {
-    schema::reset(lab.resource.pool()).await?;
+    schema::reset(bed.resource.pool()).await?;
     let phase = match (variant, a_first) {
         (Variant::BusinessKey, true) => "business key, A→B",
         (Variant::BusinessKey, false) => "business key, B→A",
@@ -141,7 +141,7 @@ async fn publish(
         (Variant::Versioned, false) => "versioned, B→A",
     };
     rec.step(Mark::Info, "lab", phase, None, "", None);
-    let p = &lab.publisher;
+    let p = &bed.publisher;
     let mut stored = [false; 2];
     let order: [(usize, &str, &str, i64); 2] = [
         (0, HOLDER_A, A_STALE, a.token),

@@ -31,7 +31,6 @@ mod f6_interleavings;
 mod f7_fence_granularity;
 mod f8_database_crash;
 mod f9_unfenceable_side_effect;
-pub mod lab;
 mod latch;
 mod maria;
 mod paused_holder;
@@ -44,6 +43,7 @@ mod rl1_redlock_paused_client;
 mod rl2_redlock_clock_jump;
 mod rl3_redlock_restart;
 mod runner;
+pub mod testbed;
 pub mod tokens_table;
 mod u1_fenced_job_lease;
 mod u2_stale_completion;
@@ -52,8 +52,8 @@ mod u4_reacquired_instance;
 mod u5_check_then_complete;
 mod u_common;
 
-pub use lab::{Backend, Lab, Params, Replication};
 pub use runner::{join_all, run_all, run_all_on};
+pub use testbed::{Backend, Params, Replication, Testbed};
 
 /// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
 pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
@@ -140,7 +140,7 @@ pub trait Scenario: Sync {
         let _ = store;
         self.checks()
     }
-    /// How many checks it makes when run again with another fenced mode ([`Lab::again_with_fence`]):
+    /// How many checks it makes when run again with another fenced mode ([`Testbed::again_with_fence`]):
     /// fewer than [`Scenario::checks`] where a part does not use the fenced mode under test (F6's
     /// check-then-write, F7's row-level fence), judged once in the first case.
     fn checks_again(&self) -> usize {
@@ -210,7 +210,7 @@ pub trait Scenario: Sync {
         Err(NO_HOLDER)
     }
     /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a>;
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a>;
 }
 
 /// The order of ids: by series (the letters), then by number — `F9` before `F10`.

@@ -132,7 +132,7 @@ mod imp {
         }
     }
 
-    impl crate::Lab {
+    impl crate::Testbed {
         /// The MariaDB environment, started on first use and emptied for the caller.
         /// `Ok(Err(reason))` when MariaDB is not installed here: the U scenarios then report a
         /// skip, never a pass. A server that is installed but fails is an error (a failed
@@ -155,7 +155,7 @@ mod imp {
             Ok(Ok(env))
         }
 
-        /// [`crate::Lab::maria`] for a scenario that cannot run without MariaDB: when it is not
+        /// [`crate::Testbed::maria`] for a scenario that cannot run without MariaDB: when it is not
         /// installed here, records the skip with its reason and install hint and returns
         /// `None`.
         pub async fn maria_or_skip(

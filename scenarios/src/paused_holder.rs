@@ -14,8 +14,8 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use harness::process::ThreadState;
 use holder_protocol::{exit, Event, Request, LOST_PREFIX};
 
-use crate::lab::{lease_state, shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::Lab;
+use crate::testbed::{lease_state, shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::Testbed;
 
 /// What A's content and B's content are.
 pub const A_CONTENT: &str = "rows=200(A)";
@@ -46,7 +46,7 @@ pub fn part_line(part: &Option<Part>) -> String {
 
 /// Records a holder's event as a timeline step, with the database clock read when it arrived.
 pub(crate) async fn step(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     at: Instant,
     actor: &str,
@@ -71,20 +71,20 @@ pub(crate) async fn step(
         Event::Released { ok: true } => Mark::Released,
         _ => Mark::Info,
     };
-    let clock = lab.lease.clock().await.ok().flatten();
+    let clock = bed.lease.clock().await.ok().flatten();
     rec.step_at(at, mark, actor, action, token, event.to_string(), clock);
 }
 
 /// Records something the lab did to `actor` (or saw happen to its lease) as a timeline step.
 pub(crate) async fn lab_step(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     mark: Mark,
     actor: &str,
     action: &str,
     outcome: impl Into<String>,
 ) {
-    let clock = lab.lease.clock().await.ok().flatten();
+    let clock = bed.lease.clock().await.ok().flatten();
     rec.step(mark, actor, action, None, outcome, clock);
 }
 
@@ -128,7 +128,7 @@ pub(crate) fn renewal_count(renewals: &[(Instant, bool)]) -> String {
 /// "after SIGSTOP" in the first check line, `renewer` is the second check. Returns the instant
 /// A was frozen.
 pub(crate) async fn freeze_and_show(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     a: &mut Holder,
     when: &str,
@@ -137,7 +137,7 @@ pub(crate) async fn freeze_and_show(
     a.freeze().await?;
     let frozen_at = Instant::now();
     let frozen = a.threads()?;
-    lab_step(lab, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
+    lab_step(bed, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
     rec.check(
         format!("after SIGSTOP{when}, /proc shows state T for A and every thread of A"),
         "T",
@@ -152,15 +152,15 @@ pub(crate) async fn freeze_and_show(
 }
 
 /// Marks A's lease expired on A's timeline (under `--step`, the pause is here).
-async fn mark_lease_expired(lab: &Lab, rec: &mut Recorder) {
+async fn mark_lease_expired(bed: &Testbed, rec: &mut Recorder) {
     lab_step(
-        lab,
+        bed,
         rec,
         Mark::LeaseExpired,
         "A",
         &format!(
             "lease expired ({})",
-            lab.expiry_clock().trim_start_matches("the ")
+            bed.expiry_clock().trim_start_matches("the ")
         ),
         "",
     )
@@ -168,26 +168,26 @@ async fn mark_lease_expired(lab: &Lab, rec: &mut Recorder) {
 }
 
 /// Waits until A's lease is expired by the database clock and marks it on A's timeline.
-pub(crate) async fn until_lease_expired(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-    lab.until_lease_expired("A's lease").await?;
-    mark_lease_expired(lab, rec).await;
+pub(crate) async fn until_lease_expired(bed: &Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
+    bed.until_lease_expired("A's lease").await?;
+    mark_lease_expired(bed, rec).await;
     Ok(())
 }
 
 /// Waits until A's lease is expired by the database clock, and records when, counted from
 /// `frozen_at`.
 pub(crate) async fn until_expired_while_frozen(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     frozen_at: Instant,
 ) -> anyhow::Result<()> {
-    lab.until_lease_expired("A's lease").await?;
+    bed.until_lease_expired("A's lease").await?;
     // When it expired, from the store's own record (its expiry against its clock), counted from
     // the freeze — measured before the step's pause (`--step` waits for Enter in `lab_step`), so
     // that it is the lease's figure, not the reader's. A store with no expiry per holding (a
     // ZooKeeper session) is counted to the moment the lab saw it gone.
     let seen_ms = frozen_at.elapsed().as_secs_f64() * 1000.0;
-    let row = lab.lease.inspect(crate::lab::LEASE).await?;
+    let row = bed.lease.inspect(crate::testbed::LEASE).await?;
     let read_ms = frozen_at.elapsed().as_secs_f64() * 1000.0;
     let (after_ms, how) = match row.as_ref().map(|r| -r.remaining_ms()) {
         Some(late) if late.is_finite() && late >= 0.0 => (
@@ -201,9 +201,9 @@ pub(crate) async fn until_expired_while_frozen(
     };
     rec.note(format!(
         "the lease expired by {} {after_ms:.0} ms after A was frozen ({how})",
-        lab.expiry_clock(),
+        bed.expiry_clock(),
     ));
-    mark_lease_expired(lab, rec).await;
+    mark_lease_expired(bed, rec).await;
     Ok(())
 }
 
@@ -226,8 +226,12 @@ fn zk_session(expires_at: &str) -> Option<String> {
 
 /// On ZooKeeper: the server's own log line that expired A's session while A was frozen — the
 /// ephemeral node the lab saw go went with it — quoted and checked.
-async fn expired_by_the_server(lab: &Lab, rec: &mut Recorder, session: &str) -> anyhow::Result<()> {
-    let Some(service) = lab.service.as_ref() else {
+async fn expired_by_the_server(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    session: &str,
+) -> anyhow::Result<()> {
+    let Some(service) = bed.service.as_ref() else {
         return Ok(());
     };
     let wanted = format!("Expiring session {session},");
@@ -259,20 +263,20 @@ async fn expired_by_the_server(lab: &Lab, rec: &mut Recorder, session: &str) -> 
 /// `part` in `mode`; the acquire and the write become timeline steps. Returns the acquire's
 /// answer and, when it was granted, whether the write was accepted.
 pub(crate) async fn lab_client_takes_over(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     part: &str,
     content: &str,
     mode: WriteMode,
 ) -> anyhow::Result<(Option<fencing::lease::Grant>, Option<bool>)> {
-    let b = lab.lease.acquire(LEASE, HOLDER_B, lab.params.ttl).await?;
-    let clock = lab.lease.clock().await.ok().flatten();
+    let b = bed.lease.acquire(LEASE, HOLDER_B, bed.params.ttl).await?;
+    let clock = bed.lease.clock().await.ok().flatten();
     rec.step(
-        crate::lab::acquire_mark(b.as_ref()),
+        crate::testbed::acquire_mark(b.as_ref()),
         "B",
         "acquire",
         b.as_ref().map(|g| g.token),
-        crate::lab::acquired(b.as_ref()),
+        crate::testbed::acquired(b.as_ref()),
         clock,
     );
     let Some(grant) = b else {
@@ -285,14 +289,14 @@ pub(crate) async fn lab_client_takes_over(
         writer: HOLDER_B,
         token: grant.token,
     };
-    let ok = lab.resource.write(&write, mode).await?;
-    let clock = lab.lease.clock().await.ok().flatten();
+    let ok = bed.resource.write(&write, mode).await?;
+    let clock = bed.lease.clock().await.ok().flatten();
     rec.step(
         Mark::Write { accepted: ok },
         "B",
         &format!("write {part}"),
         Some(grant.token),
-        crate::lab::wrote(ok, grant.token),
+        crate::testbed::wrote(ok, grant.token),
         clock,
     );
     Ok((Some(grant), Some(ok)))
@@ -316,12 +320,16 @@ pub(crate) fn list(threads: &[ThreadState]) -> String {
 }
 
 /// Runs the shared timeline with both holders writing in `mode`.
-pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::Result<Resumed> {
-    let mode_label = lab.params.mode_label(mode);
-    let p = lab.params.clone();
-    let mut a = Holder::spawn(&lab.holder_spec(HOLDER_A, A_CONTENT, mode, false)).await?;
+pub async fn run(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    mode: WriteMode,
+) -> anyhow::Result<Resumed> {
+    let mode_label = bed.params.mode_label(mode);
+    let p = bed.params.clone();
+    let mut a = Holder::spawn(&bed.holder_spec(HOLDER_A, A_CONTENT, mode, false)).await?;
     let (at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "acquire", &acquired).await;
+    step(bed, rec, at, "A", "acquire", &acquired).await;
     rec.check(
         format!("A (pid {}) acquires the lease, token=1", a.pid()),
         "ACQUIRED token=1",
@@ -329,7 +337,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     );
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
     step(
-        lab,
+        bed,
         rec,
         at,
         "A",
@@ -344,7 +352,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     else {
         bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
     };
-    if token != lab.token(rec, 1) {
+    if token != bed.token(rec, 1) {
         bail!(a.unexpected("AT_WRITE_POINT token=1", &ready));
     }
     rec.note(format!(
@@ -354,7 +362,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     // The timeline prescribes this duration: 2×TTL of renewing in the background.
     let hold = p.ttl * 2;
     harness::wait::prescribed(hold).await;
-    let row = lab.lease.inspect(LEASE).await?;
+    let row = bed.lease.inspect(LEASE).await?;
     let renewals = record_renewals(rec, &mut a, "A", 1);
     rec.check(
         format!(
@@ -373,27 +381,27 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
 
     let session = row.as_ref().and_then(|h| zk_session(&h.expires_at));
     let frozen_at =
-        freeze_and_show(lab, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
-    until_expired_while_frozen(lab, rec, frozen_at).await?;
+        freeze_and_show(bed, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
+    until_expired_while_frozen(bed, rec, frozen_at).await?;
     if let Some(session) = &session {
-        expired_by_the_server(lab, rec, session).await?;
+        expired_by_the_server(bed, rec, session).await?;
     }
 
-    let mut b = Holder::spawn(&lab.holder_spec(HOLDER_B, B_CONTENT, mode, true)).await?;
+    let mut b = Holder::spawn(&bed.holder_spec(HOLDER_B, B_CONTENT, mode, true)).await?;
     rec.note(format!(
         "A (pid {}) and B (pid {}) are two independent processes",
         a.pid(),
         b.pid()
     ));
     let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "B", "acquire", &acquired).await;
+    step(bed, rec, at, "B", "acquire", &acquired).await;
     rec.check(
         "B acquires the lease, token=2",
         "ACQUIRED token=2",
         &acquired.to_string(),
     );
     let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
-    if !matches!(ready, Event::AtWritePoint { token, .. } if token == lab.token(rec, 2)) {
+    if !matches!(ready, Event::AtWritePoint { token, .. } if token == bed.token(rec, 2)) {
         bail!(b.unexpected("AT_WRITE_POINT token=2", &ready));
     }
     b.send(Request::Go).await?;
@@ -411,7 +419,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         ("release", "B releases the lease", "RELEASED ok=true"),
     ] {
         let (at, event) = b.next(what, EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "B", action, &event).await;
+        step(bed, rec, at, "B", action, &event).await;
         rec.check(what, expected, &event.to_string());
     }
     let code = b.exit_code(EVENT_TIMEOUT).await?;
@@ -421,11 +429,11 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         &describe(Some(code)),
     );
 
-    let row = lab.lease.inspect(LEASE).await?;
+    let row = bed.lease.inspect(LEASE).await?;
     a.send(Request::Go).await?;
     let thawed = a.thaw().await?;
     lab_step(
-        lab,
+        bed,
         rec,
         Mark::Thawed,
         "A",
@@ -434,9 +442,9 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     )
     .await;
     let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "write (after resuming)", &write).await;
+    step(bed, rec, at, "A", "write (after resuming)", &write).await;
     let (at, renew) = a.next("A's renew after its write", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "renew after the write", &renew).await;
+    step(bed, rec, at, "A", "renew after the write", &renew).await;
     rec.note(format!("A resumed: {write}; {renew}"));
     let Event::Write {
         accepted: a_accepted,
@@ -445,7 +453,7 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     else {
         bail!(a.unexpected("WRITE … token=1", &write));
     };
-    if token != lab.token(rec, 1) {
+    if token != bed.token(rec, 1) {
         bail!(a.unexpected("WRITE … token=1", &write));
     }
     rec.check(
@@ -481,10 +489,10 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
     );
     rec.check_that(
         "the lease was free (released by B) when A resumed",
-        lab.shows_released(row.as_ref()),
+        bed.shows_released(row.as_ref()),
         format_args!(
             "{}: {}",
-            if lab.service.is_some() {
+            if bed.service.is_some() {
                 "holding"
             } else {
                 "lease row"
@@ -495,9 +503,9 @@ pub async fn run(lab: &mut Lab, rec: &mut Recorder, mode: WriteMode) -> anyhow::
         ),
     );
 
-    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
-    let floor = lab.resource.floor(SCOPE).await?;
-    let attempts = lab.resource.attempts(SCOPE).await?;
+    let summary = bed.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
+    let attempts = bed.resource.attempts(SCOPE).await?;
     rec.note(format!(
         "final summary = {}; fence_floor={}",
         part_line(&summary),

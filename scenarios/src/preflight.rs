@@ -9,7 +9,7 @@ use harness::evidence::Recorder;
 use harness::hosts::Host;
 use sqlx::{Connection, PgConnection};
 
-use crate::{Lab, Outcome, Scenario};
+use crate::{Outcome, Scenario, Testbed};
 
 /// `separate_hosts`: the container backend's P0, with the two checks of the network.
 pub struct P0 {
@@ -42,14 +42,14 @@ impl Scenario for P0 {
         Ok(&[])
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             for (side, db, role, expect_ok) in [
                 (Database::Lease, LEASE_DB, LEASE_ROLE, true),
                 (Database::Resource, RESOURCE_DB, RESOURCE_ROLE, true),
                 (Database::Lease, LEASE_DB, RESOURCE_ROLE, false),
             ] {
-                let opts = lab.connect_options(side, db, role);
+                let opts = bed.connect_options(side, db, role);
                 let actual = match PgConnection::connect_with(&opts).await {
                     Ok(conn) => {
                         conn.close().await?;
@@ -68,7 +68,7 @@ impl Scenario for P0 {
                 rec.check(format!("{role} connects to {db}"), &expected, &actual);
             }
             if self.separate_hosts {
-                network_checks(lab, rec).await?;
+                network_checks(bed, rec).await?;
             }
             Ok(())
         })
@@ -77,13 +77,13 @@ impl Scenario for P0 {
 
 /// The container backend's two checks: from the resource's host, the lease store's server does
 /// not answer (no common network), and its own server does (so the silence is the network's).
-async fn network_checks(lab: &Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+async fn network_checks(bed: &Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
     let timeout = std::time::Duration::from_secs(2);
-    let Some([to_lease, to_own]) = lab.servers.resource_host_reaches(timeout).await? else {
+    let Some([to_lease, to_own]) = bed.servers.resource_host_reaches(timeout).await? else {
         anyhow::bail!("the network checks need the container backend");
     };
     let ip = |host| {
-        lab.servers
+        bed.servers
             .ip(host)
             .map_or_else(|| "?".into(), |ip| ip.to_string())
     };

@@ -23,9 +23,9 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
-use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 pub struct R1;
 
@@ -88,28 +88,28 @@ impl Scenario for R1 {
         Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let outcome = async {
                 for (store, token, sound) in RUNS {
-                    if let Err(e) = lab.use_store(store).await {
+                    if let Err(e) = bed.use_store(store).await {
                         rec.skip(format!(
                             "R1 needs the ZooKeeper lock service (--lease-store {store}): {e:#}"
                         ));
                         return Ok(());
                     }
-                    lab.reset().await?;
+                    bed.reset().await?;
                     rec.note(format!(
                         "--lease-store {store}: {token} is the token; {}",
-                        lab.describe_service().unwrap_or_default()
+                        bed.describe_service().unwrap_or_default()
                     ));
-                    one_run(lab, rec, store, sound).await?;
+                    one_run(bed, rec, store, sound).await?;
                 }
                 Ok::<_, anyhow::Error>(())
             }
             .await;
             // Every path: the lease table is the store again for the experiments after this one.
-            let back = lab.use_store(fencing::lease::sql::KIND.name).await;
+            let back = bed.use_store(fencing::lease::sql::KIND.name).await;
             outcome?;
             back
         })
@@ -119,7 +119,7 @@ impl Scenario for R1 {
 /// One run of the timeline on the store `store` (the lab's lease store now); `sound`: whether a
 /// fence fed by its token must hold.
 async fn one_run(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     store: &str,
     sound: bool,
@@ -130,18 +130,18 @@ async fn one_run(
 
     let lock = lock_of(store);
     let spec = |holder: &str, content: &str, release: bool| {
-        let mut spec = lab.holder_spec(holder, content, mode, release);
+        let mut spec = bed.holder_spec(holder, content, mode, release);
         spec.flags.lease.clone_from(&lock);
         spec
     };
     let a_sent = Instant::now();
     let mut a = Holder::spawn(&spec(HOLDER_A, A_CONTENT, false)).await?;
     let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, a_at, "A", "acquire", &acquired).await;
+    step(bed, rec, a_at, "A", "acquire", &acquired).await;
     let Event::Acquired { token: a_token } = acquired else {
         bail!(a.unexpected("ACQUIRED token=…", &acquired));
     };
-    let holding = lab.lease.inspect(&lock).await?;
+    let holding = bed.lease.inspect(&lock).await?;
     rec.check_that(
         format!(
             "[{store}] A (pid {}) acquires the lock: its node is the parent's first child",
@@ -156,28 +156,28 @@ async fn one_run(
         ),
     );
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "waits at the write point", &ready).await;
+    step(bed, rec, at, "A", "waits at the write point", &ready).await;
 
     // Counted while A's node keeps the parent alive: the server may delete the parent within
     // 200 ms of A's node going, before the lab has seen the node go.
     let parent = format!("Attempting to delete candidate container: /fencing-lab/{lock}");
-    let service = lab
+    let service = bed
         .service
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("the ZooKeeper service is not running"))?;
     let deletions_before = service.log().await.matches(&parent).count();
     let frozen_at = freeze_and_show(
-        lab,
+        bed,
         rec,
         &mut a,
         &format!(" [{store}]"),
         &format!("[{store}] A's renewer thread is frozen with it: its session's heartbeats stop"),
     )
     .await?;
-    let lease = &lab.lease;
+    let lease = &bed.lease;
     harness::wait::until(
         "A's node deleted by ZooKeeper (its session expired)",
-        lab.params.wait_timeout,
+        bed.params.wait_timeout,
         || lease.is_free(&lock),
     )
     .await?;
@@ -207,7 +207,7 @@ async fn one_run(
     let b_sent = Instant::now();
     let mut b = Holder::spawn(&spec(HOLDER_B, B_CONTENT, true)).await?;
     let (b_at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, b_at, "B", "acquire", &acquired).await;
+    step(bed, rec, b_at, "B", "acquire", &acquired).await;
     let Event::Acquired { token: b_token } = acquired else {
         bail!(b.unexpected("ACQUIRED token=…", &acquired));
     };
@@ -217,7 +217,7 @@ async fn one_run(
     }
     b.send(Request::Go).await?;
     let (at, write) = b.next("B's write", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "B", "write", &write).await;
+    step(bed, rec, at, "B", "write", &write).await;
     rec.check(
         format!("[{store}] B's write is accepted"),
         &format!("WRITE accepted=true token={b_token}"),
@@ -225,7 +225,7 @@ async fn one_run(
     );
     for what in ["B's renew after its write", "B's release"] {
         let (at, event) = b.next(what, EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "B", what, &event).await;
+        step(bed, rec, at, "B", what, &event).await;
     }
     let code = b.exit_code(EVENT_TIMEOUT).await?;
     rec.check(
@@ -237,7 +237,7 @@ async fn one_run(
     a.send(Request::Go).await?;
     let thawed = a.thaw().await?;
     crate::paused_holder::lab_step(
-        lab,
+        bed,
         rec,
         harness::evidence::Mark::Thawed,
         "A",
@@ -246,15 +246,15 @@ async fn one_run(
     )
     .await;
     let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "write (after resuming)", &write).await;
+    step(bed, rec, at, "A", "write (after resuming)", &write).await;
     let Event::Write { accepted, .. } = write else {
         bail!(a.unexpected("WRITE …", &write));
     };
     let _ = a.next("A's renew after its write", EVENT_TIMEOUT).await?;
     let _ = a.exit_code(EVENT_TIMEOUT).await?;
 
-    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
-    let floor = lab.resource.floor(SCOPE).await?;
+    let summary = bed.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
     rec.note(format!(
         "[{store}] A's token {a_token}, B's token {b_token}; A's stale write accepted={accepted}; final summary = {}; fence_floor={}",
         part_line(&summary),

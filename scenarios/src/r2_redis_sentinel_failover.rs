@@ -31,9 +31,9 @@ use harness::hosts::RedisFailover;
 use holder_protocol::{exit, Event, Request};
 
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
-use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 pub struct R2;
 
@@ -78,7 +78,7 @@ impl Scenario for R2 {
         Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if let Err(e) = fencing::lease::store_kind("redis-wait").context(
                 "this build left the Redis client out (build with --features lab/lock-services)",
@@ -87,7 +87,7 @@ impl Scenario for R2 {
                 return Ok(());
             }
             for run in [Run::Negative, Run::Positive, Run::TimedOut] {
-                let group = match RedisFailover::start(&lab.run_mark).await {
+                let group = match RedisFailover::start(&bed.run_mark).await {
                     Ok(group) => group,
                     Err(e) => {
                         rec.skip(format!("R2 needs Redis with Sentinel in containers: {e:#}"));
@@ -95,7 +95,7 @@ impl Scenario for R2 {
                     }
                 };
                 let mut group = group;
-                let outcome = one_run(lab, rec, &mut group, run).await;
+                let outcome = one_run(bed, rec, &mut group, run).await;
                 // Every path: the group goes (a holder still running is ended by the run).
                 group.remove().await;
                 outcome?;
@@ -123,9 +123,9 @@ impl Run {
 }
 
 /// A lease client of store `store` on the Redis server at `endpoint`, for the lab's own reads.
-async fn client(lab: &Lab, store: &str, endpoint: &str) -> anyhow::Result<Arc<dyn LeaseStore>> {
+async fn client(bed: &Testbed, store: &str, endpoint: &str) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let at = StoreAt {
-        table: lab.lease_table.clone(),
+        table: bed.lease_table.clone(),
         endpoints: vec![endpoint.to_owned()],
     };
     Ok(fencing::lease::open(store, &at).await?)
@@ -140,7 +140,7 @@ async fn counter(group: &RedisFailover, host: std::net::IpAddr) -> String {
 }
 
 async fn one_run(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     group: &mut RedisFailover,
     run: Run,
@@ -169,10 +169,10 @@ async fn one_run(
     } else {
         "redis-wait"
     };
-    let on_primary = client(lab, "redis", &group.primary_endpoint()).await?;
+    let on_primary = client(bed, "redis", &group.primary_endpoint()).await?;
     // A first holding, taken and released: the counter at 1 on both servers.
     let first = on_primary
-        .acquire(LEASE, "holder-c", lab.params.ttl)
+        .acquire(LEASE, "holder-c", bed.params.ttl)
         .await?
         .context("the first lock on a fresh primary was refused")?;
     on_primary.release(&first).await?;
@@ -188,7 +188,7 @@ async fn one_run(
     }
 
     let spec = |holder: &str, content: &str, store: &str, endpoint: String, release: bool| {
-        let mut spec = lab.holder_spec(holder, content, WriteMode::Fenced, release);
+        let mut spec = bed.holder_spec(holder, content, WriteMode::Fenced, release);
         spec.flags.store = store.into();
         spec.flags.store_endpoint = Some(endpoint);
         spec
@@ -204,7 +204,7 @@ async fn one_run(
     ))
     .await?;
     let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, a_at, "A", "acquire", &acquired).await;
+    step(bed, rec, a_at, "A", "acquire", &acquired).await;
     if run == Run::TimedOut {
         let said = acquired.to_string();
         rec.check_that(
@@ -237,7 +237,7 @@ async fn one_run(
         bail!(a.unexpected("ACQUIRED token=…", &acquired));
     };
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "waits at the write point", &ready).await;
+    step(bed, rec, at, "A", "waits at the write point", &ready).await;
     let (on_p, on_r) = (
         counter(group, primary_ip).await,
         counter(group, replica_ip).await,
@@ -288,12 +288,12 @@ async fn one_run(
             log.join(" · ")
         ),
     );
-    let on_new = client(lab, "redis", &group.replica_endpoint()).await?;
+    let on_new = client(bed, "redis", &group.replica_endpoint()).await?;
     if run == Run::Positive {
         // The replica has A's key too: B waits for it to expire by the new primary's clock.
         let waited = harness::wait::until(
             "A's lock expired on the promoted replica",
-            lab.params.wait_timeout,
+            bed.params.wait_timeout,
             || on_new.is_free(LEASE),
         )
         .await?;
@@ -314,7 +314,7 @@ async fn one_run(
     .await?;
     let (b_at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
     step(
-        lab,
+        bed,
         rec,
         b_at,
         "B",
@@ -331,7 +331,7 @@ async fn one_run(
     }
     b.send(Request::Go).await?;
     let (at, write) = b.next("B's write", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "B", "write", &write).await;
+    step(bed, rec, at, "B", "write", &write).await;
     rec.check(
         format!("[{label}] B's write is accepted"),
         &format!("WRITE accepted=true token={b_token}"),
@@ -339,7 +339,7 @@ async fn one_run(
     );
     for what in ["B's renew after its write", "B's release"] {
         let (at, event) = b.next(what, EVENT_TIMEOUT).await?;
-        step(lab, rec, at, "B", what, &event).await;
+        step(bed, rec, at, "B", what, &event).await;
     }
     let code = b.exit_code(EVENT_TIMEOUT).await?;
     rec.check(
@@ -350,15 +350,15 @@ async fn one_run(
 
     a.send(Request::Go).await?;
     let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "write (its primary gone)", &write).await;
+    step(bed, rec, at, "A", "write (its primary gone)", &write).await;
     let Event::Write { accepted, .. } = write else {
         bail!(a.unexpected("WRITE …", &write));
     };
     // A's renewals go to a primary that is gone: it is ended here, its verdict is in.
     a.crash().await;
 
-    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
-    let floor = lab.resource.floor(SCOPE).await?;
+    let summary = bed.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
     rec.note(format!(
         "[{label}] A's token {a_token}, B's {b_token}; A's stale write accepted={accepted}; final summary = {}; fence_floor={}",
         part_line(&summary),

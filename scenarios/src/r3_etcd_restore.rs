@@ -28,9 +28,9 @@ use harness::hosts::EtcdMembers;
 use holder_protocol::{exit, Event, Request};
 
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
-use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::paused_holder::{step, A_CONTENT, B_CONTENT};
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 pub struct R3;
 
@@ -67,13 +67,13 @@ impl Scenario for R3 {
         Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::lease::store_kind("etcd").is_none() {
                 rec.skip("R3 needs the etcd client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let cluster = match EtcdMembers::start(&lab.run_mark).await {
+            let cluster = match EtcdMembers::start(&bed.run_mark).await {
                 Ok(cluster) => cluster,
                 Err(e) => {
                     rec.skip(format!(
@@ -82,7 +82,7 @@ impl Scenario for R3 {
                     return Ok(());
                 }
             };
-            let outcome = timeline(lab, rec, &cluster).await;
+            let outcome = timeline(bed, rec, &cluster).await;
             cluster.remove().await;
             outcome
         })
@@ -102,20 +102,20 @@ struct Ran {
 /// One holder process from acquire to exit on the cluster: acquire, write (given the go-line at
 /// once), renew, release.
 async fn holder_run(
-    lab: &Lab,
+    bed: &Testbed,
     rec: &mut Recorder,
     cluster: &EtcdMembers,
     who: (&str, &str),
     content: &str,
 ) -> anyhow::Result<Ran> {
     let (holder, actor) = who;
-    let mut spec = lab.holder_spec(holder, content, WriteMode::Fenced, true);
+    let mut spec = bed.holder_spec(holder, content, WriteMode::Fenced, true);
     spec.flags.store = "etcd".into();
     spec.flags.store_endpoint = Some(cluster.endpoints());
     let sent = Instant::now();
     let mut h = Holder::spawn(&spec).await?;
     let (at, acquired) = h.next(&format!("{actor}'s acquire"), EVENT_TIMEOUT).await?;
-    step(lab, rec, at, actor, "acquire", &acquired).await;
+    step(bed, rec, at, actor, "acquire", &acquired).await;
     let Event::Acquired { token } = acquired else {
         bail!(h.unexpected("ACQUIRED token=…", &acquired));
     };
@@ -127,13 +127,13 @@ async fn holder_run(
     }
     h.send(Request::Go).await?;
     let (wat, write) = h.next(&format!("{actor}'s write"), EVENT_TIMEOUT).await?;
-    step(lab, rec, wat, actor, "write", &write).await;
+    step(bed, rec, wat, actor, "write", &write).await;
     let Event::Write { accepted, .. } = write else {
         bail!(h.unexpected("WRITE …", &write));
     };
     for what in ["renew after the write", "release"] {
         let (at, event) = h.next(&format!("{actor}'s {what}"), EVENT_TIMEOUT).await?;
-        step(lab, rec, at, actor, what, &event).await;
+        step(bed, rec, at, actor, what, &event).await;
     }
     let code = h.exit_code(EVENT_TIMEOUT).await?;
     Ok(Ran {
@@ -145,7 +145,11 @@ async fn holder_run(
     })
 }
 
-async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> anyhow::Result<()> {
+async fn timeline(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    cluster: &EtcdMembers,
+) -> anyhow::Result<()> {
     rec.note(format!(
         "{} — three members (heartbeat 50 ms, election 500 ms) at {}; {}",
         cluster.version(),
@@ -155,12 +159,12 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
     let own: Arc<dyn LeaseStore> = fencing::lease::open(
         "etcd",
         &StoreAt {
-            table: lab.lease_table.clone(),
+            table: bed.lease_table.clone(),
             endpoints: vec![cluster.endpoints()],
         },
     )
     .await?;
-    let ttl = own.granted_ttl(lab.params.ttl);
+    let ttl = own.granted_ttl(bed.params.ttl);
     let first = own
         .acquire(LEASE, "holder-c", ttl)
         .await?
@@ -182,17 +186,17 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
 
     let started = Instant::now();
     let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
-    let a = holder_run(lab, rec, cluster, (HOLDER_A, "A"), A_CONTENT).await?;
+    let a = holder_run(bed, rec, cluster, (HOLDER_A, "A"), A_CONTENT).await?;
     rec.check_that(
         format!(
             "A takes the lock (revision {}) and writes; the floor is A's",
             a.token
         ),
-        a.accepted && lab.resource.floor(SCOPE).await? == Some(a.token),
+        a.accepted && bed.resource.floor(SCOPE).await? == Some(a.token),
         format_args!(
             "WRITE accepted={}; fence_floor={}",
             a.accepted,
-            shown(lab.resource.floor(SCOPE).await?)
+            shown(bed.resource.floor(SCOPE).await?)
         ),
     );
     rec.check(
@@ -221,7 +225,7 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
             lines.join(" · ")
         ),
     );
-    let b = holder_run(lab, rec, cluster, (HOLDER_B, "B"), B_CONTENT).await?;
+    let b = holder_run(bed, rec, cluster, (HOLDER_B, "B"), B_CONTENT).await?;
     rec.check_that(
         format!("negative control exposes: B, the rightful holder, is granted revision {} — below A's {}", b.token, a.token),
         b.token < a.token,
@@ -230,7 +234,7 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
     rec.check_that(
         "negative control exposes: B's write is rejected by the fence — A's revision is the floor, and stays it until the revisions pass it",
         !b.accepted && b.code == exit::REJECTED,
-        format_args!("WRITE accepted={}; {}; fence_floor={}", b.accepted, describe(Some(b.code)), shown(lab.resource.floor(SCOPE).await?)),
+        format_args!("WRITE accepted={}; {}; fence_floor={}", b.accepted, describe(Some(b.code)), shown(bed.resource.floor(SCOPE).await?)),
     );
     let grant = |r: &Ran, holder: &str| {
         GrantSeen::acknowledged(
@@ -275,7 +279,7 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
             lines.join(" · ")
         ),
     );
-    let b2 = holder_run(lab, rec, cluster, (HOLDER_B, "B"), B_CONTENT).await?;
+    let b2 = holder_run(bed, rec, cluster, (HOLDER_B, "B"), B_CONTENT).await?;
     rec.check_that(
         format!("B's revision {} is greater than A's {}", b2.token, a.token),
         b2.token > a.token,
@@ -297,7 +301,7 @@ async fn timeline(lab: &mut Lab, rec: &mut Recorder, cluster: &EtcdMembers) -> a
         found.is_empty(),
         regression::shown(&grants, &found),
     );
-    let floor = lab.resource.floor(SCOPE).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
     rec.check_that(
         "the floor follows B's revision",
         floor == Some(b2.token),

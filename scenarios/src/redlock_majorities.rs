@@ -17,9 +17,9 @@ use harness::evidence::{Mark, Recorder};
 use harness::hosts::RedlockServers;
 
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
-use crate::lab::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
 use crate::rl1_redlock_paused_client::{redlock_client, LONG_TTL};
-use crate::Lab;
+use crate::testbed::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
+use crate::Testbed;
 
 /// What happens to server 2 between the two rounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,7 @@ fn holding(state: &[String], holder: &str) -> Vec<usize> {
 /// One run on `servers` with Redlock store `store` (`redlock`, `redlock-fenced`) and `fault`;
 /// `label` prefixes every line, `lock` names the lock (a run of its own).
 pub(crate) async fn run(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     servers: &RedlockServers,
     store: &str,
@@ -90,8 +90,8 @@ pub(crate) async fn run(
     lock: &str,
 ) -> anyhow::Result<()> {
     let key = format!("fencing-lab:redlock:{lock}");
-    let a = redlock_client(lab, store, servers).await?;
-    let b = redlock_client(lab, store, servers).await?;
+    let a = redlock_client(bed, store, servers).await?;
+    let b = redlock_client(bed, store, servers).await?;
     let started = std::time::Instant::now();
     let ms = |at: std::time::Instant| at.duration_since(started).as_secs_f64() * 1000.0;
 
@@ -132,7 +132,7 @@ pub(crate) async fn run(
         writer,
         token,
     };
-    let ok = lab
+    let ok = bed
         .resource
         .write(&write(HOLDER_A, "rows=300(A)", ga.token), WriteMode::Fenced)
         .await?;
@@ -150,7 +150,7 @@ pub(crate) async fn run(
         format_args!("accepted={ok}"),
     );
     // Beside the fence, antirez's proposal on its own row: A claims it with its lock's value.
-    let cas = ValueCas::new(lab.resource.pool().clone()).await?;
+    let cas = ValueCas::new(bed.resource.pool().clone()).await?;
     cas.claim(lock, &ga.handle).await?;
     let a_cas = cas.write(lock, &ga.handle, "rows=300(A)", HOLDER_A).await?;
 
@@ -203,7 +203,7 @@ pub(crate) async fn run(
         seen.join(" · "),
     );
     let gb = gb.context("B's lock was refused")?;
-    let ok = lab
+    let ok = bed
         .resource
         .write(&write(HOLDER_B, "rows=301(B)", gb.token), WriteMode::Fenced)
         .await?;
@@ -222,7 +222,7 @@ pub(crate) async fn run(
     );
     cas.claim(lock, &gb.handle).await?;
     let b_cas = cas.write(lock, &gb.handle, "rows=301(B)", HOLDER_B).await?;
-    let a_again = lab
+    let a_again = bed
         .resource
         .write(&write(HOLDER_A, "rows=302(A)", ga.token), WriteMode::Fenced)
         .await?;
@@ -251,7 +251,7 @@ pub(crate) async fn run(
             )))
         ),
     );
-    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
+    let summary = bed.resource.part(SCOPE, SUMMARY).await?;
     let part = shown(summary.map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)));
     let grants = [
         GrantSeen::acknowledged(

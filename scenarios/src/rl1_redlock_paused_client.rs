@@ -31,9 +31,9 @@ use harness::holder::{Holder, EVENT_TIMEOUT};
 use harness::hosts::RedlockServers;
 use holder_protocol::{Event, Request};
 
-use crate::lab::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 pub struct RL1;
 
@@ -89,13 +89,13 @@ impl Scenario for RL1 {
         Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::lease::store_kind("redlock").is_none() {
                 rec.skip("RL1 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&lab.run_mark, SERVERS, None).await {
+            let servers = match RedlockServers::start(&bed.run_mark, SERVERS, None).await {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!("RL1 needs five Redis servers in containers: {e:#}"));
@@ -109,11 +109,11 @@ impl Scenario for RL1 {
             ));
             let outcome = async {
                 for (n, (store, after, label)) in RUNS.into_iter().enumerate() {
-                    lab.reset().await?;
-                    one_run(lab, rec, &servers, store, after, label, n).await?;
+                    bed.reset().await?;
+                    one_run(bed, rec, &servers, store, after, label, n).await?;
                 }
-                lab.reset().await?;
-                interleavings(lab, rec, &servers).await?;
+                bed.reset().await?;
+                interleavings(bed, rec, &servers).await?;
                 Ok::<_, anyhow::Error>(())
             }
             .await;
@@ -125,12 +125,12 @@ impl Scenario for RL1 {
 
 /// A client of Redlock store `store` over `servers`, for the lab's own reads.
 pub(crate) async fn redlock_client(
-    lab: &Lab,
+    bed: &Testbed,
     store: &str,
     servers: &RedlockServers,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let at = StoreAt {
-        table: lab.lease_table.clone(),
+        table: bed.lease_table.clone(),
         endpoints: servers.endpoints(),
     };
     Ok(fencing::lease::open(store, &at).await?)
@@ -138,7 +138,7 @@ pub(crate) async fn redlock_client(
 
 #[allow(clippy::too_many_arguments)]
 async fn one_run(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     servers: &RedlockServers,
     store: &str,
@@ -147,9 +147,9 @@ async fn one_run(
     n: usize,
 ) -> anyhow::Result<()> {
     let lock = format!("{LEASE}-rl1-{n}");
-    let own = redlock_client(lab, store, servers).await?;
+    let own = redlock_client(bed, store, servers).await?;
     let spec = |holder: &str, content: &str, release: bool| {
-        let mut spec = lab.holder_spec(holder, content, WriteMode::Fenced, release);
+        let mut spec = bed.holder_spec(holder, content, WriteMode::Fenced, release);
         spec.flags.store = store.into();
         spec.flags.store_endpoint = Some(servers.endpoints().join(","));
         spec.flags.lease.clone_from(&lock);
@@ -157,7 +157,7 @@ async fn one_run(
     };
     let mut a = Holder::spawn(&spec(HOLDER_A, A_CONTENT, false)).await?;
     let (at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "acquire (Redlock)", &acquired).await;
+    step(bed, rec, at, "A", "acquire (Redlock)", &acquired).await;
     let Event::Acquired { token: a_token } = acquired else {
         bail!(a.unexpected("ACQUIRED token=…", &acquired));
     };
@@ -171,9 +171,9 @@ async fn one_run(
         shown(held.map(|h| format!("{}: {}", h.holder, h.expires_at))),
     );
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "A", "waits at the write point", &ready).await;
+    step(bed, rec, at, "A", "waits at the write point", &ready).await;
     let frozen_at = freeze_and_show(
-        lab,
+        bed,
         rec,
         &mut a,
         &format!(" [{label}]"),
@@ -182,7 +182,7 @@ async fn one_run(
     .await?;
     harness::wait::until(
         "A's keys expired on a majority of the servers",
-        lab.params.wait_timeout,
+        bed.params.wait_timeout,
         || own.is_free(&lock),
     )
     .await?;
@@ -193,7 +193,7 @@ async fn one_run(
 
     let mut b = Holder::spawn(&spec(HOLDER_B, B_CONTENT, true)).await?;
     let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "B", "acquire (Redlock)", &acquired).await;
+    step(bed, rec, at, "B", "acquire (Redlock)", &acquired).await;
     let Event::Acquired { token: b_token } = acquired else {
         bail!(b.unexpected("ACQUIRED token=…", &acquired));
     };
@@ -215,14 +215,14 @@ async fn one_run(
     }
     b.send(Request::Go).await?;
     let (at, write) = b.next("B's write", EVENT_TIMEOUT).await?;
-    step(lab, rec, at, "B", "write", &write).await;
+    step(bed, rec, at, "B", "write", &write).await;
     let b_write = write;
     if after {
         a_result = Some(stale_write(&mut a).await?);
     }
     let (thawed, at, a_write) = a_result.expect("A wrote");
     crate::paused_holder::lab_step(
-        lab,
+        bed,
         rec,
         harness::evidence::Mark::Thawed,
         "A",
@@ -230,7 +230,7 @@ async fn one_run(
         list(&thawed),
     )
     .await;
-    step(lab, rec, at, "A", "write (after resuming)", &a_write).await;
+    step(bed, rec, at, "A", "write (after resuming)", &a_write).await;
     let Event::Write { accepted, .. } = a_write else {
         bail!(a.unexpected("WRITE …", &a_write));
     };
@@ -243,8 +243,8 @@ async fn one_run(
     a.crash().await;
     let _ = b.exit_code(EVENT_TIMEOUT).await;
 
-    let summary = lab.resource.part(SCOPE, SUMMARY).await?;
-    let floor = lab.resource.floor(SCOPE).await?;
+    let summary = bed.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
     rec.note(format!(
         "[{label}] A's token {a_token}, B's {b_token}; A's stale write accepted={accepted}; final summary = {}; fence_floor={}",
         part_line(&summary),
@@ -315,14 +315,14 @@ async fn one_run(
 /// the lab schedules (it plays A and B with real Redlock grants; A's "pause" is the schedule:
 /// A's keys expire on the servers' clocks before B acquires).
 async fn interleavings(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     servers: &RedlockServers,
 ) -> anyhow::Result<()> {
     const LABEL: &str = "check-and-set beside the fence";
-    let client = redlock_client(lab, "redlock-fenced", servers).await?;
-    let cas = ValueCas::new(lab.resource.pool().clone()).await?;
-    let ttl = lab.params.ttl;
+    let client = redlock_client(bed, "redlock-fenced", servers).await?;
+    let cas = ValueCas::new(bed.resource.pool().clone()).await?;
+    let ttl = bed.params.ttl;
     let fence = |writer, content, token| Write {
         scope: SCOPE,
         part: SUMMARY,
@@ -331,7 +331,7 @@ async fn interleavings(
         token,
     };
     // A grant for A, then one for B once A's keys expired (each server's clock).
-    let wait = lab.params.wait_timeout;
+    let wait = bed.params.wait_timeout;
     let grants = move |lock: String| {
         let client = client.clone();
         async move {
@@ -359,14 +359,14 @@ async fn interleavings(
     let a_first = cas
         .write(&scope, &a.handle, "rows=300(A)", HOLDER_A)
         .await?
-        && lab
+        && bed
             .resource
             .write(&fence(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
             .await?;
     let a_cas = cas
         .write(&scope, &a.handle, "rows=302(A)", HOLDER_A)
         .await?;
-    let a_fence = lab
+    let a_fence = bed
         .resource
         .write(&fence(HOLDER_A, "rows=302(A)", a.token), WriteMode::Fenced)
         .await?;
@@ -381,14 +381,14 @@ async fn interleavings(
 
     // 2. A was paused before its claim: B claims and writes, then A's claim and write arrive,
     //    then B writes again.
-    lab.reset().await?;
+    bed.reset().await?;
     let scope = format!("{LEASE}-rl1-late");
     let (a, b) = grants(scope.clone()).await?;
     cas.claim(&scope, &b.handle).await?;
     let b_cas = cas
         .write(&scope, &b.handle, "rows=301(B)", HOLDER_B)
         .await?;
-    let b_fence = lab
+    let b_fence = bed
         .resource
         .write(&fence(HOLDER_B, "rows=301(B)", b.token), WriteMode::Fenced)
         .await?;
@@ -396,14 +396,14 @@ async fn interleavings(
     let a_cas = cas
         .write(&scope, &a.handle, "rows=302(A)", HOLDER_A)
         .await?;
-    let a_fence = lab
+    let a_fence = bed
         .resource
         .write(&fence(HOLDER_A, "rows=302(A)", a.token), WriteMode::Fenced)
         .await?;
     let b_cas_again = cas
         .write(&scope, &b.handle, "rows=303(B)", HOLDER_B)
         .await?;
-    let b_fence_again = lab
+    let b_fence_again = bed
         .resource
         .write(&fence(HOLDER_B, "rows=303(B)", b.token), WriteMode::Fenced)
         .await?;

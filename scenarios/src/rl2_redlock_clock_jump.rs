@@ -14,7 +14,7 @@ use harness::hosts::RedlockServers;
 
 use crate::redlock_majorities::{self, Fault, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 pub struct RL2;
 
@@ -52,13 +52,13 @@ impl Scenario for RL2 {
         Err("RL2 starts its own five Redis servers; it runs with --lease-store single")
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::lease::store_kind("redlock").is_none() {
                 rec.skip("RL2 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&lab.run_mark, SERVERS, Some(SHIFTED)).await {
+            let servers = match RedlockServers::start(&bed.run_mark, SERVERS, Some(SHIFTED)).await {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!(
@@ -74,10 +74,10 @@ impl Scenario for RL2 {
             ));
             let outcome = async {
                 for (n, store) in RUNS.into_iter().enumerate() {
-                    lab.reset().await?;
-                    let lock = format!("{}-rl2-{n}", crate::lab::LEASE);
+                    bed.reset().await?;
+                    let lock = format!("{}-rl2-{n}", crate::testbed::LEASE);
                     redlock_majorities::run(
-                        lab,
+                        bed,
                         rec,
                         &servers,
                         store,

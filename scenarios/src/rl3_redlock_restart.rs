@@ -15,7 +15,7 @@ use harness::hosts::RedlockServers;
 
 use crate::redlock_majorities::{self, Fault, DELAYED, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
-use crate::{Lab, Needs, Outcome, Scenario};
+use crate::{Needs, Outcome, Scenario, Testbed};
 
 pub struct RL3;
 
@@ -54,13 +54,13 @@ impl Scenario for RL3 {
         Err("RL3 starts its own five Redis servers; it runs with --lease-store single")
     }
 
-    fn run<'a>(&'a self, lab: &'a mut Lab, rec: &'a mut Recorder) -> Outcome<'a> {
+    fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::lease::store_kind("redlock").is_none() {
                 rec.skip("RL3 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&lab.run_mark, SERVERS, None).await {
+            let servers = match RedlockServers::start(&bed.run_mark, SERVERS, None).await {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!("RL3 needs five Redis servers in containers: {e:#}"));
@@ -74,9 +74,9 @@ impl Scenario for RL3 {
             ));
             let outcome = async {
                 for (n, (store, fault, label)) in RUNS.into_iter().enumerate() {
-                    lab.reset().await?;
-                    let lock = format!("{}-rl3-{n}", crate::lab::LEASE);
-                    redlock_majorities::run(lab, rec, &servers, store, fault, label, &lock).await?;
+                    bed.reset().await?;
+                    let lock = format!("{}-rl3-{n}", crate::testbed::LEASE);
+                    redlock_majorities::run(bed, rec, &servers, store, fault, label, &lock).await?;
                 }
                 Ok::<_, anyhow::Error>(())
             }

@@ -10,15 +10,15 @@ use std::pin::Pin;
 use fencing::profile::Dialect;
 use harness::evidence::Recorder;
 
-use crate::{preflight, Backend, Lab, Needs, Params, Scenario};
+use crate::{preflight, Backend, Needs, Params, Scenario, Testbed};
 
 /// Runs the preflight and then each scenario on freshly emptied tables; a fence-dependent one
 /// that ran (not skipped) runs again with each mode of [`Params::again_with`], as a case of its
 /// own (`F4-fenced-single`). A scenario that cannot complete, or completes with another number
 /// of checks than it declares, is recorded as a failed check and the run goes on with the next
 /// one.
-pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
-    run_all_on(std::slice::from_mut(lab), rec, scenarios).await;
+pub async fn run_all(bed: &mut Testbed, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
+    run_all_on(std::slice::from_mut(bed), rec, scenarios).await;
 }
 
 /// [`run_all`] on several labs at once (`lab run --jobs`), each on a cluster of its own:
@@ -30,9 +30,9 @@ pub async fn run_all(lab: &mut Lab, rec: &mut Recorder, scenarios: &[&dyn Scenar
 /// recorded: straight into `rec`, as it goes); `rec` takes them over in registry order as they
 /// complete, so the output is the sequential run's, whatever finished first. Everything runs on
 /// the caller's task: dropping the future drops the labs with it.
-pub async fn run_all_on(labs: &mut [Lab], rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
-    assert!(!labs.is_empty(), "at least one lab");
-    let preflight = match labs[0].backend() {
+pub async fn run_all_on(beds: &mut [Testbed], rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
+    assert!(!beds.is_empty(), "at least one lab");
+    let preflight = match beds[0].backend() {
         Backend::Embedded => preflight::P0 {
             separate_hosts: false,
         },
@@ -40,26 +40,26 @@ pub async fn run_all_on(labs: &mut [Lab], rec: &mut Recorder, scenarios: &[&dyn 
             separate_hosts: true,
         },
     };
-    run_scenario(&mut labs[0], rec, &preflight).await;
-    if labs.len() == 1 {
+    run_scenario(&mut beds[0], rec, &preflight).await;
+    if beds.len() == 1 {
         for scenario in scenarios {
-            run_scenario(&mut labs[0], rec, *scenario).await;
+            run_scenario(&mut beds[0], rec, *scenario).await;
         }
         return;
     }
-    let order = execution_order(scenarios, &labs[0].params);
+    let order = execution_order(scenarios, &beds[0].params);
     let mut absorber = Absorber::default();
     let mut k = 0;
     while k < order.len() {
         let i = order[k];
         if scenarios[i].runs_alone() {
             if absorber.next == i {
-                run_scenario(&mut labs[0], rec, scenarios[i]).await;
+                run_scenario(&mut beds[0], rec, scenarios[i]).await;
                 absorber.next += 1;
                 absorber.flush(rec);
             } else {
                 let mut own = Recorder::new(Vec::new());
-                run_scenario(&mut labs[0], &mut own, scenarios[i]).await;
+                run_scenario(&mut beds[0], &mut own, scenarios[i]).await;
                 absorber.take(i, own, rec);
             }
             k += 1;
@@ -69,7 +69,7 @@ pub async fn run_all_on(labs: &mut [Lab], rec: &mut Recorder, scenarios: &[&dyn 
             .iter()
             .position(|&i| scenarios[i].runs_alone())
             .map_or(order.len(), |p| k + p);
-        run_together(labs, rec, &mut absorber, scenarios, &order[k..end]).await;
+        run_together(beds, rec, &mut absorber, scenarios, &order[k..end]).await;
         k = end;
     }
 }
@@ -113,9 +113,9 @@ impl Absorber {
 }
 
 /// One stretch of experiments (`stretch`: their indices in `scenarios`) none of which must run
-/// alone, spread over `labs`.
+/// alone, spread over `beds`.
 async fn run_together(
-    labs: &mut [Lab],
+    beds: &mut [Testbed],
     rec: &mut Recorder,
     absorber: &mut Absorber,
     scenarios: &[&dyn Scenario],
@@ -126,10 +126,10 @@ async fn run_together(
 
     let queue = Mutex::new(stretch.iter().copied().collect::<VecDeque<usize>>());
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
-    let workers: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = labs
+    let workers: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = beds
         .iter_mut()
         .enumerate()
-        .map(|(k, lab)| {
+        .map(|(k, bed)| {
             let (queue, done_tx) = (&queue, done_tx.clone());
             Box::pin(async move {
                 loop {
@@ -143,7 +143,7 @@ async fn run_together(
                     };
                     let Some(i) = next else { break };
                     let mut own = Recorder::new(Vec::new());
-                    run_scenario(lab, &mut own, scenarios[i]).await;
+                    run_scenario(bed, &mut own, scenarios[i]).await;
                     let _ = done_tx.send((i, own));
                 }
             }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>
@@ -184,18 +184,18 @@ pub async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) 
 
 /// One experiment: its case, and — when it is fence-dependent and ran — one more case per mode
 /// of [`Params::again_with`].
-async fn run_scenario(lab: &mut Lab, rec: &mut Recorder, scenario: &dyn Scenario) {
-    let ran = run_case(lab, rec, scenario, scenario.id(), scenario.title()).await;
-    if ran && scenario.again_on_stores() && lab.service.is_none() {
-        for store in lab.params.again_on.clone() {
+async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scenario) {
+    let ran = run_case(bed, rec, scenario, scenario.id(), scenario.title()).await;
+    if ran && scenario.again_on_stores() && bed.service.is_none() {
+        for store in bed.params.again_on.clone() {
             let id = format!("{}-{store}", scenario.id());
             let title = format!(
                 "{} — again, on the lock service {store} (--lease-store {store})",
                 scenario.title()
             );
-            match lab.use_store(store).await {
+            match bed.use_store(store).await {
                 Ok(()) => {
-                    run_case(lab, rec, scenario, &id, &title).await;
+                    run_case(bed, rec, scenario, &id, &title).await;
                 }
                 Err(e) => {
                     rec.case_with_lanes(&id, &title, scenario.lanes());
@@ -204,51 +204,51 @@ async fn run_scenario(lab: &mut Lab, rec: &mut Recorder, scenario: &dyn Scenario
                 }
             }
         }
-        if let Err(e) = lab.use_store(fencing::lease::sql::KIND.name).await {
+        if let Err(e) = bed.use_store(fencing::lease::sql::KIND.name).await {
             rec.abort(&format!("{e:#}"));
         }
     }
     if !ran || !scenario.fence_dependent() {
         return;
     }
-    let first = lab.params.sut.clone();
-    for profile in lab.params.again_with.clone() {
+    let first = bed.params.sut.clone();
+    for profile in bed.params.again_with.clone() {
         let label = Params::fence_label_of(&profile);
-        lab.use_sut(profile);
+        bed.use_sut(profile);
         let id = format!("{}-{label}", scenario.id());
         let title = format!("{} — again, with --fenced-mode {label}", scenario.title());
-        lab.again_with_fence = true;
-        run_case(lab, rec, scenario, &id, &title).await;
-        lab.again_with_fence = false;
+        bed.again_with_fence = true;
+        run_case(bed, rec, scenario, &id, &title).await;
+        bed.again_with_fence = false;
     }
-    lab.use_sut(first);
+    bed.use_sut(first);
 }
 
 /// One case: `scenario` on freshly emptied tables, recorded as `id`; whether it ran (was not
 /// skipped).
 async fn run_case(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     scenario: &dyn Scenario,
     id: &str,
     title: &str,
 ) -> bool {
     let mut lanes = scenario.lanes();
-    if lab.service.is_some() && lanes.lease == harness::evidence::Lanes::default().lease {
+    if bed.service.is_some() && lanes.lease == harness::evidence::Lanes::default().lease {
         // The lease lives on the lock service, not in lease26.
-        let store = lab.params.store;
+        let store = bed.params.store;
         lanes.lease = harness::evidence::Lane::new(store, format!("{store} (lease)"));
     }
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
     let on_mariadb = matches!(scenario.needs(), Needs::MariaDb);
     let (series, claims, sut_name) = if on_mariadb {
-        let jobs = &lab.params.jobs;
+        let jobs = &bed.params.jobs;
         (Dialect::Mariadb, jobs.claims, jobs.name.clone())
     } else {
-        let sut = &lab.params.sut;
+        let sut = &bed.params.sut;
         (Dialect::Postgres, sut.claims, sut.name.clone())
     };
-    let store_has_token = fencing::lease::store_kind(lab.params.store).is_none_or(|k| k.has_token);
+    let store_has_token = fencing::lease::store_kind(bed.params.store).is_none_or(|k| k.has_token);
     // A title that says "(fenced)" of a design whose write checks no token says what it runs.
     let title = if on_mariadb {
         title.to_owned()
@@ -262,33 +262,33 @@ async fn run_case(
             " (fenced)",
             &format!(
                 " (the fence fed no token: {} issues none)",
-                lab.params.store
+                bed.params.store
             ),
         )
     } else {
         title.to_owned()
     };
     rec.case_with_lanes(id, &title, lanes);
-    if let Some(service) = lab.describe_service() {
+    if let Some(service) = bed.describe_service() {
         rec.note(format!("lease store: {service}"));
     }
     rec.blind_tokens(!claims.token_at_lease || (!on_mariadb && !store_has_token));
     let before = rec.summary();
     let waived_before = rec.waived();
-    let adopted_before = lab.adopted.len();
-    let on_containers = !matches!(lab.backend(), Backend::Embedded);
-    let applies = scenario.applies_to(&lab.params.sut);
-    let other_server = lab.params.sut_dialect.filter(|&d| d != series);
-    let not_yours = lab.user_holder.as_ref().and_then(|u| u.not_for(scenario));
-    let outcome = match lab.reset().await {
+    let adopted_before = bed.adopted.len();
+    let on_containers = !matches!(bed.backend(), Backend::Embedded);
+    let applies = scenario.applies_to(&bed.params.sut);
+    let other_server = bed.params.sut_dialect.filter(|&d| d != series);
+    let not_yours = bed.user_holder.as_ref().and_then(|u| u.not_for(scenario));
+    let outcome = match bed.reset().await {
         Ok(()) if other_server.is_some() => {
             let (named, theirs) = match series {
                 Dialect::Mariadb => (
-                    lab.params.sut.name.as_str(),
+                    bed.params.sut.name.as_str(),
                     "the U-series runs job-lease designs on MariaDB (seed 000's shape)",
                 ),
                 Dialect::Postgres => (
-                    lab.params.jobs.name.as_str(),
+                    bed.params.jobs.name.as_str(),
                     "this experiment runs lease-and-report designs on PostgreSQL",
                 ),
             };
@@ -311,7 +311,7 @@ async fn run_case(
             ));
             Ok(())
         }
-        Ok(()) if lab.lease_on_patroni() && !scenario.on_patroni() => {
+        Ok(()) if bed.lease_on_patroni() && !scenario.on_patroni() => {
             rec.skip(format!(
                 "{} does not run with --lease-store patroni: it crashes and restarts the lease \
                  store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
@@ -320,13 +320,13 @@ async fn run_case(
             ));
             Ok(())
         }
-        Ok(()) if lab.service.is_some() && scenario.on_lock_service(lab.params.store).is_err() => {
+        Ok(()) if bed.service.is_some() && scenario.on_lock_service(bed.params.store).is_err() => {
             rec.skip(format!(
                 "{} does not run on the lock service {}: {}",
                 scenario.id(),
-                lab.params.store,
+                bed.params.store,
                 scenario
-                    .on_lock_service(lab.params.store)
+                    .on_lock_service(bed.params.store)
                     .err()
                     .unwrap_or_default()
             ));
@@ -340,17 +340,17 @@ async fn run_case(
             ));
             Ok(())
         }
-        Ok(()) => scenario.run(lab, rec).await,
+        Ok(()) => scenario.run(bed, rec).await,
         Err(e) => Err(e),
     };
     let after = rec.summary();
     let made = (after.passed + after.failed) - (before.passed + before.failed)
         + (rec.waived() - waived_before);
     let skipped = after.skipped > before.skipped;
-    let declared = if lab.again_with_fence {
+    let declared = if bed.again_with_fence {
         scenario.checks_again()
     } else {
-        scenario.checks_on(lab.params.store)
+        scenario.checks_on(bed.params.store)
     };
     match outcome {
         Err(e) => {
@@ -368,9 +368,9 @@ async fn run_case(
     // What a failing run keeps is the servers of the experiments that failed: a passing case's
     // extra clusters go now; a failing one marks its lab.
     if rec.summary().failed > before.failed {
-        lab.failed_here = true;
-    } else if !lab.keep_all {
-        let passed: Vec<_> = lab.adopted.drain(adopted_before..).collect();
+        bed.failed_here = true;
+    } else if !bed.keep_all {
+        let passed: Vec<_> = bed.adopted.drain(adopted_before..).collect();
         for other in passed {
             other.shutdown().await;
         }

@@ -34,7 +34,7 @@ mod imp {
     use harness::evidence::{Mark, Recorder};
 
     use crate::u_common::{on_lane, owner_token, JOB_LEASE};
-    use crate::Lab;
+    use crate::Testbed;
 
     /// The day's reconciliation run: its id names the job, not the holder.
     const RUN: &str = "run-of-the-day";
@@ -50,13 +50,13 @@ mod imp {
     /// A lease taken again and again, each time probed in the millisecond it ends.
     const EXPIRY: &str = "admin:expiry";
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+    pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
         let (short, long, timeout) = (
-            lab.params.short_ttl,
-            lab.params.ttl,
-            lab.params.wait_timeout,
+            bed.params.short_ttl,
+            bed.params.ttl,
+            bed.params.wait_timeout,
         );
-        let Some(env) = lab.maria_or_skip(rec).await? else {
+        let Some(env) = bed.maria_or_skip(rec).await? else {
             return Ok(());
         };
         let jobs = &env.jobs;

@@ -28,31 +28,31 @@ mod imp {
     use crate::maria::MariaEnv;
     use crate::paused_holder::{list, record_renewals, renewal_count, renewed_every_time, states};
     use crate::u_common::{on_lane, owner_token, JOB_LEASE};
-    use crate::Lab;
+    use crate::Testbed;
 
     /// How A's completion checks its holding (the holder's `--mode` on `--store mariadb`).
     const FENCED: &str = "fenced-completion";
     const RUN_ID_ONLY: &str = "run-id-only";
 
-    fn spec(lab: &Lab, env: &MariaEnv, owner: &str, run_id: &str, mode: &str) -> HolderSpec {
+    fn spec(bed: &Testbed, env: &MariaEnv, owner: &str, run_id: &str, mode: &str) -> HolderSpec {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         HolderSpec {
-            bin: lab.holder_bin.clone(),
-            prefix: lab.holder_prefix.clone(),
+            bin: bed.holder_bin.clone(),
+            prefix: bed.holder_prefix.clone(),
             flags: HolderFlags {
                 store: "mariadb".into(),
                 socket_dir: env.server.socket_dir(),
                 port: 0,
                 lease: JOB_LEASE.into(),
                 holder: owner.into(),
-                ttl_ms: ms(lab.params.ttl),
-                renew_ms: ms(lab.params.renew),
-                margin_ms: ms(lab.params.margin),
+                ttl_ms: ms(bed.params.ttl),
+                renew_ms: ms(bed.params.renew),
+                margin_ms: ms(bed.params.margin),
                 scope: String::new(),
                 part: String::new(),
                 content: String::new(),
                 mode: mode.into(),
-                sut: lab.jobs_arg(),
+                sut: bed.jobs_arg(),
                 run_id: Some(run_id.into()),
                 release: false,
                 wait_before_check: false,
@@ -74,13 +74,13 @@ mod imp {
 
     /// Starts holder A and waits until it acquired (its token) and reached its write point.
     async fn start_a(
-        lab: &Lab,
+        bed: &Testbed,
         env: &MariaEnv,
         run_id: &str,
         mode: &str,
     ) -> anyhow::Result<(Holder, JobLease)> {
         let owner = owner_token("A");
-        let mut a = Holder::spawn(&spec(lab, env, &owner, run_id, mode)).await?;
+        let mut a = Holder::spawn(&spec(bed, env, &owner, run_id, mode)).await?;
         let (_, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
         let Event::Acquired { token } = acquired else {
             bail!(a.unexpected("ACQUIRED", &acquired));
@@ -93,7 +93,7 @@ mod imp {
             lease_name: JOB_LEASE.into(),
             owner_token: owner,
             fence_token: token,
-            ttl: lab.params.ttl,
+            ttl: bed.params.ttl,
         };
         Ok((a, lease))
     }
@@ -115,14 +115,14 @@ mod imp {
         Ok((accepted, ok, code))
     }
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-        if lab.maria_or_skip(rec).await?.is_none() {
+    pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
+        if bed.maria_or_skip(rec).await?.is_none() {
             return Ok(());
         }
-        let env = lab.maria.env.as_ref().context("MariaDB is not running")?;
+        let env = bed.maria.env.as_ref().context("MariaDB is not running")?;
         // The positive control of the holder path: unfrozen, A's fenced completion changes its
         // run, and A still holds its lease after it.
-        let (mut a, _) = start_a(lab, env, "run-valid", FENCED).await?;
+        let (mut a, _) = start_a(bed, env, "run-valid", FENCED).await?;
         let (accepted, renewed, code) = finish(&mut a).await?;
         rec.check(
             "unfrozen, holder A's fenced completion changes its run and A keeps its lease",
@@ -136,8 +136,8 @@ mod imp {
             ),
         );
 
-        lab.maria().await?.map_err(anyhow::Error::msg)?;
-        let r = timeline(lab, rec, FENCED).await?;
+        bed.maria().await?.map_err(anyhow::Error::msg)?;
+        let r = timeline(bed, rec, FENCED).await?;
         rec.check(
             "A's fenced completion affects 0 rows",
             "WRITE accepted=false",
@@ -151,8 +151,8 @@ mod imp {
             &format!("RENEW ok={}, {}", r.a_renewed, describe(Some(r.a_exit))),
         );
 
-        lab.maria().await?.map_err(anyhow::Error::msg)?;
-        let control = timeline(lab, rec, RUN_ID_ONLY).await?;
+        bed.maria().await?.map_err(anyhow::Error::msg)?;
+        let control = timeline(bed, rec, RUN_ID_ONLY).await?;
         rec.expose(
             "a completion that checks only run_id lets the stale owner's \"finished\" through",
             control.a_accepted && control.a_status == "completed",
@@ -172,13 +172,17 @@ mod imp {
         b_status: String,
     }
 
-    async fn timeline(lab: &mut Lab, rec: &mut Recorder, mode: &str) -> anyhow::Result<Outcome> {
+    async fn timeline(
+        bed: &mut Testbed,
+        rec: &mut Recorder,
+        mode: &str,
+    ) -> anyhow::Result<Outcome> {
         let fenced = mode == FENCED;
         rec.step(Mark::Info, "lab", mode, None, "", None);
-        let (long, timeout) = (lab.params.ttl, lab.params.wait_timeout);
-        let env = lab.maria.env.as_ref().context("MariaDB is not running")?;
+        let (long, timeout) = (bed.params.ttl, bed.params.wait_timeout);
+        let env = bed.maria.env.as_ref().context("MariaDB is not running")?;
         let jobs = &env.jobs;
-        let (mut a, a_lease) = start_a(lab, env, "run-a", mode).await?;
+        let (mut a, a_lease) = start_a(bed, env, "run-a", mode).await?;
         on_lane(
             rec,
             Mark::Acquired,
@@ -202,7 +206,7 @@ mod imp {
         }
 
         // The run goes on for longer than the lease's TTL: A's renewer keeps the lease.
-        let hold = lab.params.ttl + lab.params.renew;
+        let hold = bed.params.ttl + bed.params.renew;
         harness::wait::prescribed(hold).await;
         let renewals = record_renewals(rec, &mut a, "A", a_lease.fence_token);
         let still_held = jobs.is_held(&a_lease).await?;
@@ -211,7 +215,7 @@ mod imp {
                 format!(
                     "A's renewer kept the lease while the run went on ({} ms, TTL {} ms)",
                     hold.as_millis(),
-                    lab.params.ttl.as_millis()
+                    bed.params.ttl.as_millis()
                 ),
                 still_held && renewed_every_time(&renewals),
                 format_args!("is_held={still_held}; {}", renewal_count(&renewals)),

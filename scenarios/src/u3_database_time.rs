@@ -18,7 +18,7 @@ mod imp {
     use harness::process::Spawn;
 
     use crate::u_common::{owner_token, JOB_LEASE};
-    use crate::Lab;
+    use crate::Testbed;
 
     /// How far the client's clock lags, in libfaketime's notation and in seconds.
     const LAG: (&str, f64) = ("-3", 3.0);
@@ -26,8 +26,8 @@ mod imp {
     /// reads are not at one instant.
     const TOLERANCE: f64 = 0.5;
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
-        let (short, timeout) = (lab.params.short_ttl, lab.params.wait_timeout);
+    pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
+        let (short, timeout) = (bed.params.short_ttl, bed.params.wait_timeout);
         let faketime = match Faketime::locate() {
             Ok(f) => f,
             Err(reason) => {
@@ -35,7 +35,7 @@ mod imp {
                 return Ok(());
             }
         };
-        let Some(env) = lab.maria_or_skip(rec).await? else {
+        let Some(env) = bed.maria_or_skip(rec).await? else {
             return Ok(());
         };
         let jobs = &env.jobs;

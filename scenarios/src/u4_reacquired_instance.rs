@@ -19,15 +19,15 @@ mod imp {
     use harness::evidence::{Mark, Recorder};
 
     use crate::u_common::{instance_token, on_lane, JOB_LEASE};
-    use crate::Lab;
+    use crate::Testbed;
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+    pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
         let (short, long, timeout) = (
-            lab.params.short_ttl,
-            lab.params.ttl,
-            lab.params.wait_timeout,
+            bed.params.short_ttl,
+            bed.params.ttl,
+            bed.params.wait_timeout,
         );
-        let Some(env) = lab.maria_or_skip(rec).await? else {
+        let Some(env) = bed.maria_or_skip(rec).await? else {
             return Ok(());
         };
         let jobs = &env.jobs;

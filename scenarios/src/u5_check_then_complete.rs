@@ -20,11 +20,11 @@ mod imp {
 
     use crate::latch::{finishes, latch, reached};
     use crate::u_common::{on_lane, owner_token, JOB_LEASE};
-    use crate::Lab;
+    use crate::Testbed;
 
-    pub async fn run(lab: &mut Lab, rec: &mut Recorder) -> anyhow::Result<()> {
+    pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
         for write in [CheckedWrite::Unconditional, CheckedWrite::Fenced] {
-            let Some(()) = timeline(lab, rec, write).await? else {
+            let Some(()) = timeline(bed, rec, write).await? else {
                 return Ok(());
             };
         }
@@ -33,16 +33,16 @@ mod imp {
 
     /// One run of the timeline with A's completion written as `write`; `None` after a skip.
     async fn timeline(
-        lab: &mut Lab,
+        bed: &mut Testbed,
         rec: &mut Recorder,
         write: CheckedWrite,
     ) -> anyhow::Result<Option<()>> {
         let (short, long, timeout) = (
-            lab.params.short_ttl,
-            lab.params.ttl,
-            lab.params.wait_timeout,
+            bed.params.short_ttl,
+            bed.params.ttl,
+            bed.params.wait_timeout,
         );
-        let Some(env) = lab.maria_or_skip(rec).await? else {
+        let Some(env) = bed.maria_or_skip(rec).await? else {
             return Ok(None);
         };
         let label = match write {

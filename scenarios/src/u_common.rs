@@ -90,15 +90,15 @@ macro_rules! u_scenario {
 
             fn run<'a>(
                 &'a self,
-                lab: &'a mut crate::Lab,
+                bed: &'a mut crate::Testbed,
                 rec: &'a mut harness::evidence::Recorder,
             ) -> crate::Outcome<'a> {
                 Box::pin(async move {
                     #[cfg(feature = "mariadb")]
-                    imp::run(lab, rec).await?;
+                    imp::run(bed, rec).await?;
                     #[cfg(not(feature = "mariadb"))]
                     {
-                        let _ = lab;
+                        let _ = bed;
                         rec.skip(crate::u_common::NO_FEATURE);
                     }
                     Ok(())

@@ -23,7 +23,7 @@ use std::time::Duration;
 use harness::evidence::{render_text, Event, Recorder};
 use harness::require::{self, Dependency};
 use harness::server::{ClusterConfig, PgBinaries};
-use scenarios::{Lab, Needs, Params, Scenario};
+use scenarios::{Needs, Params, Scenario, Testbed};
 
 /// The preflight's checks, made before every selection.
 const PREFLIGHT_CHECKS: usize = 3;
@@ -75,10 +75,10 @@ async fn run_alone(scenario: &'static dyn Scenario, params: Params) -> anyhow::R
         ..ClusterConfig::new(bins)
     };
     let holder = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
-    let mut lab = Lab::start(cluster, params, holder).await?;
+    let mut bed = Testbed::start(cluster, params, holder).await?;
     let mut rec = Recorder::new(Vec::new());
-    scenarios::run_all(&mut lab, &mut rec, &[scenario]).await;
-    lab.shutdown().await;
+    scenarios::run_all(&mut bed, &mut rec, &[scenario]).await;
+    bed.shutdown().await;
     Ok(rec)
 }
 
@@ -333,15 +333,15 @@ async fn u_scenarios_without_mariadb_support_are_skipped_with_the_hint_never_pas
         ..ClusterConfig::new(PgBinaries::locate(None)?)
     };
     let holder = harness::holder::locate_holder_bin().map_err(anyhow::Error::msg)?;
-    let mut lab = Lab::start(cluster, params, holder).await?;
+    let mut bed = Testbed::start(cluster, params, holder).await?;
     let mut rec = Recorder::new(Vec::new());
     let selected: Vec<_> = scenarios::ALL
         .iter()
         .copied()
         .filter(|s| s.needs() == Needs::MariaDb)
         .collect();
-    scenarios::run_all(&mut lab, &mut rec, &selected).await;
-    lab.shutdown().await;
+    scenarios::run_all(&mut bed, &mut rec, &selected).await;
+    bed.shutdown().await;
     let s = rec.summary();
     assert_eq!(
         (s.passed, s.failed, s.skipped),

@@ -2,7 +2,7 @@
 //! expiry by its own clock and, if its design has one, a token; it is anything that answers the
 //! four questions of [`LeaseStore`] — a SQL profile's table ([`sql`]), seed 000's job lease on
 //! MariaDB (`job.rs`, feature `mariadb`), and later a lock service (an etcd lease, a ZooKeeper
-//! node, a Redis key). `lab_only.rs` is the lease table's SQL that only the lab runs.
+//! node, a Redis key). `for_experiments.rs` is the lease table's SQL that only the lab runs.
 //!
 //! Tokens are opaque and ordered: what fencing needs is that a takeover's token is greater than
 //! every earlier grant's and that one holding keeps its token — gaps are allowed, a release may
@@ -27,9 +27,9 @@ use crate::{Error, Result};
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod for_experiments;
 #[cfg(feature = "mariadb")]
 pub mod job;
-pub mod lab_only;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
@@ -38,7 +38,7 @@ pub mod sql;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-pub use lab_only::operator_mistake;
+pub use for_experiments::operator_mistake;
 pub use sql::{stmt, SqlLeaseStore};
 
 /// One continuous holding of a lease: the token identifies it for ever (I2).

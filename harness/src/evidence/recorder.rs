@@ -141,7 +141,7 @@ impl Recorder {
     }
 
     /// A new timeline within the open case (a part that starts again from free leases after
-    /// `Lab::reset`): the seed's token numbers count from 1 again, bound afresh to the store's
+    /// `Testbed::reset`): the seed's token numbers count from 1 again, bound afresh to the store's
     /// tokens — a lock service's counter or revision does not start again, a table's does.
     pub fn restart_tokens(&mut self) {
         self.tokens.reset();

@@ -11,7 +11,7 @@
 //! These are processes of this host; a server on a host of its own (a container) lives in
 //! `crate::containers`. Both kinds reach a lab through [`crate::hosts::Hosts`] (the embedded
 //! cluster, [`standby::Replicated`], the container forms); scenarios reach servers through
-//! `scenarios::Lab` and never signal one themselves. Every server process is a
+//! `scenarios::Testbed` and never signal one themselves. Every server process is a
 //! [`crate::process::ChildProcess`].
 
 use std::future::Future;

@@ -34,7 +34,7 @@ use anyhow::Context as _;
 use fencing::resource::WriteMode;
 use harness::evidence::{Lane, Lanes, Recorder};
 
-use crate::Lab;
+use crate::Testbed;
 use checker::{Injected, Verdict};
 use nemesis::{Action, Nemesis};
 use schedule::{Fault, FaultKind, Plan};
@@ -47,9 +47,9 @@ pub const CONTROL_SCOPE: &str = "chaos-control";
 /// lease and the two scopes above.
 pub fn lease_of(k: usize, leases: usize) -> String {
     if leases <= 1 {
-        crate::lab::LEASE.to_owned()
+        crate::testbed::LEASE.to_owned()
     } else {
-        format!("{}-{k}", crate::lab::LEASE)
+        format!("{}-{k}", crate::testbed::LEASE)
     }
 }
 
@@ -131,8 +131,8 @@ impl ChaosConfig {
     /// Checks the settings against the lab — a failover needs the lease store on Patroni, a
     /// delay or a partition the servers on hosts of their own, a drift libfaketime — and draws
     /// the schedule from them. Has no side effect: a setting refused here leaves nothing behind.
-    pub fn resolve(&self, lab: &Lab) -> anyhow::Result<Resolved> {
-        self.resolve_on(Topology::of(lab), lab.params.ttl)
+    pub fn resolve(&self, bed: &Testbed) -> anyhow::Result<Resolved> {
+        self.resolve_on(Topology::of(bed), bed.params.ttl)
     }
 
     /// [`ChaosConfig::resolve`] on servers laid out as `topology`, for a lease of `ttl`.
@@ -198,11 +198,11 @@ pub struct Topology {
 
 impl Topology {
     /// The lab's.
-    pub fn of(lab: &Lab) -> Self {
+    pub fn of(bed: &Testbed) -> Self {
         Topology {
-            own_hosts: lab.backend() != crate::Backend::Embedded,
-            patroni: lab.lease_on_patroni(),
-            service_to_cut: lab.service.is_some() && lab.params.store != "zookeeper",
+            own_hosts: bed.backend() != crate::Backend::Embedded,
+            patroni: bed.lease_on_patroni(),
+            service_to_cut: bed.service.is_some() && bed.params.store != "zookeeper",
         }
     }
 }
@@ -242,7 +242,7 @@ pub fn lanes(holders: usize) -> Lanes {
 /// checks in `rec` (its case must be open) and writes `schedule.txt`, `history.jsonl` and
 /// `verdict.md` into `dir`. Settings the lab cannot run are refused before anything else.
 pub async fn run(
-    lab: &mut Lab,
+    bed: &mut Testbed,
     rec: &mut Recorder,
     cfg: &ChaosConfig,
     dir: &Path,
@@ -251,7 +251,7 @@ pub async fn run(
         ttl,
         faults,
         actions,
-    } = cfg.resolve(lab)?;
+    } = cfg.resolve(bed)?;
     write_schedule(dir, cfg, ttl, &faults)?;
     rec.note(format!(
         "schedule (the same seed replays it; the holders' interleavings inside it may differ): {} faults — {}",
@@ -261,18 +261,18 @@ pub async fn run(
     for f in &faults {
         rec.note(format!("schedule: {f}"));
     }
-    prepare(lab, rec, cfg.leases).await?;
+    prepare(bed, rec, cfg.leases).await?;
 
     let started = Instant::now();
     // The Patroni nodes' logs are written from here on (a sweep's cluster serves every seed).
     let wall_started = std::time::SystemTime::now();
     let mut nemesis = Nemesis::new(cfg, started);
-    let outcome = nemesis.carry_out(lab, rec, &actions).await;
+    let outcome = nemesis.carry_out(bed, rec, &actions).await;
     // Every path: mend, thaw, drain, end each holder (a frozen one is never left behind).
     let (events, injected) = nemesis.end().await;
     // What Patroni did, node by node, beside the history (on every path: a failed failover is
     // read there).
-    for (node, log) in lab.lease_logs(wall_started).await {
+    for (node, log) in bed.lease_logs(wall_started).await {
         let path = dir.join(format!(
             "patroni-{}.log",
             node.rsplit('-').next().unwrap_or(&node)
@@ -285,27 +285,27 @@ pub async fn run(
 
     // The lease store's own record is read from its leader of now — or, with none, from the
     // node the lab last talked to (a replica answers reads).
-    if let Err(e) = lab.follow_lease_leader().await {
+    if let Err(e) = bed.follow_lease_leader().await {
         rec.note(format!(
             "the lease store's record is read without a leader: {e:#}"
         ));
     }
     let ops = events.ops(started);
     let notes = events.others();
-    settle(lab, rec, &events.processes()).await?;
-    let parts = harness::observe::part_history(lab.resource.pool()).await?;
-    let lease = harness::observe::lease_history(lab.lease_table.pool()).await?;
-    if lab.service.is_some() {
+    settle(bed, rec, &events.processes()).await?;
+    let parts = harness::observe::part_history(bed.resource.pool()).await?;
+    let lease = harness::observe::lease_history(bed.lease_table.pool()).await?;
+    if bed.service.is_some() {
         rec.note(format!(
             "the lease store is the lock service {}: it keeps no record of its holdings that the \
              lab can read back, so holdings and I1 are not counted, I2 is judged on the grants \
              the holders acknowledged, and a write is counted stale when the resource had seen \
              a greater token before it committed (a lower bound)",
-            lab.params.store
+            bed.params.store
         ));
     }
-    let final_parts = harness::observe::final_parts(lab.resource.pool()).await?;
-    let attempts = harness::observe::attempts(lab.resource.pool()).await?;
+    let final_parts = harness::observe::final_parts(bed.resource.pool()).await?;
+    let attempts = harness::observe::attempts(bed.resource.pool()).await?;
     let verdict = checker::check_leases(
         &checker::Observed {
             ops: &ops,
@@ -445,24 +445,24 @@ fn write_schedule(
 /// does not stream is reinitialised — said in a note), the tables reset, both scopes set up,
 /// and the triggers that record every committed part version and every version of the lease
 /// row installed (observation, not the system under test).
-async fn prepare(lab: &mut Lab, rec: &mut Recorder, leases: usize) -> anyhow::Result<()> {
-    let reinit = lab.heal_lease_store().await?;
+async fn prepare(bed: &mut Testbed, rec: &mut Recorder, leases: usize) -> anyhow::Result<()> {
+    let reinit = bed.heal_lease_store().await?;
     if !reinit.is_empty() {
         rec.note(format!(
             "the lease store was not whole: {} reinitialised from its leader (patronictl reinit)",
             reinit.join(", ")
         ));
     }
-    lab.reset().await?;
+    bed.reset().await?;
     for k in 0..leases {
-        lab.resource.setup_scope(&scope_of(k, leases)).await?;
-        lab.resource.setup_scope(&control_of(k, leases)).await?;
+        bed.resource.setup_scope(&scope_of(k, leases)).await?;
+        bed.resource.setup_scope(&control_of(k, leases)).await?;
     }
-    harness::observe::record_part_history(lab.resource.pool())
+    harness::observe::record_part_history(bed.resource.pool())
         .await
         .context("failed to install the record of committed writes")?;
-    let table = &lab.lease_table.sql().table;
-    if let Some(missing) = harness::observe::missing_lease_column(lab.lease_table.pool(), table)
+    let table = &bed.lease_table.sql().table;
+    if let Some(missing) = harness::observe::missing_lease_column(bed.lease_table.pool(), table)
         .await
         .context("failed to read the lease table's columns")?
     {
@@ -470,10 +470,10 @@ async fn prepare(lab: &mut Lab, rec: &mut Recorder, leases: usize) -> anyhow::Re
             "{}'s lease table {table} has no column {missing}: chaos reads every version of a \
              lease from seed004's columns (name, holder, token, expires_at); run this design with \
              lab run --sut",
-            lab.params.sut.name
+            bed.params.sut.name
         );
     }
-    harness::observe::record_lease_history(lab.lease_table.pool(), table)
+    harness::observe::record_lease_history(bed.lease_table.pool(), table)
         .await
         .context("failed to install the record of the lease row")?;
     Ok(())
@@ -497,9 +497,9 @@ fn count_by_kind(faults: &[Fault]) -> String {
 /// versions lacks a write that the final content, read a moment later, has (seen once: "final
 /// content is not its last committed version"). A session still open after the deadline is
 /// said, and the records are read as they are.
-async fn settle(lab: &Lab, rec: &mut Recorder, holders: &[String]) -> anyhow::Result<()> {
+async fn settle(bed: &Testbed, rec: &mut Recorder, holders: &[String]) -> anyhow::Result<()> {
     const DEADLINE: Duration = Duration::from_secs(10);
-    let admin = lab.admin_pool(fencing::schema::Database::Resource).await?;
+    let admin = bed.admin_pool(fencing::schema::Database::Resource).await?;
     let gone = harness::wait::until(
         "the ended holders' sessions are gone from the resource's server",
         DEADLINE,

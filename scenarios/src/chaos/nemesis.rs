@@ -1,7 +1,7 @@
 //! The nemesis of a chaos run: it starts the looping holders and carries the schedule's faults
 //! out through the harness's verbs — `Holder::freeze` / `thaw` (pause), `Holder::crash` and a new
-//! incarnation (kill), an incarnation on a slow clock (drift), `Lab::crash_and_restart` (crash),
-//! `Lab::cut` (a delay or a partition, on containers) and `Lab::isolate_lease_leader` /
+//! incarnation (kill), an incarnation on a slow clock (drift), `Testbed::crash_and_restart` (crash),
+//! `Testbed::cut` (a delay or a partition, on containers) and `Testbed::isolate_lease_leader` /
 //! `mend_lease_host` (a Patroni failover) — recording each fault as it was carried out
 //! ([`Injected`]) and drawing it on the timeline. A fault that could not be carried out this time
 //! is said in a note, never silently skipped.
@@ -19,7 +19,7 @@ use super::checker::Injected;
 use super::history::Events;
 use super::schedule::{self, Fault, FaultKind};
 use super::ChaosConfig;
-use crate::Lab;
+use crate::Testbed;
 
 /// What the nemesis does at one moment of the schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,12 +121,12 @@ impl<'c> Nemesis<'c> {
     /// restart); the holders are left running either way, for [`Nemesis::end`].
     pub async fn carry_out(
         &mut self,
-        lab: &mut Lab,
+        bed: &mut Testbed,
         rec: &mut Recorder,
         actions: &[(Duration, Action)],
     ) -> anyhow::Result<()> {
         for slot in 0..self.cfg.holders {
-            let holder = spawn(lab, self.cfg, slot, 0, None).await?;
+            let holder = spawn(bed, self.cfg, slot, 0, None).await?;
             self.slots.push(Slot {
                 holder: Some(holder),
                 incarnation: 0,
@@ -140,7 +140,7 @@ impl<'c> Nemesis<'c> {
             // The schedule prescribes when: the one kind of sleep the lab allows.
             harness::wait::prescribed(at.saturating_sub(self.started.elapsed())).await;
             self.collect();
-            self.apply(lab, rec, *action).await?;
+            self.apply(bed, rec, *action).await?;
         }
         harness::wait::prescribed(self.cfg.time.saturating_sub(self.started.elapsed())).await;
         Ok(())
@@ -185,9 +185,9 @@ impl<'c> Nemesis<'c> {
     }
 
     /// Slot `i`'s next incarnation, its clock at `rate` % when given.
-    async fn respawn(&mut self, lab: &Lab, i: usize, rate: Option<u32>) -> anyhow::Result<()> {
+    async fn respawn(&mut self, bed: &Testbed, i: usize, rate: Option<u32>) -> anyhow::Result<()> {
         self.slots[i].incarnation += 1;
-        let holder = spawn(lab, self.cfg, i, self.slots[i].incarnation, rate).await?;
+        let holder = spawn(bed, self.cfg, i, self.slots[i].incarnation, rate).await?;
         self.slots[i].holder = Some(holder);
         Ok(())
     }
@@ -203,7 +203,7 @@ impl<'c> Nemesis<'c> {
 
     async fn apply(
         &mut self,
-        lab: &mut Lab,
+        bed: &mut Testbed,
         rec: &mut Recorder,
         action: Action,
     ) -> anyhow::Result<()> {
@@ -229,7 +229,7 @@ impl<'c> Nemesis<'c> {
                     Err(e) => {
                         rec.note(format!("h{i}: {e}; {}", h.stderr().trim()));
                         self.collect();
-                        self.respawn(lab, i, None).await?;
+                        self.respawn(bed, i, None).await?;
                     }
                 }
             }
@@ -278,13 +278,13 @@ impl<'c> Nemesis<'c> {
                         end_ms: self.now_ms(),
                     });
                 }
-                self.respawn(lab, i, None).await?;
+                self.respawn(bed, i, None).await?;
             }
             Action::Drift(i, rate) => {
                 self.collect();
                 // The incarnation on the real clock ends, one on a slow clock takes over.
                 self.retire(i).await;
-                self.respawn(lab, i, Some(rate)).await?;
+                self.respawn(bed, i, Some(rate)).await?;
                 self.slots[i].drifted_since = Some(self.now_ms());
                 rec.step(
                     Mark::Info,
@@ -305,9 +305,9 @@ impl<'c> Nemesis<'c> {
                         end_ms: self.now_ms(),
                     });
                 }
-                self.respawn(lab, i, None).await?;
+                self.respawn(bed, i, None).await?;
             }
-            Action::Cut(i, kind) => self.cut(lab, rec, i, kind).await,
+            Action::Cut(i, kind) => self.cut(bed, rec, i, kind).await,
             Action::Mend(i, kind) => {
                 if let Some((since, rules)) = self.slots[i].cut.take() {
                     drop(rules);
@@ -331,12 +331,12 @@ impl<'c> Nemesis<'c> {
                     );
                 }
             }
-            Action::Isolate => self.isolate(lab, rec).await,
-            Action::Rejoin => self.rejoin(lab, rec).await,
+            Action::Isolate => self.isolate(bed, rec).await,
+            Action::Rejoin => self.rejoin(bed, rec).await,
             Action::Crash => {
                 let from = self.now_ms();
-                lab.crash_and_restart().await?;
-                lab.reopen().await?;
+                bed.crash_and_restart().await?;
+                bed.reopen().await?;
                 self.injected.push(Injected {
                     kind: FaultKind::Crash,
                     process: "-".into(),
@@ -360,7 +360,7 @@ impl<'c> Nemesis<'c> {
     /// what it sends meanwhile arrives when the rules go) or to the lease store (a partition).
     /// Not this time — said in a note — when the lease store is failing over, when the rules
     /// could not be put in place, or when the holder had no open connection.
-    async fn cut(&mut self, lab: &Lab, rec: &mut Recorder, i: usize, kind: FaultKind) {
+    async fn cut(&mut self, bed: &Testbed, rec: &mut Recorder, i: usize, kind: FaultKind) {
         let Some(h) = self.slots[i].holder.as_ref() else {
             return;
         };
@@ -376,7 +376,7 @@ impl<'c> Nemesis<'c> {
             FaultKind::Delay => fencing::schema::Database::Resource,
             _ => fencing::schema::Database::Lease,
         };
-        let rules = match lab
+        let rules = match bed
             .cut(&name, pid, db)
             .await
             .with_context(|| format!("the {kind} fault"))
@@ -407,8 +407,8 @@ impl<'c> Nemesis<'c> {
     /// (Patroni) Cuts the lease store's leader off from its peers. A cluster that did not
     /// become whole again first is a finding, not the end of the run: said, and this failover
     /// is not injected (the fault table counts those that were).
-    async fn isolate(&mut self, lab: &mut Lab, rec: &mut Recorder) {
-        let old = match lab.isolate_lease_leader().await {
+    async fn isolate(&mut self, bed: &mut Testbed, rec: &mut Recorder) {
+        let old = match bed.isolate_lease_leader().await {
             Ok((old, reinit)) => {
                 if !reinit.is_empty() {
                     rec.note(format!(
@@ -441,11 +441,11 @@ impl<'c> Nemesis<'c> {
 
     /// (Patroni) Lets the isolated old leader back once another leads. No election within the
     /// deadline is a finding (availability), said; the old leader is let back all the same.
-    async fn rejoin(&mut self, lab: &mut Lab, rec: &mut Recorder) {
+    async fn rejoin(&mut self, bed: &mut Testbed, rec: &mut Recorder) {
         let Some((since, old)) = self.isolated.take() else {
             return;
         };
-        let new = match lab.mend_lease_host(&old).await {
+        let new = match bed.mend_lease_host(&old).await {
             Ok(new) => {
                 rec.note(format!(
                     "failover: Patroni elected {new}; {old} let back (it rejoins \
@@ -478,14 +478,14 @@ impl<'c> Nemesis<'c> {
 
 /// Starts holder slot `slot`'s `incarnation`, its clock at `rate` % when given (libfaketime).
 async fn spawn(
-    lab: &Lab,
+    bed: &Testbed,
     cfg: &ChaosConfig,
     slot: usize,
     incarnation: u32,
     rate: Option<u32>,
 ) -> anyhow::Result<Holder> {
     let name = format!("h{slot}.{incarnation}");
-    let mut spec = lab.holder_spec(&name, "", cfg.mode, false);
+    let mut spec = bed.holder_spec(&name, "", cfg.mode, false);
     let k = slot % cfg.leases.max(1);
     spec.flags.lease = super::lease_of(k, cfg.leases);
     spec.flags.scope = super::scope_of(k, cfg.leases);

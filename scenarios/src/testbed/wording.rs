@@ -4,7 +4,7 @@
 
 use harness::evidence::Recorder;
 
-use super::{Lab, SCOPE};
+use super::{Testbed, SCOPE};
 
 /// A lease row as the checks show it: its holder, its token and the database's verdict on it —
 /// `holder-a token=1 unexpired`, or `released` once given up, `expired` once run out.
@@ -19,7 +19,7 @@ pub fn lease_state(r: &fencing::lease::Holding) -> String {
     format!("{} token={} {state}", r.holder, r.token)
 }
 
-impl Lab {
+impl Testbed {
     /// The clock that decides expiry, as the evidence names it: `the database clock` for the
     /// lease table, the lock service's own otherwise.
     pub fn expiry_clock(&self) -> &'static str {
@@ -71,7 +71,7 @@ impl Lab {
         }
     }
 
-    /// [`Lab::check_floor`] on a floor read before (`None` for a design that keeps none).
+    /// [`Testbed::check_floor`] on a floor read before (`None` for a design that keeps none).
     pub fn check_floor_is(
         &self,
         rec: &mut Recorder,
@@ -87,7 +87,7 @@ impl Lab {
     }
 }
 
-impl Lab {
+impl Testbed {
     /// Checks a token read from the lease against `expected`, the seed's number of the grant
     /// (judged by order, [`Recorder::check_token`]) — or, for a design that issues no
     /// token (`token_at_lease = false`), records the check as waived, with why.

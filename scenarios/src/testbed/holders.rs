@@ -15,11 +15,11 @@ use harness::hosts::Host;
 use holder_protocol::HolderFlags;
 use sqlx::postgres::PgPoolOptions;
 
-use super::{Lab, LEASE, SCOPE, SUMMARY};
+use super::{Testbed, LEASE, SCOPE, SUMMARY};
 use harness::hosts::PG_PORT;
 
 /// A holder of the user's (`--holder-cmd`): the fault points it refused when asked for each
-/// ([`Lab::refused_fault_points`]), with its words.
+/// ([`Testbed::refused_fault_points`]), with its words.
 #[derive(Debug, Clone)]
 pub struct UserHolder {
     pub refused: Vec<(crate::FaultPoint, String)>,
@@ -46,7 +46,7 @@ impl UserHolder {
     }
 }
 
-impl Lab {
+impl Testbed {
     /// Asks the holder of the run for each fault point a flag asks for
     /// ([`crate::FaultPoint::ASKED`]): started with that flag (on a lease of its own), a holder
     /// that answers the handshake has it and is killed at once; one that exits 2 (bad
@@ -130,7 +130,7 @@ impl Lab {
 
     /// A client of the run's lease store on a connection (a session) of its own (F3's
     /// contenders): for a lock service, a new client of it; for the lease table,
-    /// [`Lab::own_lease_client`].
+    /// [`Testbed::own_lease_client`].
     pub async fn own_store_client(
         &self,
     ) -> anyhow::Result<std::sync::Arc<dyn fencing::lease::LeaseStore>> {

@@ -40,10 +40,10 @@ pub use wording::*;
 
 use servers::SUPERUSER;
 
-/// The environment of a run. End it with [`Lab::shutdown`]; dropping it instead is the last
+/// The environment of a run. End it with [`Testbed::shutdown`]; dropping it instead is the last
 /// resort of a panic (a blocking immediate shutdown of every server).
-pub struct Lab {
-    /// Where the lease store and the resource live: the embedded cluster ([`Lab::cluster`]) by
+pub struct Testbed {
+    /// Where the lease store and the resource live: the embedded cluster ([`Testbed::cluster`]) by
     /// default, containers with `--backend containers`.
     pub servers: Box<dyn Hosts>,
     /// The lock service that is the lease store (`--lease-store redis|etcd|zookeeper`), in a
@@ -51,17 +51,17 @@ pub struct Lab {
     pub service: Option<LockService>,
     /// The TTL the run asked for (`--ttl-ms`); `params.ttl` is what the store grants for it.
     ttl_asked: Duration,
-    /// Lock services started for a store the lab no longer uses ([`Lab::use_store`]), kept for
+    /// Lock services started for a store the lab no longer uses ([`Testbed::use_store`]), kept for
     /// the next case that does.
     idle_services: Vec<LockService>,
-    /// `--keep` or a failing run: the servers stay after [`Lab::shutdown`] (stopped).
+    /// `--keep` or a failing run: the servers stay after [`Testbed::shutdown`] (stopped).
     kept: bool,
     /// A case run on this lab failed: a failing run keeps this lab's servers, not every lab's.
     pub failed_here: bool,
     /// `--keep`: every server stays, a passing case's extra clusters too.
     pub keep_all: bool,
-    /// Clusters a scenario made besides [`Lab::cluster`] (F14's primary and standby), handed
-    /// over stopped with [`Lab::adopt`] so that a failing or `--keep` run keeps them too.
+    /// Clusters a scenario made besides [`Testbed::cluster`] (F14's primary and standby), handed
+    /// over stopped with [`Testbed::adopt`] so that a failing or `--keep` run keeps them too.
     pub adopted: Vec<Box<dyn Hosts>>,
     /// The open case runs a fence-dependent experiment again with another fenced mode
     /// (`F6-fenced-single`…): parts that do not use the fenced mode under test were judged in
@@ -95,14 +95,14 @@ pub struct Lab {
     pub publisher: Publisher,
 }
 
-impl Lab {
+impl Testbed {
     /// Starts a cluster, creates the roles and databases, applies the migrations and opens the
     /// pools. On error nothing is left running.
     pub async fn start(
         cluster: ClusterConfig,
         params: Params,
         holder_bin: PathBuf,
-    ) -> anyhow::Result<Lab> {
+    ) -> anyhow::Result<Testbed> {
         Self::start_on(
             Backend::Embedded,
             Self::new_run_mark(),
@@ -134,16 +134,16 @@ impl Lab {
         format!("{}-{ms}", std::process::id())
     }
 
-    /// [`Lab::start`] on `backend`: the embedded cluster (`cluster` says how to make it), or a
+    /// [`Testbed::start`] on `backend`: the embedded cluster (`cluster` says how to make it), or a
     /// PostgreSQL container per database. On error nothing is left running.
-    /// `run_mark` labels whatever the run makes outside this process ([`Lab::new_run_mark`]).
+    /// `run_mark` labels whatever the run makes outside this process ([`Testbed::new_run_mark`]).
     pub async fn start_on(
         backend: Backend,
         run_mark: String,
         cluster: ClusterConfig,
         params: Params,
         holder_bin: PathBuf,
-    ) -> anyhow::Result<Lab> {
+    ) -> anyhow::Result<Testbed> {
         let servers: Box<dyn Hosts> = match backend {
             Backend::Embedded => Box::new(
                 Cluster::create(cluster)
@@ -190,7 +190,7 @@ impl Lab {
         let ttl_asked = params.ttl;
         let mut params = params;
         params.ttl = lease.granted_ttl(ttl_asked);
-        Ok(Lab {
+        Ok(Testbed {
             ttl_asked,
             lease: SteppedStore::wrap(lease),
             lease_table,
@@ -286,7 +286,7 @@ impl Lab {
     }
 }
 
-impl Lab {
+impl Testbed {
     /// Creates the roles and databases on each server `servers` has, applies the migrations
     /// (each database's tables on the host that holds it); the lease and resource pools.
     pub(crate) async fn provision(
@@ -313,7 +313,7 @@ impl Lab {
     }
 
     /// Keeps every server's directory (data, socket, log) after the lab ends: one line per
-    /// server saying where it is and how to look inside. Call [`Lab::shutdown`] next.
+    /// server saying where it is and how to look inside. Call [`Testbed::shutdown`] next.
     pub fn keep(&mut self) -> Vec<String> {
         self.kept = true;
         let mut kept = self.servers.keep();
@@ -498,7 +498,7 @@ pub(super) async fn open_store(
 
 #[cfg(test)]
 mod tests {
-    use super::Lab;
+    use super::Testbed;
 
     /// Labs started together must not share a mark: a lab's shutdown removes whatever carries
     /// its mark, the other lab's containers too.
@@ -506,7 +506,11 @@ mod tests {
     fn run_marks_started_together_are_distinct_and_carry_the_pid() {
         let threads: Vec<_> = (0..4)
             .map(|_| {
-                std::thread::spawn(|| (0..250).map(|_| Lab::new_run_mark()).collect::<Vec<_>>())
+                std::thread::spawn(|| {
+                    (0..250)
+                        .map(|_| Testbed::new_run_mark())
+                        .collect::<Vec<_>>()
+                })
             })
             .collect();
         let marks: Vec<String> = threads

@@ -12,9 +12,9 @@ use harness::hosts::Host;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-use super::{Lab, Restarted};
+use super::{Restarted, Testbed};
 
-impl Lab {
+impl Testbed {
     /// Connection options for `database` as `user`, on the server that holds `db`.
     pub fn connect_options(&self, db: Database, database: &str, user: &str) -> PgConnectOptions {
         self.servers.connect_options(host_of(db), database, user)
@@ -127,7 +127,7 @@ impl Lab {
 
     /// Crashes every server of the lab (immediate stop: no checkpoint) and starts it again on
     /// the same data; returns once each has recovered and accepts connections, with what each
-    /// logged meanwhile. The pools are stale afterwards: call [`Lab::reopen`].
+    /// logged meanwhile. The pools are stale afterwards: call [`Testbed::reopen`].
     pub async fn crash_and_restart(&mut self) -> anyhow::Result<Vec<Restarted>> {
         harness::wait::before_action().await;
         self.servers
