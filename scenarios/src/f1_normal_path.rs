@@ -13,7 +13,7 @@ use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 /// holder-a's second lease, and the scope it guards.
 const OTHER: &str = "report-job-other";
@@ -28,6 +28,21 @@ impl Scenario for F1 {
 
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "none: the normal path",
+            shows: "tokens grow only on acquire, a renew keeps the token, a holding is its token",
+            paragraph: "Two holders take turns without any fault: A acquires, writes, renews and \
+                        releases; B acquires a greater token and writes. The checks pin down \
+                        what the other experiments rely on: a renew keeps the token (one \
+                        continuous holding is one token), a release never moves it back, the \
+                        resource's floor follows the tokens it accepted, each scope keeps a \
+                        floor of its own, and an old holding's handle can neither renew nor \
+                        release the holding that replaced it. Run it first: if F1 fails, no \
+                        other verdict means anything.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -9,7 +9,7 @@ use harness::evidence::Recorder;
 
 use crate::paused_holder::{self, part_line, B_CONTENT};
 use crate::testbed::wrote;
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F4;
 
@@ -24,6 +24,21 @@ impl Scenario for F4 {
 
     fn again_on_stores(&self) -> bool {
         true
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "holder A frozen (SIGSTOP) past its lease",
+            shows:
+                "the lease alone lets A write after B took over; the fence rejects the stale write",
+            paragraph: "The experiment at the heart of the lab (Kleppmann's figure). A acquires \
+                        token 1 and reaches its write point; the lab freezes its whole process \
+                        with SIGSTOP, waits until the store's own clock expires the lease, lets \
+                        B acquire token 2 and write, then thaws A, which sends the write it had \
+                        prepared while it was valid. The fenced resource has seen token 2, so \
+                        it rejects token 1, logs the rejected attempt and keeps B's data. F5 is \
+                        the same timeline against an unfenced resource, where A's write lands.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -117,6 +117,19 @@ impl FaultPoint {
     }
 }
 
+/// What a reader is told about an experiment beside its title: `lab list --markdown` makes the
+/// README's table of experiments and docs/experiments.md from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct About {
+    /// The fault it injects, in a few words ("A frozen (SIGSTOP) past its lease").
+    pub fault: &'static str,
+    /// What it shows, in one line: the property, or the flaw a negative control exposes.
+    pub shows: &'static str,
+    /// One paragraph for the experiments page: the timeline, what its checks judge, why it
+    /// matters to someone choosing or building a lock.
+    pub paragraph: &'static str,
+}
+
 /// Why an experiment that starts no holder process says skip with `--holder-cmd`.
 const NO_HOLDER: &str =
     "it starts no holder process (it drives the lease and the resource through \
@@ -129,6 +142,14 @@ pub trait Scenario: Sync {
     fn id(&self) -> &'static str;
     /// The CASE title: the fault and the property, in one line.
     fn title(&self) -> &'static str;
+    /// The fault, what it shows and a paragraph, for the README's table and the experiments page.
+    fn about(&self) -> About {
+        About {
+            fault: "",
+            shows: "",
+            paragraph: "",
+        }
+    }
     /// How many checks a complete run makes. [`run_all`] fails a scenario that completes with
     /// another number (a check that silently went missing), and the tests hold every scenario
     /// to it.
