@@ -120,16 +120,27 @@ pub enum Command {
     )]
     Run(RunArgs),
     /// List the experiments: id and what each one shows.
-    List,
-    /// Measure what fencing costs: every write mode at 1, 4, 16 and 64 writers, lease contention at
-    /// 16, 64 and 256 contenders, and pgbench on the same cluster as the reference.
+    ///
+    /// With --markdown, the table the README carries (id, fault, what it shows, where it runs);
+    /// with --markdown --long, docs/experiments.md (a paragraph each). Both are generated from
+    /// the lab's own registry, and a test fails when the files in the repository are stale.
+    #[command(after_help = "Examples:\n  lab list\n  lab list --markdown\n  \
+                            lab list --markdown --long > docs/experiments.md")]
+    List(ListArgs),
+    /// Measure what fencing costs, beside pgbench on the same cluster.
+    ///
+    /// Every write mode at 1, 4, 16 and 64 writers, lease contention at 16, 64 and 256
+    /// contenders, and pgbench on the same cluster as the reference.
     Bench(BenchArgs),
-    /// Remove every cluster directory the lab kept (--keep, failed runs) or left behind (a lab
-    /// killed outright), stopping a server still running from one — and, built with the
-    /// feature `containers`, the containers, networks and network holds such labs left. What
-    /// belongs to running labs is left alone.
+    /// Remove what labs kept (--keep, failed runs) or left behind (a lab killed outright).
+    ///
+    /// Every cluster directory the lab kept or left, stopping a server still running from one —
+    /// and, built with the feature `containers`, the containers, networks and network holds such
+    /// labs left. What belongs to running labs is left alone.
     Clean(CleanArgs),
-    /// Pauses nobody chose: N looping holder processes compete for the lease and write parts of
+    /// Pauses nobody chose: a seeded nemesis, looping holders, a checker over the history.
+    ///
+    /// N looping holder processes compete for the lease and write parts of
     /// one scope while a nemesis driven only by the seed freezes them (shorter and longer than
     /// the TTL), kills and restarts them and crashes the cluster. A checker over the recorded
     /// history says whether I2, I3 (in commit order) and durability held; an unfenced control
@@ -139,41 +150,50 @@ pub enum Command {
                       lab chaos --holders 8 --faults pause\n  \
                       lab chaos --sweep 20 --faults pause --time 30s")]
     Chaos(ChaosArgs),
-    /// Re-check a saved chaos run offline: read its history.jsonl (the operations, the faults
+    /// Re-check a saved chaos run offline, from its history.jsonl.
+    ///
+    /// Reads its history.jsonl (the operations, the faults
     /// and the database's own records the run saved), run the same checker over it and print
     /// the same verdict — no server, no holder. A seed replays a schedule, not the interleavings:
     /// the history is what a failing run is judged on again.
+    ///
     /// Exit 0 when the verdict passes, 1 when it does not, 2 when the file cannot be read.
     #[command(after_help = "Examples:\n  lab check evidence/chaos/history.jsonl")]
     Check {
         /// The history a `lab chaos` run wrote into its evidence directory.
         history: PathBuf,
     },
-    /// The systems under test as profiles (TOML: the lease table and its statements, the
-    /// resource's fence and its write — or, on MariaDB, seed 000's job lease and runs): list the
-    /// built-in ones, or check a file before anything runs with it (on a throwaway server of
-    /// its dialect).
+    /// The systems under test as profiles: list, show or check one.
+    ///
+    /// A profile is TOML: the lease table and its statements, the resource's fence and its write
+    /// — or, on MariaDB, seed 000's job lease and runs. List the built-in ones, or check a file
+    /// before anything runs with it (on a throwaway server of its dialect).
     #[command(
         after_help = "Examples:\n  lab profile list\n  lab profile show seed004 > mine.toml\n  lab profile check seed004\n  lab profile check seed000\n  \
                       lab profile check my-lock-table.toml     (exit 2 with one line naming the statement)"
     )]
     Profile(ProfileArgs),
-    /// Your own holder, checked against the holder protocol (docs/holder-protocol.md): the
-    /// handshake, one holding from acquire to release as the resource recorded it, a holder
+    /// Your own holder, checked against the holder protocol (docs/holder-protocol.md).
+    ///
+    /// The handshake, one holding from acquire to release as the resource recorded it, a holder
     /// orphaned at its write point, the fault points it has, then the experiments that judge a
-    /// holder (F4, F10, F12) — each finding in one line. Exit 0 when it conforms, 1 with a
-    /// finding, 2 when the command cannot be started.
+    /// holder (F4, F10, F12) — each finding in one line.
+    ///
+    /// Exit 0 when it conforms, 1 with a finding, 2 when the command cannot be started.
     #[command(
         after_help = "Examples:\n  lab holder check --cmd examples/holders/python/holder.py\n  \
                       lab holder check --cmd \"java -cp app.jar my.Holder\""
     )]
     Holder(HolderArgs),
-    /// The report card: each design through the experiments that judge a fence (F1–F4, F6–F8,
+    /// The report card: each design × the experiments that judge a fence: safe, UNSAFE or n/a.
+    ///
+    /// Each design through the experiments that judge a fence (F1–F4, F6–F8,
     /// F10–F12 on PostgreSQL designs, U1–U5 on MariaDB ones), design × experiment → safe /
     /// UNSAFE (with the failed check that shows it) / n/a (with why), to stdout and
     /// <evidence-dir>/report-card.md. Without --sut: the seeds' own designs (seed004's three
     /// forms and seed000, which must come out safe), the designs modelled on ShedLock, Quartz and
     /// Kubernetes Leases and the exercises' planted flaws (which must not).
+    ///
     /// Exit 0 when every design came out as expected, 1 when not, 2 when one could not run.
     #[command(
         after_help = "Examples:\n  lab grade\n  lab grade --sut stale-write.toml\n  lab grade --sut shedlock-style\n  lab grade --lease-store etcd --lease-store redis-plain"
@@ -197,10 +217,11 @@ pub enum Command {
         #[arg(long, value_name = "DIR", default_value = "evidence")]
         evidence_dir: PathBuf,
     },
-    /// For a student: write a starting profile — a seed's design (seed004, or seed000 on MariaDB)
-    /// with one flaw planted in its SQL, or a template with every statement left to write — to
-    /// fix until
-    /// `lab run --sut FILE` passes. Without a name, lists the exercises.
+    /// For a student: write a profile with a planted flaw, to fix until `lab run --sut` passes.
+    ///
+    /// A seed's design (seed004, or seed000 on MariaDB) with one flaw planted in its SQL, or a
+    /// template with every statement left to write — to fix until `lab run --sut FILE` passes.
+    /// Without a name, lists the exercises.
     #[command(
         after_help = "Examples:\n  lab exercise\n  lab exercise stale-write\n  \
                       lab run --only F2,F4,F6,F7 --sut stale-write.toml"
@@ -212,6 +233,16 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// A Markdown table: id, fault, what it shows, where it runs (the README's).
+    #[arg(long)]
+    pub markdown: bool,
+    /// With --markdown: a heading and a paragraph per experiment (docs/experiments.md).
+    #[arg(long, requires = "markdown")]
+    pub long: bool,
 }
 
 #[derive(Debug, Args)]

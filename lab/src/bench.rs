@@ -303,11 +303,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
 /// as it printed them (the write modes: `bench.svg`, `bench.txt`; lease scaling:
 /// `bench-leases.svg`, `bench-leases.md`), whichever are there.
 fn write_page(dir: &std::path::Path) -> anyhow::Result<()> {
-    let escape = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
+    let escape = harness::evidence::escape::html;
     let mut page = String::from(
         "<!doctype html><meta charset=\"utf-8\"><title>fencing lab — bench</title>\
          <style>body{font-family:DejaVu Sans,sans-serif;margin:20px}pre{font-size:11px;overflow-x:auto}</style>\

@@ -510,7 +510,7 @@ pub fn chart(cells: &[Cell]) -> String {
                             x_of(c.leases),
                             y0 + 14.0 + 12.0 * hi_k as f64,
                             c.leases,
-                            why.replace('<', "&lt;").replace('&', "&amp;")
+                            harness::evidence::escape::html(why)
                         );
                     }
                     None => {

@@ -528,12 +528,7 @@ fn render(rows: &[Row], not_graded: &[(String, String)]) -> String {
 /// The card as a page: the same table, each cell linked to the report of the run it was read
 /// off, and the evidence lines.
 fn render_html(rows: &[Row], not_graded: &[(String, String)]) -> String {
-    let esc = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-            .replace('"', "&quot;")
-    };
+    let esc = harness::evidence::escape::html;
     let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
     let mut html = format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>fencing lab: report card</title>\n\

@@ -19,6 +19,7 @@ pub mod config;
 pub mod exercise;
 pub mod grade;
 pub mod holder_check;
+pub mod list;
 pub mod matrix;
 pub mod profile;
 pub mod run;
@@ -161,15 +162,6 @@ fn dir_size(dir: &std::path::Path) -> u64 {
             _ => 0,
         })
         .sum()
-}
-
-/// `lab list`: each experiment's id and title.
-pub fn list() -> Ended {
-    let list: String = scenarios::ALL
-        .iter()
-        .map(|s| format!("{}  {}\n", s.id(), s.title()))
-        .collect();
-    print_or_fail(&list)
 }
 
 /// Writes `text` to stdout. A reader that went away (`lab list | head -1`) is no error: the text

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let ended = match cli.command {
-        Command::List => lab::list(),
+        Command::List(args) => lab::list::list(&args),
         Command::Bench(args) => lab::bench::run(args),
         Command::Clean(args) => lab::clean::run(args),
         Command::Chaos(args) => lab::chaos::run(args),

@@ -117,7 +117,7 @@ fn cell(seen: &Seen, checks: &[&Check], ran: &[String]) -> String {
 }
 
 fn one_line(s: &str) -> String {
-    s.replace('|', "/").replace('\n', " ")
+    harness::evidence::escape::markdown_cell(s)
 }
 
 /// The table, from a run's events; `None` when none of its experiments ran.

@@ -27,6 +27,7 @@
 use std::io::{self, Write as _};
 use std::path::Path;
 
+pub mod escape;
 mod jsonl;
 pub mod junit;
 mod model;

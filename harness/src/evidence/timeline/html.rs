@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::{cases, esc, svg, CaseTimeline};
+use super::{cases, svg, CaseTimeline};
+use crate::evidence::escape::html as esc;
 use crate::evidence::{render_text, Event, Lanes, Summary};
 
 /// The whole report: environment, summary, and per case its picture and its lines.

@@ -145,13 +145,6 @@ fn spans(steps: &[&Step], end: Duration) -> (Vec<Span>, Vec<Span>) {
     (holdings, frozen)
 }
 
-fn esc(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// Writes `report.html` and one `timeline-<CASE>.mmd` per multi-actor case into `dir`, from the
 /// recorder's stream at the end of the run.
 pub struct TimelineReporter {

@@ -16,7 +16,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{esc, spans, CaseTimeline};
+use super::{spans, CaseTimeline};
+use crate::evidence::escape::html as esc;
 use crate::evidence::Mark;
 
 /// One colour per holder lane (eight before one repeats; U1 has five holders).
