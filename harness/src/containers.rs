@@ -3,7 +3,7 @@
 //! image the lab builds here from Debian packages — nothing is pulled from a registry — and a
 //! hold on one client's TCP connection (an iptables rule on this host), so that its request is
 //! held in the network. The engine is reached through its API only, never the `docker` command;
-//! signals to containers and to the processes in them go through `harness::process::container`.
+//! signals to containers and to the processes in them go through `harness::process::in_container`.
 //!
 //! This file holds what the parts share — the engine's answer ([`engine`]), the error
 //! ([`ContainerError`]), the label and the other constants, running a host tool or a shell in a
@@ -29,27 +29,27 @@
 //! - `sweep`: every container and network carries the label [`LABEL`]: [`remove_labelled`]
 //!   removes what a lab killed outright left behind (`lab clean`, and the next run),
 //!   [`remove_held_rules`] its holds, [`remove_this_process`] what this process's labs made.
-//! - [`hosts`]: a lab's two databases in containers, behind `harness::hosts::Hosts`.
+//! - [`pg_hosts`]: a lab's two databases in containers, behind `harness::hosts::Hosts`.
 //! - `service` — [`ServiceContainer`]: a lock service (Redis, etcd or ZooKeeper) in a container
 //!   of its own, from [`services_image`], for `--lease-store redis|etcd|zookeeper`.
 
 use std::time::Duration;
 
-use crate::process::container::{self as signals, ContainerProcessError};
+use crate::process::in_container::{self as signals, ContainerProcessError};
 use crate::process::{describe_status, Spawn};
 
 pub mod container;
 mod etcd_cluster;
 mod hold;
-pub mod hosts;
 mod image;
+mod leftovers;
 mod network;
 pub mod patroni;
 mod pg;
+pub mod pg_hosts;
 mod redis_set;
 mod sentinel;
 mod service;
-mod sweep;
 
 use container::docker_with;
 pub use container::{docker, Container, Spec};
@@ -58,13 +58,13 @@ pub use hold::{remove_held_rules, tcp_state, Hold};
 pub use image::{
     patroni_image, postgres_image, remove_images, remove_killed_builds, suite_for, Image, LabImage,
 };
+pub use leftovers::{remove_labelled, remove_this_process};
 pub use network::Network;
 use pg::{tcp_options, STARTUP_TIMEOUT};
 pub use pg::{until_logged, PgContainer};
 pub use redis_set::RedisServers;
 pub use sentinel::SentinelGroup;
 pub use service::{services_image, ServiceContainer};
-pub use sweep::{remove_labelled, remove_this_process};
 
 /// The label on every container and network the lab makes; its value is the run's mark.
 pub const LABEL: &str = "fencing-lab.run";

@@ -3,7 +3,7 @@
 //! Unix socket; the default), a primary and its streaming standby (F14:
 //! `server::standby::Replicated`), or, with the feature `containers`, a PostgreSQL container per
 //! database on networks of their own, the lease store optionally a Patroni cluster
-//! (`containers::hosts`); and the servers an experiment starts for itself ([`OwnServers`]: F15,
+//! (`containers::pg_hosts`); and the servers an experiment starts for itself ([`OwnServers`]: F15,
 //! F16), the network holds ([`Holds`]). A build without that feature reaches the container form through the
 //! same path, [`start_containers`], which answers [`NOT_BUILT`]: callers hold no `cfg`.
 //!
@@ -261,7 +261,7 @@ pub fn start_containers(
     #[cfg(feature = "containers")]
     return Box::pin(async move {
         let hosts =
-            crate::containers::hosts::ContainerServers::start(mark, pg_major, patroni).await?;
+            crate::containers::pg_hosts::ContainerServers::start(mark, pg_major, patroni).await?;
         Ok(Box::new(hosts) as Box<dyn Hosts>)
     });
     #[cfg(not(feature = "containers"))]
@@ -400,7 +400,7 @@ pub async fn tcp_state(dst: IpAddr, sport: u16) -> String {
 /// of this type can exist. End them with [`OwnServers::remove`]; dropping them removes them too.
 pub struct OwnServers {
     #[cfg(feature = "containers")]
-    hosts: crate::containers::hosts::PgHosts,
+    hosts: crate::containers::pg_hosts::PgHosts,
     #[cfg(not(feature = "containers"))]
     never: std::convert::Infallible,
     /// Each server's address on that network, in start order.
@@ -417,13 +417,13 @@ impl OwnServers {
     pub async fn start(mark: &str, n: usize) -> Result<anyhow::Result<OwnServers>, String> {
         #[cfg(feature = "containers")]
         {
-            use crate::containers::hosts;
-            let image = hosts::image_or_skip(false).await?;
-            Ok(hosts::PgHosts::start(&image, mark, n)
+            use crate::containers::pg_hosts;
+            let image = pg_hosts::image_or_skip(false).await?;
+            Ok(pg_hosts::PgHosts::start(&image, mark, n)
                 .await
                 .map(|hosts| OwnServers {
                     ips: hosts.servers.iter().map(|s| s.ip).collect(),
-                    image_note: hosts::image_note(&image),
+                    image_note: pg_hosts::image_note(&image),
                     hosts,
                 }))
         }
@@ -529,7 +529,7 @@ impl LockService {
             Ok(LockService {
                 server,
                 service: service.to_owned(),
-                image_note: containers::hosts::image_note(&image),
+                image_note: containers::pg_hosts::image_note(&image),
             })
         }
         #[cfg(not(feature = "containers"))]
@@ -644,7 +644,7 @@ impl RedisFailover {
             let group = containers::SentinelGroup::start(&image, mark).await?;
             Ok(RedisFailover {
                 group,
-                image_note: containers::hosts::image_note(&image),
+                image_note: containers::pg_hosts::image_note(&image),
             })
         }
         #[cfg(not(feature = "containers"))]
@@ -791,7 +791,7 @@ impl RedlockServers {
                 .map_err(redlock_err)?;
             Ok(RedlockServers {
                 servers,
-                image_note: containers::hosts::image_note(&image),
+                image_note: containers::pg_hosts::image_note(&image),
             })
         }
         #[cfg(not(feature = "containers"))]
@@ -926,7 +926,7 @@ impl EtcdMembers {
             let cluster = containers::EtcdCluster::start(&image, mark).await?;
             Ok(EtcdMembers {
                 cluster,
-                image_note: containers::hosts::image_note(&image),
+                image_note: containers::pg_hosts::image_note(&image),
             })
         }
         #[cfg(not(feature = "containers"))]

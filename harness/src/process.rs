@@ -54,9 +54,9 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 mod child;
-#[cfg(feature = "containers")]
-pub mod container;
 mod freeze;
+#[cfg(feature = "containers")]
+pub mod in_container;
 mod orphan;
 mod proc;
 mod spawn;

@@ -1,6 +1,6 @@
 //! The container start (feature `containers`): a container that stops before it says it is ready
 //! is an error that says how it stopped and shows the end of its log — not a wait on a log stream
-//! that may end with nothing in it. The signal verbs for containers (`harness::process::container`)
+//! that may end with nothing in it. The signal verbs for containers (`harness::process::in_container`)
 //! hold what they say when they return. Without a Docker engine the test says `skip` and checks nothing
 //! (`harness::require`: with `LAB_REQUIRE=docker` it fails).
 #![cfg(feature = "containers")]
@@ -10,7 +10,7 @@ use std::time::Duration;
 use harness::containers::{
     docker, engine, postgres_image, until_logged, Container, ContainerError, Spec,
 };
-use harness::process::container::{signal_processes, stop, ContainerProcessError};
+use harness::process::in_container::{signal_processes, stop, ContainerProcessError};
 use harness::require::{self, Dependency};
 use nix::sys::signal::Signal;
 

@@ -621,3 +621,202 @@ fn the_lexer_keeps_lines_and_tells_strings_from_chars_and_lifetimes() {
     assert_eq!(lexed.with_strings.len(), lexed.code.len());
     assert!(lexed.with_strings[3].contains("\"two") && !lexed.with_strings[2].contains("kill("));
 }
+
+/// The longest a function may be: lines from its `fn` to its closing brace.
+const MOST_LINES: usize = 100;
+
+/// One function of a file: its name, the line of its `fn`, and how many lines it spans.
+#[derive(Debug, PartialEq, Eq)]
+struct Function {
+    name: String,
+    line: usize,
+    lines: usize,
+}
+
+/// Every function with a body in the lexed file (comments and strings blanked, so that a brace
+/// in either does not count), nested ones included.
+fn functions(lexed: &Lexed) -> Vec<Function> {
+    let code = lexed.code.join("\n");
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let fn_name = Regex::new(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)").expect("a valid pattern");
+    let mut found = Vec::new();
+    for c in fn_name.captures_iter(&code) {
+        let whole = c.get(0).expect("the match");
+        let Some(open) = code[whole.end()..]
+            .find(['{', ';'])
+            .map(|i| i + whole.end())
+        else {
+            continue;
+        };
+        if code.as_bytes()[open] == b';' {
+            continue; // a declaration: a trait's method without a default, an extern fn
+        }
+        let mut depth = 0usize;
+        let mut close = code.len();
+        for (i, b) in code.bytes().enumerate().skip(open) {
+            match b {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let line = line_of(whole.start());
+        found.push(Function {
+            name: c[1].to_owned(),
+            line,
+            lines: line_of(close) - line + 1,
+        });
+    }
+    found
+}
+
+#[test]
+fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()?;
+    let mut files = Vec::new();
+    for dir in ROOTS {
+        rust_files(&root.join(dir), &mut files)?;
+    }
+    files.sort();
+    let mut offences = Vec::new();
+    let mut seen_long = std::collections::BTreeSet::new();
+    for path in &files {
+        let rel = path
+            .strip_prefix(&root)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = fs::read_to_string(path)?;
+        for f in functions(&lex(&text))
+            .into_iter()
+            .filter(|f| f.lines > MOST_LINES)
+        {
+            let listed = LONG_FUNCTIONS
+                .iter()
+                .find(|(file, name, _, _)| *file == rel && *name == f.name);
+            match listed {
+                None => offences.push(format!(
+                    "{rel}:{}: fn {} is {} lines, over {MOST_LINES}: split it (or, with a reason, list it in LONG_FUNCTIONS)",
+                    f.line, f.name, f.lines
+                )),
+                Some((_, _, most, _)) if f.lines > *most => offences.push(format!(
+                    "{rel}:{}: fn {} grew to {} lines, over the {most} it is listed at: a long function only shrinks",
+                    f.line, f.name, f.lines
+                )),
+                Some(_) => {
+                    seen_long.insert((rel.clone(), f.name.clone()));
+                }
+            }
+        }
+    }
+    for (file, name, _, _) in LONG_FUNCTIONS {
+        if !seen_long.contains(&((*file).to_owned(), (*name).to_owned())) {
+            offences.push(format!(
+                "{file}: fn {name} is listed in LONG_FUNCTIONS but is gone or no longer over {MOST_LINES} lines: take it off the list"
+            ));
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "{} function(s) against the length rule:\n{}",
+        offences.len(),
+        offences.join("\n")
+    );
+    Ok(())
+}
+
+#[test]
+fn a_function_is_measured_from_its_fn_to_its_closing_brace() {
+    let body = "    let x = \"}\"; // }\n".repeat(3);
+    let text = format!(
+        "//! A file.\ntrait T {{\n    fn declared(&self);\n}}\nfn short() {{}}\nfn long() {{\n{body}    let f = |a: u8| {{ a }};\n}}\n"
+    );
+    let found = functions(&lex(&text));
+    assert_eq!(
+        found,
+        [
+            Function {
+                name: "short".into(),
+                line: 5,
+                lines: 1
+            },
+            Function {
+                name: "long".into(),
+                line: 6,
+                lines: 6
+            },
+        ]
+    );
+}
+
+/// Why an experiment's `run` or timeline may be long: it reads as the experiment's steps and
+/// checks in the order its evidence prints them (SPEC §5), which a split into phases would hide
+/// behind names; each shrinks when its phases get functions of their own.
+const TIMELINE: &str = "an experiment's timeline, read in the order its evidence prints it";
+/// Why a test may be long: one scenario of inputs and its assertions, read top to bottom.
+const ONE_TEST: &str = "one test: its inputs and its assertions read top to bottom";
+/// Why a renderer may be long: one picture or page drawn in the order it appears.
+const DRAWING: &str = "a picture or page drawn top to bottom, in the order it appears";
+
+/// The functions over [`MOST_LINES`] lines, each with the length it may not exceed and why it is
+/// long. The list only shrinks: a listed function that grows fails, and one that is gone or no
+/// longer over the limit must leave the list.
+const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[];
+
+/// File names every crate has (its root, a module's directory file), which say nothing alone.
+const SHARED_NAMES: &[&str] = &["lib.rs", "main.rs", "mod.rs"];
+
+/// The source files (under a `src/`) whose name another source file has too, grouped by name.
+fn names_used_twice(files: &[String]) -> Vec<Vec<String>> {
+    let mut by_name: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for rel in files.iter().filter(|f| f.split('/').any(|p| p == "src")) {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        if !SHARED_NAMES.contains(&name) {
+            by_name.entry(name).or_default().push(rel.clone());
+        }
+    }
+    by_name.into_values().filter(|v| v.len() > 1).collect()
+}
+
+/// A file name means one thing: `hosts.rs` was the hosts trait in one place and the containers'
+/// servers in another. (A test file in `tests/` is named after what it tests, so it may share.)
+#[test]
+fn no_two_source_files_share_a_name() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()?;
+    let mut paths = Vec::new();
+    for dir in ROOTS {
+        rust_files(&root.join(dir), &mut paths)?;
+    }
+    let files: Vec<String> = paths
+        .iter()
+        .map(|p| Ok(p.strip_prefix(&root)?.to_string_lossy().replace('\\', "/")))
+        .collect::<anyhow::Result<_>>()?;
+    let twice = names_used_twice(&files);
+    assert!(twice.is_empty(), "source files sharing a name: {twice:?}");
+    let planted = [
+        "harness/src/hosts.rs",
+        "harness/src/containers/hosts.rs",
+        "lab/tests/hosts.rs",
+        "x/src/mod.rs",
+        "y/src/mod.rs",
+    ]
+    .map(String::from);
+    assert_eq!(
+        names_used_twice(&planted),
+        [vec![
+            "harness/src/hosts.rs".to_owned(),
+            "harness/src/containers/hosts.rs".to_owned()
+        ]],
+        "the rule finds a planted pair"
+    );
+    Ok(())
+}

@@ -29,7 +29,7 @@ use crate::{Error, Result};
 pub mod etcd;
 pub mod for_experiments;
 #[cfg(feature = "mariadb")]
-pub mod job;
+pub mod job_lease;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
@@ -326,7 +326,7 @@ pub(crate) fn check_timing(ttl: Duration, margin: Duration) -> Result<()> {
 pub const STORES: &[StoreKind] = &[
     sql::KIND,
     #[cfg(feature = "mariadb")]
-    job::KIND,
+    job_lease::KIND,
     #[cfg(feature = "redis")]
     redis::KIND,
     #[cfg(feature = "redis")]

@@ -23,11 +23,11 @@
 //! file holds no code of its own: it names the public API, which callers reach as
 //! `fencing::profile::…` whichever file holds it.
 
-mod job;
+mod job_profile;
 mod parse;
 mod statement;
 
-pub use job::{JobProfile, RunSql};
+pub use job_profile::{JobProfile, RunSql};
 pub use parse::{Claims, LeaseSql, Profile, ProfileError, ResourceSql, Sut, WriteSql};
 pub use statement::{Args, Dialect, Param, Slot, Statement};
 

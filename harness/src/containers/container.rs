@@ -2,7 +2,7 @@
 //! API (bollard, over its Unix socket; `DOCKER_HOST=unix://…` names another). A [`Container`]
 //! is a value whose `Drop` removes it, as testcontainers' are — and, unlike those, one that can
 //! be kept ([`Container::keep`]: a kept or failing run leaves it for inspection) without a second
-//! handle on it. Signals to it and to its processes go through `harness::process::container`.
+//! handle on it. Signals to it and to its processes go through `harness::process::in_container`.
 //! Nothing here runs the `docker` command.
 
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ pub(crate) async fn docker_with(timeout: Duration) -> Result<Docker, ContainerEr
     Ok(docker)
 }
 
-/// A connection to the Docker engine, for `harness::process::container`'s verbs.
+/// A connection to the Docker engine, for `harness::process::in_container`'s verbs.
 pub async fn docker() -> Result<Docker, ContainerError> {
     docker_with(ENGINE_TIMEOUT).await
 }

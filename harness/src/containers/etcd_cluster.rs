@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::{docker, shell, until_logged, Container, ContainerError, Image, Network, Spec};
-use crate::process::container as signals;
+use crate::process::in_container as signals;
 
 /// The client ports of the three members.
 pub const CLIENT_PORTS: [u16; 3] = [2379, 2389, 2399];

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use super::sweep::lab_alive;
+use super::leftovers::lab_alive;
 use super::{run, ContainerError, Spawn, CLI_TIMEOUT, LABEL};
 
 /// A request held in the network: this host drops every packet of one TCP connection — from

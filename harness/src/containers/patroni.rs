@@ -10,7 +10,7 @@
 //! on the leader from then on is acknowledged to the client and sent to no replica. (Freezing a
 //! replica's WAL *receiver* is not enough: the bytes already sent wait in its socket and arrive
 //! once it is thawed.) The leader is then lost with SIGKILL to its container, frozen senders with
-//! it; nothing is left frozen. Both signals go through `harness::process::container`.
+//! it; nothing is left frozen. Both signals go through `harness::process::in_container`.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use sqlx::{Connection as _, PgConnection};
 use super::{
     docker, until_logged, Container, ContainerError, Image, Network, Spec, PG_PORT, STARTUP_TIMEOUT,
 };
-use crate::process::container as signals;
+use crate::process::in_container as signals;
 pub use crate::server::standby::Lsn;
 
 /// A node's WAL positions, each `None` where the server has none or does not answer.
@@ -391,7 +391,7 @@ impl PatroniCluster {
         None
     }
 
-    /// Freezes (SIGSTOP, `process::container::signal_processes`) every WAL sender of `node`'s
+    /// Freezes (SIGSTOP, `process::in_container::signal_processes`) every WAL sender of `node`'s
     /// server — the processes whose title starts `postgres: ` and names a `walsender`: from now
     /// on nothing it commits reaches a replica. Returns once the container's `/proc` shows state
     /// `T` for every thread of each, with the frozen senders (`pid states title`, `; `-joined).
@@ -557,7 +557,7 @@ impl PatroniCluster {
     }
 
     /// Loses `node`'s host: SIGKILL to its container (etcd member, Patroni and server at once,
-    /// `process::container::stop` with no grace). Returns when the engine reports it stopped,
+    /// `process::in_container::stop` with no grace). Returns when the engine reports it stopped,
     /// with that moment.
     pub async fn lose_host(&mut self, name: &str) -> Result<Instant, ContainerError> {
         let docker = docker().await?;

@@ -1,6 +1,6 @@
 //! A PostgreSQL server in a container ([`PgContainer`]): initdb'd inside on its first start,
 //! trusting the private network's hosts, every statement logged; its crash and restart (SIGQUIT
-//! through `harness::process::container::stop`, then recovery on the same data); and the wait
+//! through `harness::process::in_container::stop`, then recovery on the same data); and the wait
 //! for a starting container to say it is ready ([`until_logged`], polled with a deadline). It
 //! sends no signal itself and never sleeps for a state: `harness::process` and `harness::wait`.
 
@@ -137,7 +137,7 @@ impl PgContainer {
 
     /// A crash and a restart on the same data: SIGQUIT to the postmaster, sent by the engine
     /// (immediate shutdown — every backend quits, no checkpoint), then SIGKILL if it lingers past
-    /// `timeout` (`process::container::stop`); once the container has stopped, it is started
+    /// `timeout` (`process::in_container::stop`); once the container has stopped, it is started
     /// again, recovers its data directory from the WAL, and this returns when it accepts
     /// connections (its address is read again: the network may give it another).
     pub async fn crash_restart(&mut self, timeout: Duration) -> Result<(), ContainerError> {

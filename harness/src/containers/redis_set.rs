@@ -16,7 +16,7 @@ use nix::sys::signal::Signal;
 use super::{
     docker, run, shell, until_logged, Container, ContainerError, Image, Network, Spec, CLI_TIMEOUT,
 };
-use crate::process::container as signals;
+use crate::process::in_container as signals;
 
 /// How long a server may take to start.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
