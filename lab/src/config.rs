@@ -99,16 +99,22 @@ pub fn free_port() -> Option<u16> {
         .map(|a| a.port())
 }
 
-/// A run another command makes (`lab grade`'s per design, `lab holder check`'s): `lab run`'s
-/// arguments after `lab run`, parsed and resolved as the command line's are, its output to the
-/// evidence only (quiet) and no servers kept when it fails.
-pub fn inner_run<I: IntoIterator<Item = String>>(args: I) -> anyhow::Result<Config> {
+/// The run's arguments with every default, as `lab run` alone has them. A command that runs
+/// experiments itself (`lab grade`, `lab holder check`) sets the fields it needs on this value,
+/// typed, instead of writing a command line to be parsed again.
+pub fn run_defaults() -> RunArgs {
     use clap::Parser as _;
-    let argv = ["lab".to_owned(), "run".to_owned()].into_iter().chain(args);
-    let cfg = match crate::args::Cli::try_parse_from(argv)?.command {
-        crate::args::Command::Run(args) => resolve(args)?,
-        _ => unreachable!("a run's arguments"),
-    };
+    match crate::args::Cli::try_parse_from(["lab", "run"]).map(|cli| cli.command) {
+        Ok(crate::args::Command::Run(args)) => args,
+        other => unreachable!("`lab run` alone parses as a run: {other:?}"),
+    }
+}
+
+/// A run another command makes (`lab grade`'s per design, `lab holder check`'s): its settings
+/// ([`run_defaults`] and the fields it set) resolved as the command line's are, its output to
+/// the evidence only (quiet) and no servers kept when it fails.
+pub fn inner_run(args: RunArgs) -> anyhow::Result<Config> {
+    let cfg = resolve(args)?;
     Ok(Config {
         quiet: true,
         keep_failed: false,

@@ -16,8 +16,19 @@ use std::path::{Path, PathBuf};
 use harness::evidence::{render_text, Event};
 use scenarios::Backend;
 
+use crate::args::LeaseStoreArg;
 use crate::run::run_lab;
 use crate::{config, exercise, print_stdout, Ended};
+
+/// What a row of the card grades, as the run's settings select it.
+enum Graded {
+    /// A profile (`--sut`): a built-in's name or a file.
+    Sut(String),
+    /// A lock service as the lease store (`--lease-store`), the lab's own fence at the resource.
+    LeaseStore(LeaseStoreArg),
+    /// A holder of the user's (`--holder-cmd`): its write is its own fence.
+    Holder(String),
+}
 
 /// The experiments that judge a fence: on the embedded cluster with nothing else installed (the
 /// F-series, PostgreSQL designs) and on a throwaway MariaDB (the U-series, job-lease designs).
@@ -114,8 +125,8 @@ pub fn run(
     let every = suts.is_empty() && stores.is_empty() && holders.is_empty();
     // Each design: its name, where it came from, whether it is expected to hold, and how a run
     // selects it (`--sut` a profile, or `--lease-store` a lock service).
-    let mut designs: Vec<(String, String, bool, [String; 2])> = Vec::new();
-    let sut = |s: &str| ["--sut".to_owned(), s.to_owned()];
+    let mut designs: Vec<(String, String, bool, Graded)> = Vec::new();
+    let sut = |s: &str| Graded::Sut(s.to_owned());
     // Flawed designs the card cannot judge here, and why: an exercise on MariaDB where the
     // U-series cannot run would show n/a everywhere — neither safe nor unsafe.
     let mut not_graded: Vec<(String, String)> = Vec::new();
@@ -152,14 +163,19 @@ pub fn run(
             } else {
                 kind.name
             };
-            match &engine {
-                Ok(_) => designs.push((
+            let store = <LeaseStoreArg as clap::ValueEnum>::from_str(kind.name, false);
+            match (&engine, store) {
+                (Ok(_), Ok(store)) => designs.push((
                     design.into(),
                     format!("--lease-store {}: {}", kind.name, kind.about),
                     kind.sound,
-                    ["--lease-store".to_owned(), kind.name.to_owned()],
+                    Graded::LeaseStore(store),
                 )),
-                Err(why) => not_graded.push((
+                (Ok(_), Err(_)) => not_graded.push((
+                    design.into(),
+                    format!("{}: no --lease-store runs it", kind.name),
+                )),
+                (Err(why), _) => not_graded.push((
                     design.into(),
                     format!("the lock service {} in a container — {why}", kind.name),
                 )),
@@ -205,7 +221,7 @@ pub fn run(
             format!("yours-{name}"),
             format!("--holder-cmd {cmd}"),
             true,
-            ["--holder-cmd".to_owned(), cmd.clone()],
+            Graded::Holder(cmd.clone()),
         ));
     }
     if !every {
@@ -216,7 +232,7 @@ pub fn run(
                 design_name(&sut),
                 sut.clone(),
                 expected_safe,
-                ["--sut".into(), sut],
+                Graded::Sut(sut),
             ));
         }
     }
@@ -228,21 +244,21 @@ pub fn run(
         }
     };
     let mut rows = Vec::new();
-    for (design, source, expected_safe, [flag, value]) in designs {
+    for (design, source, expected_safe, graded) in designs {
         let dir = evidence_dir.join("grade").join(&design);
-        let mut argv = vec![
-            "--only".to_owned(),
-            EXPERIMENTS.into(),
-            flag.clone(),
-            value,
-            "--evidence-dir".into(),
-            dir.display().to_string(),
-        ];
-        if flag == "--lease-store" || flag == "--holder-cmd" {
-            // One fence: the store, or the user's holder, is what is graded.
-            argv.extend(["--fenced-mode".to_owned(), "fenced-scope".to_owned()]);
+        let mut args = config::run_defaults();
+        args.only = Some(EXPERIMENTS.split(',').map(str::to_owned).collect());
+        args.evidence_dir.clone_from(&dir);
+        match graded {
+            Graded::Sut(sut) => args.sut = Some(sut),
+            Graded::LeaseStore(store) => args.lease_store = store,
+            Graded::Holder(cmd) => args.holder_cmd = Some(cmd),
         }
-        let cfg = match config::inner_run(argv) {
+        if args.sut.is_none() {
+            // One fence: the store, or the user's holder, is what is graded.
+            args.fenced_mode = Some("fenced-scope".to_owned());
+        }
+        let cfg = match config::inner_run(args) {
             Ok(cfg) => cfg,
             Err(e) => {
                 eprintln!("lab grade: {design}: {e:#}");

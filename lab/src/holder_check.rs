@@ -18,18 +18,12 @@ use crate::{config, Ended, Signals};
 pub const EXPERIMENTS: &str = "F4,F10,F12";
 
 pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
-    let argv = [
-        "--holder-cmd",
-        cmd,
-        "--only",
-        EXPERIMENTS,
-        "--fenced-mode",
-        "fenced-scope",
-        "--evidence-dir",
-        &evidence_dir.display().to_string(),
-    ]
-    .map(str::to_owned);
-    let cfg = match config::inner_run(argv) {
+    let mut args = config::run_defaults();
+    args.holder_cmd = Some(cmd.to_owned());
+    args.only = Some(EXPERIMENTS.split(',').map(str::to_owned).collect());
+    args.fenced_mode = Some("fenced-scope".to_owned());
+    args.evidence_dir.clone_from(&evidence_dir);
+    let cfg = match config::inner_run(args) {
         Ok(cfg) => cfg,
         Err(e) => {
             // Worded for this command's own flag.
