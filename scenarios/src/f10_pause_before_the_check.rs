@@ -27,7 +27,7 @@ use crate::paused_holder::{
 use crate::testbed::{
     acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY,
 };
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F10;
 
@@ -38,6 +38,22 @@ impl Scenario for F10 {
 
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "holder A frozen (SIGSTOP) before its local-deadline check",
+            shows: "the holder's own monotonic deadline stops it: a pause before the check needs no fence",
+            paragraph: "A holder checks a local deadline, counted on its own monotonic clock, just \
+                        before it writes. Here A, a separate process renewing in the background, \
+                        is frozen with SIGSTOP before that check, renewer thread included; its \
+                        lease expires by the store's clock and B, the lab's own client, acquires \
+                        token 2 and writes. Thawed, A finds its deadline passed and exits without \
+                        writing. A is given the unfenced write mode on purpose, so only its own \
+                        check keeps B's data: the resource logs no attempt by A, B's summary stays \
+                        and the lease is still B's. Contrast F4, where A is frozen after the check \
+                        and only the fence helps.",
+        }
     }
 
     fn title(&self) -> &'static str {

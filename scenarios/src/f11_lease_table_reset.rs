@@ -21,7 +21,7 @@ use crate::testbed::{
     acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE,
     SUMMARY,
 };
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F11;
 
@@ -34,6 +34,22 @@ const FURTHER_GRANTS: i64 = 2;
 impl Scenario for F11 {
     fn id(&self) -> &'static str {
         "F11"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "an operator truncates the lease table by hand",
+            shows: "tokens restart below the resource's floor and the rightful holder is rejected: liveness lost",
+            paragraph: "Four holdings in turn take tokens 1 to 4 and write, so the resource's \
+                        floor stands at 4. Then an operator empties the lease table by hand, and \
+                        its token counter with it. The next holder, C, is granted token 1 again: \
+                        it is the lease's current, unexpired holder, yet the fenced resource \
+                        rejects its write, and the next two grants (tokens 2 and 3) are rejected \
+                        too. The floor keeps no lease, only the highest token it has seen, so it \
+                        cannot tell a reissued token from a stale holder's. Breaking the rule that \
+                        tokens never go back costs liveness here, not safety: nothing wrong is \
+                        written, but the job cannot run.",
+        }
     }
 
     fn title(&self) -> &'static str {

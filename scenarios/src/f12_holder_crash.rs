@@ -28,7 +28,7 @@ use crate::paused_holder::{
 };
 use crate::testbed::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::testbed::{DETAIL, SUMMARY};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F12;
 
@@ -39,6 +39,22 @@ impl Scenario for F12 {
 
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "holder A killed (SIGKILL) in or right after its write",
+            shows: "an open write is rolled back, a committed one stays; a dead holder's lease lasts until expiry",
+            paragraph: "A real holder process, renewing in the background, is killed with SIGKILL, \
+                        so no handler runs and nothing is released or rolled back by A. (a) A dies \
+                        inside its write transaction, after the floor, the part and the attempt \
+                        record were written but before the commit: the server aborts the \
+                        transaction with the dead connection and all of it disappears. (b) A dies \
+                        right after its write committed: the part, the floor and the attempt \
+                        record stay. In both, the checks confirm that A's processes and database \
+                        sessions are gone, that B is refused at once because A's lease outlives A, \
+                        and that B acquires token 2 and writes once the lease expires.",
+        }
     }
 
     fn title(&self) -> &'static str {

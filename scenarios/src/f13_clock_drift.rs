@@ -40,7 +40,7 @@ use crate::paused_holder::{
     lab_client_takes_over, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
 };
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 /// F13 as `./run.sh` runs it. `uncovered_rate` replaces the not-covered rows' clock rate: only a
 /// deliberately broken variant ([`crate::broken`]) sets it.
@@ -73,6 +73,22 @@ impl Scenario for F13 {
     fn runs_alone(&self) -> bool {
         // A drift against the margin is timing: the load of another experiment is noise.
         true
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "holder A's clock runs slow (libfaketime)",
+            shows: "the margin covers clock drift up to a bound; beyond it A writes late and only the fence stops it",
+            paragraph: "A holder's local deadline is the TTL less a margin, counted on its own \
+                        clock; if that clock runs slow, the deadline can outlast the lease. A runs \
+                        under libfaketime at a chosen rate, acquires once without renewing, and \
+                        waits before its check. The margin covers any rate down to r* = (TTL - \
+                        margin) / TTL. Asked the moment the lease expires, A just above r* already \
+                        finds its deadline passed, and A just below still finds it ahead. At half \
+                        of r*, B takes over and writes first, then A's check still passes and A \
+                        writes: the fenced resource rejects it, the unfenced one accepts it (the \
+                        negative control). Each row's measured clock rate is checked too.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -31,7 +31,7 @@ use sqlx::PgPool;
 
 use crate::paused_holder::{A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 /// F14 as `./run.sh` runs it. `synchronous_names` false leaves `synchronous_standby_names` empty
 /// in part (b): only a deliberately broken variant ([`crate::broken`]) does that.
@@ -51,6 +51,23 @@ impl Scenario for F14 {
     fn runs_alone(&self) -> bool {
         // It promotes standbys: two more clusters and their replication.
         true
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "the lease store's primary lost, its standby promoted",
+            shows: "asynchronous replication grants an acknowledged token twice; synchronous keeps every one",
+            paragraph: "The lease database runs on a primary with a streaming standby; the \
+                        resource stays elsewhere. The lab cuts the standby's replication link, A \
+                        acquires on the primary, the primary's host is killed and the standby \
+                        promoted, and B acquires there. (a) With asynchronous replication, A's \
+                        acquire is acknowledged at once though it never reached the standby, so \
+                        the promoted standby grants B the same token; the floor cannot tell them \
+                        apart and A's stale write is accepted after B's, the negative control. (b) \
+                        With synchronous replication, A's acquire waits unacknowledged until the \
+                        link is back; after the failover B's token is greater and A's stale write \
+                        is rejected.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -28,7 +28,7 @@ use sqlx::PgPool;
 
 use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 /// F15 as `./run.sh` runs it. `hold: false` sends A's write without holding it: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
@@ -39,6 +39,23 @@ pub struct F15 {
 impl Scenario for F15 {
     fn id(&self) -> &'static str {
         "F15"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "A's write request held in the network past its lease",
+            shows: "a request sent while A was valid can arrive after the takeover: only the fence stops it",
+            paragraph: "The resource runs in a container of its own, reached over TCP. A acquires \
+                        once, with no renewal, passes its local-deadline check while its lease is \
+                        valid and sends its write, but the lab drops every packet of A's \
+                        connection to the resource. Meanwhile the lease expires by the database \
+                        clock, and B acquires token 2 and writes. When the hold is lifted, TCP \
+                        retransmits and A's request arrives; the resource's own statement log \
+                        shows it arriving after B's write. The fenced resource rejects it; the \
+                        unfenced one accepts it and A's stale content replaces B's, the negative \
+                        control. No check inside A could have helped: the request had already \
+                        left.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -35,7 +35,7 @@ use sqlx::PgPool;
 
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 /// F16 as `./run.sh` runs it. `cut: false` leaves A's lease connections alone: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
@@ -50,6 +50,23 @@ impl Scenario for F16 {
 
     fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
         Ok(())
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "A partitioned from the lease store, not the resource",
+            shows: "a partitioned holder stops by itself before its check; a write already past it meets the fence",
+            paragraph: "The lease store and the resource each live on a host of their own. Holder \
+                        A, renewing in the background, is cut off from the lease store by firewall \
+                        rules that drop its lease connections, while its connection to the \
+                        resource is untouched. The checks confirm that A's renewals fail, the \
+                        lease expires by the store's clock, and B acquires token 2 and writes. In \
+                        the first row A has not yet reached its check: it finds its local deadline \
+                        passed and the resource never sees it. In the others A was already past \
+                        its check: its write reaches the resource after B's, and the fenced \
+                        resource rejects it while the unfenced one accepts it (the negative \
+                        control).",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -20,7 +20,7 @@
 //! Needs the `containers` feature and a Docker engine; the image (PostgreSQL, Patroni, etcd) is
 //! built here from Debian packages on first use. Without them F17 says `skip` with the reason.
 
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 /// F17 as `./run.sh` runs it. `freeze: false` leaves the leader's WAL senders alone, so that
 /// nothing opens a loss window: only a deliberately broken variant ([`crate::broken`]) does that,
@@ -32,6 +32,23 @@ pub struct F17 {
 impl Scenario for F17 {
     fn id(&self) -> &'static str {
         "F17"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "the Patroni leader lost with its WAL senders frozen",
+            shows: "asynchronous failover loses an acknowledged token; synchronous_mode keeps every one, at a price",
+            paragraph: "The lease store as production runs it: three PostgreSQL servers managed by \
+                        Patroni on etcd, failing over by themselves, with the resource on a host \
+                        outside the cluster. A acquires token 1, which every replica replays, and \
+                        its lease runs out. The lab freezes the leader's WAL senders, A acquires \
+                        again, the leader's host is killed, and Patroni elects a new leader, where \
+                        B acquires and writes. Asynchronously, A's second token was acknowledged \
+                        by the leader alone and is lost: B is granted the same token and A's stale \
+                        write is accepted, the negative control. With synchronous_mode, plain and \
+                        strict, A's second acquire waits unanswered instead, and after the \
+                        failover A's write is rejected.",
+        }
     }
 
     fn title(&self) -> &'static str {

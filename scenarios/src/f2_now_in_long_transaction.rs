@@ -32,7 +32,7 @@ use sqlx::Connection;
 use crate::testbed::{
     acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
 };
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F2;
 
@@ -44,6 +44,23 @@ const TOLERANCE_MS: f64 = 5.0;
 impl Scenario for F2 {
     fn id(&self) -> &'static str {
         "F2"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "lease statements run inside a long-open transaction",
+            shows: "only an autocommit statement judges expiry as it runs; now() in a transaction stands still",
+            paragraph: "PostgreSQL's now() stops at the moment a transaction began, so a lease \
+                        statement run inside an old transaction judges expiry by a stale clock. A \
+                        takes a short lease and a transaction T opens while it is valid; two \
+                        writes with the same token are both accepted and the floor stays at 1. \
+                        Once the lease has expired, A's renew in autocommit is refused and the row \
+                        is left as it was. Inside T, B's acquire is still refused, while the same \
+                        acquire in autocommit succeeds; in a second transaction, a renew judged by \
+                        now() revives the expired lease, a flaw shown, where one written with \
+                        clock_timestamp() is refused. Last, a contender polling the lease is \
+                        granted at or after expires_at, never before.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -41,7 +41,7 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use crate::testbed::{shown, LEASE};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F3;
 
@@ -73,6 +73,22 @@ impl Scenario for F3 {
     fn runs_alone(&self) -> bool {
         // The contenders must overlap on the server: the load of another experiment is noise.
         true
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "contenders released together race for one lease",
+            shows: "one winner on a free lease, none on a held one until its expiry, the token up by one per win",
+            paragraph: "Sixteen contenders by default, each on its own connection, are released \
+                        together to acquire one lease: on a fresh lease, while it is held, in its \
+                        last moments (a quarter of the TTL or less left), and after it expired by \
+                        the database clock. The checks count the winners of each round (one, none, \
+                        none judged before the expiry, one), their tokens (1, then 2) and the \
+                        single lease left at the end. To prove the race was real at the server, \
+                        the lab locks the lease table until every contender's statement waits \
+                        there, then lets them all go at once. A store that hands a lease over even \
+                        slightly early fails the last-moments round.",
+        }
     }
 
     fn title(&self) -> &'static str {

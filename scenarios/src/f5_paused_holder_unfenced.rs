@@ -10,7 +10,7 @@ use harness::evidence::Recorder;
 
 use crate::paused_holder::{self, part_line, A_CONTENT};
 use crate::testbed::HOLDER_A;
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F5;
 
@@ -25,6 +25,22 @@ impl Scenario for F5 {
 
     fn again_on_stores(&self) -> bool {
         true
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "holder A frozen (SIGSTOP) past its lease; no fence",
+            shows: "negative control: without a token check at the resource, A's stale write overwrites B's",
+            paragraph: "The negative control for F4: the same two holder processes and the same \
+                        timeline, but the resource accepts writes without checking their token. A \
+                        acquires token 1 and is frozen with SIGSTOP at its write point; its lease \
+                        expires by the store's clock; B acquires token 2 and writes; A is thawed \
+                        and sends the write it had prepared. Here it lands: the checks require \
+                        that A's stale result replaced B's, and that the resource's own write log \
+                        shows token 1 accepted after token 2. If this flaw ever failed to show, \
+                        the lab could no longer tell a fenced resource from an unfenced one, so \
+                        that would count as a failure.",
+        }
     }
 
     fn title(&self) -> &'static str {

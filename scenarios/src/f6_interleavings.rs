@@ -43,7 +43,7 @@ use tokio::sync::oneshot;
 use crate::latch::{finishes, latch, reached};
 use crate::paused_holder::part_line;
 use crate::testbed::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F6;
 
@@ -72,6 +72,23 @@ fn write(writer: &'static str) -> Write<'static> {
 impl Scenario for F6 {
     fn id(&self) -> &'static str {
         "F6"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "two writers interleaved at the resource by latches",
+            shows: "check-then-write lets an old token win; the fenced write queues writers on the floor row",
+            paragraph: "The lab pauses writers inside the resource's own write path with latches, \
+                        so each interleaving happens exactly, never by luck of timing. (a) With \
+                        check-then-write, A (token 1) reads the floor, passes and pauses; B (token \
+                        2) writes; A resumes and writes: the floor falls back from 2 to 1 and A's \
+                        old content wins, the negative control. (b) to (e) use the fenced write: \
+                        the first writer pauses inside its open transaction, and the checks see \
+                        the second wait on the floor row's lock (pg_stat_activity, \
+                        pg_blocking_pids), then be judged on the committed floor. B's content is \
+                        kept whichever writes first, and A's two parts under one new token are \
+                        both accepted.",
+        }
     }
 
     fn title(&self) -> &'static str {

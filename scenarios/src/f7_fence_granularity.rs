@@ -16,13 +16,29 @@ use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F7;
 
 impl Scenario for F7 {
     fn id(&self) -> &'static str {
         "F7"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "the old holder writes a part the new one never touched",
+            shows: "a row-level fence misses new rows; one floor per scope rejects an old token wherever it writes",
+            paragraph: "A writes the summary with token 1, its lease expires, and B acquires token \
+                        2 and rewrites the summary. Then A, with its old token, writes the detail, \
+                        a part B never touched, and tries the summary again. A fence that compares \
+                        tokens row by row has nothing to compare for a new row, so it accepts A's \
+                        detail: the negative control. The scope-level fence keeps one floor for \
+                        everything the lease protects and rejects both of A's writes. In both \
+                        modes A's overwrite of B's own row is rejected, which shows that the \
+                        row-level fence works where it looks and nowhere else, rather than \
+                        comparing nothing at all.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -21,7 +21,7 @@ use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F8;
 
@@ -75,6 +75,22 @@ impl Scenario for F8 {
     fn runs_alone(&self) -> bool {
         // It crashes and restarts the server.
         true
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "the database crashes (immediate stop, WAL recovery)",
+            shows: "the lease row and the floor survive a crash; no token is reused; the old holder stays fenced",
+            paragraph: "A holds the lease with token 2 and has written with it when the lab \
+                        crashes the database: an immediate stop with no checkpoint, so the restart \
+                        must replay the write-ahead log, and the server log must say so. The \
+                        checks then find the lease row exactly as it was, A still holding it and \
+                        able to renew, and the resource's floor still at 2. Once A's lease \
+                        expires, B is granted token 3, never a reused one; B's write is accepted \
+                        and A's token 2 is rejected. The lab also shows, without judging it, that \
+                        the downtime counts against the lease: nothing pauses its expiry while the \
+                        server is down.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -13,7 +13,7 @@ use fencing::schema;
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquired, shown, HOLDER_A, HOLDER_B, LEASE};
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 pub struct F9;
 
@@ -30,6 +30,21 @@ enum Variant {
 impl Scenario for F9 {
     fn id(&self) -> &'static str {
         "F9"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "a side effect (a publish) that cannot check a token",
+            shows: "a business-key publish keeps the first arrival; a versioned publish keeps the newest token",
+            paragraph: "Not every effect lands in a database that can check a fencing token: here \
+                        both holders publish \"the report is ready\" downstream. A acquires token \
+                        1, its lease expires and B takes over with token 2 before anyone \
+                        publishes. With idempotency by business key, the publisher keeps whichever \
+                        message arrives first: in the order B then A, B's content is kept, but in \
+                        the order A then B the stale content wins, the negative control. The \
+                        versioned publish carries the source token and keeps the highest, so B's \
+                        content is kept in both orders: the fence rebuilt at the business layer.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -143,13 +143,7 @@ pub trait Scenario: Sync {
     /// The CASE title: the fault and the property, in one line.
     fn title(&self) -> &'static str;
     /// The fault, what it shows and a paragraph, for the README's table and the experiments page.
-    fn about(&self) -> About {
-        About {
-            fault: "",
-            shows: "",
-            paragraph: "",
-        }
-    }
+    fn about(&self) -> About;
     /// How many checks a complete run makes. [`run_all`] fails a scenario that completes with
     /// another number (a check that silently went missing), and the tests hold every scenario
     /// to it.

@@ -9,7 +9,7 @@ use harness::evidence::Recorder;
 use harness::hosts::Host;
 use sqlx::{Connection, PgConnection};
 
-use crate::{Outcome, Scenario, Testbed};
+use crate::{About, Outcome, Scenario, Testbed};
 
 /// `separate_hosts`: the container backend's P0, with the two checks of the network.
 pub struct P0 {
@@ -19,6 +19,22 @@ pub struct P0 {
 impl Scenario for P0 {
     fn id(&self) -> &'static str {
         "P0"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "none: the preflight checks the premise",
+            shows: "the resource's role cannot read the lease database, while each role reaches its own",
+            paragraph: "Before any experiment, P0 proves the premise every other one relies on: \
+                        the resource side cannot read the lease, so whatever it accepts or rejects \
+                        it judges by the token a write carries, never by asking the lease store. \
+                        The role the resource connects as must be refused by the lease database, \
+                        while each role can still reach its own database, so the refusal is a \
+                        permission and not a broken connection. On the container backend, where \
+                        the lease store and the resource run on hosts of their own, P0 also shows \
+                        that the resource's host has no route to the lease store's server at all, \
+                        while it reaches its own.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -25,7 +25,7 @@ use holder_protocol::{exit, Event, Request};
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 pub struct R1;
 
@@ -51,6 +51,22 @@ const PER_RUN: usize = 10;
 impl Scenario for R1 {
     fn id(&self) -> &'static str {
         "R1"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "ZooKeeper deletes the lock's parent; its suffix restarts",
+            shows: "a sequence suffix used as the token repeats once the parent goes; the czxid keeps rising",
+            paragraph: "Curator's ZooKeeper lock keeps its nodes under a container parent, which \
+                        ZooKeeper deletes once its last child is gone; a child's sequence suffix \
+                        counts from 0 again in the parent made anew. A takes the lock, node 0, and \
+                        is frozen at its write point; ZooKeeper expires its session and deletes \
+                        its node, then the empty parent; B takes the lock in a new parent, writes \
+                        and releases; A is thawed and writes with its old token. With the suffix \
+                        as the token, B's token is A's again and A's stale write is accepted (the \
+                        negative control); with the czxid as the token, B's is greater and A is \
+                        rejected. A token-regression check judges both runs.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -33,7 +33,7 @@ use holder_protocol::{exit, Event, Request};
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 pub struct R2;
 
@@ -48,6 +48,22 @@ const TIMED_OUT: usize = 3;
 impl Scenario for R2 {
     fn id(&self) -> &'static str {
         "R2"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "the Redis primary lost before its replica had the grant",
+            shows: "Sentinel's promoted replica grants the same token again; WAIT 1 before use prevents it",
+            paragraph: "A fenced Redis lock takes its token from an INCR on the primary, and Redis \
+                        replicates asynchronously. Each run starts a fresh primary, replica and \
+                        three Sentinels. With the replica cut off, A takes the lock and its token \
+                        is acknowledged by the primary alone; the primary is lost, Sentinel \
+                        promotes the replica, and B is granted the same token there: A's stale \
+                        write is accepted after B's, the negative control. With WAIT 1 before the \
+                        token is used, A's grant is on the replica before the loss, so B's token \
+                        is greater and A is rejected. A third run shows the price: with the \
+                        replica cut off, WAIT times out and A gets no token.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -30,13 +30,29 @@ use holder_protocol::{exit, Event, Request};
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::paused_holder::{step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE};
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 pub struct R3;
 
 impl Scenario for R3 {
     fn id(&self) -> &'static str {
         "R3"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "a three-member etcd cluster restored from an old snapshot",
+            shows: "a restore turns revisions back and fences out the rightful holder; raising them first holds",
+            paragraph: "An etcd lock's token is the revision at which its key was created, which \
+                        only grows while the cluster keeps its history. The lab saves a snapshot, \
+                        grants a few more locks, and A takes the lock and writes, setting the \
+                        resource's floor to its revision. Then the whole cluster is restored from \
+                        the snapshot: the revision goes back, and B, the rightful holder now, is \
+                        granted a smaller revision and its write is rejected by the fence (the \
+                        negative control, which a token-regression check also catches). Restored \
+                        again, but with the revision raised past the old one before any client \
+                        connects, B's revision is greater and its write is accepted.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -33,7 +33,7 @@ use holder_protocol::{Event, Request};
 
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 pub struct RL1;
 
@@ -59,6 +59,22 @@ const INTERLEAVINGS: usize = 3;
 impl Scenario for RL1 {
     fn id(&self) -> &'static str {
         "RL1"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "the Redlock winner frozen (SIGSTOP) past its validity",
+            shows: "Redlock alone lets the stale holder write; a counter token fences it, if it arrives after B's",
+            paragraph: "Kleppmann's critique of Redlock, run for real on five independent Redis \
+                        servers. A wins the lock on a majority and is frozen at its write point \
+                        until its keys expire; B wins the lock and writes; A wakes and writes. \
+                        With Redlock as published there is no token, so A's stale write is \
+                        accepted over B's (the negative control). With a counter token, A's write \
+                        is rejected. But a fence only orders writes: if A's write arrives before \
+                        B's first one, it is accepted, then superseded. The lab also tries \
+                        antirez's check-and-set on the lock's random value, where a claim that \
+                        arrives late lets the stale holder take the resource back.",
+        }
     }
 
     fn title(&self) -> &'static str {

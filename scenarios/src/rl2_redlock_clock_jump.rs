@@ -14,7 +14,7 @@ use harness::hosts::RedlockServers;
 
 use crate::redlock_majorities::{self, Fault, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 pub struct RL2;
 
@@ -26,6 +26,22 @@ const RUNS: [&str; 2] = ["redlock", "redlock-fenced"];
 impl Scenario for RL2 {
     fn id(&self) -> &'static str {
         "RL2"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "one Redis server's clock jumps 11 s forward",
+            shows: "two clients hold a Redlock majority at once; a counter token, with no TTL, still orders them",
+            paragraph: "Kleppmann's clock example against Redlock on five Redis servers. A reaches \
+                        only servers 0, 1 and 2 and wins the lock there. Server 2's wall clock \
+                        then jumps 11 seconds forward, so A's key expires there early; B reaches \
+                        only 2, 3 and 4 and wins too. The servers' own state shows two majorities \
+                        at once, each client within its validity. Without a token, A's write after \
+                        B's is accepted (the negative control). With a counter token, the counter \
+                        has no TTL and outlives the jump: B's token is greater and the fence \
+                        rejects A. Beside it, antirez's check-and-set rejects A's write once B has \
+                        claimed the resource.",
+        }
     }
 
     fn title(&self) -> &'static str {

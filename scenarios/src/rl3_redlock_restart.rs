@@ -15,7 +15,7 @@ use harness::hosts::RedlockServers;
 
 use crate::redlock_majorities::{self, Fault, DELAYED, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
-use crate::{Needs, Outcome, Scenario, Testbed};
+use crate::{About, Needs, Outcome, Scenario, Testbed};
 
 pub struct RL3;
 
@@ -28,6 +28,22 @@ const RUNS: [(&str, Fault, &str); 3] = [
 impl Scenario for RL3 {
     fn id(&self) -> &'static str {
         "RL3"
+    }
+
+    fn about(&self) -> About {
+        About {
+            fault: "a Redis server restarts without persistence",
+            shows: "a restarted server forgets the key and the counter token; a restart delayed by a TTL keeps B out",
+            paragraph: "The caveat antirez himself gives, on five Redis servers with no \
+                        persistence. A reaches only servers 0, 1 and 2 and wins the lock; server 2 \
+                        restarts empty; B reaches only 2, 3 and 4 and wins too, so two clients \
+                        hold a majority at once. Without a token, A's write after B's is accepted. \
+                        With a counter token it is no better: the restarted server forgot its \
+                        counter as well, B's token equals A's and the fence accepts A's write, a \
+                        second negative control. The remedy antirez proposes, a restarted server \
+                        kept unavailable for a TTL, holds: B cannot win a majority while A's lock \
+                        is valid.",
+        }
     }
 
     fn title(&self) -> &'static str {

@@ -25,7 +25,27 @@
 //! millisecond the database's now equals it. Probes aimed at it show that millisecond is the next
 //! holder's — the holder cannot renew, release or complete in it; another owner takes over.
 
-crate::u_common::u_scenario!(U1, "U1", 35, "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release");
+use crate::About;
+
+crate::u_common::u_scenario!(
+    U1,
+    "U1",
+    35,
+    "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release",
+    About {
+        fault: "A's job lease expires and B takes it over (MariaDB)",
+        shows: "each call names lease, owner and fence: an old holding cannot renew, release or complete",
+        paragraph: "The source's job-lease integration test, on MariaDB. A's lease expires by \
+                    database time and B takes it over with fence 2: A's release, renew and is_held \
+                    now fail while B's succeed, and B cannot complete the run A started. The same \
+                    owner then takes the lease again, so only the fence tells its two holdings \
+                    apart. Next the lease row is deleted by hand and the fence restarts at 1: \
+                    where the fence repeats, the owner token still refuses the old holding. Then \
+                    one owner holds several leases, and each statement reaches only its own lease \
+                    and run. Last, probes aimed at the millisecond a lease ends find that it \
+                    belongs to the next holder.",
+    }
+);
 
 #[cfg(feature = "mariadb")]
 mod imp {

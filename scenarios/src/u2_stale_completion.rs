@@ -13,7 +13,27 @@
 //! condition and the fence condition refuse A alike (U1 shows the fence alone, with one owner
 //! holding twice).
 
-crate::u_common::u_scenario!(U2, "U2", 10, "stale completion (MariaDB): holder A renews while its run goes on, is frozen before completing, B takes over and finishes; A's completion is fenced by the lease join");
+use crate::About;
+
+crate::u_common::u_scenario!(
+    U2,
+    "U2",
+    10,
+    "stale completion (MariaDB): holder A renews while its run goes on, is frozen before completing, B takes over and finishes; A's completion is fenced by the lease join",
+    About {
+        fault: "holder A frozen (SIGSTOP) just before completing its run",
+        shows: "a completion joined to the lease refuses a stale owner; a run-id-only completion lets it through",
+        paragraph: "The source's reconciler, on MariaDB, with A a real holder process. A acquires \
+                    the job lease, starts its run and renews on its own thread for longer than the \
+                    TTL; just before it completes, the lab freezes it, renewer thread included. \
+                    Its lease expires by database time, B takes over with a greater fence and \
+                    completes its own run, then A is thawed and sends its \"finished\". The \
+                    completion that joins the lease in the same statement affects 0 rows: A's run \
+                    stays running, B's stays completed, and A's renew tells it the lease is lost. \
+                    Unfrozen, the same completion succeeds; one that checks only the run id lets \
+                    A's stale \"finished\" through.",
+    }
+);
 
 #[cfg(feature = "mariadb")]
 mod imp {

@@ -6,7 +6,27 @@
 //! expiry by `CURRENT_TIMESTAMP(3)` in the statement that writes. Needs
 //! MariaDB and libfaketime; without either it says `skip` with the install hint.
 
-crate::u_common::u_scenario!(U3, "U3", 4, "database time (MariaDB): an expired lease cannot be renewed; a renew judged by a client's lagging clock (libfaketime) can");
+use crate::About;
+
+crate::u_common::u_scenario!(
+    U3,
+    "U3",
+    4,
+    "database time (MariaDB): an expired lease cannot be renewed; a renew judged by a client's lagging clock (libfaketime) can",
+    About {
+        fault: "a client whose clock lags 3 s (libfaketime)",
+        shows: "expiry judged by the database clock holds; a renew judged by the client's clock revives a lease",
+        paragraph: "Whose clock decides when a lease has expired? On MariaDB, A takes a short job \
+                    lease, starts a run and lets the lease expire. Though nobody took it over, A \
+                    can no longer complete its run, because the statement that writes judges \
+                    expiry by the database's CURRENT_TIMESTAMP(3). A separate process under \
+                    libfaketime, its clock set 3 seconds behind, plays a client with a lagging \
+                    clock, and the lag is measured. A renew judged by the database clock is \
+                    refused, but the same renew judged by the client's clock is fooled and revives \
+                    the expired lease, the negative control. Expiry must be judged by the one \
+                    clock that decides.",
+    }
+);
 
 #[cfg(feature = "mariadb")]
 mod imp {

@@ -10,7 +10,27 @@
 //! `lease_name` (+ expiry) and one checking only `owner_token` (+ expiry) each let the old
 //! execution finish — an owner check cannot tell a generation.
 
-crate::u_common::u_scenario!(U4, "U4", 11, "the same instance acquires again (fence n → n+1) while its old run is still going: only the fence rejects the old run's completion");
+use crate::About;
+
+crate::u_common::u_scenario!(
+    U4,
+    "U4",
+    11,
+    "the same instance acquires again (fence n → n+1) while its old run is still going: only the fence rejects the old run's completion",
+    About {
+        fault: "an instance re-acquires while its old run is still going",
+        shows: "with one owner token per instance, only the fence tells its old holding from its new one",
+        paragraph: "Seed 000's own case: the owner token names the instance, so it stays the same \
+                    when that instance acquires again. Instance A's old execution is still running \
+                    when its lease expires; A acquires again with fence 2 and starts a new run; \
+                    then the old execution tries to finish, renew, ask is_held and release. With \
+                    the fenced statements all of it fails, and even the old run completed under \
+                    the new holding changes nothing, since the run's own fence is joined to the \
+                    lease's, while the new execution's completion succeeds. Completions that check \
+                    only the lease name or only the owner token let the old execution finish: an \
+                    owner check cannot tell one generation from the next.",
+    }
+);
 
 #[cfg(feature = "mariadb")]
 mod imp {

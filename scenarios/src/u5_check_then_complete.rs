@@ -10,7 +10,27 @@
 //! condition and the fence condition refuse A alike (U1 shows the fence alone, with one owner
 //! holding twice).
 
-crate::u_common::u_scenario!(U5, "U5", 7, "check-then-set (MariaDB): A checks is_held, pauses, B takes over; only a completion that re-checks as it writes stops A");
+use crate::About;
+
+crate::u_common::u_scenario!(
+    U5,
+    "U5",
+    7,
+    "check-then-set (MariaDB): A checks is_held, pauses, B takes over; only a completion that re-checks as it writes stops A",
+    About {
+        fault: "A pauses between its is_held check and its write",
+        shows: "a client-side check is stale when acted on; only a completion that re-checks as it writes holds",
+        paragraph: "Seed 000's Java check-then-set, if (lease.isHeld()) run.setFinished(true), on \
+                    MariaDB, made exact with latches rather than sleeps. A checks that it holds \
+                    the lease, and the check passes; A then pauses before its write, its lease \
+                    expires by database time, and B takes over with fence 2 and completes its own \
+                    run. When A resumes, the checks confirm the lease really was A's at the pause. \
+                    With an unconditional write after the client's check, A's run is marked \
+                    completed after B took over, the negative control. With the fenced completion, \
+                    which re-checks lease, owner and fence in the statement that writes, no row \
+                    changes and A's run stays running.",
+    }
+);
 
 #[cfg(feature = "mariadb")]
 mod imp {

@@ -60,7 +60,7 @@ pub const NOT_YOUR_HOLDER: &str = "the U-series runs job-lease designs on MariaD
      clients and holder (holder --store mariadb); a holder of yours takes its lease from PostgreSQL";
 
 macro_rules! u_scenario {
-    ($name:ident, $id:literal, $checks:literal, $title:literal) => {
+    ($name:ident, $id:literal, $checks:literal, $title:literal, $about:expr $(,)?) => {
         pub struct $name;
 
         impl crate::Scenario for $name {
@@ -70,6 +70,10 @@ macro_rules! u_scenario {
 
             fn title(&self) -> &'static str {
                 $title
+            }
+
+            fn about(&self) -> crate::About {
+                $about
             }
 
             fn checks(&self) -> usize {
