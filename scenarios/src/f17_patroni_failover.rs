@@ -145,14 +145,14 @@ mod imp {
     const CLUSTER_TIMEOUT: Duration = Duration::from_secs(120);
 
     pub async fn run(bed: &mut Testbed, rec: &mut Recorder, freeze: bool) -> anyhow::Result<()> {
-        let image = match harness::containers::hosts::image_or_skip(true).await {
+        let image = match harness::containers::pg_hosts::image_or_skip(true).await {
             Ok(image) => image,
             Err(reason) => {
                 rec.skip(reason);
                 return Ok(());
             }
         };
-        rec.note(harness::containers::hosts::image_note(&image));
+        rec.note(harness::containers::pg_hosts::image_note(&image));
         let mark = bed.run_mark.clone();
         // The resource: a host of its own, on a network of its own, outside the HA cluster.
         let res_net = Network::create(&mark).await?;
