@@ -1,9 +1,12 @@
-//! Helpers the `lab` binary's tests share: finding leftovers by the lab's own markers.
+//! Helpers the `lab` binary's tests share: a sandbox to run the lab in, and finding leftovers by
+//! the lab's own markers.
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
 use std::fs;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// `DOCKER_HOST` for a `lab clean` of a test that started no container: an engine that does not
@@ -66,4 +69,69 @@ pub fn python_holder_ready() -> anyhow::Result<bool> {
         harness::require::Dependency::Psycopg,
         "Debian's python3-psycopg is not installed (scripts/ensure-python-holder.sh)",
     )
+}
+
+/// A directory of a test's own to run the lab in: the lab's temp dir (TMPDIR) points at its `tmp`,
+/// so "nothing left behind" is checked by the lab's own marker (the `fencing-lab-*` directory and
+/// the postmaster started with `-D` inside it), never by process name.
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> anyhow::Result<Sandbox> {
+        let dir = tempfile::tempdir()?;
+        // The server may run as the unprivileged `postgres` user: it must be able to traverse.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))?;
+        fs::create_dir(dir.path().join("tmp"))?;
+        fs::set_permissions(dir.path().join("tmp"), fs::Permissions::from_mode(0o755))?;
+        Ok(Sandbox { dir })
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `lab clean` of this sandbox's leftovers: its clusters; no container (`NO_ENGINE`).
+    pub fn clean(&self) -> anyhow::Result<Output> {
+        Ok(Command::new(env!("CARGO_BIN_EXE_lab"))
+            .arg("clean")
+            .env("TMPDIR", self.path("tmp"))
+            .env(NO_ENGINE.0, NO_ENGINE.1)
+            .output()?)
+    }
+
+    pub fn lab(&self, args: &[&str]) -> anyhow::Result<Output> {
+        Ok(Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(args)
+            .env("TMPDIR", self.path("tmp"))
+            .output()?)
+    }
+
+    /// Asserts that no cluster directory and no process of this sandbox remains.
+    pub fn assert_nothing_left(&self) -> anyhow::Result<()> {
+        let tmp = self.path("tmp");
+        let left: Vec<_> = fs::read_dir(&tmp)?.flatten().map(|e| e.path()).collect();
+        assert!(left.is_empty(), "left behind in the temp dir: {left:?}");
+        assert_eq!(
+            processes_mentioning(&tmp),
+            Vec::<String>::new(),
+            "processes left behind"
+        );
+        Ok(())
+    }
+}
+
+/// The lab's stderr, as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A stdout whose reader is already gone: every write to it fails with a broken pipe (EPIPE),
+/// like `lab list | head -1` once `head` has exited — deterministically, with no race against
+/// the pipe's buffer.
+pub fn closed_stdout() -> anyhow::Result<std::process::Stdio> {
+    let (read, write) = nix::unistd::pipe()?;
+    drop(read);
+    Ok(std::process::Stdio::from(write))
 }

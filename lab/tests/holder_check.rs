@@ -1,0 +1,249 @@
+//! `lab holder check` on the example holders of `examples/holders/` (Java, Python): each conforms,
+//! and runs under the lab's other commands with `--holder-cmd` (`lab chaos`, `lab grade`,
+//! `lab run`); the Python holder's broken copies fail, each at the check that shows its flaw.
+
+mod common;
+
+use common::Sandbox;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The example Java holder (issue 32), shaped like seed 004's client, conforms: `lab holder
+/// check` passes it whole — the protocol's plain paths, every fault point, F4, F10 and F12 —,
+/// F4's freeze shows every thread of the JVM in state T, its renewer among them, and `lab chaos`
+/// passes with its looping form, the control exposing a violation.
+#[test]
+fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
+    if !common::example_holder_ready(
+        "java",
+        harness::require::Dependency::Jdbc,
+        "a JDK 17+ or Debian's libpostgresql-jdbc-java is missing (scripts/ensure-java-holder.sh)",
+    )? {
+        return Ok(());
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev-java");
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["holder", "check", "--cmd"])
+        .arg(root.join("examples/holders/java/holder.sh"))
+        .arg("--evidence-dir")
+        .arg(&ev)
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("HOLDER CHECK conforms: 0 finding(s)"),
+        "{text}"
+    );
+    for id in ["F4", "F10", "F12"] {
+        assert!(text.contains(&format!("ok   {id}: ")), "{id}:\n{text}");
+    }
+    let run = fs::read_to_string(ev.join("output.txt"))?;
+    let frozen = run
+        .lines()
+        .find(|l| l.contains("A's renewer thread is frozen with it"))
+        .unwrap_or_else(|| panic!("F4's freeze line:\n{run}"));
+    let threads = frozen.matches(")=T").count();
+    assert!(
+        threads >= 10
+            && frozen.contains("renewer(")
+            && !frozen.contains(")=S")
+            && !frozen.contains(")=R"),
+        "every JVM thread frozen, the renewer among them ({threads}): {frozen}"
+    );
+    // Its looping form under chaos: every check of the fenced scopes holds, the control exposes.
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["chaos", "--seed", "4", "--time", "30s", "--holder-cmd"])
+        .arg(root.join("examples/holders/java/holder.sh"))
+        .arg("--evidence-dir")
+        .arg(sb.path("chaos-java"))
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for line in [
+        "ok   I2: no token was granted twice",
+        "ok   I3 (fenced-scope at scope chaos-0…chaos-1)",
+        "ok   durability:",
+        "ok   negative control exposes: the unfenced control scope",
+    ] {
+        assert!(text.contains(line), "missing {line:?}:\n{text}");
+    }
+    sb.assert_nothing_left()
+}
+
+/// A holder of the user's, in Python (examples/holders/python/holder.py): `lab holder check`
+/// passes it (the protocol's plain paths, its fault points, F4, F10, F12), and `--holder-cmd`
+/// runs F5 with it while F1, which starts no holder, says skip. Broken copies fail, each at the
+/// line that shows its flaw: one that skips its local-deadline check (F10: A writes after the
+/// pause), one that writes without its token's fence (F4: A's stale write accepted), one whose
+/// handshake does not parse, one that outlives its stdin; one without `--wait-before-commit`
+/// conforms, F12 saying skip with its refusal quoted.
+#[test]
+fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the_flaw(
+) -> anyhow::Result<()> {
+    if !common::python_holder_ready()? {
+        return Ok(());
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let holder = root.join("examples/holders/python/holder.py");
+    let sb = Sandbox::new()?;
+    let run = |cmd: &Path, only: &str| -> anyhow::Result<(Option<i32>, String)> {
+        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["run", "--fenced-mode", "fenced-scope", "--only", only])
+            .arg("--holder-cmd")
+            .arg(cmd)
+            .arg("--evidence-dir")
+            .arg(sb.path(&format!("ev-{only}-{}", cmd.display()).replace('/', "_")))
+            .env("TMPDIR", sb.path("tmp"))
+            .output()?;
+        Ok((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    };
+    // `lab holder check`: the protocol's plain paths, the fault points, F4, F10 and F12.
+    let check = |cmd: &Path| -> anyhow::Result<(Option<i32>, String)> {
+        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["holder", "check", "--cmd"])
+            .arg(cmd)
+            .arg("--evidence-dir")
+            .arg(sb.path(&format!("hc-{}", cmd.display()).replace('/', "_")))
+            .env("TMPDIR", sb.path("tmp"))
+            .output()?;
+        Ok((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    };
+    let (code, out) = check(&holder)?;
+    assert_eq!(code, Some(0), "{out}");
+    for line in [
+        "ok   the handshake: HELLO version=4 pid=",
+        "ok   the resource logged its write: one write_attempt, accepted, token=",
+        "ok   its stdin closed at the write point: exit 6 (orphaned)",
+        "ok   BEFORE_COMMIT (--wait-before-commit): has it",
+        "ok   F4: ",
+        "ok   F10: ",
+        "ok   F12: ",
+        "HOLDER CHECK conforms: 0 finding(s)",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
+    // Its row on the report card: safe where an experiment starts a holder, n/a elsewhere.
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["grade", "--holder-cmd"])
+        .arg(&holder)
+        .arg("--evidence-dir")
+        .arg(sb.path("grade"))
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    let card = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{card}");
+    assert!(
+        card.contains("| yours-holder.py | safe | n/a | n/a | n/a | safe | n/a | n/a | n/a | safe | n/a | safe | n/a |"),
+        "{card}"
+    );
+    let (code, out) = run(&holder, "F1,F5")?;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("SUMMARY passed=") && out.contains(" failed=0"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  skip F1 does not judge your holder (--holder-cmd): it starts no holder process"
+        ),
+        "an experiment that starts no holder says so rather than pass on the lab's client:\n{out}"
+    );
+
+    let text = fs::read_to_string(&holder)?;
+    let broken_at = |name: &str, edits: &[(&str, &str)]| -> anyhow::Result<PathBuf> {
+        let mut copy = text.clone();
+        for (from, to) in edits {
+            assert_eq!(copy.matches(from).count(), 1, "{from:?} once in holder.py");
+            copy = copy.replace(from, to);
+        }
+        let path = sb.path(name);
+        fs::write(&path, copy)?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+        Ok(path)
+    };
+    let broken = |name: &str, from: &str, to: &str| broken_at(name, &[(from, to)]);
+    let no_check = broken(
+        "skips-its-deadline.py",
+        "    if now >= deadline[0]:",
+        "    if False:",
+    )?;
+    let (code, out) = check(&no_check)?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("FAIL F10: A, resumed, finds its local deadline passed by its monotonic clock and will not write"),
+        "{out}"
+    );
+    let unfenced = broken(
+        "writes-unfenced.py",
+        "    if f.mode == \"unfenced\":\n        resource.execute(PART, w)",
+        "    if True:\n        resource.execute(PART, w)",
+    )?;
+    let (code, out) = check(&unfenced)?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("FAIL F4: A's stale write is rejected by the resource"),
+        "{out}"
+    );
+    // A holder without a fault point refuses its flag: the experiment that needs it says skip,
+    // naming the point and quoting the refusal.
+    let no_commit_point = broken_at(
+        "no-commit-point.py",
+        &[
+            (
+                "    p.add_argument(\"--wait-before-commit\", action=\"store_true\")\n",
+                "",
+            ),
+            ("if f.wait_before_commit:", "if False:"),
+        ],
+    )?;
+    let (code, out) = check(&no_commit_point)?;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("ok   BEFORE_COMMIT (--wait-before-commit) refused (no-commit-point.py: error: unrecognized arguments: --wait-before-commit)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok   F12 skip: F12 stops its holder at BEFORE_COMMIT (--wait-before-commit), which your holder refused"),
+        "{out}"
+    );
+    // The protocol's plain paths, one line each: a handshake that does not parse, and a holder
+    // that outlives its stdin.
+    let garbled = broken(
+        "garbled.py",
+        "say(f\"HELLO version={VERSION} pid={os.getpid()}\")",
+        "say(f\"HELLO version={VERSION} process={os.getpid()}\")",
+    )?;
+    let (code, out) = check(&garbled)?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("FAIL the handshake: check-a sent a line that is not the protocol: not a protocol line (missing pid): \"HELLO version=4 process="),
+        "{out}"
+    );
+    let lingers = broken(
+        "lingers.py",
+        "    if not line:\n        sys.exit(ORPHANED)",
+        "    if not line:\n        time.sleep(60)\n        sys.exit(ORPHANED)",
+    )?;
+    let (code, out) = check(&lingers)?;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("FAIL kept running 5 s after its stdin closed at the write point (killed)"),
+        "{out}"
+    );
+    // The failing runs kept their clusters for a look inside.
+    let _ = sb.clean()?;
+    sb.assert_nothing_left()
+}
