@@ -701,6 +701,9 @@ fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
             let listed = LONG_FUNCTIONS
                 .iter()
                 .find(|(file, name, _, _)| *file == rel && *name == f.name);
+            if listed.is_some() {
+                seen_long.insert((rel.clone(), f.name.clone()));
+            }
             match listed {
                 None => offences.push(format!(
                     "{rel}:{}: fn {} is {} lines, over {MOST_LINES}: split it (or, with a reason, list it in LONG_FUNCTIONS)",
@@ -710,9 +713,7 @@ fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
                     "{rel}:{}: fn {} grew to {} lines, over the {most} it is listed at: a long function only shrinks",
                     f.line, f.name, f.lines
                 )),
-                Some(_) => {
-                    seen_long.insert((rel.clone(), f.name.clone()));
-                }
+                Some(_) => {}
             }
         }
     }
@@ -768,7 +769,264 @@ const DRAWING: &str = "a picture or page drawn top to bottom, in the order it ap
 /// The functions over [`MOST_LINES`] lines, each with the length it may not exceed and why it is
 /// long. The list only shrinks: a listed function that grows fails, and one that is gone or no
 /// longer over the limit must leave the list.
-const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[];
+const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
+    (
+        "fencing/src/profile/statement.rs",
+        "compile_in",
+        110,
+        "a lexer's one pass over a statement",
+    ),
+    (
+        "harness/src/evidence/jsonl.rs",
+        "every_kind_of_event_keeps_its_json_fields_and_values",
+        135,
+        ONE_TEST,
+    ),
+    (
+        "harness/src/evidence/testing.rs",
+        "sample_run",
+        159,
+        ONE_TEST,
+    ),
+    (
+        "harness/src/evidence/timeline/mermaid.rs",
+        "mermaid",
+        103,
+        DRAWING,
+    ),
+    ("harness/src/evidence/timeline/svg.rs", "svg", 378, DRAWING),
+    (
+        "harness/src/process/in_container.rs",
+        "signal_processes",
+        111,
+        "a signal sent in a container and its /proc check, one exchange with the engine",
+    ),
+    ("lab/src/bench.rs", "render_table", 114, DRAWING),
+    (
+        "lab/src/bench.rs",
+        "run_pgbench",
+        107,
+        "pgbench's script written, run and read back: one measurement",
+    ),
+    ("lab/src/bench_leases.rs", "chart", 153, DRAWING),
+    (
+        "lab/src/chaos.rs",
+        "run_inner",
+        189,
+        "a chaos run's life in one place: servers up, the schedule, shutdown on every path",
+    ),
+    (
+        "lab/src/config.rs",
+        "resolve",
+        247,
+        "every flag of a run checked in one pass, in the order --help lists them",
+    ),
+    (
+        "lab/src/grade.rs",
+        "run",
+        223,
+        "the card's designs gathered, each run, the card written: one pass",
+    ),
+    (
+        "lab/src/holder_check.rs",
+        "run",
+        112,
+        "the conformance run's probes in the order it prints them",
+    ),
+    (
+        "lab/src/run.rs",
+        "run_lab",
+        235,
+        "a run's life in one place: servers up, the cases, shutdown on every path",
+    ),
+    (
+        "lab/tests/holder_check.rs",
+        "a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the_flaw",
+        162,
+        ONE_TEST,
+    ),
+    (
+        "lab/tests/run.rs",
+        "bad_input_is_one_clear_line_exit_2_and_leaves_nothing",
+        108,
+        ONE_TEST,
+    ),
+    (
+        "lab/tests/tidy.rs",
+        "lex",
+        146,
+        "a lexer's one pass over a file",
+    ),
+    (
+        "scenarios/src/chaos/checker/controls.rs",
+        "controls",
+        148,
+        "each control scope judged and worded in one pass, in the order the verdict lists them",
+    ),
+    (
+        "scenarios/src/chaos/checker/leases.rs",
+        "the_verdict_of_several_leases_is_the_sum_of_each_leases_own",
+        101,
+        ONE_TEST,
+    ),
+    (
+        "scenarios/src/chaos/checker/token_order.rs",
+        "check_i2",
+        127,
+        "I2 over every lease's grants: the check and its witnesses together",
+    ),
+    (
+        "scenarios/src/chaos/history.rs",
+        "read",
+        118,
+        "one match arm per kind of history record",
+    ),
+    (
+        "scenarios/src/chaos/mod.rs",
+        "run",
+        102,
+        "a chaos run's schedule, its holders and its verdict, in order",
+    ),
+    (
+        "scenarios/src/chaos/nemesis.rs",
+        "apply",
+        154,
+        "one match arm per fault the nemesis applies",
+    ),
+    (
+        "scenarios/src/chaos/verdict.rs",
+        "record",
+        131,
+        "one match arm per kind of verdict line",
+    ),
+    ("scenarios/src/conformance.rs", "one_holding", 155, TIMELINE),
+    (
+        "scenarios/src/f10_pause_before_the_check.rs",
+        "run",
+        200,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/f11_lease_table_reset.rs",
+        "run",
+        150,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/f13_clock_drift.rs",
+        "uncovered_row",
+        102,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/f14_lease_store_failover.rs",
+        "timeline",
+        222,
+        TIMELINE,
+    ),
+    ("scenarios/src/f15_delayed_write.rs", "row", 221, TIMELINE),
+    (
+        "scenarios/src/f16_partitioned_holder.rs",
+        "row",
+        225,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/f17_patroni_failover.rs",
+        "timeline",
+        376,
+        TIMELINE,
+    ),
+    ("scenarios/src/f1_normal_path.rs", "run", 320, TIMELINE),
+    (
+        "scenarios/src/f2_now_in_long_transaction.rs",
+        "run",
+        237,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/f3_concurrent_acquire.rs",
+        "run",
+        164,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/f6_interleavings.rs",
+        "fenced_scope",
+        197,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/f7_fence_granularity.rs",
+        "timeline",
+        115,
+        TIMELINE,
+    ),
+    ("scenarios/src/f8_database_crash.rs", "run", 274, TIMELINE),
+    ("scenarios/src/paused_holder.rs", "run", 209, TIMELINE),
+    (
+        "scenarios/src/r1_zookeeper_suffix.rs",
+        "one_run",
+        212,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/r2_redis_sentinel_failover.rs",
+        "one_run",
+        295,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/r3_etcd_restore.rs",
+        "timeline",
+        164,
+        TIMELINE,
+    ),
+    ("scenarios/src/redlock_majorities.rs", "run", 240, TIMELINE),
+    (
+        "scenarios/src/rl1_redlock_paused_client.rs",
+        "interleavings",
+        120,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/rl1_redlock_paused_client.rs",
+        "one_run",
+        173,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/runner.rs",
+        "run_case",
+        152,
+        "one case's skip decisions, run and count check, in order",
+    ),
+    (
+        "scenarios/src/u1_fenced_job_lease.rs",
+        "at_the_expiry_millisecond",
+        121,
+        TIMELINE,
+    ),
+    ("scenarios/src/u1_fenced_job_lease.rs", "run", 187, TIMELINE),
+    (
+        "scenarios/src/u2_stale_completion.rs",
+        "timeline",
+        121,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/u4_reacquired_instance.rs",
+        "run",
+        157,
+        TIMELINE,
+    ),
+    (
+        "scenarios/src/u5_check_then_complete.rs",
+        "timeline",
+        119,
+        TIMELINE,
+    ),
+];
 
 /// File names every crate has (its root, a module's directory file), which say nothing alone.
 const SHARED_NAMES: &[&str] = &["lib.rs", "main.rs", "mod.rs"];
