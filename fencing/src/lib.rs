@@ -20,6 +20,8 @@
 //!   statement prepared against scratch databases) — the one module above both the profiles and
 //!   the stores.
 //! - [`schema`]: the two databases, their owner roles and migrations.
+//! - [`stores`]: every lease store the lab knows, in one table, and [`stores::open`], the one
+//!   place a store is chosen — above `lease` and `fenced_job`, which it lists.
 //! - [`value_cas`]: antirez's alternative to a token — the resource checks the lock's random
 //!   value with a check-and-set (the RL-series runs it beside the fence).
 
@@ -31,6 +33,7 @@ pub mod profile;
 pub mod publish;
 pub mod resource;
 pub mod schema;
+pub mod stores;
 pub mod value_cas;
 
 /// What can go wrong in the system under test. A refused lease or a rejected write is *not* an

@@ -26,10 +26,11 @@
 //! - `hold` — [`Hold`]: every packet of one TCP connection (by source port) to one host dropped
 //!   until lifted — the request is held, nothing else is; removed on drop. (netem is not in this
 //!   machine kind's kernel: see [`Hold`].) [`tcp_state`] shows the held connection as `ss` does.
-//! - `sweep`: every container and network carries the label [`LABEL`]: [`remove_labelled`]
+//! - `leftovers`: every container and network carries the label [`LABEL`]: [`remove_labelled`]
 //!   removes what a lab killed outright left behind (`lab clean`, and the next run),
 //!   [`remove_held_rules`] its holds, [`remove_this_process`] what this process's labs made.
 //! - [`pg_hosts`]: a lab's two databases in containers, behind `harness::hosts::Hosts`.
+//! - `backend` — [`Engine`]: all of the above as the lab asks for it, `harness::docker::Docker`.
 //! - `service` — [`ServiceContainer`]: a lock service (Redis, etcd or ZooKeeper) in a container
 //!   of its own, from [`services_image`], for `--lease-store redis|etcd|zookeeper`.
 
@@ -38,6 +39,7 @@ use std::time::Duration;
 use crate::process::in_container::{self as signals, ContainerProcessError};
 use crate::process::{describe_status, Spawn};
 
+mod backend;
 pub mod container;
 mod etcd_cluster;
 mod hold;
@@ -51,6 +53,7 @@ mod redis_set;
 mod sentinel;
 mod service;
 
+pub use backend::Engine;
 use container::docker_with;
 pub use container::{docker, Container, Spec};
 pub use etcd_cluster::EtcdCluster;

@@ -13,8 +13,11 @@
 //!   (an iptables rule on this host: F15, F16); Patroni clusters (F17). One concern a file
 //!   under `containers/`.
 //! - [`hosts`]: where the lab's two databases live, behind one trait (`Hosts`, always compiled):
-//!   the embedded cluster, or (feature `containers`) a container per database, the lease store
-//!   optionally on Patroni; a build without the feature answers "not built" through the same path.
+//!   the embedded cluster, a primary and its standby, or a container per database.
+//! - [`docker`]: what the lab asks of the container backend, as one trait (`Docker`) and the
+//!   handles it answers, always compiled; [`docker_backend`] is the one place the feature
+//!   `containers` is decided — a build without it answers "not built" there, and `containers`
+//!   implements the trait.
 //! - [`faketime`]: a child's clock, skewed or slowed by libfaketime.
 //! - [`holder`]: driving a holder process over its line protocol, with deadlines.
 //! - [`observe`]: the server seen from the side (backend pids, lock waits).
@@ -30,6 +33,7 @@
 
 #[cfg(feature = "containers")]
 pub mod containers;
+pub mod docker;
 pub mod evidence;
 pub mod faketime;
 pub mod holder;
@@ -40,3 +44,13 @@ pub mod replication;
 pub mod require;
 pub mod server;
 pub mod wait;
+
+/// The container backend (`harness::containers::Engine`), or why this build has none
+/// ([`docker::NOT_BUILT`]): the one place the feature `containers` is decided, so that no caller
+/// holds a `cfg` and no handle of [`docker`] needs a stub.
+pub fn docker_backend() -> Result<&'static dyn docker::Docker, &'static str> {
+    #[cfg(feature = "containers")]
+    return Ok(&containers::Engine);
+    #[cfg(not(feature = "containers"))]
+    Err(docker::NOT_BUILT)
+}

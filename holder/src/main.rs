@@ -30,7 +30,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory as _, FromArgMatches as _};
-use fencing::lease::{Grant, LeaseStore, SqlLeaseStore, STORES};
+use fencing::lease::{Grant, LeaseStore, SqlLeaseStore};
 use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
@@ -76,9 +76,9 @@ fn read_request() -> Result<Option<Request>, String> {
 fn main() -> ExitCode {
     let flags = parse_flags();
     let outcome = match flags.store.as_str() {
-        // A lease store the lab opens on its lease database (lease::STORES), the resource
+        // A lease store the lab opens on its lease database (stores::STORES), the resource
         // fenced by the profile's floor.
-        name if fencing::lease::store_kind(name).is_some_and(|k| k.open.is_some()) => {
+        name if fencing::stores::store_kind(name).is_some_and(|k| k.open.is_some()) => {
             let mode = flags
                 .mode
                 .parse::<WriteMode>()
@@ -139,8 +139,7 @@ fn main() -> ExitCode {
         ),
         other => usage(format!(
             "invalid value for '--store <STORE>': {other:?}; expected one of: {}",
-            STORES
-                .iter()
+            fencing::stores::built()
                 .map(|k| format!("{} ({})", k.name, k.about))
                 .collect::<Vec<_>>()
                 .join("; ")
@@ -341,7 +340,7 @@ impl Side for PgSide {
             ),
             endpoints: flags.store_endpoint.iter().cloned().collect(),
         };
-        let lease: Arc<dyn LeaseStore> = fencing::lease::open(&flags.store, &at)
+        let lease: Arc<dyn LeaseStore> = fencing::stores::open(&flags.store, &at)
             .await
             .map_err(|e| with_causes(&e))?;
         let resource = if for_renewer {

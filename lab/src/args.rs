@@ -62,7 +62,7 @@ impl LeaseStoreArg {
         }
     }
 
-    /// The lease store's name (`fencing::lease::STORES`, a holder's `--store`).
+    /// The lease store's name (`fencing::stores::STORES`, a holder's `--store`).
     pub fn store(self) -> &'static str {
         match self {
             LeaseStoreArg::Redis => "redis",

@@ -108,7 +108,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     // A lock service (not ZooKeeper, whose client reconnects at once on a new connection) is
     // a host of its own: its holders can be partitioned from it on the embedded backend too.
     let store = args.lease_store.store();
-    let service_to_cut = fencing::lease::service_of(store).is_some() && store != "zookeeper";
+    let service_to_cut = fencing::stores::service_of(store).is_some() && store != "zookeeper";
     if let Some(kind) = args.faults.iter().flatten().find(|k| {
         k.needs_containers() && !containers && !(service_to_cut && **k == FaultKind::Partition)
     }) {

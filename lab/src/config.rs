@@ -51,11 +51,7 @@ pub struct Config {
 /// The lock services F4 and F5 run again on (`--again-on`): every one of the build with a
 /// token by default, none when a store was named.
 fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
-    let offered = || {
-        fencing::lease::STORES
-            .iter()
-            .filter(|k| k.service.is_some() && k.sound)
-    };
+    let offered = || fencing::stores::built().filter(|k| k.service.is_some() && k.sound);
     match args.again_on.as_deref() {
         // A holder of the user's runs its own lease client: F4 and F5 are not repeated on the
         // lab's lock services unless asked.

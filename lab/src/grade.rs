@@ -101,19 +101,16 @@ pub fn run(
     evidence_dir: PathBuf,
 ) -> Ended {
     for store in &stores {
-        let known = fencing::lease::STORES
-            .iter()
-            .any(|k| k.service.is_some() && k.name == store);
+        let known = fencing::stores::built().any(|k| k.service.is_some() && k.name == store);
         if !known {
             eprintln!(
                 "lab grade: --lease-store {store}: not a lock service of this build; pass one of: {}{}",
-                fencing::lease::STORES
-                    .iter()
+                fencing::stores::built()
                     .filter(|k| k.service.is_some())
                     .map(|k| k.name)
                     .collect::<Vec<_>>()
                     .join(", "),
-                if fencing::lease::SERVICES.iter().any(|(s, _)| s == store) {
+                if fencing::stores::service_of(store).is_some() {
                     " (build with --features lab/lock-services,holder/lock-services: ./run.sh does when a Docker engine answers)"
                 } else {
                     ""
@@ -145,7 +142,7 @@ pub fn run(
     // R1's zookeeper-suffix is a specimen, not a design anyone picks, and its first token, 0,
     // fails the card's first check before its real flaw shows (the lab's tokens start above an
     // empty floor's 0): graded only when named.
-    let services = fencing::lease::STORES.iter().filter(|k| {
+    let services = fencing::stores::built().filter(|k| {
         k.service.is_some()
             && if every {
                 k.sound || !k.has_token
@@ -156,7 +153,7 @@ pub fn run(
     {
         let engine = crate::runtime()
             .map_err(|e| e.to_string())
-            .and_then(|rt| rt.block_on(harness::hosts::engine()));
+            .and_then(|rt| rt.block_on(harness::docker::engine()));
         for kind in services {
             let design = if kind.name == "redis" {
                 "redis-fenced"

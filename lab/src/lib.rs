@@ -12,7 +12,6 @@
 
 pub mod args;
 pub mod bench;
-pub mod bench_leases;
 pub mod chaos;
 pub mod clean;
 pub mod config;

@@ -801,14 +801,14 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         111,
         "a signal sent in a container and its /proc check, one exchange with the engine",
     ),
-    ("lab/src/bench.rs", "render_table", 114, DRAWING),
+    ("lab/src/bench/mod.rs", "render_table", 114, DRAWING),
     (
-        "lab/src/bench.rs",
+        "lab/src/bench/mod.rs",
         "run_pgbench",
         107,
         "pgbench's script written, run and read back: one measurement",
     ),
-    ("lab/src/bench_leases.rs", "chart", 153, DRAWING),
+    ("lab/src/bench/lease_scaling.rs", "chart", 153, DRAWING),
     (
         "lab/src/chaos.rs",
         "run_inner",

@@ -100,7 +100,7 @@ impl Scenario for F13 {
     }
 
     fn checks_on(&self, store: &str) -> usize {
-        if fencing::lease::service_of(store).is_some() {
+        if fencing::stores::service_of(store).is_some() {
             // No row just below r* on a lock service (see `run`).
             self.checks() - 2
         } else {

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::{self, Database};
+use harness::docker::{tcp_state, Holds, OwnServers, PG_PORT};
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, HolderError, EVENT_TIMEOUT};
-use harness::hosts::{tcp_state, Holds, OwnServers, PG_PORT};
 use harness::observe::client_ports;
 use holder_protocol::{Event, Request};
 use sqlx::PgPool;
@@ -96,7 +96,7 @@ async fn run(bed: &mut Testbed, rec: &mut Recorder, hold: bool) -> anyhow::Resul
     let Some(host) = bed.own_servers(rec, 1).await? else {
         return Ok(());
     };
-    let outcome = with_resource_host(bed, rec, &host, hold).await;
+    let outcome = with_resource_host(bed, rec, &*host, hold).await;
     host.remove().await;
     outcome
 }
@@ -107,7 +107,7 @@ const R: usize = 0;
 async fn with_resource_host(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    r: &OwnServers,
+    r: &dyn OwnServers,
     hold: bool,
 ) -> anyhow::Result<()> {
     let admin = r.pool(R, "postgres", "lab").await?;
@@ -124,8 +124,8 @@ async fn with_resource_host(
         .unwrap_or_default();
     rec.check_that(
         "the resource lives on a host of its own: a PostgreSQL container on the lab's private network, reached over TCP",
-        !r.ips[R].is_loopback(),
-        format_args!("res26 at {}:{PG_PORT} (PostgreSQL {version}); the lease store stays on the embedded cluster", r.ips[R]),
+        !r.ips()[R].is_loopback(),
+        format_args!("res26 at {}:{PG_PORT} (PostgreSQL {version}); the lease store stays on the embedded cluster", r.ips()[R]),
     );
     for (i, mode) in [WriteMode::Fenced, WriteMode::Unfenced]
         .into_iter()
@@ -189,7 +189,7 @@ const LATE: Duration = Duration::from_secs(8);
 async fn row(
     bed: &Testbed,
     rec: &mut Recorder,
-    r: &OwnServers,
+    r: &dyn OwnServers,
     admin: &PgPool,
     resource: &Resource,
     mode: WriteMode,
@@ -199,7 +199,7 @@ async fn row(
     let p = bed.params.clone();
     let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     spec.flags.renew_ms = 0;
-    spec.flags.resource_host = Some(r.ips[R].to_string());
+    spec.flags.resource_host = Some(r.ips()[R].to_string());
     spec.flags.resource_port = Some(PG_PORT);
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
@@ -231,7 +231,7 @@ async fn row(
         .context("A has no connection to the resource")?;
     let log_from = r.log(R).await.len();
     let (held, rule) = if hold {
-        let held = Holds::start(r.ips[R], &[port], &bed.run_mark).await?;
+        let held = Holds::start(r.ips()[R], &[port], &bed.run_mark).await?;
         let rule = held.rules().join("; ");
         (Some(held), rule)
     } else {
@@ -306,7 +306,7 @@ async fn row(
     let lifted_at = Instant::now();
     if let Some(held) = held {
         let counted = held.listed().await;
-        let socket = tcp_state(r.ips[R], port).await;
+        let socket = tcp_state(r.ips()[R], port).await;
         held.lift().await?;
         rec.note(format!(
             "hold lifted {} ms after A sent its write; the rule had counted: {counted}; A's connection as this host's kernel saw it: {}",
@@ -320,7 +320,7 @@ async fn row(
             rec.note(format!(
                 "no answer to A's write {} ms after the hold was lifted; A's connection: {}",
                 lifted_at.elapsed().as_millis(),
-                shown(Some(tcp_state(r.ips[R], port).await).filter(|s| !s.is_empty()))
+                shown(Some(tcp_state(r.ips()[R], port).await).filter(|s| !s.is_empty()))
             ));
             a.next("A's write", Duration::from_secs(30)).await?
         }

@@ -26,9 +26,9 @@ use anyhow::{bail, Context as _};
 use fencing::lease::{LeaseStore, SqlLeaseStore};
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::{self, Database};
+use harness::docker::{Holds, OwnServers, PG_PORT};
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-use harness::hosts::{Holds, OwnServers, PG_PORT};
 use harness::observe::client_ports;
 use holder_protocol::{Event, Request};
 use sqlx::PgPool;
@@ -108,7 +108,7 @@ async fn run(bed: &mut Testbed, rec: &mut Recorder, cut: bool) -> anyhow::Result
     let Some(hosts) = bed.own_servers(rec, 2).await? else {
         return Ok(());
     };
-    let outcome = partitioned(bed, rec, &hosts, cut).await;
+    let outcome = partitioned(bed, rec, &*hosts, cut).await;
     hosts.remove().await;
     outcome
 }
@@ -123,7 +123,7 @@ struct Stores<'a> {
     lease_at: (IpAddr, u16),
     /// F16's own servers (A reaches both over TCP); `None` on a lock service (A reaches it at
     /// the lab's `--store-endpoint`, the resource on the lab's cluster).
-    hosts: Option<&'a OwnServers>,
+    hosts: Option<&'a dyn OwnServers>,
     /// The lease host's superuser pool, which names A's lease connections
     /// (`pg_stat_activity`); `None` on a lock service, whose connections `/proc` names.
     l_admin: Option<PgPool>,
@@ -179,7 +179,7 @@ async fn on_lock_service(bed: &mut Testbed, rec: &mut Recorder, cut: bool) -> an
 async fn partitioned(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    hosts: &OwnServers,
+    hosts: &dyn OwnServers,
     cut: bool,
 ) -> anyhow::Result<()> {
     let p = bed.params.clone();
@@ -197,11 +197,11 @@ async fn partitioned(
     schema::migrate_for(&p.sut, Database::Resource, &r_pool).await?;
     rec.check_that(
         "the lease store and the resource each live on a host of their own (containers on the lab's private network)",
-        hosts.ips[L] != hosts.ips[R],
-        format_args!("lease26 at {}:{PG_PORT}, res26 at {}:{PG_PORT}", hosts.ips[L], hosts.ips[R]),
+        hosts.ips()[L] != hosts.ips()[R],
+        format_args!("lease26 at {}:{PG_PORT}, res26 at {}:{PG_PORT}", hosts.ips()[L], hosts.ips()[R]),
     );
     let stores = Stores {
-        lease_at: (hosts.ips[L], PG_PORT),
+        lease_at: (hosts.ips()[L], PG_PORT),
         hosts: Some(hosts),
         l_admin: Some(l_admin.clone()),
         lease: Arc::new(
@@ -235,9 +235,9 @@ async fn row(
     let p = bed.params.clone();
     let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     if let Some(hosts) = h.hosts {
-        spec.flags.lease_host = Some(hosts.ips[L].to_string());
+        spec.flags.lease_host = Some(hosts.ips()[L].to_string());
         spec.flags.lease_port = Some(PG_PORT);
-        spec.flags.resource_host = Some(hosts.ips[R].to_string());
+        spec.flags.resource_host = Some(hosts.ips()[R].to_string());
         spec.flags.resource_port = Some(PG_PORT);
     }
     spec.flags.wait_before_check = !past_check;

@@ -112,7 +112,7 @@ impl Scenario for F17 {
             #[cfg(not(feature = "containers"))]
             {
                 let _ = (bed, self.freeze);
-                rec.skip(harness::hosts::NOT_BUILT);
+                rec.skip(harness::docker::NOT_BUILT);
                 Ok(())
             }
         })

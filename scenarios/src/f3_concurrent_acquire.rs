@@ -100,7 +100,7 @@ impl Scenario for F3 {
     }
 
     fn checks_on(&self, store: &str) -> usize {
-        if fencing::lease::service_of(store).is_some() {
+        if fencing::stores::service_of(store).is_some() {
             // A lock service: no last-moments round.
             self.checks() - 1
         } else {

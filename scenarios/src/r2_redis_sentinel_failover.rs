@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use fencing::lease::{LeaseStore, StoreAt};
 use fencing::resource::WriteMode;
+use harness::docker::RedisFailover;
 use harness::evidence::Recorder;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-use harness::hosts::RedisFailover;
 use holder_protocol::{exit, Event, Request};
 
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
@@ -96,14 +96,14 @@ impl Scenario for R2 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if let Err(e) = fencing::lease::store_kind("redis-wait").context(
+            if let Err(e) = fencing::stores::store_kind("redis-wait").context(
                 "this build left the Redis client out (build with --features lab/lock-services)",
             ) {
                 rec.skip(format!("R2 needs the Redis lock stores: {e:#}"));
                 return Ok(());
             }
             for run in [Run::Negative, Run::Positive, Run::TimedOut] {
-                let group = match RedisFailover::start(&bed.run_mark).await {
+                let group = match harness::docker::redis_failover(&bed.run_mark).await {
                     Ok(group) => group,
                     Err(e) => {
                         rec.skip(format!("R2 needs Redis with Sentinel in containers: {e:#}"));
@@ -111,7 +111,7 @@ impl Scenario for R2 {
                     }
                 };
                 let mut group = group;
-                let outcome = one_run(bed, rec, &mut group, run).await;
+                let outcome = one_run(bed, rec, &mut *group, run).await;
                 // Every path: the group goes (a holder still running is ended by the run).
                 group.remove().await;
                 outcome?;
@@ -144,11 +144,11 @@ async fn client(bed: &Testbed, store: &str, endpoint: &str) -> anyhow::Result<Ar
         table: bed.lease_table.clone(),
         endpoints: vec![endpoint.to_owned()],
     };
-    Ok(fencing::lease::open(store, &at).await?)
+    Ok(fencing::stores::open(store, &at).await?)
 }
 
 /// The token counter of the lock on the server at `host` (`GET`), as redis-cli shows it.
-async fn counter(group: &RedisFailover, host: std::net::IpAddr) -> String {
+async fn counter(group: &dyn RedisFailover, host: std::net::IpAddr) -> String {
     group
         .cli(&format!("-h {host} GET fencing-lab:token:{LEASE}"))
         .await
@@ -158,7 +158,7 @@ async fn counter(group: &RedisFailover, host: std::net::IpAddr) -> String {
 async fn one_run(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    group: &mut RedisFailover,
+    group: &mut dyn RedisFailover,
     run: Run,
 ) -> anyhow::Result<()> {
     let label = run.label();
@@ -178,7 +178,7 @@ async fn one_run(
         group.version(),
         group.primary_endpoint(),
         group.replica_endpoint(),
-        group.image_note
+        group.image_note()
     ));
     let a_store = if run == Run::Negative {
         "redis"

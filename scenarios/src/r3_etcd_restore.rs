@@ -22,9 +22,9 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use fencing::lease::{LeaseStore, StoreAt};
 use fencing::resource::WriteMode;
+use harness::docker::EtcdMembers;
 use harness::evidence::Recorder;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-use harness::hosts::EtcdMembers;
 use holder_protocol::{exit, Event, Request};
 
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
@@ -85,11 +85,11 @@ impl Scenario for R3 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::lease::store_kind("etcd").is_none() {
+            if fencing::stores::store_kind("etcd").is_none() {
                 rec.skip("R3 needs the etcd client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let cluster = match EtcdMembers::start(&bed.run_mark).await {
+            let cluster = match harness::docker::etcd_members(&bed.run_mark).await {
                 Ok(cluster) => cluster,
                 Err(e) => {
                     rec.skip(format!(
@@ -98,7 +98,7 @@ impl Scenario for R3 {
                     return Ok(());
                 }
             };
-            let outcome = timeline(bed, rec, &cluster).await;
+            let outcome = timeline(bed, rec, &*cluster).await;
             cluster.remove().await;
             outcome
         })
@@ -120,7 +120,7 @@ struct Ran {
 async fn holder_run(
     bed: &Testbed,
     rec: &mut Recorder,
-    cluster: &EtcdMembers,
+    cluster: &dyn EtcdMembers,
     who: (&str, &str),
     content: &str,
 ) -> anyhow::Result<Ran> {
@@ -164,15 +164,15 @@ async fn holder_run(
 async fn timeline(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    cluster: &EtcdMembers,
+    cluster: &dyn EtcdMembers,
 ) -> anyhow::Result<()> {
     rec.note(format!(
         "{} — three members (heartbeat 50 ms, election 500 ms) at {}; {}",
         cluster.version(),
         cluster.endpoints(),
-        cluster.image_note
+        cluster.image_note()
     ));
-    let own: Arc<dyn LeaseStore> = fencing::lease::open(
+    let own: Arc<dyn LeaseStore> = fencing::stores::open(
         "etcd",
         &StoreAt {
             table: bed.lease_table.clone(),

@@ -13,8 +13,8 @@
 use anyhow::Context as _;
 use fencing::resource::{Write, WriteMode};
 use fencing::value_cas::ValueCas;
+use harness::docker::RedlockServers;
 use harness::evidence::{Mark, Recorder};
-use harness::hosts::RedlockServers;
 
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::rl1_redlock_paused_client::{redlock_client, LONG_TTL};
@@ -45,7 +45,7 @@ pub(crate) const FULL: usize = 8;
 pub(crate) const DELAYED: usize = 4;
 
 /// The servers' own state of `key`: per server, `holder-a PTTL 9512` or `(none)`.
-async fn state(servers: &RedlockServers, key: &str) -> Vec<String> {
+async fn state(servers: &dyn RedlockServers, key: &str) -> Vec<String> {
     let mut out = Vec::new();
     for i in 0..servers.endpoints().len() {
         let value = servers
@@ -83,7 +83,7 @@ fn holding(state: &[String], holder: &str) -> Vec<usize> {
 pub(crate) async fn run(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    servers: &RedlockServers,
+    servers: &dyn RedlockServers,
     store: &str,
     fault: Fault,
     label: &str,
@@ -324,7 +324,7 @@ pub(crate) async fn run(
 /// RL3's fault: server 2 restarts without persistence (and, delayed, refuses clients for a TTL).
 async fn restart(
     rec: &mut Recorder,
-    servers: &RedlockServers,
+    servers: &dyn RedlockServers,
     key: &str,
     label: &str,
     fault: Fault,
@@ -371,7 +371,7 @@ async fn restart(
 /// The skew is read from the servers themselves (`TIME` on server 2 against server 0's).
 async fn jump_clock(
     rec: &mut Recorder,
-    servers: &RedlockServers,
+    servers: &dyn RedlockServers,
     key: &str,
     label: &str,
 ) -> anyhow::Result<()> {

@@ -26,9 +26,9 @@ use anyhow::{bail, Context as _};
 use fencing::lease::{LeaseStore, StoreAt};
 use fencing::resource::{Write, WriteMode};
 use fencing::value_cas::ValueCas;
+use harness::docker::RedlockServers;
 use harness::evidence::Recorder;
 use harness::holder::{Holder, EVENT_TIMEOUT};
-use harness::hosts::RedlockServers;
 use holder_protocol::{Event, Request};
 
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
@@ -107,11 +107,12 @@ impl Scenario for RL1 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::lease::store_kind("redlock").is_none() {
+            if fencing::stores::store_kind("redlock").is_none() {
                 rec.skip("RL1 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&bed.run_mark, SERVERS, None).await {
+            let servers = match harness::docker::redlock_servers(&bed.run_mark, SERVERS, None).await
+            {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!("RL1 needs five Redis servers in containers: {e:#}"));
@@ -121,15 +122,15 @@ impl Scenario for RL1 {
             rec.note(format!(
                 "five independent Redis servers (no persistence, no replication): {}; {}",
                 servers.endpoints().join(", "),
-                servers.image_note
+                servers.image_note()
             ));
             let outcome = async {
                 for (n, (store, after, label)) in RUNS.into_iter().enumerate() {
                     bed.reset().await?;
-                    one_run(bed, rec, &servers, store, after, label, n).await?;
+                    one_run(bed, rec, &*servers, store, after, label, n).await?;
                 }
                 bed.reset().await?;
-                interleavings(bed, rec, &servers).await?;
+                interleavings(bed, rec, &*servers).await?;
                 Ok::<_, anyhow::Error>(())
             }
             .await;
@@ -143,20 +144,20 @@ impl Scenario for RL1 {
 pub(crate) async fn redlock_client(
     bed: &Testbed,
     store: &str,
-    servers: &RedlockServers,
+    servers: &dyn RedlockServers,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let at = StoreAt {
         table: bed.lease_table.clone(),
         endpoints: servers.endpoints(),
     };
-    Ok(fencing::lease::open(store, &at).await?)
+    Ok(fencing::stores::open(store, &at).await?)
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn one_run(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    servers: &RedlockServers,
+    servers: &dyn RedlockServers,
     store: &str,
     after: bool,
     label: &str,
@@ -333,7 +334,7 @@ async fn one_run(
 async fn interleavings(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    servers: &RedlockServers,
+    servers: &dyn RedlockServers,
 ) -> anyhow::Result<()> {
     const LABEL: &str = "check-and-set beside the fence";
     let client = redlock_client(bed, "redlock-fenced", servers).await?;

@@ -10,7 +10,6 @@
 //!   the server forgets the counter too.)
 
 use harness::evidence::Recorder;
-use harness::hosts::RedlockServers;
 
 use crate::redlock_majorities::{self, Fault, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
@@ -70,11 +69,17 @@ impl Scenario for RL2 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::lease::store_kind("redlock").is_none() {
+            if fencing::stores::store_kind("redlock").is_none() {
                 rec.skip("RL2 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&bed.run_mark, SERVERS, Some(SHIFTED)).await {
+            let servers = match harness::docker::redlock_servers(
+                &bed.run_mark,
+                SERVERS,
+                Some(SHIFTED),
+            )
+            .await
+            {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!(
@@ -86,7 +91,7 @@ impl Scenario for RL2 {
             rec.note(format!(
                 "five independent Redis servers, no persistence: {}; server {SHIFTED} runs under the lab's clock shim (LD_PRELOAD: gettimeofday and CLOCK_REALTIME shifted by an offset the lab writes; Debian's libfaketime recurses under redis-server's jemalloc); the lock's TTL 10 s; {}",
                 servers.endpoints().join(", "),
-                servers.image_note
+                servers.image_note()
             ));
             let outcome = async {
                 for (n, store) in RUNS.into_iter().enumerate() {
@@ -95,7 +100,7 @@ impl Scenario for RL2 {
                     redlock_majorities::run(
                         bed,
                         rec,
-                        &servers,
+                        &*servers,
                         store,
                         Fault::ClockJump,
                         store,

@@ -11,7 +11,6 @@
 //!   lock is valid.
 
 use harness::evidence::Recorder;
-use harness::hosts::RedlockServers;
 
 use crate::redlock_majorities::{self, Fault, DELAYED, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
@@ -72,11 +71,12 @@ impl Scenario for RL3 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::lease::store_kind("redlock").is_none() {
+            if fencing::stores::store_kind("redlock").is_none() {
                 rec.skip("RL3 needs the Redis client: this build left it out (build with --features lab/lock-services)");
                 return Ok(());
             }
-            let servers = match RedlockServers::start(&bed.run_mark, SERVERS, None).await {
+            let servers = match harness::docker::redlock_servers(&bed.run_mark, SERVERS, None).await
+            {
                 Ok(servers) => servers,
                 Err(e) => {
                     rec.skip(format!("RL3 needs five Redis servers in containers: {e:#}"));
@@ -86,13 +86,14 @@ impl Scenario for RL3 {
             rec.note(format!(
                 "five independent Redis servers, no persistence (save '', appendonly no), each restarted by its container's loop when killed: {}; the lock's TTL 10 s; {}",
                 servers.endpoints().join(", "),
-                servers.image_note
+                servers.image_note()
             ));
             let outcome = async {
                 for (n, (store, fault, label)) in RUNS.into_iter().enumerate() {
                     bed.reset().await?;
                     let lock = format!("{}-rl3-{n}", crate::testbed::LEASE);
-                    redlock_majorities::run(bed, rec, &servers, store, fault, label, &lock).await?;
+                    redlock_majorities::run(bed, rec, &*servers, store, fault, label, &lock)
+                        .await?;
                 }
                 Ok::<_, anyhow::Error>(())
             }

@@ -248,7 +248,7 @@ async fn run_case(
         let sut = &bed.params.sut;
         (Dialect::Postgres, sut.claims, sut.name.clone())
     };
-    let store_has_token = fencing::lease::store_kind(bed.params.store).is_none_or(|k| k.has_token);
+    let store_has_token = fencing::stores::store_kind(bed.params.store).is_none_or(|k| k.has_token);
     // A title that says "(fenced)" of a design whose write checks no token says what it runs.
     let title = if on_mariadb {
         title.to_owned()

@@ -9,7 +9,7 @@ use super::{Grant, Holding, LeaseStore, StoreFuture, StoreKind};
 use crate::fenced_job::{JobLease, JobLeaseStore};
 use crate::{DbContext, Result};
 
-/// The job lease store in the registry ([`super::STORES`]).
+/// The job lease store in the registry (`crate::stores::STORES`).
 pub const KIND: StoreKind = StoreKind {
     name: "mariadb",
     token: "fence token",

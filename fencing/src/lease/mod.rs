@@ -1,7 +1,7 @@
 //! Lease stores: who may *start* work (SPEC §3.1, §9). A lease store grants a lease with an
 //! expiry by its own clock and, if its design has one, a token; it is anything that answers the
 //! four questions of [`LeaseStore`] — a SQL profile's table ([`sql`]), seed 000's job lease on
-//! MariaDB (`job.rs`, feature `mariadb`), and later a lock service (an etcd lease, a ZooKeeper
+//! MariaDB (`job_lease.rs`, feature `mariadb`), and later a lock service (an etcd lease, a ZooKeeper
 //! node, a Redis key). `for_experiments.rs` is the lease table's SQL that only the lab runs.
 //!
 //! Tokens are opaque and ordered: what fencing needs is that a takeover's token is greater than
@@ -14,8 +14,9 @@
 //! device only: safety comes from the resource's fence, which never reads the lease.
 //!
 //! Adding a store: one file here implementing [`LeaseStore`] (its `//!` names the store, its
-//! token and what decides expiry), and one line in [`STORES`]. What this module must not hold:
-//! any store's SQL or client calls (they live in the store's own file).
+//! token and what decides expiry), and one entry in `crate::stores::STORES`, the registry. What
+//! this module must not hold: any store's SQL or client calls (they live in the store's own
+//! file), nor the registry (it lists the stores, so it sits above them).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -320,89 +321,4 @@ pub(crate) fn check_timing(ttl: Duration, margin: Duration) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// Every lease store the lab can run, one line each.
-pub const STORES: &[StoreKind] = &[
-    sql::KIND,
-    #[cfg(feature = "mariadb")]
-    job_lease::KIND,
-    #[cfg(feature = "redis")]
-    redis::KIND,
-    #[cfg(feature = "redis")]
-    redis::PLAIN,
-    #[cfg(feature = "redis")]
-    redis::WAIT,
-    #[cfg(feature = "redis")]
-    redlock::KIND,
-    #[cfg(feature = "redis")]
-    redlock::FENCED,
-    #[cfg(feature = "etcd")]
-    etcd::KIND,
-    #[cfg(feature = "zookeeper")]
-    zookeeper::KIND,
-    #[cfg(feature = "zookeeper")]
-    zookeeper::SUFFIX,
-];
-
-/// The lock services a store may run on, and the cargo feature that builds their clients: a
-/// store named here but not in [`STORES`] was left out of this build.
-pub const SERVICES: &[(&str, &str)] = &[
-    ("redis", "redis"),
-    ("redis-plain", "redis"),
-    ("etcd", "etcd"),
-    ("zookeeper", "zookeeper"),
-    ("zookeeper-suffix", "zookeeper"),
-];
-
-/// The store kind named `name` (a holder's `--store`).
-pub fn store_kind(name: &str) -> Option<&'static StoreKind> {
-    STORES.iter().find(|k| k.name == name)
-}
-
-/// The lock service the store named `name` runs on (`redis`, `etcd`, `zookeeper`), whether or
-/// not this build has its client; `None` for a store on the lab's databases.
-pub fn service_of(name: &str) -> Option<&'static str> {
-    SERVICES
-        .iter()
-        .find(|(store, _)| *store == name)
-        .map(|(_, service)| *service)
-}
-
-/// Opens the store named `name` at `at`: the one place a lease store is chosen, for the lab and
-/// for every holder process. Returns once it is connected.
-pub async fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
-    let kind = store_kind(name).ok_or_else(|| Error::UnknownStore {
-        name: match SERVICES.iter().find(|(s, _)| *s == name) {
-            Some((_, feature)) => format!(
-                "{name} (this build left its client out: build with --features fencing/{feature})"
-            ),
-            None => name.to_owned(),
-        },
-        known: STORES.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
-    })?;
-    let open = kind.open.ok_or_else(|| Error::UnknownStore {
-        name: format!("{name} (opened by the U-series itself)"),
-        known: STORES
-            .iter()
-            .filter(|k| k.open.is_some())
-            .map(|k| k.name)
-            .collect::<Vec<_>>()
-            .join(", "),
-    })?;
-    open(at).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_store_kind_has_a_unique_name_and_says_what_its_token_is() {
-        for (i, k) in STORES.iter().enumerate() {
-            assert!(!k.token.is_empty() && !k.about.is_empty(), "{k:?}");
-            assert_eq!(store_kind(k.name), Some(&STORES[i]), "{k:?}");
-        }
-        assert_eq!(store_kind("no-such-store"), None);
-    }
 }

@@ -231,7 +231,7 @@ impl SqlLeaseStore {
     }
 }
 
-/// The SQL lease store in the registry ([`super::STORES`]).
+/// The SQL lease store in the registry (`crate::stores::STORES`).
 pub const KIND: StoreKind = StoreKind {
     name: "postgres",
     token: "token column",

@@ -19,7 +19,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::containers::patroni::{PatroniCluster, Replication, Settings};
 use crate::containers::{self, Image, Network, PgContainer, PG_PORT};
-use crate::hosts::{Backend, Host, Hosts, HostsFuture, Infallible, Restarted};
+use crate::hosts::{Answer, Backend, Host, Hosts, HostsFuture, Restarted};
 
 /// Where the lease database lives on the container backend.
 // One value per run: the variants' sizes do not matter.
@@ -458,7 +458,7 @@ impl Hosts for ContainerServers {
         self.kept_lines()
     }
 
-    fn shutdown(self: Box<Self>) -> Infallible<'static, ()> {
+    fn shutdown(self: Box<Self>) -> Answer<'static, ()> {
         Box::pin(async move {
             if self.kept {
                 self.stop_and_keep().await
@@ -501,7 +501,7 @@ impl Hosts for ContainerServers {
         Box::pin(async move { Ok(self.follow(timeout).await?.is_some()) })
     }
 
-    fn lease_logs(&self, since: SystemTime) -> Infallible<'_, Vec<(String, String)>> {
+    fn lease_logs(&self, since: SystemTime) -> Answer<'_, Vec<(String, String)>> {
         Box::pin(self.logs(since))
     }
 }

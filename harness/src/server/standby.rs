@@ -24,7 +24,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Row};
 
 use super::{Cluster, Server, ServerDir, ServerError};
-use crate::hosts::{Backend, Host, Hosts, HostsFuture, Infallible, Restarted};
+use crate::hosts::{Answer, Backend, Host, Hosts, HostsFuture, Restarted};
 use crate::process::{describe_status, Spawn};
 use crate::wait;
 
@@ -411,11 +411,11 @@ impl Hosts for Replicated {
         .collect()
     }
 
-    fn shutdown(mut self: Box<Self>) -> Infallible<'static, ()> {
+    fn shutdown(mut self: Box<Self>) -> Answer<'static, ()> {
         Box::pin(async move { self.stop_servers().await })
     }
 
-    fn stop_servers(&mut self) -> Infallible<'_, ()> {
+    fn stop_servers(&mut self) -> Answer<'_, ()> {
         Box::pin(async move {
             self.primary.stop().await;
             self.standby.cluster.stop().await;

@@ -77,7 +77,7 @@ pub fn actions(faults: &[Fault]) -> Vec<(Duration, Action)> {
 }
 
 /// The iptables rules of a delay or partition in force; dropping them lifts them.
-type Cut = harness::hosts::Holds;
+type Cut = harness::docker::Holds;
 
 /// A holder slot: its current process and how many it has had.
 struct Slot {

@@ -16,7 +16,7 @@ use holder_protocol::HolderFlags;
 use sqlx::postgres::PgPoolOptions;
 
 use super::{Testbed, LEASE, SCOPE, SUMMARY};
-use harness::hosts::PG_PORT;
+use harness::docker::PG_PORT;
 
 /// A holder of the user's (`--holder-cmd`): the fault points it refused when asked for each
 /// ([`Testbed::refused_fault_points`]), with its words.
@@ -140,7 +140,7 @@ impl Testbed {
         } else {
             self.own_lease_client().await?
         };
-        super::open_store(self.params.store, &table, self.service.as_ref()).await
+        super::open_store(self.params.store, &table, self.service.as_deref()).await
     }
 
     /// A lease client with its own single connection, already open (F3's contenders).

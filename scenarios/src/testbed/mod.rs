@@ -19,7 +19,8 @@ use fencing::profile::Profile;
 use fencing::publish::Publisher;
 use fencing::resource::Resource;
 use fencing::schema::{self, Database};
-use harness::hosts::{Hosts, LockService};
+use harness::docker::LockService;
+use harness::hosts::Hosts;
 use harness::server::{Cluster, ClusterConfig};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -48,12 +49,12 @@ pub struct Testbed {
     pub servers: Box<dyn Hosts>,
     /// The lock service that is the lease store (`--lease-store redis|etcd|zookeeper`), in a
     /// container of its own; `None` when the lease store is the lease database's table.
-    pub service: Option<LockService>,
+    pub service: Option<Box<dyn LockService>>,
     /// The TTL the run asked for (`--ttl-ms`); `params.ttl` is what the store grants for it.
     ttl_asked: Duration,
     /// Lock services started for a store the lab no longer uses ([`Testbed::use_store`]), kept for
     /// the next case that does.
-    idle_services: Vec<LockService>,
+    idle_services: Vec<Box<dyn LockService>>,
     /// `--keep` or a failing run: the servers stay after [`Testbed::shutdown`] (stopped).
     kept: bool,
     /// A case run on this lab failed: a failing run keeps this lab's servers, not every lab's.
@@ -151,7 +152,7 @@ impl Testbed {
                     .context("failed to start the embedded PostgreSQL")?,
             ),
             Backend::Containers { pg_major, patroni } => {
-                harness::hosts::start_containers(&run_mark, pg_major, patroni).await?
+                harness::docker::start_hosts(&run_mark, pg_major, patroni).await?
             }
         };
         let (lease_pool, resource_pool) = match Self::provision(servers.as_ref(), &params.sut).await
@@ -166,9 +167,9 @@ impl Testbed {
             SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone())
                 .with_ttl_in_force(params.ttl);
         // A lock service as the lease store: a container of its own, started here.
-        let service = match fencing::lease::service_of(params.store) {
+        let service = match fencing::stores::service_of(params.store) {
             None => None,
-            Some(name) => match LockService::start(name, &run_mark).await {
+            Some(name) => match harness::docker::lock_service(name, &run_mark).await {
                 Ok(service) => Some(service),
                 Err(e) => {
                     servers.shutdown().await;
@@ -176,7 +177,7 @@ impl Testbed {
                 }
             },
         };
-        let lease = match open_store(params.store, &lease_table, service.as_ref()).await {
+        let lease = match open_store(params.store, &lease_table, service.as_deref()).await {
             Ok(lease) => lease,
             Err(e) => {
                 if let Some(service) = service {
@@ -324,7 +325,7 @@ impl Testbed {
         for service in self.service.iter().chain(&self.idle_services) {
             kept.push(format!(
                 "the lock service {}'s container is kept, stopped, as fencing-lab-kept-…",
-                service.service
+                service.service()
             ));
         }
         kept
@@ -358,7 +359,7 @@ impl Testbed {
         }
         // A scenario interrupted while its containers ran: whatever carries this run's mark.
         if !self.kept {
-            harness::hosts::remove_marked(&self.run_mark).await;
+            harness::docker::remove_marked(&self.run_mark).await;
         }
     }
 
@@ -431,7 +432,7 @@ impl Testbed {
         self.params.sut = profile;
     }
 
-    /// Makes the store named `store` the lab's lease store (`fencing::lease::STORES`): the lease
+    /// Makes the store named `store` the lab's lease store (`fencing::stores::STORES`): the lease
     /// table, or a lock service — started on first use, kept (idle) for the next. Returns once
     /// it is open; on an error the lease table is the store.
     pub async fn use_store(&mut self, store: &'static str) -> anyhow::Result<()> {
@@ -441,14 +442,14 @@ impl Testbed {
         self.lease = SteppedStore::wrap(Arc::new(self.lease_table.clone()));
         self.params.store = fencing::lease::sql::KIND.name;
         self.params.ttl = self.ttl_asked;
-        let Some(name) = fencing::lease::service_of(store) else {
+        let Some(name) = fencing::stores::service_of(store) else {
             return Ok(());
         };
-        let service = match self.idle_services.iter().position(|s| s.service == name) {
+        let service = match self.idle_services.iter().position(|s| s.service() == name) {
             Some(i) => self.idle_services.remove(i),
-            None => LockService::start(name, &self.run_mark).await?,
+            None => harness::docker::lock_service(name, &self.run_mark).await?,
         };
-        match open_store(store, &self.lease_table, Some(&service)).await {
+        match open_store(store, &self.lease_table, Some(&*service)).await {
             Ok(lease) => {
                 self.params.ttl = lease.granted_ttl(self.ttl_asked);
                 self.lease = SteppedStore::wrap(lease);
@@ -482,18 +483,18 @@ impl Testbed {
     }
 }
 
-/// The lease store `name` (`fencing::lease::STORES`): on the lab's lease table, or on the lock
+/// The lease store `name` (`fencing::stores::STORES`): on the lab's lease table, or on the lock
 /// service the lab started for it.
 pub(super) async fn open_store(
     name: &str,
     table: &SqlLeaseStore,
-    service: Option<&LockService>,
+    service: Option<&dyn LockService>,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let at = fencing::lease::StoreAt {
         table: table.clone(),
         endpoints: service.iter().map(|s| s.endpoint()).collect(),
     };
-    Ok(fencing::lease::open(name, &at).await?)
+    Ok(fencing::stores::open(name, &at).await?)
 }
 
 #[cfg(test)]

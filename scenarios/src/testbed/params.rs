@@ -41,7 +41,7 @@ pub struct Params {
     /// apply (its experiments say `skip`). `None`: each series runs its own seed's design.
     pub sut_dialect: Option<Dialect>,
     /// The lease store every experiment and every holder asks, by its name in
-    /// `fencing::lease::STORES`: `postgres`, the profile's lease table.
+    /// `fencing::stores::STORES`: `postgres`, the profile's lease table.
     pub store: &'static str,
     /// The lock services (their stores' names) on which each experiment that gates on them
     /// ([`crate::Scenario::again_on_stores`]: F4, F5) runs again, as a case of its own

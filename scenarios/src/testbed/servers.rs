@@ -40,12 +40,12 @@ impl Testbed {
         process: &str,
         pid: u32,
         db: Database,
-    ) -> anyhow::Result<harness::hosts::Holds> {
+    ) -> anyhow::Result<harness::docker::Holds> {
         if let (Database::Lease, Some(service)) = (db, &self.service) {
             let (ip, port) = (service.ip(), service.port());
             let ports = harness::process::tcp_ports_to(pid, ip, port)
                 .context("failed to list the process's connections to the lock service")?;
-            return harness::hosts::Holds::start(ip, &ports, &self.run_mark).await;
+            return harness::docker::Holds::start(ip, &ports, &self.run_mark).await;
         }
         let ip = self
             .servers
@@ -55,7 +55,7 @@ impl Testbed {
         let ports = harness::observe::client_ports(&admin, process).await;
         admin.close().await;
         let ports = ports.context("failed to list the process's connections")?;
-        harness::hosts::Holds::start(ip, &ports, &self.run_mark).await
+        harness::docker::Holds::start(ip, &ports, &self.run_mark).await
     }
 
     /// Cuts the lease store's Patroni leader off from its peers (not from the lab's host) once
@@ -106,20 +106,20 @@ impl Testbed {
     /// resource, F16's lease store and resource), and notes in `rec` where their image came
     /// from. `None` once `rec` says `skip` with the reason: no Docker engine, no way to build
     /// the image, or a build without containers. End them with
-    /// [`harness::hosts::OwnServers::remove`]; a run interrupted meanwhile removes them by its mark.
+    /// [`harness::docker::OwnServers::remove`]; a run interrupted meanwhile removes them by its mark.
     pub async fn own_servers(
         &self,
         rec: &mut harness::evidence::Recorder,
         n: usize,
-    ) -> anyhow::Result<Option<harness::hosts::OwnServers>> {
-        match harness::hosts::OwnServers::start(&self.run_mark, n).await {
+    ) -> anyhow::Result<Option<Box<dyn harness::docker::OwnServers>>> {
+        match harness::docker::own_servers(&self.run_mark, n).await {
             Err(reason) => {
                 rec.skip(reason);
                 Ok(None)
             }
             Ok(started) => {
                 let servers = started?;
-                rec.note(servers.image_note.clone());
+                rec.note(servers.image_note());
                 Ok(Some(servers))
             }
         }

@@ -23,7 +23,7 @@ impl Testbed {
     /// The clock that decides expiry, as the evidence names it: `the database clock` for the
     /// lease table, the lock service's own otherwise.
     pub fn expiry_clock(&self) -> &'static str {
-        match fencing::lease::service_of(self.params.store) {
+        match fencing::stores::service_of(self.params.store) {
             None => "the database clock",
             Some("redis") => "Redis's clock",
             Some("etcd") => "etcd's leader",
@@ -38,7 +38,7 @@ impl Testbed {
     /// `token=–`).
     pub fn token(&self, rec: &Recorder, n: i64) -> i64 {
         let store_has_token =
-            fencing::lease::store_kind(self.params.store).is_none_or(|k| k.has_token);
+            fencing::stores::store_kind(self.params.store).is_none_or(|k| k.has_token);
         if self.params.sut.claims.token_at_lease && store_has_token {
             rec.token(n)
         } else {

@@ -17,6 +17,9 @@
 //! Output: a table on the terminal, `bench.json` and `bench.svg` in the evidence directory.
 //! Figures are measurements of this machine at this moment; compare ratios within one run.
 
+pub mod lease_scaling;
+mod stats;
+
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +35,7 @@ use scenarios::{Params, Testbed};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::Executor;
+use stats::{percentile, sorted};
 use tokio::sync::Barrier;
 
 use crate::args::BenchArgs;
@@ -62,19 +66,6 @@ struct Contention {
     one_winner_rounds: usize,
     p50_ms: f64,
     p99_ms: f64,
-}
-
-pub(crate) fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
-    if sorted_ms.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted_ms.len() as f64 - 1.0) * p).round() as usize;
-    sorted_ms[i.min(sorted_ms.len() - 1)]
-}
-
-pub(crate) fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(f64::total_cmp);
-    v
 }
 
 /// The writer counts every mode is measured at.
@@ -219,7 +210,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--leases`: the lease-scaling bench ([`crate::bench_leases`]) on every store named.
+/// `--leases`: the lease-scaling bench ([`lease_scaling`]) on every store named.
 async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> anyhow::Result<()> {
     let mut stores: Vec<&'static str> = Vec::new();
     for name in &args.lease_store {
@@ -229,16 +220,14 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         } else {
             name.as_str()
         };
-        let kind = fencing::lease::STORES
-            .iter()
+        let kind = fencing::stores::built()
             .find(|k| {
                 k.name == name && (k.service.is_some() || k.name == fencing::lease::sql::KIND.name)
             })
             .with_context(|| {
                 format!(
                     "--lease-store {name}: not a lease store of this build; pass single{}",
-                    fencing::lease::STORES
-                        .iter()
+                    fencing::stores::built()
                         .filter(|k| k.service.is_some())
                         .map(|k| format!(", {}", k.name))
                         .collect::<String>()
@@ -265,7 +254,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         3 * args.renew_ms,
         duration.as_millis()
     );
-    let measured = crate::bench_leases::measure(
+    let measured = lease_scaling::measure(
         &mut bed,
         &stores,
         &args.leases,
@@ -276,18 +265,18 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
     .await;
     bed.shutdown().await;
     let cells = measured?;
-    let table = crate::bench_leases::render(&cells);
+    let table = lease_scaling::render(&cells);
     if let Err(e) = crate::print_stdout(&table) {
         eprintln!("bench: failed to write the table to stdout: {e}");
     }
     let dir = &args.evidence_dir;
     write_atomically(
         &dir.join("bench-leases.json"),
-        crate::bench_leases::json(&cells).to_string().as_bytes(),
+        lease_scaling::json(&cells).to_string().as_bytes(),
     )?;
     write_atomically(
         &dir.join("bench-leases.svg"),
-        crate::bench_leases::chart(&cells).as_bytes(),
+        lease_scaling::chart(&cells).as_bytes(),
     )?;
     write_atomically(&dir.join("bench-leases.md"), table.as_bytes())?;
     write_page(dir)?;
@@ -950,16 +939,4 @@ fn chart(cells: &[Cell]) -> String {
     }
     svg.push_str("</svg>\n");
     svg
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_pick_from_the_sorted_sample() {
-        let v = sorted((1..=100).map(f64::from).collect());
-        assert_eq!((percentile(&v, 0.5), percentile(&v, 0.99)), (51.0, 99.0));
-        assert!(percentile(&[], 0.5).is_nan());
-    }
 }

@@ -27,7 +27,7 @@ use fencing::lease::{Grant, LeaseStore};
 use scenarios::Testbed;
 use serde_json::json;
 
-use crate::bench::{percentile, sorted};
+use super::stats::{percentile, sorted};
 
 /// One measured cell.
 #[derive(Debug, Clone)]
