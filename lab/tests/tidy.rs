@@ -1078,3 +1078,219 @@ fn no_two_source_files_share_a_name() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The crates from the bottom of the graph to its top: a crate depends only on crates below it
+/// (its tests included), so no arrow runs up and no two top-level folders depend on each other.
+const LAYERS: &[&str] = &[
+    "protocol",
+    "harness",
+    "fencing",
+    "holder",
+    "scenarios",
+    "lab",
+];
+
+/// The workspace crates a crate's manifest names as dependencies (normal, dev or build), by
+/// their folder.
+fn workspace_dependencies(manifest: &str) -> Vec<&'static str> {
+    let folder_of = |package: &str| match package {
+        "holder-protocol" => Some("protocol"),
+        name => LAYERS.iter().copied().find(|l| *l == name),
+    };
+    let dep = Regex::new(
+        r"(?m)^([A-Za-z0-9_-]+)(\.workspace\s*=\s*true|\s*=\s*\{[^}]*workspace\s*=\s*true)",
+    )
+    .expect("a valid pattern");
+    dep.captures_iter(manifest)
+        .filter_map(|c| folder_of(&c[1]))
+        .collect()
+}
+
+#[test]
+fn every_crate_depends_only_on_crates_below_it() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut up = Vec::new();
+    for (rank, folder) in LAYERS.iter().enumerate() {
+        let manifest = fs::read_to_string(root.join(folder).join("Cargo.toml"))?;
+        for dep in workspace_dependencies(&manifest) {
+            let below = LAYERS.iter().position(|l| *l == dep).expect("a layer");
+            if below >= rank {
+                up.push(format!("{folder} depends on {dep}, which is not below it"));
+            }
+        }
+    }
+    assert!(up.is_empty(), "{up:#?} (the layers: {LAYERS:?})");
+    let planted = "[dependencies]\nscenarios.workspace = true\nholder-protocol = { workspace = true }\nserde.workspace = true\n";
+    assert_eq!(workspace_dependencies(planted), ["scenarios", "protocol"]);
+    Ok(())
+}
+
+/// The module a file is, as a path from its crate's root (`src/a/b.rs` and `src/a/b/mod.rs` are
+/// `a::b`; `lib.rs` and `main.rs` the root).
+fn module_of(rel_to_src: &str) -> Vec<String> {
+    let trimmed = rel_to_src.trim_end_matches(".rs");
+    let mut parts: Vec<String> = trimmed.split('/').map(str::to_owned).collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Each module's uses of other modules of its crate, read from its `crate::`, `super::` and
+/// `self::` paths outside its test code, to the longest prefix that is a module of the crate.
+/// A module's use of its own ancestors is not counted (a child reaches its parent's items by
+/// design); a parent's `mod child;` is not a use.
+fn module_uses(files: &[(Vec<String>, String)]) -> Vec<Vec<usize>> {
+    let path = Regex::new(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)").expect("regex");
+    let index: std::collections::HashMap<&[String], usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, (m, _))| (m.as_slice(), i))
+        .collect();
+    files
+        .iter()
+        .map(|(me, text)| {
+            let lexed = lex(text);
+            let test_only = test_only_lines(&lexed.code);
+            let code: String = lexed
+                .code
+                .iter()
+                .zip(&test_only)
+                .filter(|(_, t)| !**t)
+                .map(|(l, _)| format!("{l}\n"))
+                .collect();
+            let mut uses = std::collections::BTreeSet::new();
+            for c in path.captures_iter(&code) {
+                let mut target: Vec<String> = match &c[1] {
+                    "crate" => Vec::new(),
+                    "self" => me.clone(),
+                    _ => me[..me.len().saturating_sub(1)].to_vec(),
+                };
+                target.extend(c[2].split("::").skip(1).map(str::to_owned));
+                for k in (1..=target.len()).rev() {
+                    if let Some(&i) = index.get(&target[..k]) {
+                        let ancestor = me.len() >= k && me[..k] == target[..k];
+                        if !ancestor {
+                            uses.insert(i);
+                        }
+                        break;
+                    }
+                }
+            }
+            uses.into_iter().collect()
+        })
+        .collect()
+}
+
+/// The groups of modules that use each other in a circle (Tarjan's strongly connected
+/// components of more than one module).
+fn cycles(uses: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    struct Walk<'a> {
+        uses: &'a [Vec<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        stack: Vec<usize>,
+        on_stack: Vec<bool>,
+        next: usize,
+        found: Vec<Vec<usize>>,
+    }
+    fn visit(w: &mut Walk<'_>, v: usize) {
+        w.index[v] = Some(w.next);
+        w.low[v] = w.next;
+        w.next += 1;
+        w.stack.push(v);
+        w.on_stack[v] = true;
+        for &u in &w.uses[v] {
+            match w.index[u] {
+                None => {
+                    visit(w, u);
+                    w.low[v] = w.low[v].min(w.low[u]);
+                }
+                Some(i) if w.on_stack[u] => w.low[v] = w.low[v].min(i),
+                Some(_) => {}
+            }
+        }
+        if Some(w.low[v]) == w.index[v] {
+            let mut group = Vec::new();
+            while let Some(u) = w.stack.pop() {
+                w.on_stack[u] = false;
+                group.push(u);
+                if u == v {
+                    break;
+                }
+            }
+            if group.len() > 1 {
+                group.sort_unstable();
+                w.found.push(group);
+            }
+        }
+    }
+    let n = uses.len();
+    let mut w = Walk {
+        uses,
+        index: vec![None; n],
+        low: vec![0; n],
+        stack: Vec::new(),
+        on_stack: vec![false; n],
+        next: 0,
+        found: Vec::new(),
+    };
+    for v in 0..n {
+        if w.index[v].is_none() {
+            visit(&mut w, v);
+        }
+    }
+    w.found
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()?;
+    let mut found = Vec::new();
+    for krate in LAYERS {
+        let src = root.join(krate).join("src");
+        let mut paths = Vec::new();
+        rust_files(&src, &mut paths)?;
+        paths.sort();
+        let files: Vec<(Vec<String>, String)> = paths
+            .iter()
+            .map(|p| {
+                let rel = p.strip_prefix(&src)?.to_string_lossy().replace('\\', "/");
+                Ok((module_of(&rel), fs::read_to_string(p)?))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        for group in cycles(&module_uses(&files)) {
+            let names: Vec<String> = group.iter().map(|&i| files[i].0.join("::")).collect();
+            found.push(format!("{krate}: {}", names.join(" ↔ ")));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "modules that import each other:\n{}",
+        found.join("\n")
+    );
+    // A planted circle is found: a → b → c → a, and d (which c's test code uses) is not in it.
+    let planted: Vec<(Vec<String>, String)> = [
+        ("a.rs", "//! a\nuse crate::b::X;\n"),
+        ("b.rs", "//! b\nuse super::c::Y;\n"),
+        (
+            "c/mod.rs",
+            "//! c\nfn f() { crate::a::g(); }\n#[cfg(test)]\nmod tests { use crate::d::Z; }\n",
+        ),
+        (
+            "c/e.rs",
+            "//! e, a child: its parent is not a use\nuse super::Y;\n",
+        ),
+        ("d.rs", "//! d\nuse crate::c::e::W;\n"),
+    ]
+    .iter()
+    .map(|(f, t)| (module_of(f), (*t).to_owned()))
+    .collect();
+    assert_eq!(cycles(&module_uses(&planted)), [vec![0, 1, 2]]);
+    Ok(())
+}
