@@ -1140,11 +1140,13 @@ fn module_of(rel_to_src: &str) -> Vec<String> {
 }
 
 /// Each module's uses of other modules of its crate, read from its `crate::`, `super::` and
-/// `self::` paths outside its test code, to the longest prefix that is a module of the crate.
-/// A module's use of its own ancestors is not counted (a child reaches its parent's items by
-/// design); a parent's `mod child;` is not a use.
+/// `self::` paths outside its test code, to the longest prefix that is a module of the crate,
+/// and a parent's paths into a child (`child::item`). A module's use of its own ancestors is not
+/// counted (a child reaches its parent's items by design); a parent's `mod child;` and its
+/// re-exports (`pub use child::…`, a facade) are not uses.
 fn module_uses(files: &[(Vec<String>, String)]) -> Vec<Vec<usize>> {
     let path = Regex::new(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)").expect("regex");
+    let child = Regex::new(r"(?:^|[^:A-Za-z0-9_])([a-z_][a-z0-9_]*)::").expect("regex");
     let index: std::collections::HashMap<&[String], usize> = files
         .iter()
         .enumerate()
@@ -1163,6 +1165,21 @@ fn module_uses(files: &[(Vec<String>, String)]) -> Vec<Vec<usize>> {
                 .map(|(l, _)| format!("{l}\n"))
                 .collect();
             let mut uses = std::collections::BTreeSet::new();
+            // A parent's use of a child's item in its own code (`job_lease::KIND` in a table);
+            // its `mod child;` and its re-exports (`pub use child::…`) are not uses.
+            for line in code.lines().map(str::trim_start) {
+                if line.starts_with("use ") || line.starts_with("pub use ") || line.contains("mod ")
+                {
+                    continue;
+                }
+                for c in child.captures_iter(line) {
+                    let mut target = me.clone();
+                    target.push(c[1].to_owned());
+                    if let Some(&i) = index.get(target.as_slice()) {
+                        uses.insert(i);
+                    }
+                }
+            }
             for c in path.captures_iter(&code) {
                 let mut target: Vec<String> = match &c[1] {
                     "crate" => Vec::new(),
@@ -1292,5 +1309,33 @@ fn no_module_imports_a_module_that_imports_it_back() -> anyhow::Result<()> {
     .map(|(f, t)| (module_of(f), (*t).to_owned()))
     .collect();
     assert_eq!(cycles(&module_uses(&planted)), [vec![0, 1, 2]]);
+    // A registry in a parent that lists a child's item, the child using a sibling that uses the
+    // parent: lease → lease::job → fenced_job → lease (the cycle the job lease once made).
+    let registry: Vec<(Vec<String>, String)> = [
+        (
+            "lease/mod.rs",
+            "//! lease
+pub mod job;
+pub use job::Kind;
+const ALL: &[Kind] = &[job::KIND];
+",
+        ),
+        (
+            "lease/job.rs",
+            "//! job
+use crate::fenced_job::Store;
+",
+        ),
+        (
+            "fenced_job.rs",
+            "//! fenced_job
+use crate::lease::Grant;
+",
+        ),
+    ]
+    .iter()
+    .map(|(f, t)| (module_of(f), (*t).to_owned()))
+    .collect();
+    assert_eq!(cycles(&module_uses(&registry)), [vec![0, 1, 2]]);
     Ok(())
 }
