@@ -27,49 +27,48 @@ use crate::paused_holder::{
 use crate::testbed::{
     acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY,
 };
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "F10",
+    title: "the pause before the check: A frozen before its local-deadline check, the lease expires, B takes over; A resumes and gives up by its monotonic clock",
+    about: About {
+        fault: "holder A frozen (SIGSTOP) before its local-deadline check",
+        shows: "the holder's own monotonic deadline stops it: a pause before the check needs no fence",
+        paragraph: "A holder checks a local deadline, counted on its own monotonic clock, just \
+                    before it writes. Here A, a separate process renewing in the background, \
+                    is frozen with SIGSTOP before that check, renewer thread included; its \
+                    lease expires by the store's clock and B, the lab's own client, acquires \
+                    token 2 and writes. Thawed, A finds its deadline passed and exits without \
+                    writing. A is given the unfenced write mode on purpose, so only its own \
+                    check keeps B's data: the resource logs no attempt by A, B's summary stays \
+                    and the lease is still B's. Contrast F4, where A is frozen after the check \
+                    and only the fence helps.",
+    },
+    checks: 13,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::All,
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Ok(&[FaultPoint::BeforeCheck]),
+    fault_moments: &["/proc shows state T"],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F10;
 
 impl Scenario for F10 {
-    fn id(&self) -> &'static str {
-        "F10"
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Ok(())
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "holder A frozen (SIGSTOP) before its local-deadline check",
-            shows: "the holder's own monotonic deadline stops it: a pause before the check needs no fence",
-            paragraph: "A holder checks a local deadline, counted on its own monotonic clock, just \
-                        before it writes. Here A, a separate process renewing in the background, \
-                        is frozen with SIGSTOP before that check, renewer thread included; its \
-                        lease expires by the store's clock and B, the lab's own client, acquires \
-                        token 2 and writes. Thawed, A finds its deadline passed and exits without \
-                        writing. A is given the unfenced write mode on purpose, so only its own \
-                        check keeps B's data: the resource logs no attempt by A, B's summary stays \
-                        and the lease is still B's. Contrast F4, where A is frozen after the check \
-                        and only the fence helps.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the pause before the check: A frozen before its local-deadline check, the lease expires, B takes over; A resumes and gives up by its monotonic clock"
-    }
-
-    fn checks(&self) -> usize {
-        13
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["/proc shows state T"]
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Ok(&[crate::FaultPoint::BeforeCheck])
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

@@ -21,7 +21,46 @@ use crate::testbed::{
     acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE,
     SUMMARY,
 };
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F11",
+    title: "the lease table reset by hand: tokens start again at 1 below the resource's floor, and the legitimate holder is rejected (I2 broken → liveness lost)",
+    about: About {
+        fault: "an operator truncates the lease table by hand",
+        shows: "tokens restart below the resource's floor and the rightful holder is rejected: liveness lost",
+        paragraph: "Four holdings in turn take tokens 1 to 4 and write, so the resource's \
+                    floor stands at 4. Then an operator empties the lease table by hand, and \
+                    its token counter with it. The next holder, C, is granted token 1 again: \
+                    it is the lease's current, unexpired holder, yet the fenced resource \
+                    rejects its write, and the next two grants (tokens 2 and 3) are rejected \
+                    too. The floor keeps no lease, only the highest token it has seen, so it \
+                    cannot tell a reissued token from a stale holder's. Breaking the rule that \
+                    tokens never go back costs liveness here, not safety: nothing wrong is \
+                    written, but the job cannot run.",
+    },
+    checks: 10,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::When(
+        |sut| sut.claims.token_at_lease && sut.resource.floor.is_some(),
+        "it restarts the lease's tokens below the floor the resource keeps, and the \
+         design has no token at the lease or no floor at the resource",
+    ),
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: true,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F11;
 
@@ -32,47 +71,8 @@ const GRANTS_BEFORE: i64 = 4;
 const FURTHER_GRANTS: i64 = 2;
 
 impl Scenario for F11 {
-    fn id(&self) -> &'static str {
-        "F11"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "an operator truncates the lease table by hand",
-            shows: "tokens restart below the resource's floor and the rightful holder is rejected: liveness lost",
-            paragraph: "Four holdings in turn take tokens 1 to 4 and write, so the resource's \
-                        floor stands at 4. Then an operator empties the lease table by hand, and \
-                        its token counter with it. The next holder, C, is granted token 1 again: \
-                        it is the lease's current, unexpired holder, yet the fenced resource \
-                        rejects its write, and the next two grants (tokens 2 and 3) are rejected \
-                        too. The floor keeps no lease, only the highest token it has seen, so it \
-                        cannot tell a reissued token from a stale holder's. Breaking the rule that \
-                        tokens never go back costs liveness here, not safety: nothing wrong is \
-                        written, but the job cannot run.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the lease table reset by hand: tokens start again at 1 below the resource's floor, and the legitimate holder is rejected (I2 broken → liveness lost)"
-    }
-
-    fn checks(&self) -> usize {
-        10
-    }
-
-    fn fence_dependent(&self) -> bool {
-        true
-    }
-
-    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
-        if sut.claims.token_at_lease && sut.resource.floor.is_some() {
-            Ok(())
-        } else {
-            Err(
-                "it restarts the lease's tokens below the floor the resource keeps, and the \
-                 design has no token at the lease or no floor at the resource",
-            )
-        }
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

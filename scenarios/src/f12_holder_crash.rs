@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
-use fencing::profile::{Profile, WriteSql};
+use fencing::profile::WriteSql;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{Holder, EVENT_TIMEOUT};
@@ -28,64 +28,60 @@ use crate::paused_holder::{
 };
 use crate::testbed::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::testbed::{DETAIL, SUMMARY};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "F12",
+    title: "the holder crashes (kill -9): (a) inside its write transaction, (b) right after its commit; its lease outlives it until the database clock expires it",
+    about: About {
+        fault: "holder A killed (SIGKILL) in or right after its write",
+        shows: "an open write is rolled back, a committed one stays; a dead holder's lease lasts until expiry",
+        paragraph: "A real holder process, renewing in the background, is killed with SIGKILL, \
+                    so no handler runs and nothing is released or rolled back by A. (a) A dies \
+                    inside its write transaction, after the floor, the part and the attempt \
+                    record were written but before the commit: the server aborts the \
+                    transaction with the dead connection and all of it disappears. (b) A dies \
+                    right after its write committed: the part, the floor and the attempt \
+                    record stay. In both, the checks confirm that A's processes and database \
+                    sessions are gone, that B is refused at once because A's lease outlives A, \
+                    and that B acquires token 2 and writes once the lease expires.",
+    },
+    checks: 21,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::When(
+        // The lab's own fenced modes share seed004's design: A dies in seed004's transaction.
+        |sut| {
+            !matches!(sut.resource.write, WriteSql::OneStatement(_))
+                || crate::testbed::Params::fence_label_of(sut) != "sut"
+        },
+        "its write is one statement: there is no open write transaction for the holder \
+         to die inside",
+    ),
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::All,
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Ok(&[
+        FaultPoint::WritePoint,
+        FaultPoint::BeforeCommit,
+        FaultPoint::AfterWrite,
+    ]),
+    fault_moments: &["write transaction is open", "the committed part stays"],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F12;
 
 impl Scenario for F12 {
-    fn id(&self) -> &'static str {
-        "F12"
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Ok(())
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "holder A killed (SIGKILL) in or right after its write",
-            shows: "an open write is rolled back, a committed one stays; a dead holder's lease lasts until expiry",
-            paragraph: "A real holder process, renewing in the background, is killed with SIGKILL, \
-                        so no handler runs and nothing is released or rolled back by A. (a) A dies \
-                        inside its write transaction, after the floor, the part and the attempt \
-                        record were written but before the commit: the server aborts the \
-                        transaction with the dead connection and all of it disappears. (b) A dies \
-                        right after its write committed: the part, the floor and the attempt \
-                        record stay. In both, the checks confirm that A's processes and database \
-                        sessions are gone, that B is refused at once because A's lease outlives A, \
-                        and that B acquires token 2 and writes once the lease expires.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the holder crashes (kill -9): (a) inside its write transaction, (b) right after its commit; its lease outlives it until the database clock expires it"
-    }
-
-    fn checks(&self) -> usize {
-        21
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["write transaction is open", "the committed part stays"]
-    }
-
-    fn applies_to(&self, sut: &Profile) -> Result<(), &'static str> {
-        match sut.resource.write {
-            // The lab's own fenced modes share seed004's design: A dies in seed004's transaction.
-            WriteSql::OneStatement(_) if crate::testbed::Params::fence_label_of(sut) == "sut" => Err(
-                "its write is one statement: there is no open write transaction for the holder \
-                 to die inside",
-            ),
-            _ => Ok(()),
-        }
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Ok(&[
-            crate::FaultPoint::WritePoint,
-            crate::FaultPoint::BeforeCommit,
-            crate::FaultPoint::AfterWrite,
-        ])
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

@@ -40,7 +40,48 @@ use crate::paused_holder::{
     lab_client_takes_over, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
 };
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "F13",
+    title: "the holder's clock runs slow (libfaketime): a drift the margin covers stops A in time; one it does not cover lets A write after B took over — fenced rejects, unfenced accepts",
+    about: About {
+        fault: "holder A's clock runs slow (libfaketime)",
+        shows: "the margin covers clock drift up to a bound; beyond it A writes late and only the fence stops it",
+        paragraph: "A holder's local deadline is the TTL less a margin, counted on its own \
+                    clock; if that clock runs slow, the deadline can outlast the lease. A runs \
+                    under libfaketime at a chosen rate, acquires once without renewing, and \
+                    waits before its check. The margin covers any rate down to r* = (TTL - \
+                    margin) / TTL. Asked the moment the lease expires, A just above r* already \
+                    finds its deadline passed, and A just below still finds it ahead. At half \
+                    of r*, B takes over and writes first, then A's check still passes and A \
+                    writes: the fenced resource rejects it, the unfenced one accepts it (the \
+                    negative control). Each row's measured clock rate is checked too.",
+    },
+    checks: 15,
+    // No row just below r* on a lock service (see `run`).
+    checks_on_store: StoreChecks::FewerOnLockServices(2),
+    checks_again: None,
+    needs: Needs::Faketime,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    // A ZooKeeper session lives while its client's heartbeats arrive; a holder whose clock runs
+    // slow but runs still sends them (zookeeper-client pings after 3/20 of the timeout idle by
+    // its own clock: 225 ms, 560 ms at rate 0.4, against the server's 1.5 s), so its lease does
+    // not expire for the drift to outrun.
+    lock_services: LockServices::AllBut(&[("zookeeper", "a ZooKeeper session lives while the client's heartbeats arrive, and a holder whose clock runs slow still sends them well within the timeout (a ping after 225 ms idle by its own clock: 560 ms at rate 0.4, against the server's 1.5 s) — its lease never expires while it runs, so there is no expiry for the drift to outrun")]),
+    fence_dependent: false,
+    again_on_stores: false,
+    // A drift against the margin is timing: the load of another experiment is noise.
+    runs_alone: true,
+    holder_points: Ok(&[FaultPoint::BeforeCheck]),
+    fault_moments: &["still finds its deadline ahead"],
+    lanes: StoreLanes::Default,
+};
 
 /// F13 as `./run.sh` runs it. `uncovered_rate` replaces the not-covered rows' clock rate: only a
 /// deliberately broken variant ([`crate::broken`]) sets it.
@@ -55,69 +96,8 @@ pub struct F13 {
 const RATE_TOLERANCE: f64 = 0.05;
 
 impl Scenario for F13 {
-    fn id(&self) -> &'static str {
-        "F13"
-    }
-
-    fn on_lock_service(&self, store: &str) -> Result<(), &'static str> {
-        if store == "zookeeper" {
-            // A ZooKeeper session lives while its client's heartbeats arrive; a holder whose
-            // clock runs slow but runs still sends them (zookeeper-client pings after 3/20 of
-            // the timeout idle by its own clock: 225 ms, 560 ms at rate 0.4, against the
-            // server's 1.5 s), so its lease does not expire for the drift to outrun.
-            return Err("a ZooKeeper session lives while the client's heartbeats arrive, and a holder whose clock runs slow still sends them well within the timeout (a ping after 225 ms idle by its own clock: 560 ms at rate 0.4, against the server's 1.5 s) — its lease never expires while it runs, so there is no expiry for the drift to outrun");
-        }
-        Ok(())
-    }
-
-    fn runs_alone(&self) -> bool {
-        // A drift against the margin is timing: the load of another experiment is noise.
-        true
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "holder A's clock runs slow (libfaketime)",
-            shows: "the margin covers clock drift up to a bound; beyond it A writes late and only the fence stops it",
-            paragraph: "A holder's local deadline is the TTL less a margin, counted on its own \
-                        clock; if that clock runs slow, the deadline can outlast the lease. A runs \
-                        under libfaketime at a chosen rate, acquires once without renewing, and \
-                        waits before its check. The margin covers any rate down to r* = (TTL - \
-                        margin) / TTL. Asked the moment the lease expires, A just above r* already \
-                        finds its deadline passed, and A just below still finds it ahead. At half \
-                        of r*, B takes over and writes first, then A's check still passes and A \
-                        writes: the fenced resource rejects it, the unfenced one accepts it (the \
-                        negative control). Each row's measured clock rate is checked too.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the holder's clock runs slow (libfaketime): a drift the margin covers stops A in time; one it does not cover lets A write after B took over — fenced rejects, unfenced accepts"
-    }
-
-    fn checks(&self) -> usize {
-        15
-    }
-
-    fn checks_on(&self, store: &str) -> usize {
-        if fencing::stores::service_of(store).is_some() {
-            // No row just below r* on a lock service (see `run`).
-            self.checks() - 2
-        } else {
-            self.checks()
-        }
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Faketime
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["still finds its deadline ahead"]
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Ok(&[crate::FaultPoint::BeforeCheck])
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

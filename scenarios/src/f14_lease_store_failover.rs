@@ -31,7 +31,44 @@ use sqlx::PgPool;
 
 use crate::paused_holder::{A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F14",
+    title: "the lease store fails over to a streaming standby: (a) asynchronous — an acknowledged token is granted again and A's stale write accepted; (b) synchronous — every acknowledged token survives, A is rejected",
+    about: About {
+        fault: "the lease store's primary lost, its standby promoted",
+        shows: "asynchronous replication grants an acknowledged token twice; synchronous keeps every one",
+        paragraph: "The lease database runs on a primary with a streaming standby; the \
+                    resource stays elsewhere. The lab cuts the standby's replication link, A \
+                    acquires on the primary, the primary's host is killed and the standby \
+                    promoted, and B acquires there. (a) With asynchronous replication, A's \
+                    acquire is acknowledged at once though it never reached the standby, so \
+                    the promoted standby grants B the same token; the floor cannot tell them \
+                    apart and A's stale write is accepted after B's, the negative control. (b) \
+                    With synchronous replication, A's acquire waits unacknowledged until the \
+                    link is back; after the failover B's token is greater and A's stale write \
+                    is rejected.",
+    },
+    checks: 15,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: true,
+    again_on_stores: false,
+    // It promotes standbys: two more clusters and their replication.
+    runs_alone: true,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &["the standby is promoted"],
+    lanes: StoreLanes::Default,
+};
 
 /// F14 as `./run.sh` runs it. `synchronous_names` false leaves `synchronous_standby_names` empty
 /// in part (b): only a deliberately broken variant ([`crate::broken`]) does that.
@@ -44,46 +81,8 @@ const STANDBY: &str = "lab_standby";
 const HOLDER_Z: &str = "holder-z";
 
 impl Scenario for F14 {
-    fn id(&self) -> &'static str {
-        "F14"
-    }
-
-    fn runs_alone(&self) -> bool {
-        // It promotes standbys: two more clusters and their replication.
-        true
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "the lease store's primary lost, its standby promoted",
-            shows: "asynchronous replication grants an acknowledged token twice; synchronous keeps every one",
-            paragraph: "The lease database runs on a primary with a streaming standby; the \
-                        resource stays elsewhere. The lab cuts the standby's replication link, A \
-                        acquires on the primary, the primary's host is killed and the standby \
-                        promoted, and B acquires there. (a) With asynchronous replication, A's \
-                        acquire is acknowledged at once though it never reached the standby, so \
-                        the promoted standby grants B the same token; the floor cannot tell them \
-                        apart and A's stale write is accepted after B's, the negative control. (b) \
-                        With synchronous replication, A's acquire waits unacknowledged until the \
-                        link is back; after the failover B's token is greater and A's stale write \
-                        is rejected.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the lease store fails over to a streaming standby: (a) asynchronous — an acknowledged token is granted again and A's stale write accepted; (b) synchronous — every acknowledged token survives, A is rejected"
-    }
-
-    fn checks(&self) -> usize {
-        15
-    }
-
-    fn fence_dependent(&self) -> bool {
-        true
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["the standby is promoted"]
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

@@ -28,7 +28,43 @@ use sqlx::PgPool;
 
 use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F15",
+    title: "the write held in the network (containers): A's request leaves while A is valid and reaches the resource after B's write — fenced rejects, unfenced accepts",
+    about: About {
+        fault: "A's write request held in the network past its lease",
+        shows: "a request sent while A was valid can arrive after the takeover: only the fence stops it",
+        paragraph: "The resource runs in a container of its own, reached over TCP. A acquires \
+                    once, with no renewal, passes its local-deadline check while its lease is \
+                    valid and sends its write, but the lab drops every packet of A's \
+                    connection to the resource. Meanwhile the lease expires by the database \
+                    clock, and B acquires token 2 and writes. When the hold is lifted, TCP \
+                    retransmits and A's request arrives; the resource's own statement log \
+                    shows it arriving after B's write. The fenced resource rejects it; the \
+                    unfenced one accepts it and A's stale content replaces B's, the negative \
+                    control. No check inside A could have helped: the request had already \
+                    left.",
+    },
+    checks: 13,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: true,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err("it reaches its holder's servers in containers over TCP (--resource-host, --lease-host), flags a holder of yours may ignore (docs/holder-protocol.md)"),
+    fault_moments: &["is held in the network"],
+    lanes: StoreLanes::Default,
+};
 
 /// F15 as `./run.sh` runs it. `hold: false` sends A's write without holding it: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
@@ -37,49 +73,8 @@ pub struct F15 {
 }
 
 impl Scenario for F15 {
-    fn id(&self) -> &'static str {
-        "F15"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "A's write request held in the network past its lease",
-            shows: "a request sent while A was valid can arrive after the takeover: only the fence stops it",
-            paragraph: "The resource runs in a container of its own, reached over TCP. A acquires \
-                        once, with no renewal, passes its local-deadline check while its lease is \
-                        valid and sends its write, but the lab drops every packet of A's \
-                        connection to the resource. Meanwhile the lease expires by the database \
-                        clock, and B acquires token 2 and writes. When the hold is lifted, TCP \
-                        retransmits and A's request arrives; the resource's own statement log \
-                        shows it arriving after B's write. The fenced resource rejects it; the \
-                        unfenced one accepts it and A's stale content replaces B's, the negative \
-                        control. No check inside A could have helped: the request had already \
-                        left.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the write held in the network (containers): A's request leaves while A is valid and reaches the resource after B's write — fenced rejects, unfenced accepts"
-    }
-
-    fn checks(&self) -> usize {
-        13
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn fence_dependent(&self) -> bool {
-        true
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["is held in the network"]
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Err("it reaches its holder's servers in containers over TCP (--resource-host, --lease-host), flags a holder of yours may ignore (docs/holder-protocol.md)")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(

@@ -35,7 +35,42 @@ use sqlx::PgPool;
 
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "F16",
+    title: "a partitioned holder (containers): cut off from the lease store but not from the resource, A's renewals fail; before its check it stops by itself, past it its write is fenced",
+    about: About {
+        fault: "A partitioned from the lease store, not the resource",
+        shows: "a partitioned holder stops by itself before its check; a write already past it meets the fence",
+        paragraph: "The lease store and the resource each live on a host of their own. Holder \
+                    A, renewing in the background, is cut off from the lease store by firewall \
+                    rules that drop its lease connections, while its connection to the \
+                    resource is untouched. The checks confirm that A's renewals fail, the \
+                    lease expires by the store's clock, and B acquires token 2 and writes. In \
+                    the first row A has not yet reached its check: it finds its local deadline \
+                    passed and the resource never sees it. In the others A was already past \
+                    its check: its write reaches the resource after B's, and the fenced \
+                    resource rejects it while the unfenced one accepts it (the negative \
+                    control).",
+    },
+    checks: 16,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::All,
+    fence_dependent: true,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err("it reaches its holder's servers in containers over TCP (--resource-host, --lease-host, --store-endpoint), flags a holder of yours may ignore (docs/holder-protocol.md)"),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
 
 /// F16 as `./run.sh` runs it. `cut: false` leaves A's lease connections alone: only a
 /// deliberately broken variant ([`crate::broken`]) does that.
@@ -44,49 +79,8 @@ pub struct F16 {
 }
 
 impl Scenario for F16 {
-    fn id(&self) -> &'static str {
-        "F16"
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Ok(())
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "A partitioned from the lease store, not the resource",
-            shows: "a partitioned holder stops by itself before its check; a write already past it meets the fence",
-            paragraph: "The lease store and the resource each live on a host of their own. Holder \
-                        A, renewing in the background, is cut off from the lease store by firewall \
-                        rules that drop its lease connections, while its connection to the \
-                        resource is untouched. The checks confirm that A's renewals fail, the \
-                        lease expires by the store's clock, and B acquires token 2 and writes. In \
-                        the first row A has not yet reached its check: it finds its local deadline \
-                        passed and the resource never sees it. In the others A was already past \
-                        its check: its write reaches the resource after B's, and the fenced \
-                        resource rejects it while the unfenced one accepts it (the negative \
-                        control).",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "a partitioned holder (containers): cut off from the lease store but not from the resource, A's renewals fail; before its check it stops by itself, past it its write is fenced"
-    }
-
-    fn checks(&self) -> usize {
-        16
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn fence_dependent(&self) -> bool {
-        true
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Err("it reaches its holder's servers in containers over TCP (--resource-host, --lease-host, --store-endpoint), flags a holder of yours may ignore (docs/holder-protocol.md)")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(

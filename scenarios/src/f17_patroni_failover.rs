@@ -20,7 +20,53 @@
 //! Needs the `containers` feature and a Docker engine; the image (PostgreSQL, Patroni, etcd) is
 //! built here from Debian packages on first use. Without them F17 says `skip` with the reason.
 
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F17",
+    title: "the lease store on Patroni and etcd (containers) fails over by itself: asynchronous replication loses an acknowledged token and A's stale write gets through; synchronous_mode keeps every acknowledged token",
+    about: About {
+        fault: "the Patroni leader lost with its WAL senders frozen",
+        shows: "asynchronous failover loses an acknowledged token; synchronous_mode keeps every one, at a price",
+        paragraph: "The lease store as production runs it: three PostgreSQL servers managed by \
+                    Patroni on etcd, failing over by themselves, with the resource on a host \
+                    outside the cluster. A acquires token 1, which every replica replays, and \
+                    its lease runs out. The lab freezes the leader's WAL senders, A acquires \
+                    again, the leader's host is killed, and Patroni elects a new leader, where \
+                    B acquires and writes. Asynchronously, A's second token was acknowledged \
+                    by the leader alone and is lost: B is granted the same token and A's stale \
+                    write is accepted, the negative control. With synchronous_mode, plain and \
+                    strict, A's second acquire waits unanswered instead, and after the \
+                    failover A's write is rejected.",
+    },
+    checks: 18,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::When(
+        |sut| sut.claims.token_at_lease,
+        "it asks whether an acknowledged token survives the lease store's failover, \
+         and the design issues no token",
+    ),
+    // It makes its own hosts: it runs on every backend.
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: false,
+    again_on_stores: false,
+    // Beside the others: its checks are orders and acknowledgements made deterministic by frozen WAL
+    // senders, not timings (the failover's duration is recorded beside the TTL, never judged),
+    // and its three clusters are on networks of their own. Alone, its 130 s (three clusters
+    // elected, each failed over) were the run's longest stretch with one job idle (measured on
+    // 2026-12-03: the warm run's 326 s had F17 at 134 s, the whole sum of cases 418 s).
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &["acknowledged by the leader alone", "not acknowledged while"],
+    lanes: StoreLanes::Lease("patroni", "Patroni cluster (lease)"),
+};
 
 /// F17 as `./run.sh` runs it. `freeze: false` leaves the leader's WAL senders alone, so that
 /// nothing opens a loss window: only a deliberately broken variant ([`crate::broken`]) does that,
@@ -30,73 +76,8 @@ pub struct F17 {
 }
 
 impl Scenario for F17 {
-    fn id(&self) -> &'static str {
-        "F17"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "the Patroni leader lost with its WAL senders frozen",
-            shows: "asynchronous failover loses an acknowledged token; synchronous_mode keeps every one, at a price",
-            paragraph: "The lease store as production runs it: three PostgreSQL servers managed by \
-                        Patroni on etcd, failing over by themselves, with the resource on a host \
-                        outside the cluster. A acquires token 1, which every replica replays, and \
-                        its lease runs out. The lab freezes the leader's WAL senders, A acquires \
-                        again, the leader's host is killed, and Patroni elects a new leader, where \
-                        B acquires and writes. Asynchronously, A's second token was acknowledged \
-                        by the leader alone and is lost: B is granted the same token and A's stale \
-                        write is accepted, the negative control. With synchronous_mode, plain and \
-                        strict, A's second acquire waits unanswered instead, and after the \
-                        failover A's write is rejected.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the lease store on Patroni and etcd (containers) fails over by itself: asynchronous replication loses an acknowledged token and A's stale write gets through; synchronous_mode keeps every acknowledged token"
-    }
-
-    fn checks(&self) -> usize {
-        18
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    // Beside the others: its checks are orders and acknowledgements made deterministic by frozen WAL
-    // senders, not timings (the failover's duration is recorded beside the TTL, never judged),
-    // and its three clusters are on networks of their own. Alone, its 130 s (three clusters
-    // elected, each failed over) were the run's longest stretch with one job idle (measured on
-    // 2026-12-03: the warm run's 326 s had F17 at 134 s, the whole sum of cases 418 s).
-    fn runs_alone(&self) -> bool {
-        false
-    }
-
-    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
-        if sut.claims.token_at_lease {
-            Ok(())
-        } else {
-            Err(
-                "it asks whether an acknowledged token survives the lease store's failover, \
-                 and the design issues no token",
-            )
-        }
-    }
-
-    /// It makes its own hosts: it runs on every backend.
-    fn on_containers(&self) -> bool {
-        true
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["acknowledged by the leader alone", "not acknowledged while"]
-    }
-
-    fn lanes(&self) -> harness::evidence::Lanes {
-        harness::evidence::Lanes {
-            lease: harness::evidence::Lane::new("patroni", "Patroni cluster (lease)"),
-            ..harness::evidence::Lanes::default()
-        }
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(

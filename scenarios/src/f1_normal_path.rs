@@ -13,48 +13,51 @@ use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER,
+};
 
 /// holder-a's second lease, and the scope it guards.
 const OTHER: &str = "report-job-other";
 const OTHER_SCOPE: &str = "report-other";
 
+const SPEC: Spec = Spec {
+    id: "F1",
+    title: "normal path: acquire → write → renew → release → the next holder acquires a greater token and writes",
+    about: About {
+        fault: "none: the normal path",
+        shows: "tokens grow only on acquire, a renew keeps the token, a holding is its token",
+        paragraph: "Two holders take turns without any fault: A acquires, writes, renews and \
+                    releases; B acquires a greater token and writes. The checks pin down \
+                    what the other experiments rely on: a renew keeps the token (one \
+                    continuous holding is one token), a release never moves it back, the \
+                    resource's floor follows the tokens it accepted, each scope keeps a \
+                    floor of its own, and an old holding's handle can neither renew nor \
+                    release the holding that replaced it. Run it first: if F1 fails, no \
+                    other verdict means anything.",
+    },
+    checks: 16,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::All,
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
+
 pub struct F1;
 
 impl Scenario for F1 {
-    fn id(&self) -> &'static str {
-        "F1"
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Ok(())
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "none: the normal path",
-            shows: "tokens grow only on acquire, a renew keeps the token, a holding is its token",
-            paragraph: "Two holders take turns without any fault: A acquires, writes, renews and \
-                        releases; B acquires a greater token and writes. The checks pin down \
-                        what the other experiments rely on: a renew keeps the token (one \
-                        continuous holding is one token), a release never moves it back, the \
-                        resource's floor follows the tokens it accepted, each scope keeps a \
-                        floor of its own, and an old holding's handle can neither renew nor \
-                        release the holding that replaced it. Run it first: if F1 fails, no \
-                        other verdict means anything.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "normal path: acquire → write → renew → release → the next holder acquires a greater token and writes"
-    }
-
-    fn checks(&self) -> usize {
-        16
-    }
-
-    fn on_containers(&self) -> bool {
-        true
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

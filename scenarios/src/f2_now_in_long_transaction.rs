@@ -32,7 +32,43 @@ use sqlx::Connection;
 use crate::testbed::{
     acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
 };
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F2",
+    title: "equal tokens are accepted; now() inside a long transaction judges expiry by the transaction's start",
+    about: About {
+        fault: "lease statements run inside a long-open transaction",
+        shows: "only an autocommit statement judges expiry as it runs; now() in a transaction stands still",
+        paragraph: "PostgreSQL's now() stops at the moment a transaction began, so a lease \
+                    statement run inside an old transaction judges expiry by a stale clock. A \
+                    takes a short lease and a transaction T opens while it is valid; two \
+                    writes with the same token are both accepted and the floor stays at 1. \
+                    Once the lease has expired, A's renew in autocommit is refused and the row \
+                    is left as it was. Inside T, B's acquire is still refused, while the same \
+                    acquire in autocommit succeeds; in a second transaction, a renew judged by \
+                    now() revives the expired lease, a flaw shown, where one written with \
+                    clock_timestamp() is refused. Last, a contender polling the lease is \
+                    granted at or after expires_at, never before.",
+    },
+    checks: 16,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F2;
 
@@ -42,37 +78,8 @@ pub struct F2;
 const TOLERANCE_MS: f64 = 5.0;
 
 impl Scenario for F2 {
-    fn id(&self) -> &'static str {
-        "F2"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "lease statements run inside a long-open transaction",
-            shows: "only an autocommit statement judges expiry as it runs; now() in a transaction stands still",
-            paragraph: "PostgreSQL's now() stops at the moment a transaction began, so a lease \
-                        statement run inside an old transaction judges expiry by a stale clock. A \
-                        takes a short lease and a transaction T opens while it is valid; two \
-                        writes with the same token are both accepted and the floor stays at 1. \
-                        Once the lease has expired, A's renew in autocommit is refused and the row \
-                        is left as it was. Inside T, B's acquire is still refused, while the same \
-                        acquire in autocommit succeeds; in a second transaction, a renew judged by \
-                        now() revives the expired lease, a flaw shown, where one written with \
-                        clock_timestamp() is refused. Last, a contender polling the lease is \
-                        granted at or after expires_at, never before.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "equal tokens are accepted; now() inside a long transaction judges expiry by the transaction's start"
-    }
-
-    fn checks(&self) -> usize {
-        16
-    }
-
-    fn on_containers(&self) -> bool {
-        true
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

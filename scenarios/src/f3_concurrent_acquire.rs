@@ -41,7 +41,44 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use crate::testbed::{shown, LEASE};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER,
+};
+
+const SPEC: Spec = Spec {
+    id: "F3",
+    title: "concurrent acquisition: contenders released by a barrier race for the lease in three rounds",
+    about: About {
+        fault: "contenders released together race for one lease",
+        shows: "one winner on a free lease, none on a held one until its expiry, the token up by one per win",
+        paragraph: "Sixteen contenders by default, each on its own connection, are released \
+                    together to acquire one lease: on a fresh lease, while it is held, in its \
+                    last moments (a quarter of the TTL or less left), and after it expired by \
+                    the database clock. The checks count the winners of each round (one, none, \
+                    none judged before the expiry, one), their tokens (1, then 2) and the \
+                    single lease left at the end. To prove the race was real at the server, \
+                    the lab locks the lease table until every contender's statement waits \
+                    there, then lets them all go at once. A store that hands a lease over even \
+                    slightly early fails the last-moments round.",
+    },
+    checks: 12,
+    // A lock service: no last-moments round.
+    checks_on_store: StoreChecks::FewerOnLockServices(1),
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::All,
+    fence_dependent: false,
+    again_on_stores: false,
+    // The contenders must overlap on the server: the load of another experiment is noise.
+    runs_alone: true,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F3;
 
@@ -62,54 +99,8 @@ enum Contender {
 }
 
 impl Scenario for F3 {
-    fn id(&self) -> &'static str {
-        "F3"
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Ok(())
-    }
-
-    fn runs_alone(&self) -> bool {
-        // The contenders must overlap on the server: the load of another experiment is noise.
-        true
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "contenders released together race for one lease",
-            shows: "one winner on a free lease, none on a held one until its expiry, the token up by one per win",
-            paragraph: "Sixteen contenders by default, each on its own connection, are released \
-                        together to acquire one lease: on a fresh lease, while it is held, in its \
-                        last moments (a quarter of the TTL or less left), and after it expired by \
-                        the database clock. The checks count the winners of each round (one, none, \
-                        none judged before the expiry, one), their tokens (1, then 2) and the \
-                        single lease left at the end. To prove the race was real at the server, \
-                        the lab locks the lease table until every contender's statement waits \
-                        there, then lets them all go at once. A store that hands a lease over even \
-                        slightly early fails the last-moments round.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "concurrent acquisition: contenders released by a barrier race for the lease in three rounds"
-    }
-
-    fn checks(&self) -> usize {
-        12
-    }
-
-    fn checks_on(&self, store: &str) -> usize {
-        if fencing::stores::service_of(store).is_some() {
-            // A lock service: no last-moments round.
-            self.checks() - 1
-        } else {
-            self.checks()
-        }
-    }
-
-    fn on_containers(&self) -> bool {
-        true
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

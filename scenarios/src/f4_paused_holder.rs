@@ -9,64 +9,48 @@ use harness::evidence::Recorder;
 
 use crate::paused_holder::{self, part_line, B_CONTENT};
 use crate::testbed::wrote;
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "F4",
+    title:
+        "the paused old holder: lease expires while A is frozen, B takes over, A resumes (fenced)",
+    about: About {
+        fault: "holder A frozen (SIGSTOP) past its lease",
+        shows: "the lease alone lets A write after B took over; the fence rejects the stale write",
+        paragraph: "The experiment at the heart of the lab (Kleppmann's figure). A acquires \
+                    token 1 and reaches its write point; the lab freezes its whole process \
+                    with SIGSTOP, waits until the store's own clock expires the lease, lets \
+                    B acquire token 2 and write, then thaws A, which sends the write it had \
+                    prepared while it was valid. The fenced resource has seen token 2, so \
+                    it rejects token 1, logs the rejected attempt and keeps B's data. F5 is \
+                    the same timeline against an unfenced resource, where A's write lands.",
+    },
+    checks: 17,
+    // The shared timeline's checks of ZooKeeper's session expiry.
+    checks_on_store: StoreChecks::MoreOnZooKeeper(paused_holder::ZOOKEEPER_CHECKS),
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::All,
+    fence_dependent: true,
+    again_on_stores: true,
+    runs_alone: false,
+    holder_points: Ok(&[FaultPoint::WritePoint]),
+    fault_moments: &["/proc shows state T"],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F4;
 
 impl Scenario for F4 {
-    fn id(&self) -> &'static str {
-        "F4"
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Ok(())
-    }
-
-    fn again_on_stores(&self) -> bool {
-        true
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "holder A frozen (SIGSTOP) past its lease",
-            shows:
-                "the lease alone lets A write after B took over; the fence rejects the stale write",
-            paragraph: "The experiment at the heart of the lab (Kleppmann's figure). A acquires \
-                        token 1 and reaches its write point; the lab freezes its whole process \
-                        with SIGSTOP, waits until the store's own clock expires the lease, lets \
-                        B acquire token 2 and write, then thaws A, which sends the write it had \
-                        prepared while it was valid. The fenced resource has seen token 2, so \
-                        it rejects token 1, logs the rejected attempt and keeps B's data. F5 is \
-                        the same timeline against an unfenced resource, where A's write lands.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "the paused old holder: lease expires while A is frozen, B takes over, A resumes (fenced)"
-    }
-
-    fn checks(&self) -> usize {
-        17
-    }
-
-    fn checks_on(&self, store: &str) -> usize {
-        self.checks() + crate::paused_holder::checks_on(store)
-    }
-
-    fn on_containers(&self) -> bool {
-        true
-    }
-
-    fn fence_dependent(&self) -> bool {
-        true
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["/proc shows state T"]
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Ok(&[crate::FaultPoint::WritePoint])
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

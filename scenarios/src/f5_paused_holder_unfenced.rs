@@ -10,61 +10,49 @@ use harness::evidence::Recorder;
 
 use crate::paused_holder::{self, part_line, A_CONTENT};
 use crate::testbed::HOLDER_A;
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "F5",
+    title: "negative control: the same timeline as F4 against an unfenced resource (mode=unfenced)",
+    about: About {
+        fault: "holder A frozen (SIGSTOP) past its lease; no fence",
+        shows: "negative control: without a token check at the resource, A's stale write overwrites B's",
+        paragraph: "The negative control for F4: the same two holder processes and the same \
+                    timeline, but the resource accepts writes without checking their token. A \
+                    acquires token 1 and is frozen with SIGSTOP at its write point; its lease \
+                    expires by the store's clock; B acquires token 2 and writes; A is thawed \
+                    and sends the write it had prepared. Here it lands: the checks require \
+                    that A's stale result replaced B's, and that the resource's own write log \
+                    shows token 1 accepted after token 2. If this flaw ever failed to show, \
+                    the lab could no longer tell a fenced resource from an unfenced one, so \
+                    that would count as a failure.",
+    },
+    checks: 15,
+    // The shared timeline's checks of ZooKeeper's session expiry.
+    checks_on_store: StoreChecks::MoreOnZooKeeper(paused_holder::ZOOKEEPER_CHECKS),
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::All,
+    fence_dependent: false,
+    again_on_stores: true,
+    runs_alone: false,
+    holder_points: Ok(&[FaultPoint::WritePoint]),
+    fault_moments: &["/proc shows state T"],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F5;
 
 impl Scenario for F5 {
-    fn id(&self) -> &'static str {
-        "F5"
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Ok(())
-    }
-
-    fn again_on_stores(&self) -> bool {
-        true
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "holder A frozen (SIGSTOP) past its lease; no fence",
-            shows: "negative control: without a token check at the resource, A's stale write overwrites B's",
-            paragraph: "The negative control for F4: the same two holder processes and the same \
-                        timeline, but the resource accepts writes without checking their token. A \
-                        acquires token 1 and is frozen with SIGSTOP at its write point; its lease \
-                        expires by the store's clock; B acquires token 2 and writes; A is thawed \
-                        and sends the write it had prepared. Here it lands: the checks require \
-                        that A's stale result replaced B's, and that the resource's own write log \
-                        shows token 1 accepted after token 2. If this flaw ever failed to show, \
-                        the lab could no longer tell a fenced resource from an unfenced one, so \
-                        that would count as a failure.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "negative control: the same timeline as F4 against an unfenced resource (mode=unfenced)"
-    }
-
-    fn checks(&self) -> usize {
-        15
-    }
-
-    fn checks_on(&self, store: &str) -> usize {
-        self.checks() + crate::paused_holder::checks_on(store)
-    }
-
-    fn on_containers(&self) -> bool {
-        true
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["/proc shows state T"]
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Ok(&[crate::FaultPoint::WritePoint])
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

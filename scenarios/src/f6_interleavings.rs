@@ -43,7 +43,48 @@ use tokio::sync::oneshot;
 use crate::latch::{finishes, latch, reached};
 use crate::paused_holder::part_line;
 use crate::testbed::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F6",
+    title: "interleavings at the resource, made deterministic with latches: check-then-write vs the fenced scope",
+    about: About {
+        fault: "two writers interleaved at the resource by latches",
+        shows: "check-then-write lets an old token win; the fenced write queues writers on the floor row",
+        paragraph: "The lab pauses writers inside the resource's own write path with latches, \
+                    so each interleaving happens exactly, never by luck of timing. (a) With \
+                    check-then-write, A (token 1) reads the floor, passes and pauses; B (token \
+                    2) writes; A resumes and writes: the floor falls back from 2 to 1 and A's \
+                    old content wins, the negative control. (b) to (e) use the fenced write: \
+                    the first writer pauses inside its open transaction, and the checks see \
+                    the second wait on the floor row's lock (pg_stat_activity, \
+                    pg_blocking_pids), then be judged on the committed floor. B's content is \
+                    kept whichever writes first, and A's two parts under one new token are \
+                    both accepted.",
+    },
+    checks: 24,
+    checks_on_store: StoreChecks::Same,
+    // (a), check-then-write, is not run again: one negative control.
+    checks_again: Some(23),
+    needs: Needs::Nothing,
+    applies: Applies::When(
+        |sut| sut.claims.token_at_resource,
+        "it interleaves two writers' token checks at the resource, and the design checks no \
+         token there (token_at_resource = false): F4 shows what reaches it",
+    ),
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: true,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F6;
 
@@ -70,55 +111,8 @@ fn write(writer: &'static str) -> Write<'static> {
 }
 
 impl Scenario for F6 {
-    fn id(&self) -> &'static str {
-        "F6"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "two writers interleaved at the resource by latches",
-            shows: "check-then-write lets an old token win; the fenced write queues writers on the floor row",
-            paragraph: "The lab pauses writers inside the resource's own write path with latches, \
-                        so each interleaving happens exactly, never by luck of timing. (a) With \
-                        check-then-write, A (token 1) reads the floor, passes and pauses; B (token \
-                        2) writes; A resumes and writes: the floor falls back from 2 to 1 and A's \
-                        old content wins, the negative control. (b) to (e) use the fenced write: \
-                        the first writer pauses inside its open transaction, and the checks see \
-                        the second wait on the floor row's lock (pg_stat_activity, \
-                        pg_blocking_pids), then be judged on the committed floor. B's content is \
-                        kept whichever writes first, and A's two parts under one new token are \
-                        both accepted.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "interleavings at the resource, made deterministic with latches: check-then-write vs the fenced scope"
-    }
-
-    fn checks(&self) -> usize {
-        24
-    }
-
-    fn checks_again(&self) -> usize {
-        // (a), check-then-write, is not run again: one negative control.
-        self.checks() - 1
-    }
-
-    fn on_containers(&self) -> bool {
-        true
-    }
-
-    fn fence_dependent(&self) -> bool {
-        true
-    }
-
-    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
-        if sut.claims.token_at_resource {
-            Ok(())
-        } else {
-            Err("it interleaves two writers' token checks at the resource, and the design checks no \
-                 token there (token_at_resource = false): F4 shows what reaches it")
-        }
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

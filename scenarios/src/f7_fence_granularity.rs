@@ -16,62 +16,54 @@ use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F7",
+    title: "fence granularity: the old holder writes a part the new holder never touched (fenced-row vs fenced-scope)",
+    about: About {
+        fault: "the old holder writes a part the new one never touched",
+        shows: "a row-level fence misses new rows; one floor per scope rejects an old token wherever it writes",
+        paragraph: "A writes the summary with token 1, its lease expires, and B acquires token \
+                    2 and rewrites the summary. Then A, with its old token, writes the detail, \
+                    a part B never touched, and tries the summary again. A fence that compares \
+                    tokens row by row has nothing to compare for a new row, so it accepts A's \
+                    detail: the negative control. The scope-level fence keeps one floor for \
+                    everything the lease protects and rejects both of A's writes. In both \
+                    modes A's overwrite of B's own row is rejected, which shows that the \
+                    row-level fence works where it looks and nowhere else, rather than \
+                    comparing nothing at all.",
+    },
+    checks: 6,
+    checks_on_store: StoreChecks::Same,
+    // The row-level part runs once.
+    checks_again: Some(3),
+    needs: Needs::Nothing,
+    applies: Applies::When(
+        |sut| sut.claims.token_at_resource,
+        "it compares how much a token check at the resource covers (a row or the scope), \
+         and the design checks no token there (token_at_resource = false): F4 shows what \
+         reaches it",
+    ),
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: true,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F7;
 
 impl Scenario for F7 {
-    fn id(&self) -> &'static str {
-        "F7"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "the old holder writes a part the new one never touched",
-            shows: "a row-level fence misses new rows; one floor per scope rejects an old token wherever it writes",
-            paragraph: "A writes the summary with token 1, its lease expires, and B acquires token \
-                        2 and rewrites the summary. Then A, with its old token, writes the detail, \
-                        a part B never touched, and tries the summary again. A fence that compares \
-                        tokens row by row has nothing to compare for a new row, so it accepts A's \
-                        detail: the negative control. The scope-level fence keeps one floor for \
-                        everything the lease protects and rejects both of A's writes. In both \
-                        modes A's overwrite of B's own row is rejected, which shows that the \
-                        row-level fence works where it looks and nowhere else, rather than \
-                        comparing nothing at all.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "fence granularity: the old holder writes a part the new holder never touched (fenced-row vs fenced-scope)"
-    }
-
-    fn checks(&self) -> usize {
-        6
-    }
-
-    fn checks_again(&self) -> usize {
-        // The row-level part runs once.
-        3
-    }
-
-    fn on_containers(&self) -> bool {
-        true
-    }
-
-    fn fence_dependent(&self) -> bool {
-        true
-    }
-
-    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
-        if sut.claims.token_at_resource {
-            Ok(())
-        } else {
-            Err(
-                "it compares how much a token check at the resource covers (a row or the scope), \
-                 and the design checks no token there (token_at_resource = false): F4 shows what \
-                 reaches it",
-            )
-        }
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

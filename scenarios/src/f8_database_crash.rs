@@ -21,7 +21,45 @@ use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F8",
+    title: "database crash: immediate stop and WAL recovery; the lease row and the floor survive, tokens are not reused",
+    about: About {
+        fault: "the database crashes (immediate stop, WAL recovery)",
+        shows: "the lease row and the floor survive a crash; no token is reused; the old holder stays fenced",
+        paragraph: "A holds the lease with token 2 and has written with it when the lab \
+                    crashes the database: an immediate stop with no checkpoint, so the restart \
+                    must replay the write-ahead log, and the server log must say so. The \
+                    checks then find the lease row exactly as it was, A still holding it and \
+                    able to renew, and the resource's floor still at 2. Once A's lease \
+                    expires, B is granted token 3, never a reused one; B's write is accepted \
+                    and A's token 2 is rejected. The lab also shows, without judging it, that \
+                    the downtime counts against the lease: nothing pauses its expiry while the \
+                    server is down.",
+    },
+    checks: 10,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    // It crashes and restarts the lease store's server: on Patroni a lost leader is replaced, not
+    // restarted (F17 shows that).
+    on_patroni: false,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: false,
+    again_on_stores: false,
+    // It crashes and restarts the server.
+    runs_alone: true,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &["holder-a holds the lease with token 2"],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F8;
 
@@ -68,49 +106,8 @@ fn classify(log: &str) -> (&'static str, Vec<String>) {
 }
 
 impl Scenario for F8 {
-    fn id(&self) -> &'static str {
-        "F8"
-    }
-
-    fn runs_alone(&self) -> bool {
-        // It crashes and restarts the server.
-        true
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "the database crashes (immediate stop, WAL recovery)",
-            shows: "the lease row and the floor survive a crash; no token is reused; the old holder stays fenced",
-            paragraph: "A holds the lease with token 2 and has written with it when the lab \
-                        crashes the database: an immediate stop with no checkpoint, so the restart \
-                        must replay the write-ahead log, and the server log must say so. The \
-                        checks then find the lease row exactly as it was, A still holding it and \
-                        able to renew, and the resource's floor still at 2. Once A's lease \
-                        expires, B is granted token 3, never a reused one; B's write is accepted \
-                        and A's token 2 is rejected. The lab also shows, without judging it, that \
-                        the downtime counts against the lease: nothing pauses its expiry while the \
-                        server is down.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "database crash: immediate stop and WAL recovery; the lease row and the floor survive, tokens are not reused"
-    }
-
-    fn checks(&self) -> usize {
-        10
-    }
-
-    fn on_containers(&self) -> bool {
-        true
-    }
-
-    fn fault_moments(&self) -> &'static [&'static str] {
-        &["holder-a holds the lease with token 2"]
-    }
-
-    fn on_patroni(&self) -> bool {
-        false
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

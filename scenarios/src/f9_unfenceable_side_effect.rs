@@ -13,7 +13,41 @@ use fencing::schema;
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquired, shown, HOLDER_A, HOLDER_B, LEASE};
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER, ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "F9",
+    title: "a side effect that cannot take a token: business-key publish vs versioned publish, in both orders",
+    about: About {
+        fault: "a side effect (a publish) that cannot check a token",
+        shows: "a business-key publish keeps the first arrival; a versioned publish keeps the newest token",
+        paragraph: "Not every effect lands in a database that can check a fencing token: here \
+                    both holders publish \"the report is ready\" downstream. A acquires token \
+                    1, its lease expires and B takes over with token 2 before anyone \
+                    publishes. With idempotency by business key, the publisher keeps whichever \
+                    message arrives first: in the order B then A, B's content is kept, but in \
+                    the order A then B the stale content wins, the negative control. The \
+                    versioned publish carries the source token and keeps the highest, so B's \
+                    content is kept in both orders: the fence rebuilt at the business layer.",
+    },
+    checks: 5,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
 
 pub struct F9;
 
@@ -28,35 +62,8 @@ enum Variant {
 }
 
 impl Scenario for F9 {
-    fn id(&self) -> &'static str {
-        "F9"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "a side effect (a publish) that cannot check a token",
-            shows: "a business-key publish keeps the first arrival; a versioned publish keeps the newest token",
-            paragraph: "Not every effect lands in a database that can check a fencing token: here \
-                        both holders publish \"the report is ready\" downstream. A acquires token \
-                        1, its lease expires and B takes over with token 2 before anyone \
-                        publishes. With idempotency by business key, the publisher keeps whichever \
-                        message arrives first: in the order B then A, B's content is kept, but in \
-                        the order A then B the stale content wins, the negative control. The \
-                        versioned publish carries the source token and keeps the highest, so B's \
-                        content is kept in both orders: the fence rebuilt at the business layer.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "a side effect that cannot take a token: business-key publish vs versioned publish, in both orders"
-    }
-
-    fn checks(&self) -> usize {
-        5
-    }
-
-    fn on_containers(&self) -> bool {
-        true
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

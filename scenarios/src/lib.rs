@@ -43,6 +43,7 @@ mod rl1_redlock_paused_client;
 mod rl2_redlock_clock_jump;
 mod rl3_redlock_restart;
 mod runner;
+mod spec;
 pub mod testbed;
 pub mod tokens_table;
 mod u1_fenced_job_lease;
@@ -53,24 +54,14 @@ mod u5_check_then_complete;
 mod u_common;
 
 pub use runner::{join_all, run_all, run_all_on};
+pub use spec::{
+    About, Applies, LockServices, Needs, Spec, StoreChecks, StoreLanes, NO_HOLDER,
+    ON_THE_LEASE_TABLE,
+};
 pub use testbed::{Backend, Params, Replication, Testbed};
 
 /// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
 pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
-
-/// What a scenario needs beyond the embedded PostgreSQL. A scenario whose need is not met here
-/// reports `skip` with the reason and the install hint — never a pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Needs {
-    /// The embedded PostgreSQL only: runs everywhere the lab runs.
-    Nothing,
-    /// MariaDB installed and the `mariadb` feature built in (the U-series).
-    MariaDb,
-    /// libfaketime installed (F13: a holder's clock run slow).
-    Faketime,
-    /// A Docker engine, the `containers` feature built in, and a way to build the image (F15).
-    Containers,
-}
 
 /// Where an experiment stops a holder process (docs/holder-protocol.md, "The fault points").
 /// Every holder stands at the write point; the others are asked for with a flag, which a holder
@@ -117,112 +108,61 @@ impl FaultPoint {
     }
 }
 
-/// What a reader is told about an experiment beside its title: `lab list --markdown` makes the
-/// README's table of experiments and docs/experiments.md from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct About {
-    /// The fault it injects, in a few words ("A frozen (SIGSTOP) past its lease").
-    pub fault: &'static str,
-    /// What it shows, in one line: the property, or the flaw a negative control exposes.
-    pub shows: &'static str,
-    /// One paragraph for the experiments page: the timeline, what its checks judge, why it
-    /// matters to someone choosing or building a lock.
-    pub paragraph: &'static str,
-}
-
-/// Why an experiment that starts no holder process says skip with `--holder-cmd`.
-const NO_HOLDER: &str =
-    "it starts no holder process (it drives the lease and the resource through \
-                         the lab's own clients), so a holder of yours is not what it judges";
-
 /// One experiment. Adding one is one file implementing this trait plus one line in [`ALL`]
 /// (ARCHITECTURE.md, "Adding an experiment").
 pub trait Scenario: Sync {
-    /// `F1`, `F2`, … — a series letter and a number; [`ALL`] is ordered by series, then number.
-    fn id(&self) -> &'static str;
-    /// The CASE title: the fault and the property, in one line.
-    fn title(&self) -> &'static str;
-    /// The fault, what it shows and a paragraph, for the README's table and the experiments page.
-    fn about(&self) -> About;
-    /// How many checks a complete run makes. [`run_all`] fails a scenario that completes with
-    /// another number (a check that silently went missing), and the tests hold every scenario
-    /// to it.
-    fn checks(&self) -> usize;
-    /// How many checks a complete run makes on the lease store `store` (`--lease-store`): more
-    /// than [`Scenario::checks`] where a store has more to show (a ZooKeeper session expired by
-    /// the server, and what its client heard on waking).
+    /// What it is and what it needs, as data ([`Spec`]).
+    fn spec(&self) -> &Spec;
+    fn id(&self) -> &'static str {
+        self.spec().id
+    }
+    fn title(&self) -> &'static str {
+        self.spec().title
+    }
+    fn about(&self) -> About {
+        self.spec().about
+    }
+    fn checks(&self) -> usize {
+        self.spec().checks
+    }
     fn checks_on(&self, store: &str) -> usize {
-        let _ = store;
-        self.checks()
+        self.spec().checks_on(store)
     }
-    /// How many checks it makes when run again with another fenced mode ([`Testbed::again_with_fence`]):
-    /// fewer than [`Scenario::checks`] where a part does not use the fenced mode under test (F6's
-    /// check-then-write, F7's row-level fence), judged once in the first case.
     fn checks_again(&self) -> usize {
-        self.checks()
+        self.spec().checks_again()
     }
-    /// What it needs beyond the embedded PostgreSQL.
     fn needs(&self) -> Needs {
-        Needs::Nothing
+        self.spec().needs
     }
-    /// Whether its verdicts depend on the correct write mode under test (`--fenced-mode`): such
-    /// scenarios are run against every fenced mode the lab offers.
     fn fence_dependent(&self) -> bool {
-        false
+        self.spec().fence_dependent
     }
-    /// Whether it runs on the container backend too (`--backend containers`: the lease store
-    /// and the resource on PostgreSQL hosts of their own). One that does not says `skip` there.
     fn on_containers(&self) -> bool {
-        false
+        self.spec().on_containers
     }
-    /// Whether it runs with the lease store on Patroni (`--lease-store patroni`): the ones that
-    /// run on containers, unless they restart the lease store's server (a Patroni cluster
-    /// replaces a lost leader instead: F17).
     fn on_patroni(&self) -> bool {
-        self.on_containers()
+        self.spec().on_patroni
     }
-    /// Whether it runs on the lock service `store` as the lease store (`--lease-store redis|
-    /// etcd|zookeeper`): the experiments whose fault acts on a holder or on the lease as any
-    /// store grants it (F1, F3, F4, F5, F10, F12, F13). `Err` says why not — what it acts on
-    /// that the service does not have — for the `skip` line.
     fn on_lock_service(&self, store: &str) -> Result<(), &'static str> {
-        let _ = store;
-        Err("it acts on the lease table itself (its SQL, its server's crash or replication), which a lock service does not have; it runs with --lease-store single")
+        self.spec().lock_services.on(store)
     }
-    /// Whether the default run repeats it on every lock service of the build
-    /// ([`Params::again_on`]): F4 and F5, the paused holder fenced and unfenced.
     fn again_on_stores(&self) -> bool {
-        false
+        self.spec().again_on_stores
     }
-    /// Whether it must run with no other experiment at once (`lab run --jobs`): it stops or
-    /// crashes a server, or measures timing that the load of another experiment would distort.
     fn runs_alone(&self) -> bool {
-        false
+        self.spec().runs_alone
     }
-    /// Words of check lines printed while its fault is in force (a holder frozen, a server just
-    /// restarted): the interruption audit stops the lab at each. Empty: at its first check.
     fn fault_moments(&self) -> &'static [&'static str] {
-        &[]
+        self.spec().fault_moments
     }
-    /// The lanes of its timeline picture: the holders (empty: whoever acts, in name order), the
-    /// lease store and the resource, and the orchestrator's name. The default is the embedded
-    /// PostgreSQL's `lease26` and `res26`.
     fn lanes(&self) -> Lanes {
-        Lanes::default()
+        self.spec().lanes()
     }
-    /// Whether it applies to the system under test (`lab run --sut`): `Err` says why not — the
-    /// design lacks what the experiment's fault needs to act on — and the case says `skip` (n/a
-    /// on the report card). Every experiment applies to the lab's own design.
     fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
-        let _ = sut;
-        Ok(())
+        self.spec().applies.to(sut)
     }
-    /// The fault points at which it stops a holder process — what a holder of the user's
-    /// (`--holder-cmd`) must implement for it to run. `Err` says why such a holder is not what
-    /// it judges (it starts none, or its holder reaches a server a holder of the user's is not
-    /// asked to speak to), and with `--holder-cmd` the case says skip.
     fn holder_points(&self) -> Result<&'static [FaultPoint], &'static str> {
-        Err(NO_HOLDER)
+        self.spec().holder_points
     }
     /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a>;

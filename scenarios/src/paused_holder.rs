@@ -207,15 +207,9 @@ pub(crate) async fn until_expired_while_frozen(
     Ok(())
 }
 
-/// The checks the shared timeline adds on the lease store `store`: on ZooKeeper, the server's
+/// The checks the shared timeline adds on ZooKeeper (`--lease-store zookeeper`): the server's
 /// log expiring A's session, and what A's client heard of it on waking.
-pub(crate) fn checks_on(store: &str) -> usize {
-    if store == "zookeeper" {
-        2
-    } else {
-        0
-    }
-}
+pub(crate) const ZOOKEEPER_CHECKS: usize = 2;
 
 /// The session of a ZooKeeper holding (`0x…`), from the way the store shows it (`while session
 /// 0x… lives`); `None` on every other store.

@@ -9,7 +9,48 @@ use harness::evidence::Recorder;
 use harness::hosts::Host;
 use sqlx::{Connection, PgConnection};
 
-use crate::{About, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    ON_THE_LEASE_TABLE,
+};
+
+const SPEC: Spec = Spec {
+    id: "P0",
+    title: "preflight: the resource role cannot connect to the lease database",
+    about: About {
+        fault: "none: the preflight checks the premise",
+        shows:
+            "the resource's role cannot read the lease database, while each role reaches its own",
+        paragraph: "Before any experiment, P0 proves the premise every other one relies on: \
+                    the resource side cannot read the lease, so whatever it accepts or rejects \
+                    it judges by the token a write carries, never by asking the lease store. \
+                    The role the resource connects as must be refused by the lease database, \
+                    while each role can still reach its own database, so the refusal is a \
+                    permission and not a broken connection. On the container backend, where \
+                    the lease store and the resource run on hosts of their own, P0 also shows \
+                    that the resource's host has no route to the lease store's server at all, \
+                    while it reaches its own.",
+    },
+    // On the embedded cluster; on hosts of their own, two more: [`SEPARATE_HOSTS`].
+    checks: 3,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Nothing,
+    applies: Applies::Always,
+    on_containers: true,
+    on_patroni: true,
+    lock_services: LockServices::None(ON_THE_LEASE_TABLE),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    // It judges the servers, not a holder: it runs whoever the holders are.
+    holder_points: Ok(&[]),
+    fault_moments: &[],
+    lanes: StoreLanes::Default,
+};
+
+/// The container backend's P0: the two checks of the network besides.
+const SEPARATE_HOSTS: Spec = Spec { checks: 5, ..SPEC };
 
 /// `separate_hosts`: the container backend's P0, with the two checks of the network.
 pub struct P0 {
@@ -17,45 +58,12 @@ pub struct P0 {
 }
 
 impl Scenario for P0 {
-    fn id(&self) -> &'static str {
-        "P0"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "none: the preflight checks the premise",
-            shows: "the resource's role cannot read the lease database, while each role reaches its own",
-            paragraph: "Before any experiment, P0 proves the premise every other one relies on: \
-                        the resource side cannot read the lease, so whatever it accepts or rejects \
-                        it judges by the token a write carries, never by asking the lease store. \
-                        The role the resource connects as must be refused by the lease database, \
-                        while each role can still reach its own database, so the refusal is a \
-                        permission and not a broken connection. On the container backend, where \
-                        the lease store and the resource run on hosts of their own, P0 also shows \
-                        that the resource's host has no route to the lease store's server at all, \
-                        while it reaches its own.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "preflight: the resource role cannot connect to the lease database"
-    }
-
-    fn checks(&self) -> usize {
+    fn spec(&self) -> &Spec {
         if self.separate_hosts {
-            5
+            &SEPARATE_HOSTS
         } else {
-            3
+            &SPEC
         }
-    }
-
-    fn on_containers(&self) -> bool {
-        true
-    }
-
-    /// It judges the servers, not a holder: it runs whoever the holders are.
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Ok(&[])
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

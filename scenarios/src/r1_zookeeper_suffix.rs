@@ -25,7 +25,45 @@ use holder_protocol::{exit, Event, Request};
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "R1",
+    title: "a token that goes back: ZooKeeper deletes the lock's empty container parent and its sequence suffix starts again at 0 (the suffix as the token: the same token twice; the czxid: holds)",
+    about: About {
+        fault: "ZooKeeper deletes the lock's parent; its suffix restarts",
+        shows: "a sequence suffix used as the token repeats once the parent goes; the czxid keeps rising",
+        paragraph: "Curator's ZooKeeper lock keeps its nodes under a container parent, which \
+                    ZooKeeper deletes once its last child is gone; a child's sequence suffix \
+                    counts from 0 again in the parent made anew. A takes the lock, node 0, and \
+                    is frozen at its write point; ZooKeeper expires its session and deletes \
+                    its node, then the empty parent; B takes the lock in a new parent, writes \
+                    and releases; A is thawed and writes with its old token. With the suffix \
+                    as the token, B's token is A's again and A's stale write is accepted (the \
+                    negative control); with the czxid as the token, B's is greater and A is \
+                    rejected. A token-regression check judges both runs.",
+    },
+    checks: 2 * PER_RUN,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None("R1 chooses its own stores (zookeeper-suffix, then zookeeper); it runs with --lease-store single"),
+    fence_dependent: false,
+    again_on_stores: false,
+    // A's expiry and the container's deletion are timed by ZooKeeper's clock; a loaded
+    // machine stretches them, it does not change the verdict — but two experiments on one
+    // ZooKeeper server would share its counter.
+    runs_alone: false,
+    holder_points: Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL"),
+    fault_moments: &[],
+    // The lease lives on the servers this experiment starts, not in lease26.
+    lanes: StoreLanes::Lease("zookeeper", "zookeeper (lease)"),
+};
 
 pub struct R1;
 
@@ -49,59 +87,8 @@ const CONTAINER_DELETED_WITHIN: Duration = Duration::from_secs(5);
 const PER_RUN: usize = 10;
 
 impl Scenario for R1 {
-    fn id(&self) -> &'static str {
-        "R1"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "ZooKeeper deletes the lock's parent; its suffix restarts",
-            shows: "a sequence suffix used as the token repeats once the parent goes; the czxid keeps rising",
-            paragraph: "Curator's ZooKeeper lock keeps its nodes under a container parent, which \
-                        ZooKeeper deletes once its last child is gone; a child's sequence suffix \
-                        counts from 0 again in the parent made anew. A takes the lock, node 0, and \
-                        is frozen at its write point; ZooKeeper expires its session and deletes \
-                        its node, then the empty parent; B takes the lock in a new parent, writes \
-                        and releases; A is thawed and writes with its old token. With the suffix \
-                        as the token, B's token is A's again and A's stale write is accepted (the \
-                        negative control); with the czxid as the token, B's is greater and A is \
-                        rejected. A token-regression check judges both runs.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "a token that goes back: ZooKeeper deletes the lock's empty container parent and its sequence suffix starts again at 0 (the suffix as the token: the same token twice; the czxid: holds)"
-    }
-
-    fn checks(&self) -> usize {
-        2 * PER_RUN
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn lanes(&self) -> harness::evidence::Lanes {
-        // The lease lives on the servers this experiment starts, not in lease26.
-        harness::evidence::Lanes {
-            lease: harness::evidence::Lane::new("zookeeper", "zookeeper (lease)"),
-            ..harness::evidence::Lanes::default()
-        }
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Err("R1 chooses its own stores (zookeeper-suffix, then zookeeper); it runs with --lease-store single")
-    }
-
-    fn runs_alone(&self) -> bool {
-        // A's expiry and the container's deletion are timed by ZooKeeper's clock; a loaded
-        // machine stretches them, it does not change the verdict — but two experiments on one
-        // ZooKeeper server would share its counter.
-        false
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

@@ -33,7 +33,42 @@ use holder_protocol::{exit, Event, Request};
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "R2",
+    title: "a token that goes back: Redis's INCR acknowledged by the primary alone, the primary lost, Sentinel promotes the replica — the same token granted twice; WAIT 1 before use keeps it",
+    about: About {
+        fault: "the Redis primary lost before its replica had the grant",
+        shows: "Sentinel's promoted replica grants the same token again; WAIT 1 before use prevents it",
+        paragraph: "A fenced Redis lock takes its token from an INCR on the primary, and Redis \
+                    replicates asynchronously. Each run starts a fresh primary, replica and \
+                    three Sentinels. With the replica cut off, A takes the lock and its token \
+                    is acknowledged by the primary alone; the primary is lost, Sentinel \
+                    promotes the replica, and B is granted the same token there: A's stale \
+                    write is accepted after B's, the negative control. With WAIT 1 before the \
+                    token is used, A's grant is on the replica before the loss, so B's token \
+                    is greater and A is rejected. A third run shows the price: with the \
+                    replica cut off, WAIT times out and A gets no token.",
+    },
+    checks: NEGATIVE + POSITIVE + TIMED_OUT,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None("R2 starts its own Redis primary, replica and Sentinels; it runs with --lease-store single"),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL"),
+    fault_moments: &[],
+    // The lease lives on the servers this experiment starts, not in lease26.
+    lanes: StoreLanes::Lease("redis", "sentinel (lease)"),
+};
 
 pub struct R2;
 
@@ -46,52 +81,8 @@ const POSITIVE: usize = 7;
 const TIMED_OUT: usize = 3;
 
 impl Scenario for R2 {
-    fn id(&self) -> &'static str {
-        "R2"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "the Redis primary lost before its replica had the grant",
-            shows: "Sentinel's promoted replica grants the same token again; WAIT 1 before use prevents it",
-            paragraph: "A fenced Redis lock takes its token from an INCR on the primary, and Redis \
-                        replicates asynchronously. Each run starts a fresh primary, replica and \
-                        three Sentinels. With the replica cut off, A takes the lock and its token \
-                        is acknowledged by the primary alone; the primary is lost, Sentinel \
-                        promotes the replica, and B is granted the same token there: A's stale \
-                        write is accepted after B's, the negative control. With WAIT 1 before the \
-                        token is used, A's grant is on the replica before the loss, so B's token \
-                        is greater and A is rejected. A third run shows the price: with the \
-                        replica cut off, WAIT times out and A gets no token.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "a token that goes back: Redis's INCR acknowledged by the primary alone, the primary lost, Sentinel promotes the replica — the same token granted twice; WAIT 1 before use keeps it"
-    }
-
-    fn checks(&self) -> usize {
-        NEGATIVE + POSITIVE + TIMED_OUT
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn lanes(&self) -> harness::evidence::Lanes {
-        // The lease lives on the servers this experiment starts, not in lease26.
-        harness::evidence::Lanes {
-            lease: harness::evidence::Lane::new("redis", "sentinel (lease)"),
-            ..harness::evidence::Lanes::default()
-        }
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Err("R2 starts its own Redis primary, replica and Sentinels; it runs with --lease-store single")
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

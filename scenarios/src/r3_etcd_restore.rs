@@ -30,57 +30,48 @@ use holder_protocol::{exit, Event, Request};
 use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::paused_holder::{step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE};
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "R3",
+    title: "a token that goes back: a three-member etcd cluster restored from a snapshot taken before the last grant — the next holder's revision is smaller and the fence rejects it; raising the revision before serving holds",
+    about: About {
+        fault: "a three-member etcd cluster restored from an old snapshot",
+        shows: "a restore turns revisions back and fences out the rightful holder; raising them first holds",
+        paragraph: "An etcd lock's token is the revision at which its key was created, which \
+                    only grows while the cluster keeps its history. The lab saves a snapshot, \
+                    grants a few more locks, and A takes the lock and writes, setting the \
+                    resource's floor to its revision. Then the whole cluster is restored from \
+                    the snapshot: the revision goes back, and B, the rightful holder now, is \
+                    granted a smaller revision and its write is rejected by the fence (the \
+                    negative control, which a token-regression check also catches). Restored \
+                    again, but with the revision raised past the old one before any client \
+                    connects, B's revision is greater and its write is accepted.",
+    },
+    checks: 11,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None("R3 starts its own three-member etcd cluster; it runs with --lease-store single"),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL"),
+    fault_moments: &[],
+    // The lease lives on the servers this experiment starts, not in lease26.
+    lanes: StoreLanes::Lease("etcd", "etcd ×3 (lease)"),
+};
 
 pub struct R3;
 
 impl Scenario for R3 {
-    fn id(&self) -> &'static str {
-        "R3"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "a three-member etcd cluster restored from an old snapshot",
-            shows: "a restore turns revisions back and fences out the rightful holder; raising them first holds",
-            paragraph: "An etcd lock's token is the revision at which its key was created, which \
-                        only grows while the cluster keeps its history. The lab saves a snapshot, \
-                        grants a few more locks, and A takes the lock and writes, setting the \
-                        resource's floor to its revision. Then the whole cluster is restored from \
-                        the snapshot: the revision goes back, and B, the rightful holder now, is \
-                        granted a smaller revision and its write is rejected by the fence (the \
-                        negative control, which a token-regression check also catches). Restored \
-                        again, but with the revision raised past the old one before any client \
-                        connects, B's revision is greater and its write is accepted.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "a token that goes back: a three-member etcd cluster restored from a snapshot taken before the last grant — the next holder's revision is smaller and the fence rejects it; raising the revision before serving holds"
-    }
-
-    fn checks(&self) -> usize {
-        11
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn lanes(&self) -> harness::evidence::Lanes {
-        // The lease lives on the servers this experiment starts, not in lease26.
-        harness::evidence::Lanes {
-            lease: harness::evidence::Lane::new("etcd", "etcd ×3 (lease)"),
-            ..harness::evidence::Lanes::default()
-        }
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Err("R3 starts its own three-member etcd cluster; it runs with --lease-store single")
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

@@ -33,7 +33,42 @@ use holder_protocol::{Event, Request};
 
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+};
+
+const SPEC: Spec = Spec {
+    id: "RL1",
+    title: "Redlock over five Redis servers, the winner frozen past its validity: another client wins, the frozen one wakes and writes — accepted without a token, rejected by a monotonic fence (unless it reaches the resource before the new holder's first write)",
+    about: About {
+        fault: "the Redlock winner frozen (SIGSTOP) past its validity",
+        shows: "Redlock alone lets the stale holder write; a counter token fences it, if it arrives after B's",
+        paragraph: "Kleppmann's critique of Redlock, run for real on five independent Redis \
+                    servers. A wins the lock on a majority and is frozen at its write point \
+                    until its keys expire; B wins the lock and writes; A wakes and writes. \
+                    With Redlock as published there is no token, so A's stale write is \
+                    accepted over B's (the negative control). With a counter token, A's write \
+                    is rejected. But a fence only orders writes: if A's write arrives before \
+                    B's first one, it is accepted, then superseded. The lab also tries \
+                    antirez's check-and-set on the lock's random value, where a claim that \
+                    arrives late lets the stale holder take the resource back.",
+    },
+    checks: RUNS.len() * PER_RUN + INTERLEAVINGS,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None("RL1 starts its own five Redis servers; it runs with --lease-store single"),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL"),
+    fault_moments: &[],
+    // The lease lives on the servers this experiment starts, not in lease26.
+    lanes: StoreLanes::Lease("redlock", "redlock ×5 (lease)"),
+};
 
 pub struct RL1;
 
@@ -57,52 +92,8 @@ const PER_RUN: usize = 8;
 const INTERLEAVINGS: usize = 3;
 
 impl Scenario for RL1 {
-    fn id(&self) -> &'static str {
-        "RL1"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "the Redlock winner frozen (SIGSTOP) past its validity",
-            shows: "Redlock alone lets the stale holder write; a counter token fences it, if it arrives after B's",
-            paragraph: "Kleppmann's critique of Redlock, run for real on five independent Redis \
-                        servers. A wins the lock on a majority and is frozen at its write point \
-                        until its keys expire; B wins the lock and writes; A wakes and writes. \
-                        With Redlock as published there is no token, so A's stale write is \
-                        accepted over B's (the negative control). With a counter token, A's write \
-                        is rejected. But a fence only orders writes: if A's write arrives before \
-                        B's first one, it is accepted, then superseded. The lab also tries \
-                        antirez's check-and-set on the lock's random value, where a claim that \
-                        arrives late lets the stale holder take the resource back.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "Redlock over five Redis servers, the winner frozen past its validity: another client wins, the frozen one wakes and writes — accepted without a token, rejected by a monotonic fence (unless it reaches the resource before the new holder's first write)"
-    }
-
-    fn checks(&self) -> usize {
-        RUNS.len() * PER_RUN + INTERLEAVINGS
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn lanes(&self) -> harness::evidence::Lanes {
-        // The lease lives on the servers this experiment starts, not in lease26.
-        harness::evidence::Lanes {
-            lease: harness::evidence::Lane::new("redlock", "redlock ×5 (lease)"),
-            ..harness::evidence::Lanes::default()
-        }
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Err("RL1 starts its own five Redis servers; it runs with --lease-store single")
-    }
-
-    fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-        Err("its holders take their lease from a lock service (--store-endpoint); a holder of yours takes its lease from PostgreSQL")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

@@ -13,7 +13,43 @@ use harness::evidence::Recorder;
 
 use crate::redlock_majorities::{self, Fault, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER,
+};
+
+const SPEC: Spec = Spec {
+    id: "RL2",
+    title: "Redlock and a server whose clock jumps forward: its key expires early and two clients hold a majority at once; a counter token, which has no TTL, still orders them",
+    about: About {
+        fault: "one Redis server's clock jumps 11 s forward",
+        shows: "two clients hold a Redlock majority at once; a counter token, with no TTL, still orders them",
+        paragraph: "Kleppmann's clock example against Redlock on five Redis servers. A reaches \
+                    only servers 0, 1 and 2 and wins the lock there. Server 2's wall clock \
+                    then jumps 11 seconds forward, so A's key expires there early; B reaches \
+                    only 2, 3 and 4 and wins too. The servers' own state shows two majorities \
+                    at once, each client within its validity. Without a token, A's write after \
+                    B's is accepted (the negative control). With a counter token, the counter \
+                    has no TTL and outlives the jump: B's token is greater and the fence \
+                    rejects A. Beside it, antirez's check-and-set rejects A's write once B has \
+                    claimed the resource.",
+    },
+    checks: RUNS.len() * FULL,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None("RL2 starts its own five Redis servers; it runs with --lease-store single"),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    // The lease lives on the servers this experiment starts, not in lease26.
+    lanes: StoreLanes::Lease("redlock", "redlock ×5 (lease)"),
+};
 
 pub struct RL2;
 
@@ -23,48 +59,8 @@ const SHIFTED: usize = redlock_majorities::FAULTY;
 const RUNS: [&str; 2] = ["redlock", "redlock-fenced"];
 
 impl Scenario for RL2 {
-    fn id(&self) -> &'static str {
-        "RL2"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "one Redis server's clock jumps 11 s forward",
-            shows: "two clients hold a Redlock majority at once; a counter token, with no TTL, still orders them",
-            paragraph: "Kleppmann's clock example against Redlock on five Redis servers. A reaches \
-                        only servers 0, 1 and 2 and wins the lock there. Server 2's wall clock \
-                        then jumps 11 seconds forward, so A's key expires there early; B reaches \
-                        only 2, 3 and 4 and wins too. The servers' own state shows two majorities \
-                        at once, each client within its validity. Without a token, A's write after \
-                        B's is accepted (the negative control). With a counter token, the counter \
-                        has no TTL and outlives the jump: B's token is greater and the fence \
-                        rejects A. Beside it, antirez's check-and-set rejects A's write once B has \
-                        claimed the resource.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "Redlock and a server whose clock jumps forward: its key expires early and two clients hold a majority at once; a counter token, which has no TTL, still orders them"
-    }
-
-    fn checks(&self) -> usize {
-        RUNS.len() * FULL
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn lanes(&self) -> harness::evidence::Lanes {
-        // The lease lives on the servers this experiment starts, not in lease26.
-        harness::evidence::Lanes {
-            lease: harness::evidence::Lane::new("redlock", "redlock ×5 (lease)"),
-            ..harness::evidence::Lanes::default()
-        }
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Err("RL2 starts its own five Redis servers; it runs with --lease-store single")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

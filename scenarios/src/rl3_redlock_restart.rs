@@ -14,7 +14,43 @@ use harness::evidence::Recorder;
 
 use crate::redlock_majorities::{self, Fault, DELAYED, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
-use crate::{About, Needs, Outcome, Scenario, Testbed};
+use crate::{
+    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    NO_HOLDER,
+};
+
+const SPEC: Spec = Spec {
+    id: "RL3",
+    title: "Redlock and a server restarted without persistence: it forgets the key (and a counter token) and two clients hold a majority at once; a restart delayed by a TTL keeps the second out",
+    about: About {
+        fault: "a Redis server restarts without persistence",
+        shows: "a restarted server forgets the key and the counter token; a restart delayed by a TTL keeps B out",
+        paragraph: "The caveat antirez himself gives, on five Redis servers with no \
+                    persistence. A reaches only servers 0, 1 and 2 and wins the lock; server 2 \
+                    restarts empty; B reaches only 2, 3 and 4 and wins too, so two clients \
+                    hold a majority at once. Without a token, A's write after B's is accepted. \
+                    With a counter token it is no better: the restarted server forgot its \
+                    counter as well, B's token equals A's and the fence accepts A's write, a \
+                    second negative control. The remedy antirez proposes, a restarted server \
+                    kept unavailable for a TTL, holds: B cannot win a majority while A's lock \
+                    is valid.",
+    },
+    checks: 2 * FULL + DELAYED,
+    checks_on_store: StoreChecks::Same,
+    checks_again: None,
+    needs: Needs::Containers,
+    applies: Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: LockServices::None("RL3 starts its own five Redis servers; it runs with --lease-store single"),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NO_HOLDER),
+    fault_moments: &[],
+    // The lease lives on the servers this experiment starts, not in lease26.
+    lanes: StoreLanes::Lease("redlock", "redlock ×5 (lease)"),
+};
 
 pub struct RL3;
 
@@ -25,48 +61,8 @@ const RUNS: [(&str, Fault, &str); 3] = [
 ];
 
 impl Scenario for RL3 {
-    fn id(&self) -> &'static str {
-        "RL3"
-    }
-
-    fn about(&self) -> About {
-        About {
-            fault: "a Redis server restarts without persistence",
-            shows: "a restarted server forgets the key and the counter token; a restart delayed by a TTL keeps B out",
-            paragraph: "The caveat antirez himself gives, on five Redis servers with no \
-                        persistence. A reaches only servers 0, 1 and 2 and wins the lock; server 2 \
-                        restarts empty; B reaches only 2, 3 and 4 and wins too, so two clients \
-                        hold a majority at once. Without a token, A's write after B's is accepted. \
-                        With a counter token it is no better: the restarted server forgot its \
-                        counter as well, B's token equals A's and the fence accepts A's write, a \
-                        second negative control. The remedy antirez proposes, a restarted server \
-                        kept unavailable for a TTL, holds: B cannot win a majority while A's lock \
-                        is valid.",
-        }
-    }
-
-    fn title(&self) -> &'static str {
-        "Redlock and a server restarted without persistence: it forgets the key (and a counter token) and two clients hold a majority at once; a restart delayed by a TTL keeps the second out"
-    }
-
-    fn checks(&self) -> usize {
-        2 * FULL + DELAYED
-    }
-
-    fn needs(&self) -> Needs {
-        Needs::Containers
-    }
-
-    fn lanes(&self) -> harness::evidence::Lanes {
-        // The lease lives on the servers this experiment starts, not in lease26.
-        harness::evidence::Lanes {
-            lease: harness::evidence::Lane::new("redlock", "redlock ×5 (lease)"),
-            ..harness::evidence::Lanes::default()
-        }
-    }
-
-    fn on_lock_service(&self, _: &str) -> Result<(), &'static str> {
-        Err("RL3 starts its own five Redis servers; it runs with --lease-store single")
+    fn spec(&self) -> &Spec {
+        &SPEC
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {

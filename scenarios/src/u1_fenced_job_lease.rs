@@ -25,14 +25,12 @@
 //! millisecond the database's now equals it. Probes aimed at it show that millisecond is the next
 //! holder's — the holder cannot renew, release or complete in it; another owner takes over.
 
-use crate::About;
+use crate::{u_common, About, Spec};
 
-crate::u_common::u_scenario!(
-    U1,
-    "U1",
-    35,
-    "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release",
-    About {
+const SPEC: Spec = Spec {
+    id: "U1",
+    title: "fenced job lease (MariaDB): after a takeover with fence+1, the old owner can neither renew nor release",
+    about: About {
         fault: "A's job lease expires and B takes it over (MariaDB)",
         shows: "each call names lease, owner and fence: an old holding cannot renew, release or complete",
         paragraph: "The source's job-lease integration test, on MariaDB. A's lease expires by \
@@ -44,8 +42,12 @@ crate::u_common::u_scenario!(
                     one owner holds several leases, and each statement reaches only its own lease \
                     and run. Last, probes aimed at the millisecond a lease ends find that it \
                     belongs to the next holder.",
-    }
-);
+    },
+    checks: 35,
+    ..u_common::SERIES
+};
+
+crate::u_common::u_scenario!(U1);
 
 #[cfg(feature = "mariadb")]
 mod imp {

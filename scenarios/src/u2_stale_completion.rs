@@ -13,14 +13,12 @@
 //! condition and the fence condition refuse A alike (U1 shows the fence alone, with one owner
 //! holding twice).
 
-use crate::About;
+use crate::{u_common, About, Spec};
 
-crate::u_common::u_scenario!(
-    U2,
-    "U2",
-    10,
-    "stale completion (MariaDB): holder A renews while its run goes on, is frozen before completing, B takes over and finishes; A's completion is fenced by the lease join",
-    About {
+const SPEC: Spec = Spec {
+    id: "U2",
+    title: "stale completion (MariaDB): holder A renews while its run goes on, is frozen before completing, B takes over and finishes; A's completion is fenced by the lease join",
+    about: About {
         fault: "holder A frozen (SIGSTOP) just before completing its run",
         shows: "a completion joined to the lease refuses a stale owner; a run-id-only completion lets it through",
         paragraph: "The source's reconciler, on MariaDB, with A a real holder process. A acquires \
@@ -32,8 +30,12 @@ crate::u_common::u_scenario!(
                     stays running, B's stays completed, and A's renew tells it the lease is lost. \
                     Unfrozen, the same completion succeeds; one that checks only the run id lets \
                     A's stale \"finished\" through.",
-    }
-);
+    },
+    checks: 10,
+    ..u_common::SERIES
+};
+
+crate::u_common::u_scenario!(U2);
 
 #[cfg(feature = "mariadb")]
 mod imp {

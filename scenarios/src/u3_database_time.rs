@@ -6,14 +6,12 @@
 //! expiry by `CURRENT_TIMESTAMP(3)` in the statement that writes. Needs
 //! MariaDB and libfaketime; without either it says `skip` with the install hint.
 
-use crate::About;
+use crate::{u_common, About, Spec};
 
-crate::u_common::u_scenario!(
-    U3,
-    "U3",
-    4,
-    "database time (MariaDB): an expired lease cannot be renewed; a renew judged by a client's lagging clock (libfaketime) can",
-    About {
+const SPEC: Spec = Spec {
+    id: "U3",
+    title: "database time (MariaDB): an expired lease cannot be renewed; a renew judged by a client's lagging clock (libfaketime) can",
+    about: About {
         fault: "a client whose clock lags 3 s (libfaketime)",
         shows: "expiry judged by the database clock holds; a renew judged by the client's clock revives a lease",
         paragraph: "Whose clock decides when a lease has expired? On MariaDB, A takes a short job \
@@ -25,8 +23,12 @@ crate::u_common::u_scenario!(
                     refused, but the same renew judged by the client's clock is fooled and revives \
                     the expired lease, the negative control. Expiry must be judged by the one \
                     clock that decides.",
-    }
-);
+    },
+    checks: 4,
+    ..u_common::SERIES
+};
+
+crate::u_common::u_scenario!(U3);
 
 #[cfg(feature = "mariadb")]
 mod imp {

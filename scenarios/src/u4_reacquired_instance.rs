@@ -10,14 +10,12 @@
 //! `lease_name` (+ expiry) and one checking only `owner_token` (+ expiry) each let the old
 //! execution finish — an owner check cannot tell a generation.
 
-use crate::About;
+use crate::{u_common, About, Spec};
 
-crate::u_common::u_scenario!(
-    U4,
-    "U4",
-    11,
-    "the same instance acquires again (fence n → n+1) while its old run is still going: only the fence rejects the old run's completion",
-    About {
+const SPEC: Spec = Spec {
+    id: "U4",
+    title: "the same instance acquires again (fence n → n+1) while its old run is still going: only the fence rejects the old run's completion",
+    about: About {
         fault: "an instance re-acquires while its old run is still going",
         shows: "with one owner token per instance, only the fence tells its old holding from its new one",
         paragraph: "Seed 000's own case: the owner token names the instance, so it stays the same \
@@ -29,8 +27,12 @@ crate::u_common::u_scenario!(
                     lease's, while the new execution's completion succeeds. Completions that check \
                     only the lease name or only the owner token let the old execution finish: an \
                     owner check cannot tell one generation from the next.",
-    }
-);
+    },
+    checks: 11,
+    ..u_common::SERIES
+};
+
+crate::u_common::u_scenario!(U4);
 
 #[cfg(feature = "mariadb")]
 mod imp {

@@ -10,14 +10,12 @@
 //! condition and the fence condition refuse A alike (U1 shows the fence alone, with one owner
 //! holding twice).
 
-use crate::About;
+use crate::{u_common, About, Spec};
 
-crate::u_common::u_scenario!(
-    U5,
-    "U5",
-    7,
-    "check-then-set (MariaDB): A checks is_held, pauses, B takes over; only a completion that re-checks as it writes stops A",
-    About {
+const SPEC: Spec = Spec {
+    id: "U5",
+    title: "check-then-set (MariaDB): A checks is_held, pauses, B takes over; only a completion that re-checks as it writes stops A",
+    about: About {
         fault: "A pauses between its is_held check and its write",
         shows: "a client-side check is stale when acted on; only a completion that re-checks as it writes holds",
         paragraph: "Seed 000's Java check-then-set, if (lease.isHeld()) run.setFinished(true), on \
@@ -29,8 +27,12 @@ crate::u_common::u_scenario!(
                     completed after B took over, the negative control. With the fenced completion, \
                     which re-checks lease, owner and fence in the statement that writes, no row \
                     changes and A's run stays running.",
-    }
-);
+    },
+    checks: 7,
+    ..u_common::SERIES
+};
+
+crate::u_common::u_scenario!(U5);
 
 #[cfg(feature = "mariadb")]
 mod imp {

@@ -36,16 +36,6 @@ pub fn on_lane(
     rec.step(mark, actor, action, Some(fence), "", None);
 }
 
-/// The U-series' timeline: the job lease and the runs live in one MariaDB database, one lane.
-pub fn lanes() -> harness::evidence::Lanes {
-    let store = harness::evidence::Lane::new("fencing", "fencing (MariaDB: job lease and runs)");
-    harness::evidence::Lanes {
-        lease: store.clone(),
-        resource: store,
-        ..Default::default()
-    }
-}
-
 /// An owner token that identifies an *instance* (seed 000: "the unique runner identity"): the
 /// same for every acquisition that instance makes in this lab process (U4).
 #[cfg_attr(not(feature = "mariadb"), allow(dead_code))]
@@ -53,43 +43,49 @@ pub fn instance_token(instance: &str) -> String {
     format!("instance-{instance}-{}", std::process::id())
 }
 
-/// Declares a U scenario: with the `mariadb` feature its `run` is the calling module's
-/// `imp::run`; without it, the scenario reports a skip with [`NO_FEATURE`] — never a pass.
 /// Why the U-series says skip with `--holder-cmd`.
 pub const NOT_YOUR_HOLDER: &str = "the U-series runs job-lease designs on MariaDB through the lab's own \
      clients and holder (holder --store mariadb); a holder of yours takes its lease from PostgreSQL";
 
+/// What every U scenario's spec shares: each names its own `id`, `title`, `about` and `checks`
+/// and takes the rest from here (`..u_common::SERIES`) — MariaDB only (no container backend, no
+/// Patroni, no lock service: the job lease is a row of its own database), no holder of the
+/// user's, and one lane for the job lease and the runs.
+pub const SERIES: crate::Spec = crate::Spec {
+    id: "U",
+    title: "",
+    about: crate::About {
+        fault: "",
+        shows: "",
+        paragraph: "",
+    },
+    checks: 0,
+    checks_on_store: crate::StoreChecks::Same,
+    checks_again: None,
+    needs: crate::Needs::MariaDb,
+    applies: crate::Applies::Always,
+    on_containers: false,
+    on_patroni: false,
+    lock_services: crate::LockServices::None(crate::ON_THE_LEASE_TABLE),
+    fence_dependent: false,
+    again_on_stores: false,
+    runs_alone: false,
+    holder_points: Err(NOT_YOUR_HOLDER),
+    fault_moments: &[],
+    // The job lease and the runs live in one MariaDB database: one lane.
+    lanes: crate::StoreLanes::OneStore("fencing", "fencing (MariaDB: job lease and runs)"),
+};
+
+/// Declares the U scenario `$name`, whose spec is the calling module's `SPEC`: with the `mariadb`
+/// feature its `run` is the calling module's `imp::run`; without it, the scenario reports a skip
+/// with [`NO_FEATURE`] — never a pass.
 macro_rules! u_scenario {
-    ($name:ident, $id:literal, $checks:literal, $title:literal, $about:expr $(,)?) => {
+    ($name:ident) => {
         pub struct $name;
 
         impl crate::Scenario for $name {
-            fn id(&self) -> &'static str {
-                $id
-            }
-
-            fn title(&self) -> &'static str {
-                $title
-            }
-
-            fn about(&self) -> crate::About {
-                $about
-            }
-
-            fn checks(&self) -> usize {
-                $checks
-            }
-
-            fn needs(&self) -> crate::Needs {
-                crate::Needs::MariaDb
-            }
-
-            fn lanes(&self) -> harness::evidence::Lanes {
-                crate::u_common::lanes()
-            }
-
-            fn holder_points(&self) -> Result<&'static [crate::FaultPoint], &'static str> {
-                Err(crate::u_common::NOT_YOUR_HOLDER)
+            fn spec(&self) -> &crate::Spec {
+                &SPEC
             }
 
             fn run<'a>(
