@@ -466,7 +466,7 @@ impl Config {
                 ),
             ));
         }
-        let ids: Vec<&str> = self.scenarios.iter().map(|s| s.id()).collect();
+        let ids: Vec<&str> = self.scenarios.iter().map(|s| s.spec().id).collect();
         env.push(("scenarios".to_owned(), ids.join(",")));
         env.push((
             "jobs".to_owned(),

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use harness::evidence::escape::markdown_cell;
-use scenarios::{Needs, Scenario};
+use scenarios::{Needs, Scenario, Spec};
 
 use crate::args::ListArgs;
 use crate::Ended;
@@ -24,7 +24,7 @@ pub fn list(args: &ListArgs) -> Ended {
     let text = match (args.markdown, args.long) {
         (false, _) => scenarios::ALL
             .iter()
-            .map(|s| format!("{}  {}\n", s.id(), s.title()))
+            .map(|s| format!("{}  {}\n", s.spec().id, s.spec().title))
             .collect(),
         (true, false) => table(scenarios::ALL),
         (true, true) => page(scenarios::ALL),
@@ -33,8 +33,8 @@ pub fn list(args: &ListArgs) -> Ended {
 }
 
 /// Where an experiment runs: what it needs, and the other lease stores and backends it runs on.
-pub fn runs_on(s: &dyn Scenario) -> String {
-    let mut on = match s.needs() {
+pub fn runs_on(s: &Spec) -> String {
+    let mut on = match s.needs {
         Needs::Nothing => "embedded PostgreSQL",
         Needs::MariaDb => "MariaDB",
         Needs::Faketime => "embedded PostgreSQL, libfaketime",
@@ -42,16 +42,16 @@ pub fn runs_on(s: &dyn Scenario) -> String {
     }
     .to_owned();
     let mut also: Vec<&str> = Vec::new();
-    if s.needs() != Needs::Containers && s.on_containers() {
+    if s.needs != Needs::Containers && s.on_containers {
         also.push("`--backend containers`");
     }
-    if s.on_patroni() && s.needs() != Needs::Containers {
+    if s.on_patroni && s.needs != Needs::Containers {
         also.push("Patroni");
     }
     also.extend(
         SERVICES
             .into_iter()
-            .filter(|store| s.on_lock_service(store).is_ok()),
+            .filter(|store| s.lock_services.on(store).is_ok()),
     );
     if !also.is_empty() {
         let _ = write!(on, "; also {}", also.join(", "));
@@ -62,16 +62,16 @@ pub fn runs_on(s: &dyn Scenario) -> String {
 /// The README's table: one row per experiment, each id linked to its paragraph.
 pub fn table(all: &[&dyn Scenario]) -> String {
     let mut out = String::from("| id | fault | what it shows | runs on |\n|---|---|---|---|\n");
-    for s in all {
-        let about = s.about();
+    for s in all.iter().map(|s| s.spec()) {
+        let about = s.about;
         let _ = writeln!(
             out,
             "| [{id}](docs/experiments.md#{anchor}) | {} | {} | {} |",
             markdown_cell(about.fault),
             markdown_cell(about.shows),
-            markdown_cell(&runs_on(*s)),
-            id = s.id(),
-            anchor = s.id().to_lowercase(),
+            markdown_cell(&runs_on(s)),
+            id = s.id,
+            anchor = s.id.to_lowercase(),
         );
     }
     out
@@ -88,18 +88,18 @@ pub fn page(all: &[&dyn Scenario]) -> String {
          `./run.sh --only ID` runs one; `./run.sh --step --only ID` pauses at each step. The \
          README's table lists them in a line each.\n",
     );
-    for s in all {
-        let about = s.about();
+    for s in all.iter().map(|s| s.spec()) {
+        let about = s.about;
         let _ = write!(
             out,
             "\n<a id=\"{anchor}\"></a>\n## {id} — {title}\n\n\
              **Fault:** {fault}. **Shows:** {shows}. **Runs on:** {on}.\n\n{paragraph}\n",
-            anchor = s.id().to_lowercase(),
-            id = s.id(),
-            title = s.title(),
+            anchor = s.id.to_lowercase(),
+            id = s.id,
+            title = s.title,
             fault = about.fault,
             shows = about.shows,
-            on = runs_on(*s),
+            on = runs_on(s),
             paragraph = about.paragraph,
         );
     }

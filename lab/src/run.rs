@@ -368,7 +368,7 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
 #[cfg(feature = "containers")]
 async fn build_images_early(cfg: &Config) -> Option<tokio::task::JoinHandle<()>> {
     use harness::containers::LabImage;
-    let ids: Vec<&str> = cfg.scenarios.iter().map(|s| s.id()).collect();
+    let ids: Vec<&str> = cfg.scenarios.iter().map(|s| s.spec().id).collect();
     // F4 and F5 again on the lock services, when they run; the R- and RL-series.
     let services = (!cfg.params.again_on.is_empty()
         && ids.iter().any(|id| ["F4", "F5"].contains(id)))

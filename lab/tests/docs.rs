@@ -67,23 +67,19 @@ fn the_readme_table_and_the_experiments_page_are_generated_from_the_registry() -
 
 #[test]
 fn every_experiment_is_described() {
-    for s in scenarios::ALL {
-        let about = s.about();
+    for s in scenarios::ALL.iter().map(|s| s.spec()) {
+        let about = s.about;
         for (field, text) in [
             ("fault", about.fault),
             ("shows", about.shows),
             ("paragraph", about.paragraph),
         ] {
-            assert!(
-                !text.trim().is_empty(),
-                "{}'s about() has no {field}",
-                s.id()
-            );
+            assert!(!text.trim().is_empty(), "{}'s about() has no {field}", s.id);
         }
         assert!(
             about.paragraph.split_whitespace().count() >= 30,
             "{}'s paragraph is a paragraph, not a line: {:?}",
-            s.id(),
+            s.id,
             about.paragraph
         );
     }

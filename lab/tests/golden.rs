@@ -167,8 +167,9 @@ fn a_full_run_says_what_the_reference_says() -> anyhow::Result<()> {
     // on the build's features and on MariaDB being there), from the registry.
     let only: Vec<&str> = scenarios::ALL
         .iter()
-        .filter(|s| s.needs() == scenarios::Needs::Nothing)
-        .map(|s| s.id())
+        .map(|s| s.spec())
+        .filter(|s| s.needs == scenarios::Needs::Nothing)
+        .map(|s| s.id)
         .collect();
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
         // The lock services' cases (F4-redis, …) depend on the build's features and a Docker

@@ -150,17 +150,21 @@ fn an_interrupted_lab_leaves_nothing_behind_wherever_it_is_stopped() -> anyhow::
             false
         }
     };
-    for s in scenarios::ALL.iter().filter(|s| match s.needs() {
-        scenarios::Needs::Nothing => true,
-        scenarios::Needs::Faketime => faketime,
-        scenarios::Needs::MariaDb | scenarios::Needs::Containers => false,
-    }) {
-        match s.fault_moments() {
+    for s in scenarios::ALL
+        .iter()
+        .map(|s| s.spec())
+        .filter(|s| match s.needs {
+            scenarios::Needs::Nothing => true,
+            scenarios::Needs::Faketime => faketime,
+            scenarios::Needs::MariaDb | scenarios::Needs::Containers => false,
+        })
+    {
+        match s.fault_moments {
             [] => points.push(Point::Line {
-                id: s.id(),
+                id: s.id,
                 text: "  ok ",
             }),
-            moments => points.extend(moments.iter().map(|text| Point::Line { id: s.id(), text })),
+            moments => points.extend(moments.iter().map(|text| Point::Line { id: s.id, text })),
         }
     }
     let runs: Vec<(Point, Signal)> = points

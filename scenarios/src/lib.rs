@@ -1,7 +1,8 @@
 //! The experiments (SPEC §5) and their contract. Each scenario lives in its own file, named after
-//! the fault it injects, with a `//!` that names the fault and the property checked; this file is
-//! the contract they implement ([`Scenario`], [`Needs`]) and [`ALL`], the one list that
-//! `lab list`, `lab run --only` and the tests read. Running them is `runner.rs`.
+//! the fault it injects, with a `//!` that names the fault and the property checked, then its
+//! [`Spec`] (what it is and needs, as data: `spec.rs`); this file is the contract they implement
+//! ([`Scenario`]: the spec and the timeline) and [`ALL`], the one list that `lab list`, `lab run
+//! --only` and the tests read. Running them is `runner.rs`.
 //!
 //! A scenario talks to the system under test only through `fencing`'s stores, to the cluster and
 //! the holder processes only through the harness, and reports only through the [`Recorder`]. It
@@ -10,7 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use harness::evidence::{Lanes, Recorder};
+use harness::evidence::Recorder;
 
 pub mod chaos;
 pub mod conformance;
@@ -108,62 +109,13 @@ impl FaultPoint {
     }
 }
 
-/// One experiment. Adding one is one file implementing this trait plus one line in [`ALL`]
-/// (ARCHITECTURE.md, "Adding an experiment").
+/// One experiment: what it is and needs, as data ([`Scenario::spec`]), and its timeline
+/// ([`Scenario::run`]). Adding one is one file that opens with its `const SPEC` and implements
+/// this trait, plus one line in [`ALL`] (ARCHITECTURE.md, "Adding an experiment").
 pub trait Scenario: Sync {
-    /// What it is and what it needs, as data ([`Spec`]).
+    /// What it is and what it needs ([`Spec`]): everything the runner, `lab list`, the README's
+    /// table, the interruption audit and the report know of it.
     fn spec(&self) -> &Spec;
-    fn id(&self) -> &'static str {
-        self.spec().id
-    }
-    fn title(&self) -> &'static str {
-        self.spec().title
-    }
-    fn about(&self) -> About {
-        self.spec().about
-    }
-    fn checks(&self) -> usize {
-        self.spec().checks
-    }
-    fn checks_on(&self, store: &str) -> usize {
-        self.spec().checks_on(store)
-    }
-    fn checks_again(&self) -> usize {
-        self.spec().checks_again()
-    }
-    fn needs(&self) -> Needs {
-        self.spec().needs
-    }
-    fn fence_dependent(&self) -> bool {
-        self.spec().fence_dependent
-    }
-    fn on_containers(&self) -> bool {
-        self.spec().on_containers
-    }
-    fn on_patroni(&self) -> bool {
-        self.spec().on_patroni
-    }
-    fn on_lock_service(&self, store: &str) -> Result<(), &'static str> {
-        self.spec().lock_services.on(store)
-    }
-    fn again_on_stores(&self) -> bool {
-        self.spec().again_on_stores
-    }
-    fn runs_alone(&self) -> bool {
-        self.spec().runs_alone
-    }
-    fn fault_moments(&self) -> &'static [&'static str] {
-        self.spec().fault_moments
-    }
-    fn lanes(&self) -> Lanes {
-        self.spec().lanes()
-    }
-    fn applies_to(&self, sut: &fencing::profile::Profile) -> Result<(), &'static str> {
-        self.spec().applies.to(sut)
-    }
-    fn holder_points(&self) -> Result<&'static [FaultPoint], &'static str> {
-        self.spec().holder_points
-    }
     /// Runs on empty tables (the runner resets them) and records its checks in `rec`.
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a>;
 }
@@ -177,7 +129,7 @@ pub fn id_order(id: &str) -> (String, u32) {
 
 impl std::fmt::Debug for dyn Scenario {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.id())
+        f.write_str(self.spec().id)
     }
 }
 
@@ -271,7 +223,12 @@ pub mod broken {
 
 /// Resolves `--only` ids (case-insensitive) to scenarios, in the order given.
 pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
-    let known = || ALL.iter().map(|s| s.id()).collect::<Vec<_>>().join(", ");
+    let known = || {
+        ALL.iter()
+            .map(|s| s.spec().id)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if ids.is_empty() || ids.iter().all(|id| id.trim().is_empty()) {
         return Err(format!(
             "--only needs at least one scenario id (known: {})",
@@ -284,17 +241,17 @@ pub fn select(ids: &[String]) -> Result<Vec<&'static dyn Scenario>, String> {
         let scenario = ALL
             .iter()
             .copied()
-            .find(|s| s.id().eq_ignore_ascii_case(id))
+            .find(|s| s.spec().id.eq_ignore_ascii_case(id))
             .ok_or_else(|| {
                 format!(
                     "unknown scenario id {id:?} in --only (known: {}; see `lab list`)",
                     known()
                 )
             })?;
-        if chosen.iter().any(|s| s.id() == scenario.id()) {
+        if chosen.iter().any(|s| s.spec().id == scenario.spec().id) {
             return Err(format!(
                 "scenario {} appears twice in --only; name each scenario once",
-                scenario.id()
+                scenario.spec().id
             ));
         }
         chosen.push(scenario);
@@ -308,7 +265,7 @@ mod tests {
 
     #[test]
     fn ids_are_unique_and_ordered_by_series_then_number() {
-        let ids: Vec<_> = ALL.iter().map(|s| s.id()).collect();
+        let ids: Vec<_> = ALL.iter().map(|s| s.spec().id).collect();
         let mut sorted = ids.clone();
         sorted.sort_by_key(|id| id_order(id));
         sorted.dedup();
@@ -338,7 +295,7 @@ mod tests {
         let ids: Vec<_> = select(&["f2".into(), "F1".into()])
             .unwrap()
             .iter()
-            .map(|s| s.id())
+            .map(|s| s.spec().id)
             .collect();
         assert_eq!(ids, ["F2", "F1"]);
     }

@@ -23,7 +23,7 @@ pub async fn run_all(bed: &mut Testbed, rec: &mut Recorder, scenarios: &[&dyn Sc
 
 /// [`run_all`] on several labs at once (`lab run --jobs`), each on a cluster of its own:
 /// experiments run on whichever lab is free, those that must run alone
-/// ([`Scenario::runs_alone`]) with every other lab idle, and the U-series on the first lab (one
+/// ([`crate::Spec::runs_alone`]) with every other lab idle, and the U-series on the first lab (one
 /// MariaDB server). While the images some experiments need are being built
 /// ([`Params::images_building`]), those experiments run after all the others. Each experiment
 /// records into a recorder of its own (one that runs alone when every experiment before it is
@@ -52,7 +52,7 @@ pub async fn run_all_on(beds: &mut [Testbed], rec: &mut Recorder, scenarios: &[&
     let mut k = 0;
     while k < order.len() {
         let i = order[k];
-        if scenarios[i].runs_alone() {
+        if scenarios[i].spec().runs_alone {
             if absorber.next == i {
                 run_scenario(&mut beds[0], rec, scenarios[i]).await;
                 absorber.next += 1;
@@ -67,7 +67,7 @@ pub async fn run_all_on(beds: &mut [Testbed], rec: &mut Recorder, scenarios: &[&
         }
         let end = order[k..]
             .iter()
-            .position(|&i| scenarios[i].runs_alone())
+            .position(|&i| scenarios[i].spec().runs_alone)
             .map_or(order.len(), |p| k + p);
         run_together(beds, rec, &mut absorber, scenarios, &order[k..end]).await;
         k = end;
@@ -85,9 +85,10 @@ fn execution_order(scenarios: &[&dyn Scenario], params: &Params) -> Vec<usize> {
 /// Whether `scenario` waits on an image being built: it runs in containers, or again on the
 /// lock services.
 fn waits_on_images(scenario: &dyn Scenario, params: &Params) -> bool {
+    let spec = scenario.spec();
     params.images_building
-        && (scenario.needs() == Needs::Containers
-            || (scenario.again_on_stores() && !params.again_on.is_empty()))
+        && (spec.needs == Needs::Containers
+            || (spec.again_on_stores && !params.again_on.is_empty()))
 }
 
 /// The experiments' own recorders, handed to the run's recorder in registry order: `next` is the
@@ -138,7 +139,7 @@ async fn run_together(
                         let mut queue = queue.lock().expect("no panic while held");
                         queue
                             .iter()
-                            .position(|&i| k == 0 || scenarios[i].needs() != Needs::MariaDb)
+                            .position(|&i| k == 0 || scenarios[i].spec().needs != Needs::MariaDb)
                             .and_then(|p| queue.remove(p))
                     };
                     let Some(i) = next else { break };
@@ -185,20 +186,21 @@ pub async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) 
 /// One experiment: its case, and — when it is fence-dependent and ran — one more case per mode
 /// of [`Params::again_with`].
 async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scenario) {
-    let ran = run_case(bed, rec, scenario, scenario.id(), scenario.title()).await;
-    if ran && scenario.again_on_stores() && bed.service.is_none() {
+    let spec = scenario.spec();
+    let ran = run_case(bed, rec, scenario, spec.id, spec.title).await;
+    if ran && spec.again_on_stores && bed.service.is_none() {
         for store in bed.params.again_on.clone() {
-            let id = format!("{}-{store}", scenario.id());
+            let id = format!("{}-{store}", spec.id);
             let title = format!(
                 "{} — again, on the lock service {store} (--lease-store {store})",
-                scenario.title()
+                spec.title
             );
             match bed.use_store(store).await {
                 Ok(()) => {
                     run_case(bed, rec, scenario, &id, &title).await;
                 }
                 Err(e) => {
-                    rec.case_with_lanes(&id, &title, scenario.lanes());
+                    rec.case_with_lanes(&id, &title, spec.lanes());
                     rec.skip(format!("{e:#}"));
                     rec.end_case();
                 }
@@ -208,15 +210,15 @@ async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scen
             rec.abort(&format!("{e:#}"));
         }
     }
-    if !ran || !scenario.fence_dependent() {
+    if !ran || !spec.fence_dependent {
         return;
     }
     let first = bed.params.sut.clone();
     for profile in bed.params.again_with.clone() {
         let label = Params::fence_label_of(&profile);
         bed.use_sut(profile);
-        let id = format!("{}-{label}", scenario.id());
-        let title = format!("{} — again, with --fenced-mode {label}", scenario.title());
+        let id = format!("{}-{label}", spec.id);
+        let title = format!("{} — again, with --fenced-mode {label}", spec.title);
         bed.again_with_fence = true;
         run_case(bed, rec, scenario, &id, &title).await;
         bed.again_with_fence = false;
@@ -233,14 +235,15 @@ async fn run_case(
     id: &str,
     title: &str,
 ) -> bool {
-    let mut lanes = scenario.lanes();
+    let spec = scenario.spec();
+    let mut lanes = spec.lanes();
     if bed.service.is_some() && lanes.lease == harness::evidence::Lanes::default().lease {
         // The lease lives on the lock service, not in lease26.
         let store = bed.params.store;
         lanes.lease = harness::evidence::Lane::new(store, format!("{store} (lease)"));
     }
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
-    let on_mariadb = matches!(scenario.needs(), Needs::MariaDb);
+    let on_mariadb = matches!(spec.needs, Needs::MariaDb);
     let (series, claims, sut_name) = if on_mariadb {
         let jobs = &bed.params.jobs;
         (Dialect::Mariadb, jobs.claims, jobs.name.clone())
@@ -277,9 +280,9 @@ async fn run_case(
     let waived_before = rec.waived();
     let adopted_before = bed.adopted.len();
     let on_containers = !matches!(bed.backend(), Backend::Embedded);
-    let applies = scenario.applies_to(&bed.params.sut);
+    let applies = spec.applies.to(&bed.params.sut);
     let other_server = bed.params.sut_dialect.filter(|&d| d != series);
-    let not_yours = bed.user_holder.as_ref().and_then(|u| u.not_for(scenario));
+    let not_yours = bed.user_holder.as_ref().and_then(|u| u.not_for(spec));
     let outcome = match bed.reset().await {
         Ok(()) if other_server.is_some() => {
             let (named, theirs) = match series {
@@ -294,7 +297,7 @@ async fn run_case(
             };
             rec.skip(format!(
                 "{} does not apply to {named}: a design on {}; {theirs}",
-                scenario.id(),
+                spec.id,
                 other_server.map_or("", Dialect::server),
             ));
             Ok(())
@@ -305,38 +308,35 @@ async fn run_case(
         }
         Ok(()) if applies.is_err() => {
             let why = applies.err().unwrap_or_default();
-            rec.skip(format!(
-                "{} does not apply to {sut_name}: {why}",
-                scenario.id(),
-            ));
+            rec.skip(format!("{} does not apply to {sut_name}: {why}", spec.id,));
             Ok(())
         }
-        Ok(()) if bed.lease_on_patroni() && !scenario.on_patroni() => {
+        Ok(()) if bed.lease_on_patroni() && !spec.on_patroni => {
             rec.skip(format!(
                 "{} does not run with --lease-store patroni: it crashes and restarts the lease \
                  store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
                  shows that",
-                scenario.id()
+                spec.id
             ));
             Ok(())
         }
-        Ok(()) if bed.service.is_some() && scenario.on_lock_service(bed.params.store).is_err() => {
+        Ok(()) if bed.service.is_some() && spec.lock_services.on(bed.params.store).is_err() => {
             rec.skip(format!(
                 "{} does not run on the lock service {}: {}",
-                scenario.id(),
+                spec.id,
                 bed.params.store,
-                scenario
-                    .on_lock_service(bed.params.store)
+                spec.lock_services
+                    .on(bed.params.store)
                     .err()
                     .unwrap_or_default()
             ));
             Ok(())
         }
-        Ok(()) if on_containers && !scenario.on_containers() => {
+        Ok(()) if on_containers && !spec.on_containers => {
             rec.skip(format!(
                 "{} runs in the default run only (./run.sh without --backend containers); \
                  the container backend runs P0 and F1–F9",
-                scenario.id()
+                spec.id
             ));
             Ok(())
         }
@@ -348,9 +348,9 @@ async fn run_case(
         + (rec.waived() - waived_before);
     let skipped = after.skipped > before.skipped;
     let declared = if bed.again_with_fence {
-        scenario.checks_again()
+        spec.checks_again()
     } else {
-        scenario.checks_on(bed.params.store)
+        spec.checks_on(bed.params.store)
     };
     match outcome {
         Err(e) => {
@@ -384,7 +384,7 @@ mod tests {
     use super::*;
 
     fn ids(order: &[usize]) -> Vec<&'static str> {
-        order.iter().map(|&i| crate::ALL[i].id()).collect()
+        order.iter().map(|&i| crate::ALL[i].spec().id).collect()
     }
 
     #[test]
@@ -425,10 +425,13 @@ mod tests {
         // Without the lock services' cases, F4 and F5 need no image.
         params.again_on.clear();
         let order = execution_order(crate::ALL, &params);
-        let f4 = crate::ALL.iter().position(|s| s.id() == "F4").expect("F4");
+        let f4 = crate::ALL
+            .iter()
+            .position(|s| s.spec().id == "F4")
+            .expect("F4");
         let f15 = crate::ALL
             .iter()
-            .position(|s| s.id() == "F15")
+            .position(|s| s.spec().id == "F15")
             .expect("F15");
         let at = |i| order.iter().position(|&k| k == i).expect("there");
         assert!(at(f4) < at(f15));

@@ -84,7 +84,7 @@ async fn run_alone(scenario: &'static dyn Scenario, params: Params) -> anyhow::R
 
 /// Runs `scenario` alone on its own lab; `Err` with the run's text when it did not pass.
 async fn run_with(scenario: &'static dyn Scenario, params: Params) -> anyhow::Result<()> {
-    let id = scenario.id();
+    let id = scenario.spec().id;
     let rec = run_alone(scenario, params).await?;
     let text = rec
         .events()
@@ -93,17 +93,17 @@ async fn run_with(scenario: &'static dyn Scenario, params: Params) -> anyhow::Re
         .collect::<Vec<_>>()
         .join("\n");
     let s = rec.summary();
-    let skipped_as_it_may = scenario.needs() != Needs::Nothing
+    let skipped_as_it_may = scenario.spec().needs != Needs::Nothing
         && (s.passed, s.failed, s.skipped) == (PREFLIGHT_CHECKS, 0, 1);
     // A check the run could not judge (U1's probe of a lease's last millisecond that never
     // landed in it) is waived — counted apart, never passed — as the runner counts it.
     let passed_in_full = (s.passed + rec.waived(), s.failed, s.skipped)
-        == (PREFLIGHT_CHECKS + scenario.checks(), 0, 0);
+        == (PREFLIGHT_CHECKS + scenario.spec().checks, 0, 0);
     anyhow::ensure!(
         skipped_as_it_may || passed_in_full,
         "{id}: expected {} passed checks and no failure (or, for a scenario with needs, a skip); \
          got {s}:\n{text}",
-        PREFLIGHT_CHECKS + scenario.checks()
+        PREFLIGHT_CHECKS + scenario.spec().checks
     );
     if skipped_as_it_may {
         said_skipped(scenario, &rec)?;
@@ -125,7 +125,7 @@ fn dependency(needs: Needs) -> Option<Dependency> {
 /// reason, where the test run shows it — or fails, when `LAB_REQUIRE` names the need
 /// (`harness::require`).
 fn said_skipped(scenario: &dyn Scenario, rec: &Recorder) -> anyhow::Result<()> {
-    let Some(dep) = dependency(scenario.needs()) else {
+    let Some(dep) = dependency(scenario.spec().needs) else {
         return Ok(());
     };
     let why = rec
@@ -136,7 +136,7 @@ fn said_skipped(scenario: &dyn Scenario, rec: &Recorder) -> anyhow::Result<()> {
             _ => None,
         })
         .unwrap_or("it said skip");
-    require::skip(dep, scenario.id(), why)?;
+    require::skip(dep, scenario.spec().id, why)?;
     Ok(())
 }
 
@@ -149,9 +149,13 @@ const DEADLINE: Duration = Duration::from_secs(300);
 fn scenario(id: &str, needs: Needs) -> &'static dyn Scenario {
     let found = *scenarios::ALL
         .iter()
-        .find(|s| s.id() == id)
+        .find(|s| s.spec().id == id)
         .unwrap_or_else(|| panic!("no scenario {id} in scenarios::ALL"));
-    assert_eq!(found.needs(), needs, "{id}'s test sits in the wrong module");
+    assert_eq!(
+        found.spec().needs,
+        needs,
+        "{id}'s test sits in the wrong module"
+    );
     found
 }
 
@@ -174,7 +178,7 @@ async fn passes_alone(id: &str, needs: Needs, mode: &str) -> anyhow::Result<()> 
     let scenario = scenario(id, needs);
     if mode != "fenced-scope" {
         assert!(
-            scenario.fence_dependent(),
+            scenario.spec().fence_dependent,
             "{id} does not depend on the fence: one fenced mode shows it"
         );
     }
@@ -193,10 +197,10 @@ async fn broken_fails(id: &str, needs: Needs) -> anyhow::Result<()> {
     remove_containers_when_stopped();
     let (scenario, guard) = scenarios::broken::all()
         .into_iter()
-        .find(|(s, _)| s.id() == id)
+        .find(|(s, _)| s.spec().id == id)
         .unwrap_or_else(|| panic!("no broken variant of {id}"));
     assert_eq!(
-        scenario.needs(),
+        scenario.spec().needs,
         needs,
         "broken {id}'s test sits in the wrong module"
     );
@@ -298,22 +302,23 @@ fn every_scenario_with_needs_every_fenced_mode_and_every_broken_variant_has_its_
     let mut missing = Vec::new();
     for s in scenarios::ALL
         .iter()
-        .filter(|s| s.needs() != Needs::Nothing)
+        .map(|s| s.spec())
+        .filter(|s| s.needs != Needs::Nothing)
     {
-        if !has("alone", s.id(), "fenced-scope") {
-            missing.push(format!("{} alone", s.id()));
+        if !has("alone", s.id, "fenced-scope") {
+            missing.push(format!("{} alone", s.id));
         }
-        if s.fence_dependent() {
+        if s.fence_dependent {
             for (mode, _) in &fencing::resource::FENCED_MODES[1..] {
-                if !has("fenced", s.id(), mode) {
-                    missing.push(format!("{} with {mode}", s.id()));
+                if !has("fenced", s.id, mode) {
+                    missing.push(format!("{} with {mode}", s.id));
                 }
             }
         }
     }
     for (s, _) in scenarios::broken::all() {
-        if !has("broken", s.id(), "fenced-scope") {
-            missing.push(format!("broken {}", s.id()));
+        if !has("broken", s.spec().id, "fenced-scope") {
+            missing.push(format!("broken {}", s.spec().id));
         }
     }
     assert!(missing.is_empty(), "no test of its own: {missing:?}");
@@ -338,7 +343,7 @@ async fn u_scenarios_without_mariadb_support_are_skipped_with_the_hint_never_pas
     let selected: Vec<_> = scenarios::ALL
         .iter()
         .copied()
-        .filter(|s| s.needs() == Needs::MariaDb)
+        .filter(|s| s.spec().needs == Needs::MariaDb)
         .collect();
     scenarios::run_all(&mut bed, &mut rec, &selected).await;
     bed.shutdown().await;

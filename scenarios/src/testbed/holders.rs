@@ -26,10 +26,11 @@ pub struct UserHolder {
 }
 
 impl UserHolder {
-    /// Why `scenario` does not run with this holder (the skip line), `None` when it does.
-    pub fn not_for(&self, scenario: &dyn crate::Scenario) -> Option<String> {
-        let id = scenario.id();
-        match scenario.holder_points() {
+    /// Why the experiment `spec` does not run with this holder (the skip line), `None` when it
+    /// does.
+    pub fn not_for(&self, spec: &crate::Spec) -> Option<String> {
+        let id = spec.id;
+        match spec.holder_points {
             Err(why) => Some(format!(
                 "{id} does not judge your holder (--holder-cmd): {why}"
             )),

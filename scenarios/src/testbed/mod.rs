@@ -66,7 +66,7 @@ pub struct Testbed {
     pub adopted: Vec<Box<dyn Hosts>>,
     /// The open case runs a fence-dependent experiment again with another fenced mode
     /// (`F6-fenced-single`…): parts that do not use the fenced mode under test were judged in
-    /// the first case and are not run (nor counted) again ([`crate::Scenario::checks_again`]).
+    /// the first case and are not run (nor counted) again ([`crate::Spec::checks_again`]).
     pub again_with_fence: bool,
     /// This run's mark: the label value on every container, network and network hold the run
     /// makes (feature `containers`), so that leftovers can be found and removed.
@@ -80,7 +80,7 @@ pub struct Testbed {
     /// the script `python3` runs. Empty for the lab's own holder.
     pub holder_prefix: Vec<std::ffi::OsString>,
     /// A holder of the user's (`--holder-cmd`) and the fault points it refused: the
-    /// experiments it is not what they judge say skip ([`crate::Scenario::holder_points`]).
+    /// experiments it is not what they judge say skip ([`crate::Spec::holder_points`]).
     /// `None` for the lab's own holder.
     pub user_holder: Option<holders::UserHolder>,
     pub params: Params,

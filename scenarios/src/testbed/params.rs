@@ -44,7 +44,7 @@ pub struct Params {
     /// `fencing::stores::STORES`: `postgres`, the profile's lease table.
     pub store: &'static str,
     /// The lock services (their stores' names) on which each experiment that gates on them
-    /// ([`crate::Scenario::again_on_stores`]: F4, F5) runs again, as a case of its own
+    /// ([`crate::Spec::again_on_stores`]: F4, F5) runs again, as a case of its own
     /// (`F4-redis`), when the run's store is the lease table: every store of this build with a
     /// token, unless `--lease-store` named one.
     pub again_on: Vec<&'static str>,
