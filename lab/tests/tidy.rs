@@ -996,12 +996,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         TIMELINE,
     ),
     (
-        "scenarios/src/runner.rs",
-        "run_case",
-        152,
-        "one case's skip decisions, run and count check, in order",
-    ),
-    (
         "scenarios/src/u1_fenced_job_lease.rs",
         "at_the_expiry_millisecond",
         121,

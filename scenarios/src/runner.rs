@@ -10,7 +10,8 @@ use std::pin::Pin;
 use fencing::profile::Dialect;
 use harness::evidence::Recorder;
 
-use crate::{preflight, Backend, Needs, Params, Scenario, Testbed};
+use crate::testbed::UserHolder;
+use crate::{preflight, Backend, Needs, Params, Scenario, Spec, Testbed};
 
 /// Runs the preflight and then each scenario on freshly emptied tables; a fence-dependent one
 /// that ran (not skipped) runs again with each mode of [`Params::again_with`], as a case of its
@@ -244,12 +245,10 @@ async fn run_case(
     }
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
     let on_mariadb = matches!(spec.needs, Needs::MariaDb);
-    let (series, claims, sut_name) = if on_mariadb {
-        let jobs = &bed.params.jobs;
-        (Dialect::Mariadb, jobs.claims, jobs.name.clone())
+    let (claims, sut_name) = if on_mariadb {
+        (bed.params.jobs.claims, bed.params.jobs.name.clone())
     } else {
-        let sut = &bed.params.sut;
-        (Dialect::Postgres, sut.claims, sut.name.clone())
+        (bed.params.sut.claims, bed.params.sut.name.clone())
     };
     let store_has_token = fencing::stores::store_kind(bed.params.store).is_none_or(|k| k.has_token);
     // A title that says "(fenced)" of a design whose write checks no token says what it runs.
@@ -279,69 +278,14 @@ async fn run_case(
     let before = rec.summary();
     let waived_before = rec.waived();
     let adopted_before = bed.adopted.len();
-    let on_containers = !matches!(bed.backend(), Backend::Embedded);
-    let applies = spec.applies.to(&bed.params.sut);
-    let other_server = bed.params.sut_dialect.filter(|&d| d != series);
-    let not_yours = bed.user_holder.as_ref().and_then(|u| u.not_for(spec));
-    let outcome = match bed.reset().await {
-        Ok(()) if other_server.is_some() => {
-            let (named, theirs) = match series {
-                Dialect::Mariadb => (
-                    bed.params.sut.name.as_str(),
-                    "the U-series runs job-lease designs on MariaDB (seed 000's shape)",
-                ),
-                Dialect::Postgres => (
-                    bed.params.jobs.name.as_str(),
-                    "this experiment runs lease-and-report designs on PostgreSQL",
-                ),
-            };
-            rec.skip(format!(
-                "{} does not apply to {named}: a design on {}; {theirs}",
-                spec.id,
-                other_server.map_or("", Dialect::server),
-            ));
+    let skip = skip_reason(spec, &Here::of(bed));
+    let outcome = match (bed.reset().await, skip) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Some(why)) => {
+            rec.skip(why);
             Ok(())
         }
-        Ok(()) if not_yours.is_some() => {
-            rec.skip(not_yours.unwrap_or_default());
-            Ok(())
-        }
-        Ok(()) if applies.is_err() => {
-            let why = applies.err().unwrap_or_default();
-            rec.skip(format!("{} does not apply to {sut_name}: {why}", spec.id,));
-            Ok(())
-        }
-        Ok(()) if bed.lease_on_patroni() && !spec.on_patroni => {
-            rec.skip(format!(
-                "{} does not run with --lease-store patroni: it crashes and restarts the lease \
-                 store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
-                 shows that",
-                spec.id
-            ));
-            Ok(())
-        }
-        Ok(()) if bed.service.is_some() && spec.lock_services.on(bed.params.store).is_err() => {
-            rec.skip(format!(
-                "{} does not run on the lock service {}: {}",
-                spec.id,
-                bed.params.store,
-                spec.lock_services
-                    .on(bed.params.store)
-                    .err()
-                    .unwrap_or_default()
-            ));
-            Ok(())
-        }
-        Ok(()) if on_containers && !spec.on_containers => {
-            rec.skip(format!(
-                "{} runs in the default run only (./run.sh without --backend containers); \
-                 the container backend runs P0 and F1–F9",
-                spec.id
-            ));
-            Ok(())
-        }
-        Ok(()) => scenario.run(bed, rec).await,
-        Err(e) => Err(e),
+        (Ok(()), None) => scenario.run(bed, rec).await,
     };
     let after = rec.summary();
     let made = (after.passed + after.failed) - (before.passed + before.failed)
@@ -379,9 +323,379 @@ async fn run_case(
     !skipped
 }
 
+/// Where a case is about to run, as its skip decisions see it: the run's parameters and what
+/// this lab stands on.
+struct Here<'a> {
+    params: &'a Params,
+    /// The container backend (`--backend containers`), not the embedded cluster.
+    on_containers: bool,
+    /// The lease store on Patroni (`--lease-store patroni`).
+    lease_on_patroni: bool,
+    /// A lock service is the lease store (`--lease-store redis|etcd|zookeeper`, or one of the
+    /// default run's `F4-redis` cases): `params.store` names it.
+    lock_service: bool,
+    /// A holder of the user's (`--holder-cmd`), with the fault points it refused.
+    user_holder: Option<&'a UserHolder>,
+}
+
+impl<'a> Here<'a> {
+    fn of(bed: &'a Testbed) -> Here<'a> {
+        Here {
+            params: &bed.params,
+            on_containers: !matches!(bed.backend(), Backend::Embedded),
+            lease_on_patroni: bed.lease_on_patroni(),
+            lock_service: bed.service.is_some(),
+            user_holder: bed.user_holder.as_ref(),
+        }
+    }
+}
+
+/// Why the experiment `spec` says `skip` `here`, read from its spec alone; `None`: it runs. The
+/// first reason in this order: a design on the other series' server (`--sut`), a holder of the
+/// user's it does not judge, a design it does not apply to, the lease store on Patroni, a lock
+/// service it does not run on, the container backend.
+fn skip_reason(spec: &Spec, here: &Here) -> Option<String> {
+    let (id, params) = (spec.id, here.params);
+    // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
+    let (series, sut_name) = match spec.needs {
+        Needs::MariaDb => (Dialect::Mariadb, &params.jobs.name),
+        _ => (Dialect::Postgres, &params.sut.name),
+    };
+    if let Some(other) = params.sut_dialect.filter(|&d| d != series) {
+        let (named, theirs) = match series {
+            Dialect::Mariadb => (
+                &params.sut.name,
+                "the U-series runs job-lease designs on MariaDB (seed 000's shape)",
+            ),
+            Dialect::Postgres => (
+                &params.jobs.name,
+                "this experiment runs lease-and-report designs on PostgreSQL",
+            ),
+        };
+        return Some(format!(
+            "{id} does not apply to {named}: a design on {}; {theirs}",
+            other.server()
+        ));
+    }
+    if let Some(why) = here.user_holder.and_then(|u| u.not_for(spec)) {
+        return Some(why);
+    }
+    if let Err(why) = spec.applies.to(&params.sut) {
+        return Some(format!("{id} does not apply to {sut_name}: {why}"));
+    }
+    if here.lease_on_patroni && !spec.on_patroni {
+        return Some(format!(
+            "{id} does not run with --lease-store patroni: it crashes and restarts the lease \
+             store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
+             shows that"
+        ));
+    }
+    if here.lock_service {
+        if let Err(why) = spec.lock_services.on(params.store) {
+            return Some(format!(
+                "{id} does not run on the lock service {}: {why}",
+                params.store
+            ));
+        }
+    }
+    if here.on_containers && !spec.on_containers {
+        return Some(format!(
+            "{id} runs in the default run only (./run.sh without --backend containers); the \
+             container backend runs P0 and F1–F9"
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{About, Applies, FaultPoint, LockServices, StoreChecks, StoreLanes, NO_HOLDER};
+
+    /// An experiment that runs anywhere: each test takes away what it tests.
+    const ANYWHERE: Spec = Spec {
+        id: "X1",
+        title: "an experiment of the tests",
+        about: About {
+            fault: "none",
+            shows: "nothing",
+            paragraph: "none",
+        },
+        checks: 1,
+        checks_on_store: StoreChecks::Same,
+        checks_again: None,
+        needs: Needs::Nothing,
+        applies: Applies::Always,
+        on_containers: true,
+        on_patroni: true,
+        lock_services: LockServices::All,
+        fence_dependent: false,
+        again_on_stores: false,
+        runs_alone: false,
+        holder_points: Ok(&[]),
+        fault_moments: &[],
+        lanes: StoreLanes::Default,
+    };
+
+    /// The default run's lab: the embedded cluster, the lease table, the lab's own holder.
+    fn embedded(params: &Params) -> Here<'_> {
+        Here {
+            params,
+            on_containers: false,
+            lease_on_patroni: false,
+            lock_service: false,
+            user_holder: None,
+        }
+    }
+
+    /// The run's parameters with the lease store `store` (`--lease-store`).
+    fn on_store(store: &'static str) -> Params {
+        Params {
+            store,
+            ..Params::default()
+        }
+    }
+
+    #[test]
+    fn an_experiment_that_runs_anywhere_is_never_skipped() {
+        let params = on_store("zookeeper");
+        let yours = UserHolder {
+            refused: vec![(FaultPoint::BeforeCheck, "no such flag".into())],
+        };
+        let everything = Here {
+            on_containers: true,
+            lease_on_patroni: true,
+            lock_service: true,
+            user_holder: Some(&yours),
+            ..embedded(&params)
+        };
+        assert_eq!(skip_reason(&ANYWHERE, &embedded(&params)), None);
+        assert_eq!(skip_reason(&ANYWHERE, &everything), None);
+    }
+
+    #[test]
+    fn each_place_an_experiment_does_not_run_says_so_in_its_words() {
+        let params = Params::default();
+        let here = embedded(&params);
+        let containers = Here {
+            on_containers: true,
+            ..embedded(&params)
+        };
+        let default_only = Spec {
+            on_containers: false,
+            ..ANYWHERE
+        };
+        assert_eq!(skip_reason(&default_only, &here), None);
+        assert_eq!(
+            skip_reason(&default_only, &containers).as_deref(),
+            Some(
+                "X1 runs in the default run only (./run.sh without --backend containers); the \
+                 container backend runs P0 and F1–F9"
+            )
+        );
+
+        let patroni = Here {
+            lease_on_patroni: true,
+            ..containers
+        };
+        let restarts = Spec {
+            on_patroni: false,
+            ..ANYWHERE
+        };
+        assert_eq!(skip_reason(&restarts, &containers), None);
+        assert_eq!(
+            skip_reason(&restarts, &patroni).as_deref(),
+            Some(
+                "X1 does not run with --lease-store patroni: it crashes and restarts the lease \
+                 store's server, and on Patroni a lost leader is replaced, not restarted — F17 \
+                 shows that"
+            )
+        );
+
+        let (on_zookeeper, on_redis) = (on_store("zookeeper"), on_store("redis"));
+        let service = |params| Here {
+            lock_service: true,
+            ..embedded(params)
+        };
+        let but_zookeeper = Spec {
+            lock_services: LockServices::AllBut(&[("zookeeper", "its sessions live on")]),
+            ..ANYWHERE
+        };
+        assert_eq!(skip_reason(&but_zookeeper, &service(&on_redis)), None);
+        assert_eq!(
+            skip_reason(&but_zookeeper, &service(&on_zookeeper)).as_deref(),
+            Some("X1 does not run on the lock service zookeeper: its sessions live on")
+        );
+        let table_only = Spec {
+            lock_services: LockServices::None("it truncates the table"),
+            ..ANYWHERE
+        };
+        assert_eq!(skip_reason(&table_only, &here), None);
+        assert_eq!(
+            skip_reason(&table_only, &service(&on_redis)).as_deref(),
+            Some("X1 does not run on the lock service redis: it truncates the table")
+        );
+    }
+
+    #[test]
+    fn a_design_it_does_not_apply_to_is_named_with_why() {
+        let params = Params::default();
+        let here = embedded(&params);
+        let never = Spec {
+            applies: Applies::When(|_| false, "the design lacks it"),
+            ..ANYWHERE
+        };
+        let seed004_only = Spec {
+            applies: Applies::When(|sut| sut.name == "seed004", "the design lacks it"),
+            ..ANYWHERE
+        };
+        assert_eq!(skip_reason(&seed004_only, &here), None);
+        assert_eq!(
+            skip_reason(&never, &here).as_deref(),
+            Some("X1 does not apply to seed004: the design lacks it")
+        );
+        // The U-series names the job-lease design it runs.
+        let on_mariadb = Spec {
+            needs: Needs::MariaDb,
+            ..never
+        };
+        assert_eq!(
+            skip_reason(&on_mariadb, &here).as_deref(),
+            Some("X1 does not apply to seed000: the design lacks it")
+        );
+
+        // A design on the other series' server: the series says so first.
+        let maria_sut = Params {
+            sut_dialect: Some(Dialect::Mariadb),
+            ..Params::default()
+        };
+        assert_eq!(
+            skip_reason(&never, &embedded(&maria_sut)).as_deref(),
+            Some(
+                "X1 does not apply to seed000: a design on MariaDB; this experiment runs \
+                 lease-and-report designs on PostgreSQL"
+            )
+        );
+        let postgres_sut = Params {
+            sut_dialect: Some(Dialect::Postgres),
+            ..Params::default()
+        };
+        assert_eq!(
+            skip_reason(&on_mariadb, &embedded(&postgres_sut)).as_deref(),
+            Some(
+                "X1 does not apply to seed004: a design on PostgreSQL; the U-series runs \
+                 job-lease designs on MariaDB (seed 000's shape)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_holder_of_the_users_is_judged_only_where_it_stops_where_asked() {
+        let params = Params::default();
+        let yours = UserHolder {
+            refused: vec![(FaultPoint::BeforeCheck, "unknown flag".into())],
+        };
+        let here = Here {
+            user_holder: Some(&yours),
+            ..embedded(&params)
+        };
+        let at = |points| Spec {
+            holder_points: Ok(points),
+            ..ANYWHERE
+        };
+        assert_eq!(skip_reason(&at(&[FaultPoint::WritePoint]), &here), None);
+        assert_eq!(
+            skip_reason(
+                &at(&[FaultPoint::WritePoint, FaultPoint::BeforeCheck]),
+                &here
+            )
+            .as_deref(),
+            Some(
+                "X1 stops its holder at BEFORE_CHECK (--wait-before-check), which your holder \
+                 refused (a holder without a fault point exits 2 on its flag): unknown flag"
+            )
+        );
+        let none = Spec {
+            holder_points: Err(NO_HOLDER),
+            ..ANYWHERE
+        };
+        assert_eq!(skip_reason(&none, &embedded(&params)), None);
+        assert_eq!(
+            skip_reason(&none, &here).as_deref(),
+            Some(
+                "X1 does not judge your holder (--holder-cmd): it starts no holder process (it \
+                 drives the lease and the resource through the lab's own clients), so a holder \
+                 of yours is not what it judges"
+            )
+        );
+    }
+
+    #[test]
+    fn the_first_reason_is_the_one_given() {
+        let plain = on_store("redis");
+        let other_series = Params {
+            sut_dialect: Some(Dialect::Mariadb),
+            ..on_store("redis")
+        };
+        let yours = UserHolder { refused: vec![] };
+        let everywhere = |params| Here {
+            on_containers: true,
+            lease_on_patroni: true,
+            lock_service: true,
+            user_holder: Some(&yours),
+            ..embedded(params)
+        };
+        let lab_holder = Here {
+            user_holder: None,
+            ..everywhere(&plain)
+        };
+        // Each step takes the first reason away; the next one is said.
+        let nowhere = Spec {
+            applies: Applies::When(|_| false, "never"),
+            on_containers: false,
+            on_patroni: false,
+            lock_services: LockServices::None("no service"),
+            holder_points: Err("no holder"),
+            ..ANYWHERE
+        };
+        let applies = Spec {
+            applies: Applies::Always,
+            ..nowhere
+        };
+        let patroni = Spec {
+            on_patroni: true,
+            ..applies
+        };
+        let service = Spec {
+            lock_services: LockServices::All,
+            ..patroni
+        };
+        let said = [
+            (&nowhere, &everywhere(&other_series)),
+            (&nowhere, &everywhere(&plain)),
+            (&nowhere, &lab_holder),
+            (&applies, &lab_holder),
+            (&patroni, &lab_holder),
+            (&service, &lab_holder),
+        ]
+        .map(|(spec, here)| skip_reason(spec, here).unwrap_or_default());
+        let starts = [
+            "X1 does not apply to seed000: a design on MariaDB",
+            "X1 does not judge your holder (--holder-cmd): no holder",
+            "X1 does not apply to seed004: never",
+            "X1 does not run with --lease-store patroni",
+            "X1 does not run on the lock service redis: no service",
+            "X1 runs in the default run only",
+        ];
+        for (line, start) in said.iter().zip(starts) {
+            assert!(line.starts_with(start), "{line:?} does not start {start:?}");
+        }
+        let anywhere = Spec {
+            on_containers: true,
+            ..service
+        };
+        assert_eq!(skip_reason(&anywhere, &lab_holder), None);
+    }
 
     fn ids(order: &[usize]) -> Vec<&'static str> {
         order.iter().map(|&i| crate::ALL[i].spec().id).collect()
