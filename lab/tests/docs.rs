@@ -74,7 +74,11 @@ fn every_experiment_is_described() {
             ("shows", about.shows),
             ("paragraph", about.paragraph),
         ] {
-            assert!(!text.trim().is_empty(), "{}'s about() has no {field}", s.id);
+            assert!(
+                !text.trim().is_empty(),
+                "{}'s spec has no about.{field}",
+                s.id
+            );
         }
         assert!(
             about.paragraph.split_whitespace().count() >= 30,
