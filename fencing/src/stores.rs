@@ -138,12 +138,14 @@ pub async fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
         Some(Store {
             feature: Some(feature),
             ..
-        }) => return Err(Error::UnknownStore {
-            name: format!(
+        }) => {
+            return Err(Error::UnknownStore {
+                name: format!(
                 "{name} (this build left its client out: build with --features fencing/{feature})"
             ),
-            known: known_names(),
-        }),
+                known: known_names(),
+            })
+        }
         _ => {
             return Err(Error::UnknownStore {
                 name: name.to_owned(),
