@@ -170,12 +170,22 @@ mod tests {
 
     #[test]
     fn every_store_has_a_unique_name_and_its_kind_agrees_with_its_entry() {
-        for (i, s) in STORES.iter().enumerate() {
-            assert_eq!(known(s.name).map(|k| k.name), Some(STORES[i].name), "{s:?}");
+        let mut names: Vec<&str> = STORES.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            STORES.len(),
+            "a name used twice in {STORES:#?}"
+        );
+        for s in STORES {
             if let Some(k) = &s.kind {
                 assert_eq!((k.name, k.service), (s.name, s.service), "{s:?}");
                 assert!(!k.token.is_empty() && !k.about.is_empty(), "{k:?}");
-                assert_eq!(store_kind(s.name), Some(k));
+                let found = store_kind(s.name).expect("built");
+                assert_eq!((found.name, found.token), (k.name, k.token), "{s:?}");
+            } else {
+                assert!(store_kind(s.name).is_none(), "{s:?}");
             }
             assert!(
                 s.kind.is_some() || s.feature.is_some(),

@@ -5,7 +5,8 @@
 //! three-member etcd cluster ([`EtcdMembers`]), PostgreSQL servers an experiment starts for
 //! itself ([`OwnServers`]) and a connection held in the network ([`Hold`], gathered in
 //! [`Holds`]). [`crate::docker_backend`] is the one place the feature is decided: a build without
-//! it answers [`NOT_BUILT`] there, so no caller holds a `cfg` and no handle has a stub.
+//! it answers [`NOT_BUILT`] there, so that no caller of these handles holds a `cfg` and no handle
+//! has a stub.
 //!
 //! The free functions ([`lock_service`], [`own_servers`], …) start a handle through the backend
 //! and word the error for the experiment that asked. Each verb says what is true when it

@@ -46,8 +46,8 @@ pub mod server;
 pub mod wait;
 
 /// The container backend (`harness::containers::Engine`), or why this build has none
-/// ([`docker::NOT_BUILT`]): the one place the feature `containers` is decided, so that no caller
-/// holds a `cfg` and no handle of [`docker`] needs a stub.
+/// ([`docker::NOT_BUILT`]): the one place the feature `containers` is decided for the handles of
+/// [`docker`], so that their callers hold no `cfg` and no handle needs a stub.
 pub fn docker_backend() -> Result<&'static dyn docker::Docker, &'static str> {
     #[cfg(feature = "containers")]
     return Ok(&containers::Engine);

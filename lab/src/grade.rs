@@ -168,10 +168,12 @@ pub fn run(
                     kind.sound,
                     Graded::LeaseStore(store),
                 )),
-                (Ok(_), Err(_)) => not_graded.push((
-                    design.into(),
-                    format!("{}: no --lease-store runs it", kind.name),
-                )),
+                (Ok(_), Err(e)) => {
+                    // A store of the registry that `lab run --lease-store` does not offer: a
+                    // store added without its value there. The card cannot run it.
+                    eprintln!("lab grade: {design}: --lease-store {}: {e}", kind.name);
+                    return Ended::CouldNotRun;
+                }
                 (Err(why), _) => not_graded.push((
                     design.into(),
                     format!("the lock service {} in a container — {why}", kind.name),

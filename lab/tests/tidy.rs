@@ -642,8 +642,19 @@ fn functions(lexed: &Lexed) -> Vec<Function> {
     let mut found = Vec::new();
     for c in fn_name.captures_iter(&code) {
         let whole = c.get(0).expect("the match");
+        // The body's `{`, or a declaration's `;`, outside the signature's brackets (an array
+        // type's `[u8; 4]` holds a `;` too).
+        let mut nesting = 0usize;
         let Some(open) = code[whole.end()..]
-            .find(['{', ';'])
+            .bytes()
+            .position(|b| {
+                match b {
+                    b'(' | b'[' => nesting += 1,
+                    b')' | b']' => nesting = nesting.saturating_sub(1),
+                    _ => {}
+                }
+                nesting == 0 && (b == b'{' || b == b';')
+            })
             .map(|i| i + whole.end())
         else {
             continue;
@@ -676,6 +687,90 @@ fn functions(lexed: &Lexed) -> Vec<Function> {
     found
 }
 
+/// What breaks the length rule among `measured` (each function with its file), against the list
+/// of long functions `listed` (file, name, lines, why): a function over [`MOST_LINES`] not
+/// listed, one longer than listed (it grew), one shorter than listed (its entry must come down:
+/// the list records today's length, so that it only shrinks), and an entry whose function is
+/// gone or short enough.
+fn length_offences(
+    measured: &[(String, Function)],
+    listed: &[(&str, &str, usize, &str)],
+) -> Vec<String> {
+    let mut offences = Vec::new();
+    let mut seen_long = std::collections::BTreeSet::new();
+    for (rel, f) in measured.iter().filter(|(_, f)| f.lines > MOST_LINES) {
+        let entry = listed
+            .iter()
+            .find(|(file, name, _, _)| file == rel && *name == f.name);
+        if entry.is_some() {
+            seen_long.insert((rel.clone(), f.name.clone()));
+        }
+        match entry {
+            None => offences.push(format!(
+                "{rel}:{}: fn {} is {} lines, over {MOST_LINES}: split it (or, with a reason, list it in LONG_FUNCTIONS)",
+                f.line, f.name, f.lines
+            )),
+            Some((_, _, most, _)) if f.lines > *most => offences.push(format!(
+                "{rel}:{}: fn {} grew to {} lines, over the {most} it is listed at: a long function only shrinks",
+                f.line, f.name, f.lines
+            )),
+            Some((_, _, most, _)) if f.lines < *most => offences.push(format!(
+                "{rel}:{}: fn {} shrank to {} lines: lower its entry from {most} to {}",
+                f.line, f.name, f.lines, f.lines
+            )),
+            Some(_) => {}
+        }
+    }
+    for (file, name, _, _) in listed {
+        if !seen_long.contains(&((*file).to_owned(), (*name).to_owned())) {
+            offences.push(format!(
+                "{file}: fn {name} is listed in LONG_FUNCTIONS but is gone or no longer over {MOST_LINES} lines: take it off the list"
+            ));
+        }
+    }
+    offences
+}
+
+#[test]
+fn the_length_rule_catches_a_new_long_function_growth_shrinkage_and_a_stale_entry() {
+    let f = |name: &str, lines| {
+        (
+            "x/src/a.rs".to_owned(),
+            Function {
+                name: name.into(),
+                line: 1,
+                lines,
+            },
+        )
+    };
+    let measured = [
+        f("new", 101),
+        f("grew", 130),
+        f("shrank", 110),
+        f("same", 120),
+        f("short", 90),
+    ];
+    let listed = [
+        ("x/src/a.rs", "grew", 129, "why"),
+        ("x/src/a.rs", "shrank", 111, "why"),
+        ("x/src/a.rs", "same", 120, "why"),
+        ("x/src/a.rs", "short", 140, "why"),
+        ("x/src/b.rs", "gone", 150, "why"),
+    ];
+    let found = length_offences(&measured, &listed);
+    assert_eq!(found.len(), 5, "{found:#?}");
+    assert!(
+        found[0].contains("fn new is 101 lines, over 100"),
+        "{found:#?}"
+    );
+    assert!(found[1].contains("fn grew grew to 130"), "{found:#?}");
+    assert!(found[2].contains("fn shrank shrank to 110"), "{found:#?}");
+    assert!(
+        found[3].contains("fn short is listed") && found[4].contains("fn gone is listed"),
+        "{found:#?}"
+    );
+}
+
 #[test]
 fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -686,44 +781,16 @@ fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
         rust_files(&root.join(dir), &mut files)?;
     }
     files.sort();
-    let mut offences = Vec::new();
-    let mut seen_long = std::collections::BTreeSet::new();
+    let mut measured = Vec::new();
     for path in &files {
         let rel = path
             .strip_prefix(&root)?
             .to_string_lossy()
             .replace('\\', "/");
         let text = fs::read_to_string(path)?;
-        for f in functions(&lex(&text))
-            .into_iter()
-            .filter(|f| f.lines > MOST_LINES)
-        {
-            let listed = LONG_FUNCTIONS
-                .iter()
-                .find(|(file, name, _, _)| *file == rel && *name == f.name);
-            if listed.is_some() {
-                seen_long.insert((rel.clone(), f.name.clone()));
-            }
-            match listed {
-                None => offences.push(format!(
-                    "{rel}:{}: fn {} is {} lines, over {MOST_LINES}: split it (or, with a reason, list it in LONG_FUNCTIONS)",
-                    f.line, f.name, f.lines
-                )),
-                Some((_, _, most, _)) if f.lines > *most => offences.push(format!(
-                    "{rel}:{}: fn {} grew to {} lines, over the {most} it is listed at: a long function only shrinks",
-                    f.line, f.name, f.lines
-                )),
-                Some(_) => {}
-            }
-        }
+        measured.extend(functions(&lex(&text)).into_iter().map(|f| (rel.clone(), f)));
     }
-    for (file, name, _, _) in LONG_FUNCTIONS {
-        if !seen_long.contains(&((*file).to_owned(), (*name).to_owned())) {
-            offences.push(format!(
-                "{file}: fn {name} is listed in LONG_FUNCTIONS but is gone or no longer over {MOST_LINES} lines: take it off the list"
-            ));
-        }
-    }
+    let offences = length_offences(&measured, LONG_FUNCTIONS);
     assert!(
         offences.is_empty(),
         "{} function(s) against the length rule:\n{}",
@@ -737,7 +804,7 @@ fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
 fn a_function_is_measured_from_its_fn_to_its_closing_brace() {
     let body = "    let x = \"}\"; // }\n".repeat(3);
     let text = format!(
-        "//! A file.\ntrait T {{\n    fn declared(&self);\n}}\nfn short() {{}}\nfn long() {{\n{body}    let f = |a: u8| {{ a }};\n}}\n"
+        "//! A file.\ntrait T {{\n    fn declared(&self);\n}}\nfn short() {{}}\nfn long(a: [u8; 4]) {{\n{body}    let f = |a: u8| {{ a }};\n}}\n"
     );
     let found = functions(&lex(&text));
     assert_eq!(
@@ -824,7 +891,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "lab/src/grade.rs",
         "run",
-        223,
+        222,
         "the card's designs gathered, each run, the card written: one pass",
     ),
     (
@@ -1084,38 +1151,104 @@ const LAYERS: &[&str] = &[
     "lab",
 ];
 
-/// The workspace crates a crate's manifest names as dependencies (normal, dev or build), by
-/// their folder.
-fn workspace_dependencies(manifest: &str) -> Vec<&'static str> {
-    let folder_of = |package: &str| match package {
-        "holder-protocol" => Some("protocol"),
-        name => LAYERS.iter().copied().find(|l| *l == name),
+/// Each workspace crate (by its folder) and the workspace crates it depends on (normal, dev or
+/// build; by their folders), as `cargo metadata` reads the manifests — whatever form a
+/// dependency is written in (`x.workspace = true`, `path = "…"`, a `[dependencies.x]` table, a
+/// renamed one).
+fn crate_dependencies(root: &Path) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+            "--manifest-path",
+        ])
+        .arg(root.join("Cargo.toml"))
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let folder = |manifest_or_dir: &str| -> Option<String> {
+        let path = Path::new(manifest_or_dir);
+        let dir = if path.ends_with("Cargo.toml") {
+            path.parent()?
+        } else {
+            path
+        };
+        Some(dir.strip_prefix(root).ok()?.to_string_lossy().into_owned())
     };
-    let dep = Regex::new(
-        r"(?m)^([A-Za-z0-9_-]+)(\.workspace\s*=\s*true|\s*=\s*\{[^}]*workspace\s*=\s*true)",
-    )
-    .expect("a valid pattern");
-    dep.captures_iter(manifest)
-        .filter_map(|c| folder_of(&c[1]))
-        .collect()
+    let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
+    Ok(packages
+        .iter()
+        .filter_map(|p| {
+            let me = folder(p["manifest_path"].as_str()?)?;
+            let deps = p["dependencies"]
+                .as_array()?
+                .iter()
+                .filter_map(|d| folder(d["path"].as_str()?))
+                .collect();
+            Some((me, deps))
+        })
+        .collect())
+}
+
+/// The arrows that do not point down the [`LAYERS`]: a crate depending on one at or above it,
+/// or on a folder that is no layer.
+fn upward(crates: &[(String, Vec<String>)]) -> Vec<String> {
+    let rank = |folder: &str| LAYERS.iter().position(|l| *l == folder);
+    let mut up = Vec::new();
+    for (me, deps) in crates {
+        for dep in deps {
+            match (rank(me), rank(dep)) {
+                (Some(a), Some(b)) if b < a => {}
+                _ => up.push(format!("{me} depends on {dep}, which is not below it")),
+            }
+        }
+    }
+    up
 }
 
 #[test]
 fn every_crate_depends_only_on_crates_below_it() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut up = Vec::new();
-    for (rank, folder) in LAYERS.iter().enumerate() {
-        let manifest = fs::read_to_string(root.join(folder).join("Cargo.toml"))?;
-        for dep in workspace_dependencies(&manifest) {
-            let below = LAYERS.iter().position(|l| *l == dep).expect("a layer");
-            if below >= rank {
-                up.push(format!("{folder} depends on {dep}, which is not below it"));
-            }
-        }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()?;
+    let crates = crate_dependencies(&root)?;
+    let folders: Vec<&str> = crates.iter().map(|(f, _)| f.as_str()).collect();
+    for layer in LAYERS {
+        assert!(
+            folders.contains(layer),
+            "cargo metadata lists {layer}: {folders:?}"
+        );
     }
+    assert_eq!(
+        folders.len(),
+        LAYERS.len(),
+        "every crate is a layer: {folders:?}"
+    );
+    let up = upward(&crates);
     assert!(up.is_empty(), "{up:#?} (the layers: {LAYERS:?})");
-    let planted = "[dependencies]\nscenarios.workspace = true\nholder-protocol = { workspace = true }\nserde.workspace = true\n";
-    assert_eq!(workspace_dependencies(planted), ["scenarios", "protocol"]);
+    let planted = [
+        ("harness".to_owned(), vec!["protocol".to_owned()]),
+        (
+            "fencing".to_owned(),
+            vec!["harness".to_owned(), "scenarios".to_owned()],
+        ),
+        ("lab".to_owned(), vec!["lab".to_owned()]),
+    ];
+    assert_eq!(
+        upward(&planted),
+        [
+            "fencing depends on scenarios, which is not below it",
+            "lab depends on lab, which is not below it"
+        ]
+    );
     Ok(())
 }
 
@@ -1160,10 +1293,11 @@ fn module_uses(files: &[(Vec<String>, String)]) -> Vec<Vec<usize>> {
                 .collect();
             let mut uses = std::collections::BTreeSet::new();
             // A parent's use of a child's item in its own code (`job_lease::KIND` in a table);
-            // its `mod child;` and its re-exports (`pub use child::…`) are not uses.
+            // its `mod child;` and its re-exports (`pub use child::…`, a facade) are not uses, its
+            // private `use child::…` is.
             for line in code.lines().map(str::trim_start) {
-                if line.starts_with("use ") || line.starts_with("pub use ") || line.contains("mod ")
-                {
+                let re_export = line.starts_with("pub use ") || line.starts_with("pub(crate) use ");
+                if re_export || line.starts_with("mod ") || line.starts_with("pub mod ") {
                     continue;
                 }
                 for c in child.captures_iter(line) {
@@ -1174,7 +1308,7 @@ fn module_uses(files: &[(Vec<String>, String)]) -> Vec<Vec<usize>> {
                     }
                 }
             }
-            for c in path.captures_iter(&code) {
+            for c in path.captures_iter(&flatten_groups(&code)) {
                 let mut target: Vec<String> = match &c[1] {
                     "crate" => Vec::new(),
                     "self" => me.clone(),
@@ -1194,6 +1328,23 @@ fn module_uses(files: &[(Vec<String>, String)]) -> Vec<Vec<usize>> {
             uses.into_iter().collect()
         })
         .collect()
+}
+
+/// `code` with each one-level group of a path written out: `crate::{a::X, b::Y}` becomes
+/// `crate::a::X, crate::b::Y` (so that each is seen as a use).
+fn flatten_groups(code: &str) -> String {
+    let group = Regex::new(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^{}]*)\}")
+        .expect("regex");
+    group
+        .replace_all(code, |c: &regex::Captures<'_>| {
+            c[2].split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| format!("{}::{item}", &c[1]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .into_owned()
 }
 
 /// The groups of modules that use each other in a circle (Tarjan's strongly connected
@@ -1305,31 +1456,37 @@ fn no_module_imports_a_module_that_imports_it_back() -> anyhow::Result<()> {
     assert_eq!(cycles(&module_uses(&planted)), [vec![0, 1, 2]]);
     // A registry in a parent that lists a child's item, the child using a sibling that uses the
     // parent: lease → lease::job → fenced_job → lease (the cycle the job lease once made).
-    let registry: Vec<(Vec<String>, String)> = [
-        (
-            "lease/mod.rs",
-            "//! lease
-pub mod job;
-pub use job::Kind;
-const ALL: &[Kind] = &[job::KIND];
-",
-        ),
-        (
-            "lease/job.rs",
-            "//! job
-use crate::fenced_job::Store;
-",
-        ),
-        (
-            "fenced_job.rs",
-            "//! fenced_job
-use crate::lease::Grant;
-",
-        ),
-    ]
-    .iter()
-    .map(|(f, t)| (module_of(f), (*t).to_owned()))
-    .collect();
-    assert_eq!(cycles(&module_uses(&registry)), [vec![0, 1, 2]]);
+    let registry = |parent: &str, child: &str| -> Vec<(Vec<String>, String)> {
+        [
+            ("lease/mod.rs", parent),
+            ("lease/job.rs", child),
+            (
+                "fenced_job.rs",
+                "//! fenced_job\nuse crate::lease::Grant;\n",
+            ),
+        ]
+        .iter()
+        .map(|(f, t)| (module_of(f), (*t).to_owned()))
+        .collect()
+    };
+    let listed_in_code =
+        "//! lease\npub mod job;\npub use job::Kind;\nconst ALL: &[Kind] = &[job::KIND];\n";
+    let imported = "//! lease\npub mod job;\nuse job::KIND;\nconst ALL: &[u8] = &[KIND];\n";
+    let re_exported = "//! lease\npub mod job;\npub use job::KIND;\n";
+    let plain = "//! job\nuse crate::fenced_job::Store;\n";
+    let grouped = "//! job\nuse crate::{fenced_job::Store, other::X};\n";
+    for (parent, child) in [
+        (listed_in_code, plain),
+        (imported, plain),
+        (listed_in_code, grouped),
+    ] {
+        assert_eq!(
+            cycles(&module_uses(&registry(parent, child))),
+            [vec![0, 1, 2]],
+            "{parent:?} with {child:?}"
+        );
+    }
+    // A facade's re-export is not a use: no circle.
+    assert!(cycles(&module_uses(&registry(re_exported, plain))).is_empty());
     Ok(())
 }

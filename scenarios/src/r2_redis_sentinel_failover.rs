@@ -4,7 +4,7 @@
 //! script) whose primary is lost before the grant reached the replica hands the same token out
 //! again once Sentinel promotes the replica.
 //!
-//! Three runs, each on a fresh primary + replica + three Sentinels (`hosts::RedisFailover`):
+//! Three runs, each on a fresh primary + replica + three Sentinels (`docker::RedisFailover`):
 //! 1. **Negative control** (`redis`): the replica cut off from the primary (an iptables rule in
 //!    its namespace); A takes the lock — token N, acknowledged by the primary alone (the
 //!    replica's counter still at N−1) — and waits at its write point; the primary is lost;

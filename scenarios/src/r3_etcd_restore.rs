@@ -5,7 +5,7 @@
 //! same file, every member started) turns the revision back: the next grant's revision is one the
 //! resource has seen exceeded.
 //!
-//! On a three-member cluster (`hosts::EtcdMembers`): a snapshot is saved; A (a holder process)
+//! On a three-member cluster (`docker::EtcdMembers`): a snapshot is saved; A (a holder process)
 //! takes the lock, writes with its revision — the resource's floor — and releases.
 //! 1. **Negative control**: the cluster is restored from the snapshot; the revision goes back;
 //!    B (a holder process, the rightful holder now) takes the lock with a smaller revision and
