@@ -861,7 +861,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         103,
         DRAWING,
     ),
-    ("harness/src/evidence/timeline/svg.rs", "svg", 378, DRAWING),
     (
         "harness/src/process/in_container.rs",
         "signal_processes",

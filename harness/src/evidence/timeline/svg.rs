@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{spans, CaseTimeline};
 use crate::evidence::escape::html as esc;
-use crate::evidence::Mark;
+use crate::evidence::{Mark, Step};
 
 /// One colour per holder lane (eight before one repeats; U1 has five holders).
 const PALETTE: [&str; 8] = [
@@ -93,378 +93,497 @@ impl Axis {
     }
 }
 
-/// The SVG timeline of one case.
-pub fn svg(case: &CaseTimeline) -> String {
-    let actors = case.actors();
-    let orchestrator = case.lanes.orchestrator.as_str();
-    // The lane labels, top to bottom: the holders, the lease store, the resource.
-    let (lease, resource) = (&case.lanes.lease, &case.lanes.resource);
-    // An actor named after its role already ("holder-a") is not called "holder holder-a".
-    let mut lanes: Vec<String> = actors
-        .iter()
-        .map(|a| {
-            if a.starts_with("holder") {
-                a.to_string()
-            } else {
-                format!("holder {a}")
-            }
-        })
-        .collect();
-    let lease_lane = lanes.len();
-    let resource_lane = if case.lanes.one_store() {
-        if lease.label != resource.label {
-            lanes.push(format!("{} / {}", lease.label, resource.label));
-        } else {
-            lanes.push(lease.label.clone());
-        }
-        lease_lane
-    } else {
-        lanes.push(lease.label.clone());
-        lanes.push(resource.label.clone());
-        lease_lane + 1
-    };
-    // The title, wrapped to the picture's width (never cut): the lanes start below its lines.
-    let title_lines = wrap(&format!("{} — {}", case.id, case.title), TITLE_CHARS);
-    let top = TOP + TITLE_LINE * (title_lines.len() - 1) as f64;
-    let lane_y = |lane: usize| top + LANE * lane as f64;
-    let actor_y = |actor: &str| lane_y(actors.iter().position(|a| *a == actor).unwrap_or(0));
-    let color =
-        |actor: &str| PALETTE[actors.iter().position(|a| *a == actor).unwrap_or(0) % PALETTE.len()];
-    let first = case.steps.first().map_or(Duration::ZERO, |s| s.at);
-    let last = case.steps.last().map_or(first, |s| s.at);
-    let ms = |at: Duration| (at.as_secs_f64() - first.as_secs_f64()) * 1000.0;
-    let axis = Axis::new(&case.steps.iter().map(|s| ms(s.at)).collect::<Vec<_>>());
-    let span_ms = axis.end_ms().max(1.0);
-    // 2 % of margin on each side.
-    let xpos = |ms: f64| X0 + (0.02 + 0.96 * axis.pos(ms)) * (X1 - X0);
-    let x = |at: Duration| xpos(ms(at));
-    let height = top + LANE * lanes.len() as f64 + 40.0;
+/// Where each lane's labels already are (x from, x to, baseline y), by the lane's actor: a new
+/// label takes the first of its rows where it overlaps none.
+type Placed = std::collections::HashMap<String, Vec<(f64, f64, f64)>>;
 
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" font-family="DejaVu Sans, sans-serif" font-size="11">"#
-    );
-    let _ = writeln!(
-        out,
-        r##"<rect width="100%" height="100%" fill="#ffffff"/>"##
-    );
-    for (i, line) in title_lines.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            r#"<text x="10" y="{}" font-size="14" font-weight="bold">{}</text>"#,
-            20.0 + TITLE_LINE * i as f64,
-            esc(line)
-        );
-    }
-    // Lanes.
-    for (i, lane) in lanes.iter().enumerate() {
-        let y = top + LANE * i as f64;
-        let fill = if i % 2 == 0 { "#f6f6f6" } else { "#ffffff" };
-        let _ = writeln!(
-            out,
-            r#"<rect x="{X0}" y="{y}" width="{}" height="{LANE}" fill="{fill}"/>"#,
-            X1 - X0
-        );
-        // Wrapped to the space left of the lane (never over it), the whole label on hover.
-        let mut lines = wrap(lane, LANE_LABEL_CHARS);
-        if lines.len() > 3 {
-            lines.truncate(3);
-            lines[2] = short_to(&lines[2], LANE_LABEL_CHARS - 1);
-        }
-        let first_y = y + LANE / 2.0 + 4.0 - LANE_LABEL_LINE * (lines.len() - 1) as f64 / 2.0;
-        let tspans: String = lines
+/// One case's picture: where its lanes, its axis and its steps go.
+struct Picture<'c, 'a> {
+    case: &'c CaseTimeline<'a>,
+    actors: Vec<&'c str>,
+    orchestrator: &'c str,
+    /// The lane labels, top to bottom: the holders, the lease store, the resource.
+    lanes: Vec<String>,
+    lease_lane: usize,
+    resource_lane: usize,
+    /// The title, wrapped to the picture's width (never cut): the lanes start below its lines.
+    title_lines: Vec<String>,
+    top: f64,
+    first: Duration,
+    last: Duration,
+    axis: Axis,
+    span_ms: f64,
+}
+
+impl<'c, 'a> Picture<'c, 'a> {
+    fn new(case: &'c CaseTimeline<'a>) -> Self {
+        let actors = case.actors();
+        let (lease, resource) = (&case.lanes.lease, &case.lanes.resource);
+        // An actor named after its role already ("holder-a") is not called "holder holder-a".
+        let mut lanes: Vec<String> = actors
             .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                format!(
-                    r#"<tspan x="10" y="{}">{}</tspan>"#,
-                    first_y + LANE_LABEL_LINE * i as f64,
-                    esc(l)
-                )
+            .map(|a| {
+                if a.starts_with("holder") {
+                    a.to_string()
+                } else {
+                    format!("holder {a}")
+                }
             })
             .collect();
-        let _ = writeln!(
-            out,
-            r#"<text font-weight="bold"><title>{}</title>{tspans}</text>"#,
-            esc(lane)
-        );
-    }
-    // Time axis.
-    let axis_y = top + LANE * lanes.len() as f64;
-    let tick = tick_ms(span_ms);
-    let _ = writeln!(
-        out,
-        r##"<line x1="{X0}" y1="{axis_y}" x2="{X1}" y2="{axis_y}" stroke="#444"/>"##
-    );
-    for t in ticks(&axis, span_ms, tick, &xpos) {
-        let tx = xpos(t);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#ddd"/>"##,
-            axis_y + 4.0
-        );
-        let _ = writeln!(
-            out,
-            r##"<text x="{tx:.1}" y="{}" text-anchor="middle" fill="#444">+{} ms</text>"##,
-            axis_y + 16.0,
-            tick_label(t)
-        );
-    }
-    let _ = writeln!(
-        out,
-        r##"<text x="{X1}" y="{}" text-anchor="end" fill="#666">the lab's monotonic clock, stretched where steps are close (see the ticks); lease holdings as the lease store judged them</text>"##,
-        axis_y + 32.0
-    );
-    let (holdings, frozen) = spans(&case.steps, last);
-    // Where each lane's labels already are (x from, x to, baseline y): a new label takes the
-    // first of its rows where it overlaps none.
-    let mut placed: std::collections::HashMap<String, Vec<(f64, f64, f64)>> = Default::default();
-    // Frozen intervals, shaded on their actor's lane.
-    for f in &frozen {
-        let (xa, xb) = (x(f.from), x(f.to));
-        let y = actor_y(&f.actor);
-        let _ = writeln!(
-            out,
-            r##"<rect x="{xa:.1}" y="{}" width="{:.1}" height="{}" fill="#9aa0a6" fill-opacity="0.45" stroke="#5f6368" stroke-dasharray="4 2"><title>frozen: SIGSTOP → SIGCONT, {:.0} ms</title></rect>"##,
-            y + 4.0,
-            (xb - xa).max(1.0),
-            LANE - 8.0,
-            (f.to - f.from).as_secs_f64() * 1000.0
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{}" font-style="italic">frozen (SIGSTOP)</text>"#,
-            xa + 4.0,
-            y + LANE - 10.0
-        );
-        placed.entry(f.actor.clone()).or_default().push((
-            xa + 4.0,
-            xa + 4.0 + text_width("frozen (SIGSTOP)"),
-            y + LANE - 10.0,
-        ));
-    }
-    // Lease holdings on the lease lane.
-    let ly = lane_y(lease_lane);
-    for h in &holdings {
-        let (xa, xb) = (x(h.from), x(h.to));
-        let token = h.token.map_or_else(String::new, |t| format!(" token={t}"));
-        let _ = writeln!(
-            out,
-            r#"<rect x="{xa:.1}" y="{}" width="{:.1}" height="20" rx="3" fill="{}" fill-opacity="0.75"><title>{} holds the lease{token}</title></rect>"#,
-            ly + 16.0,
-            (xb - xa).max(2.0),
-            color(&h.actor),
-            esc(&h.actor)
-        );
-        // White on the bar: as much of "A token=1" as fits in it (the whole on hover).
-        let width = (xb - xa).max(2.0) - 6.0;
-        let whole = format!("{}{token}", h.actor);
-        let label = if text_width(&whole) <= width {
-            whole
-        } else if text_width(&h.actor) <= width {
-            h.actor.clone()
+        let lease_lane = lanes.len();
+        let resource_lane = if case.lanes.one_store() {
+            if lease.label != resource.label {
+                lanes.push(format!("{} / {}", lease.label, resource.label));
+            } else {
+                lanes.push(lease.label.clone());
+            }
+            lease_lane
         } else {
-            String::new()
+            lanes.push(lease.label.clone());
+            lanes.push(resource.label.clone());
+            lease_lane + 1
+        };
+        let title_lines = wrap(&format!("{} — {}", case.id, case.title), TITLE_CHARS);
+        let top = TOP + TITLE_LINE * (title_lines.len() - 1) as f64;
+        let first = case.steps.first().map_or(Duration::ZERO, |s| s.at);
+        let last = case.steps.last().map_or(first, |s| s.at);
+        let ms = |at: Duration| (at.as_secs_f64() - first.as_secs_f64()) * 1000.0;
+        let axis = Axis::new(&case.steps.iter().map(|s| ms(s.at)).collect::<Vec<_>>());
+        let span_ms = axis.end_ms().max(1.0);
+        Picture {
+            case,
+            actors,
+            orchestrator: case.lanes.orchestrator.as_str(),
+            lanes,
+            lease_lane,
+            resource_lane,
+            title_lines,
+            top,
+            first,
+            last,
+            axis,
+            span_ms,
+        }
+    }
+
+    fn lane_y(&self, lane: usize) -> f64 {
+        self.top + LANE * lane as f64
+    }
+
+    fn actor_y(&self, actor: &str) -> f64 {
+        self.lane_y(self.actors.iter().position(|a| *a == actor).unwrap_or(0))
+    }
+
+    fn color(&self, actor: &str) -> &'static str {
+        PALETTE[self.actors.iter().position(|a| *a == actor).unwrap_or(0) % PALETTE.len()]
+    }
+
+    fn ms(&self, at: Duration) -> f64 {
+        (at.as_secs_f64() - self.first.as_secs_f64()) * 1000.0
+    }
+
+    /// 2 % of margin on each side.
+    fn xpos(&self, ms: f64) -> f64 {
+        X0 + (0.02 + 0.96 * self.axis.pos(ms)) * (X1 - X0)
+    }
+
+    fn x(&self, at: Duration) -> f64 {
+        self.xpos(self.ms(at))
+    }
+
+    fn axis_y(&self) -> f64 {
+        self.top + LANE * self.lanes.len() as f64
+    }
+
+    fn head(&self, out: &mut String) {
+        let height = self.top + LANE * self.lanes.len() as f64 + 40.0;
+        let _ = writeln!(
+            out,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" font-family="DejaVu Sans, sans-serif" font-size="11">"#
+        );
+        let _ = writeln!(
+            out,
+            r##"<rect width="100%" height="100%" fill="#ffffff"/>"##
+        );
+        for (i, line) in self.title_lines.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                r#"<text x="10" y="{}" font-size="14" font-weight="bold">{}</text>"#,
+                20.0 + TITLE_LINE * i as f64,
+                esc(line)
+            );
+        }
+    }
+
+    fn lanes(&self, out: &mut String) {
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let y = self.top + LANE * i as f64;
+            let fill = if i % 2 == 0 { "#f6f6f6" } else { "#ffffff" };
+            let _ = writeln!(
+                out,
+                r#"<rect x="{X0}" y="{y}" width="{}" height="{LANE}" fill="{fill}"/>"#,
+                X1 - X0
+            );
+            // Wrapped to the space left of the lane (never over it), the whole label on hover.
+            let mut lines = wrap(lane, LANE_LABEL_CHARS);
+            if lines.len() > 3 {
+                lines.truncate(3);
+                lines[2] = short_to(&lines[2], LANE_LABEL_CHARS - 1);
+            }
+            let first_y = y + LANE / 2.0 + 4.0 - LANE_LABEL_LINE * (lines.len() - 1) as f64 / 2.0;
+            let tspans: String = lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    format!(
+                        r#"<tspan x="10" y="{}">{}</tspan>"#,
+                        first_y + LANE_LABEL_LINE * i as f64,
+                        esc(l)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                r#"<text font-weight="bold"><title>{}</title>{tspans}</text>"#,
+                esc(lane)
+            );
+        }
+    }
+
+    fn time_axis(&self, out: &mut String) {
+        let (top, axis_y) = (self.top, self.axis_y());
+        let tick = tick_ms(self.span_ms);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{X0}" y1="{axis_y}" x2="{X1}" y2="{axis_y}" stroke="#444"/>"##
+        );
+        for t in ticks(&self.axis, self.span_ms, tick, &|ms| self.xpos(ms)) {
+            let tx = self.xpos(t);
+            let _ = writeln!(
+                out,
+                r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#ddd"/>"##,
+                axis_y + 4.0
+            );
+            let _ = writeln!(
+                out,
+                r##"<text x="{tx:.1}" y="{}" text-anchor="middle" fill="#444">+{} ms</text>"##,
+                axis_y + 16.0,
+                tick_label(t)
+            );
+        }
+        let _ = writeln!(
+            out,
+            r##"<text x="{X1}" y="{}" text-anchor="end" fill="#666">the lab's monotonic clock, stretched where steps are close (see the ticks); lease holdings as the lease store judged them</text>"##,
+            axis_y + 32.0
+        );
+    }
+
+    /// Frozen intervals, shaded on their actor's lane.
+    fn frozen(&self, out: &mut String, frozen: &[super::Span], placed: &mut Placed) {
+        for f in frozen {
+            let (xa, xb) = (self.x(f.from), self.x(f.to));
+            let y = self.actor_y(&f.actor);
+            let _ = writeln!(
+                out,
+                r##"<rect x="{xa:.1}" y="{}" width="{:.1}" height="{}" fill="#9aa0a6" fill-opacity="0.45" stroke="#5f6368" stroke-dasharray="4 2"><title>frozen: SIGSTOP → SIGCONT, {:.0} ms</title></rect>"##,
+                y + 4.0,
+                (xb - xa).max(1.0),
+                LANE - 8.0,
+                (f.to - f.from).as_secs_f64() * 1000.0
+            );
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{}" font-style="italic">frozen (SIGSTOP)</text>"#,
+                xa + 4.0,
+                y + LANE - 10.0
+            );
+            placed.entry(f.actor.clone()).or_default().push((
+                xa + 4.0,
+                xa + 4.0 + text_width("frozen (SIGSTOP)"),
+                y + LANE - 10.0,
+            ));
+        }
+    }
+
+    /// Lease holdings on the lease lane.
+    fn holdings(&self, out: &mut String, holdings: &[super::Span]) {
+        let ly = self.lane_y(self.lease_lane);
+        for h in holdings {
+            let (xa, xb) = (self.x(h.from), self.x(h.to));
+            let token = h.token.map_or_else(String::new, |t| format!(" token={t}"));
+            let _ = writeln!(
+                out,
+                r#"<rect x="{xa:.1}" y="{}" width="{:.1}" height="20" rx="3" fill="{}" fill-opacity="0.75"><title>{} holds the lease{token}</title></rect>"#,
+                ly + 16.0,
+                (xb - xa).max(2.0),
+                self.color(&h.actor),
+                esc(&h.actor)
+            );
+            // White on the bar: as much of "A token=1" as fits in it (the whole on hover).
+            let width = (xb - xa).max(2.0) - 6.0;
+            let whole = format!("{}{token}", h.actor);
+            let label = if text_width(&whole) <= width {
+                whole
+            } else if text_width(&h.actor) <= width {
+                h.actor.clone()
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                r##"<text x="{:.1}" y="{}" fill="#fff" font-weight="bold">{}</text>"##,
+                xa + 4.0,
+                ly + 30.0,
+                esc(&label)
+            );
+        }
+    }
+
+    /// Each step: the marks across every lane, the writes on the resource lane, each actor's
+    /// own steps on its lane.
+    fn steps(&self, out: &mut String, placed: &mut Placed) {
+        let orchestrator = self.orchestrator;
+        // The write labels' two rows: under the write marks, or, on a lane the holdings share,
+        // under the holding bars.
+        let write_rows = if self.resource_lane == self.lease_lane {
+            [48.0, 58.0]
+        } else {
+            [30.0, 43.0]
+        };
+        let mut label_row = 0usize;
+        // The marks across every lane (the orchestrator's phases, a crash, a failover) label the
+        // strip above the lanes: each label is cut to end before the next mark's (whole on hover).
+        let across: Vec<f64> = self
+            .case
+            .steps
+            .iter()
+            .filter(|s| {
+                matches!(s.mark, Mark::Restart | Mark::Failover)
+                    || (s.mark == Mark::Info && s.actor == orchestrator)
+            })
+            .map(|s| self.x(s.at))
+            .collect();
+        let room = |sx: f64| {
+            let next = across
+                .iter()
+                .copied()
+                .find(|&n| n > sx + 1.0)
+                .unwrap_or(WIDTH);
+            ((next - sx - 8.0) / 6.3).floor().max(1.0) as usize
+        };
+        // The greatest token granted so far: an accepted write below it is stale, drawn in a
+        // warning colour, not as a success.
+        let mut granted: Option<i64> = None;
+        for s in &self.case.steps {
+            if s.mark == Mark::Acquired {
+                granted = granted.max(s.token);
+            }
+            let sx = self.x(s.at);
+            let title = esc(&format!(
+                "+{:.1} ms {} {} {}{}{}",
+                self.ms(s.at),
+                s.actor,
+                s.action,
+                s.outcome,
+                s.token.map_or_else(String::new, |t| format!(" token={t}")),
+                s.db_clock
+                    .as_ref()
+                    .map_or_else(String::new, |c| format!(" (db clock {c})"))
+            ));
+            match s.mark {
+                Mark::Restart | Mark::Failover => {
+                    self.across_every_lane(out, s.mark, sx, &title, room(sx));
+                }
+                Mark::Write { accepted } => {
+                    let stale = matches!((s.token, granted), (Some(t), Some(g)) if t < g);
+                    let verdict = match (accepted, stale) {
+                        (true, true) => ("⚠ stale", "#e37400"),
+                        (true, false) => ("✓", "#188038"),
+                        (false, _) => ("✗", "#d93025"),
+                    };
+                    let row = write_rows[label_row % 2];
+                    label_row += 1;
+                    self.write(out, s, verdict, sx, &title, row);
+                }
+                // What the orchestrator marks: the start of a phase of the case.
+                Mark::Info if s.actor == orchestrator => {
+                    let (top, axis_y) = (self.top, self.axis_y());
+                    let _ = writeln!(
+                        out,
+                        r##"<line x1="{sx:.1}" y1="{top}" x2="{sx:.1}" y2="{axis_y}" stroke="#80868b" stroke-dasharray="2 3"><title>{title}</title></line>"##
+                    );
+                    let _ = writeln!(
+                        out,
+                        r##"<text x="{:.1}" y="{}" fill="#5f6368"><title>{}</title>{}</text>"##,
+                        sx + 3.0,
+                        top - 4.0,
+                        esc(&s.action),
+                        esc(&short_to(&s.action, room(sx).min(30)))
+                    );
+                }
+                _ if s.actor == orchestrator => {}
+                mark => self.on_its_lane(out, s, mark, sx, &title, placed),
+            }
+        }
+    }
+
+    /// A database crash or a lease store's failover: a line across every lane, labelled above
+    /// them in `room` characters.
+    fn across_every_lane(&self, out: &mut String, mark: Mark, sx: f64, title: &str, room: usize) {
+        let (top, axis_y) = (self.top, self.axis_y());
+        let _ = writeln!(
+            out,
+            r##"<line x1="{sx:.1}" y1="{top}" x2="{sx:.1}" y2="{axis_y}" stroke="#d93025" stroke-width="2" stroke-dasharray="6 3"><title>{title}</title></line>"##
+        );
+        let label = if mark == Mark::Failover {
+            "lease store failover"
+        } else {
+            "database crash + restart"
         };
         let _ = writeln!(
             out,
-            r##"<text x="{:.1}" y="{}" fill="#fff" font-weight="bold">{}</text>"##,
-            xa + 4.0,
-            ly + 30.0,
+            r##"<text x="{:.1}" y="{}" fill="#d93025" font-weight="bold"><title>{label}</title>{}</text>"##,
+            sx + 4.0,
+            top - 4.0,
+            esc(&short_to(label, room))
+        );
+    }
+
+    /// A write on the resource lane, drawn as its verdict says (`(symbol, colour)`: accepted ✓,
+    /// ⚠ stale below a token granted before it, or rejected ✗), its label on `row`, an arrow
+    /// from its actor's lane.
+    fn write(
+        &self,
+        out: &mut String,
+        s: &Step,
+        (sym, fill): (&str, &str),
+        sx: f64,
+        title: &str,
+        row: f64,
+    ) {
+        let ry = self.lane_y(self.resource_lane);
+        let token = s.token.map_or_else(String::new, |t| format!(" t={t}"));
+        let y = ry + row;
+        let _ = writeln!(
+            out,
+            r#"<circle cx="{sx:.1}" cy="{}" r="6" fill="{fill}"><title>{title}</title></circle>"#,
+            ry + 10.0
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{}" fill="{fill}" font-weight="bold"{}>{sym} {}{}</text>"#,
+            if sx > X1 - 70.0 { sx - 8.0 } else { sx + 8.0 },
+            y,
+            if sx > X1 - 70.0 {
+                r#" text-anchor="end""#
+            } else {
+                ""
+            },
+            esc(&s.actor),
+            esc(&token)
+        );
+        let ay = self.actor_y(&s.actor) + LANE / 2.0;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{sx:.1}" y1="{ay}" x2="{sx:.1}" y2="{}" stroke="{fill}" stroke-width="1.5" marker-end="url(#arrow)"><title>{title}</title></line>"#,
+            ry + 4.0
+        );
+    }
+
+    /// A step of an actor on its own lane: a dot, and a short label where one says more.
+    fn on_its_lane(
+        &self,
+        out: &mut String,
+        s: &Step,
+        mark: Mark,
+        sx: f64,
+        title: &str,
+        placed: &mut Placed,
+    ) {
+        let y = self.actor_y(&s.actor) + LANE / 2.0;
+        let r = if mark == Mark::Renewed { 2.5 } else { 4.0 };
+        let _ = writeln!(
+            out,
+            r#"<circle cx="{sx:.1}" cy="{y}" r="{r}" fill="{}"><title>{title}</title></circle>"#,
+            self.color(&s.actor)
+        );
+        let label = match mark {
+            Mark::Acquired => s.token.map(|t| format!("acquire → {t}")),
+            Mark::Refused => Some("refused".into()),
+            Mark::Released => Some("release".into()),
+            Mark::LeaseExpired => Some("lease expired".into()),
+            // The shaded box says it.
+            Mark::Frozen => None,
+            Mark::Info => Some(short(&s.action)),
+            Mark::Thawed => Some("go + SIGCONT".into()),
+            Mark::Killed => Some("SIGKILL".into()),
+            _ => None,
+        };
+        let Some(full) = label else {
+            return;
+        };
+        let (lx, anchor) = if sx > X1 - 110.0 {
+            (sx - 2.0, r#" text-anchor="end""#)
+        } else {
+            (sx + 2.0, "")
+        };
+        let span = |label: &str| {
+            let width = text_width(label);
+            if anchor.is_empty() {
+                (lx, lx + width)
+            } else {
+                (lx - width, lx)
+            }
+        };
+        // Above, below, high above, low below the dot: the first row where the label overlaps
+        // no other label of the lane; where every row is taken, the label cut short (whole on
+        // hover) in the least crowded one.
+        let lane = placed.entry(s.actor.clone()).or_default();
+        let clashes = |row: f64, (from, to): (f64, f64)| {
+            lane.iter()
+                .filter(|(a, b, r)| (r - row).abs() < 11.0 && *a < to && from < *b)
+                .count()
+        };
+        let rows = [y - 9.0, y + 17.0, y - 20.0, y + 28.0];
+        let best = |label: &str| {
+            rows.into_iter()
+                .map(|row| (clashes(row, span(label)), row))
+                .min_by(|a, b| a.0.cmp(&b.0))
+                .unwrap_or((0, y - 9.0))
+        };
+        let (label, ly) = match best(&full) {
+            (0, row) => (full.clone(), row),
+            (crowd, row) => {
+                let cut = short_to(&full, 12);
+                match best(&cut) {
+                    (fewer, cut_row) if fewer < crowd => (cut, cut_row),
+                    _ => (full.clone(), row),
+                }
+            }
+        };
+        let (from, to) = span(&label);
+        lane.push((from, to, ly));
+        // Shortened on the lane, whole on hover (and in the step table beside).
+        let _ = writeln!(
+            out,
+            r#"<text x="{lx:.1}" y="{ly}"{anchor}><title>{title}</title>{}</text>"#,
             esc(&label)
         );
     }
-    // Steps.
-    let ry = lane_y(resource_lane);
-    // The write labels' two rows: under the write marks, or, on a lane the holdings share,
-    // under the holding bars.
-    let write_rows = if resource_lane == lease_lane {
-        [48.0, 58.0]
-    } else {
-        [30.0, 43.0]
-    };
-    let mut label_row = 0usize;
-    // The marks across every lane (the orchestrator's phases, a crash, a failover) label the strip
-    // above the lanes: each label is cut to end before the next mark's (whole on hover).
-    let across: Vec<f64> = case
-        .steps
-        .iter()
-        .filter(|s| {
-            matches!(s.mark, Mark::Restart | Mark::Failover)
-                || (s.mark == Mark::Info && s.actor == orchestrator)
-        })
-        .map(|s| x(s.at))
-        .collect();
-    let room = |sx: f64| {
-        let next = across
-            .iter()
-            .copied()
-            .find(|&n| n > sx + 1.0)
-            .unwrap_or(WIDTH);
-        ((next - sx - 8.0) / 6.3).floor().max(1.0) as usize
-    };
-    // The greatest token granted so far: an accepted write below it is stale, drawn in a warning
-    // colour, not as a success.
-    let mut granted: Option<i64> = None;
-    for s in &case.steps {
-        if s.mark == Mark::Acquired {
-            granted = granted.max(s.token);
-        }
-        let sx = x(s.at);
-        let title = esc(&format!(
-            "+{:.1} ms {} {} {}{}{}",
-            ms(s.at),
-            s.actor,
-            s.action,
-            s.outcome,
-            s.token.map_or_else(String::new, |t| format!(" token={t}")),
-            s.db_clock
-                .as_ref()
-                .map_or_else(String::new, |c| format!(" (db clock {c})"))
-        ));
-        match s.mark {
-            Mark::Restart | Mark::Failover => {
-                let _ = writeln!(
-                    out,
-                    r##"<line x1="{sx:.1}" y1="{top}" x2="{sx:.1}" y2="{axis_y}" stroke="#d93025" stroke-width="2" stroke-dasharray="6 3"><title>{title}</title></line>"##
-                );
-                let label = if s.mark == Mark::Failover {
-                    "lease store failover"
-                } else {
-                    "database crash + restart"
-                };
-                let _ = writeln!(
-                    out,
-                    r##"<text x="{:.1}" y="{}" fill="#d93025" font-weight="bold"><title>{label}</title>{}</text>"##,
-                    sx + 4.0,
-                    top - 4.0,
-                    esc(&short_to(label, room(sx)))
-                );
-            }
-            Mark::Write { accepted } => {
-                let stale = matches!((s.token, granted), (Some(t), Some(g)) if t < g);
-                let (sym, fill) = match (accepted, stale) {
-                    (true, true) => ("⚠ stale", "#e37400"),
-                    (true, false) => ("✓", "#188038"),
-                    (false, _) => ("✗", "#d93025"),
-                };
-                let token = s.token.map_or_else(String::new, |t| format!(" t={t}"));
-                let y = ry + write_rows[label_row % 2];
-                label_row += 1;
-                let _ = writeln!(
-                    out,
-                    r#"<circle cx="{sx:.1}" cy="{}" r="6" fill="{fill}"><title>{title}</title></circle>"#,
-                    ry + 10.0
-                );
-                let _ = writeln!(
-                    out,
-                    r#"<text x="{:.1}" y="{}" fill="{fill}" font-weight="bold"{}>{sym} {}{}</text>"#,
-                    if sx > X1 - 70.0 { sx - 8.0 } else { sx + 8.0 },
-                    y,
-                    if sx > X1 - 70.0 {
-                        r#" text-anchor="end""#
-                    } else {
-                        ""
-                    },
-                    esc(&s.actor),
-                    esc(&token)
-                );
-                let ay = actor_y(&s.actor) + LANE / 2.0;
-                let _ = writeln!(
-                    out,
-                    r#"<line x1="{sx:.1}" y1="{ay}" x2="{sx:.1}" y2="{}" stroke="{fill}" stroke-width="1.5" marker-end="url(#arrow)"><title>{title}</title></line>"#,
-                    ry + 4.0
-                );
-            }
-            // What the orchestrator marks: the start of a phase of the case.
-            Mark::Info if s.actor == orchestrator => {
-                let _ = writeln!(
-                    out,
-                    r##"<line x1="{sx:.1}" y1="{top}" x2="{sx:.1}" y2="{axis_y}" stroke="#80868b" stroke-dasharray="2 3"><title>{title}</title></line>"##
-                );
-                let _ = writeln!(
-                    out,
-                    r##"<text x="{:.1}" y="{}" fill="#5f6368"><title>{}</title>{}</text>"##,
-                    sx + 3.0,
-                    top - 4.0,
-                    esc(&s.action),
-                    esc(&short_to(&s.action, room(sx).min(30)))
-                );
-            }
-            _ if s.actor == orchestrator => {}
-            mark => {
-                let y = actor_y(&s.actor) + LANE / 2.0;
-                let r = if mark == Mark::Renewed { 2.5 } else { 4.0 };
-                let _ = writeln!(
-                    out,
-                    r#"<circle cx="{sx:.1}" cy="{y}" r="{r}" fill="{}"><title>{title}</title></circle>"#,
-                    color(&s.actor)
-                );
-                let label = match mark {
-                    Mark::Acquired => s.token.map(|t| format!("acquire → {t}")),
-                    Mark::Refused => Some("refused".into()),
-                    Mark::Released => Some("release".into()),
-                    Mark::LeaseExpired => Some("lease expired".into()),
-                    // The shaded box says it.
-                    Mark::Frozen => None,
-                    Mark::Info => Some(short(&s.action)),
-                    Mark::Thawed => Some("go + SIGCONT".into()),
-                    Mark::Killed => Some("SIGKILL".into()),
-                    _ => None,
-                };
-                if let Some(full) = label {
-                    let (lx, anchor) = if sx > X1 - 110.0 {
-                        (sx - 2.0, r#" text-anchor="end""#)
-                    } else {
-                        (sx + 2.0, "")
-                    };
-                    let span = |label: &str| {
-                        let width = text_width(label);
-                        if anchor.is_empty() {
-                            (lx, lx + width)
-                        } else {
-                            (lx - width, lx)
-                        }
-                    };
-                    // Above, below, high above, low below the dot: the first row where the label
-                    // overlaps no other label of the lane; where every row is taken, the label
-                    // cut short (whole on hover) in the least crowded one.
-                    let lane = placed.entry(s.actor.clone()).or_default();
-                    let clashes = |row: f64, (from, to): (f64, f64)| {
-                        lane.iter()
-                            .filter(|(a, b, r)| (r - row).abs() < 11.0 && *a < to && from < *b)
-                            .count()
-                    };
-                    let rows = [y - 9.0, y + 17.0, y - 20.0, y + 28.0];
-                    let best = |label: &str| {
-                        rows.into_iter()
-                            .map(|row| (clashes(row, span(label)), row))
-                            .min_by(|a, b| a.0.cmp(&b.0))
-                            .unwrap_or((0, y - 9.0))
-                    };
-                    let (label, ly) = match best(&full) {
-                        (0, row) => (full.clone(), row),
-                        (crowd, row) => {
-                            let cut = short_to(&full, 12);
-                            match best(&cut) {
-                                (fewer, cut_row) if fewer < crowd => (cut, cut_row),
-                                _ => (full.clone(), row),
-                            }
-                        }
-                    };
-                    let (from, to) = span(&label);
-                    lane.push((from, to, ly));
-                    // Shortened on the lane, whole on hover (and in the step table beside).
-                    let _ = writeln!(
-                        out,
-                        r#"<text x="{lx:.1}" y="{ly}"{anchor}><title>{title}</title>{}</text>"#,
-                        esc(&label)
-                    );
-                }
-            }
-        }
-    }
+}
+
+/// The SVG timeline of one case.
+pub fn svg(case: &CaseTimeline) -> String {
+    let picture = Picture::new(case);
+    let mut out = String::new();
+    picture.head(&mut out);
+    picture.lanes(&mut out);
+    picture.time_axis(&mut out);
+    let (holdings, frozen) = spans(&case.steps, picture.last);
+    let mut placed = Placed::default();
+    picture.frozen(&mut out, &frozen, &mut placed);
+    picture.holdings(&mut out, &holdings);
+    picture.steps(&mut out, &mut placed);
     let _ = writeln!(
         out,
         r##"<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>"##
