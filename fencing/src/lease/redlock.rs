@@ -279,6 +279,11 @@ impl RedlockStore {
     /// What each server holds for lock `name`: its value and PTTL (`None`: no answer).
     pub async fn per_server(&self, name: &str) -> Vec<(String, Option<(Option<String>, i64)>)> {
         let (lock, _) = keys(name);
+        // A new client's first look (the lab's inspection right after A's grant) opens its
+        // connections first, as an acquire does: timed with the request, five connections on a
+        // loaded machine outran the request's timeout and the lock looked held nowhere (seen in
+        // RL1 under CI's load: "A wins the lock on a majority … (none)").
+        self.connect_all().await;
         let answers: Vec<Option<(Option<String>, i64)>> = self
             .on_all(
                 "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}",
