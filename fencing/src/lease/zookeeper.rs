@@ -137,6 +137,55 @@ async fn session(endpoint: &str, timeout: Duration, detached: bool) -> Result<zk
         .map_err(|e| failed(&format!("open a session at {endpoint}"), e))
 }
 
+/// Whether `e` leaves `client`'s session usable: a connection lost or silent, which the client
+/// reconnects within the session's timeout — not an expired or closed session.
+fn transient(client: &zk::Client, e: &zk::Error) -> bool {
+    !matches!(
+        e,
+        zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::NoHosts
+            | zk::Error::AuthFailed
+    ) && !client.state().is_terminated()
+}
+
+/// The child of `parent` that `client`'s session owns (an ephemeral node it created), with its
+/// stat, asked again while the connection is lost until `deadline`.
+async fn own_node(
+    client: &zk::Client,
+    parent: &str,
+    deadline: Instant,
+) -> std::result::Result<Option<(zk::Stat, String)>, zk::Error> {
+    let id = client.session_id().0;
+    loop {
+        let looked: std::result::Result<Option<(zk::Stat, String)>, zk::Error> = async {
+            let children = match client.get_children(parent).await {
+                Ok((children, _)) => children,
+                Err(zk::Error::NoNode) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            for child in children {
+                let path = format!("{parent}/{child}");
+                if let Some(stat) = client.check_stat(&path).await? {
+                    if stat.ephemeral_owner == id {
+                        return Ok(Some((stat, path)));
+                    }
+                }
+            }
+            Ok(None)
+        }
+        .await;
+        match looked {
+            Err(e) if transient(client, &e) && Instant::now() < deadline => {
+                let mut states = client.state_watcher();
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = tokio::time::timeout(left, states.changed()).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// `client`'s answer to whether `node` exists, its connection's loss waited out until
 /// `deadline`. A connection the client finds gone — the server closed it (`ConnectionLoss`), no
 /// word from it for the client's connection timeout, a write into a reset socket (the library's
@@ -223,7 +272,7 @@ impl ZkLeaseStore {
         // The container parent may be deleted by the server between its creation and the
         // child's (it was empty): make it again, as Curator does.
         let mut tries = 0;
-        let (stat, seq) = loop {
+        let (stat, node) = loop {
             self.ensure(&parent(name), zk::CreateMode::Container)
                 .await?;
             match mine
@@ -235,13 +284,25 @@ impl ZkLeaseStore {
                 .await
             {
                 Err(zk::Error::NoNode) if tries < 3 => tries += 1,
+                // The connection lost or silent (a loaded machine): the create may have been
+                // applied with its answer lost. The node this session owns, if any, is ours
+                // (Curator's protected mode finds it so); else create again.
+                Err(e) if tries < 3 && transient(&mine, &e) => {
+                    tries += 1;
+                    let found = own_node(&mine, &parent(name), Instant::now() + ttl)
+                        .await
+                        .map_err(|e| failed("find the lock's node after a lost answer", e))?;
+                    if let Some(found) = found {
+                        break found;
+                    }
+                }
                 created => {
-                    break created
-                        .map_err(|e| failed("create the lock's ephemeral sequential node", e))?
+                    let (stat, seq) = created
+                        .map_err(|e| failed("create the lock's ephemeral sequential node", e))?;
+                    break (stat, format!("{}/lock-{seq}", parent(name)));
                 }
             }
         };
-        let node = format!("{}/lock-{seq}", parent(name));
         let lowest = self.children(name).await?.into_iter().next();
         if lowest.as_deref() != node.rsplit('/').next() {
             // Someone holds it: our node goes at once, with its session.
