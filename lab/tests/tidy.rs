@@ -421,28 +421,42 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The repository's root.
+fn repo_root() -> anyhow::Result<PathBuf> {
+    Ok(Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()?)
+}
+
+/// Every Rust source under [`ROOTS`], sorted, as (its path from the repository's root,
+/// `/`-separated; its text).
+fn sources() -> anyhow::Result<Vec<(String, String)>> {
+    let root = repo_root()?;
+    let mut paths = Vec::new();
+    for dir in ROOTS {
+        rust_files(&root.join(dir), &mut paths)?;
+    }
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&root)?.to_string_lossy().replace('\\', "/");
+            Ok((rel, fs::read_to_string(p)?))
+        })
+        .collect()
+}
+
 #[test]
 fn the_sources_keep_the_house_rules() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()?;
-    let mut files = Vec::new();
-    for dir in ROOTS {
-        rust_files(&root.join(dir), &mut files)?;
-    }
-    files.sort();
+    let files = sources()?;
     assert!(
         files.len() > 20,
         "the walk found the sources: {} files",
         files.len()
     );
     let mut offences = Vec::new();
-    for path in &files {
-        let rel = path
-            .strip_prefix(&root)?
-            .to_string_lossy()
-            .replace('\\', "/");
-        offences.extend(check_file(&rel, &fs::read_to_string(path)?));
+    for (rel, text) in &files {
+        offences.extend(check_file(rel, text));
     }
     let list: Vec<String> = offences.iter().map(Offence::to_string).collect();
     assert!(
@@ -773,21 +787,8 @@ fn the_length_rule_catches_a_new_long_function_growth_shrinkage_and_a_stale_entr
 
 #[test]
 fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()?;
-    let mut files = Vec::new();
-    for dir in ROOTS {
-        rust_files(&root.join(dir), &mut files)?;
-    }
-    files.sort();
     let mut measured = Vec::new();
-    for path in &files {
-        let rel = path
-            .strip_prefix(&root)?
-            .to_string_lossy()
-            .replace('\\', "/");
-        let text = fs::read_to_string(path)?;
+    for (rel, text) in sources()? {
         measured.extend(functions(&lex(&text)).into_iter().map(|f| (rel.clone(), f)));
     }
     let offences = length_offences(&measured, LONG_FUNCTIONS);
@@ -1107,17 +1108,7 @@ fn names_used_twice(files: &[String]) -> Vec<Vec<String>> {
 /// servers in another. (A test file in `tests/` is named after what it tests, so it may share.)
 #[test]
 fn no_two_source_files_share_a_name() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()?;
-    let mut paths = Vec::new();
-    for dir in ROOTS {
-        rust_files(&root.join(dir), &mut paths)?;
-    }
-    let files: Vec<String> = paths
-        .iter()
-        .map(|p| Ok(p.strip_prefix(&root)?.to_string_lossy().replace('\\', "/")))
-        .collect::<anyhow::Result<_>>()?;
+    let files: Vec<String> = sources()?.into_iter().map(|(rel, _)| rel).collect();
     let twice = names_used_twice(&files);
     assert!(twice.is_empty(), "source files sharing a name: {twice:?}");
     let planted = [
@@ -1215,9 +1206,7 @@ fn upward(crates: &[(String, Vec<String>)]) -> Vec<String> {
 
 #[test]
 fn every_crate_depends_only_on_crates_below_it() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()?;
+    let root = repo_root()?;
     let crates = crate_dependencies(&root)?;
     let folders: Vec<&str> = crates.iter().map(|(f, _)| f.as_str()).collect();
     for layer in LAYERS {
@@ -1409,9 +1398,7 @@ fn cycles(uses: &[Vec<usize>]) -> Vec<Vec<usize>> {
 
 #[test]
 fn no_module_imports_a_module_that_imports_it_back() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()?;
+    let root = repo_root()?;
     let mut found = Vec::new();
     for krate in LAYERS {
         let src = root.join(krate).join("src");
