@@ -197,11 +197,9 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
             return Ok(Ended::CouldNotRun);
         }
     }
-    let params = Params {
-        sut: std::sync::Arc::new(profile),
-        store: args.lease_store.store(),
-        ..Params::default()
-    };
+    let mut params = Params::default();
+    params.case.sut = std::sync::Arc::new(profile);
+    params.case.store = args.lease_store.store();
     let cluster = ClusterConfig {
         max_connections: params.max_connections() + 2 * args.holders as u32,
         track_commit_timestamp: true,
@@ -292,7 +290,7 @@ async fn one(
                 cfg.leases,
                 cfg.mode_name,
                 cfg.fault_names(),
-                bed.params.ttl.as_millis()
+                bed.case().ttl.as_millis()
             ),
         ),
     ]);
@@ -395,7 +393,7 @@ async fn sweep(
                 (false, _) => "FENCE BROKEN",
             }
         );
-        runs.push(chaos::sweep::Run::of(seed, &found, bed.params.ttl));
+        runs.push(chaos::sweep::Run::of(seed, &found, bed.case().ttl));
     }
     let table = chaos::sweep::table(&runs, cfg.mode_name);
     let text = format!(
@@ -409,7 +407,7 @@ async fn sweep(
         cfg.time.as_millis(),
         cfg.holders,
         cfg.fault_names(),
-        bed.params.ttl.as_millis()
+        bed.case().ttl.as_millis()
     );
     print!("{text}");
     std::fs::write(dir.join("sweep.md"), &text)

@@ -10,7 +10,7 @@ use anyhow::{bail, Context as _};
 use fencing::profile::{Dialect, Profile, Sut};
 use fencing::resource::{self, WriteMode};
 use harness::server::{ClusterConfig, PgBinaries};
-use scenarios::{Backend, Params, Scenario, Testbed};
+use scenarios::{Backend, Case, Params, Scenario, Testbed};
 
 use crate::args::{BackendArg, Format, LeaseStoreArg, RunArgs};
 
@@ -46,6 +46,20 @@ pub struct Config {
     git_revision: String,
     /// The MariaDB of the U-series, as `mariadbd --version` names it (or why there is none).
     mariadb: String,
+}
+
+/// The other fences each fence-dependent experiment runs again with ([`Params::again_with`]):
+/// every fence the lab offers is gated unless one was named (`named`) — or the holders are the
+/// user's (`--holder-cmd`), whose write is their own fence whatever the mode's name.
+fn again_with(named: bool, args: &RunArgs) -> Vec<Arc<Profile>> {
+    if named || args.holder_cmd.is_some() {
+        return Vec::new();
+    }
+    resource::FENCED_MODES[1..]
+        .iter()
+        .filter_map(|(mode, _)| resource::fenced_mode_profile(mode))
+        .map(|p| Arc::new(p.clone()))
+        .collect()
 }
 
 /// The lock services F4 and F5 run again on (`--again-on`): every one of the build with a
@@ -146,27 +160,20 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         None => scenarios::ALL.to_vec(),
     };
     let params = Params {
-        ttl: Duration::from_millis(args.ttl_ms),
+        case: Case {
+            store: args.lease_store.store(),
+            ttl: Duration::from_millis(args.ttl_ms),
+            sut: Arc::new(fence.unwrap_or(Profile::seed004()).clone()),
+            again_with_fence: false,
+        },
         short_ttl: Duration::from_millis(args.short_ttl_ms),
         renew: Duration::from_millis(args.renew_ms),
         margin: Duration::from_millis(args.margin_ms),
         contenders: args.contenders,
-        store: args.lease_store.store(),
         // F4 and F5 again on every lock service this build has a client for (with a token),
         // unless a store was named.
         again_on: again_on(&args)?,
-        sut: Arc::new(fence.unwrap_or(Profile::seed004()).clone()),
-        // Every fence the lab offers is gated unless one was named — or the holders are the
-        // user's (`--holder-cmd`), whose write is their own fence whatever the mode's name.
-        again_with: match fence {
-            Some(_) => Vec::new(),
-            None if args.holder_cmd.is_some() => Vec::new(),
-            None => resource::FENCED_MODES[1..]
-                .iter()
-                .filter_map(|(mode, _)| resource::fenced_mode_profile(mode))
-                .map(|p| Arc::new(p.clone()))
-                .collect(),
-        },
+        again_with: again_with(fence.is_some(), &args),
         ..Params::default()
     };
     // The system under test: a PostgreSQL profile is the fence every fence-dependent experiment
@@ -200,7 +207,10 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
                         ..params
                     };
                     Params {
-                        sut: Arc::new(profile),
+                        case: Case {
+                            sut: Arc::new(profile),
+                            ..params.case
+                        },
                         ..params
                     }
                 }
@@ -434,13 +444,13 @@ impl Config {
             "parameters".to_owned(),
             format!(
                 "ttl={}ms short_ttl={}ms renew={}ms margin={}ms contenders={} wait_timeout={}s fenced_mode={}{}",
-                p.ttl.as_millis(),
+                p.case.ttl.as_millis(),
                 p.short_ttl.as_millis(),
                 p.renew.as_millis(),
                 p.margin.as_millis(),
                 p.contenders,
                 p.wait_timeout.as_secs(),
-                p.fence_label(),
+                p.case.fence_label(),
                 p.again_with
                     .iter()
                     .map(|m| format!(" then {}", Params::fence_label_of(m)))
@@ -457,12 +467,12 @@ impl Config {
                 ),
             ));
         }
-        if p.fence_label() == "sut" {
+        if p.case.fence_label() == "sut" {
             env.push((
                 "system_under_test".to_owned(),
                 format!(
                     "{} ({}; its write recorded as {}): {}",
-                    p.sut.name, p.sut.origin, p.sut.resource.mode, p.sut.about
+                    p.case.sut.name, p.case.sut.origin, p.case.sut.resource.mode, p.case.sut.about
                 ),
             ));
         }

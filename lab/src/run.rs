@@ -14,7 +14,7 @@ use harness::evidence::timeline::TimelineReporter;
 use harness::evidence::{
     EnvironmentReporter, Event, JsonlReporter, Recorder, Reporter, TextReporter,
 };
-use scenarios::{Backend, Testbed};
+use scenarios::{Backend, Images, Testbed};
 
 use crate::args::Format;
 use crate::clean::report_removed;
@@ -143,10 +143,10 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     }
     // A profile of the user's is checked before anything runs with it (the built-in ones are
     // checked by the tests).
-    if !cfg.params.sut.is_built_in() || !cfg.params.jobs.is_built_in() {
+    if !cfg.params.case.sut.is_built_in() || !cfg.params.jobs.is_built_in() {
         let check = async {
-            if !cfg.params.sut.is_built_in() {
-                profile::prepare_with(&cfg.params.sut, cfg.cluster.bins.clone()).await?;
+            if !cfg.params.case.sut.is_built_in() {
+                profile::prepare_with(&cfg.params.case.sut, cfg.cluster.bins.clone()).await?;
             }
             if !cfg.params.jobs.is_built_in() {
                 profile::prepare_job(&cfg.params.jobs).await?;
@@ -287,14 +287,12 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     #[cfg(feature = "containers")]
     let images = build_images_early(cfg).await;
     #[cfg(feature = "containers")]
-    if images.is_some() {
-        for bed in &mut beds {
-            bed.params.images_building = true;
-        }
-    }
+    let building = images.as_ref().map_or(Images::Ready, |_| Images::Building);
+    #[cfg(not(feature = "containers"))]
+    let building = Images::Ready;
 
     let interrupted = tokio::select! {
-        () = scenarios::run_all_on(&mut beds, &mut rec, &cfg.scenarios) => None,
+        () = scenarios::run_all_on(&mut beds, &mut rec, &cfg.scenarios, building) => None,
         signal = signals.recv() => Some(signal),
     };
     // A build still going (its experiments did not run, or the run was interrupted) is stopped:
@@ -360,7 +358,7 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
 /// background from the start — the lock services' (F4/F5 again on etcd, ZooKeeper and Redis; the
 /// R- and RL-series), plain PostgreSQL's (F15, F16) and Patroni's (F17), in the order the run
 /// reaches them — so that the experiments that need no image go on meanwhile (the runner runs
-/// them first: [`scenarios::Params::images_building`]) and those that need one find it made
+/// them first: [`scenarios::Images::Building`]) and those that need one find it made
 /// (the first time, a minute or two each) instead of building it in the middle of the run. One
 /// line when the builds end; an experiment that needs an image still building waits for it (one
 /// build at a time, `harness::containers`). `None` without an engine, without such experiments,

@@ -879,13 +879,13 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "lab/src/chaos.rs",
         "run_inner",
-        189,
+        187,
         "a chaos run's life in one place: servers up, the schedule, shutdown on every path",
     ),
     (
         "lab/src/config.rs",
         "resolve",
-        247,
+        243,
         "every flag of a run checked in one pass, in the order --help lists them",
     ),
     (
@@ -903,7 +903,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "lab/src/run.rs",
         "run_lab",
-        235,
+        233,
         "a run's life in one place: servers up, the cases, shutdown on every path",
     ),
     (

@@ -113,7 +113,7 @@ async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<
         }
     }
     let threads = h.threads()?;
-    if bed.params.renew > Duration::ZERO {
+    if bed.params().renew > Duration::ZERO {
         if threads.iter().any(|t| t.name == "renewer") {
             found.push(ok(format!(
                 "a thread named renewer among its {} thread(s)",

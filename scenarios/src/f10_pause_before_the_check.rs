@@ -73,7 +73,7 @@ impl Scenario for F10 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let p = bed.params.clone();
+            let (p, c) = (bed.params().clone(), bed.case().clone());
             let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Unfenced, false);
             spec.flags.wait_before_check = true;
             let mut a = Holder::spawn(&spec).await?;
@@ -143,7 +143,7 @@ impl Scenario for F10 {
             .await?;
             until_expired_while_frozen(bed, rec, frozen_at).await?;
 
-            let b = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+            let b = bed.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
             let clock = bed.lease.clock().await.ok().flatten();
             rec.step(
                 acquire_mark(b.as_ref()),
@@ -177,7 +177,7 @@ impl Scenario for F10 {
                 clock,
             );
             rec.check(
-                format!("B's write is accepted (mode={})", p.fence_label()),
+                format!("B's write is accepted (mode={})", c.fence_label()),
                 &wrote(true, 2),
                 &wrote(ok, b.token),
             );

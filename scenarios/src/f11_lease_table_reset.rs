@@ -236,7 +236,7 @@ async fn grant_and_write(
     who: &str,
     content: &str,
 ) -> anyhow::Result<(Grant, bool)> {
-    let g = bed.lease.acquire(LEASE, who, bed.params.ttl).await?;
+    let g = bed.lease.acquire(LEASE, who, bed.case().ttl).await?;
     rec.step(
         acquire_mark(g.as_ref()),
         who,

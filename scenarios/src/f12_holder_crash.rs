@@ -119,7 +119,7 @@ impl Scenario for F12 {
 /// write in one transaction, else seed004's (`None`, the holder's own): a one-statement fence has
 /// no moment before its commit to stop at.
 fn before_commit_sut(bed: &Testbed) -> Option<String> {
-    match &bed.params.sut.resource.write {
+    match &bed.case().sut.resource.write {
         fencing::profile::WriteSql::CheckThenWrite { .. } => bed.sut_arg(),
         fencing::profile::WriteSql::OneStatement(_) => None,
     }
@@ -190,7 +190,7 @@ async fn kill_and_show(
         left.is_empty() && !process::exists(pid),
         format_args!("group members left: {left:?}"),
     );
-    let timeout = bed.params.wait_timeout;
+    let timeout = bed.params().wait_timeout;
     let backends: Vec<i32> = sessions.iter().map(|s| s.pid).collect();
     let alive = || -> Vec<i32> {
         backends
@@ -235,9 +235,9 @@ async fn the_lease_outlives_a(
     killed_at: Instant,
     part: &str,
 ) -> anyhow::Result<()> {
-    let p = bed.params.clone();
+    let (p, c) = (bed.params().clone(), bed.case().clone());
     let row = bed.lease.inspect(LEASE).await?;
-    let early = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    let early = bed.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
     rec.check(
         "nobody released A's lease: B's acquire right after the kill is refused while A's row stands",
         "REFUSED (holder-a token=1 unexpired)",
@@ -252,7 +252,7 @@ async fn the_lease_outlives_a(
         "A's lease expired by {} {} ms after A was killed (TTL {} ms, renewed every {} ms while A lived)",
         bed.expiry_clock(),
         killed_at.elapsed().as_millis(),
-        p.ttl.as_millis(),
+        c.ttl.as_millis(),
         p.renew.as_millis()
     ));
     let (b, ok) = lab_client_takes_over(bed, rec, part, B_CONTENT, WriteMode::Fenced).await?;
@@ -264,7 +264,7 @@ async fn the_lease_outlives_a(
     rec.check(
         format!(
             "B's write of the {part} part is accepted (mode={})",
-            p.fence_label()
+            c.fence_label()
         ),
         &wrote(true, 2),
         &ok.zip(b.as_ref()).map_or_else(
@@ -303,7 +303,7 @@ async fn inside_the_transaction(
     if bed.service.is_some() {
         harness::wait::until(
             "A's renewer has renewed on the lock service",
-            bed.params.wait_timeout,
+            bed.params().wait_timeout,
             || {
                 let renewed = !a.drain_renewals().is_empty();
                 async move { Ok::<_, std::convert::Infallible>(renewed) }
@@ -313,7 +313,7 @@ async fn inside_the_transaction(
     } else {
         harness::wait::until(
             "A's renewer is connected to lease26",
-            bed.params.wait_timeout,
+            bed.params().wait_timeout,
             || async {
                 let lease_sessions = observe::sessions_of(admin, HOLDER_A)
                     .await?

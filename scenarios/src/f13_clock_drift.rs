@@ -109,8 +109,8 @@ impl Scenario for F13 {
                     return Ok(());
                 }
             };
-            let p = bed.params.clone();
-            let (ttl, margin) = (p.ttl.as_secs_f64() * 1e3, p.margin.as_secs_f64() * 1e3);
+            let (p, c) = (bed.params().clone(), bed.case().clone());
+            let (ttl, margin) = (c.ttl.as_secs_f64() * 1e3, p.margin.as_secs_f64() * 1e3);
             let boundary = (ttl - margin) / ttl;
             let above = round2(boundary + ABOVE_BOUNDARY);
             let below = round2(boundary - BELOW_BOUNDARY);
@@ -137,7 +137,7 @@ impl Scenario for F13 {
             rows.push((uncovered, WriteMode::Unfenced, false));
             let mut table = Vec::new();
             for (i, (rate, mode, covered_row_timeline)) in rows.into_iter().enumerate() {
-                let mode_label = bed.params.mode_label(mode);
+                let mode_label = bed.case().mode_label(mode);
                 if i > 0 {
                     bed.reset().await?;
                     rec.restart_tokens();
@@ -160,7 +160,7 @@ impl Scenario for F13 {
             }
             rec.note("rate | margin | A's local deadline (real ms after its acquire) | lease TTL (database clock) | the bound predicts | observed");
             for (rate, mode, predicted_stop, outcome) in &table {
-                let mode_label = bed.params.mode_label(*mode);
+                let mode_label = bed.case().mode_label(*mode);
                 rec.note(format!(
                     "{rate} | {margin:.0} ms | {:.0} | {ttl:.0} ms | {} | {} (mode={mode_label})",
                     (ttl - margin) / rate,
@@ -400,7 +400,7 @@ async fn uncovered_row(
     rate: f64,
     mode: WriteMode,
 ) -> anyhow::Result<RowOutcome> {
-    let mode_label = bed.params.mode_label(mode);
+    let mode_label = bed.case().mode_label(mode);
     rec.note(format!(
         "rate {rate}: a drift the margin does not cover, resource mode={mode_label}"
     ));

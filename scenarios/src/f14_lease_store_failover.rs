@@ -131,7 +131,7 @@ async fn failover(bed: &mut Testbed, rec: &mut Recorder, mode: Replication) -> a
         .await
         .context("failed to start the lease store's primary")?;
     let made = async {
-        let (lease_pool, resource_pool) = Testbed::provision(&primary, &bed.params.sut).await?;
+        let (lease_pool, resource_pool) = Testbed::provision(&primary, &bed.case().sut).await?;
         resource_pool.close().await;
         let primary_admin = primary.admin_pool().await?;
         let standby = Standby::create(&primary, &primary_admin, STANDBY)
@@ -166,9 +166,9 @@ async fn timeline(
     pair: &mut Pair,
     lease_pool: PgPool,
 ) -> anyhow::Result<()> {
-    let p = bed.params.clone();
+    let (p, c) = (bed.params().clone(), bed.case().clone());
     let on_primary =
-        SqlLeaseStore::with_profile(lease_pool, p.margin, p.sut.clone()).with_ttl_in_force(p.ttl);
+        SqlLeaseStore::with_profile(lease_pool, p.margin, c.sut.clone()).with_ttl_in_force(c.ttl);
     if let Replication::Synchronous { names } = mode {
         let name = names.then_some(STANDBY);
         standby::set_synchronous_standby(&pair.primary_admin, name).await?;
@@ -199,7 +199,7 @@ async fn timeline(
 
     // An earlier holding, replicated and replayed: the link works before the cut.
     let z = on_primary
-        .acquire(LEASE, HOLDER_Z, p.ttl)
+        .acquire(LEASE, HOLDER_Z, c.ttl)
         .await?
         .context("Z could not acquire")?;
     on_primary.release(&z).await?;
@@ -246,7 +246,7 @@ async fn timeline(
     let before_a = standby::flush_lsn(&pair.primary_admin).await?;
     let a = match mode {
         Replication::Asynchronous => {
-            let a = on_primary.acquire(LEASE, HOLDER_A, p.ttl).await?;
+            let a = on_primary.acquire(LEASE, HOLDER_A, c.ttl).await?;
             let after_a = standby::flush_lsn(&pair.primary_admin).await?;
             // Read after A's acknowledgement: what the standby has when A already holds.
             let (received_after_a, _) = Standby::lsns(&pair.standby_admin).await?;
@@ -313,9 +313,9 @@ async fn timeline(
     let on_standby = SqlLeaseStore::with_profile(
         Testbed::pool(&pair.hosts, Database::Lease).await?,
         p.margin,
-        p.sut.clone(),
+        c.sut.clone(),
     )
-    .with_ttl_in_force(p.ttl);
+    .with_ttl_in_force(c.ttl);
     if mode != Replication::Asynchronous {
         // A's holding survived: B waits for it to expire by the new primary's clock.
         let store = &on_standby;
@@ -326,7 +326,7 @@ async fn timeline(
         )
         .await?;
     }
-    let b = on_standby.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    let b = on_standby.acquire(LEASE, HOLDER_B, c.ttl).await?;
     rec.step(
         crate::testbed::acquire_mark(b.as_ref()),
         "B",
@@ -354,7 +354,7 @@ async fn timeline(
     let b = b.context("B could not acquire on the promoted standby")?;
     let b_ok = write(bed, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
     rec.check(
-        format!("B's write is accepted (mode={})", p.fence_label()),
+        format!("B's write is accepted (mode={})", c.fence_label()),
         &wrote(true, b.token),
         &wrote(b_ok, b.token),
     );
@@ -364,7 +364,7 @@ async fn timeline(
             rec.expose(
                 format!(
                     "the floor cannot tell two holders of token {} apart: A's stale write is accepted after B's ({})",
-                    a.token, p.fence_label()
+                    a.token, c.fence_label()
                 ),
                 a_ok,
                 wrote(a_ok, a.token),
@@ -372,7 +372,7 @@ async fn timeline(
         }
         Replication::Synchronous { .. } => {
             rec.check(
-                format!("A's stale write is rejected ({})", p.fence_label()),
+                format!("A's stale write is rejected ({})", c.fence_label()),
                 &wrote(false, a.token),
                 &wrote(a_ok, a.token),
             );
@@ -392,9 +392,9 @@ async fn synchronous_acquire(
     before_a: Lsn,
     z_token: i64,
 ) -> anyhow::Result<Option<Grant>> {
-    let p = &bed.params;
+    let (p, c) = (bed.params(), bed.case());
     let store = on_primary.clone();
-    let ttl = p.ttl;
+    let ttl = c.ttl;
     let sent = Instant::now();
     let mut acquire = tokio::spawn(async move { store.acquire(LEASE, HOLDER_A, ttl).await });
     // A state, polled: A's commit waits on its synchronous standby — or was acknowledged.
@@ -416,7 +416,7 @@ async fn synchronous_acquire(
     if !acquire.is_finished() {
         // The timeline prescribes how long the link stays cut: one TTL. A commit waiting for its
         // synchronous standby has no timeout of its own.
-        harness::wait::prescribed(p.ttl).await;
+        harness::wait::prescribed(c.ttl).await;
         waiting = standby::waiting_on(admin, "SyncRep").await?;
     }
     // A's commit record is flushed on the primary before its backend waits on SyncRep: the
@@ -425,7 +425,7 @@ async fn synchronous_acquire(
     rec.check_that(
         format!(
             "while the standby is cut off (held for one TTL, {} ms), A's acquire is not acknowledged: its commit waits on SyncRep",
-            p.ttl.as_millis()
+            c.ttl.as_millis()
         ),
         !acquire.is_finished() && !waiting.is_empty(),
         format_args!(

@@ -110,8 +110,8 @@ async fn with_resource_host(
     let res_pool = r
         .pool(R, Database::Resource.name(), Database::Resource.role())
         .await?;
-    schema::migrate_for(&bed.params.sut, Database::Resource, &res_pool).await?;
-    let resource = Resource::with_profile(res_pool.clone(), bed.params.sut.clone());
+    schema::migrate_for(&bed.case().sut, Database::Resource, &res_pool).await?;
+    let resource = Resource::with_profile(res_pool.clone(), bed.case().sut.clone());
     let version: String = harness::observe::settings(&admin, &[])
         .await?
         .first()
@@ -126,7 +126,7 @@ async fn with_resource_host(
         .into_iter()
         .enumerate()
     {
-        let mode_label = bed.params.mode_label(mode);
+        let mode_label = bed.case().mode_label(mode);
         if i > 0 {
             bed.reset().await?;
         }
@@ -190,8 +190,8 @@ async fn row(
     mode: WriteMode,
     hold: bool,
 ) -> anyhow::Result<()> {
-    let mode_label = bed.params.mode_label(mode);
-    let p = bed.params.clone();
+    let mode_label = bed.case().mode_label(mode);
+    let c = bed.case().clone();
     let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     spec.flags.renew_ms = 0;
     spec.flags.resource_host = Some(r.ips()[R].to_string());
@@ -251,7 +251,7 @@ async fn row(
         "",
     )
     .await;
-    let b = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    let b = bed.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
     rec.step(
         crate::testbed::acquire_mark(b.as_ref()),
         "B",

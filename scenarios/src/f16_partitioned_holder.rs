@@ -134,7 +134,7 @@ const ROWS: [(bool, WriteMode); 3] = [
 
 /// The row's header, as the evidence shows it.
 fn row_header(bed: &Testbed, rec: &mut Recorder, i: usize, past_check: bool, mode: WriteMode) {
-    let mode_label = bed.params.mode_label(mode);
+    let mode_label = bed.case().mode_label(mode);
     let what = if past_check {
         format!("({}) A past its check, resource mode {mode_label}", i + 1)
     } else {
@@ -152,7 +152,7 @@ async fn on_lock_service(bed: &mut Testbed, rec: &mut Recorder, cut: bool) -> an
     rec.check_that(
         "the lease store and the resource each live on a host of their own (the lock service in a container on a private network, the resource on the lab's cluster)",
         !ip.is_loopback() && bed.servers.tcp_host(harness::hosts::Host::Resource).is_none(),
-        format_args!("{} at {ip}:{port}; res26 on the lab's cluster, over its Unix socket", bed.params.store),
+        format_args!("{} at {ip}:{port}; res26 on the lab's cluster, over its Unix socket", bed.case().store),
     );
     for (i, (past_check, mode)) in ROWS.into_iter().enumerate() {
         bed.reset().await?;
@@ -176,19 +176,19 @@ async fn partitioned(
     hosts: &dyn OwnServers,
     cut: bool,
 ) -> anyhow::Result<()> {
-    let p = bed.params.clone();
+    let (p, c) = (bed.params().clone(), bed.case().clone());
     let l_admin = hosts.pool(L, "postgres", "lab").await?;
     schema::provision(&mut *l_admin.acquire().await?).await?;
     let l_pool = hosts
         .pool(L, Database::Lease.name(), Database::Lease.role())
         .await?;
-    schema::migrate_for(&p.sut, Database::Lease, &l_pool).await?;
+    schema::migrate_for(&c.sut, Database::Lease, &l_pool).await?;
     let r_admin = hosts.pool(R, "postgres", "lab").await?;
     schema::provision(&mut *r_admin.acquire().await?).await?;
     let r_pool = hosts
         .pool(R, Database::Resource.name(), Database::Resource.role())
         .await?;
-    schema::migrate_for(&p.sut, Database::Resource, &r_pool).await?;
+    schema::migrate_for(&c.sut, Database::Resource, &r_pool).await?;
     rec.check_that(
         "the lease store and the resource each live on a host of their own (containers on the lab's private network)",
         hosts.ips()[L] != hosts.ips()[R],
@@ -199,10 +199,10 @@ async fn partitioned(
         hosts: Some(hosts),
         l_admin: Some(l_admin.clone()),
         lease: Arc::new(
-            SqlLeaseStore::with_profile(l_pool.clone(), p.margin, p.sut.clone())
-                .with_ttl_in_force(p.ttl),
+            SqlLeaseStore::with_profile(l_pool.clone(), p.margin, c.sut.clone())
+                .with_ttl_in_force(c.ttl),
         ),
-        resource: Resource::with_profile(r_pool.clone(), p.sut.clone()),
+        resource: Resource::with_profile(r_pool.clone(), c.sut.clone()),
     };
     for (i, (past_check, mode)) in ROWS.into_iter().enumerate() {
         schema::reset(&l_pool).await?;
@@ -225,8 +225,8 @@ async fn row(
     mode: WriteMode,
     cut: bool,
 ) -> anyhow::Result<()> {
-    let mode_label = bed.params.mode_label(mode);
-    let p = bed.params.clone();
+    let mode_label = bed.case().mode_label(mode);
+    let (p, c) = (bed.params().clone(), bed.case().clone());
     let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     if let Some(hosts) = h.hosts {
         spec.flags.lease_host = Some(hosts.ips()[L].to_string());
@@ -299,7 +299,7 @@ async fn row(
     // Its renewals fail: the first renew sent after the partition began leaves within one
     // renew interval and is given up one TTL later, so a failure must come within their
     // sum (plus a second for a loaded machine); a renewal that still succeeds fails the check.
-    let bound = p.renew + p.ttl + Duration::from_secs(1);
+    let bound = p.renew + c.ttl + Duration::from_secs(1);
     let failed = harness::wait::until("A reports a failed renewal", bound, || {
         let failed = a.drain_renewals()[seen_before..].iter().any(|(_, ok)| !ok);
         async move { Ok::<bool, Infallible>(failed) }
@@ -342,7 +342,7 @@ async fn row(
         "",
         None,
     );
-    let b = h.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+    let b = h.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
     rec.step(
         crate::testbed::acquire_mark(b.as_ref()),
         "B",

@@ -163,8 +163,8 @@ mod imp {
         let res_pool =
             pool(res_host.connect_options(Database::Resource.name(), Database::Resource.role()))
                 .await?;
-        schema::migrate_for(&bed.params.sut, Database::Resource, &res_pool).await?;
-        let resource = Resource::with_profile(res_pool.clone(), bed.params.sut.clone());
+        schema::migrate_for(&bed.case().sut, Database::Resource, &res_pool).await?;
+        let resource = Resource::with_profile(res_pool.clone(), bed.case().sut.clone());
         for (i, replication) in [
             Replication::Asynchronous,
             Replication::Synchronous,
@@ -230,12 +230,12 @@ mod imp {
             .username(Database::Lease.role());
         let lease_pool = pool(opts).await?;
         if provision {
-            schema::migrate_for(&bed.params.sut, Database::Lease, &lease_pool).await?;
+            schema::migrate_for(&bed.case().sut, Database::Lease, &lease_pool).await?;
         }
         Ok(SqlLeaseStore::with_profile(
             lease_pool,
-            bed.params.margin,
-            Arc::clone(&bed.params.sut),
+            bed.params().margin,
+            Arc::clone(&bed.case().sut),
         ))
     }
 
@@ -249,7 +249,7 @@ mod imp {
         let s = cluster.settings;
         let mode = s.replication.as_str();
         let asynchronous = s.replication == Replication::Asynchronous;
-        let p = bed.params.clone();
+        let (p, c) = (bed.params().clone(), bed.case().clone());
         let leader = cluster
             .leader()
             .await
@@ -283,7 +283,7 @@ mod imp {
         };
 
         // A holds token 1, acknowledged and on every replica; it writes with it.
-        let a1 = store.acquire(LEASE, HOLDER_A, p.ttl).await?;
+        let a1 = store.acquire(LEASE, HOLDER_A, c.ttl).await?;
         rec.step(
             crate::testbed::acquire_mark(a1.as_ref()),
             "A",
@@ -365,7 +365,7 @@ mod imp {
             None,
         );
         let sent = Instant::now();
-        let a2 = tokio::time::timeout(BLOCKED_AFTER, store.acquire(LEASE, HOLDER_A, p.ttl)).await;
+        let a2 = tokio::time::timeout(BLOCKED_AFTER, store.acquire(LEASE, HOLDER_A, c.ttl)).await;
         let waited = sent.elapsed();
         let a2: Option<Grant> = match a2 {
             Ok(granted) => granted?,
@@ -528,8 +528,8 @@ mod imp {
             s.ttl,
             s.loop_wait,
             s.retry_timeout,
-            p.ttl.as_millis(),
-            if failover > p.ttl {
+            c.ttl.as_millis(),
+            if failover > c.ttl {
                 ": shorter than the failover — every holder's lease runs out while the lease store fails over, and none can renew"
             } else {
                 ""
@@ -647,7 +647,7 @@ mod imp {
                     // A server that just became primary may still refuse or drop a connection.
                     let attempt = async {
                         let store = store_on(bed, leader, false).await?;
-                        let b = store.acquire(LEASE, HOLDER_B, bed.params.ttl).await?;
+                        let b = store.acquire(LEASE, HOLDER_B, bed.case().ttl).await?;
                         let at = Instant::now();
                         store.pool().close().await;
                         anyhow::Ok((b, at))

@@ -62,7 +62,7 @@ impl Scenario for F1 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let ttl = bed.params.ttl;
+            let ttl = bed.case().ttl;
             let a = bed.lease.acquire(LEASE, HOLDER_A, ttl).await?;
             rec.step(
                 acquire_mark(a.as_ref()),
@@ -168,7 +168,7 @@ impl Scenario for F1 {
             // lock service's remaining-time answer is rounded to (Redis's PTTL). etcd tells a
             // lease's time left in whole seconds: a renew's few milliseconds cannot show there.
             let what = "holder-a's renew left its other lease as it was: its expiry not moved";
-            if bed.params.store == "etcd" {
+            if bed.case().store == "etcd" {
                 rec.waive(
                     what,
                     format_args!(
@@ -312,7 +312,7 @@ impl Scenario for F1 {
             let what = format!(
                 "holder-a's stale write with token=1, after B's token=2, is rejected: the floor of {OTHER_SCOPE} counts only there"
             );
-            if bed.params.sut.claims.token_at_resource {
+            if bed.case().sut.claims.token_at_resource {
                 rec.check(what, "WRITE accepted=false token=1", &wrote(stale, a.token));
             } else {
                 // F4 judges a resource without a fence; here it is about floors per scope.
@@ -320,7 +320,7 @@ impl Scenario for F1 {
                     what,
                     format_args!(
                         "{} checks no token at the resource: no floor to keep per scope",
-                        bed.params.sut.name
+                        bed.case().sut.name
                     ),
                 );
             }

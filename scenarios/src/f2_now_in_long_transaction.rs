@@ -84,7 +84,7 @@ impl Scenario for F2 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let ttl = bed.params.short_ttl;
+            let ttl = bed.params().short_ttl;
             let a = bed.lease.acquire(LEASE, HOLDER_A, ttl).await?;
             rec.check(
                 format!(
@@ -335,7 +335,7 @@ async fn poll_acquire(
     let spans_ref = &spans;
     harness::wait::until(
         &format!("{holder}'s acquire is granted"),
-        bed.params.wait_timeout,
+        bed.params().wait_timeout,
         || {
             let lease = bed.lease_table.clone();
             async move {

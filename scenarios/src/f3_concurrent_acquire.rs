@@ -105,8 +105,8 @@ impl Scenario for F3 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let n = bed.params.contenders;
-            let ttl = bed.params.ttl;
+            let n = bed.params().contenders;
+            let ttl = bed.case().ttl;
             let on_service = bed.service.is_some();
             // The gate's own connection to the lease table, made before any round's clock
             // starts: made inside a round, it took the last-moments round's few hundred ms
@@ -283,7 +283,7 @@ async fn last_moments(
     let lease = &bed.lease;
     harness::wait::until(
         &format!("the lease has {within_ms:.0} ms or less left by the database clock"),
-        bed.params.wait_timeout,
+        bed.params().wait_timeout,
         || async move {
             let row = lease.inspect(LEASE).await?;
             Ok::<_, fencing::Error>(row.is_none_or(|r| r.remaining_ms() <= within_ms))
@@ -388,7 +388,7 @@ async fn race(
                 &format!(
                     "all {n} contenders' statements wait at the server for the held lease table"
                 ),
-                bed.params.wait_timeout,
+                bed.params().wait_timeout,
                 || async move {
                     let now = usize::try_from(table.waiting_for_the_table().await?).unwrap_or(0);
                     most.fetch_max(now, std::sync::atomic::Ordering::Relaxed);

@@ -117,7 +117,7 @@ impl Scenario for F6 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if !bed.again_with_fence {
+            if !bed.case().again_with_fence {
                 check_then_write(bed, rec).await?;
                 bed.reset().await?;
             }
@@ -251,7 +251,7 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     };
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let mode = WriteMode::Fenced;
-    let mode_label = bed.params.fence_label();
+    let mode_label = bed.case().fence_label();
     // At the current token: A's earlier write (of the summary, committed) set the floor to A's
     // token, and the write it pauses in is of another part than B's, so that only the floor row
     // can make B wait.
@@ -277,7 +277,7 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     let second_pid = observe::backend_pid(&mut conn_second).await?;
 
     let (gap, at_gap, release) = latch();
-    let sut = bed.params.sut.clone();
+    let sut = bed.case().sut.clone();
     let one_statement = matches!(sut.resource.write, WriteSql::OneStatement(_));
     let first_task = tokio::spawn({
         let sut = sut.clone();
@@ -321,7 +321,7 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     // Until it waits — or, where nothing holds it, has already finished (then the check fails).
     let blocked = harness::wait::until(
         &format!("{s}'s UPDATE waits on a lock"),
-        bed.params.wait_timeout,
+        bed.params().wait_timeout,
         || async {
             let act = observe::activity(&admin, second_pid).await?;
             Ok::<_, sqlx::Error>(

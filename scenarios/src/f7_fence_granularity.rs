@@ -68,13 +68,13 @@ impl Scenario for F7 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let modes: &[WriteMode] = if bed.again_with_fence {
+            let modes: &[WriteMode] = if bed.case().again_with_fence {
                 &[WriteMode::Fenced]
             } else {
                 &[WriteMode::FencedRow, WriteMode::Fenced]
             };
             for &mode in modes {
-                let mode_label = bed.params.mode_label(mode);
+                let mode_label = bed.case().mode_label(mode);
                 bed.reset().await?;
                 let (b_ok, a_detail_ok, a_summary_ok) = timeline(bed, rec, mode).await?;
                 let label = mode_label.to_uppercase().replace('-', "_");
@@ -119,9 +119,9 @@ async fn timeline(
     rec: &mut Recorder,
     mode: WriteMode,
 ) -> anyhow::Result<(bool, bool, bool)> {
-    let mode_label = bed.params.mode_label(mode);
+    let mode_label = bed.case().mode_label(mode);
     rec.step(Mark::Info, "lab", mode_label, None, "", None);
-    let p = bed.params.clone();
+    let (p, c) = (bed.params().clone(), bed.case().clone());
     let a = bed
         .lease
         .acquire(LEASE, HOLDER_A, p.short_ttl)
@@ -170,7 +170,7 @@ async fn timeline(
     );
     let b = bed
         .lease
-        .acquire(LEASE, HOLDER_B, p.ttl)
+        .acquire(LEASE, HOLDER_B, c.ttl)
         .await?
         .context("holder-b could not acquire")?;
     rec.step(

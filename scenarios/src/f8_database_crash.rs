@@ -112,18 +112,18 @@ impl Scenario for F8 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let p = bed.params.clone();
+            let c = bed.case().clone();
             // Two grants to holder-a: the second holding has token 2.
             let first = bed
                 .lease
-                .acquire(LEASE, HOLDER_A, p.ttl)
+                .acquire(LEASE, HOLDER_A, c.ttl)
                 .await?
                 .context("holder-a could not acquire")?;
             ensure!(
                 bed.lease.release(&first).await?,
                 "holder-a could not release its first holding"
             );
-            let hold_ttl = holding_ttl(p.ttl);
+            let hold_ttl = holding_ttl(c.ttl);
             let grant_sent = Instant::now();
             let mut a = bed
                 .lease
@@ -134,7 +134,7 @@ impl Scenario for F8 {
             // A greater token, gaps allowed: the checks below name it token 2 (a design that
             // issues no token answers 0 each time: its checks are waived, not this one run).
             ensure!(
-                !p.sut.claims.token_at_lease || a.token > first.token,
+                !c.sut.claims.token_at_lease || a.token > first.token,
                 "holder-a's second grant has token {}, not above its first, {}",
                 a.token,
                 first.token
@@ -296,7 +296,7 @@ impl Scenario for F8 {
                 after.remaining_ms()
             ));
             // As soon as the database is back, holder-a renews — from now on for the run's TTL.
-            a.ttl = p.ttl;
+            a.ttl = c.ttl;
             let renewed = bed.lease.renew(&mut a).await?;
             rec.step(
                 if renewed {
@@ -314,7 +314,7 @@ impl Scenario for F8 {
                 format!(
                     "holder-a's renew right after recovery succeeds (for {} ms): the database \
                      clock still counts its holding as alive",
-                    p.ttl.as_millis()
+                    c.ttl.as_millis()
                 ),
                 "RENEW ok=true token=2",
                 &format!("RENEW ok={renewed} token={}", a.token),
@@ -330,7 +330,7 @@ impl Scenario for F8 {
                 "",
                 None,
             );
-            let b = bed.lease.acquire(LEASE, HOLDER_B, p.ttl).await?;
+            let b = bed.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
             if let Some(g) = &b {
                 rec.step(
                     Mark::Acquired,

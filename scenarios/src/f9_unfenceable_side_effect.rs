@@ -68,7 +68,7 @@ impl Scenario for F9 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let p = bed.params.clone();
+            let (p, c) = (bed.params().clone(), bed.case().clone());
             let a = bed
                 .lease
                 .acquire(LEASE, HOLDER_A, p.short_ttl)
@@ -85,7 +85,7 @@ impl Scenario for F9 {
             bed.until_lease_expired("A's lease").await?;
             let b = bed
                 .lease
-                .acquire(LEASE, HOLDER_B, p.ttl)
+                .acquire(LEASE, HOLDER_B, c.ttl)
                 .await?
                 .context("holder-b could not acquire A's expired lease")?;
             rec.step(

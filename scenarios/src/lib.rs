@@ -54,12 +54,12 @@ mod u4_reacquired_instance;
 mod u5_check_then_complete;
 mod u_common;
 
-pub use runner::{join_all, run_all, run_all_on};
+pub use runner::{join_all, run_all, run_all_on, Images};
 pub use spec::{
     About, Applies, LockServices, Needs, Spec, StoreChecks, StoreLanes, NO_HOLDER,
     ON_THE_LEASE_TABLE,
 };
-pub use testbed::{Backend, Params, Replication, Testbed};
+pub use testbed::{Backend, Case, Params, Replication, Testbed};
 
 /// What a scenario's `run` returns: `Err` means it could not complete (a failed check).
 pub type Outcome<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;

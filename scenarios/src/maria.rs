@@ -139,7 +139,7 @@ mod imp {
         /// check).
         pub async fn maria(&mut self) -> anyhow::Result<Result<&MariaEnv, String>> {
             if self.maria.env.is_none() {
-                match MariaEnv::start(self.params.jobs.clone()).await? {
+                match MariaEnv::start(self.params().jobs.clone()).await? {
                     Ok(env) => {
                         let command = env.server.client_command(DATABASE);
                         if let Ok(mut client) = self.maria.client.lock() {

@@ -263,7 +263,7 @@ pub(crate) async fn lab_client_takes_over(
     content: &str,
     mode: WriteMode,
 ) -> anyhow::Result<(Option<fencing::lease::Grant>, Option<bool>)> {
-    let b = bed.lease.acquire(LEASE, HOLDER_B, bed.params.ttl).await?;
+    let b = bed.lease.acquire(LEASE, HOLDER_B, bed.case().ttl).await?;
     let clock = bed.lease.clock().await.ok().flatten();
     rec.step(
         crate::testbed::acquire_mark(b.as_ref()),
@@ -319,8 +319,8 @@ pub async fn run(
     rec: &mut Recorder,
     mode: WriteMode,
 ) -> anyhow::Result<Resumed> {
-    let mode_label = bed.params.mode_label(mode);
-    let p = bed.params.clone();
+    let mode_label = bed.case().mode_label(mode);
+    let c = bed.case().clone();
     let mut a = Holder::spawn(&bed.holder_spec(HOLDER_A, A_CONTENT, mode, false)).await?;
     let (at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "acquire", &acquired).await;
@@ -354,7 +354,7 @@ pub async fn run(
     ));
 
     // The timeline prescribes this duration: 2×TTL of renewing in the background.
-    let hold = p.ttl * 2;
+    let hold = c.ttl * 2;
     harness::wait::prescribed(hold).await;
     let row = bed.lease.inspect(LEASE).await?;
     let renewals = record_renewals(rec, &mut a, "A", 1);
@@ -362,7 +362,7 @@ pub async fn run(
         format!(
             "A kept the lease by renewing while not paused (waited {} ms, TTL={} ms)",
             hold.as_millis(),
-            p.ttl.as_millis()
+            c.ttl.as_millis()
         ),
         "holder-a token=1 unexpired",
         &shown(row.as_ref().map(lease_state)),

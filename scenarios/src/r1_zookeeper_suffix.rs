@@ -180,7 +180,7 @@ async fn one_run(
     let lease = &bed.lease;
     harness::wait::until(
         "A's node deleted by ZooKeeper (its session expired)",
-        bed.params.wait_timeout,
+        bed.params().wait_timeout,
         || lease.is_free(&lock),
     )
     .await?;

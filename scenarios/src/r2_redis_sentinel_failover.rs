@@ -179,7 +179,7 @@ async fn one_run(
     let on_primary = client(bed, "redis", &group.primary_endpoint()).await?;
     // A first holding, taken and released: the counter at 1 on both servers.
     let first = on_primary
-        .acquire(LEASE, "holder-c", bed.params.ttl)
+        .acquire(LEASE, "holder-c", bed.case().ttl)
         .await?
         .context("the first lock on a fresh primary was refused")?;
     on_primary.release(&first).await?;
@@ -300,7 +300,7 @@ async fn one_run(
         // The replica has A's key too: B waits for it to expire by the new primary's clock.
         let waited = harness::wait::until(
             "A's lock expired on the promoted replica",
-            bed.params.wait_timeout,
+            bed.params().wait_timeout,
             || on_new.is_free(LEASE),
         )
         .await?;

@@ -171,7 +171,7 @@ async fn timeline(
         },
     )
     .await?;
-    let ttl = own.granted_ttl(bed.params.ttl);
+    let ttl = own.granted_ttl(bed.case().ttl);
     let first = own
         .acquire(LEASE, "holder-c", ttl)
         .await?

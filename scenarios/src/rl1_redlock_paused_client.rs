@@ -190,7 +190,7 @@ async fn one_run(
     .await?;
     harness::wait::until(
         "A's keys expired on a majority of the servers",
-        bed.params.wait_timeout,
+        bed.params().wait_timeout,
         || own.is_free(&lock),
     )
     .await?;
@@ -330,7 +330,7 @@ async fn interleavings(
     const LABEL: &str = "check-and-set beside the fence";
     let client = redlock_client(bed, "redlock-fenced", servers).await?;
     let cas = ValueCas::new(bed.resource.pool().clone()).await?;
-    let ttl = bed.params.ttl;
+    let ttl = bed.case().ttl;
     let fence = |writer, content, token| Write {
         scope: SCOPE,
         part: SUMMARY,
@@ -339,7 +339,7 @@ async fn interleavings(
         token,
     };
     // A grant for A, then one for B once A's keys expired (each server's clock).
-    let wait = bed.params.wait_timeout;
+    let wait = bed.params().wait_timeout;
     let grants = move |lock: String| {
         let client = client.clone();
         async move {

@@ -11,7 +11,7 @@ use fencing::profile::Dialect;
 use harness::evidence::Recorder;
 
 use crate::testbed::UserHolder;
-use crate::{preflight, Backend, Needs, Params, Scenario, Spec, Testbed};
+use crate::{preflight, Backend, Case, Needs, Params, Scenario, Spec, Testbed};
 
 /// Runs the preflight and then each scenario on freshly emptied tables; a fence-dependent one
 /// that ran (not skipped) runs again with each mode of [`Params::again_with`], as a case of its
@@ -19,19 +19,36 @@ use crate::{preflight, Backend, Needs, Params, Scenario, Spec, Testbed};
 /// of checks than it declares, is recorded as a failed check and the run goes on with the next
 /// one.
 pub async fn run_all(bed: &mut Testbed, rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
-    run_all_on(std::slice::from_mut(bed), rec, scenarios).await;
+    run_all_on(std::slice::from_mut(bed), rec, scenarios, Images::Ready).await;
+}
+
+/// Whether the images the container experiments need (and the lock services' cases of F4 and
+/// F5) are there when the run starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Images {
+    /// Built, or not needed: the experiments run in the registry's order.
+    Ready,
+    /// Being built in the background (a machine's first run): the runner runs the experiments
+    /// that wait on them after the rest, which need no image, instead of holding a job on each
+    /// while it waits. The output keeps the registry's order.
+    Building,
 }
 
 /// [`run_all`] on several labs at once (`lab run --jobs`), each on a cluster of its own:
 /// experiments run on whichever lab is free, those that must run alone
 /// ([`crate::Spec::runs_alone`]) with every other lab idle, and the U-series on the first lab (one
 /// MariaDB server). While the images some experiments need are being built
-/// ([`Params::images_building`]), those experiments run after all the others. Each experiment
+/// ([`Images::Building`]), those experiments run after all the others. Each experiment
 /// records into a recorder of its own (one that runs alone when every experiment before it is
 /// recorded: straight into `rec`, as it goes); `rec` takes them over in registry order as they
 /// complete, so the output is the sequential run's, whatever finished first. Everything runs on
 /// the caller's task: dropping the future drops the labs with it.
-pub async fn run_all_on(beds: &mut [Testbed], rec: &mut Recorder, scenarios: &[&dyn Scenario]) {
+pub async fn run_all_on(
+    beds: &mut [Testbed],
+    rec: &mut Recorder,
+    scenarios: &[&dyn Scenario],
+    images: Images,
+) {
     assert!(!beds.is_empty(), "at least one lab");
     let preflight = match beds[0].backend() {
         Backend::Embedded => preflight::P0 {
@@ -48,7 +65,7 @@ pub async fn run_all_on(beds: &mut [Testbed], rec: &mut Recorder, scenarios: &[&
         }
         return;
     }
-    let order = execution_order(scenarios, &beds[0].params);
+    let order = execution_order(scenarios, beds[0].params(), images);
     let mut absorber = Absorber::default();
     let mut k = 0;
     while k < order.len() {
@@ -77,17 +94,17 @@ pub async fn run_all_on(beds: &mut [Testbed], rec: &mut Recorder, scenarios: &[&
 
 /// The order the experiments start in (indices into `scenarios`): those waiting on an image
 /// last while it is built, each part in the registry's order.
-fn execution_order(scenarios: &[&dyn Scenario], params: &Params) -> Vec<usize> {
+fn execution_order(scenarios: &[&dyn Scenario], params: &Params, images: Images) -> Vec<usize> {
     let (now, later): (Vec<usize>, Vec<usize>) =
-        (0..scenarios.len()).partition(|&i| !waits_on_images(scenarios[i], params));
+        (0..scenarios.len()).partition(|&i| !waits_on_images(scenarios[i], params, images));
     now.into_iter().chain(later).collect()
 }
 
 /// Whether `scenario` waits on an image being built: it runs in containers, or again on the
 /// lock services.
-fn waits_on_images(scenario: &dyn Scenario, params: &Params) -> bool {
+fn waits_on_images(scenario: &dyn Scenario, params: &Params, images: Images) -> bool {
     let spec = scenario.spec();
-    params.images_building
+    images == Images::Building
         && (spec.needs == Needs::Containers
             || (spec.again_on_stores && !params.again_on.is_empty()))
 }
@@ -190,7 +207,7 @@ async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scen
     let spec = scenario.spec();
     let ran = run_case(bed, rec, scenario, spec.id, spec.title).await;
     if ran && spec.again_on_stores && bed.service.is_none() {
-        for store in bed.params.again_on.clone() {
+        for store in bed.params().again_on.clone() {
             let id = format!("{}-{store}", spec.id);
             let title = format!(
                 "{} — again, on the lock service {store} (--lease-store {store})",
@@ -214,15 +231,15 @@ async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scen
     if !ran || !spec.fence_dependent {
         return;
     }
-    let first = bed.params.sut.clone();
-    for profile in bed.params.again_with.clone() {
+    let first = bed.case().sut.clone();
+    for profile in bed.params().again_with.clone() {
         let label = Params::fence_label_of(&profile);
         bed.use_sut(profile);
         let id = format!("{}-{label}", spec.id);
         let title = format!("{} — again, with --fenced-mode {label}", spec.title);
-        bed.again_with_fence = true;
+        bed.set_again_with_fence(true);
         run_case(bed, rec, scenario, &id, &title).await;
-        bed.again_with_fence = false;
+        bed.set_again_with_fence(false);
     }
     bed.use_sut(first);
 }
@@ -240,17 +257,17 @@ async fn run_case(
     let mut lanes = spec.lanes();
     if bed.service.is_some() && lanes.lease == harness::evidence::Lanes::default().lease {
         // The lease lives on the lock service, not in lease26.
-        let store = bed.params.store;
+        let store = bed.case().store;
         lanes.lease = harness::evidence::Lane::new(store, format!("{store} (lease)"));
     }
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
     let on_mariadb = matches!(spec.needs, Needs::MariaDb);
     let (claims, sut_name) = if on_mariadb {
-        (bed.params.jobs.claims, bed.params.jobs.name.clone())
+        (bed.params().jobs.claims, bed.params().jobs.name.clone())
     } else {
-        (bed.params.sut.claims, bed.params.sut.name.clone())
+        (bed.case().sut.claims, bed.case().sut.name.clone())
     };
-    let store_has_token = fencing::stores::store_kind(bed.params.store).is_none_or(|k| k.has_token);
+    let store_has_token = fencing::stores::store_kind(bed.case().store).is_none_or(|k| k.has_token);
     // A title that says "(fenced)" of a design whose write checks no token says what it runs.
     let title = if on_mariadb {
         title.to_owned()
@@ -264,7 +281,7 @@ async fn run_case(
             " (fenced)",
             &format!(
                 " (the fence fed no token: {} issues none)",
-                bed.params.store
+                bed.case().store
             ),
         )
     } else {
@@ -291,10 +308,10 @@ async fn run_case(
     let made = (after.passed + after.failed) - (before.passed + before.failed)
         + (rec.waived() - waived_before);
     let skipped = after.skipped > before.skipped;
-    let declared = if bed.again_with_fence {
+    let declared = if bed.case().again_with_fence {
         spec.checks_again()
     } else {
-        spec.checks_on(bed.params.store)
+        spec.checks_on(bed.case().store)
     };
     match outcome {
         Err(e) => {
@@ -327,12 +344,14 @@ async fn run_case(
 /// this lab stands on.
 struct Here<'a> {
     params: &'a Params,
+    /// The case about to run: its lease store and fence.
+    case: &'a Case,
     /// The container backend (`--backend containers`), not the embedded cluster.
     on_containers: bool,
     /// The lease store on Patroni (`--lease-store patroni`).
     lease_on_patroni: bool,
     /// A lock service is the lease store (`--lease-store redis|etcd|zookeeper`, or one of the
-    /// default run's `F4-redis` cases): `params.store` names it.
+    /// default run's `F4-redis` cases): `case.store` names it.
     lock_service: bool,
     /// A holder of the user's (`--holder-cmd`), with the fault points it refused.
     user_holder: Option<&'a UserHolder>,
@@ -341,7 +360,8 @@ struct Here<'a> {
 impl<'a> Here<'a> {
     fn of(bed: &'a Testbed) -> Here<'a> {
         Here {
-            params: &bed.params,
+            params: bed.params(),
+            case: bed.case(),
             on_containers: !matches!(bed.backend(), Backend::Embedded),
             lease_on_patroni: bed.lease_on_patroni(),
             lock_service: bed.service.is_some(),
@@ -355,16 +375,16 @@ impl<'a> Here<'a> {
 /// user's it does not judge, a design it does not apply to, the lease store on Patroni, a lock
 /// service it does not run on, the container backend.
 fn skip_reason(spec: &Spec, here: &Here) -> Option<String> {
-    let (id, params) = (spec.id, here.params);
+    let (id, params, case) = (spec.id, here.params, here.case);
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
     let (series, sut_name) = match spec.needs {
         Needs::MariaDb => (Dialect::Mariadb, &params.jobs.name),
-        _ => (Dialect::Postgres, &params.sut.name),
+        _ => (Dialect::Postgres, &case.sut.name),
     };
     if let Some(other) = params.sut_dialect.filter(|&d| d != series) {
         let (named, theirs) = match series {
             Dialect::Mariadb => (
-                &params.sut.name,
+                &case.sut.name,
                 "the U-series runs job-lease designs on MariaDB (seed 000's shape)",
             ),
             Dialect::Postgres => (
@@ -380,7 +400,7 @@ fn skip_reason(spec: &Spec, here: &Here) -> Option<String> {
     if let Some(why) = here.user_holder.and_then(|u| u.not_for(spec)) {
         return Some(why);
     }
-    if let Err(why) = spec.applies.to(&params.sut) {
+    if let Err(why) = spec.applies.to(&case.sut) {
         return Some(format!("{id} does not apply to {sut_name}: {why}"));
     }
     if here.lease_on_patroni && !spec.on_patroni {
@@ -391,10 +411,10 @@ fn skip_reason(spec: &Spec, here: &Here) -> Option<String> {
         ));
     }
     if here.lock_service {
-        if let Err(why) = spec.lock_services.on(params.store) {
+        if let Err(why) = spec.lock_services.on(case.store) {
             return Some(format!(
                 "{id} does not run on the lock service {}: {why}",
-                params.store
+                case.store
             ));
         }
     }
@@ -441,6 +461,7 @@ mod tests {
     fn embedded(params: &Params) -> Here<'_> {
         Here {
             params,
+            case: &params.case,
             on_containers: false,
             lease_on_patroni: false,
             lock_service: false,
@@ -451,7 +472,10 @@ mod tests {
     /// The run's parameters with the lease store `store` (`--lease-store`).
     fn on_store(store: &'static str) -> Params {
         Params {
-            store,
+            case: Case {
+                store,
+                ..Case::default()
+            },
             ..Params::default()
         }
     }
@@ -705,29 +729,30 @@ mod tests {
     fn while_images_are_built_the_experiments_that_wait_on_them_start_last() {
         let all: Vec<usize> = (0..crate::ALL.len()).collect();
         let mut params = Params::default();
+        let mut images = Images::Ready;
         assert_eq!(
-            execution_order(crate::ALL, &params),
+            execution_order(crate::ALL, &params, images),
             all,
             "no build: the registry's order"
         );
         params.again_on = vec!["redis"];
-        assert_eq!(execution_order(crate::ALL, &params), all);
+        assert_eq!(execution_order(crate::ALL, &params, images), all);
 
-        params.images_building = true;
-        let order = execution_order(crate::ALL, &params);
+        images = Images::Building;
+        let order = execution_order(crate::ALL, &params, images);
         let mut sorted = order.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, all, "every experiment once");
         let first_waiting = order
             .iter()
-            .position(|&i| waits_on_images(crate::ALL[i], &params))
+            .position(|&i| waits_on_images(crate::ALL[i], &params, images))
             .expect("some experiment needs containers");
         let (now, later) = order.split_at(first_waiting);
         assert!(now.windows(2).all(|w| w[0] < w[1]), "{:?}", ids(now));
         assert!(later.windows(2).all(|w| w[0] < w[1]), "{:?}", ids(later));
         assert!(later
             .iter()
-            .all(|&i| waits_on_images(crate::ALL[i], &params)));
+            .all(|&i| waits_on_images(crate::ALL[i], &params, images)));
         // F4 and F5 run again on the lock services: they wait too; F15 runs in containers.
         for id in ["F4", "F5", "F15", "F17"] {
             assert!(ids(later).contains(&id), "{id} in {:?}", ids(later));
@@ -738,7 +763,7 @@ mod tests {
 
         // Without the lock services' cases, F4 and F5 need no image.
         params.again_on.clear();
-        let order = execution_order(crate::ALL, &params);
+        let order = execution_order(crate::ALL, &params, images);
         let f4 = crate::ALL
             .iter()
             .position(|s| s.spec().id == "F4")

@@ -74,9 +74,9 @@ mod imp {
 
     pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
         let (short, long, timeout) = (
-            bed.params.short_ttl,
-            bed.params.ttl,
-            bed.params.wait_timeout,
+            bed.params().short_ttl,
+            bed.case().ttl,
+            bed.params().wait_timeout,
         );
         let Some(env) = bed.maria_or_skip(rec).await? else {
             return Ok(());

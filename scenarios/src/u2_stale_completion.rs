@@ -67,9 +67,9 @@ mod imp {
                 port: 0,
                 lease: JOB_LEASE.into(),
                 holder: owner.into(),
-                ttl_ms: ms(bed.params.ttl),
-                renew_ms: ms(bed.params.renew),
-                margin_ms: ms(bed.params.margin),
+                ttl_ms: ms(bed.case().ttl),
+                renew_ms: ms(bed.params().renew),
+                margin_ms: ms(bed.params().margin),
                 scope: String::new(),
                 part: String::new(),
                 content: String::new(),
@@ -115,7 +115,7 @@ mod imp {
             lease_name: JOB_LEASE.into(),
             owner_token: owner,
             fence_token: token,
-            ttl: bed.params.ttl,
+            ttl: bed.case().ttl,
         };
         Ok((a, lease))
     }
@@ -201,7 +201,7 @@ mod imp {
     ) -> anyhow::Result<Outcome> {
         let fenced = mode == FENCED;
         rec.step(Mark::Info, "lab", mode, None, "", None);
-        let (long, timeout) = (bed.params.ttl, bed.params.wait_timeout);
+        let (long, timeout) = (bed.case().ttl, bed.params().wait_timeout);
         let env = bed.maria.env.as_ref().context("MariaDB is not running")?;
         let jobs = &env.jobs;
         let (mut a, a_lease) = start_a(bed, env, "run-a", mode).await?;
@@ -228,7 +228,7 @@ mod imp {
         }
 
         // The run goes on for longer than the lease's TTL: A's renewer keeps the lease.
-        let hold = bed.params.ttl + bed.params.renew;
+        let hold = bed.case().ttl + bed.params().renew;
         harness::wait::prescribed(hold).await;
         let renewals = record_renewals(rec, &mut a, "A", a_lease.fence_token);
         let still_held = jobs.is_held(&a_lease).await?;
@@ -237,7 +237,7 @@ mod imp {
                 format!(
                     "A's renewer kept the lease while the run went on ({} ms, TTL {} ms)",
                     hold.as_millis(),
-                    bed.params.ttl.as_millis()
+                    bed.case().ttl.as_millis()
                 ),
                 still_held && renewed_every_time(&renewals),
                 format_args!("is_held={still_held}; {}", renewal_count(&renewals)),

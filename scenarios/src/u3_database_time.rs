@@ -49,7 +49,7 @@ mod imp {
     const TOLERANCE: f64 = 0.5;
 
     pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
-        let (short, timeout) = (bed.params.short_ttl, bed.params.wait_timeout);
+        let (short, timeout) = (bed.params().short_ttl, bed.params().wait_timeout);
         let faketime = match Faketime::locate() {
             Ok(f) => f,
             Err(reason) => {

@@ -60,9 +60,9 @@ mod imp {
         write: CheckedWrite,
     ) -> anyhow::Result<Option<()>> {
         let (short, long, timeout) = (
-            bed.params.short_ttl,
-            bed.params.ttl,
-            bed.params.wait_timeout,
+            bed.params().short_ttl,
+            bed.case().ttl,
+            bed.params().wait_timeout,
         );
         let Some(env) = bed.maria_or_skip(rec).await? else {
             return Ok(None);

@@ -164,10 +164,13 @@ fn with_fence(mode: &str) -> Params {
     let profile = fencing::resource::fenced_mode_profile(mode)
         .unwrap_or_else(|| panic!("{mode} is not a fenced mode"));
     let params = Params {
-        sut: std::sync::Arc::new(profile.clone()),
+        case: scenarios::Case {
+            sut: std::sync::Arc::new(profile.clone()),
+            ..scenarios::Case::default()
+        },
         ..Params::default()
     };
-    assert_eq!(params.fence_label(), mode);
+    assert_eq!(params.case.fence_label(), mode);
     params
 }
 

@@ -132,7 +132,7 @@ impl ChaosConfig {
     /// delay or a partition the servers on hosts of their own, a drift libfaketime — and draws
     /// the schedule from them. Has no side effect: a setting refused here leaves nothing behind.
     pub fn resolve(&self, bed: &Testbed) -> anyhow::Result<Resolved> {
-        self.resolve_on(Topology::of(bed), bed.params.ttl)
+        self.resolve_on(Topology::of(bed), bed.case().ttl)
     }
 
     /// [`ChaosConfig::resolve`] on servers laid out as `topology`, for a lease of `ttl`.
@@ -202,7 +202,7 @@ impl Topology {
         Topology {
             own_hosts: bed.backend() != crate::Backend::Embedded,
             patroni: bed.lease_on_patroni(),
-            service_to_cut: bed.service.is_some() && bed.params.store != "zookeeper",
+            service_to_cut: bed.service.is_some() && bed.case().store != "zookeeper",
         }
     }
 }
@@ -301,7 +301,7 @@ pub async fn run(
              lab can read back, so holdings and I1 are not counted, I2 is judged on the grants \
              the holders acknowledged, and a write is counted stale when the resource had seen \
              a greater token before it committed (a lower bound)",
-            bed.params.store
+            bed.case().store
         ));
     }
     let final_parts = harness::observe::final_parts(bed.resource.pool()).await?;
@@ -470,7 +470,7 @@ async fn prepare(bed: &mut Testbed, rec: &mut Recorder, leases: usize) -> anyhow
             "{}'s lease table {table} has no column {missing}: chaos reads every version of a \
              lease from seed004's columns (name, holder, token, expires_at); run this design with \
              lab run --sut",
-            bed.params.sut.name
+            bed.case().sut.name
         );
     }
     harness::observe::record_lease_history(bed.lease_table.pool(), table)

@@ -89,12 +89,12 @@ impl Testbed {
             bin: self.holder_bin.clone(),
             prefix: self.holder_prefix.clone(),
             flags: HolderFlags {
-                store: self.params.store.into(),
+                store: self.case.store.into(),
                 socket_dir: self.servers.socket().0,
                 port: self.servers.socket().1,
                 lease: LEASE.into(),
                 holder: holder.into(),
-                ttl_ms: ms(self.params.ttl),
+                ttl_ms: ms(self.case.ttl),
                 renew_ms: ms(self.params.renew),
                 margin_ms: ms(self.params.margin),
                 scope: SCOPE.into(),
@@ -141,7 +141,7 @@ impl Testbed {
         } else {
             self.own_lease_client().await?
         };
-        super::open_store(self.params.store, &table, self.service.as_deref()).await
+        super::open_store(self.case.store, &table, self.service.as_deref()).await
     }
 
     /// A lease client with its own single connection, already open (F3's contenders).
@@ -157,8 +157,8 @@ impl Testbed {
             .await
             .context("failed to open a contender's connection")?;
         Ok(
-            SqlLeaseStore::with_profile(pool, self.params.margin, self.params.sut.clone())
-                .with_ttl_in_force(self.params.ttl),
+            SqlLeaseStore::with_profile(pool, self.params.margin, self.case.sut.clone())
+                .with_ttl_in_force(self.case.ttl),
         )
     }
 
@@ -170,6 +170,6 @@ impl Testbed {
 
     /// The holder's `--sut`: the profile a holder loads, `None` for the lab's own design.
     pub fn sut_arg(&self) -> Option<String> {
-        (*self.params.sut != *Profile::seed004()).then(|| self.params.sut.load_arg())
+        (*self.case.sut != *Profile::seed004()).then(|| self.case.sut.load_arg())
     }
 }

@@ -50,8 +50,6 @@ pub struct Testbed {
     /// The lock service that is the lease store (`--lease-store redis|etcd|zookeeper`), in a
     /// container of its own; `None` when the lease store is the lease database's table.
     pub service: Option<Box<dyn LockService>>,
-    /// The TTL the run asked for (`--ttl-ms`); `params.ttl` is what the store grants for it.
-    ttl_asked: Duration,
     /// Lock services started for a store the lab no longer uses ([`Testbed::use_store`]), kept for
     /// the next case that does.
     idle_services: Vec<Box<dyn LockService>>,
@@ -64,10 +62,6 @@ pub struct Testbed {
     /// Clusters a scenario made besides [`Testbed::cluster`] (F14's primary and standby), handed
     /// over stopped with [`Testbed::adopt`] so that a failing or `--keep` run keeps them too.
     pub adopted: Vec<Box<dyn Hosts>>,
-    /// The open case runs a fence-dependent experiment again with another fenced mode
-    /// (`F6-fenced-single`…): parts that do not use the fenced mode under test were judged in
-    /// the first case and are not run (nor counted) again ([`crate::Spec::checks_again`]).
-    pub again_with_fence: bool,
     /// This run's mark: the label value on every container, network and network hold the run
     /// makes (feature `containers`), so that leftovers can be found and removed.
     pub run_mark: String,
@@ -83,7 +77,12 @@ pub struct Testbed {
     /// experiments it is not what they judge say skip ([`crate::Spec::holder_points`]).
     /// `None` for the lab's own holder.
     pub user_holder: Option<holders::UserHolder>,
-    pub params: Params,
+    /// The run's settings, fixed from start to shutdown ([`Testbed::params`]).
+    params: Params,
+    /// The open case: its lease store, the TTL that store granted, its fence
+    /// ([`Testbed::case`]); changed between cases by [`Testbed::use_store`] and
+    /// [`Testbed::use_sut`] only.
+    case: Case,
     /// The lease store every experiment asks through the trait all stores implement.
     pub lease: Arc<dyn LeaseStore>,
     /// The same lease as a SQL table, for what only a table has: F2's statements inside a
@@ -155,19 +154,19 @@ impl Testbed {
                 harness::docker::start_hosts(&run_mark, pg_major, patroni).await?
             }
         };
-        let (lease_pool, resource_pool) = match Self::provision(servers.as_ref(), &params.sut).await
-        {
-            Ok(pools) => pools,
-            Err(e) => {
-                servers.shutdown().await;
-                return Err(e);
-            }
-        };
-        let lease_table =
-            SqlLeaseStore::with_profile(lease_pool, params.margin, params.sut.clone())
-                .with_ttl_in_force(params.ttl);
+        let (lease_pool, resource_pool) =
+            match Self::provision(servers.as_ref(), &params.case.sut).await {
+                Ok(pools) => pools,
+                Err(e) => {
+                    servers.shutdown().await;
+                    return Err(e);
+                }
+            };
+        let asked = params.case.clone();
+        let lease_table = SqlLeaseStore::with_profile(lease_pool, params.margin, asked.sut.clone())
+            .with_ttl_in_force(asked.ttl);
         // A lock service as the lease store: a container of its own, started here.
-        let service = match fencing::stores::service_of(params.store) {
+        let service = match fencing::stores::service_of(asked.store) {
             None => None,
             Some(name) => match harness::docker::lock_service(name, &run_mark).await {
                 Ok(service) => Some(service),
@@ -177,7 +176,7 @@ impl Testbed {
                 }
             },
         };
-        let lease = match open_store(params.store, &lease_table, service.as_deref()).await {
+        let lease = match open_store(asked.store, &lease_table, service.as_deref()).await {
             Ok(lease) => lease,
             Err(e) => {
                 if let Some(service) = service {
@@ -188,16 +187,16 @@ impl Testbed {
             }
         };
         // The timelines run with the TTL the store grants (etcd: whole seconds).
-        let ttl_asked = params.ttl;
-        let mut params = params;
-        params.ttl = lease.granted_ttl(ttl_asked);
+        let case = Case {
+            ttl: lease.granted_ttl(asked.ttl),
+            ..asked
+        };
         Ok(Testbed {
-            ttl_asked,
             lease: SteppedStore::wrap(lease),
             lease_table,
             resource: SteppedResource(Resource::with_profile(
                 resource_pool.clone(),
-                params.sut.clone(),
+                case.sut.clone(),
             )),
             publisher: Publisher::new(resource_pool),
             servers,
@@ -207,14 +206,32 @@ impl Testbed {
             failed_here: false,
             keep_all: false,
             adopted: Vec::new(),
-            again_with_fence: false,
             run_mark,
             maria: crate::maria::MariaSlot::default(),
             holder_bin,
             holder_prefix: Vec::new(),
             user_holder: None,
             params,
+            case,
         })
+    }
+
+    /// The run's settings (SPEC §5 defaults unless the command line set them): fixed for the
+    /// whole run. What the open case runs with is [`Testbed::case`].
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// The open case: the lease store every experiment and holder asks, the TTL it granted (the
+    /// timelines run with it) and the system under test.
+    pub fn case(&self) -> &Case {
+        &self.case
+    }
+
+    /// Marks the open case as an experiment run again with another fence
+    /// ([`Case::again_with_fence`]).
+    pub(crate) fn set_again_with_fence(&mut self, again: bool) {
+        self.case.again_with_fence = again;
     }
 
     /// The lease store in a few words: `a single server`, or `Patroni, <replication mode>`.
@@ -263,18 +280,18 @@ impl Testbed {
             .iter()
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
-        let ttl = if self.params.ttl == self.ttl_asked {
+        let ttl = if self.case.ttl == self.params.case.ttl {
             String::new()
         } else {
             format!(
                 "; TTL {} ms as the store grants it (asked {} ms): the timelines run with it",
-                self.params.ttl.as_millis(),
-                self.ttl_asked.as_millis()
+                self.case.ttl.as_millis(),
+                self.params.case.ttl.as_millis()
             )
         };
         Some(format!(
             "{} ({}) at {}, a container of its own; token: {token}; {}{ttl}",
-            self.params.store,
+            self.case.store,
             service.version(),
             service.endpoint(),
             settings.join("; ")
@@ -389,12 +406,12 @@ impl Testbed {
             self.resource.pool().clone(),
         ];
         self.set_lease(
-            SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.params.sut.clone())
+            SqlLeaseStore::with_profile(lease_pool, self.params.margin, self.case.sut.clone())
                 .sharing_ttl_in_force(self.lease_table.ttl_in_force()),
         );
         self.resource = SteppedResource(Resource::with_profile(
             resource_pool.clone(),
-            self.params.sut.clone(),
+            self.case.sut.clone(),
         ));
         self.publisher = Publisher::new(resource_pool);
         for pool in old {
@@ -429,7 +446,7 @@ impl Testbed {
             self.resource.pool().clone(),
             profile.clone(),
         ));
-        self.params.sut = profile;
+        self.case.sut = profile;
     }
 
     /// Makes the store named `store` the lab's lease store (`fencing::stores::STORES`): the lease
@@ -440,8 +457,8 @@ impl Testbed {
             self.idle_services.push(service);
         }
         self.lease = SteppedStore::wrap(Arc::new(self.lease_table.clone()));
-        self.params.store = fencing::lease::sql::KIND.name;
-        self.params.ttl = self.ttl_asked;
+        self.case.store = fencing::lease::sql::KIND.name;
+        self.case.ttl = self.params.case.ttl;
         let Some(name) = fencing::stores::service_of(store) else {
             return Ok(());
         };
@@ -451,10 +468,10 @@ impl Testbed {
         };
         match open_store(store, &self.lease_table, Some(&*service)).await {
             Ok(lease) => {
-                self.params.ttl = lease.granted_ttl(self.ttl_asked);
+                self.case.ttl = lease.granted_ttl(self.params.case.ttl);
                 self.lease = SteppedStore::wrap(lease);
                 self.service = Some(service);
-                self.params.store = store;
+                self.case.store = store;
                 Ok(())
             }
             Err(e) => {

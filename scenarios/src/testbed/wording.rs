@@ -23,7 +23,7 @@ impl Testbed {
     /// The clock that decides expiry, as the evidence names it: `the database clock` for the
     /// lease table, the lock service's own otherwise.
     pub fn expiry_clock(&self) -> &'static str {
-        match fencing::stores::service_of(self.params.store) {
+        match fencing::stores::service_of(self.case.store) {
             None => "the database clock",
             Some("redis") => "Redis's clock",
             Some("etcd") => "etcd's leader",
@@ -38,8 +38,8 @@ impl Testbed {
     /// `token=–`).
     pub fn token(&self, rec: &Recorder, n: i64) -> i64 {
         let store_has_token =
-            fencing::stores::store_kind(self.params.store).is_none_or(|k| k.has_token);
-        if self.params.sut.claims.token_at_lease && store_has_token {
+            fencing::stores::store_kind(self.case.store).is_none_or(|k| k.has_token);
+        if self.case.sut.claims.token_at_lease && store_has_token {
             rec.token(n)
         } else {
             0
@@ -64,7 +64,7 @@ impl Testbed {
     /// A floor as a check's text shows it: the value (or `none`), or `n/a` for a design whose
     /// resource keeps no floor — on both sides of a check that compares more than the floor.
     pub fn floor_shown(&self, floor: Option<i64>) -> String {
-        if self.params.sut.resource.floor.is_none() {
+        if self.case.sut.resource.floor.is_none() {
             "n/a".into()
         } else {
             shown(floor)
@@ -79,7 +79,7 @@ impl Testbed {
         expected: i64,
         floor: Option<i64>,
     ) {
-        if self.params.sut.resource.floor.is_none() {
+        if self.case.sut.resource.floor.is_none() {
             rec.waive(description, NO_FLOOR);
         } else {
             rec.check_token(description, expected, floor);
@@ -99,7 +99,7 @@ impl Testbed {
         actual: Option<i64>,
     ) {
         let description = description.into();
-        if self.params.sut.claims.token_at_lease {
+        if self.case.sut.claims.token_at_lease {
             rec.check_token(description, expected, actual);
         } else {
             rec.waive(description, NO_TOKEN);
