@@ -307,25 +307,45 @@ impl Container {
 }
 
 /// Removes the container `id`, running or not, with its anonymous volumes; one already gone
-/// (another sweep removed it) counts as removed.
+/// (another sweep removed it) counts as removed, and one whose removal another sweep has under
+/// way (the engine answers 409) is waited for until it is gone: two labs that find the same
+/// leftovers at once (`lab clean` beside a starting `lab run`) both end with it removed.
 pub(crate) async fn remove(id: &str) -> Result<(), ContainerError> {
     let options = RemoveContainerOptionsBuilder::new()
         .force(true)
         .v(true)
         .build();
-    docker()
-        .await?
-        .remove_container(id, Some(options))
-        .await
-        .or_else(|e| match e {
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            } => Ok(()),
-            source => Err(ContainerError::engine(
-                format!("remove container {id}"),
-                source,
-            )),
-        })
+    let engine = docker().await?;
+    let engine_error = |source| ContainerError::engine(format!("remove container {id}"), source);
+    match engine.remove_container(id, Some(options)).await {
+        Ok(()) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409, ..
+        }) => {
+            let gone = || async {
+                match engine.inspect_container(id, None).await {
+                    Ok(_) => Ok(false),
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => Ok(true),
+                    Err(e) => Err(e),
+                }
+            };
+            let what = format!("the removal of container {id} under way elsewhere is done");
+            crate::wait::until(&what, Duration::from_secs(60), gone)
+                .await
+                .map(|_| ())
+                .map_err(|e| ContainerError::Cli {
+                    what: format!("remove container {id}"),
+                    detail: e.to_string(),
+                })
+        }
+        Err(source) => Err(engine_error(source)),
+    }
 }
 
 impl Drop for Container {
