@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use holder_protocol::{exit, DecodeError, Event, HolderFlags, Request, VERSION};
+use holder_protocol::{exit, DecodeError, Event, HolderFlags, Request, Token, VERSION};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
@@ -346,6 +346,17 @@ impl Holder {
             name: self.name().to_owned(),
             what: what.to_owned(),
             got: got.to_string(),
+        }
+    }
+
+    /// The number an `ACQUIRED` event carries, where the experiment needs one: any other event,
+    /// or `token=none`, is an unexpected line.
+    pub fn acquired_token(&self, got: &Event) -> Result<i64, HolderError> {
+        match got {
+            Event::Acquired {
+                token: Token::Value(n),
+            } => Ok(*n),
+            _ => Err(self.unexpected("ACQUIRED token=T (a number: this experiment fences)", got)),
         }
     }
 

@@ -193,7 +193,7 @@ impl Worker<'_> {
             .saturating_duration_since(Instant::now());
         if left < needed {
             emit(&Event::DeadlinePassed {
-                token: grant.token,
+                token: grant.token.into(),
                 overdue_ms: u64::try_from(needed.saturating_sub(left).as_millis())
                     .unwrap_or(u64::MAX),
             });

@@ -34,7 +34,9 @@ use fencing::lease::{Grant, LeaseStore, SqlLeaseStore};
 use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
-use holder_protocol::{exit, kernel_clock_line, Event, HolderFlags, Request, LOST_PREFIX, VERSION};
+use holder_protocol::{
+    exit, kernel_clock_line, Event, HolderFlags, Request, Token, LOST_PREFIX, VERSION,
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 mod looping;
@@ -227,7 +229,8 @@ where
         emit(&Event::Refused);
         return Ok(exit::NOT_ACQUIRED);
     };
-    let token = held.token;
+    // The lab's holder always has a number to fence with.
+    let token = Token::Value(held.token);
     emit(&Event::Acquired { token });
     let held = Arc::new(Mutex::new(held));
     let mut renewer = Renewer::start::<S>(flags, mode, held.clone())?;
@@ -393,7 +396,9 @@ impl Side for PgSide {
         // The transaction is open while the holder waits: blocking this thread's runtime is the
         // point (nothing else of the write may move).
         let go = async {
-            emit(&Event::BeforeCommit { token: held.token });
+            emit(&Event::BeforeCommit {
+                token: held.token.into(),
+            });
             matches!(read_request(), Ok(Some(Request::Go)))
         };
         let decided = fencing::resource::write_profile_before_commit(
@@ -610,7 +615,7 @@ impl Renewer {
                     }
                     emit(&Event::Renewed {
                         ok,
-                        token: current.token,
+                        token: current.token.into(),
                     });
                     if !ok {
                         break;

@@ -5,7 +5,7 @@ use fencing::resource::{Resource, WriteMode};
 use fencing::schema::{self, Database};
 use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
 use harness::server::{Cluster, ClusterConfig, PgBinaries};
-use holder_protocol::{exit, Event, HolderFlags, Request};
+use holder_protocol::{exit, Event, HolderFlags, Request, Token};
 use sqlx::postgres::PgPoolOptions;
 
 struct Env {
@@ -83,11 +83,16 @@ async fn a_holder_acquires_waits_for_the_go_line_writes_renews_and_releases() ->
     let mut h = Holder::spawn(&spec(&env, "holder-a", true)).await?;
     assert_eq!(
         h.next("acquire", EVENT_TIMEOUT).await?.1,
-        Event::Acquired { token: 1 }
+        Event::Acquired {
+            token: Token::Value(1)
+        }
     );
     assert!(matches!(
         h.next("write point", EVENT_TIMEOUT).await?.1,
-        Event::AtWritePoint { token: 1, .. }
+        Event::AtWritePoint {
+            token: Token::Value(1),
+            ..
+        }
     ));
     assert!(
         env.resource.part("s", "summary").await?.is_none(),
@@ -98,7 +103,7 @@ async fn a_holder_acquires_waits_for_the_go_line_writes_renews_and_releases() ->
         h.next("write", EVENT_TIMEOUT).await?.1,
         Event::Write {
             accepted: true,
-            token: 1
+            token: Token::Value(1)
         }
     );
     assert_eq!(
@@ -129,18 +134,26 @@ async fn a_holder_told_to_wait_before_its_check_checks_only_after_the_go_line() 
     let mut h = Holder::spawn(&spec).await?;
     assert_eq!(
         h.next("acquire", EVENT_TIMEOUT).await?.1,
-        Event::Acquired { token: 1 }
+        Event::Acquired {
+            token: Token::Value(1)
+        }
     );
     let (_, before) = h.next("before the check", EVENT_TIMEOUT).await?;
     assert!(
-        matches!(before, Event::BeforeCheck { token: 1, deadline_left_ms } if deadline_left_ms > 0),
+        matches!(before, Event::BeforeCheck { token: Token::Value(1), deadline_left_ms } if deadline_left_ms > 0),
         "{before}"
     );
     // Its renewer keeps the deadline ahead while it waits: the check passes.
     h.send(Request::Go).await?;
     let (_, ready) = h.next("write point", EVENT_TIMEOUT).await?;
     assert!(
-        matches!(ready, Event::AtWritePoint { token: 1, .. }),
+        matches!(
+            ready,
+            Event::AtWritePoint {
+                token: Token::Value(1),
+                ..
+            }
+        ),
         "{ready}"
     );
     h.send(Request::Go).await?;
@@ -148,7 +161,7 @@ async fn a_holder_told_to_wait_before_its_check_checks_only_after_the_go_line() 
         h.next("write", EVENT_TIMEOUT).await?.1,
         Event::Write {
             accepted: true,
-            token: 1
+            token: Token::Value(1)
         }
     );
     Ok(())
@@ -167,7 +180,9 @@ async fn a_holder_whose_deadline_passed_before_its_check_gives_up_without_writin
     let mut h = Holder::spawn(&spec).await?;
     assert_eq!(
         h.next("acquire", EVENT_TIMEOUT).await?.1,
-        Event::Acquired { token: 1 }
+        Event::Acquired {
+            token: Token::Value(1)
+        }
     );
     h.next("before the check", EVENT_TIMEOUT).await?;
     // The local deadline comes before the expiry by the database clock (SPEC §3.1).
@@ -188,7 +203,7 @@ async fn a_holder_whose_deadline_passed_before_its_check_gives_up_without_writin
     h.send(Request::Go).await?;
     let (_, gave_up) = h.next("the check", EVENT_TIMEOUT).await?;
     assert!(
-        matches!(gave_up, Event::DeadlinePassed { token: 1, overdue_ms } if overdue_ms > 0),
+        matches!(gave_up, Event::DeadlinePassed { token: Token::Value(1), overdue_ms } if overdue_ms > 0),
         "{gave_up}"
     );
     assert_eq!(

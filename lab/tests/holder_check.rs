@@ -124,7 +124,7 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
     let (code, out) = check(&holder)?;
     assert_eq!(code, Some(0), "{out}");
     for line in [
-        "ok   the handshake: HELLO version=4 pid=",
+        "ok   the handshake: HELLO version=5 pid=",
         "ok   the resource logged its write: one write_attempt, accepted, token=",
         "ok   its stdin closed at the write point: exit 6 (orphaned)",
         "ok   BEFORE_COMMIT (--wait-before-commit): has it",
@@ -229,7 +229,7 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
     let (code, out) = check(&garbled)?;
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("FAIL the handshake: check-a sent a line that is not the protocol: not a protocol line (missing pid): \"HELLO version=4 process="),
+        out.contains("FAIL the handshake: check-a sent a line that is not the protocol: not a protocol line (missing pid): \"HELLO version=5 process="),
         "{out}"
     );
     let lingers = broken(

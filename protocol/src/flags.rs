@@ -14,8 +14,8 @@ use clap::Parser;
 
 /// The holder's `--help` epilogue: the protocol in one line and the exit-status table
 /// (the statuses are [`crate::exit`]).
-pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=4`; the holder \
-answers `HELLO version=4 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
+pub const AFTER_HELP: &str = "Protocol: the orchestrator sends `HELLO version=5`; the holder \
+answers `HELLO version=5 pid=P`, then reports ACQUIRED / AT_WRITE_POINT / RENEWED … and waits for \
 `GO`. With --wait-before-check it first reports BEFORE_CHECK and waits for a `GO` before its \
 local-deadline check; a deadline found passed there is reported as DEADLINE_PASSED. With \
 --wait-before-commit it reports BEFORE_COMMIT inside its write transaction and waits for a `GO` to \

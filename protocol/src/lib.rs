@@ -7,8 +7,8 @@
 //! and waits at the write point for [`Request::Go`].
 //!
 //! ```text
-//! lab → holder   HELLO version=4
-//! holder → lab   HELLO version=4 pid=4242
+//! lab → holder   HELLO version=5
+//! holder → lab   HELLO version=5 pid=4242
 //! holder → lab   ACQUIRED token=1
 //! holder → lab   AT_WRITE_POINT token=1 deadline_left_ms=1196
 //! holder → lab   RENEWED ok=true token=1          (from the background renewer, any time)
@@ -55,8 +55,67 @@ pub use flags::{HolderFlags, AFTER_HELP};
 
 /// Bumped whenever a message changes shape or a new one may appear. Version 2: `BEFORE_CHECK`,
 /// and `DEADLINE_PASSED` says by how much the deadline had passed (`overdue_ms`). Version 3:
-/// `BEFORE_COMMIT`. Version 4: `OP` (a looping holder's operations, `--loop-seed`).
-pub const VERSION: u32 = 4;
+/// `BEFORE_COMMIT`. Version 4: `OP` (a looping holder's operations, `--loop-seed`). Version 5:
+/// a token may be `none` ([`Token`]: a lock library that exposes nothing to fence with), and a
+/// library holder's `HOLDING`, `ASKED` and `RELEASE_ENDED`.
+pub const VERSION: u32 = 5;
+
+/// What a holder reports as its token: the number its lease store granted — opaque and ordered,
+/// greater after every takeover, gaps allowed — or `none`, a first-class answer: the holder's
+/// lease (a published lock library used as it ships) exposes nothing ordered to fence with.
+/// The experiments judge a holding without a token as "cannot fence" on every check that
+/// needs one: never a pass, and never a token 0 that trips a token check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Token {
+    /// No token: `token=none`.
+    None,
+    /// `token=N`.
+    Value(i64),
+}
+
+impl Token {
+    /// The number, if there is one.
+    pub fn value(self) -> Option<i64> {
+        match self {
+            Token::None => None,
+            Token::Value(n) => Some(n),
+        }
+    }
+}
+
+impl From<i64> for Token {
+    fn from(n: i64) -> Token {
+        Token::Value(n)
+    }
+}
+
+/// A token compared with a number: equal only when it is that number (`none` equals none).
+impl PartialEq<i64> for Token {
+    fn eq(&self, other: &i64) -> bool {
+        *self == Token::Value(*other)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Token::None => f.write_str("none"),
+            Token::Value(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Token {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Token, Self::Err> {
+        if s == "none" {
+            Ok(Token::None)
+        } else {
+            s.parse().map(Token::Value)
+        }
+    }
+}
 
 /// The start of a stderr line in which a holder quotes what its lease store's client said of a
 /// holding it found lost on its renew after the write (a ZooKeeper session the server expired
@@ -142,29 +201,41 @@ pub enum Event {
     /// The handshake's answer.
     Hello { version: u32, pid: u32 },
     /// The lease was granted with this token.
-    Acquired { token: i64 },
+    Acquired { token: Token },
     /// The lease is held by someone else.
     Refused,
     /// A background renewal's result.
-    Renewed { ok: bool, token: i64 },
+    Renewed { ok: bool, token: Token },
     /// (`--wait-before-check` only) The holder stands before its local-deadline check and waits
     /// for [`Request::Go`]; `deadline_left_ms` is what its monotonic clock said as it reported
     /// (the check itself comes after the go-line and reads the clock again).
-    BeforeCheck { token: i64, deadline_left_ms: u64 },
+    BeforeCheck { token: Token, deadline_left_ms: u64 },
     /// The local-deadline check passed; the holder waits for [`Request::Go`].
-    AtWritePoint { token: i64, deadline_left_ms: u64 },
+    AtWritePoint { token: Token, deadline_left_ms: u64 },
     /// The local deadline had passed at the check, by `overdue_ms` on the holder's monotonic
     /// clock; the holder will not write.
-    DeadlinePassed { token: i64, overdue_ms: u64 },
+    DeadlinePassed { token: Token, overdue_ms: u64 },
     /// (`--wait-before-commit` only) The write's transaction has advanced the floor, upserted the
     /// part and recorded the attempt, and waits for [`Request::Go`] before its COMMIT.
-    BeforeCommit { token: i64 },
+    BeforeCommit { token: Token },
     /// The write's result.
-    Write { accepted: bool, token: i64 },
+    Write { accepted: bool, token: Token },
     /// The result of the one renew tried after the write.
     RenewAfterWrite { ok: bool },
     /// The result of the release (holders asked to release after writing).
     Released { ok: bool },
+    /// (a library holder) Where its holding lives at the lock service, so that the lab can read
+    /// the truth there: `key` (a Redis key, an etcd key, a ZooKeeper lock path) and `owner`, what
+    /// the library stores there for this holding (the value, or the lock node's data). Neither
+    /// holds a space.
+    Holding { key: String, owner: String },
+    /// (a library holder) After the go-line, before its write: the library's own ownership
+    /// question (`lock.owned()`, `lock.is_acquired`, …) and its answer, quoted as the library
+    /// gave it (the rest of the line: `returned True`, `raised LockError: …`).
+    Asked { question: String, answer: String },
+    /// (a library holder) How the library's release ended: `ok` unless it raised or returned
+    /// false; `said` quotes it (the rest of the line).
+    ReleaseEnded { ok: bool, said: String },
     /// Something went wrong; the holder exits next.
     Error { message: String },
     /// (`--loop-seed` only) An operation's invocation or completion. `token` is the holding's
@@ -295,8 +366,15 @@ impl fmt::Display for Event {
             }
             Event::RenewAfterWrite { ok } => write!(f, "RENEW_AFTER_WRITE ok={ok}"),
             Event::Released { ok } => write!(f, "RELEASED ok={ok}"),
+            Event::Holding { key, owner } => write!(f, "HOLDING key={key} owner={owner}"),
+            Event::Asked { question, answer } => {
+                write!(f, "ASKED question={question} answer={}", one_line(answer))
+            }
+            Event::ReleaseEnded { ok, said } => {
+                write!(f, "RELEASE_ENDED ok={ok} said={}", one_line(said))
+            }
             // The message is the rest of the line, with line breaks flattened.
-            Event::Error { message } => write!(f, "ERROR {}", message.replace(['\n', '\r'], " ")),
+            Event::Error { message } => write!(f, "ERROR {}", one_line(message)),
             Event::Op {
                 id,
                 phase,
@@ -310,6 +388,11 @@ impl fmt::Display for Event {
             ),
         }
     }
+}
+
+/// Free text on one line: line breaks flattened.
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
 }
 
 /// The fields of one line: its tag and its `key=value` pairs.
@@ -340,6 +423,21 @@ impl<'a> Fields<'a> {
             .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
             .ok_or_else(|| self.err(format!("missing {key}")))?;
         raw.parse().map_err(|_| self.err(format!("bad {key}")))
+    }
+
+    /// `first=V rest=TEXT…`: a one-word field, then free text to the end of the line (`ASKED
+    /// question=Q answer=…`, `RELEASE_ENDED ok=B said=…`).
+    fn word_then_text(&self, first: &str, rest: &str) -> Result<(&'a str, &'a str), DecodeError> {
+        let (word, text) = self
+            .rest
+            .split_once(&format!(" {rest}="))
+            .ok_or_else(|| self.err(format!("missing {rest}")))?;
+        let word = word
+            .strip_prefix(first)
+            .and_then(|w| w.strip_prefix('='))
+            .filter(|w| !w.is_empty() && !w.contains(' '))
+            .ok_or_else(|| self.err(format!("expected {first}=… first")))?;
+        Ok((word, text))
     }
 
     /// Rejects lines with fields beyond `keys`.
@@ -443,6 +541,27 @@ impl Event {
                 f.only(&["ok"])?;
                 Event::Released { ok: f.get("ok")? }
             }
+            "HOLDING" => {
+                f.only(&["key", "owner"])?;
+                Event::Holding {
+                    key: f.get("key")?,
+                    owner: f.get("owner")?,
+                }
+            }
+            "ASKED" => {
+                let (question, answer) = f.word_then_text("question", "answer")?;
+                Event::Asked {
+                    question: question.to_owned(),
+                    answer: answer.to_owned(),
+                }
+            }
+            "RELEASE_ENDED" => {
+                let (ok, said) = f.word_then_text("ok", "said")?;
+                Event::ReleaseEnded {
+                    ok: ok.parse().map_err(|_| f.err("bad ok"))?,
+                    said: said.to_owned(),
+                }
+            }
             "ERROR" => Event::Error {
                 message: f.rest.to_owned(),
             },
@@ -486,31 +605,56 @@ mod tests {
                 version: VERSION,
                 pid: 4242,
             },
-            Event::Acquired { token: 1 },
+            Event::Acquired {
+                token: Token::Value(1),
+            },
             Event::Refused,
-            Event::Renewed { ok: true, token: 1 },
+            Event::Renewed {
+                ok: true,
+                token: Token::Value(1),
+            },
             Event::AtWritePoint {
-                token: 1,
+                token: Token::Value(1),
                 deadline_left_ms: 1196,
             },
             Event::BeforeCheck {
-                token: 2,
+                token: Token::Value(2),
                 deadline_left_ms: 1198,
             },
             Event::DeadlinePassed {
-                token: 3,
+                token: Token::Value(3),
                 overdue_ms: 2310,
             },
             Event::Write {
                 accepted: false,
-                token: 1,
+                token: Token::Value(1),
             },
             Event::RenewAfterWrite { ok: false },
             Event::Released { ok: true },
             Event::Error {
                 message: "failed to connect: no such file".into(),
             },
-            Event::BeforeCommit { token: 4 },
+            Event::BeforeCommit {
+                token: Token::Value(4),
+            },
+            Event::Acquired { token: Token::None },
+            Event::Write {
+                accepted: true,
+                token: Token::None,
+            },
+            Event::Holding {
+                key: "/lab-locks/report-job".into(),
+                owner: "holder-a".into(),
+            },
+            Event::Asked {
+                question: "lock.owned()".into(),
+                answer: "returned True".into(),
+            },
+            Event::ReleaseEnded {
+                ok: false,
+                said: "raised LockNotOwnedError: Cannot release a lock that's no longer owned"
+                    .into(),
+            },
             Event::Op {
                 id: 2,
                 phase: OpPhase::Info,
@@ -536,11 +680,14 @@ mod tests {
             Event::Error { .. } => 10,
             Event::BeforeCommit { .. } => 11,
             Event::Op { .. } => 12,
+            Event::Holding { .. } => 13,
+            Event::Asked { .. } => 14,
+            Event::ReleaseEnded { .. } => 15,
         };
         let mut seen: Vec<usize> = events.iter().map(variant).collect();
         seen.sort_unstable();
         seen.dedup();
-        assert_eq!(seen, (0..=12).collect::<Vec<_>>(), "a variant is missing");
+        assert_eq!(seen, (0..=15).collect::<Vec<_>>(), "a variant is missing");
         for phase in [OpPhase::Invoke, OpPhase::Ok, OpPhase::Fail, OpPhase::Info] {
             assert_eq!(phase.as_str().parse(), Ok(phase));
         }
@@ -565,7 +712,7 @@ mod tests {
         assert_eq!(
             Event::Write {
                 accepted: false,
-                token: 1
+                token: Token::Value(1)
             }
             .to_string(),
             "WRITE accepted=false token=1"
@@ -596,6 +743,17 @@ mod tests {
             // Version 1's shape: without how far the deadline had passed.
             "DEADLINE_PASSED token=1",
             "REFUSED now",
+            // A token is a number or `none`, nothing else.
+            "ACQUIRED token=",
+            "ACQUIRED token=None",
+            "WRITE accepted=true token=nil",
+            "HOLDING key=k",
+            "HOLDING key=k owner=o extra=1",
+            "ASKED answer=returned True",
+            "ASKED question= answer=x",
+            "ASKED question=lock.owned()",
+            "RELEASE_ENDED said=returned None",
+            "RELEASE_ENDED ok=maybe said=returned None",
             // Requests are not events, even where the tag is shared.
             "GO",
             "HELLO version=1",
@@ -623,6 +781,37 @@ mod tests {
                 "{line:?} decoded as a request"
             );
         }
+    }
+
+    #[test]
+    fn a_token_is_a_number_or_none_and_none_equals_no_number() {
+        assert_eq!("none".parse::<Token>(), Ok(Token::None));
+        assert_eq!("7".parse::<Token>(), Ok(Token::Value(7)));
+        assert_eq!(Token::None.to_string(), "none");
+        assert_eq!(Token::None.value(), None);
+        assert_ne!(Token::None, 0);
+        assert_eq!(Token::Value(0), 0);
+        assert_eq!(
+            Event::Acquired { token: Token::None }.to_string(),
+            "ACQUIRED token=none"
+        );
+        // Free text keeps its spaces and its `=` signs, and stays on one line.
+        let asked = Event::decode("ASKED question=lock.locked() answer=returned 1496 (ms=x)");
+        assert_eq!(
+            asked,
+            Ok(Event::Asked {
+                question: "lock.locked()".into(),
+                answer: "returned 1496 (ms=x)".into()
+            })
+        );
+        let said = Event::ReleaseEnded {
+            ok: false,
+            said: "raised X:\nline two".into(),
+        };
+        assert_eq!(
+            said.to_string(),
+            "RELEASE_ENDED ok=false said=raised X: line two"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! (docs/holder-protocol.md). The experiments that judge a holder (F4, F10, F12) run after these,
 //! through the ordinary run: what this module checks is what they take for granted.
 //!
-//! - **the handshake**: `HELLO version=4 pid=P` within 10 s, P its own pid;
+//! - **the handshake**: `HELLO version=5 pid=P` within 10 s, P its own pid;
 //! - **one holding**: `ACQUIRED` with a token above 0, `AT_WRITE_POINT`, a renewer thread named
 //!   `renewer` (the freeze check looks for it), and after `GO` the write accepted with that
 //!   token — as the resource recorded it, not only as the holder said — the renew after it, the
@@ -76,11 +76,11 @@ async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<
         started.elapsed().as_millis()
     )));
     let token = match h.next("ACQUIRED", EVENT_TIMEOUT).await {
-        Ok((_, Event::Acquired { token })) if token > 0 => {
+        Ok((_, Event::Acquired { token })) if token.value() > Some(0) => {
             found.push(ok(format!(
                 "acquired the free lease: ACQUIRED token={token}"
             )));
-            token
+            token.value().unwrap_or_default() // a number above 0, by the guard
         }
         Ok((_, other)) => {
             found.push(fail(format!(

@@ -225,9 +225,7 @@ async fn start_a(
     .await;
     // The store's own number for A's grant (seed 004 counts 1; a lock service's counter or
     // revision does not start again between rows): the one A must keep to its write.
-    let Event::Acquired { token } = event else {
-        bail!(a.unexpected("ACQUIRED token=1", &event));
-    };
+    let token = a.acquired_token(&event)?;
     let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
     step(
         bed,

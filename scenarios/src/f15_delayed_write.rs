@@ -23,7 +23,7 @@ use harness::docker::{tcp_state, Holds, OwnServers, PG_PORT};
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, HolderError, EVENT_TIMEOUT};
 use harness::observe::client_ports;
-use holder_protocol::{Event, Request};
+use holder_protocol::{Event, Request, Token};
 use sqlx::PgPool;
 
 use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
@@ -199,7 +199,7 @@ async fn row(
     let mut a = Holder::spawn(&spec).await?;
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "acquire (once; no renewer)", &event).await;
-    if event != (Event::Acquired { token: 1 }) {
+    if event != (Event::Acquired { token: 1.into() }) {
         bail!(a.unexpected("ACQUIRED token=1", &event));
     }
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
@@ -207,7 +207,7 @@ async fn row(
     let row = bed.lease.inspect(LEASE).await?;
     rec.check_that(
         format!("{mode_label}: A passes its local-deadline check while its lease is valid by the database clock"),
-        matches!(ready, Event::AtWritePoint { token: 1, .. })
+        matches!(ready, Event::AtWritePoint { token: Token::Value(1), .. })
             && row.as_ref().is_some_and(|r| !r.expired && r.holder == HOLDER_A),
         format_args!(
             "{ready}; lease row {}",
@@ -331,7 +331,7 @@ async fn row(
     rec.note(format!("A exits: {}", describe(Some(code))));
     let Event::Write {
         accepted: a_ok,
-        token: 1,
+        token: Token::Value(1),
     } = write
     else {
         bail!(a.unexpected("WRITE … token=1", &write));

@@ -248,9 +248,7 @@ async fn row(
     let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "acquire (lease store host)", &event).await;
     // The store's own number for A's grant (a lock service's does not start again per row).
-    let Event::Acquired { token: a_token } = event else {
-        bail!(a.unexpected("ACQUIRED token=1", &event));
-    };
+    let a_token = a.acquired_token(&event)?;
     let (at, stands) = a.next("A before or past its check", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "stands", &stands).await;
     // A state, polled: A's renewer has connected and renewed once.

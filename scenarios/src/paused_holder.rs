@@ -58,7 +58,7 @@ pub(crate) async fn step(
         | Event::BeforeCheck { token, .. }
         | Event::AtWritePoint { token, .. }
         | Event::DeadlinePassed { token, .. }
-        | Event::Write { token, .. } => Some(*token),
+        | Event::Write { token, .. } => token.value(),
         _ => None,
     };
     let mark = match event {
@@ -68,7 +68,7 @@ pub(crate) async fn step(
             accepted: *accepted,
         },
         Event::RenewAfterWrite { ok: true } | Event::Renewed { ok: true, .. } => Mark::Renewed,
-        Event::Released { ok: true } => Mark::Released,
+        Event::Released { ok: true } | Event::ReleaseEnded { ok: true, .. } => Mark::Released,
         _ => Mark::Info,
     };
     let clock = bed.lease.clock().await.ok().flatten();
@@ -447,9 +447,9 @@ pub async fn run(
     else {
         bail!(a.unexpected("WRITE … token=1", &write));
     };
-    if token != bed.token(rec, 1) {
+    let Some(token) = token.value().filter(|t| *t == bed.token(rec, 1)) else {
         bail!(a.unexpected("WRITE … token=1", &write));
-    }
+    };
     rec.check(
         "A's renew after its write fails: its holding was superseded",
         "RENEW_AFTER_WRITE ok=false",

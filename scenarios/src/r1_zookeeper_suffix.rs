@@ -141,9 +141,7 @@ async fn one_run(
     let mut a = Holder::spawn(&spec(HOLDER_A, A_CONTENT, false)).await?;
     let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, a_at, "A", "acquire", &acquired).await;
-    let Event::Acquired { token: a_token } = acquired else {
-        bail!(a.unexpected("ACQUIRED token=…", &acquired));
-    };
+    let a_token = a.acquired_token(&acquired)?;
     let holding = bed.lease.inspect(&lock).await?;
     rec.check_that(
         format!(
@@ -211,9 +209,7 @@ async fn one_run(
     let mut b = Holder::spawn(&spec(HOLDER_B, B_CONTENT, true)).await?;
     let (b_at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, b_at, "B", "acquire", &acquired).await;
-    let Event::Acquired { token: b_token } = acquired else {
-        bail!(b.unexpected("ACQUIRED token=…", &acquired));
-    };
+    let b_token = b.acquired_token(&acquired)?;
     let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
     if !matches!(ready, Event::AtWritePoint { .. }) {
         bail!(b.unexpected("AT_WRITE_POINT", &ready));

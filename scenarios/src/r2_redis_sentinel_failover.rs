@@ -240,9 +240,7 @@ async fn one_run(
         );
         return Ok(());
     }
-    let Event::Acquired { token: a_token } = acquired else {
-        bail!(a.unexpected("ACQUIRED token=…", &acquired));
-    };
+    let a_token = a.acquired_token(&acquired)?;
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "waits at the write point", &ready).await;
     let (on_p, on_r) = (
@@ -329,9 +327,7 @@ async fn one_run(
         &acquired,
     )
     .await;
-    let Event::Acquired { token: b_token } = acquired else {
-        bail!(b.unexpected("ACQUIRED token=…", &acquired));
-    };
+    let b_token = b.acquired_token(&acquired)?;
     let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
     if !matches!(ready, Event::AtWritePoint { .. }) {
         bail!(b.unexpected("AT_WRITE_POINT", &ready));

@@ -123,9 +123,7 @@ async fn holder_run(
     let mut h = Holder::spawn(&spec).await?;
     let (at, acquired) = h.next(&format!("{actor}'s acquire"), EVENT_TIMEOUT).await?;
     step(bed, rec, at, actor, "acquire", &acquired).await;
-    let Event::Acquired { token } = acquired else {
-        bail!(h.unexpected("ACQUIRED token=…", &acquired));
-    };
+    let token = h.acquired_token(&acquired)?;
     let (_, ready) = h
         .next(&format!("{actor} at its write point"), EVENT_TIMEOUT)
         .await?;

@@ -104,9 +104,7 @@ mod imp {
         let owner = owner_token("A");
         let mut a = Holder::spawn(&spec(bed, env, &owner, run_id, mode)).await?;
         let (_, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-        let Event::Acquired { token } = acquired else {
-            bail!(a.unexpected("ACQUIRED", &acquired));
-        };
+        let token = a.acquired_token(&acquired)?;
         let (_, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
         if !matches!(ready, Event::AtWritePoint { .. }) {
             bail!(a.unexpected("AT_WRITE_POINT", &ready));

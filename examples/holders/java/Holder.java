@@ -26,7 +26,7 @@ import java.util.Map;
 import java.util.Set;
 
 public final class Holder {
-    static final int VERSION = 4;
+    static final int VERSION = 5;
     // Exit statuses (docs/holder-protocol.md).
     static final int WROTE = 0, FAILURE = 1, USAGE = 2, LEASE_LOST = 3, REJECTED = 4,
             NOT_ACQUIRED = 5, ORPHANED = 6, PROTOCOL = 7, DEADLINE = 8;

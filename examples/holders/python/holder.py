@@ -22,7 +22,7 @@ import time
 
 import psycopg
 
-VERSION = 4
+VERSION = 5
 # Exit statuses (docs/holder-protocol.md).
 WROTE, FAILURE, USAGE, LEASE_LOST, REJECTED, NOT_ACQUIRED, ORPHANED, PROTOCOL, DEADLINE = range(9)
 
