@@ -3,6 +3,7 @@
 #   ./run.sh --only F4,F5        any `lab run` option (./run.sh --help lists them)
 #   ./run.sh --gate              the few experiments that kill every planted bug (a PR's CI)
 #   ./run.sh list                any other lab subcommand
+#   ./run.sh library             the library card (lock libraries from PyPI; a Docker engine)
 #   ./run.sh holder check --cmd examples/holders/java/holder.sh   your own holder, conformance
 #   ./run.sh --quiet …           no build progress nor phase lines (for scripts)
 # Evidence goes to evidence/. Exit status: 0 passed, 1 a check failed, 2 the lab could not run.
@@ -50,6 +51,22 @@ say "built; the lab starts"
 # The lab's hints name the command the user ran (`./run.sh clean`, not `lab clean`).
 export LAB_INVOKED_AS=./run.sh
 case "${1:-}" in
+  library)
+    shift
+    say "the library holders' packages (pinned, from PyPI, into target/library-holders/venv once)"
+    python=$(scripts/ensure-library-holders.sh)
+    exec "target/$dir/lab" library --python "$python" "$@" ;;
   list | run | clean | bench | chaos | check | profile | holder | exercise | grade | help | -V | --version) exec "target/$dir/lab" "$@" ;;
-  *) exec "target/$dir/lab" run "$@" ;;
+  *)
+    # The full run, with a Docker engine's tools: the library card after the experiments.
+    if [ $# -eq 0 ] && [ -n "$containers" ]; then
+      status=0
+      "target/$dir/lab" run || status=$?
+      say "the library card: the published lock libraries, frozen as they ship (./run.sh library)"
+      lib=0
+      python=$(scripts/ensure-library-holders.sh) && "target/$dir/lab" library --python "$python" >/dev/null || lib=$?
+      [ "$status" -ne 0 ] || status=$lib
+      exit "$status"
+    fi
+    exec "target/$dir/lab" run "$@" ;;
 esac

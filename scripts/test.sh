@@ -23,6 +23,7 @@ scripts/ensure-postgres.sh
 scripts/ensure-faketime.sh
 scripts/ensure-python-holder.sh || true  # the example Python holder's test says skip without it
 scripts/ensure-java-holder.sh || true    # the example Java holder's test says skip without it
+scripts/ensure-library-holders.sh >/dev/null || true  # the library card's test says skip without it
 features=$(scripts/ensure-mariadb.sh)
 containers=$(scripts/ensure-containers.sh)
 # A test whose dependency is missing (a Docker engine, MariaDB, libfaketime) passes having said
@@ -72,7 +73,7 @@ while :; do
   kill -0 "$child" 2>/dev/null || break
 done
 if [ -s "$LAB_SKIPPED" ]; then
-  echo "test: skipped for a missing dependency, each listed once (LAB_REQUIRE=docker,mariadb,faketime,chromium,psycopg,jdbc makes these failures):" >&2
+  echo "test: skipped for a missing dependency, each listed once (LAB_REQUIRE=docker,mariadb,faketime,chromium,psycopg,jdbc,libraries makes these failures):" >&2
   sort -u "$LAB_SKIPPED" | sed 's/^/  /' >&2
 fi
 exit "$status"

@@ -41,6 +41,9 @@ pub enum Dependency {
     /// A JDK 17+ and Debian's PostgreSQL JDBC driver, which the example Java holder runs on
     /// (`scripts/ensure-java-holder.sh`).
     Jdbc,
+    /// The lock libraries the library holders use, in their virtual environment
+    /// (`scripts/ensure-library-holders.sh`).
+    Libraries,
 }
 
 impl Dependency {
@@ -53,6 +56,7 @@ impl Dependency {
             Dependency::Chromium => "chromium",
             Dependency::Psycopg => "psycopg",
             Dependency::Jdbc => "jdbc",
+            Dependency::Libraries => "libraries",
         }
     }
 

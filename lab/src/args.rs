@@ -185,6 +185,20 @@ pub enum Command {
                       lab holder check --cmd \"java -cp app.jar my.Holder\""
     )]
     Holder(HolderArgs),
+    /// The published lock libraries, frozen as they ship: the library card.
+    ///
+    /// Each library holder (kazoo, tooz, redis-py, python-redis-lock, etcd3gw: real packages from
+    /// PyPI, pinned, installed by scripts/ensure-library-holders.sh) through F1, F5, F4 and F12
+    /// on the lab's lock services in containers: can a paused process still write, what does
+    /// the library tell it afterwards against the truth at the service, what does it offer to
+    /// fence with. The card goes to <evidence-dir>/library-card.md.
+    ///
+    /// Exit 0 when every run completed and held, 1 when not, 2 when it could not run.
+    #[command(
+        after_help = "Examples:\n  scripts/ensure-library-holders.sh && lab library\n  \
+                            lab library --only kazoo,redis-py"
+    )]
+    Library(crate::library::LibraryArgs),
     /// The report card: each design × the experiments that judge a fence: safe, UNSAFE or n/a.
     ///
     /// Each design through the experiments that judge a fence (F1–F4, F6–F8,

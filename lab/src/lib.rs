@@ -18,6 +18,7 @@ pub mod config;
 pub mod exercise;
 pub mod grade;
 pub mod holder_check;
+pub mod library;
 pub mod list;
 pub mod matrix;
 pub mod profile;

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Exercise { name, out } => lab::exercise::run(name, out),
+        Command::Library(args) => lab::library::run(args),
         Command::Grade {
             sut,
             lease_store,

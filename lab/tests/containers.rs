@@ -736,3 +736,75 @@ fn chaos_on_etcd_passes_and_its_control_exposes_a_violation() -> anyhow::Result<
 fn chaos_on_zookeeper_passes_and_its_control_exposes_a_violation() -> anyhow::Result<()> {
     chaos_passes_and_its_control_exposes_a_violation("zookeeper")
 }
+
+/// The library card (issue 52): one published library per service, as it ships from PyPI — kazoo
+/// on ZooKeeper, redis-py on Redis, etcd3gw on etcd — through F1, F5, F4 and F12. Each run's own
+/// checks must hold (exit 0), and the card must say what the runs showed: the paused holder's
+/// stale write accepted unfenced on all three (F5's control exposing it), rejected when fenced
+/// with the library's token where it has one (kazoo's czxid, etcd3gw's create revision), "cannot
+/// fence" where it has none (redis-py), the lock freed by the service after kill -9.
+#[cfg(feature = "lock-services")]
+#[test]
+fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Result<()> {
+    let Some(sb) = sandbox()? else {
+        return Ok(());
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join("target/library-holders/venv/bin/python");
+    if !python.is_file() {
+        require::skip(
+            Dependency::Libraries,
+            require::this_test(),
+            "the library holders' virtual environment is missing (scripts/ensure-library-holders.sh)",
+        )?;
+        return Ok(());
+    }
+    let ev = sb.path().join("ev");
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["library", "--only", "kazoo,redis-py,etcd3gw", "--python"])
+        .arg(&python)
+        .arg("--holders")
+        .arg(root.join("holder/libraries"))
+        .arg("--evidence-dir")
+        .arg(&ev)
+        .env("TMPDIR", sb.path())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let evidence = fs::read_to_string(ev.join("library/output.txt")).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{evidence}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let card = fs::read_to_string(ev.join("library-card.md"))?;
+    let row = |lib: &str| {
+        card.lines()
+            .find(|l| l.starts_with(&format!("| {lib}@")))
+            .unwrap_or_else(|| panic!("no row for {lib}:\n{card}"))
+            .to_owned()
+    };
+    let cells = |lib: &str| -> Vec<String> { row(lib).split(" | ").map(str::to_owned).collect() };
+    for lib in ["kazoo", "redis", "etcd3gw"] {
+        let c = cells(lib);
+        assert!(c[3].starts_with("passes"), "{lib} F1: {}", c[3]);
+        assert!(
+            c[4].starts_with("accepted (stale write)"),
+            "{lib} F5: {}",
+            c[4]
+        );
+        assert!(c[8].starts_with("freed after"), "{lib} F12: {}", c[8]);
+    }
+    assert!(cells("kazoo")[5].starts_with("rejected"), "{card}");
+    assert!(cells("etcd3gw")[5].starts_with("rejected"), "{card}");
+    assert!(
+        cells("redis")[5].starts_with("cannot fence (no token)"),
+        "{card}"
+    );
+    // The negative control really showed the harm, in the run's own words.
+    assert!(
+        evidence.contains("negative control exposes: unfenced, A's stale write is accepted while B holds the lock"),
+        "{evidence}"
+    );
+    Ok(())
+}

@@ -33,6 +33,9 @@ mod f7_fence_granularity;
 mod f8_database_crash;
 mod f9_unfenceable_side_effect;
 mod latch;
+/// The lock libraries people ship, frozen as they ship: the library card (feature `lock-services`).
+#[cfg(feature = "lock-services")]
+pub mod library;
 mod maria;
 mod paused_holder;
 mod preflight;

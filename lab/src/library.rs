@@ -1,0 +1,222 @@
+//! `lab library`: the published lock libraries, frozen as they ship (SPEC §10). Each library
+//! holder (`holder/libraries/`, its package pinned and installed into a virtual environment by
+//! `scripts/ensure-library-holders.sh`) runs F1, F5, F4 and F12 on the lab's lock service in a
+//! container (`scenarios::library`); the evidence goes to `<evidence-dir>/library/output.txt`
+//! and the card to `<evidence-dir>/library-card.md`.
+//!
+//! Exit 0 when every run completed and every check held, 1 when one did not, 2 when the lab
+//! could not run (a package missing, no Docker engine under `LAB_REQUIRE=docker`, a library
+//! holder that speaks another protocol version).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::Ended;
+
+/// `lab library`'s arguments.
+#[derive(Debug, Args)]
+pub struct LibraryArgs {
+    /// Only these libraries, comma-separated (kazoo, tooz-zookeeper, redis-py,
+    /// python-redis-lock, tooz-redis, etcd3gw, tooz-etcd3gw). Default: every one.
+    #[arg(long, value_delimiter = ',', value_name = "LIB")]
+    pub only: Vec<String>,
+    /// The python of the virtual environment that has the libraries
+    /// (scripts/ensure-library-holders.sh prints it).
+    #[arg(
+        long,
+        value_name = "PYTHON",
+        default_value = "target/library-holders/venv/bin/python"
+    )]
+    pub python: PathBuf,
+    /// The library holders' directory.
+    #[arg(long, value_name = "DIR", default_value = "holder/libraries")]
+    pub holders: PathBuf,
+    /// Where the card (library-card.md) and the runs' evidence (library/) go.
+    #[arg(long, value_name = "DIR", default_value = "evidence")]
+    pub evidence_dir: PathBuf,
+}
+
+/// Runs `lab library`.
+pub fn run(args: LibraryArgs) -> Ended {
+    #[cfg(feature = "lock-services")]
+    {
+        on_services::run(args)
+    }
+    #[cfg(not(feature = "lock-services"))]
+    {
+        let _ = args;
+        eprintln!(
+            "lab library: skip: this lab is built without the feature lock-services \
+             (the library holders run on lock services in containers; ./run.sh builds it in)"
+        );
+        if harness::require::Dependency::Docker.required() {
+            Ended::CouldNotRun
+        } else {
+            Ended::Passed
+        }
+    }
+}
+
+#[cfg(feature = "lock-services")]
+mod on_services {
+    use anyhow::Context as _;
+    use harness::evidence::{Recorder, TextReporter};
+    use harness::server::{ClusterConfig, PgBinaries};
+    use scenarios::library::{self, card, Installed, Library, LIBRARIES};
+    use scenarios::{Params, Testbed};
+
+    use super::LibraryArgs;
+    use crate::{Ended, Signals};
+
+    pub(super) fn run(args: LibraryArgs) -> Ended {
+        let runtime = match crate::runtime() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("lab library: failed to start the async runtime: {e}");
+                return Ended::CouldNotRun;
+            }
+        };
+        match runtime.block_on(run_inner(args)) {
+            Ok(ended) => ended,
+            Err(e) => {
+                eprintln!("lab library: {e:#}");
+                Ended::CouldNotRun
+            }
+        }
+    }
+
+    /// The libraries asked for, each checked before anything starts: its package installed
+    /// (its version), its holder file there.
+    fn chosen(
+        args: &LibraryArgs,
+        installed: &Installed,
+    ) -> anyhow::Result<Vec<(&'static Library, String)>> {
+        let libs: Vec<&'static Library> = if args.only.is_empty() {
+            LIBRARIES.iter().collect()
+        } else {
+            args.only
+                .iter()
+                .map(|id| library::library(id))
+                .collect::<anyhow::Result<_>>()?
+        };
+        if !installed.python.is_file() {
+            anyhow::bail!(
+                "{} is not there: scripts/ensure-library-holders.sh installs the libraries into it",
+                installed.python.display()
+            );
+        }
+        libs.into_iter()
+            .map(|lib| {
+                let file = installed.dir.join(lib.file);
+                anyhow::ensure!(
+                    file.is_file(),
+                    "the library holder {} is missing",
+                    file.display()
+                );
+                Ok((lib, installed.version(lib.package)?))
+            })
+            .collect()
+    }
+
+    async fn run_inner(args: LibraryArgs) -> anyhow::Result<Ended> {
+        let installed = Installed {
+            python: args.python.clone(),
+            dir: args.holders.clone(),
+        };
+        let libs = chosen(&args, &installed)?;
+        if let Err(why) = harness::docker::engine().await {
+            let line = format!("the library card runs on lock services in containers, and there is no Docker engine: {why}");
+            if harness::require::Dependency::Docker.required() {
+                anyhow::bail!("{line} (LAB_REQUIRE names docker)");
+            }
+            eprintln!("lab library: skip: {line}");
+            return Ok(Ended::Passed);
+        }
+        let mut signals = Signals::install()?;
+        let dir = args.evidence_dir.join("library");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
+        let mut params = Params::default();
+        params.case.store = fencing::lease::sql::KIND.name;
+        let cluster = ClusterConfig::new(PgBinaries::locate(None)?);
+        let mut bed = tokio::select! {
+            bed = Testbed::start(cluster, params, installed.python.clone()) => bed?,
+            signal = signals.recv() => return Ok(Ended::Interrupted(signal)),
+        };
+        let mut rec = Recorder::new(vec![Box::new(TextReporter::new(
+            true,
+            Some(dir.join("output.txt")),
+        ))]);
+        let outcome = tokio::select! {
+            rows = all(&mut bed, &mut rec, &libs, &installed) => Ok(rows),
+            signal = signals.recv() => Err(signal),
+        };
+        bed.shutdown().await;
+        let rows = match outcome {
+            Ok(rows) => rows,
+            Err(signal) => {
+                rec.interrupted(signal.name());
+                let _ = rec.finish();
+                return Ok(Ended::Interrupted(signal));
+            }
+        };
+        let summary = rec.finish()?;
+        let card_path = args.evidence_dir.join("library-card.md");
+        std::fs::write(&card_path, card::markdown(&rows))
+            .with_context(|| format!("failed to write {}", card_path.display()))?;
+        println!("{}", card::markdown(&rows));
+        eprintln!(
+            "lab library: {} librar{}; the card in {}, the runs in {}",
+            rows.len(),
+            if rows.len() == 1 { "y" } else { "ies" },
+            card_path.display(),
+            dir.join("output.txt").display()
+        );
+        Ok(if summary.failed == 0 {
+            Ended::Passed
+        } else {
+            Ended::Failed
+        })
+    }
+
+    async fn all<'a>(
+        bed: &mut Testbed,
+        rec: &mut Recorder,
+        libs: &[(&'a Library, String)],
+        installed: &Installed,
+    ) -> Vec<card::CardRow<'a>> {
+        let mut rows = Vec::new();
+        for (lib, version) in libs {
+            let row = match bed.use_store(store_of(lib)).await {
+                Ok(()) => library::run(bed, rec, lib, installed).await,
+                Err(e) => {
+                    rec.case(&format!("{}/F1", lib.id), "the lock service");
+                    rec.abort(&e);
+                    rec.end_case();
+                    library::Row::default()
+                }
+            };
+            rows.push(card::CardRow {
+                library: lib,
+                version: version.clone(),
+                // The service and its version, as the lab describes it up to its address.
+                service: bed.describe_service().map_or_else(
+                    || lib.store.to_owned(),
+                    |d| d.split(" at ").next().unwrap_or(&d).to_owned(),
+                ),
+                row,
+            });
+        }
+        rows
+    }
+
+    /// The lab's store on `lib`'s service (a `&'static` name the lab knows).
+    fn store_of(lib: &Library) -> &'static str {
+        fencing::stores::STORES
+            .iter()
+            .map(|k| k.name)
+            .find(|name| *name == lib.store)
+            .unwrap_or("postgres")
+    }
+}

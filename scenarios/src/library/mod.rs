@@ -1,0 +1,703 @@
+//! The lock libraries people ship, frozen as they ship (SPEC §10): each library holder — a real
+//! package from PyPI, used as its own README shows, in `holder/libraries/` — through the
+//! experiments that apply to a library's lock, on the lab's lock service in a container:
+//!
+//! - **F1**: one holding from acquire to release: the service's own record shows it, the write is
+//!   accepted, the release ends well and frees the lock;
+//! - **F5** (unfenced) and **F4** (fenced with the library's token, where it has one): A frozen
+//!   at its write point until the service itself ends its holding, B takes the lock and writes,
+//!   A is thawed — it asks its library the library's own question, writes, releases. The lab sets
+//!   the library's answer beside the truth at the service ([`truth`]) and judges the write at
+//!   the resource;
+//! - **F12**: A killed with SIGKILL while it holds the lock: the time until the service frees
+//!   it, against the TTL.
+//!
+//! A library that exposes nothing ordered to fence with reports `token=none`: its F4 is "cannot
+//! fence" — not run, never a pass, never an UNSAFE for lacking the token alone. What each run
+//! showed becomes a row of the library card ([`card`]).
+
+pub mod card;
+pub mod truth;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use fencing::resource::WriteMode;
+use harness::evidence::{Mark, Recorder};
+use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
+use holder_protocol::{exit, Event, Request, Token};
+
+use crate::paused_holder::{lab_step, list, states, step};
+use crate::testbed::{HOLDER_A, HOLDER_B, SCOPE};
+use crate::Testbed;
+
+/// One published lock library on one service: the holder file that uses it and what it offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Library {
+    /// The card's name for it: `kazoo`, `tooz-redis`, …
+    pub id: &'static str,
+    /// Its package on PyPI (its version is read from the installed package).
+    pub package: &'static str,
+    /// The holder file in `holder/libraries/`.
+    pub file: &'static str,
+    /// The lock service it runs on (`--store`).
+    pub store: &'static str,
+    /// What it exposes to fence with, in words; `None`: nothing ordered (`token=none`).
+    pub fence: Option<&'static str>,
+    /// The library's own ownership question, as its holder asks it.
+    pub question: &'static str,
+}
+
+/// Every library holder, in the card's order.
+pub const LIBRARIES: &[Library] = &[
+    Library {
+        id: "kazoo",
+        package: "kazoo",
+        file: "kazoo_lock.py",
+        store: "zookeeper",
+        fence: Some("the lock node's czxid (ordered: the ensemble's zxid)"),
+        question: "lock.is_acquired",
+    },
+    Library {
+        id: "tooz-zookeeper",
+        package: "tooz",
+        file: "tooz_lock.py",
+        store: "zookeeper",
+        fence: None,
+        question: "lock.is_still_owner()",
+    },
+    Library {
+        id: "redis-py",
+        package: "redis",
+        file: "redis_py_lock.py",
+        store: "redis",
+        fence: None,
+        question: "lock.owned()",
+    },
+    Library {
+        id: "python-redis-lock",
+        package: "python-redis-lock",
+        file: "python_redis_lock.py",
+        store: "redis",
+        fence: None,
+        question: "lock.get_owner_id()==lock.id",
+    },
+    Library {
+        id: "tooz-redis",
+        package: "tooz",
+        file: "tooz_lock.py",
+        store: "redis",
+        fence: None,
+        question: "lock.is_still_owner()",
+    },
+    Library {
+        id: "etcd3gw",
+        package: "etcd3gw",
+        file: "etcd3gw_lock.py",
+        store: "etcd",
+        fence: Some("the lock key's create_revision (ordered: etcd's revision)"),
+        question: "lock.is_acquired()",
+    },
+    Library {
+        id: "tooz-etcd3gw",
+        package: "tooz",
+        file: "tooz_lock.py",
+        store: "etcd",
+        fence: None,
+        question: "lock.is_still_owner()",
+    },
+];
+
+/// The library `id`, or an error listing them.
+pub fn library(id: &str) -> anyhow::Result<&'static Library> {
+    LIBRARIES.iter().find(|l| l.id == id).with_context(|| {
+        let ids: Vec<&str> = LIBRARIES.iter().map(|l| l.id).collect();
+        format!(
+            "no library holder named {id}; the library holders: {}",
+            ids.join(", ")
+        )
+    })
+}
+
+/// Where the library holders are and the Python that has their packages.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// The virtual environment's python (`scripts/ensure-library-holders.sh` prints it).
+    pub python: PathBuf,
+    /// `holder/libraries/`.
+    pub dir: PathBuf,
+}
+
+impl Installed {
+    /// How to start `lib`'s holder as `name`, writing `content` in `mode`.
+    fn spec(
+        &self,
+        bed: &Testbed,
+        lib: &Library,
+        name: &str,
+        content: &str,
+        mode: WriteMode,
+    ) -> HolderSpec {
+        let mut spec = bed.holder_spec(name, content, mode, true);
+        spec.bin = self.python.clone();
+        spec.prefix = vec![self.dir.join(lib.file).into_os_string()];
+        spec
+    }
+
+    /// The installed version of `package`, read off its `.dist-info` directory in the virtual
+    /// environment's site-packages (`<venv>/bin/python` → `<venv>/lib/python3.*/site-packages`),
+    /// or why it cannot be.
+    pub fn version(&self, package: &str) -> anyhow::Result<String> {
+        let venv = self
+            .python
+            .parent()
+            .and_then(Path::parent)
+            .context("the python is not in a virtual environment's bin/")?;
+        let wanted = format!("{}-", package.to_lowercase().replace('-', "_"));
+        let lib = venv.join("lib");
+        for python in std::fs::read_dir(&lib).with_context(|| format!("no {}", lib.display()))? {
+            let site = python?.path().join("site-packages");
+            let Ok(entries) = std::fs::read_dir(&site) else {
+                continue;
+            };
+            for entry in entries {
+                let name = entry?.file_name().to_string_lossy().to_lowercase();
+                if let Some(version) = name
+                    .strip_prefix(&wanted)
+                    .and_then(|rest| rest.strip_suffix(".dist-info"))
+                {
+                    return Ok(version.to_owned());
+                }
+            }
+        }
+        bail!(
+            "the package {package} is not installed in {} (scripts/ensure-library-holders.sh installs it)",
+            venv.display()
+        )
+    }
+}
+
+/// One observation for the card: what it says and the evidence line it was read off.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cell {
+    pub said: String,
+    pub evidence: String,
+}
+
+impl Cell {
+    fn new(said: impl Into<String>, evidence: impl Into<String>) -> Cell {
+        Cell {
+            said: said.into(),
+            evidence: evidence.into(),
+        }
+    }
+}
+
+/// What the runs of one library showed: a row of the card.
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    pub f1: Cell,
+    pub unfenced: Cell,
+    pub fenced: Cell,
+    pub told: Cell,
+    pub told_agrees: Option<bool>,
+    pub release: Cell,
+    pub killed: Cell,
+}
+
+/// What one paused run showed.
+struct Paused {
+    accepted: bool,
+    write: String,
+    asked: Option<(String, String)>,
+    truth_when_asked: Option<String>,
+    a_owner: String,
+    release: Option<(bool, String)>,
+}
+
+/// The events of one holding up to its write point: token, key, owner.
+async fn up_to_the_write_point(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    h: &mut Holder,
+    actor: &str,
+) -> anyhow::Result<(Token, String, String)> {
+    let (at, acquired) = h.next(&format!("{actor}'s acquire"), EVENT_TIMEOUT).await?;
+    step(bed, rec, at, actor, "acquire", &acquired).await;
+    let Event::Acquired { token } = acquired else {
+        bail!(h.unexpected("ACQUIRED token=T|none", &acquired));
+    };
+    let (_, holding) = h.next(&format!("{actor}'s HOLDING"), EVENT_TIMEOUT).await?;
+    rec.note(format!("{actor}: {holding}"));
+    let Event::Holding { key, owner } = holding else {
+        bail!(h.unexpected("HOLDING key=K owner=O", &holding));
+    };
+    let (at, ready) = h
+        .next(&format!("{actor} at its write point"), EVENT_TIMEOUT)
+        .await?;
+    step(bed, rec, at, actor, "waits at the write point", &ready).await;
+    if !matches!(ready, Event::AtWritePoint { token: t, .. } if t == token) {
+        bail!(h.unexpected(&format!("AT_WRITE_POINT token={token}"), &ready));
+    }
+    Ok((token, key, owner))
+}
+
+/// The service's endpoint and who holds `key` there now.
+async fn truth(bed: &Testbed, key: &str) -> anyhow::Result<Option<String>> {
+    let service = bed
+        .service
+        .as_ref()
+        .context("the library runs need a lock service")?;
+    truth::owner(bed.case().store, &service.endpoint(), key).await
+}
+
+/// Whether the service no longer shows `owner` holding `key` (a wait's condition).
+async fn not_holding(bed: &Testbed, key: &str, owner: &str) -> std::io::Result<bool> {
+    match truth(bed, key).await {
+        Ok(now) => Ok(now.as_deref() != Some(owner)),
+        Err(e) => Err(std::io::Error::other(format!("{e:#}"))),
+    }
+}
+
+fn shown(owner: &Option<String>) -> String {
+    owner.clone().unwrap_or_else(|| "nobody".to_owned())
+}
+
+/// The events after the go-line: the question's answer, the write, the release.
+async fn after_go(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    h: &mut Holder,
+    actor: &str,
+    key: &str,
+) -> anyhow::Result<(Option<(String, String)>, Option<String>, Event)> {
+    let (at, asked) = h
+        .next(&format!("{actor}'s question to its library"), EVENT_TIMEOUT)
+        .await?;
+    let truth_now = truth(bed, key).await?;
+    step(bed, rec, at, actor, "asks its library", &asked).await;
+    let asked = match asked {
+        Event::Asked { question, answer } => Some((question, answer)),
+        other => bail!(h.unexpected("ASKED question=Q answer=A", &other)),
+    };
+    let (at, write) = h.next(&format!("{actor}'s write"), EVENT_TIMEOUT).await?;
+    step(bed, rec, at, actor, "write", &write).await;
+    if !matches!(write, Event::Write { .. }) {
+        bail!(h.unexpected("WRITE accepted=B token=T", &write));
+    }
+    Ok((asked, truth_now, write))
+}
+
+async fn release(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    h: &mut Holder,
+    actor: &str,
+) -> anyhow::Result<(bool, String)> {
+    let (at, ended) = h.next(&format!("{actor}'s release"), EVENT_TIMEOUT).await?;
+    step(bed, rec, at, actor, "release", &ended).await;
+    match ended {
+        Event::ReleaseEnded { ok, said } => Ok((ok, said)),
+        other => bail!(h.unexpected("RELEASE_ENDED ok=B said=…", &other)),
+    }
+}
+
+/// F1 for `lib`: one holding, acquire to release, on the service's own record.
+pub async fn normal_path(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+) -> anyhow::Result<Cell> {
+    bed.reset().await?;
+    let mode = mode_of(lib);
+    let mut a = Holder::spawn(&installed.spec(bed, lib, HOLDER_A, "rows=200(A)", mode)).await?;
+    let (token, key, owner) = up_to_the_write_point(bed, rec, &mut a, "A").await?;
+    let held = truth(bed, &key).await?;
+    rec.check_that(
+        format!("the service's own record shows A's holding at {key}"),
+        held.as_deref() == Some(owner.as_str()),
+        format_args!("{key} held by {}", shown(&held)),
+    );
+    rec.check_that(
+        format!(
+            "{}: the token A reports is {}",
+            lib.id,
+            lib.fence
+                .map_or("none: nothing to fence with", |_| "a number")
+        ),
+        token.value().is_some() == lib.fence.is_some(),
+        format_args!("token={token}"),
+    );
+    a.send(Request::Go).await?;
+    let (_, _, write) = after_go(bed, rec, &mut a, "A", &key).await?;
+    let accepted = matches!(write, Event::Write { accepted: true, .. });
+    rec.check_that("A's write is accepted", accepted, &write);
+    let (ok, said) = release(bed, rec, &mut a, "A").await?;
+    rec.check_that("A's release ends well", ok, format_args!("said={said}"));
+    let code = a.exit_code(EVENT_TIMEOUT).await?;
+    rec.check(
+        "A exits",
+        &describe(Some(exit::WROTE)),
+        &describe(Some(code)),
+    );
+    let after = truth(bed, &key).await?;
+    rec.check_that(
+        "after the release, the service shows nobody holding the lock",
+        after.is_none(),
+        format_args!("{key} held by {}", shown(&after)),
+    );
+    let passed = held.as_deref() == Some(owner.as_str())
+        && accepted
+        && ok
+        && code == exit::WROTE
+        && after.is_none();
+    Ok(Cell::new(
+        if passed { "passes" } else { "FAILS" },
+        format!("{write}; RELEASE_ENDED ok={ok} said={said}"),
+    ))
+}
+
+/// The write mode a library's holder is asked for in its first runs: fenced where it has a
+/// token, unfenced where it has none.
+fn mode_of(lib: &Library) -> WriteMode {
+    if lib.fence.is_some() {
+        WriteMode::Fenced
+    } else {
+        WriteMode::Unfenced
+    }
+}
+
+/// F4/F5 for `lib` in `mode`: A frozen at its write point until the service ends its holding,
+/// B takes the lock and writes, A thawed asks, writes, releases.
+async fn paused(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+    mode: WriteMode,
+) -> anyhow::Result<Paused> {
+    bed.reset().await?;
+    let mut a = Holder::spawn(&installed.spec(bed, lib, HOLDER_A, "rows=200(A)", mode)).await?;
+    let (a_token, key, a_owner) = up_to_the_write_point(bed, rec, &mut a, "A").await?;
+    a.freeze().await?;
+    let frozen_at = Instant::now();
+    let frozen = a.threads()?;
+    lab_step(bed, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
+    rec.check(
+        "after SIGSTOP, /proc shows state T for A and every thread of A (its library's too)",
+        "T",
+        &states(&frozen),
+    );
+    until_ended(bed, rec, &mut a, &key, &a_owner, frozen_at).await?;
+    let (mut b, b_owner) = b_takes_over(bed, rec, lib, installed, mode, &key, a_token).await?;
+
+    a.send(Request::Go).await?;
+    let thawed = a.thaw().await?;
+    lab_step(
+        bed,
+        rec,
+        Mark::Thawed,
+        "A",
+        "go-line, SIGCONT",
+        list(&thawed),
+    )
+    .await;
+    let (asked, truth_when_asked, write) = after_go(bed, rec, &mut a, "A", &key).await?;
+    let a_release = release(bed, rec, &mut a, "A").await?;
+    let code = a.exit_code(EVENT_TIMEOUT).await?;
+    rec.note(format!("A exits: {}", describe(Some(code))));
+    let after = truth(bed, &key).await?;
+    rec.check_that(
+        "A's release after the loss leaves B's lock in place",
+        after.as_deref() == Some(b_owner.as_str()),
+        format_args!("{key} held by {}", shown(&after)),
+    );
+    b.send(Request::Go).await?;
+    let b_release = release(bed, rec, &mut b, "B").await?;
+    rec.check_that(
+        "B's release ends well",
+        b_release.0,
+        format_args!("said={}", b_release.1),
+    );
+    let b_code = b.exit_code(EVENT_TIMEOUT).await?;
+    rec.check(
+        "B exits",
+        &describe(Some(exit::WROTE)),
+        &describe(Some(b_code)),
+    );
+
+    // The resource's word on A's write, not A's.
+    let attempts = bed.resource.attempts(SCOPE).await?;
+    let a_accepted = attempts.iter().any(|x| x.writer == HOLDER_A && x.accepted);
+    let Event::Write { accepted, .. } = write else {
+        bail!("A's write was not reported");
+    };
+    rec.check_that(
+        "the resource's record of A's write agrees with what A reported",
+        a_accepted == accepted,
+        format_args!("write_attempt accepted={a_accepted}; {write}"),
+    );
+    Ok(Paused {
+        accepted: a_accepted,
+        write: write.to_string(),
+        asked,
+        truth_when_asked,
+        a_owner,
+        release: Some(a_release),
+    })
+}
+
+/// Waits until the service itself ends A's holding (its TTL, its session timeout), by its own
+/// record, and checks it; A is killed when it does not.
+async fn until_ended(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+    key: &str,
+    a_owner: &str,
+    frozen_at: Instant,
+) -> anyhow::Result<()> {
+    // Until the service itself ends A's holding (its TTL, its session timeout), by its record.
+    let ttl = bed.case().ttl;
+    let gone = harness::wait::until(
+        "A's holding ended by the service",
+        ttl * 4 + Duration::from_secs(20),
+        || not_holding(bed, key, a_owner),
+    )
+    .await;
+    let gone_ms = frozen_at.elapsed().as_millis();
+    rec.check_that(
+        "while A is frozen, the service ends A's holding (its own record)",
+        gone.is_ok(),
+        format_args!("{gone_ms} ms after the freeze (TTL {} ms)", ttl.as_millis()),
+    );
+    lab_step(
+        bed,
+        rec,
+        Mark::LeaseExpired,
+        "A",
+        "holding ended by the service",
+        "",
+    )
+    .await;
+    if let Err(e) = gone {
+        a.crash().await;
+        bail!(e);
+    }
+
+    Ok(())
+}
+
+/// B, a second process of the same library, takes the lock once the service ended A's
+/// holding, and writes; it then waits (`--wait-after-write`) holding the lock. Returns it and
+/// the owner the service records for it.
+async fn b_takes_over(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+    mode: WriteMode,
+    key: &str,
+    a_token: Token,
+) -> anyhow::Result<(Holder, String)> {
+    let mut b = Holder::spawn(&{
+        let mut spec = installed.spec(bed, lib, HOLDER_B, "rows=201(B)", mode);
+        spec.flags.wait_after_write = true;
+        spec
+    })
+    .await?;
+    let (b_token, _, b_owner) = up_to_the_write_point(bed, rec, &mut b, "B").await?;
+    b.send(Request::Go).await?;
+    let (_, _, b_write) = after_go(bed, rec, &mut b, "B", key).await?;
+    rec.check_that(
+        "B takes the lock and its write is accepted",
+        matches!(b_write, Event::Write { accepted: true, .. }),
+        &b_write,
+    );
+    if let (Some(a_n), Some(b_n)) = (a_token.value(), b_token.value()) {
+        rec.check_that(
+            "B's token is greater than A's (the library's fence is ordered)",
+            b_n > a_n,
+            format_args!("A {a_n}, B {b_n}"),
+        );
+    }
+
+    Ok((b, b_owner))
+}
+
+/// F12 for `lib`: A killed with SIGKILL while it holds the lock; how long until the service
+/// frees it, against the TTL.
+async fn killed(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+) -> anyhow::Result<Cell> {
+    bed.reset().await?;
+    let mut a =
+        Holder::spawn(&installed.spec(bed, lib, HOLDER_A, "rows=200(A)", mode_of(lib))).await?;
+    let (_, key, owner) = up_to_the_write_point(bed, rec, &mut a, "A").await?;
+    let status = a.crash().await;
+    let killed_at = Instant::now();
+    lab_step(
+        bed,
+        rec,
+        Mark::Killed,
+        "A",
+        "SIGKILL",
+        format!("{status:?}"),
+    )
+    .await;
+    let ttl = bed.case().ttl;
+    let freed = harness::wait::until(
+        "the lock freed after A's kill",
+        ttl * 4 + Duration::from_secs(20),
+        || not_holding(bed, &key, &owner),
+    )
+    .await;
+    let ms = killed_at.elapsed().as_millis();
+    rec.check_that(
+        "after kill -9, the service frees A's lock by itself",
+        freed.is_ok(),
+        format_args!("{ms} ms after the kill (TTL {} ms)", ttl.as_millis()),
+    );
+    let said = match freed {
+        Ok(_) => format!("freed after {ms} ms (TTL {} ms)", ttl.as_millis()),
+        Err(_) => format!("NOT freed within {ms} ms"),
+    };
+    Ok(Cell::new(
+        said,
+        format!("the service's record of {key}, polled from the kill"),
+    ))
+}
+
+/// Every run of `lib` on the open case's service, each a case of `rec`; the card's row.
+pub async fn run(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+) -> Row {
+    let mut row = Row::default();
+    let title = |what: &str| format!("{} on {}: {what}", lib.id, lib.store);
+    rec.case(
+        &format!("{}/F1", lib.id),
+        &title("one holding, acquire to release"),
+    );
+    let f1 = normal_path(bed, rec, lib, installed).await;
+    row.f1 = ended(rec, f1);
+    rec.end_case();
+
+    rec.case(
+        &format!("{}/F5", lib.id),
+        &title("paused past its lock's end, then writes unfenced"),
+    );
+    match paused(bed, rec, lib, installed, WriteMode::Unfenced).await {
+        Ok(p) => {
+            rec.expose(
+                "unfenced, A's stale write is accepted while B holds the lock",
+                p.accepted,
+                &p.write,
+            );
+            row.unfenced = Cell::new(
+                if p.accepted {
+                    "accepted (stale write)"
+                } else {
+                    "rejected"
+                },
+                p.write.clone(),
+            );
+            tell(&mut row, &p);
+        }
+        Err(e) => {
+            rec.abort(&e);
+            row.unfenced = Cell::new("could not run", format!("{e:#}"));
+        }
+    }
+    rec.end_case();
+
+    rec.case(
+        &format!("{}/F4", lib.id),
+        &title("paused past its lock's end, then writes fenced with the library's token"),
+    );
+    row.fenced = match lib.fence {
+        None => {
+            rec.skip(format!(
+                "{} exposes nothing ordered to fence with (token=none): cannot fence",
+                lib.id
+            ));
+            Cell::new("cannot fence (no token)", "ACQUIRED token=none")
+        }
+        Some(_) => match paused(bed, rec, lib, installed, WriteMode::Fenced).await {
+            Ok(p) => {
+                rec.check_that(
+                    "fenced with the library's token, A's stale write is rejected",
+                    !p.accepted,
+                    &p.write,
+                );
+                Cell::new(if p.accepted { "ACCEPTED" } else { "rejected" }, p.write)
+            }
+            Err(e) => {
+                rec.abort(&e);
+                Cell::new("could not run", format!("{e:#}"))
+            }
+        },
+    };
+    rec.end_case();
+
+    rec.case(
+        &format!("{}/F12", lib.id),
+        &title("killed with SIGKILL while holding"),
+    );
+    let killed = killed(bed, rec, lib, installed).await;
+    row.killed = ended(rec, killed);
+    rec.end_case();
+    row
+}
+
+/// What A's library told it after the pause, beside the truth, and how its release ended.
+fn tell(row: &mut Row, p: &Paused) {
+    if let Some((question, answer)) = &p.asked {
+        let truth = shown(&p.truth_when_asked);
+        let a_holds = p.truth_when_asked.as_deref() == Some(p.a_owner.as_str());
+        // The library's answer against the service's record: a yes or no that matches whether A
+        // still holds the lock agrees; anything else (an exception) is reported, not judged.
+        let says = match answer.as_str() {
+            "returned True" => Some(true),
+            "returned False" => Some(false),
+            _ => None,
+        };
+        row.told_agrees = says.map(|s| s == a_holds);
+        let whose = if a_holds {
+            "A"
+        } else if p.truth_when_asked.is_some() {
+            "B"
+        } else {
+            "nobody"
+        };
+        row.told = Cell::new(
+            format!("{question} {answer}; the service: held by {whose}"),
+            format!("ASKED question={question} answer={answer}; the service's record: {truth}"),
+        );
+    }
+    if let Some((ok, said)) = &p.release {
+        row.release = Cell::new(said.clone(), format!("RELEASE_ENDED ok={ok} said={said}"));
+    }
+}
+
+fn ended(rec: &mut Recorder, cell: anyhow::Result<Cell>) -> Cell {
+    match cell {
+        Ok(cell) => cell,
+        Err(e) => {
+            rec.abort(&e);
+            Cell::new("could not run", format!("{e:#}"))
+        }
+    }
+}
+
+/// The holder files' directory beside `root` (a checkout): `holder/libraries`.
+pub fn holders_dir(root: &Path) -> PathBuf {
+    root.join("holder").join("libraries")
+}
