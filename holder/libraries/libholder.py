@@ -8,13 +8,15 @@ One timeline, the same for every library:
 
     HELLO → take the lock (its own acquire; `REFUSED`, exit 5, when another holds it)
           → ACQUIRED token=T|none → HOLDING key=K owner=O → AT_WRITE_POINT … → GO
-          → ASKED question=Q answer=A   (the library's own ownership question, asked as its
-                                         docs advise, right before the write)
+          → ASKED question=Q answer=A   (the library's own ownership question, right before
+                                         the write)
           → WRITE accepted=B token=T|none
           → (--wait-after-write: GO)
           → RELEASE_ENDED said=S        (how the library's release ended, quoted)
 
-The holder does not act on its library's answer: the lab freezes it between the write point and
+With --wait-before-check (F10) it stops before the question instead (BEFORE_CHECK, GO), asks,
+and writes only if the library says the lock is still held — as the library's docs advise —,
+exiting 8 without writing otherwise. Without it, the holder does not act on its library's answer: the lab freezes it between the write point and
 the write, and what the resource does with the write that follows is the experiment. The answer
 is reported for the library card's column "what the library tells the application".
 """
@@ -28,7 +30,8 @@ import traceback
 import psycopg
 
 VERSION = 5
-WROTE, FAILURE, USAGE, LEASE_LOST, REJECTED, NOT_ACQUIRED, ORPHANED, PROTOCOL = range(8)
+WROTE, FAILURE, USAGE, LEASE_LOST, REJECTED, NOT_ACQUIRED, ORPHANED, PROTOCOL, CHECK_FAILED = \
+    range(9)
 
 FLOOR = """
 UPDATE fence_floor SET max_token = %(token)s WHERE scope = %(scope)s AND max_token <= %(token)s"""
@@ -90,6 +93,7 @@ def flags(library):
     p.add_argument("--mode", required=True)
     p.add_argument("--release", action="store_true")
     p.add_argument("--wait-after-write", action="store_true")
+    p.add_argument("--wait-before-check", action="store_true")
     # The lab's own design's knobs: a library renews (or not) by itself and has no local deadline.
     for ignored in ("--renew-ms", "--margin-ms", "--sut", "--run-id", "--lease-host",
                     "--lease-port", "--resource-host", "--resource-port", "--loop-parts"):
@@ -149,13 +153,28 @@ def run(library):
         say(f"ACQUIRED token={shown}")
         key, owner = lock.holding()
         say(f"HOLDING key={key} owner={owner}")
-        # No local-deadline check: none of these libraries' READMEs has one. What is left of the
-        # TTL the holder asked for, by its monotonic clock, for the evidence only.
-        left = max(0, int((sent + f.ttl_ms / 1000.0 - time.monotonic()) * 1000))
-        say(f"AT_WRITE_POINT token={shown} deadline_left_ms={left}")
-        wait_for_go()
-        _, answer = quoted_outcome(lock.ask)
-        say(f"ASKED question={library.question} answer={answer}")
+        # No local deadline of the holder's own: what is left of the TTL it asked for, by its
+        # monotonic clock, is reported for the evidence only.
+        def left_ms():
+            return max(0, int((sent + f.ttl_ms / 1000.0 - time.monotonic()) * 1000))
+
+        if f.wait_before_check:
+            # F10: the check the library offers, called as its docs advise — before the write,
+            # the write only if it says the lock is still held. The pause comes before it.
+            say(f"BEFORE_CHECK token={shown} deadline_left_ms={left_ms()}")
+            wait_for_go()
+            _, answer = quoted_outcome(lock.ask)
+            say(f"ASKED question={library.question} answer={answer}")
+            if answer != "returned True":
+                lock.close()
+                sys.exit(CHECK_FAILED)  # nothing written
+            say(f"AT_WRITE_POINT token={shown} deadline_left_ms={left_ms()}")
+            wait_for_go()
+        else:
+            say(f"AT_WRITE_POINT token={shown} deadline_left_ms={left_ms()}")
+            wait_for_go()
+            _, answer = quoted_outcome(lock.ask)
+            say(f"ASKED question={library.question} answer={answer}")
         accepted = write(f, token)
         say(f"WRITE accepted={str(accepted).lower()} token={shown}")
         if f.wait_after_write:

@@ -56,20 +56,27 @@ pub fn advice(r: &CardRow<'_>) -> String {
             row.unfenced.said
         )),
     }
-    match row.told_agrees {
-        Some(true) => said.push(format!(
-            "Asking `{}` right before the write answered the truth, but the pause can come after the question: the write still needs a fence.",
+    let f10 = row.f10.said.as_str();
+    if f10.starts_with("MISSED") {
+        said.push(format!(
+            "Its check, `{}`, called before the write as its docs advise, missed a pause that came before it: it still said the lock was held while another process held it, and the write went out. Do not trust it after a pause.",
             lib.question
-        )),
-        Some(false) => said.push(format!(
-            "`{}` still said the lock was held while another process held it: do not trust it after a pause.",
+        ));
+    } else if f10.starts_with("caught") {
+        said.push(format!(
+            "Its check, `{}`, caught a pause that came before it (F10); a pause after the check is F5's, which only a fence stops.",
             lib.question
-        )),
-        None if !row.told.said.is_empty() => said.push(format!(
-            "`{}` gave no yes or no ({}).",
-            lib.question, row.told.said
-        )),
-        None => {}
+        ));
+    } else if f10.starts_with("no answer") {
+        said.push(format!(
+            "Its check, `{}`, gives no answer here ({}): the application cannot ask.",
+            lib.question, row.f10.evidence
+        ));
+    }
+    if row.release.said.starts_with("returned True") && stale {
+        said.push(
+            "Its release after the loss returned True: it does not tell the application that the lock was lost.".to_owned(),
+        );
     }
     said.join(" ")
 }
@@ -81,29 +88,34 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
     out.push_str(
         "Each published lock library as it ships (`holder/libraries/`, pinned in \
          `holder/libraries/requirements.txt`), on the lab's lock service in a container, through \
-         F1 (one holding), F5 (paused past its lock's end, then writes unfenced), F4 (the same, \
-         fenced with the library's token where it has one) and F12 (kill -9). Every cell is what \
+         F1 (one holding), F3 (four processes race for the free lock, three rounds), F5 (paused \
+         past its lock's end, then writes unfenced), F4 (the same, fenced with the library's \
+         token where it has one), F10 (paused before the check its library offers, then asks and \
+         writes only if the library says it still holds the lock) and F12 (kill -9). Every cell is what \
          a run showed, with the evidence line it was read off (the run's `output.txt` has the \
          whole timeline). \"What it tells the application\" is the library's own question asked \
          after the pause, right before the write, beside the service's own record of who held \
          the lock at that moment.\n\n",
     );
     out.push_str(
-        "| library@version | service | fence it exposes | F1 | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | release after the loss | after kill -9 (F12) |\n",
+        "| library | package@version | service | fence it exposes | F1 | F3 (one winner per round) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let _ = writeln!(
             out,
-            "| {}@{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}@{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.library.id,
             r.library.package,
             r.version,
             markdown_cell(&r.service),
             r.library.fence.unwrap_or("none (`token=none`)"),
             cell(&r.row.f1),
+            cell(&r.row.f3),
             cell(&r.row.unfenced),
             cell(&r.row.fenced),
             cell(&r.row.told),
+            cell(&r.row.f10),
             cell(&r.row.release),
             cell(&r.row.killed),
         );

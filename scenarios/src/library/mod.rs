@@ -198,6 +198,8 @@ impl Cell {
 #[derive(Debug, Clone, Default)]
 pub struct Row {
     pub f1: Cell,
+    pub f3: Cell,
+    pub f10: Cell,
     pub unfenced: Cell,
     pub fenced: Cell,
     pub told: Cell,
@@ -223,6 +225,24 @@ async fn up_to_the_write_point(
     h: &mut Holder,
     actor: &str,
 ) -> anyhow::Result<(Token, String, String)> {
+    let (token, key, owner) = holding(bed, rec, h, actor).await?;
+    let (at, ready) = h
+        .next(&format!("{actor} at its write point"), EVENT_TIMEOUT)
+        .await?;
+    step(bed, rec, at, actor, "waits at the write point", &ready).await;
+    if !matches!(ready, Event::AtWritePoint { token: t, .. } if t == token) {
+        bail!(h.unexpected(&format!("AT_WRITE_POINT token={token}"), &ready));
+    }
+    Ok((token, key, owner))
+}
+
+/// A holding's first two lines: `ACQUIRED` (its token) and `HOLDING` (its key and owner).
+async fn holding(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    h: &mut Holder,
+    actor: &str,
+) -> anyhow::Result<(Token, String, String)> {
     let (at, acquired) = h.next(&format!("{actor}'s acquire"), EVENT_TIMEOUT).await?;
     step(bed, rec, at, actor, "acquire", &acquired).await;
     let Event::Acquired { token } = acquired else {
@@ -233,13 +253,6 @@ async fn up_to_the_write_point(
     let Event::Holding { key, owner } = holding else {
         bail!(h.unexpected("HOLDING key=K owner=O", &holding));
     };
-    let (at, ready) = h
-        .next(&format!("{actor} at its write point"), EVENT_TIMEOUT)
-        .await?;
-    step(bed, rec, at, actor, "waits at the write point", &ready).await;
-    if !matches!(ready, Event::AtWritePoint { token: t, .. } if t == token) {
-        bail!(h.unexpected(&format!("AT_WRITE_POINT token={token}"), &ready));
-    }
     Ok((token, key, owner))
 }
 
@@ -573,6 +586,208 @@ async fn killed(
     ))
 }
 
+/// F10 for `lib`: the check its library offers — its ownership question, called before the
+/// write as the library's docs advise, the write only if it says the lock is still held — with
+/// A frozen right *before* it until the service ends A's holding, B holding the lock when A
+/// wakes. Whether the check catches the pause is the library's answer, read against the service.
+async fn checked(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+) -> anyhow::Result<Cell> {
+    bed.reset().await?;
+    let mut spec = installed.spec(bed, lib, HOLDER_A, "rows=200(A)", WriteMode::Unfenced);
+    spec.flags.wait_before_check = true;
+    let mut a = Holder::spawn(&spec).await?;
+    let (a_token, key, a_owner) = holding(bed, rec, &mut a, "A").await?;
+    let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
+    step(
+        bed,
+        rec,
+        at,
+        "A",
+        "stands before its library's check",
+        &before,
+    )
+    .await;
+    if !matches!(before, Event::BeforeCheck { .. }) {
+        bail!(a.unexpected("BEFORE_CHECK token=T deadline_left_ms=N", &before));
+    }
+    a.freeze().await?;
+    let frozen_at = Instant::now();
+    lab_step(bed, rec, Mark::Frozen, "A", "SIGSTOP", list(&a.threads()?)).await;
+    until_ended(bed, rec, &mut a, &key, &a_owner, frozen_at).await?;
+    let (mut b, b_owner) =
+        b_takes_over(bed, rec, lib, installed, WriteMode::Unfenced, &key, a_token).await?;
+    a.send(Request::Go).await?;
+    let thawed = a.thaw().await?;
+    lab_step(
+        bed,
+        rec,
+        Mark::Thawed,
+        "A",
+        "go-line, SIGCONT",
+        list(&thawed),
+    )
+    .await;
+    let (at, asked) = a.next("A's check", EVENT_TIMEOUT).await?;
+    let truth_now = truth(bed, &key).await?;
+    step(bed, rec, at, "A", "asks its library", &asked).await;
+    let Event::Asked { question, answer } = &asked else {
+        bail!(a.unexpected("ASKED question=Q answer=A", &asked));
+    };
+    let says_held = answer == "returned True";
+    rec.note(format!(
+        "A's library, asked after the pause: {question} {answer}; the service's record: {}",
+        shown(&truth_now)
+    ));
+    let wrote = acts_on_the_answer(bed, rec, &mut a, says_held, &asked).await?;
+    b.send(Request::Go).await?;
+    let b_release = release(bed, rec, &mut b, "B").await?;
+    rec.check_that(
+        "B's release ends well",
+        b_release.0,
+        format_args!("said={}", b_release.1),
+    );
+    let _ = b.exit_code(EVENT_TIMEOUT).await?;
+    let a_holds = truth_now.as_deref() == Some(a_owner.as_str());
+    let held_by_b = truth_now.as_deref() == Some(b_owner.as_str());
+    let said = match (wrote, says_held == a_holds) {
+        (false, _) if answer.starts_with("raised") => {
+            format!("no answer ({answer}): nothing written")
+        }
+        (false, _) => "caught the pause: nothing written".to_owned(),
+        (true, _) if held_by_b => "MISSED the pause: wrote while B held the lock".to_owned(),
+        (true, _) => "wrote".to_owned(),
+    };
+    Ok(Cell::new(
+        said,
+        format!(
+            "ASKED question={question} answer={answer}; the service's record: {}",
+            shown(&truth_now)
+        ),
+    ))
+}
+
+/// What A does after its library's answer (F10): told the lock is held, it goes on to the write
+/// point and writes; told not, it exits without writing. Checks that the resource saw a write
+/// from A exactly in the first case; returns whether A wrote.
+async fn acts_on_the_answer(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+    says_held: bool,
+    asked: &Event,
+) -> anyhow::Result<bool> {
+    if says_held {
+        let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+        step(
+            bed,
+            rec,
+            at,
+            "A",
+            "check passed, at the write point",
+            &ready,
+        )
+        .await;
+        a.send(Request::Go).await?;
+        let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
+        step(bed, rec, at, "A", "write", &write).await;
+        release(bed, rec, a, "A").await?;
+        let _ = a.exit_code(EVENT_TIMEOUT).await?;
+    } else {
+        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        rec.check(
+            "A, told the lock is not held, exits without writing",
+            &describe(Some(exit::DEADLINE_PASSED)),
+            &describe(Some(code)),
+        );
+    }
+    let a_wrote = bed
+        .resource
+        .attempts(SCOPE)
+        .await?
+        .iter()
+        .any(|x| x.writer == HOLDER_A);
+    rec.check_that(
+        "A wrote at the resource exactly when its library said it still held the lock",
+        a_wrote == says_held,
+        format_args!("{asked}; write_attempt by A: {a_wrote}"),
+    );
+    Ok(a_wrote)
+}
+
+/// F3 for `lib`: several processes of the library race for the free lock, round after round;
+/// the service must grant it to exactly one per round (the others answer `REFUSED`).
+async fn one_winner(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+) -> anyhow::Result<Cell> {
+    const ROUNDS: usize = 3;
+    bed.reset().await?;
+    let mut winners = Vec::new();
+    for round in 1..=ROUNDS {
+        let spec = |n: usize| {
+            installed.spec(
+                bed,
+                lib,
+                &format!("contender-{round}-{n}"),
+                "rows=1",
+                mode_of(lib),
+            )
+        };
+        let (s1, s2, s3, s4) = (spec(1), spec(2), spec(3), spec(4));
+        // Started together: each tries the lock as soon as it has shaken hands.
+        let (h1, h2, h3, h4) = tokio::join!(
+            Holder::spawn(&s1),
+            Holder::spawn(&s2),
+            Holder::spawn(&s3),
+            Holder::spawn(&s4)
+        );
+        let mut holders = [h1?, h2?, h3?, h4?];
+        let mut won = Vec::new();
+        for (i, h) in holders.iter_mut().enumerate() {
+            let (_, first) = h.next("a contender's acquire", EVENT_TIMEOUT).await?;
+            match first {
+                Event::Acquired { .. } => won.push(i),
+                Event::Refused => {}
+                other => bail!(h.unexpected("ACQUIRED or REFUSED", &other)),
+            }
+        }
+        rec.check_that(
+            format!("round {round}: exactly one of 4 contenders is granted the lock"),
+            won.len() == 1,
+            format_args!("granted: {}", won.len()),
+        );
+        for (i, h) in holders.iter_mut().enumerate() {
+            if won.contains(&i) {
+                let _ = h.next("the winner's HOLDING", EVENT_TIMEOUT).await?;
+                let _ = h
+                    .next("the winner at its write point", EVENT_TIMEOUT)
+                    .await?;
+                h.send(Request::Go).await?;
+                let _ = h.next("the winner's question", EVENT_TIMEOUT).await?;
+                let _ = h.next("the winner's write", EVENT_TIMEOUT).await?;
+                let _ = h.next("the winner's release", EVENT_TIMEOUT).await?;
+            }
+            let _ = h.exit_code(EVENT_TIMEOUT).await?;
+        }
+        winners.push(won.len());
+    }
+    let ok = winners.iter().all(|&n| n == 1);
+    Ok(Cell::new(
+        if ok {
+            "one winner per round"
+        } else {
+            "NOT one winner per round"
+        },
+        format!("granted per round of 4: {winners:?}"),
+    ))
+}
+
 /// Every run of `lib` on the open case's service, each a case of `rec`; the card's row.
 pub async fn run(
     bed: &mut Testbed,
@@ -653,6 +868,22 @@ pub async fn run(
     );
     let killed = killed(bed, rec, lib, installed).await;
     row.killed = ended(rec, killed);
+    rec.end_case();
+
+    rec.case(
+        &format!("{}/F3", lib.id),
+        &title("four processes race for the free lock, three rounds"),
+    );
+    let f3 = one_winner(bed, rec, lib, installed).await;
+    row.f3 = ended(rec, f3);
+    rec.end_case();
+
+    rec.case(
+        &format!("{}/F10", lib.id),
+        &title("paused before the check its library offers, then asks and writes only if held"),
+    );
+    let f10 = checked(bed, rec, lib, installed).await;
+    row.f10 = ended(rec, f10);
     rec.end_case();
     row
 }
