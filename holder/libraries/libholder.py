@@ -60,12 +60,18 @@ def one_line(text):
 
 
 def quoted_outcome(call):
-    """What a call of the library did, as the card quotes it: `returned X` or `raised E: msg`."""
+    """What a call of the library did, as the card quotes it: `returned X` or `raised E: msg`,
+    on one line and at most 200 characters (pottery's exceptions print every server's client)."""
     try:
         value = call()
     except Exception as e:  # the library's own exception is the observation
-        return False, one_line(f"raised {type(e).__name__}: {e}")
-    return value is not False, one_line(f"returned {value!r}")
+        return False, short(f"raised {type(e).__name__}: {e}")
+    return value is not False, short(f"returned {value!r}")
+
+
+def short(text, most=200):
+    text = one_line(text)
+    return text if len(text) <= most else text[:most - 1] + "…"
 
 
 def wait_for_go():

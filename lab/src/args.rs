@@ -187,9 +187,9 @@ pub enum Command {
     Holder(HolderArgs),
     /// The published lock libraries, frozen as they ship: the library card.
     ///
-    /// Each library holder (kazoo, tooz, redis-py, python-redis-lock, etcd3gw: real packages from
-    /// PyPI, pinned, installed by scripts/ensure-library-holders.sh) through F1, F5, F4 and F12
-    /// on the lab's lock services in containers: can a paused process still write, what does
+    /// Each library holder (kazoo, tooz, redis-py, python-redis-lock, pottery, etcd3gw: real
+    /// packages from PyPI, pinned, installed by scripts/ensure-library-holders.sh) through F1,
+    /// F3, F5, F4, F10 and F12 on the lab's lock services in containers: can a paused process still write, what does
     /// the library tell it afterwards against the truth at the service, what does it offer to
     /// fence with. The card goes to <evidence-dir>/library-card.md.
     ///

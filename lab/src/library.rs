@@ -18,7 +18,7 @@ use crate::Ended;
 #[derive(Debug, Args)]
 pub struct LibraryArgs {
     /// Only these libraries, comma-separated (kazoo, tooz-zookeeper, redis-py,
-    /// python-redis-lock, tooz-redis, etcd3gw, tooz-etcd3gw). Default: every one.
+    /// python-redis-lock, tooz-redis, pottery, etcd3gw, tooz-etcd3gw). Default: every one.
     #[arg(long, value_delimiter = ',', value_name = "LIB")]
     pub only: Vec<String>,
     /// The python of the virtual environment that has the libraries
@@ -123,6 +123,7 @@ mod on_services {
         let installed = Installed {
             python: args.python.clone(),
             dir: args.holders.clone(),
+            servers: None,
         };
         let libs = chosen(&args, &installed)?;
         if let Err(why) = harness::docker::engine().await {
@@ -188,27 +189,59 @@ mod on_services {
     ) -> Vec<card::CardRow<'a>> {
         let mut rows = Vec::new();
         for (lib, version) in libs {
-            let row = match bed.use_store(store_of(lib)).await {
-                Ok(()) => library::run(bed, rec, lib, installed).await,
-                Err(e) => {
-                    rec.case(&format!("{}/F1", lib.id), "the lock service");
-                    rec.abort(&e);
-                    rec.end_case();
-                    library::Row::default()
-                }
+            let (row, service) = if lib.store == "redlock" {
+                on_redlock_servers(bed, rec, lib, installed).await
+            } else {
+                let row = match bed.use_store(store_of(lib)).await {
+                    Ok(()) => library::run(bed, rec, lib, installed).await,
+                    Err(e) => could_not_start(rec, lib, &e),
+                };
+                // The service and its version, as the lab describes it up to its address.
+                let service = bed.describe_service().map_or_else(
+                    || lib.store.to_owned(),
+                    |d| d.split(" at ").next().unwrap_or(&d).to_owned(),
+                );
+                (row, service)
             };
             rows.push(card::CardRow {
                 library: lib,
                 version: version.clone(),
-                // The service and its version, as the lab describes it up to its address.
-                service: bed.describe_service().map_or_else(
-                    || lib.store.to_owned(),
-                    |d| d.split(" at ").next().unwrap_or(&d).to_owned(),
-                ),
+                service,
                 row,
             });
         }
         rows
+    }
+
+    /// A library whose lock service could not be started: its first case fails, saying why.
+    fn could_not_start(rec: &mut Recorder, lib: &Library, e: &anyhow::Error) -> library::Row {
+        rec.case(&format!("{}/F1", lib.id), "the lock service");
+        rec.abort(e);
+        rec.end_case();
+        library::Row::default()
+    }
+
+    /// A Redlock library (pottery) on five Redis servers of its own, as RL1–RL3 use, removed
+    /// after its runs.
+    async fn on_redlock_servers(
+        bed: &mut Testbed,
+        rec: &mut Recorder,
+        lib: &Library,
+        installed: &Installed,
+    ) -> (library::Row, String) {
+        const SERVERS: usize = 5;
+        let service = format!("{SERVERS} Redis servers (Redlock)");
+        let servers = match harness::docker::redlock_servers(&bed.run_mark, SERVERS, None).await {
+            Ok(servers) => servers,
+            Err(e) => return (could_not_start(rec, lib, &e), service),
+        };
+        let on_them = Installed {
+            servers: Some(("redlock", servers.endpoints().join(","))),
+            ..installed.clone()
+        };
+        let row = library::run(bed, rec, lib, &on_them).await;
+        servers.remove().await;
+        (row, service)
     }
 
     /// The lab's store on `lib`'s service (a `&'static` name the lab knows).

@@ -28,7 +28,8 @@ fn cell(c: &Cell) -> String {
     } else {
         ""
     };
-    markdown_cell(&format!("{} — `{evidence}{cut}`", c.said))
+    let said: String = c.said.chars().take(240).collect();
+    markdown_cell(&format!("{said} — `{evidence}{cut}`"))
 }
 
 /// What a user of `r` should do, from what its runs showed.

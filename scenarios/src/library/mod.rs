@@ -92,6 +92,14 @@ pub const LIBRARIES: &[Library] = &[
         question: "lock.is_still_owner()",
     },
     Library {
+        id: "pottery",
+        package: "pottery",
+        file: "pottery_redlock.py",
+        store: "redlock",
+        fence: None,
+        question: "lock.locked()>0",
+    },
+    Library {
         id: "etcd3gw",
         package: "etcd3gw",
         file: "etcd3gw_lock.py",
@@ -127,6 +135,9 @@ pub struct Installed {
     pub python: PathBuf,
     /// `holder/libraries/`.
     pub dir: PathBuf,
+    /// The servers a library runs on when they are not the testbed's lock service: Redlock's
+    /// (`redlock`: pottery over N Redis servers), their endpoints comma-separated.
+    pub servers: Option<(&'static str, String)>,
 }
 
 impl Installed {
@@ -142,6 +153,10 @@ impl Installed {
         let mut spec = bed.holder_spec(name, content, mode, true);
         spec.bin = self.python.clone();
         spec.prefix = vec![self.dir.join(lib.file).into_os_string()];
+        if let Some((store, endpoints)) = &self.servers {
+            spec.flags.store = (*store).to_owned();
+            spec.flags.store_endpoint = Some(endpoints.clone());
+        }
         spec
     }
 
@@ -256,8 +271,11 @@ async fn holding(
     Ok((token, key, owner))
 }
 
-/// The service's endpoint and who holds `key` there now.
-async fn truth(bed: &Testbed, key: &str) -> anyhow::Result<Option<String>> {
+/// Who holds `key` at the library's service now, by the service's own record.
+async fn truth(bed: &Testbed, installed: &Installed, key: &str) -> anyhow::Result<Option<String>> {
+    if let Some((store, endpoints)) = &installed.servers {
+        return truth::owner(store, endpoints, key).await;
+    }
     let service = bed
         .service
         .as_ref()
@@ -266,8 +284,13 @@ async fn truth(bed: &Testbed, key: &str) -> anyhow::Result<Option<String>> {
 }
 
 /// Whether the service no longer shows `owner` holding `key` (a wait's condition).
-async fn not_holding(bed: &Testbed, key: &str, owner: &str) -> std::io::Result<bool> {
-    match truth(bed, key).await {
+async fn not_holding(
+    bed: &Testbed,
+    installed: &Installed,
+    key: &str,
+    owner: &str,
+) -> std::io::Result<bool> {
+    match truth(bed, installed, key).await {
         Ok(now) => Ok(now.as_deref() != Some(owner)),
         Err(e) => Err(std::io::Error::other(format!("{e:#}"))),
     }
@@ -280,6 +303,7 @@ fn shown(owner: &Option<String>) -> String {
 /// The events after the go-line: the question's answer, the write, the release.
 async fn after_go(
     bed: &Testbed,
+    installed: &Installed,
     rec: &mut Recorder,
     h: &mut Holder,
     actor: &str,
@@ -288,7 +312,7 @@ async fn after_go(
     let (at, asked) = h
         .next(&format!("{actor}'s question to its library"), EVENT_TIMEOUT)
         .await?;
-    let truth_now = truth(bed, key).await?;
+    let truth_now = truth(bed, installed, key).await?;
     step(bed, rec, at, actor, "asks its library", &asked).await;
     let asked = match asked {
         Event::Asked { question, answer } => Some((question, answer)),
@@ -327,7 +351,7 @@ pub async fn normal_path(
     let mode = mode_of(lib);
     let mut a = Holder::spawn(&installed.spec(bed, lib, HOLDER_A, "rows=200(A)", mode)).await?;
     let (token, key, owner) = up_to_the_write_point(bed, rec, &mut a, "A").await?;
-    let held = truth(bed, &key).await?;
+    let held = truth(bed, installed, &key).await?;
     rec.check_that(
         format!("the service's own record shows A's holding at {key}"),
         held.as_deref() == Some(owner.as_str()),
@@ -344,7 +368,7 @@ pub async fn normal_path(
         format_args!("token={token}"),
     );
     a.send(Request::Go).await?;
-    let (_, _, write) = after_go(bed, rec, &mut a, "A", &key).await?;
+    let (_, _, write) = after_go(bed, installed, rec, &mut a, "A", &key).await?;
     let accepted = matches!(write, Event::Write { accepted: true, .. });
     rec.check_that("A's write is accepted", accepted, &write);
     let (ok, said) = release(bed, rec, &mut a, "A").await?;
@@ -355,7 +379,7 @@ pub async fn normal_path(
         &describe(Some(exit::WROTE)),
         &describe(Some(code)),
     );
-    let after = truth(bed, &key).await?;
+    let after = truth(bed, installed, &key).await?;
     rec.check_that(
         "after the release, the service shows nobody holding the lock",
         after.is_none(),
@@ -403,7 +427,7 @@ async fn paused(
         "T",
         &states(&frozen),
     );
-    until_ended(bed, rec, &mut a, &key, &a_owner, frozen_at).await?;
+    until_ended(bed, installed, rec, &mut a, &key, &a_owner, frozen_at).await?;
     let (mut b, b_owner) = b_takes_over(bed, rec, lib, installed, mode, &key, a_token).await?;
 
     a.send(Request::Go).await?;
@@ -417,11 +441,11 @@ async fn paused(
         list(&thawed),
     )
     .await;
-    let (asked, truth_when_asked, write) = after_go(bed, rec, &mut a, "A", &key).await?;
+    let (asked, truth_when_asked, write) = after_go(bed, installed, rec, &mut a, "A", &key).await?;
     let a_release = release(bed, rec, &mut a, "A").await?;
     let code = a.exit_code(EVENT_TIMEOUT).await?;
     rec.note(format!("A exits: {}", describe(Some(code))));
-    let after = truth(bed, &key).await?;
+    let after = truth(bed, installed, &key).await?;
     rec.check_that(
         "A's release after the loss leaves B's lock in place",
         after.as_deref() == Some(b_owner.as_str()),
@@ -466,6 +490,7 @@ async fn paused(
 /// record, and checks it; A is killed when it does not.
 async fn until_ended(
     bed: &Testbed,
+    installed: &Installed,
     rec: &mut Recorder,
     a: &mut Holder,
     key: &str,
@@ -477,7 +502,7 @@ async fn until_ended(
     let gone = harness::wait::until(
         "A's holding ended by the service",
         ttl * 4 + Duration::from_secs(20),
-        || not_holding(bed, key, a_owner),
+        || not_holding(bed, installed, key, a_owner),
     )
     .await;
     let gone_ms = frozen_at.elapsed().as_millis();
@@ -523,7 +548,7 @@ async fn b_takes_over(
     .await?;
     let (b_token, _, b_owner) = up_to_the_write_point(bed, rec, &mut b, "B").await?;
     b.send(Request::Go).await?;
-    let (_, _, b_write) = after_go(bed, rec, &mut b, "B", key).await?;
+    let (_, _, b_write) = after_go(bed, installed, rec, &mut b, "B", key).await?;
     rec.check_that(
         "B takes the lock and its write is accepted",
         matches!(b_write, Event::Write { accepted: true, .. }),
@@ -567,7 +592,7 @@ async fn killed(
     let freed = harness::wait::until(
         "the lock freed after A's kill",
         ttl * 4 + Duration::from_secs(20),
-        || not_holding(bed, &key, &owner),
+        || not_holding(bed, installed, &key, &owner),
     )
     .await;
     let ms = killed_at.elapsed().as_millis();
@@ -617,7 +642,7 @@ async fn checked(
     a.freeze().await?;
     let frozen_at = Instant::now();
     lab_step(bed, rec, Mark::Frozen, "A", "SIGSTOP", list(&a.threads()?)).await;
-    until_ended(bed, rec, &mut a, &key, &a_owner, frozen_at).await?;
+    until_ended(bed, installed, rec, &mut a, &key, &a_owner, frozen_at).await?;
     let (mut b, b_owner) =
         b_takes_over(bed, rec, lib, installed, WriteMode::Unfenced, &key, a_token).await?;
     a.send(Request::Go).await?;
@@ -632,7 +657,7 @@ async fn checked(
     )
     .await;
     let (at, asked) = a.next("A's check", EVENT_TIMEOUT).await?;
-    let truth_now = truth(bed, &key).await?;
+    let truth_now = truth(bed, installed, &key).await?;
     step(bed, rec, at, "A", "asks its library", &asked).await;
     let Event::Asked { question, answer } = &asked else {
         bail!(a.unexpected("ASKED question=Q answer=A", &asked));

@@ -23,13 +23,14 @@ pub fn shown_value(raw: &[u8]) -> String {
     }
 }
 
-/// Who holds the lock at `key` on the service `store` (`redis`, `etcd`, `zookeeper`) at
-/// `endpoint`: what the library stored there for the holding in force, `None` when nobody
+/// Who holds the lock at `key` on the service `store` (`redis`, `etcd`, `zookeeper`, or
+/// `redlock`: N Redis servers, `endpoint` comma-separated) at `endpoint`: what the library stored there for the holding in force, `None` when nobody
 /// holds it.
 pub async fn owner(store: &str, endpoint: &str, key: &str) -> anyhow::Result<Option<String>> {
     let read = async {
         match store {
             "redis" | "redis-plain" => redis_owner(endpoint, key).await,
+            "redlock" => redlock_owner(endpoint, key).await,
             "etcd" => etcd_owner(endpoint, key).await,
             "zookeeper" => zk_owner(endpoint, key).await,
             other => anyhow::bail!("no reader of the truth at {other}"),
@@ -45,6 +46,23 @@ async fn redis_owner(endpoint: &str, key: &str) -> anyhow::Result<Option<String>
     let mut conn = client.get_multiplexed_async_connection().await?;
     let value: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
     Ok(value.map(|v| shown_value(&v)))
+}
+
+/// Redlock's N servers (`endpoint` comma-separated): the owner whose value a majority of them
+/// hold — what Redlock counts as holding the lock —, `None` when no value has a majority. A
+/// server that does not answer counts for nobody.
+async fn redlock_owner(endpoints: &str, key: &str) -> anyhow::Result<Option<String>> {
+    let servers: Vec<&str> = endpoints.split(',').collect();
+    let mut values = Vec::new();
+    for endpoint in &servers {
+        if let Ok(Some(value)) = redis_owner(endpoint, key).await {
+            values.push(value);
+        }
+    }
+    Ok(values
+        .iter()
+        .find(|v| values.iter().filter(|w| w == v).count() > servers.len() / 2)
+        .cloned())
 }
 
 async fn etcd_owner(endpoint: &str, key: &str) -> anyhow::Result<Option<String>> {
