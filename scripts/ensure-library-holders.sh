@@ -12,6 +12,24 @@ dir=target/library-holders
 venv=$dir/venv
 stamp=$venv/.requirements.sha256
 want=$(sha256sum "$req" | cut -d' ' -f1)
+# The JVM library (Apache Curator) comes from Debian's packages, as the lab's ZooKeeper does:
+# its jars and the PostgreSQL JDBC driver under /usr/share/java; a JDK 17 runs it.
+jars=(/usr/share/java/curator-recipes.jar /usr/share/java/postgresql.jar /usr/share/java/slf4j-nop.jar)
+missing=0
+for jar in "${jars[@]}"; do [ -f "$jar" ] || missing=1; done
+if [ "$missing" -eq 1 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "ensure-library-holders: installing libcurator-recipes-java, libpostgresql-jdbc-java and libslf4j-java with apt-get (the Curator holder)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  pkgs="libcurator-recipes-java libpostgresql-jdbc-java libslf4j-java"
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $pkgs >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null 2>&1; } \
+    || true
+fi
+for jar in "${jars[@]}"; do
+  [ -f "$jar" ] || { echo "ensure-library-holders: $jar is missing (apt-get install -y libcurator-recipes-java libpostgresql-jdbc-java libslf4j-java)" >&2; exit 2; }
+done
+command -v javac >/dev/null 2>&1 || { echo "ensure-library-holders: javac is missing: a JDK 17 or newer runs the Curator holder" >&2; exit 2; }
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "$PWD/$venv/bin/python"
   exit 0

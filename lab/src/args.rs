@@ -187,8 +187,9 @@ pub enum Command {
     Holder(HolderArgs),
     /// The published lock libraries, frozen as they ship: the library card.
     ///
-    /// Each library holder (kazoo, tooz, redis-py, python-redis-lock, pottery, etcd3gw: real
-    /// packages from PyPI, pinned, installed by scripts/ensure-library-holders.sh) through F1,
+    /// Each library holder (Curator, kazoo, tooz, redis-py, python-redis-lock, pottery, etcd3gw:
+    /// real packages — PyPI's pinned, Curator Debian's — installed by
+    /// scripts/ensure-library-holders.sh) through F1,
     /// F3, F5, F4, F10 and F12 on the lab's lock services in containers: can a paused process still write, what does
     /// the library tell it afterwards against the truth at the service, what does it offer to
     /// fence with. The card goes to <evidence-dir>/library-card.md.
@@ -198,7 +199,7 @@ pub enum Command {
         after_help = "Examples:\n  scripts/ensure-library-holders.sh && lab library\n  \
                             lab library --only kazoo,redis-py"
     )]
-    Library(crate::library::LibraryArgs),
+    Library(LibraryArgs),
     /// The report card: each design × the experiments that judge a fence: safe, UNSAFE or n/a.
     ///
     /// Each design through the experiments that judge a fence (F1–F4, F6–F8,
@@ -247,6 +248,29 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+}
+
+/// `lab library`'s arguments.
+#[derive(Debug, Args)]
+pub struct LibraryArgs {
+    /// Only these libraries, comma-separated (curator, kazoo, tooz-zookeeper, redis-py,
+    /// python-redis-lock, tooz-redis, pottery, etcd3gw, tooz-etcd3gw). Default: every one.
+    #[arg(long, value_delimiter = ',', value_name = "LIB")]
+    pub only: Vec<String>,
+    /// The python of the virtual environment that has the libraries
+    /// (scripts/ensure-library-holders.sh prints it).
+    #[arg(
+        long,
+        value_name = "PYTHON",
+        default_value = "target/library-holders/venv/bin/python"
+    )]
+    pub python: PathBuf,
+    /// The library holders' directory.
+    #[arg(long, value_name = "DIR", default_value = "holder/libraries")]
+    pub holders: PathBuf,
+    /// Where the card (library-card.md) and the runs' evidence (library/) go.
+    #[arg(long, value_name = "DIR", default_value = "evidence")]
+    pub evidence_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -8,34 +8,8 @@
 //! could not run (a package missing, no Docker engine under `LAB_REQUIRE=docker`, a library
 //! holder that speaks another protocol version).
 
-use std::path::PathBuf;
-
-use clap::Args;
-
+use crate::args::LibraryArgs;
 use crate::Ended;
-
-/// `lab library`'s arguments.
-#[derive(Debug, Args)]
-pub struct LibraryArgs {
-    /// Only these libraries, comma-separated (kazoo, tooz-zookeeper, redis-py,
-    /// python-redis-lock, tooz-redis, pottery, etcd3gw, tooz-etcd3gw). Default: every one.
-    #[arg(long, value_delimiter = ',', value_name = "LIB")]
-    pub only: Vec<String>,
-    /// The python of the virtual environment that has the libraries
-    /// (scripts/ensure-library-holders.sh prints it).
-    #[arg(
-        long,
-        value_name = "PYTHON",
-        default_value = "target/library-holders/venv/bin/python"
-    )]
-    pub python: PathBuf,
-    /// The library holders' directory.
-    #[arg(long, value_name = "DIR", default_value = "holder/libraries")]
-    pub holders: PathBuf,
-    /// Where the card (library-card.md) and the runs' evidence (library/) go.
-    #[arg(long, value_name = "DIR", default_value = "evidence")]
-    pub evidence_dir: PathBuf,
-}
 
 /// Runs `lab library`.
 pub fn run(args: LibraryArgs) -> Ended {
@@ -140,7 +114,13 @@ mod on_services {
             .with_context(|| format!("failed to create {}", dir.display()))?;
         let mut params = Params::default();
         params.case.store = fencing::lease::sql::KIND.name;
-        let cluster = ClusterConfig::new(PgBinaries::locate(None)?);
+        // A JVM library holder writes over JDBC, which cannot use the Unix socket: TCP too, on a
+        // free port.
+        let cluster = ClusterConfig {
+            listen_tcp: true,
+            port: crate::config::free_port().unwrap_or(harness::server::postgres::DEFAULT_PORT),
+            ..ClusterConfig::new(PgBinaries::locate(None)?)
+        };
         let mut bed = tokio::select! {
             bed = Testbed::start(cluster, params, installed.python.clone()) => bed?,
             signal = signals.recv() => return Ok(Ended::Interrupted(signal)),

@@ -60,6 +60,14 @@ pub const LIBRARIES: &[Library] = &[
         question: "lock.is_acquired",
     },
     Library {
+        id: "curator",
+        package: "curator-recipes",
+        file: "curator_mutex.sh",
+        store: "zookeeper",
+        fence: Some("the lock node's czxid (ordered: the ensemble's zxid)"),
+        question: "mutex.isOwnedByCurrentThread()",
+    },
+    Library {
         id: "tooz-zookeeper",
         package: "tooz",
         file: "tooz_lock.py",
@@ -151,8 +159,14 @@ impl Installed {
         mode: WriteMode,
     ) -> HolderSpec {
         let mut spec = bed.holder_spec(name, content, mode, true);
-        spec.bin = self.python.clone();
-        spec.prefix = vec![self.dir.join(lib.file).into_os_string()];
+        if lib.file.ends_with(".sh") {
+            // A JVM library: its launcher compiles and starts it.
+            spec.bin = self.dir.join(lib.file);
+            spec.prefix = Vec::new();
+        } else {
+            spec.bin = self.python.clone();
+            spec.prefix = vec![self.dir.join(lib.file).into_os_string()];
+        }
         if let Some((store, endpoints)) = &self.servers {
             spec.flags.store = (*store).to_owned();
             spec.flags.store_endpoint = Some(endpoints.clone());
@@ -186,9 +200,23 @@ impl Installed {
                 }
             }
         }
+        // A JVM library from Debian's packages: its jar's name carries its version.
+        let java = Path::new("/usr/share/java");
+        if let Ok(entries) = std::fs::read_dir(java) {
+            for entry in entries {
+                let name = entry?.file_name().to_string_lossy().into_owned();
+                if let Some(version) = name
+                    .strip_prefix(&format!("{package}-"))
+                    .and_then(|rest| rest.strip_suffix(".jar"))
+                {
+                    return Ok(version.to_owned());
+                }
+            }
+        }
         bail!(
-            "the package {package} is not installed in {} (scripts/ensure-library-holders.sh installs it)",
-            venv.display()
+            "the package {package} is not installed in {} nor in {} (scripts/ensure-library-holders.sh installs it)",
+            venv.display(),
+            java.display()
         )
     }
 }
@@ -662,7 +690,8 @@ async fn checked(
     let Event::Asked { question, answer } = &asked else {
         bail!(a.unexpected("ASKED question=Q answer=A", &asked));
     };
-    let says_held = answer == "returned True";
+    // Python's and Java's words for yes.
+    let says_held = answer == "returned True" || answer == "returned true";
     rec.note(format!(
         "A's library, asked after the pause: {question} {answer}; the service's record: {}",
         shown(&truth_now)
@@ -921,8 +950,8 @@ fn tell(row: &mut Row, p: &Paused) {
         // The library's answer against the service's record: a yes or no that matches whether A
         // still holds the lock agrees; anything else (an exception) is reported, not judged.
         let says = match answer.as_str() {
-            "returned True" => Some(true),
-            "returned False" => Some(false),
+            "returned True" | "returned true" => Some(true),
+            "returned False" | "returned false" => Some(false),
             _ => None,
         };
         row.told_agrees = says.map(|s| s == a_holds);
