@@ -143,6 +143,11 @@ mod on_services {
             }
         };
         let summary = rec.finish()?;
+        // A holder that cannot start or speaks another protocol version: one line, exit 2.
+        if let Some(why) = rows.iter().find_map(|r| r.row.unstartable.clone()) {
+            eprintln!("lab library: {why}");
+            return Ok(Ended::CouldNotRun);
+        }
         let card_path = args.evidence_dir.join("library-card.md");
         std::fs::write(&card_path, card::markdown(&rows))
             .with_context(|| format!("failed to write {}", card_path.display()))?;
@@ -179,7 +184,13 @@ mod on_services {
                 // The service and its version, as the lab describes it up to its address.
                 let service = bed.describe_service().map_or_else(
                     || lib.store.to_owned(),
-                    |d| d.split(" at ").next().unwrap_or(&d).to_owned(),
+                    // (Redis's own version line goes on with its build: cut at its sha.)
+                    |d| {
+                        let d = d.split(" at ").next().unwrap_or(&d);
+                        let cut = d.split(" sha=").next().unwrap_or(d);
+                        let open = cut.matches('(').count() > cut.matches(')').count();
+                        format!("{cut}{}", if open { ")" } else { "" })
+                    },
                 );
                 (row, service)
             };

@@ -822,3 +822,54 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
     );
     Ok(())
 }
+
+/// Bad input for the library card: a library holder that speaks the previous protocol version
+/// (a copy of the holders with libholder.py at version 4) is one line naming the version, exit 2,
+/// and no card — not a run of failures.
+#[cfg(feature = "lock-services")]
+#[test]
+fn a_library_holder_of_another_protocol_version_is_one_line_and_exit_2() -> anyhow::Result<()> {
+    let Some(sb) = sandbox()? else {
+        return Ok(());
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join("target/library-holders/venv/bin/python");
+    if !python.is_file() {
+        require::skip(
+            Dependency::Libraries,
+            require::this_test(),
+            "the library holders' virtual environment is missing (scripts/ensure-library-holders.sh)",
+        )?;
+        return Ok(());
+    }
+    let old = sb.path().join("holders");
+    fs::create_dir(&old)?;
+    for file in ["libholder.py", "redis_py_lock.py"] {
+        let text = fs::read_to_string(root.join("holder/libraries").join(file))?;
+        let text = text.replace("VERSION = 5", "VERSION = 4");
+        fs::write(old.join(file), text)?;
+    }
+    assert!(fs::read_to_string(old.join("libholder.py"))?.contains("VERSION = 4"));
+    let ev = sb.path().join("ev");
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["library", "--only", "redis-py", "--python"])
+        .arg(&python)
+        .arg("--holders")
+        .arg(&old)
+        .arg("--evidence-dir")
+        .arg(&ev)
+        .env("TMPDIR", sb.path())
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("lab library: "))
+        .unwrap_or_else(|| panic!("no lab library line: {err}"));
+    assert!(
+        line.contains("HELLO version=5") && line.contains("this holder speaks version 4"),
+        "{line}"
+    );
+    assert!(!ev.join("library-card.md").exists(), "a card was written");
+    Ok(())
+}

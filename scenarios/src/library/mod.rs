@@ -249,6 +249,8 @@ pub struct Row {
     pub told_agrees: Option<bool>,
     pub release: Cell,
     pub killed: Cell,
+    /// Why the library's holder could not even start here ([`probe`]): nothing ran.
+    pub unstartable: Option<String>,
 }
 
 /// What one paused run showed.
@@ -842,6 +844,58 @@ async fn one_winner(
     ))
 }
 
+/// Starts `lib`'s holder once and shakes hands with it, before any experiment: a holder that
+/// cannot start (its launcher missing a jar, its package not importable) or that speaks another
+/// protocol version is one line, not a run of failures. The probe is killed at once.
+pub async fn probe(bed: &Testbed, lib: &Library, installed: &Installed) -> anyhow::Result<()> {
+    let mut spec = installed.spec(bed, lib, "library-probe", "probe", mode_of(lib));
+    spec.flags.lease = "library-probe".into();
+    match Holder::spawn(&spec).await {
+        Ok(mut holder) => {
+            holder.crash().await;
+            Ok(())
+        }
+        Err(e) => bail!(
+            "the library holder {} did not answer this lab's handshake (HELLO version={}): {e}",
+            lib.file,
+            holder_protocol::VERSION
+        ),
+    }
+}
+
+/// F4 for `lib`: the paused holder's write fenced with the library's token, or "cannot fence"
+/// (a skip, never a pass) where the library has none.
+async fn fenced(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    lib: &Library,
+    installed: &Installed,
+) -> Cell {
+    match lib.fence {
+        None => {
+            rec.skip(format!(
+                "{} exposes nothing ordered to fence with (token=none): cannot fence",
+                lib.id
+            ));
+            Cell::new("cannot fence (no token)", "ACQUIRED token=none")
+        }
+        Some(_) => match paused(bed, rec, lib, installed, WriteMode::Fenced).await {
+            Ok(p) => {
+                rec.check_that(
+                    "fenced with the library's token, A's stale write is rejected",
+                    !p.accepted,
+                    &p.write,
+                );
+                Cell::new(if p.accepted { "ACCEPTED" } else { "rejected" }, p.write)
+            }
+            Err(e) => {
+                rec.abort(&e);
+                Cell::new("could not run", format!("{e:#}"))
+            }
+        },
+    }
+}
+
 /// Every run of `lib` on the open case's service, each a case of `rec`; the card's row.
 pub async fn run(
     bed: &mut Testbed,
@@ -850,6 +904,10 @@ pub async fn run(
     installed: &Installed,
 ) -> Row {
     let mut row = Row::default();
+    if let Err(e) = probe(bed, lib, installed).await {
+        row.unstartable = Some(format!("{e:#}"));
+        return row;
+    }
     let title = |what: &str| format!("{} on {}: {what}", lib.id, lib.store);
     rec.case(
         &format!("{}/F1", lib.id),
@@ -891,29 +949,7 @@ pub async fn run(
         &format!("{}/F4", lib.id),
         &title("paused past its lock's end, then writes fenced with the library's token"),
     );
-    row.fenced = match lib.fence {
-        None => {
-            rec.skip(format!(
-                "{} exposes nothing ordered to fence with (token=none): cannot fence",
-                lib.id
-            ));
-            Cell::new("cannot fence (no token)", "ACQUIRED token=none")
-        }
-        Some(_) => match paused(bed, rec, lib, installed, WriteMode::Fenced).await {
-            Ok(p) => {
-                rec.check_that(
-                    "fenced with the library's token, A's stale write is rejected",
-                    !p.accepted,
-                    &p.write,
-                );
-                Cell::new(if p.accepted { "ACCEPTED" } else { "rejected" }, p.write)
-            }
-            Err(e) => {
-                rec.abort(&e);
-                Cell::new("could not run", format!("{e:#}"))
-            }
-        },
-    };
+    row.fenced = fenced(bed, rec, lib, installed).await;
     rec.end_case();
 
     rec.case(
