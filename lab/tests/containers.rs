@@ -737,17 +737,15 @@ fn chaos_on_zookeeper_passes_and_its_control_exposes_a_violation() -> anyhow::Re
     chaos_passes_and_its_control_exposes_a_violation("zookeeper")
 }
 
-/// The library card (issue 52): one published library per service, as it ships from PyPI — kazoo
-/// on ZooKeeper, redis-py on Redis, etcd3gw on etcd — through F1, F5, F4 and F12. Each run's own
-/// checks must hold (exit 0), and the card must say what the runs showed: the paused holder's
-/// stale write accepted unfenced on all three (F5's control exposing it), rejected when fenced
-/// with the library's token where it has one (kazoo's czxid, etcd3gw's create revision), "cannot
-/// fence" where it has none (redis-py), the lock freed by the service after kill -9.
+/// [`sandbox`] for the library card's tests, with the checkout's root and the library
+/// holders' python (scripts/ensure-library-holders.sh, which the test command runs); `None` once
+/// the test's skip is said — a Docker engine or the libraries missing —, an error instead when
+/// `LAB_REQUIRE` names what is missing.
 #[cfg(feature = "lock-services")]
-#[test]
-fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Result<()> {
+fn library_sandbox(
+) -> anyhow::Result<Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)>> {
     let Some(sb) = sandbox()? else {
-        return Ok(());
+        return Ok(None);
     };
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = root.join("target/library-holders/venv/bin/python");
@@ -757,8 +755,23 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
             require::this_test(),
             "the library holders' virtual environment is missing (scripts/ensure-library-holders.sh)",
         )?;
-        return Ok(());
+        return Ok(None);
     }
+    Ok(Some((sb, root, python)))
+}
+
+/// The library card (issue 52): one published library per service, as it ships from PyPI — kazoo
+/// on ZooKeeper, redis-py on Redis, etcd3gw on etcd — through F1, F5, F4 and F12. Each run's own
+/// checks must hold (exit 0), and the card must say what the runs showed: the paused holder's
+/// stale write accepted unfenced on all three (F5's control exposing it), rejected when fenced
+/// with the library's token where it has one (kazoo's czxid, etcd3gw's create revision), "cannot
+/// fence" where it has none (redis-py), the lock freed by the service after kill -9.
+#[cfg(feature = "lock-services")]
+#[test]
+fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Result<()> {
+    let Some((sb, root, python)) = library_sandbox()? else {
+        return Ok(());
+    };
     let ev = sb.path().join("ev");
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
         .args(["library", "--only", "kazoo,redis-py,etcd3gw", "--python"])
@@ -829,19 +842,9 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
 #[cfg(feature = "lock-services")]
 #[test]
 fn a_library_holder_of_another_protocol_version_is_one_line_and_exit_2() -> anyhow::Result<()> {
-    let Some(sb) = sandbox()? else {
+    let Some((sb, root, python)) = library_sandbox()? else {
         return Ok(());
     };
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = root.join("target/library-holders/venv/bin/python");
-    if !python.is_file() {
-        require::skip(
-            Dependency::Libraries,
-            require::this_test(),
-            "the library holders' virtual environment is missing (scripts/ensure-library-holders.sh)",
-        )?;
-        return Ok(());
-    }
     let old = sb.path().join("holders");
     fs::create_dir(&old)?;
     for file in ["libholder.py", "redis_py_lock.py"] {

@@ -1042,7 +1042,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         TIMELINE,
     ),
     ("scenarios/src/f8_database_crash.rs", "run", 274, TIMELINE),
-    ("scenarios/src/paused_holder.rs", "run", 209, TIMELINE),
+    ("scenarios/src/paused_holder.rs", "run", 199, TIMELINE),
     (
         "scenarios/src/r1_zookeeper_suffix.rs",
         "one_run",

@@ -123,6 +123,27 @@ pub(crate) fn renewal_count(renewals: &[(Instant, bool)]) -> String {
     format!("{} renewals, {ok} ok", renewals.len())
 }
 
+/// Sends A, frozen at a stop, its go-line — it waits in the pipe — and thaws it (SIGCONT): on
+/// waking, A goes straight on. A timeline step with A's threads as `/proc` showed them.
+pub(crate) async fn go_and_thaw(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+) -> anyhow::Result<()> {
+    a.send(Request::Go).await?;
+    let thawed = a.thaw().await?;
+    lab_step(
+        bed,
+        rec,
+        Mark::Thawed,
+        "A",
+        "go-line, SIGCONT",
+        list(&thawed),
+    )
+    .await;
+    Ok(())
+}
+
 /// Freezes A (SIGSTOP) and checks what `/proc`, read again apart from `freeze`'s own
 /// post-condition, shows: state T for A and every thread, the renewer among them. `when` follows
 /// "after SIGSTOP" in the first check line, `renewer` is the second check. Returns the instant
@@ -424,17 +445,7 @@ pub async fn run(
     );
 
     let row = bed.lease.inspect(LEASE).await?;
-    a.send(Request::Go).await?;
-    let thawed = a.thaw().await?;
-    lab_step(
-        bed,
-        rec,
-        Mark::Thawed,
-        "A",
-        "go-line, SIGCONT",
-        list(&thawed),
-    )
-    .await;
+    go_and_thaw(bed, rec, &mut a).await?;
     let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "write (after resuming)", &write).await;
     let (at, renew) = a.next("A's renew after its write", EVENT_TIMEOUT).await?;

@@ -28,7 +28,7 @@ use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request, Token};
 
-use crate::paused_holder::{lab_step, list, states, step};
+use crate::paused_holder::{go_and_thaw, lab_step, list, states, step};
 use crate::testbed::{HOLDER_A, HOLDER_B, SCOPE};
 use crate::Testbed;
 
@@ -260,7 +260,7 @@ struct Paused {
     asked: Option<(String, String)>,
     truth_when_asked: Option<String>,
     a_owner: String,
-    release: Option<(bool, String)>,
+    release: (bool, String),
 }
 
 /// The events of one holding up to its write point: token, key, owner.
@@ -460,17 +460,7 @@ async fn paused(
     until_ended(bed, installed, rec, &mut a, &key, &a_owner, frozen_at).await?;
     let (mut b, b_owner) = b_takes_over(bed, rec, lib, installed, mode, &key, a_token).await?;
 
-    a.send(Request::Go).await?;
-    let thawed = a.thaw().await?;
-    lab_step(
-        bed,
-        rec,
-        Mark::Thawed,
-        "A",
-        "go-line, SIGCONT",
-        list(&thawed),
-    )
-    .await;
+    go_and_thaw(bed, rec, &mut a).await?;
     let (asked, truth_when_asked, write) = after_go(bed, installed, rec, &mut a, "A", &key).await?;
     let a_release = release(bed, rec, &mut a, "A").await?;
     let code = a.exit_code(EVENT_TIMEOUT).await?;
@@ -512,7 +502,7 @@ async fn paused(
         asked,
         truth_when_asked,
         a_owner,
-        release: Some(a_release),
+        release: a_release,
     })
 }
 
@@ -675,17 +665,7 @@ async fn checked(
     until_ended(bed, installed, rec, &mut a, &key, &a_owner, frozen_at).await?;
     let (mut b, b_owner) =
         b_takes_over(bed, rec, lib, installed, WriteMode::Unfenced, &key, a_token).await?;
-    a.send(Request::Go).await?;
-    let thawed = a.thaw().await?;
-    lab_step(
-        bed,
-        rec,
-        Mark::Thawed,
-        "A",
-        "go-line, SIGCONT",
-        list(&thawed),
-    )
-    .await;
+    go_and_thaw(bed, rec, &mut a).await?;
     let (at, asked) = a.next("A's check", EVENT_TIMEOUT).await?;
     let truth_now = truth(bed, installed, &key).await?;
     step(bed, rec, at, "A", "asks its library", &asked).await;
@@ -908,18 +888,15 @@ pub async fn run(
         row.unstartable = Some(format!("{e:#}"));
         return row;
     }
-    let title = |what: &str| format!("{} on {}: {what}", lib.id, lib.store);
-    rec.case(
-        &format!("{}/F1", lib.id),
-        &title("one holding, acquire to release"),
-    );
+    open_case(rec, lib, "F1", "one holding, acquire to release");
     let f1 = normal_path(bed, rec, lib, installed).await;
-    row.f1 = ended(rec, f1);
-    rec.end_case();
+    row.f1 = closed(rec, f1);
 
-    rec.case(
-        &format!("{}/F5", lib.id),
-        &title("paused past its lock's end, then writes unfenced"),
+    open_case(
+        rec,
+        lib,
+        "F5",
+        "paused past its lock's end, then writes unfenced",
     );
     match paused(bed, rec, lib, installed, WriteMode::Unfenced).await {
         Ok(p) => {
@@ -945,36 +922,36 @@ pub async fn run(
     }
     rec.end_case();
 
-    rec.case(
-        &format!("{}/F4", lib.id),
-        &title("paused past its lock's end, then writes fenced with the library's token"),
+    open_case(
+        rec,
+        lib,
+        "F4",
+        "paused past its lock's end, then writes fenced with the library's token",
     );
     row.fenced = fenced(bed, rec, lib, installed).await;
     rec.end_case();
 
-    rec.case(
-        &format!("{}/F12", lib.id),
-        &title("killed with SIGKILL while holding"),
-    );
+    open_case(rec, lib, "F12", "killed with SIGKILL while holding");
     let killed = killed(bed, rec, lib, installed).await;
-    row.killed = ended(rec, killed);
-    rec.end_case();
+    row.killed = closed(rec, killed);
 
-    rec.case(
-        &format!("{}/F3", lib.id),
-        &title("four processes race for the free lock, three rounds"),
+    open_case(
+        rec,
+        lib,
+        "F3",
+        "four processes race for the free lock, three rounds",
     );
     let f3 = one_winner(bed, rec, lib, installed).await;
-    row.f3 = ended(rec, f3);
-    rec.end_case();
+    row.f3 = closed(rec, f3);
 
-    rec.case(
-        &format!("{}/F10", lib.id),
-        &title("paused before the check its library offers, then asks and writes only if held"),
+    open_case(
+        rec,
+        lib,
+        "F10",
+        "paused before the check its library offers, then asks and writes only if held",
     );
     let f10 = checked(bed, rec, lib, installed).await;
-    row.f10 = ended(rec, f10);
-    rec.end_case();
+    row.f10 = closed(rec, f10);
     row
 }
 
@@ -1003,9 +980,23 @@ fn tell(row: &mut Row, p: &Paused) {
             format!("ASKED question={question} answer={answer}; the service's record: {truth}"),
         );
     }
-    if let Some((ok, said)) = &p.release {
-        row.release = Cell::new(said.clone(), format!("RELEASE_ENDED ok={ok} said={said}"));
-    }
+    let (ok, said) = &p.release;
+    row.release = Cell::new(said.clone(), format!("RELEASE_ENDED ok={ok} said={said}"));
+}
+
+/// Opens the case `id` of `lib` (`kazoo/F4`), titled with what it does.
+fn open_case(rec: &mut Recorder, lib: &Library, id: &str, what: &str) {
+    rec.case(
+        &format!("{}/{id}", lib.id),
+        &format!("{} on {}: {what}", lib.id, lib.store),
+    );
+}
+
+/// [`ended`], then closes the case.
+fn closed(rec: &mut Recorder, cell: anyhow::Result<Cell>) -> Cell {
+    let cell = ended(rec, cell);
+    rec.end_case();
+    cell
 }
 
 fn ended(rec: &mut Recorder, cell: anyhow::Result<Cell>) -> Cell {
@@ -1016,9 +1007,4 @@ fn ended(rec: &mut Recorder, cell: anyhow::Result<Cell>) -> Cell {
             Cell::new("could not run", format!("{e:#}"))
         }
     }
-}
-
-/// The holder files' directory beside `root` (a checkout): `holder/libraries`.
-pub fn holders_dir(root: &Path) -> PathBuf {
-    root.join("holder").join("libraries")
 }
