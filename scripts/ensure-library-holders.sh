@@ -11,7 +11,12 @@ req=holder/libraries/requirements.txt
 dir=target/library-holders
 venv=$dir/venv
 stamp=$venv/.requirements.sha256
-want=$(sha256sum "$req" | cut -d' ' -f1)
+# The system's python3 first: F16 runs a library holder as a user of its own (the servers'), who
+# must be able to run the virtual environment's python — a python under /root (pyenv's) is not
+# readable by that user. Its path is part of the stamp: another python makes the venv again.
+python=/usr/bin/python3
+[ -x "$python" ] || python=$(command -v python3 || true)
+want=$( { cat "$req"; echo "$python"; } | sha256sum | cut -d' ' -f1)
 # The JVM library (Apache Curator) comes from Debian's packages, as the lab's ZooKeeper does:
 # its jars and the PostgreSQL JDBC driver under /usr/share/java; a JDK 17 runs it.
 jars=(/usr/share/java/curator-recipes.jar /usr/share/java/postgresql.jar /usr/share/java/slf4j-nop.jar)
@@ -34,7 +39,6 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; the
   echo "$PWD/$venv/bin/python"
   exit 0
 fi
-python=$(command -v python3 || true)
 [ -n "$python" ] || { echo "ensure-library-holders: python3 not found (apt-get install -y python3 python3-venv)" >&2; exit 2; }
 if ! "$python" -m venv --help >/dev/null 2>&1 || ! "$python" -c 'import ensurepip' >/dev/null 2>&1; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

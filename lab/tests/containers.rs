@@ -791,7 +791,7 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
         String::from_utf8_lossy(&out.stderr)
     );
     let card = fs::read_to_string(ev.join("library-card.md"))?;
-    // | library | package@version | service | fence | F1 | F3 | F5 | F4 | told | F10 | release | F12 |
+    // | library | package@version | service | fence | F1 | F3 | F5 | F4 | told | F10 | release | F12 | F16 |
     let cells = |lib: &str| -> Vec<String> {
         card.lines()
             .find(|l| l.starts_with(&format!("| {lib} | ")))
@@ -814,7 +814,23 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
             c[6]
         );
         assert!(c[11].starts_with("freed after"), "{lib} F12: {}", c[11]);
+        // Cut off from the service (not paused), its write still reaches the resource.
+        assert!(
+            c[12].starts_with("cut off, ") && c[12].contains("stale write accepted"),
+            "{lib} F16: {}",
+            c[12]
+        );
     }
+    // kazoo answers from memory while cut off; redis-py's `owned()` waits on the server it
+    // cannot reach until the lab lifts the partition.
+    assert!(
+        cells("kazoo")[12].contains("lock.is_acquired returned True"),
+        "{card}"
+    );
+    assert!(
+        cells("redis-py")[12].contains("no answer while cut off"),
+        "{card}"
+    );
     assert!(cells("kazoo")[7].starts_with("rejected"), "{card}");
     assert!(cells("etcd3gw")[7].starts_with("rejected"), "{card}");
     assert!(

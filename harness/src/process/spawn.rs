@@ -41,6 +41,14 @@ impl RunAs {
             gid: user.gid.as_raw(),
         }))
     }
+
+    /// The user's home directory, from the password database.
+    pub fn home(&self) -> Option<PathBuf> {
+        User::from_uid(Uid::from_raw(self.uid))
+            .ok()
+            .flatten()
+            .map(|user| user.dir)
+    }
 }
 
 /// Where a child's standard stream goes.
@@ -175,6 +183,14 @@ impl Spawn {
         }
         if let Some(who) = self.run_as {
             cmd.uid(who.uid).gid(who.gid);
+            // Its own HOME, not the lab's (root's is not its to write: a JVM launcher keeps its
+            // class cache under it), unless the caller chose one.
+            if let Some(home) = who
+                .home()
+                .filter(|_| !self.env.iter().any(|(k, _)| k == "HOME"))
+            {
+                cmd.env("HOME", home);
+            }
         }
         die_with_parent(&mut cmd, self.death_signal);
         (self.name, self.program, self.capture_stderr, cmd)

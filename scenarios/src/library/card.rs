@@ -74,6 +74,18 @@ pub fn advice(r: &CardRow<'_>) -> String {
             lib.question, row.f10.evidence
         ));
     }
+    let f16 = row.partitioned.said.as_str();
+    if f16.starts_with("cut off,") && f16.contains("no answer while cut off") {
+        said.push(format!(
+            "Cut off from its service, `{}` had no answer for as long as the lab kept the partition (the TTL and 5 s more): it waits on the service it cannot reach, and the application learns nothing meanwhile (F16).",
+            lib.question
+        ));
+    } else if f16.starts_with("cut off,") && f16.contains(" returned True") {
+        said.push(format!(
+            "Cut off from its service after the service had given the lock to another process, `{}` still said the lock was held (F16): it answers from the library's memory.",
+            lib.question
+        ));
+    }
     if row.release.said.starts_with("returned True") && stale {
         said.push(
             "Its release after the loss returned True: it does not tell the application that the lock was lost.".to_owned(),
@@ -92,20 +104,22 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
          F1 (one holding), F3 (four processes race for the free lock, three rounds), F5 (paused \
          past its lock's end, then writes unfenced), F4 (the same, fenced with the library's \
          token where it has one), F10 (paused before the check its library offers, then asks and \
-         writes only if the library says it still holds the lock) and F12 (kill -9). Every cell is what \
+         writes only if the library says it still holds the lock), F12 (kill -9) and F16 (cut off \
+         from its service while holding, not paused: asked and written while its library cannot \
+         reach the service, the partition lifted when the question waits on it). Every cell is what \
          a run showed, with the evidence line it was read off (the run's `output.txt` has the \
          whole timeline). \"What it tells the application\" is the library's own question asked \
          after the pause, right before the write, beside the service's own record of who held \
          the lock at that moment.\n\n",
     );
     out.push_str(
-        "| library | package@version | service | fence it exposes | F1 | F3 (one winner per round) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) |\n",
+        "| library | package@version | service | fence it exposes | F1 | F3 (one winner per round) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) | cut off from its service (F16) |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {}@{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}@{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.library.id,
             r.library.package,
             r.version,
@@ -119,6 +133,7 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
             cell(&r.row.f10),
             cell(&r.row.release),
             cell(&r.row.killed),
+            cell(&r.row.partitioned),
         );
     }
     out.push_str("\n## What to do, per library\n\n");

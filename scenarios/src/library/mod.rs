@@ -10,13 +10,16 @@
 //!   the library's answer beside the truth at the service ([`truth`]) and judges the write at
 //!   the resource;
 //! - **F12**: A killed with SIGKILL while it holds the lock: the time until the service frees
-//!   it, against the TTL.
+//!   it, against the TTL;
+//! - **F16**: A cut off from the service, not paused ([`partitioned`]): what its library tells
+//!   it while it cannot reach the service, and its write through the resource it still reaches.
 //!
 //! A library that exposes nothing ordered to fence with reports `token=none`: its F4 is "cannot
 //! fence" — not run, never a pass, never an UNSAFE for lacking the token alone. What each run
 //! showed becomes a row of the library card ([`card`]).
 
 pub mod card;
+mod partitioned;
 pub mod truth;
 
 use std::path::{Path, PathBuf};
@@ -249,6 +252,7 @@ pub struct Row {
     pub told_agrees: Option<bool>,
     pub release: Cell,
     pub killed: Cell,
+    pub partitioned: Cell,
     /// Why the library's holder could not even start here ([`probe`]): nothing ran.
     pub unstartable: Option<String>,
 }
@@ -952,6 +956,15 @@ pub async fn run(
     );
     let f10 = checked(bed, rec, lib, installed).await;
     row.f10 = closed(rec, f10);
+
+    open_case(
+        rec,
+        lib,
+        "F16",
+        "cut off from its service while holding, then asks and writes unfenced",
+    );
+    let f16 = partitioned::partitioned(bed, rec, lib, installed).await;
+    row.partitioned = closed(rec, f16);
     row
 }
 
