@@ -80,7 +80,9 @@ pub fn advice(r: &CardRow<'_>) -> String {
             "Cut off from its service, `{}` had no answer for as long as the lab kept the partition (the TTL and 5 s more): it waits on the service it cannot reach, and the application learns nothing meanwhile (F16).",
             lib.question
         ));
-    } else if f16.starts_with("cut off,") && f16.contains(" returned True") {
+    } else if f16.starts_with("cut off,")
+        && (f16.contains(" returned True") || f16.contains(" returned true"))
+    {
         said.push(format!(
             "Cut off from its service after the service had given the lock to another process, `{}` still said the lock was held (F16): it answers from the library's memory.",
             lib.question

@@ -74,29 +74,7 @@ pub(super) async fn partitioned(
     let mut a = Holder::spawn(&spec).await?;
     let (a_token, key, a_owner) = up_to_the_write_point(bed, rec, &mut a, "A").await?;
 
-    let targets = servers(bed, installed)?;
-    let mut holds = Vec::new();
-    for (ip, port) in &targets {
-        holds.push(Holds::start_for_owner(*ip, *port, user.uid, &bed.run_mark).await?);
-    }
-    let cut_at = Instant::now();
-    let rules: Vec<String> = holds.iter().flat_map(|h| h.rules().to_vec()).collect();
-    lab_step(
-        bed,
-        rec,
-        Mark::Info,
-        "A",
-        "cut off from the service",
-        rules.join(" | "),
-    )
-    .await;
-    let owner_rule = format!("owner UID match {}", user.uid);
-    rec.check_that(
-        "A is cut off from the service: one rule per server drops every packet A's user sends to it",
-        rules.len() == targets.len()
-            && rules.iter().all(|r| r.contains("DROP") && r.contains(&owner_rule)),
-        format_args!("{} server(s); iptables OUTPUT: {}", targets.len(), rules.join(" | ")),
-    );
+    let (mut holds, cut_at) = cut_off(bed, rec, installed, user.uid).await?;
     until_ended(bed, installed, rec, &mut a, &key, &a_owner, cut_at).await?;
     let (mut b, b_owner) =
         b_takes_over(bed, rec, lib, installed, WriteMode::Unfenced, &key, a_token).await?;
@@ -140,28 +118,129 @@ pub(super) async fn partitioned(
     if !matches!(write, Event::Write { .. }) {
         bail!(a.unexpected("WRITE accepted=B token=T", &write));
     }
+    let (ok, said) = releases(bed, installed, rec, holds, (&mut a, &mut b), &key, &b_owner).await?;
+
+    // The resource's word on A's write, not A's.
+    let accepted = bed
+        .resource
+        .attempts(SCOPE)
+        .await?
+        .iter()
+        .any(|x| x.writer == HOLDER_A && x.accepted);
+    rec.expose(
+        "cut off from the service, unfenced, A's stale write is accepted after the service gave the lock to B",
+        accepted,
+        &write,
+    );
+    Ok(cell(
+        (question, answer),
+        answered_cut_off.then_some(answered_ms),
+        (answered_ms, bound),
+        &truth_now,
+        accepted,
+        &write,
+        (ok, &said),
+    ))
+}
+
+/// Cuts A's user off from every server of the service: one DROP rule by owner per server, checked
+/// as iptables lists them. Returns the holds and when they began.
+async fn cut_off(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    installed: &Installed,
+    uid: u32,
+) -> anyhow::Result<(Vec<Holds>, Instant)> {
+    let targets = servers(bed, installed)?;
+    let mut holds = Vec::new();
+    for (ip, port) in &targets {
+        holds.push(Holds::start_for_owner(*ip, *port, uid, &bed.run_mark).await?);
+    }
+    let cut_at = Instant::now();
+    let rules: Vec<String> = holds.iter().flat_map(|h| h.rules().to_vec()).collect();
+    lab_step(
+        bed,
+        rec,
+        Mark::Info,
+        "A",
+        "cut off from the service",
+        rules.join(" | "),
+    )
+    .await;
+    let owner_rule = format!("owner UID match {}", uid);
+    rec.check_that(
+        "A is cut off from the service: one rule per server drops every packet A's user sends to it",
+        rules.len() == targets.len()
+            && rules.iter().all(|r| r.contains("DROP") && r.contains(&owner_rule)),
+        format_args!("{} server(s); iptables OUTPUT: {}", targets.len(), rules.join(" | ")),
+    );
+    Ok((holds, cut_at))
+}
+
+/// The card's cell: what A's library said while cut off and how soon, and the resource's word.
+fn cell(
+    (question, answer): (&str, &str),
+    cut_off_ms: Option<u128>,
+    (answered_ms, bound): (u128, Duration),
+    truth_now: &Option<String>,
+    accepted: bool,
+    write: &Event,
+    (ok, said): (bool, &str),
+) -> Cell {
+    let when = match cut_off_ms {
+        Some(ms) => format!("{ms} ms"),
+        None => format!(
+            "no answer while cut off ({} ms), then after the partition",
+            bound.as_millis()
+        ),
+    };
+    let said_write = if accepted {
+        "stale write accepted"
+    } else {
+        "stale write rejected"
+    };
+    Cell::new(
+        format!("cut off, {question} {answer} ({when}); {said_write}"),
+        format!(
+            "ASKED question={question} answer={answer} after {answered_ms} ms; the service's record: {}; {write}; RELEASE_ENDED ok={ok} said={said}",
+            shown(truth_now)
+        ),
+    )
+}
+
+/// After A's write: the partition lifted, A's release (it must leave the lock as it found it),
+/// then B's. Returns how A's release ended.
+async fn releases(
+    bed: &Testbed,
+    installed: &Installed,
+    rec: &mut Recorder,
+    holds: Vec<Holds>,
+    (a, b): (&mut Holder, &mut Holder),
+    key: &str,
+    b_owner: &str,
+) -> anyhow::Result<(bool, String)> {
     lift(holds).await?;
     // B has held the lock all this while; a library that renews nothing (redis-py's lock lives
     // for its timeout) may have lost it by its own TTL meanwhile, by the service's record.
-    let before = truth(bed, installed, &key).await?;
-    let b_held = before.as_deref() == Some(b_owner.as_str());
+    let before = truth(bed, installed, key).await?;
+    let b_held = before.as_deref() == Some(b_owner);
     if !b_held {
         rec.note(format!(
             "B's own holding ended by the service while the lab waited (its library renews nothing): {key} held by {}",
             shown(&before)
         ));
     }
-    let (ok, said) = release(bed, rec, &mut a, "A").await?;
+    let (ok, said) = release(bed, rec, a, "A").await?;
     let code = a.exit_code(EVENT_TIMEOUT * 2).await?;
     rec.note(format!("A exits: {}", describe(Some(code))));
-    let after = truth(bed, installed, &key).await?;
+    let after = truth(bed, installed, key).await?;
     rec.check_that(
         "A's release after the partition leaves the lock as it found it (B's, or nobody's when B's own holding ended)",
         after == before,
         format_args!("{key} held by {} before A's release, by {} after", shown(&before), shown(&after)),
     );
     b.send(Request::Go).await?;
-    let b_release = release(bed, rec, &mut b, "B").await?;
+    let b_release = release(bed, rec, b, "B").await?;
     if b_held {
         rec.check_that(
             "B's release ends well",
@@ -176,38 +255,7 @@ pub(super) async fn partitioned(
     }
     let _ = b.exit_code(EVENT_TIMEOUT).await?;
 
-    // The resource's word on A's write, not A's.
-    let accepted = bed
-        .resource
-        .attempts(SCOPE)
-        .await?
-        .iter()
-        .any(|x| x.writer == HOLDER_A && x.accepted);
-    rec.expose(
-        "cut off from the service, unfenced, A's stale write is accepted after the service gave the lock to B",
-        accepted,
-        &write,
-    );
-    let when = if answered_cut_off {
-        format!("{answered_ms} ms")
-    } else {
-        format!(
-            "no answer while cut off ({} ms), then after the partition",
-            bound.as_millis()
-        )
-    };
-    let said_write = if accepted {
-        "stale write accepted"
-    } else {
-        "stale write rejected"
-    };
-    Ok(Cell::new(
-        format!("cut off, {question} {answer} ({when}); {said_write}"),
-        format!(
-            "ASKED question={question} answer={answer} after {answered_ms} ms; the service's record: {}; {write}; RELEASE_ENDED ok={ok} said={said}",
-            shown(&truth_now)
-        ),
-    ))
+    Ok((ok, said))
 }
 
 /// Lifts every hold; returns once each rule is gone.
