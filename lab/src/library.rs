@@ -35,6 +35,10 @@ pub fn run(args: LibraryArgs) -> Ended {
 #[cfg(feature = "lock-services")]
 mod on_services {
     use anyhow::Context as _;
+    use std::path::Path;
+    use std::sync::{Arc, Mutex};
+
+    use harness::evidence::timeline::TimelineReporter;
     use harness::evidence::{Recorder, TextReporter};
     use harness::server::{ClusterConfig, PgBinaries};
     use scenarios::library::{self, card, Installed, Library, LIBRARIES};
@@ -125,10 +129,13 @@ mod on_services {
             bed = Testbed::start(cluster, params, installed.python.clone()) => bed?,
             signal = signals.recv() => return Ok(Ended::Interrupted(signal)),
         };
-        let mut rec = Recorder::new(vec![Box::new(TextReporter::new(
-            true,
-            Some(dir.join("output.txt")),
-        ))]);
+        // The runs' own report (library/report.html): the card first, then every case's
+        // timeline; the card is set once the runs have made it.
+        let preface = Arc::new(Mutex::new(String::new()));
+        let mut rec = Recorder::new(vec![
+            Box::new(TextReporter::new(true, Some(dir.join("output.txt")))),
+            Box::new(TimelineReporter::with_preface(dir.clone(), preface.clone())),
+        ]);
         let outcome = tokio::select! {
             rows = all(&mut bed, &mut rec, &libs, &installed) => Ok(rows),
             signal = signals.recv() => Err(signal),
@@ -142,6 +149,9 @@ mod on_services {
                 return Ok(Ended::Interrupted(signal));
             }
         };
+        if let Ok(mut p) = preface.lock() {
+            *p = card::html(&rows, "output.txt");
+        }
         let summary = rec.finish()?;
         // A holder that cannot start or speaks another protocol version: one line, exit 2.
         if let Some(why) = rows.iter().find_map(|r| r.row.unstartable.clone()) {
@@ -152,6 +162,10 @@ mod on_services {
         std::fs::write(&card_path, card::markdown(&rows))
             .with_context(|| format!("failed to write {}", card_path.display()))?;
         println!("{}", card::markdown(&rows));
+        report_section(
+            &args.evidence_dir,
+            &card::html(&rows, "library/report.html"),
+        )?;
         eprintln!(
             "lab library: {} librar{}; the card in {}, the runs in {}",
             rows.len(),
@@ -164,6 +178,31 @@ mod on_services {
         } else {
             Ended::Failed
         })
+    }
+
+    /// The card as a section of the full run's report (`<evidence-dir>/report.html`, written by
+    /// `lab run` before it), in place of the section an earlier `lab library` put there; no
+    /// report there, nothing to do (the card has its own page, `library/report.html`).
+    fn report_section(evidence_dir: &Path, section: &str) -> anyhow::Result<()> {
+        const BEGIN: &str = "<!-- library card: lab library -->";
+        const END: &str = "<!-- /library card -->";
+        let path = evidence_dir.join("report.html");
+        let Ok(report) = std::fs::read_to_string(&path) else {
+            return Ok(());
+        };
+        let kept = match (report.find(BEGIN), report.find(END)) {
+            (Some(b), Some(e)) if b < e => format!("{}{}", &report[..b], &report[e + END.len()..]),
+            _ => report,
+        };
+        let Some(at) = kept.rfind("</body>") else {
+            anyhow::bail!(
+                "{} has no </body>: not a report of the lab's",
+                path.display()
+            );
+        };
+        let whole = format!("{}{BEGIN}\n{section}{END}\n{}", &kept[..at], &kept[at..]);
+        harness::evidence::write_atomically(&path, whole.as_bytes())
+            .with_context(|| format!("failed to write {}", path.display()))
     }
 
     async fn all<'a>(
@@ -198,6 +237,7 @@ mod on_services {
                 library: lib,
                 version: version.clone(),
                 service,
+                docs: library::docs::read(installed, lib).await,
                 row,
             });
         }

@@ -791,15 +791,7 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
         String::from_utf8_lossy(&out.stderr)
     );
     let card = fs::read_to_string(ev.join("library-card.md"))?;
-    // | library | package@version | service | fence | F1 | F3 | F5 | F4 | told | F10 | release | F12 | F16 |
-    let cells = |lib: &str| -> Vec<String> {
-        card.lines()
-            .find(|l| l.starts_with(&format!("| {lib} | ")))
-            .unwrap_or_else(|| panic!("no row for {lib}:\n{card}"))
-            .split(" | ")
-            .map(str::to_owned)
-            .collect()
-    };
+    let cells = |lib: &str| card_cells(&card, lib);
     for lib in ["kazoo", "redis-py", "etcd3gw"] {
         let c = cells(lib);
         assert!(c[4].starts_with("passes"), "{lib} F1: {}", c[4]);
@@ -840,6 +832,7 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
     // kazoo's `is_acquired` is a flag of its own (kazoo/recipe/lock.py): after the pause it still
     // says held, and the write goes out; redis-py's `owned()` asks the server.
     assert!(cells("kazoo")[9].starts_with("MISSED the pause"), "{card}");
+    the_docs_column_and_the_report_say_what_the_runs_showed(&card, &ev)?;
     assert!(
         cells("redis-py")[9].starts_with("caught the pause"),
         "{card}"
@@ -852,12 +845,95 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
     Ok(())
 }
 
+/// One row of the library card's Markdown table, split into its cells:
+/// | library | package@version | service | fence | F1 | F3 | F5 | F4 | told | F10 | release | F12 | F16 | docs |
+#[cfg(feature = "lock-services")]
+fn card_cells(card: &str, lib: &str) -> Vec<String> {
+    card.lines()
+        .find(|l| l.starts_with(&format!("| {lib} | ")))
+        .unwrap_or_else(|| panic!("no row for {lib}:\n{card}"))
+        .split(" | ")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The card's last column against the runs, and the card as a section of the runs' own report.
+#[cfg(feature = "lock-services")]
+fn the_docs_column_and_the_report_say_what_the_runs_showed(
+    card: &str,
+    ev: &std::path::Path,
+) -> anyhow::Result<()> {
+    let cells = |lib: &str| card_cells(card, lib);
+    // Against what each library says its question answers, read from the installed package:
+    // kazoo's `is_acquired` is a field its source sets on acquire and clears on release (the run
+    // disagrees with the service, and the card says why); redis-py's `owned()` docstring says it
+    // answers for the key, and its answers matched the service's record.
+    let kazoo = cells("kazoo");
+    assert!(
+        kazoo[13].starts_with("DISAGREES: its answer after the pause and cut off (F16)")
+            && kazoo[13].contains("kazoo/recipe/lock.py:")
+            && kazoo[13].contains("self.is_acquired = gotten"),
+        "kazoo docs: {}",
+        kazoo[13]
+    );
+    let redis = cells("redis-py");
+    assert!(
+        redis[13].starts_with("agrees: its answer after the pause")
+            && redis[13].contains("Returns True if this key is locked by this lock"),
+        "redis-py docs: {}",
+        redis[13]
+    );
+    // The card is also a section of the runs' own report, every case's timeline below it.
+    let report = fs::read_to_string(ev.join("library/report.html"))?;
+    assert!(
+        report.contains("<section id=\"library-card\">")
+            && report.contains("CASE kazoo/F5")
+            && report.matches("<td class=\"bad\"").count() >= 3,
+        "library/report.html"
+    );
+    // Its Mermaid diagrams too, one per case of two holders, named without the case's slash.
+    assert!(ev.join("library/timeline-kazoo-F5.mmd").is_file());
+    Ok(())
+}
+
+/// The one `lab library: ` line of a run that must end with exit 2.
+#[cfg(feature = "lock-services")]
+fn exit_2_line(out: &std::process::Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    err.lines()
+        .find(|l| l.starts_with("lab library: "))
+        .unwrap_or_else(|| panic!("no lab library line: {err}"))
+        .to_owned()
+}
+
+/// `lab library --only redis-py` with the holders in `holders`, its evidence in `ev`.
+#[cfg(feature = "lock-services")]
+fn redis_py_card(
+    python: &std::path::Path,
+    holders: &std::path::Path,
+    ev: &std::path::Path,
+    tmp: &std::path::Path,
+) -> Command {
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_lab"));
+    lab.args(["library", "--only", "redis-py", "--python"])
+        .arg(python)
+        .arg("--holders")
+        .arg(holders)
+        .arg("--evidence-dir")
+        .arg(ev)
+        .env("TMPDIR", tmp);
+    lab
+}
+
 /// Bad input for the library card: a library holder that speaks the previous protocol version
-/// (a copy of the holders with libholder.py at version 4) is one line naming the version, exit 2,
-/// and no card — not a run of failures.
+/// (a copy of the holders with libholder.py at version 4), and one whose library cannot reach its
+/// service, are each one line naming the version or the endpoint, exit 2, and no card — not a
+/// run of failures —, nothing left behind.
 #[cfg(feature = "lock-services")]
 #[test]
-fn a_library_holder_of_another_protocol_version_is_one_line_and_exit_2() -> anyhow::Result<()> {
+fn a_library_holder_of_another_protocol_version_or_unreachable_service_is_one_line_and_exit_2(
+) -> anyhow::Result<()> {
     let Some((sb, root, python)) = library_sandbox()? else {
         return Ok(());
     };
@@ -870,25 +946,47 @@ fn a_library_holder_of_another_protocol_version_is_one_line_and_exit_2() -> anyh
     }
     assert!(fs::read_to_string(old.join("libholder.py"))?.contains("VERSION = 4"));
     let ev = sb.path().join("ev");
-    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["library", "--only", "redis-py", "--python"])
-        .arg(&python)
-        .arg("--holders")
-        .arg(&old)
-        .arg("--evidence-dir")
-        .arg(&ev)
-        .env("TMPDIR", sb.path())
-        .output()?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("lab library: "))
-        .unwrap_or_else(|| panic!("no lab library line: {err}"));
+    let out = redis_py_card(&python, &old, &ev, sb.path()).output()?;
+    let line = exit_2_line(&out);
     assert!(
         line.contains("HELLO version=5") && line.contains("this holder speaks version 4"),
         "{line}"
     );
     assert!(!ev.join("library-card.md").exists(), "a card was written");
+
+    // A library that cannot reach its service: a copy of the holder whose library is pointed at a
+    // port where nothing listens. One line naming the library, the service and its endpoint.
+    let unreachable = sb.path().join("unreachable");
+    fs::create_dir(&unreachable)?;
+    fs::copy(
+        root.join("holder/libraries/libholder.py"),
+        unreachable.join("libholder.py"),
+    )?;
+    let text = fs::read_to_string(root.join("holder/libraries/redis_py_lock.py"))?;
+    let from = "(host, port), = libholder.endpoints(f)";
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "{from:?} once in redis_py_lock.py"
+    );
+    fs::write(
+        unreachable.join("redis_py_lock.py"),
+        text.replace(from, "(host, port) = (\"127.0.0.1\", 1)"),
+    )?;
+    let ev = sb.path().join("ev-unreachable");
+    let lab = redis_py_card(&python, &unreachable, &ev, sb.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let pid = lab.id();
+    let out = lab.wait_with_output()?;
+    let line = exit_2_line(&out);
+    assert!(
+        line.contains("redis-py could not take a lock at the redis endpoint ")
+            && line.contains("Connection refused"),
+        "{line}"
+    );
+    assert!(!ev.join("library-card.md").exists(), "a card was written");
+    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
     Ok(())
 }

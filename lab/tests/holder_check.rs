@@ -57,8 +57,11 @@ fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
         "every JVM thread frozen, the renewer among them ({threads}): {frozen}"
     );
     // Its looping form under chaos: every check of the fenced scopes holds, the control exposes.
+    // 60 s, as CI's own chaos run: at 30 s, in a CI run whose tests took twice their usual time
+    // (2026-12-05), the JVM holders made 159 operations and no pause of seed 4's fell between a
+    // holder's deadline check and its control write — the control showed nothing and failed.
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["chaos", "--seed", "4", "--time", "30s", "--holder-cmd"])
+        .args(["chaos", "--seed", "4", "--time", "60s", "--holder-cmd"])
         .arg(root.join("examples/holders/java/holder.sh"))
         .arg("--evidence-dir")
         .arg(sb.path("chaos-java"))

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use harness::evidence::escape::markdown_cell;
+use harness::evidence::escape::{html as esc, markdown_cell};
 
 use super::{Cell, Library, Row};
 
@@ -14,7 +14,60 @@ pub struct CardRow<'a> {
     pub library: &'a Library,
     pub version: String,
     pub service: String,
+    /// What its docs or source say its question answers, read from the installed package
+    /// ([`super::docs::read`]).
+    pub docs: String,
     pub row: Row,
+}
+
+/// The library's answers (after the pause, and cut off) set against what its docs or source say
+/// the question answers: where an answer said the lock was held while the service's record named
+/// another holder (or the reverse), the run disagrees with the docs, and the card says why, by the
+/// library's source.
+pub fn against_docs(r: &CardRow<'_>) -> String {
+    let row = &r.row;
+    let asked = [
+        ("after the pause", row.told_agrees, &row.told),
+        ("cut off (F16)", row.cut_off_agrees, &row.partitioned),
+    ];
+    let wrong: Vec<&str> = asked
+        .iter()
+        .filter(|(_, agrees, _)| *agrees == Some(false))
+        .map(|(when, _, _)| *when)
+        .collect();
+    let judged = asked
+        .iter()
+        .filter(|(_, agrees, _)| agrees.is_some())
+        .count();
+    let verdict = if !wrong.is_empty() {
+        let why = if r.library.why.is_empty() {
+            "the lab has no reading of its source that explains it: see output.txt".to_owned()
+        } else {
+            format!("why, by its source: {}", r.library.why)
+        };
+        format!(
+            "DISAGREES: its answer {} did not match the service's record of who held the lock; {why}",
+            wrong.join(" and ")
+        )
+    } else if judged > 0 {
+        format!(
+            "agrees: its answer{} matched the service's record",
+            asked
+                .iter()
+                .filter(|(_, agrees, _)| agrees.is_some())
+                .map(|(when, _, _)| format!(" {when}"))
+                .collect::<Vec<_>>()
+                .join(" and")
+        )
+    } else if row.told.said.contains("NotImplemented") && r.docs.contains("NotImplemented") {
+        "agrees: it raised NotImplemented, which its docs allow — the application cannot ask"
+            .to_owned()
+    } else if row.told.said.is_empty() {
+        "not run".to_owned()
+    } else {
+        format!("not judged: {}", row.told.said)
+    };
+    format!("{verdict} — {}", r.docs)
 }
 
 fn cell(c: &Cell) -> String {
@@ -88,6 +141,9 @@ pub fn advice(r: &CardRow<'_>) -> String {
             lib.question
         ));
     }
+    if against_docs(r).starts_with("DISAGREES") && !lib.why.is_empty() {
+        said.push(format!("Its source explains the answer: {}.", lib.why));
+    }
     if row.release.said.starts_with("returned True") && stale {
         said.push(
             "Its release after the loss returned True: it does not tell the application that the lock was lost.".to_owned(),
@@ -112,16 +168,18 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
          a run showed, with the evidence line it was read off (the run's `output.txt` has the \
          whole timeline). \"What it tells the application\" is the library's own question asked \
          after the pause, right before the write, beside the service's own record of who held \
-         the lock at that moment.\n\n",
+         the lock at that moment; the last column sets those answers against what the library's \
+         docstring (or, without one, its source) says the question answers, read from the \
+         installed package.\n\n",
     );
     out.push_str(
-        "| library | package@version | service | fence it exposes | F1 | F3 (one winner per round) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) | cut off from its service (F16) |\n",
+        "| library | package@version | service | fence it exposes | F1 | F3 (one winner per round) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) | cut off from its service (F16) | its docs or source, against the run |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {}@{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}@{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.library.id,
             r.library.package,
             r.version,
@@ -136,6 +194,7 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
             cell(&r.row.release),
             cell(&r.row.killed),
             cell(&r.row.partitioned),
+            markdown_cell(&against_docs(r)),
         );
     }
     out.push_str("\n## What to do, per library\n\n");
@@ -148,5 +207,118 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
             advice(r)
         );
     }
+    out
+}
+
+/// The columns of the card, each with how its cell is read off a row.
+type Column = (&'static str, fn(&CardRow<'_>) -> (String, String));
+
+const COLUMNS: &[Column] = &[
+    ("F1", |r| said(&r.row.f1)),
+    ("F3", |r| said(&r.row.f3)),
+    ("stale write unfenced (F5)", |r| said(&r.row.unfenced)),
+    ("stale write fenced (F4)", |r| said(&r.row.fenced)),
+    ("what it tells the application after the pause", |r| {
+        said(&r.row.told)
+    }),
+    ("its check, paused before it (F10)", |r| said(&r.row.f10)),
+    ("release after the loss", |r| said(&r.row.release)),
+    ("after kill -9 (F12)", |r| said(&r.row.killed)),
+    ("cut off from its service (F16)", |r| {
+        said(&r.row.partitioned)
+    }),
+    ("its docs, against the run", |r| {
+        let all = against_docs(r);
+        let verdict = all.split(" — ").next().unwrap_or(&all).to_owned();
+        (verdict, all)
+    }),
+];
+
+fn said(c: &Cell) -> (String, String) {
+    if c.said.is_empty() {
+        ("not run".to_owned(), String::new())
+    } else {
+        (c.said.clone(), c.evidence.clone())
+    }
+}
+
+/// How a cell is coloured, by the words the card's own code writes into it (never a reader's
+/// guess): red where the lock did not protect the write or the library's answer was wrong, green
+/// where a fence, a check or an answer held, grey otherwise.
+fn tone(column: &str, said: &str) -> &'static str {
+    let bad = said.starts_with("accepted")
+        || said.starts_with("MISSED")
+        || said.starts_with("DISAGREES")
+        || said.starts_with("could not run")
+        || (column.starts_with("cut off") && said.contains("stale write accepted"));
+    let good = said.starts_with("rejected")
+        || said.starts_with("caught")
+        || said.starts_with("agrees")
+        || said.starts_with("passes")
+        || said.starts_with("one winner");
+    match (bad, good) {
+        (true, _) => "bad",
+        (false, true) => "good",
+        _ => "plain",
+    }
+}
+
+/// The card as a section of a report page: the table (each cell's evidence line on hover, its
+/// colour by [`tone`]) and the advice per library.
+pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
+    let mut out = String::from(
+        "<section id=\"library-card\">\n<h2>The library card</h2>\n<style>\n\
+         #library-card td { vertical-align: top; border: 1px solid #ddd; max-width: 180px; }\n\
+         #library-card td.bad { background: #fce8e6; } #library-card td.good { background: #e6f4ea; }\n\
+         #library-card td.plain { background: #f8f9fa; }\n</style>\n",
+    );
+    let _ = writeln!(
+        out,
+        "<p>Each published lock library as it ships, on the lab's lock service in a container. \
+         Red: the lock did not protect the write, or the library's answer did not match the \
+         service's record; green: a fence, a check or an answer held. Hover a cell for the \
+         evidence line it was read off; <a href=\"{}\">the runs</a> have each case's timeline.</p>",
+        esc(runs)
+    );
+    out.push_str("<table>\n<tr><th>library</th><th>service</th><th>fence it exposes</th>");
+    for (name, _) in COLUMNS {
+        let _ = write!(out, "<th>{}</th>", esc(name));
+    }
+    out.push_str("</tr>\n");
+    for r in rows {
+        let _ = write!(
+            out,
+            "<tr><th>{}<br><small>{}@{}</small></th><td class=\"plain\">{}</td><td class=\"plain\">{}</td>",
+            esc(r.library.id),
+            esc(r.library.package),
+            esc(&r.version),
+            esc(&r.service),
+            esc(r.library.fence.unwrap_or("none")),
+        );
+        for (name, read) in COLUMNS {
+            let (said, evidence) = read(r);
+            let short: String = said.chars().take(160).collect();
+            let cut = if short.len() < said.len() { "…" } else { "" };
+            let _ = write!(
+                out,
+                "<td class=\"{}\" title=\"{}\">{}{cut}</td>",
+                tone(name, &said),
+                esc(&evidence),
+                esc(&short)
+            );
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n<h3>What to do, per library</h3>\n<ul>\n");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "<li><b>{}</b> ({}): {}</li>",
+            esc(r.library.id),
+            esc(r.library.store),
+            esc(&advice(r))
+        );
+    }
+    out.push_str("</ul>\n</section>\n");
     out
 }

@@ -19,6 +19,7 @@
 //! showed becomes a row of the library card ([`card`]).
 
 pub mod card;
+pub mod docs;
 mod partitioned;
 pub mod truth;
 
@@ -30,6 +31,8 @@ use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request, Token};
+
+use docs::Docs;
 
 use crate::paused_holder::{go_and_thaw, lab_step, list, states, step};
 use crate::testbed::{HOLDER_A, HOLDER_B, SCOPE};
@@ -50,6 +53,11 @@ pub struct Library {
     pub fence: Option<&'static str>,
     /// The library's own ownership question, as its holder asks it.
     pub question: &'static str,
+    /// Where the lab reads what the library says its question answers ([`docs`]).
+    pub docs: Docs,
+    /// Why, by its source, its answer can differ from the service's record: the card shows it
+    /// where a run's answer did.
+    pub why: &'static str,
 }
 
 /// Every library holder, in the card's order.
@@ -61,6 +69,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "zookeeper",
         fence: Some("the lock node's czxid (ordered: the ensemble's zxid)"),
         question: "lock.is_acquired",
+        docs: Docs::Python("kazoo.recipe.lock:Lock.is_acquired"),
+        why: "a field the lock sets when acquire() returns and clears only in release(); nothing clears it when ZooKeeper ends the session and deletes the lock node — kazoo leaves that to the application, which must listen to the client's state (`zk.add_listener`, KazooState.LOST)",
     },
     Library {
         id: "curator",
@@ -69,6 +79,11 @@ pub const LIBRARIES: &[Library] = &[
         store: "zookeeper",
         fence: Some("the lock node's czxid (ordered: the ensemble's zxid)"),
         question: "mutex.isOwnedByCurrentThread()",
+        docs: Docs::Quoted {
+            text: "Returns true if the mutex is acquired by the calling thread",
+            from: "InterProcessMutex.isOwnedByCurrentThread(), its javadoc in Curator's source (the jar ships none)",
+        },
+        why: "it reads the mutex's own record of its threads (`threadData`, in the JVM's memory), which nothing clears when the session ends — Curator's docs ask the application to add a ConnectionStateListener and treat SUSPENDED and LOST as the lock lost",
     },
     Library {
         id: "tooz-zookeeper",
@@ -77,6 +92,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "zookeeper",
         fence: None,
         question: "lock.is_still_owner()",
+        docs: Docs::Python("tooz.drivers.zookeeper:ZooKeeperLock.is_still_owner"),
+        why: "",
     },
     Library {
         id: "redis-py",
@@ -85,6 +102,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "redis",
         fence: None,
         question: "lock.owned()",
+        docs: Docs::Python("redis.lock:Lock.owned"),
+        why: "",
     },
     Library {
         id: "python-redis-lock",
@@ -93,6 +112,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "redis",
         fence: None,
         question: "lock.get_owner_id()==lock.id",
+        docs: Docs::Python("redis_lock:Lock.get_owner_id"),
+        why: "",
     },
     Library {
         id: "tooz-redis",
@@ -101,6 +122,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "redis",
         fence: None,
         question: "lock.is_still_owner()",
+        docs: Docs::Python("tooz.drivers.redis:RedisLock.is_still_owner"),
+        why: "",
     },
     Library {
         id: "pottery",
@@ -109,6 +132,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "redlock",
         fence: None,
         question: "lock.locked()>0",
+        docs: Docs::Python("pottery:Redlock.locked"),
+        why: "",
     },
     Library {
         id: "etcd3gw",
@@ -117,6 +142,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "etcd",
         fence: Some("the lock key's create_revision (ordered: etcd's revision)"),
         question: "lock.is_acquired()",
+        docs: Docs::Python("etcd3gw.lock:Lock.is_acquired"),
+        why: "",
     },
     Library {
         id: "tooz-etcd3gw",
@@ -125,6 +152,8 @@ pub const LIBRARIES: &[Library] = &[
         store: "etcd",
         fence: None,
         question: "lock.is_still_owner()",
+        docs: Docs::Python("tooz.drivers.etcd3gw:Etcd3Lock.is_still_owner"),
+        why: "",
     },
 ];
 
@@ -249,7 +278,10 @@ pub struct Row {
     pub unfenced: Cell,
     pub fenced: Cell,
     pub told: Cell,
+    /// The library's answer after the pause against the service's record (`None`: it raised).
     pub told_agrees: Option<bool>,
+    /// The same, asked while cut off from the service (F16).
+    pub cut_off_agrees: Option<bool>,
     pub release: Cell,
     pub killed: Cell,
     pub partitioned: Cell,
@@ -676,13 +708,12 @@ async fn checked(
     let Event::Asked { question, answer } = &asked else {
         bail!(a.unexpected("ASKED question=Q answer=A", &asked));
     };
-    // Python's and Java's words for yes.
-    let says_held = answer == "returned True" || answer == "returned true";
+    let held = says_held(answer) == Some(true);
     rec.note(format!(
         "A's library, asked after the pause: {question} {answer}; the service's record: {}",
         shown(&truth_now)
     ));
-    let wrote = acts_on_the_answer(bed, rec, &mut a, says_held, &asked).await?;
+    let wrote = acts_on_the_answer(bed, rec, &mut a, held, &asked).await?;
     b.send(Request::Go).await?;
     let b_release = release(bed, rec, &mut b, "B").await?;
     rec.check_that(
@@ -693,7 +724,7 @@ async fn checked(
     let _ = b.exit_code(EVENT_TIMEOUT).await?;
     let a_holds = truth_now.as_deref() == Some(a_owner.as_str());
     let held_by_b = truth_now.as_deref() == Some(b_owner.as_str());
-    let said = match (wrote, says_held == a_holds) {
+    let said = match (wrote, held == a_holds) {
         (false, _) if answer.starts_with("raised") => {
             format!("no answer ({answer}): nothing written")
         }
@@ -828,21 +859,44 @@ async fn one_winner(
     ))
 }
 
-/// Starts `lib`'s holder once and shakes hands with it, before any experiment: a holder that
-/// cannot start (its launcher missing a jar, its package not importable) or that speaks another
-/// protocol version is one line, not a run of failures. The probe is killed at once.
+/// Starts `lib`'s holder once and lets it take a lock of its own, before any experiment: a
+/// holder that cannot start (its launcher missing a jar, its package not importable), that speaks
+/// another protocol version, or whose library cannot reach the service at the endpoint it was
+/// given is one line naming what is wrong, not a run of failures. The probe is killed once it
+/// has answered (its lock is a name of its own, `library-probe`).
 pub async fn probe(bed: &Testbed, lib: &Library, installed: &Installed) -> anyhow::Result<()> {
     let mut spec = installed.spec(bed, lib, "library-probe", "probe", mode_of(lib));
     spec.flags.lease = "library-probe".into();
-    match Holder::spawn(&spec).await {
-        Ok(mut holder) => {
-            holder.crash().await;
-            Ok(())
-        }
+    let endpoint = spec
+        .flags
+        .store_endpoint
+        .clone()
+        .unwrap_or_else(|| "(none given)".into());
+    let mut holder = match Holder::spawn(&spec).await {
+        Ok(holder) => holder,
         Err(e) => bail!(
             "the library holder {} did not answer this lab's handshake (HELLO version={}): {e}",
             lib.file,
             holder_protocol::VERSION
+        ),
+    };
+    let answer = holder.next("the probe's acquire", EVENT_TIMEOUT).await;
+    holder.crash().await;
+    match answer {
+        Ok((_, Event::Acquired { .. } | Event::Refused)) => Ok(()),
+        Ok((_, Event::Error { message })) => bail!(
+            "{} could not take a lock at the {} endpoint {endpoint}: {message}",
+            lib.id,
+            spec.flags.store
+        ),
+        Ok((_, other)) => bail!(
+            "the library holder {} sent `{other}` where this lab's protocol has ACQUIRED or REFUSED",
+            lib.file
+        ),
+        Err(e) => bail!(
+            "{} could not take a lock at the {} endpoint {endpoint}: {e}",
+            lib.id,
+            spec.flags.store
         ),
     }
 }
@@ -964,8 +1018,23 @@ pub async fn run(
         "cut off from its service while holding, then asks and writes unfenced",
     );
     let f16 = partitioned::partitioned(bed, rec, lib, installed).await;
+    let f16 = f16.map(|(cell, agrees)| {
+        row.cut_off_agrees = agrees;
+        cell
+    });
     row.partitioned = closed(rec, f16);
     row
+}
+
+/// The library's answer as a yes or no to "do I hold the lock?" (Python's and Java's words), to
+/// set against the service's record; `None` for anything else (an exception): reported, not
+/// judged.
+fn says_held(answer: &str) -> Option<bool> {
+    match answer {
+        "returned True" | "returned true" => Some(true),
+        "returned False" | "returned false" => Some(false),
+        _ => None,
+    }
 }
 
 /// What A's library told it after the pause, beside the truth, and how its release ended.
@@ -973,14 +1042,7 @@ fn tell(row: &mut Row, p: &Paused) {
     if let Some((question, answer)) = &p.asked {
         let truth = shown(&p.truth_when_asked);
         let a_holds = p.truth_when_asked.as_deref() == Some(p.a_owner.as_str());
-        // The library's answer against the service's record: a yes or no that matches whether A
-        // still holds the lock agrees; anything else (an exception) is reported, not judged.
-        let says = match answer.as_str() {
-            "returned True" | "returned true" => Some(true),
-            "returned False" | "returned false" => Some(false),
-            _ => None,
-        };
-        row.told_agrees = says.map(|s| s == a_holds);
+        row.told_agrees = says_held(answer).map(|s| s == a_holds);
         let whose = if a_holds {
             "A"
         } else if p.truth_when_asked.is_some() {

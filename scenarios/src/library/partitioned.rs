@@ -24,8 +24,8 @@ use harness::holder::{describe, Holder, HolderError, EVENT_TIMEOUT};
 use holder_protocol::{Event, Request};
 
 use super::{
-    b_takes_over, release, shown, truth, until_ended, up_to_the_write_point, Cell, Installed,
-    Library,
+    b_takes_over, release, says_held, shown, truth, until_ended, up_to_the_write_point, Cell,
+    Installed, Library,
 };
 use crate::paused_holder::{lab_step, step};
 use crate::testbed::{HOLDER_A, SCOPE};
@@ -62,12 +62,12 @@ pub(super) async fn partitioned(
     rec: &mut Recorder,
     lib: &Library,
     installed: &Installed,
-) -> anyhow::Result<Cell> {
+) -> anyhow::Result<(Cell, Option<bool>)> {
     bed.reset().await?;
     let Some(user) = harness::server::Server::dir(bed.cluster()?).run_as() else {
         let why = "F16 runs A as a user of its own so that one rule by owner holds every connection it opens, and the lab does not run as root here";
         rec.skip(why);
-        return Ok(Cell::new("not run here", why));
+        return Ok((Cell::new("not run here", why), None));
     };
     let mut spec = installed.spec(bed, lib, HOLDER_A, "rows=200(A)", WriteMode::Unfenced);
     spec.run_as = Some(user);
@@ -132,7 +132,8 @@ pub(super) async fn partitioned(
         accepted,
         &write,
     );
-    Ok(cell(
+    let agrees = says_held(answer).map(|held| held == (truth_now.as_ref() == Some(&a_owner)));
+    let cell = cell(
         (question, answer),
         answered_cut_off.then_some(answered_ms),
         (answered_ms, bound),
@@ -140,7 +141,8 @@ pub(super) async fn partitioned(
         accepted,
         &write,
         (ok, &said),
-    ))
+    );
+    Ok((cell, agrees))
 }
 
 /// Cuts A's user off from every server of the service: one DROP rule by owner per server, checked

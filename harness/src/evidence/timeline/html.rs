@@ -10,6 +10,12 @@ use crate::evidence::{render_text, Event, Lanes, Summary};
 
 /// The whole report: environment, summary, and per case its picture and its lines.
 pub fn html(events: &[Event]) -> String {
+    html_with_preface(events, "")
+}
+
+/// [`html`], with `preface` (a section of HTML the run made, e.g. the library card) after the
+/// verdict and before the cases.
+pub fn html_with_preface(events: &[Event], preface: &str) -> String {
     let mut env = String::new();
     let mut summary: Option<Summary> = None;
     for event in events {
@@ -38,6 +44,7 @@ pub fn html(events: &[Event]) -> String {
         "fail"
     };
     let _ = writeln!(out, "<p class=\"{class}\"><b>{}</b></p>", esc(&verdict));
+    out.push_str(preface);
     let cases = cases(events);
     let (stores, lease, resource) = legend_stores(&cases);
     let _ = writeln!(

@@ -9,6 +9,7 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::model::{Event, Lanes, Mark, Step};
@@ -19,7 +20,7 @@ mod html;
 mod mermaid;
 mod svg;
 
-pub use self::html::html;
+pub use self::html::{html, html_with_preface};
 pub use self::mermaid::mermaid;
 pub use self::svg::svg;
 
@@ -146,23 +147,47 @@ fn spans(steps: &[&Step], end: Duration) -> (Vec<Span>, Vec<Span>) {
 }
 
 /// Writes `report.html` and one `timeline-<CASE>.mmd` per multi-actor case into `dir`, from the
-/// recorder's stream at the end of the run.
+/// recorder's stream at the end of the run (a case named `kazoo/F5` in `timeline-kazoo-F5.mmd`).
 pub struct TimelineReporter {
     dir: PathBuf,
+    preface: Option<Arc<Mutex<String>>>,
 }
 
 impl TimelineReporter {
     pub fn new(dir: PathBuf) -> Self {
-        TimelineReporter { dir }
+        TimelineReporter { dir, preface: None }
+    }
+
+    /// A report with a section of the run's own before its cases ([`html_with_preface`]): what
+    /// `preface` holds when the run finishes (the run fills it once it knows, e.g. the library
+    /// card).
+    pub fn with_preface(dir: PathBuf, preface: Arc<Mutex<String>>) -> Self {
+        TimelineReporter {
+            dir,
+            preface: Some(preface),
+        }
     }
 }
 
 impl Reporter for TimelineReporter {
     fn finish(&mut self, events: &[Event]) -> io::Result<()> {
-        write_atomically(&self.dir.join("report.html"), html(events).as_bytes())?;
+        let preface = self
+            .preface
+            .as_ref()
+            .map(|p| {
+                p.lock()
+                    .map_or_else(|e| e.into_inner().clone(), |p| p.clone())
+            })
+            .unwrap_or_default();
+        write_atomically(
+            &self.dir.join("report.html"),
+            html_with_preface(events, &preface).as_bytes(),
+        )?;
         for case in cases(events).iter().filter(|c| c.is_multi_actor()) {
             write_atomically(
-                &self.dir.join(format!("timeline-{}.mmd", case.id)),
+                &self
+                    .dir
+                    .join(format!("timeline-{}.mmd", case.id.replace('/', "-"))),
                 mermaid(case).as_bytes(),
             )?;
         }
