@@ -59,7 +59,8 @@ python3 - "$ev/report.html" "$work" <<'PY'
 import re, sys
 html = open(sys.argv[1]).read()
 for m in re.finditer(r'<h2 id="([^"]+)"', html):
-    case, start = m.group(1), m.end()
+    # A case named kazoo/F5 (the library card's) is pictured as timeline-kazoo-F5.png.
+    case, start = m.group(1).replace("/", "-"), m.end()
     end = html.find('<pre>', start)
     svg = re.search(r'<svg.*?</svg>', html[start:end], re.S)
     if svg:

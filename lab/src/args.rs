@@ -189,12 +189,17 @@ pub enum Command {
     ///
     /// Each library holder (Curator, kazoo, tooz, redis-py, python-redis-lock, pottery, etcd3gw:
     /// real packages — PyPI's pinned, Curator Debian's — installed by
-    /// scripts/ensure-library-holders.sh) through F1,
-    /// F3, F5, F4, F10 and F12 on the lab's lock services in containers: can a paused process still write, what does
-    /// the library tell it afterwards against the truth at the service, what does it offer to
-    /// fence with. The card goes to <evidence-dir>/library-card.md.
+    /// scripts/ensure-library-holders.sh) through F1, F3, F5, F4, F10, F12 and F16 on the lab's
+    /// lock services in containers: can a paused (or cut off) process still write, what does the
+    /// library tell it afterwards against the truth at the service, what does it offer to fence
+    /// with — and do those answers match what the library's own docstring or source says.
     ///
-    /// Exit 0 when every run completed and held, 1 when not, 2 when it could not run.
+    /// The card goes to <evidence-dir>/library-card.md; <evidence-dir>/library/ has the runs
+    /// (output.txt) and a page with the card in colour and every case's timeline (report.html),
+    /// and the card is added to <evidence-dir>/report.html when a run wrote one.
+    ///
+    /// Exit 0 when every run completed and held, 1 when not, 2 when it could not run (a package
+    /// missing, a service that cannot be reached, a holder of another protocol version).
     #[command(
         after_help = "Examples:\n  scripts/ensure-library-holders.sh && lab library\n  \
                             lab library --only kazoo,redis-py"

@@ -213,14 +213,15 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
 /// The columns of the card, each with how its cell is read off a row.
 type Column = (&'static str, fn(&CardRow<'_>) -> (String, String));
 
+/// The column of the library's answer after the pause.
+const TOLD: &str = "what it tells the application after the pause";
+
 const COLUMNS: &[Column] = &[
     ("F1", |r| said(&r.row.f1)),
     ("F3", |r| said(&r.row.f3)),
     ("stale write unfenced (F5)", |r| said(&r.row.unfenced)),
     ("stale write fenced (F4)", |r| said(&r.row.fenced)),
-    ("what it tells the application after the pause", |r| {
-        said(&r.row.told)
-    }),
+    (TOLD, |r| said(&r.row.told)),
     ("its check, paused before it (F10)", |r| said(&r.row.f10)),
     ("release after the loss", |r| said(&r.row.release)),
     ("after kill -9 (F12)", |r| said(&r.row.killed)),
@@ -245,7 +246,15 @@ fn said(c: &Cell) -> (String, String) {
 /// How a cell is coloured, by the words the card's own code writes into it (never a reader's
 /// guess): red where the lock did not protect the write or the library's answer was wrong, green
 /// where a fence, a check or an answer held, grey otherwise.
-fn tone(column: &str, said: &str) -> &'static str {
+fn tone(column: &str, said: &str, row: &Row) -> &'static str {
+    // The answer after the pause: by its agreement with the service's record, not its words.
+    if column == TOLD {
+        return match row.told_agrees {
+            Some(false) => "bad",
+            Some(true) => "good",
+            None => "plain",
+        };
+    }
     let bad = said.starts_with("accepted")
         || said.starts_with("MISSED")
         || said.starts_with("DISAGREES")
@@ -268,7 +277,8 @@ fn tone(column: &str, said: &str) -> &'static str {
 pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
     let mut out = String::from(
         "<section id=\"library-card\">\n<h2>The library card</h2>\n<style>\n\
-         #library-card td { vertical-align: top; border: 1px solid #ddd; max-width: 180px; }\n\
+         #library-card table { table-layout: fixed; width: 100%; border-collapse: collapse; font-size: 11px; }\n\
+         #library-card th, #library-card td { vertical-align: top; border: 1px solid #ddd; padding: 3px; overflow-wrap: anywhere; }\n\
          #library-card td.bad { background: #fce8e6; } #library-card td.good { background: #e6f4ea; }\n\
          #library-card td.plain { background: #f8f9fa; }\n</style>\n",
     );
@@ -288,21 +298,22 @@ pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
     for r in rows {
         let _ = write!(
             out,
-            "<tr><th>{}<br><small>{}@{}</small></th><td class=\"plain\">{}</td><td class=\"plain\">{}</td>",
+            "<tr><th>{}<br><small>{}@{}</small></th><td class=\"plain\" title=\"{}\">{}</td><td class=\"plain\">{}</td>",
             esc(r.library.id),
             esc(r.library.package),
             esc(&r.version),
             esc(&r.service),
+            esc(r.service.split(" (").next().unwrap_or(&r.service)),
             esc(r.library.fence.unwrap_or("none")),
         );
         for (name, read) in COLUMNS {
             let (said, evidence) = read(r);
-            let short: String = said.chars().take(160).collect();
+            let short: String = said.chars().take(100).collect();
             let cut = if short.len() < said.len() { "…" } else { "" };
             let _ = write!(
                 out,
                 "<td class=\"{}\" title=\"{}\">{}{cut}</td>",
-                tone(name, &said),
+                tone(name, &said, &r.row),
                 esc(&evidence),
                 esc(&short)
             );
