@@ -51,6 +51,18 @@ pub const STORES: &[Store] = &[
         kind: Some(lease::sql::KIND),
     },
     Store {
+        name: "pg-advisory",
+        service: None,
+        feature: None,
+        kind: Some(lease::pg_advisory::KIND),
+    },
+    Store {
+        name: "pg-advisory-fenced",
+        service: None,
+        feature: None,
+        kind: Some(lease::pg_advisory::FENCED),
+    },
+    Store {
         name: "mariadb",
         service: None,
         feature: Some("mariadb"),

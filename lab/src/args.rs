@@ -48,6 +48,12 @@ pub enum LeaseStoreArg {
     /// lock's container parent, which starts again when ZooKeeper deletes the empty parent (R1):
     /// a flawed token, its fenced experiments negative results.
     ZookeeperSuffix,
+    /// PostgreSQL's own session-level advisory lock (pg_try_advisory_lock) on the lease
+    /// database, its session's idle_session_timeout as the TTL; no token. No Docker needed.
+    PgAdvisory,
+    /// The same advisory lock with a counter bumped and committed in the locking session once the
+    /// lock is held: the token.
+    PgAdvisoryFenced,
 }
 
 impl LeaseStoreArg {
@@ -70,6 +76,8 @@ impl LeaseStoreArg {
             LeaseStoreArg::Etcd => "etcd",
             LeaseStoreArg::Zookeeper => "zookeeper",
             LeaseStoreArg::ZookeeperSuffix => "zookeeper-suffix",
+            LeaseStoreArg::PgAdvisory => "pg-advisory",
+            LeaseStoreArg::PgAdvisoryFenced => "pg-advisory-fenced",
             _ => "postgres",
         }
     }

@@ -107,10 +107,10 @@ impl Scenario for F3 {
         Box::pin(async move {
             let n = bed.params().contenders;
             let ttl = bed.case().ttl;
-            let on_service = bed.service.is_some();
-            // The gate's own connection to the lease table, made before any round's clock
-            // starts: made inside a round, it took the last-moments round's few hundred ms
-            // under load (a CI saw every contender judged after the expiry).
+            let on_service = !bed.lease_is_the_table(); // a lock service, or the advisory locks
+                                                        // The gate's own connection to the lease table, made before any round's clock
+                                                        // starts: made inside a round, it took the last-moments round's few hundred ms
+                                                        // under load (a CI saw every contender judged after the expiry).
             let gate = if on_service {
                 None
             } else {

@@ -206,7 +206,7 @@ pub async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) 
 async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scenario) {
     let spec = scenario.spec();
     let ran = run_case(bed, rec, scenario, spec.id, spec.title).await;
-    if ran && spec.again_on_stores && bed.service.is_none() {
+    if ran && spec.again_on_stores && bed.lease_is_the_table() {
         for store in bed.params().again_on.clone() {
             let id = format!("{}-{store}", spec.id);
             let title = format!(
@@ -364,7 +364,7 @@ impl<'a> Here<'a> {
             case: bed.case(),
             on_containers: !matches!(bed.backend(), Backend::Embedded),
             lease_on_patroni: bed.lease_on_patroni(),
-            lock_service: bed.service.is_some(),
+            lock_service: !bed.lease_is_the_table(),
             user_holder: bed.user_holder.as_ref(),
         }
     }
@@ -412,10 +412,11 @@ fn skip_reason(spec: &Spec, here: &Here) -> Option<String> {
     }
     if here.lock_service {
         if let Err(why) = spec.lock_services.on(case.store) {
-            return Some(format!(
-                "{id} does not run on the lock service {}: {why}",
-                case.store
-            ));
+            let what = match fencing::stores::service_of(case.store) {
+                Some(_) => "the lock service",
+                None => "the lease store",
+            };
+            return Some(format!("{id} does not run on {what} {}: {why}", case.store));
         }
     }
     if here.on_containers && !spec.on_containers {

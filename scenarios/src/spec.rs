@@ -75,7 +75,7 @@ impl Spec {
     pub fn checks_on(&self, store: &str) -> usize {
         match self.checks_on_store {
             StoreChecks::Same => self.checks,
-            StoreChecks::FewerOnLockServices(n) if fencing::stores::service_of(store).is_some() => {
+            StoreChecks::FewerOnLockServices(n) if store != fencing::lease::sql::KIND.name => {
                 self.checks - n
             }
             StoreChecks::FewerOnLockServices(_) => self.checks,
@@ -140,8 +140,8 @@ pub struct About {
 pub enum StoreChecks {
     /// As many on every store.
     Same,
-    /// This many fewer on a lock service (`fencing::stores::service_of` knows the store): a part
-    /// that needs the lease table is not run there.
+    /// This many fewer on any store but the lease table (a lock service, the advisory locks): a
+    /// part that needs the lease table is not run there.
     FewerOnLockServices(usize),
     /// This many more on ZooKeeper (`--lease-store zookeeper`): the server's log expiring a
     /// session, and what its client heard of it.

@@ -283,6 +283,7 @@ pub const KIND: StoreKind = StoreKind {
     about: "an etcd lease on the lock key, taken by a transaction on create_revision = 0; the token is the key's create revision",
     has_token: true,
     sound: true,
+    freed_on_disconnect: false,
     service: Some("etcd"),
     open: Some(|at| Box::pin(open(at))),
 };

@@ -16,6 +16,7 @@ pub const KIND: StoreKind = StoreKind {
     about: "seed 000's fenced job lease on MariaDB, run by a job profile's statements (seed000's unless --sut names another)",
     has_token: true,
     sound: true,
+    freed_on_disconnect: false,
     service: None,
     open: None,
 };

@@ -1,8 +1,9 @@
 //! Lease stores: who may *start* work (SPEC §3.1, §9). A lease store grants a lease with an
 //! expiry by its own clock and, if its design has one, a token; it is anything that answers the
 //! four questions of [`LeaseStore`] — a SQL profile's table ([`sql`]), seed 000's job lease on
-//! MariaDB (`job_lease.rs`, feature `mariadb`), and later a lock service (an etcd lease, a ZooKeeper
-//! node, a Redis key). `for_experiments.rs` is the lease table's SQL that only the lab runs.
+//! MariaDB (`job_lease.rs`, feature `mariadb`), a lock service (an etcd lease, a ZooKeeper node, a
+//! Redis key), and PostgreSQL's own advisory lock, whose lease is its session (`pg_advisory.rs`).
+//! `for_experiments.rs` is the lease table's SQL that only the lab runs.
 //!
 //! Tokens are opaque and ordered: what fencing needs is that a takeover's token is greater than
 //! every earlier grant's and that one holding keeps its token — gaps are allowed, a release may
@@ -31,6 +32,7 @@ pub mod etcd;
 pub mod for_experiments;
 #[cfg(feature = "mariadb")]
 pub mod job_lease;
+pub mod pg_advisory;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
@@ -262,6 +264,11 @@ pub struct StoreKind {
     /// again, R1's ZooKeeper suffix). The default run does not repeat F4/F5 on it, and the
     /// report card expects it unsafe.
     pub sound: bool,
+    /// Whether the store ends a holding as soon as its holder's connection closes — a lock kept
+    /// by a session, whose server notices the socket closed (the advisory locks): a holder
+    /// killed frees its lock at once, and the TTL plays no part. `false`: a dead holder's
+    /// holding lasts until the store expires it (a ZooKeeper session outlives its connection).
+    pub freed_on_disconnect: bool,
     /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
     /// `zookeeper`); `None`: it runs on the lab's lease database.
     pub service: Option<&'static str>,

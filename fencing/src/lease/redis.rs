@@ -344,6 +344,7 @@ pub const KIND: StoreKind = StoreKind {
     about: "a Redis key set with SET NX PX and a unique value, a token from INCR (Redisson's fenced lock)",
     has_token: true,
     sound: true,
+    freed_on_disconnect: false,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, true, None))),
 };
@@ -357,6 +358,7 @@ pub const WAIT: StoreKind = StoreKind {
     about: "the Redis fenced lock, its grant acknowledged by a replica before the token is used (WAIT 1 500): R2's remedy for a failover",
     has_token: true,
     sound: true,
+    freed_on_disconnect: false,
     // Not a lock service of `--lease-store`: it needs a primary with a replica, which R2 starts.
     service: None,
     open: Some(|at| Box::pin(open(at, true, Some(WAIT_FOR_REPLICA)))),
@@ -369,6 +371,7 @@ pub const PLAIN: StoreKind = StoreKind {
     about: "a Redis key set with SET NX PX and a unique value, no token (most Redis locks)",
     has_token: false,
     sound: false,
+    freed_on_disconnect: false,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, false, None))),
 };

@@ -446,6 +446,7 @@ pub const KIND: StoreKind = StoreKind {
     about: "Redlock over independent Redis servers (a majority of SET NX PX within the validity), no token: the RL-series",
     has_token: false,
     sound: false,
+    freed_on_disconnect: false,
     service: None,
     open: Some(|at| Box::pin(open(at, false))),
 };
@@ -457,6 +458,7 @@ pub const FENCED: StoreKind = StoreKind {
     about: "Redlock with a token: each server that grants INCRs a counter in the same script, the token is the greatest of the majority's — monotonic while no server forgets it (RL3)",
     has_token: true,
     sound: false,
+    freed_on_disconnect: false,
     service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };

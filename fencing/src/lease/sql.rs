@@ -238,6 +238,7 @@ pub const KIND: StoreKind = StoreKind {
     about: "a lease table on PostgreSQL, run by a profile's statements (seed 004's unless --sut names another)",
     has_token: true,
     sound: true,
+    freed_on_disconnect: false,
     service: None,
     open: Some(|at| Box::pin(async move { Ok(Arc::new(at.table.clone()) as Arc<dyn LeaseStore>) })),
 };

@@ -547,6 +547,7 @@ pub const KIND: StoreKind = StoreKind {
     about: "a ZooKeeper ephemeral sequential node (Curator's lock recipe), the session timeout as the TTL; the token is the node's czxid",
     has_token: true,
     sound: true,
+    freed_on_disconnect: false,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Czxid))),
 };
@@ -559,6 +560,7 @@ pub const SUFFIX: StoreKind = StoreKind {
     about: "the ZooKeeper lock with its node's sequence suffix as the token — a counter of the container parent, which starts again at 0 when ZooKeeper deletes the empty parent (R1)",
     has_token: true,
     sound: false,
+    freed_on_disconnect: false,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Suffix))),
 };

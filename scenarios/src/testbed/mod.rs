@@ -273,6 +273,15 @@ impl Testbed {
     /// The lock service that is the lease store, in one line — what it is, where, its token and
     /// the settings that bear on expiry; `None` when the lease table is the store.
     pub fn describe_service(&self) -> Option<String> {
+        if self.service.is_none() && !self.lease_is_the_table() {
+            // The advisory locks: on the lease database, no container.
+            return Some(format!(
+                "{} on the lab's lease database ({}); token: {}",
+                self.case.store,
+                fencing::stores::store_kind(self.case.store).map_or("", |k| k.about),
+                self.lease.token_name()
+            ));
+        }
         let service = self.service.as_ref()?;
         let token = self.lease.token_name();
         let settings: Vec<String> = service
@@ -424,8 +433,8 @@ impl Testbed {
     /// Makes `table` the lab's lease table, and the store of the run's kind on it the lab's lease
     /// store (it opened at the start, so it opens again).
     fn set_lease(&mut self, table: SqlLeaseStore) {
-        // A lock service's store stays: it does not run on the table.
-        if self.service.is_none() {
+        // A lock service's store, or the advisory locks', stays: it does not run on the table.
+        if self.lease_is_the_table() {
             self.lease = SteppedStore::wrap(Arc::new(table.clone()));
         }
         self.lease_table = table;
@@ -460,6 +469,11 @@ impl Testbed {
         self.case.store = fencing::lease::sql::KIND.name;
         self.case.ttl = self.params.case.ttl;
         let Some(name) = fencing::stores::service_of(store) else {
+            if store != fencing::lease::sql::KIND.name {
+                // A store on the lab's lease database (the advisory locks): opened on its pool.
+                self.lease = SteppedStore::wrap(open_store(store, &self.lease_table, None).await?);
+                self.case.store = store;
+            }
             return Ok(());
         };
         let service = match self.idle_services.iter().position(|s| s.service() == name) {
@@ -479,6 +493,13 @@ impl Testbed {
                 Err(e)
             }
         }
+    }
+
+    /// Whether the lease store is the lease table (the SQL profile's), not a lock service or
+    /// the database's advisory locks: what acts on the table (its SQL, its server's crash or
+    /// replication) acts on the lease only then.
+    pub fn lease_is_the_table(&self) -> bool {
+        self.case.store == fencing::lease::sql::KIND.name
     }
 
     /// Whether `row` shows the lease given up: released in the lease table, or — on a lock

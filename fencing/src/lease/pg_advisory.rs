@@ -1,0 +1,463 @@
+//! PostgreSQL's own lock as a lease store: a **session-level advisory lock**
+//! (`pg_try_advisory_lock`), the lock schedulers, migration tools and tooz's postgresql driver
+//! take. It has no TTL: it lasts as long as the session that took it. The store takes it on a
+//! session of its own, opened with `idle_session_timeout` set to the lease's TTL, so that the
+//! server — by its own clock — ends a session that says nothing for a TTL, and the lock goes with
+//! it. That is the lease: the holder's renewals are queries on the locking session (each resets
+//! the server's idle timer); a holder frozen, killed or cut off stops them, and the server ends
+//! the session after the TTL (killed, at once: the kernel closes its socket). A takeover needs the
+//! old session gone, so a second holder waits on the lock for as long as the old session lives.
+//!
+//! Two stores, as advisory locks come:
+//! - **`pg-advisory`** — the lock alone, as it is used: nothing ordered to fence with; every grant
+//!   answers token 0 (its fenced experiments are negative results).
+//! - **`pg-advisory-fenced`** — the same lock, and in the locking session, once the lock is
+//!   taken, a counter of the lock's row bumped and committed: its value is the token. It is
+//!   greater after every takeover: a new holder bumps it only once it holds the lock, which it
+//!   gets only after the old session ended, whose bump committed before. The counter is a
+//!   committed row, so it survives a crash of the server, where the lock itself does not.
+//!
+//! In both, the lock's row (`lab_advisory_lock`: the holder, its session's pid and start, the TTL
+//! asked, whether it was released) is the lab's record of whom the lock was granted to; whether
+//! the lock is still held is the server's own record, `pg_locks` (joined to `pg_stat_activity`
+//! for the session's idle time). The lock's key is (`CLASS`, `hashtext(name)`).
+//!
+//! The locking sessions live on a runtime thread of their own (like a ZooKeeper client's), shared
+//! by every store of the process: a holder's renewer, a store of its own on another thread,
+//! renews on the session its main thread took. A store of another process cannot (it has no
+//! session): it answers "not renewed".
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Row as _};
+
+use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
+use crate::{Error, Result};
+
+/// The first key of every advisory lock the store takes (the second is `hashtext(name)`): the
+/// lab's own number, so that `pg_locks` tells its locks from anyone else's.
+const CLASS: i32 = 20_260;
+
+/// The lab's record of each lock's grants: the counter (the fenced store's token) and who holds
+/// it in which session.
+const TABLE: &str = "CREATE TABLE IF NOT EXISTS lab_advisory_lock (
+    name text PRIMARY KEY,
+    token bigint NOT NULL,
+    holder text NOT NULL,
+    pid int NOT NULL,
+    backend_start timestamptz NOT NULL,
+    ttl_ms bigint NOT NULL,
+    released boolean NOT NULL)";
+
+/// Takes the lock on the calling session: true when taken.
+const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1, hashtext($2))";
+
+/// In the locking session, once the lock is held: the row of the grant, its counter bumped.
+const RECORD: &str = "INSERT INTO lab_advisory_lock AS l
+        (name, token, holder, pid, backend_start, ttl_ms, released)
+    SELECT $1, 1, $2, pid, backend_start, $3, false
+      FROM pg_stat_activity WHERE pid = pg_backend_pid()
+    ON CONFLICT (name) DO UPDATE SET token = l.token + 1, holder = excluded.holder,
+        pid = excluded.pid, backend_start = excluded.backend_start, ttl_ms = excluded.ttl_ms,
+        released = false
+    RETURNING token, pid, extract(epoch FROM backend_start)::float8";
+
+/// On the locking session: whether it still holds the lock (the query itself resets the
+/// server's idle timer).
+const STILL_HELD: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks
+    WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+      AND classid = $1::oid AND objid = hashtext($2)::oid AND objsubid = 2)";
+
+/// On the locking session: the release recorded, then the lock given up.
+const MARK_RELEASED: &str =
+    "UPDATE lab_advisory_lock SET released = true WHERE name = $1 AND pid = pg_backend_pid()";
+const UNLOCK: &str = "SELECT pg_advisory_unlock($1, hashtext($2))";
+
+/// The lock as the server sees it now, from any session: the lab's row, whether its session
+/// still holds the lock (`pg_locks`), the session's state and since when, the server's clock.
+const INSPECT: &str = "SELECT l.holder, l.token, l.released, l.ttl_ms,
+        (h.pid IS NOT NULL AND a.pid IS NOT NULL) AS held, a.state,
+        extract(epoch FROM a.state_change)::float8 AS since,
+        extract(epoch FROM clock_timestamp())::float8 AS now, clock_timestamp()::text AS now_text
+    FROM lab_advisory_lock l
+    LEFT JOIN pg_locks h ON h.locktype = 'advisory' AND h.granted AND h.pid = l.pid
+        AND h.classid = $2::oid AND h.objid = hashtext(l.name)::oid AND h.objsubid = 2
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid AND a.backend_start = l.backend_start
+    WHERE l.name = $1";
+
+/// Ends every session that holds one of the lab's advisory locks but the caller's.
+const TERMINATE_HOLDERS: &str = "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_locks
+    WHERE locktype = 'advisory' AND classid = $1::oid AND pid <> pg_backend_pid()";
+const HOLDERS_LEFT: &str = "SELECT count(*) FROM pg_locks
+    WHERE locktype = 'advisory' AND classid = $1::oid AND pid <> pg_backend_pid()";
+
+/// A locking session: its connection, used by one request at a time.
+type Session = Arc<tokio::sync::Mutex<PgConnection>>;
+
+/// Every locking session of this process, by its holding's handle.
+fn sessions() -> &'static Mutex<HashMap<String, Session>> {
+    static SESSIONS: OnceLock<Mutex<HashMap<String, Session>>> = OnceLock::new();
+    SESSIONS.get_or_init(Mutex::default)
+}
+
+/// The runtime the locking sessions live on: a thread of their own, so that a session answers
+/// whatever the thread that took it does (a holder blocks its own runtime between the steps of
+/// its timeline). Frozen with the process, like every thread.
+fn sessions_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("pg-advisory-session")
+            .enable_all()
+            .build()
+            .expect("a runtime for the advisory locks' sessions")
+    })
+}
+
+/// Runs `work` on the sessions' runtime.
+async fn on_sessions<T: Send + 'static>(
+    what: &str,
+    work: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>> + Send + 'static,
+) -> Result<T> {
+    sessions_runtime()
+        .spawn(work)
+        .await
+        .map_err(|e| service(what, e.to_string()))?
+        .map_err(|e| service(what, e.to_string()))
+}
+
+fn service(what: &str, detail: String) -> Error {
+    Error::Service {
+        store: "pg-advisory",
+        what: what.to_owned(),
+        detail,
+    }
+}
+
+/// A holding's handle: its session, `pid=4242 started=1733400000.123456`.
+fn handle(pid: i32, started: f64) -> String {
+    format!("pid={pid} started={started:.6}")
+}
+
+/// The advisory lock client on the lab's lease database.
+#[derive(Debug, Clone)]
+pub struct AdvisoryLeaseStore {
+    /// The store's own reads (inspect, reset), on the lease database.
+    pool: PgPool,
+    /// Where a locking session connects: the pool's server, database and user.
+    options: PgConnectOptions,
+    margin: Duration,
+    /// With a token (`pg-advisory-fenced`) or without (`pg-advisory`).
+    fenced: bool,
+}
+
+impl AdvisoryLeaseStore {
+    /// The store on `pool`'s database; makes the lab's record of the locks if it is missing.
+    pub async fn open(pool: PgPool, margin: Duration, fenced: bool) -> Result<Self> {
+        match sqlx::query(TABLE).execute(&pool).await {
+            // Two processes making it at once: the other one did.
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("23505" | "42P07")) => {}
+            other => {
+                other.map_err(|e| service("make the lab's record of the locks", e.to_string()))?;
+            }
+        }
+        let options = (*pool.connect_options()).clone();
+        Ok(AdvisoryLeaseStore {
+            pool,
+            options,
+            margin,
+            fenced,
+        })
+    }
+
+    async fn acquire_now(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Grant>> {
+        super::check_timing(ttl, self.margin)?;
+        let sent = Instant::now();
+        let options = self
+            .options
+            .clone()
+            .application_name(holder)
+            .options([("idle_session_timeout", format!("{}ms", ttl.as_millis()))])
+            .disable_statement_logging();
+        let (name_, holder_) = (name.to_owned(), holder.to_owned());
+        let taken = on_sessions("take the advisory lock", async move {
+            let mut conn = PgConnection::connect_with(&options).await?;
+            let taken: bool = sqlx::query_scalar(TRY_LOCK)
+                .bind(CLASS)
+                .bind(&name_)
+                .fetch_one(&mut conn)
+                .await?;
+            if !taken {
+                conn.close().await?;
+                return Ok(None);
+            }
+            let row = sqlx::query(RECORD)
+                .bind(&name_)
+                .bind(&holder_)
+                .bind(ttl.as_millis() as i64)
+                .fetch_one(&mut conn)
+                .await?;
+            Ok(Some((
+                row.try_get::<i64, _>(0)?,
+                row.try_get::<i32, _>(1)?,
+                row.try_get::<f64, _>(2)?,
+                conn,
+            )))
+        })
+        .await?;
+        let Some((counter, pid, started, conn)) = taken else {
+            return Ok(None);
+        };
+        let handle = handle(pid, started);
+        sessions()
+            .lock()
+            .expect("sessions")
+            .insert(handle.clone(), Arc::new(tokio::sync::Mutex::new(conn)));
+        let token = if self.fenced { counter } else { 0 };
+        Ok(Some(
+            Grant::new(name, holder, token, ttl, sent + (ttl - self.margin)).with_handle(handle),
+        ))
+    }
+
+    async fn renew_now(&self, grant: &mut Grant) -> Result<bool> {
+        let sent = Instant::now();
+        let Some(session) = sessions()
+            .lock()
+            .expect("sessions")
+            .get(&grant.handle)
+            .cloned()
+        else {
+            grant.lost_because(format!(
+                "no session of this process holds it ({}): an advisory lock is kept by the \
+                 session that took it, and only that session can keep it alive",
+                grant.handle
+            ));
+            return Ok(false);
+        };
+        let name = grant.name.clone();
+        let asked = sessions_runtime()
+            .spawn(async move {
+                let mut conn = session.lock().await;
+                sqlx::query_scalar::<_, bool>(STILL_HELD)
+                    .bind(CLASS)
+                    .bind(&name)
+                    .fetch_one(&mut *conn)
+                    .await
+            })
+            .await
+            .map_err(|e| service("ask the locking session", e.to_string()))?;
+        match asked {
+            Ok(true) => {
+                grant.renewed(sent + (grant.ttl - self.margin));
+                Ok(true)
+            }
+            Ok(false) => {
+                grant.lost_because(format!(
+                    "its session ({}) lives but no longer holds the lock",
+                    grant.handle
+                ));
+                Ok(false)
+            }
+            // The server ended the session (its idle timeout, a terminate, a crash): the lock
+            // went with it. In the server's own words.
+            Err(e) => {
+                sessions().lock().expect("sessions").remove(&grant.handle);
+                grant.lost_because(format!(
+                    "the server ended the locking session ({}), and the lock with it — a \
+                     session silent for its idle_session_timeout ({} ms, the TTL) is ended so, \
+                     as is one a crash or pg_terminate_backend ends: {e}",
+                    grant.handle,
+                    grant.ttl.as_millis()
+                ));
+                Ok(false)
+            }
+        }
+    }
+
+    async fn release_now(&self, grant: &Grant) -> Result<bool> {
+        let Some(session) = sessions().lock().expect("sessions").remove(&grant.handle) else {
+            return Ok(false);
+        };
+        let name = grant.name.clone();
+        let released = sessions_runtime()
+            .spawn(async move {
+                let unlocked: std::result::Result<bool, sqlx::Error> = async {
+                    let mut conn = session.lock().await;
+                    sqlx::query(MARK_RELEASED)
+                        .bind(&name)
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query_scalar(UNLOCK)
+                        .bind(CLASS)
+                        .bind(&name)
+                        .fetch_one(&mut *conn)
+                        .await
+                }
+                .await;
+                // The session ends with the holding, whatever the answer: closed here, or
+                // dropped with the last request still using it.
+                if let Ok(conn) = Arc::try_unwrap(session) {
+                    let _ = tokio::time::timeout(Duration::from_secs(2), conn.into_inner().close())
+                        .await;
+                }
+                unlocked
+            })
+            .await
+            .map_err(|e| service("release the advisory lock", e.to_string()))?;
+        // A session the server ended holds nothing: not released by this call.
+        Ok(released.unwrap_or(false))
+    }
+
+    async fn inspect_now(&self, name: &str) -> Result<Option<Holding>> {
+        let Some(row) = sqlx::query(INSPECT)
+            .bind(name)
+            .bind(CLASS)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| service("read pg_locks", e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let get = |e: sqlx::Error| service("read pg_locks", e.to_string());
+        let held: bool = row.try_get("held").map_err(get)?;
+        let released: bool = row.try_get("released").map_err(get)?;
+        let ttl_ms: i64 = row.try_get("ttl_ms").map_err(get)?;
+        let state: Option<String> = row.try_get("state").map_err(get)?;
+        let since: Option<f64> = row.try_get("since").map_err(get)?;
+        let now: f64 = row.try_get("now").map_err(get)?;
+        let token: i64 = row.try_get("token").map_err(get)?;
+        // Held: the server ends the session a TTL after it went idle (an active session does
+        // not expire). Not held: released, or ended with its session — over either way.
+        let (expires_epoch, expires_at) = match (held, state.as_deref(), since) {
+            (true, Some("idle"), Some(since)) => {
+                let at = since + ttl_ms as f64 / 1000.0;
+                (
+                    at,
+                    format!("{at:.3} (idle since {since:.3}, + {ttl_ms} ms)"),
+                )
+            }
+            (true, ..) => (
+                now + ttl_ms as f64 / 1000.0,
+                format!(
+                    "not before the session is idle ({})",
+                    state.unwrap_or_default()
+                ),
+            ),
+            // As the lease table prints a released lease (the same server's convention).
+            (false, ..) if released => (f64::NEG_INFINITY, "-infinity".to_owned()),
+            (false, ..) => (now, "the session ended".to_owned()),
+        };
+        Ok(Some(Holding {
+            holder: row.try_get("holder").map_err(get)?,
+            token: if self.fenced { token } else { 0 },
+            expires_at,
+            expires_epoch,
+            expired: !held,
+            released: released && !held,
+            db_now: row.try_get("now_text").map_err(get)?,
+            db_now_epoch: now,
+        }))
+    }
+
+    /// Ends every session that holds one of the lab's locks (a holder frozen or killed by the
+    /// last experiment): `pg_terminate_backend` waits up to 5 s for each session to be gone.
+    async fn reset_now(&self) -> Result<()> {
+        sqlx::query(TERMINATE_HOLDERS)
+            .bind(CLASS)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| service("end the locking sessions", e.to_string()))?;
+        let left: i64 = sqlx::query_scalar(HOLDERS_LEFT)
+            .bind(CLASS)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| service("count the locking sessions", e.to_string()))?;
+        if left > 0 {
+            return Err(service(
+                "end the locking sessions",
+                format!("{left} still hold a lock 5 s after pg_terminate_backend"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl LeaseStore for AdvisoryLeaseStore {
+    fn token_name(&self) -> String {
+        if self.fenced {
+            "the lock row's counter, bumped in the locking session".into()
+        } else {
+            "none (an advisory lock has no token)".into()
+        }
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<Grant>> {
+        Box::pin(self.acquire_now(name, holder, ttl))
+    }
+
+    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
+        Box::pin(self.renew_now(grant))
+    }
+
+    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
+        Box::pin(self.release_now(grant))
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
+        Box::pin(self.inspect_now(name))
+    }
+
+    fn clock(&self) -> StoreFuture<'_, Option<String>> {
+        Box::pin(async {
+            let now: String = sqlx::query_scalar("SELECT clock_timestamp()::text")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| service("read the server's clock", e.to_string()))?;
+            Ok(Some(now))
+        })
+    }
+
+    fn reset(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.reset_now())
+    }
+}
+
+async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
+    let store =
+        AdvisoryLeaseStore::open(at.table.pool().clone(), at.table.margin(), fenced).await?;
+    Ok(Arc::new(store))
+}
+
+/// The advisory lock alone, as it is used: no token.
+pub const KIND: StoreKind = StoreKind {
+    name: "pg-advisory",
+    token: "none",
+    about: "PostgreSQL's session-level advisory lock (pg_try_advisory_lock) on a session whose idle_session_timeout is the TTL; no token",
+    has_token: false,
+    sound: false,
+    freed_on_disconnect: true,
+    service: None,
+    open: Some(|at| Box::pin(open(at, false))),
+};
+
+/// The advisory lock with a counter bumped in the locking session once the lock is held.
+pub const FENCED: StoreKind = StoreKind {
+    name: "pg-advisory-fenced",
+    token: "the lock row's counter, bumped in the locking session",
+    about: "the advisory lock, and a counter of its row bumped and committed in the locking session once the lock is held: the token",
+    has_token: true,
+    sound: true,
+    freed_on_disconnect: true,
+    service: None,
+    open: Some(|at| Box::pin(open(at, true))),
+};

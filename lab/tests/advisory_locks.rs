@@ -1,0 +1,90 @@
+//! The database's own lock as the lease store (issue 53): `--lease-store pg-advisory-fenced` and
+//! `pg-advisory`, PostgreSQL's session-level advisory lock on the embedded cluster — no Docker.
+//! The experiments that act on a holder (F1, F3, F4, F5, F10, F12) pass on the fenced form, a
+//! kill -9 frees the lock at once (the server ends the session with its socket, before the TTL);
+//! the plain lock, with nothing to fence with, lets the paused holder's stale write through where
+//! the fence should have stopped it (F4 fails, on the very check). Nothing is left behind.
+
+mod common;
+
+use std::fs;
+
+use common::{stderr, Sandbox};
+
+/// Runs `lab run --lease-store <store> --only <only>` in `sb`; its exit code and output.txt.
+fn run_on(sb: &Sandbox, store: &str, only: &str) -> anyhow::Result<(Option<i32>, String)> {
+    let ev = sb.path(&format!("ev-{store}"));
+    let out = sb.lab(&[
+        "run",
+        "--lease-store",
+        store,
+        "--fenced-mode",
+        "fenced-scope",
+        "--only",
+        only,
+        "--evidence-dir",
+        ev.to_str().expect("a UTF-8 path"),
+    ])?;
+    let text = fs::read_to_string(ev.join("output.txt")).unwrap_or_else(|_| stderr(&out));
+    Ok((out.status.code(), text))
+}
+
+#[test]
+fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at_once(
+) -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let only = "F1,F3,F4,F5,F10,F12";
+    let (code, out) = run_on(&sb, "pg-advisory-fenced", only)?;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("  FAIL"), "{out}");
+    for id in only.split(',') {
+        assert!(
+            out.contains(&format!("CASE {id} ")),
+            "{id} did not run:\n{out}"
+        );
+    }
+    assert!(
+        out.contains("lease store: pg-advisory-fenced on the lab's lease database"),
+        "{out}"
+    );
+    // F12, both of its kills: freed as the connection closed, measured against the TTL.
+    let freed: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("the server freed A's lock as soon as A's connection closed"))
+        .collect();
+    assert_eq!(freed.len(), 2, "{out}");
+    assert!(freed.iter().all(|l| l.starts_with("  ok ")), "{freed:?}");
+    // F4: the paused holder's stale write, fenced with the lock row's counter, is rejected.
+    assert!(
+        out.contains("ok   A's stale write is rejected by the resource"),
+        "{out}"
+    );
+    sb.assert_nothing_left()
+}
+
+#[test]
+fn the_plain_advisory_lock_lets_the_paused_holders_stale_write_through() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let (code, out) = run_on(&sb, "pg-advisory", "F4,F5")?;
+    assert_eq!(code, Some(1), "the plain lock must fail F4:\n{out}");
+    assert!(
+        out.contains("(the fence fed no token: pg-advisory issues none)"),
+        "{out}"
+    );
+    // The harm itself, on F4's own check: the server ended A's session while A was frozen, B
+    // took the lock, and A's write went through — there was nothing to fence it with.
+    assert!(
+        out.lines().any(
+            |l| l.starts_with("  FAIL A's stale write is rejected by the resource")
+                && l.contains("actual=WRITE accepted=true")
+        ),
+        "{out}"
+    );
+    // F5 (unfenced) shows the same write accepted, as its control must.
+    let f5 = out.split("CASE F5 ").nth(1).expect("F5 ran");
+    assert!(!f5.contains("  FAIL"), "{f5}");
+    // A failing run keeps its failing experiment's cluster, stopped; `lab clean` removes it.
+    let cleaned = sb.clean()?;
+    assert_eq!(cleaned.status.code(), Some(0), "{}", stderr(&cleaned));
+    sb.assert_nothing_left()
+}
