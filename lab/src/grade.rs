@@ -94,6 +94,14 @@ impl Row {
     }
 }
 
+/// Whether the card grades the store `kind` as a design of its own: a lock service in a
+/// container, or a lock its session keeps on the lab's own server (the advisory locks, freed when
+/// their session's connection closes). Each must be a value of `--lease-store` (checked where it
+/// is graded).
+fn gradable(kind: &fencing::lease::StoreKind) -> bool {
+    kind.service.is_some() || kind.freed_on_disconnect
+}
+
 pub fn run(
     suts: Vec<String>,
     stores: Vec<String>,
@@ -101,12 +109,12 @@ pub fn run(
     evidence_dir: PathBuf,
 ) -> Ended {
     for store in &stores {
-        let known = fencing::stores::built().any(|k| k.service.is_some() && k.name == store);
+        let known = fencing::stores::built().any(|k| gradable(k) && k.name == store);
         if !known {
             eprintln!(
-                "lab grade: --lease-store {store}: not a lock service of this build; pass one of: {}{}",
+                "lab grade: --lease-store {store}: not a lease store of this build the card grades; pass one of: {}{}",
                 fencing::stores::built()
-                    .filter(|k| k.service.is_some())
+                    .filter(|k| gradable(k))
                     .map(|k| k.name)
                     .collect::<Vec<_>>()
                     .join(", "),
@@ -142,8 +150,9 @@ pub fn run(
     // R1's zookeeper-suffix is a specimen, not a design anyone picks, and its first token, 0,
     // fails the card's first check before its real flaw shows (the lab's tokens start above an
     // empty floor's 0): graded only when named.
+    // The advisory locks too (`pg-advisory`, `pg-advisory-fenced`), on the lab's own server.
     let services = fencing::stores::built().filter(|k| {
-        k.service.is_some()
+        gradable(k)
             && if every {
                 k.sound || !k.has_token
             } else {
@@ -161,7 +170,12 @@ pub fn run(
                 kind.name
             };
             let store = <LeaseStoreArg as clap::ValueEnum>::from_str(kind.name, false);
-            match (&engine, store) {
+            // A store on the lab's own lease database needs no engine.
+            let ready: Result<(), String> = match kind.service {
+                None => Ok(()),
+                Some(_) => engine.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            };
+            match (ready, store) {
                 (Ok(_), Ok(store)) => designs.push((
                     design.into(),
                     format!("--lease-store {}: {}", kind.name, kind.about),
