@@ -553,8 +553,9 @@ pub struct RunArgs {
     /// With the lease table as the store: the lock services on which F4 and F5 run again, each
     /// as a case of its own (F4-redis), comma-separated, or `none`. Default: every lock service
     /// this build has a client for (--features lab/lock-services) and whose lock has a token —
-    /// redis, etcd, zookeeper. Each runs in a container of its own: without a Docker engine
-    /// those cases say skip.
+    /// redis, etcd, zookeeper — each in a container of its own (without a Docker engine those
+    /// cases say skip), and pg-advisory-fenced, PostgreSQL's advisory lock on the lab's own
+    /// server, in every build.
     #[arg(long, value_name = "STORES")]
     pub again_on: Option<String>,
 

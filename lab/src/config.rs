@@ -63,9 +63,13 @@ fn again_with(named: bool, args: &RunArgs) -> Vec<Arc<Profile>> {
 }
 
 /// The lock services F4 and F5 run again on (`--again-on`): every one of the build with a
-/// token by default, none when a store was named.
+/// token by default — and the database's fenced advisory lock, on the lab's own server —, none
+/// when a store was named.
 fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
-    let offered = || fencing::stores::built().filter(|k| k.service.is_some() && k.sound);
+    let offered = || {
+        fencing::stores::built()
+            .filter(|k| k.sound && (k.service.is_some() || k.freed_on_disconnect))
+    };
     match args.again_on.as_deref() {
         // A holder of the user's runs its own lease client: F4 and F5 are not repeated on the
         // lab's lock services unless asked.
@@ -85,15 +89,15 @@ fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
                     .map(|k| k.name)
                     .ok_or_else(|| {
                         anyhow::anyhow!(
-                        "--again-on {name}: not a lock service of this build whose token holds; pass \
+                            "--again-on {name}: not a lock of this build whose token holds; pass \
                          some of {} (or none){}",
-                        offered().map(|k| k.name).collect::<Vec<_>>().join(", "),
-                        if offered().next().is_none() {
-                            " — this build has none: build with --features lab/lock-services"
-                        } else {
-                            ""
-                        }
-                    )
+                            offered().map(|k| k.name).collect::<Vec<_>>().join(", "),
+                            if offered().next().is_none() {
+                                " — this build has none: build with --features lab/lock-services"
+                            } else {
+                                ""
+                            }
+                        )
                     })
             })
             .collect(),
@@ -420,7 +424,7 @@ impl Config {
             env.push((
                 "again_on".to_owned(),
                 format!(
-                    "F4 and F5 again on the lock services {} (each in a container of its own, started on first use; its version and settings in each case's first note)",
+                    "F4 and F5 again on the locks {} (a lock service each in a container of its own, started on first use; an advisory lock on the lab's own server; each one's version and settings in each case's first note)",
                     p.again_on.join(", ")
                 ),
             ));

@@ -102,6 +102,68 @@ fn gradable(kind: &fencing::lease::StoreKind) -> bool {
     kind.service.is_some() || kind.freed_on_disconnect
 }
 
+/// The lease stores the card grades as designs of their own ([`gradable`]): into `designs`, or
+/// into `not_graded` with why (a lock service where no Docker engine answers). `Err`: the card
+/// cannot run.
+fn lease_store_designs(
+    stores: &[String],
+    every: bool,
+    designs: &mut Vec<(String, String, bool, Graded)>,
+    not_graded: &mut Vec<(String, String)>,
+) -> Result<(), Ended> {
+    // The lock services of this build (or those named), each in a container of its own, with
+    // the token it offers (redis-plain: none, a flawed design): none where no Docker engine
+    // answers.
+    // Graded by default: the sound ones and the token-less Redis lock most Redis users run.
+    // R1's zookeeper-suffix is a specimen, not a design anyone picks, and its first token, 0,
+    // fails the card's first check before its real flaw shows (the lab's tokens start above an
+    // empty floor's 0): graded only when named.
+    // The advisory locks too (`pg-advisory`, `pg-advisory-fenced`), on the lab's own server.
+    let services = fencing::stores::built().filter(|k| {
+        gradable(k)
+            && if every {
+                k.sound || !k.has_token
+            } else {
+                stores.iter().any(|s| s == k.name)
+            }
+    });
+    let engine = crate::runtime()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(harness::docker::engine()));
+    for kind in services {
+        let design = if kind.name == "redis" {
+            "redis-fenced"
+        } else {
+            kind.name
+        };
+        let store = <LeaseStoreArg as clap::ValueEnum>::from_str(kind.name, false);
+        // A store on the lab's own lease database needs no engine.
+        let ready: Result<(), String> = match kind.service {
+            None => Ok(()),
+            Some(_) => engine.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+        };
+        match (ready, store) {
+            (Ok(_), Ok(store)) => designs.push((
+                design.into(),
+                format!("--lease-store {}: {}", kind.name, kind.about),
+                kind.sound,
+                Graded::LeaseStore(store),
+            )),
+            (Ok(_), Err(e)) => {
+                // A store of the registry that `lab run --lease-store` does not offer: a
+                // store added without its value there. The card cannot run it.
+                eprintln!("lab grade: {design}: --lease-store {}: {e}", kind.name);
+                return Err(Ended::CouldNotRun);
+            }
+            (Err(why), _) => not_graded.push((
+                design.into(),
+                format!("the lock service {} in a container — {why}", kind.name),
+            )),
+        }
+    }
+    Ok(())
+}
+
 pub fn run(
     suts: Vec<String>,
     stores: Vec<String>,
@@ -143,57 +205,8 @@ pub fn run(
             designs.push((name.into(), name.into(), false, sut(name)));
         }
     }
-    // The lock services of this build (or those named), each in a container of its own, with
-    // the token it offers (redis-plain: none, a flawed design): none where no Docker engine
-    // answers.
-    // Graded by default: the sound ones and the token-less Redis lock most Redis users run.
-    // R1's zookeeper-suffix is a specimen, not a design anyone picks, and its first token, 0,
-    // fails the card's first check before its real flaw shows (the lab's tokens start above an
-    // empty floor's 0): graded only when named.
-    // The advisory locks too (`pg-advisory`, `pg-advisory-fenced`), on the lab's own server.
-    let services = fencing::stores::built().filter(|k| {
-        gradable(k)
-            && if every {
-                k.sound || !k.has_token
-            } else {
-                stores.iter().any(|s| s == k.name)
-            }
-    });
-    {
-        let engine = crate::runtime()
-            .map_err(|e| e.to_string())
-            .and_then(|rt| rt.block_on(harness::docker::engine()));
-        for kind in services {
-            let design = if kind.name == "redis" {
-                "redis-fenced"
-            } else {
-                kind.name
-            };
-            let store = <LeaseStoreArg as clap::ValueEnum>::from_str(kind.name, false);
-            // A store on the lab's own lease database needs no engine.
-            let ready: Result<(), String> = match kind.service {
-                None => Ok(()),
-                Some(_) => engine.as_ref().map(|_| ()).map_err(|e| e.to_string()),
-            };
-            match (ready, store) {
-                (Ok(_), Ok(store)) => designs.push((
-                    design.into(),
-                    format!("--lease-store {}: {}", kind.name, kind.about),
-                    kind.sound,
-                    Graded::LeaseStore(store),
-                )),
-                (Ok(_), Err(e)) => {
-                    // A store of the registry that `lab run --lease-store` does not offer: a
-                    // store added without its value there. The card cannot run it.
-                    eprintln!("lab grade: {design}: --lease-store {}: {e}", kind.name);
-                    return Ended::CouldNotRun;
-                }
-                (Err(why), _) => not_graded.push((
-                    design.into(),
-                    format!("the lock service {} in a container — {why}", kind.name),
-                )),
-            }
-        }
+    if let Err(ended) = lease_store_designs(&stores, every, &mut designs, &mut not_graded) {
+        return ended;
     }
     if every {
         let dir = evidence_dir.join("grade").join("designs");

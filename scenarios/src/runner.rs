@@ -209,8 +209,12 @@ async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scen
     if ran && spec.again_on_stores && bed.lease_is_the_table() {
         for store in bed.params().again_on.clone() {
             let id = format!("{}-{store}", spec.id);
+            let what = match fencing::stores::service_of(store) {
+                Some(_) => "the lock service",
+                None => "the lease store",
+            };
             let title = format!(
-                "{} — again, on the lock service {store} (--lease-store {store})",
+                "{} — again, on {what} {store} (--lease-store {store})",
                 spec.title
             );
             match bed.use_store(store).await {
