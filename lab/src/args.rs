@@ -195,8 +195,8 @@ pub enum Command {
     Holder(HolderArgs),
     /// The published lock libraries, frozen as they ship: the library card.
     ///
-    /// Each library holder (Curator, kazoo, tooz, redis-py, python-redis-lock, pottery, etcd3gw:
-    /// real packages — PyPI's pinned, Curator Debian's — installed by
+    /// Each library holder (Curator, kazoo, tooz, redis-py, python-redis-lock, pottery, etcd3gw,
+    /// psycopg with an advisory lock: real packages — PyPI's pinned, Curator Debian's — installed by
     /// scripts/ensure-library-holders.sh) through F1, F3, F5, F4, F10, F12 and F16 on the lab's
     /// lock services in containers: can a paused (or cut off) process still write, what does the
     /// library tell it afterwards against the truth at the service, what does it offer to fence

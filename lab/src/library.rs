@@ -220,8 +220,15 @@ mod on_services {
                     Ok(()) => library::run(bed, rec, lib, installed).await,
                     Err(e) => could_not_start(rec, lib, &e),
                 };
-                // The service and its version, as the lab describes it up to its address.
-                let service = bed.describe_service().map_or_else(
+                // The service and its version, as the lab describes it up to its address; the
+                // lab's own PostgreSQL for an advisory lock.
+                let on_postgres = fencing::stores::service_of(lib.store).is_none();
+                let service = if on_postgres {
+                    postgres_version(bed).await
+                } else {
+                    None
+                };
+                let service = service.or_else(|| bed.describe_service()).map_or_else(
                     || lib.store.to_owned(),
                     // (Redis's own version line goes on with its build: cut at its sha.)
                     |d| {
@@ -242,6 +249,16 @@ mod on_services {
             });
         }
         rows
+    }
+
+    /// The lab's lease database, `PostgreSQL 15.10 (the lab's lease database)`, as its server
+    /// says; `None` when it cannot be asked.
+    async fn postgres_version(bed: &Testbed) -> Option<String> {
+        let version: String = sqlx::query_scalar("SELECT current_setting('server_version')")
+            .fetch_one(bed.lease_table.pool())
+            .await
+            .ok()?;
+        Some(format!("PostgreSQL {version} (the lab's lease database)"))
     }
 
     /// A library whose lock service could not be started: its first case fails, saying why.

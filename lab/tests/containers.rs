@@ -774,7 +774,12 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
     };
     let ev = sb.path().join("ev");
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["library", "--only", "kazoo,redis-py,etcd3gw", "--python"])
+        .args([
+            "library",
+            "--only",
+            "kazoo,redis-py,etcd3gw,psycopg-advisory",
+            "--python",
+        ])
         .arg(&python)
         .arg("--holders")
         .arg(root.join("holder/libraries"))
@@ -833,6 +838,7 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
     // says held, and the write goes out; redis-py's `owned()` asks the server.
     assert!(cells("kazoo")[9].starts_with("MISSED the pause"), "{card}");
     the_docs_column_and_the_report_say_what_the_runs_showed(&card, &ev)?;
+    the_advisory_lock_row_says_what_its_runs_showed(&card);
     assert!(
         cells("redis-py")[9].starts_with("caught the pause"),
         "{card}"
@@ -843,6 +849,32 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
         "{evidence}"
     );
     Ok(())
+}
+
+/// psycopg with PostgreSQL's advisory lock, on the lab's own server: the stale write goes
+/// through, a kill frees the lock at once (the server ends the session with its socket), and
+/// after the pause its question raises the server's own words.
+#[cfg(feature = "lock-services")]
+fn the_advisory_lock_row_says_what_its_runs_showed(card: &str) {
+    let pg = card_cells(card, "psycopg-advisory");
+    assert!(pg[4].starts_with("passes"), "psycopg F1: {}", pg[4]);
+    assert!(pg[6].starts_with("accepted (stale write)"), "{}", pg[6]);
+    assert!(pg[7].starts_with("cannot fence (no token)"), "{}", pg[7]);
+    assert!(
+        pg[8].contains("terminating connection due to idle-session timeout"),
+        "{}",
+        pg[8]
+    );
+    let freed_ms: u64 = pg[11]
+        .strip_prefix("freed after ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("psycopg F12: {}", pg[11]));
+    assert!(
+        freed_ms < 1500,
+        "freed {freed_ms} ms after the kill, not before the TTL"
+    );
+    assert!(pg[12].starts_with("not run (a Unix socket)"), "{}", pg[12]);
 }
 
 /// One row of the library card's Markdown table, split into its cells:

@@ -94,6 +94,22 @@ const TERMINATE_HOLDERS: &str = "SELECT count(pg_terminate_backend(pid, 5000)) F
 const HOLDERS_LEFT: &str = "SELECT count(*) FROM pg_locks
     WHERE locktype = 'advisory' AND classid = $1::oid AND pid <> pg_backend_pid()";
 
+/// The `application_name` of the session the server shows holding the one-bigint advisory lock
+/// `key` (below 2^31: classid 0, objid the key, objsubid 1 in `pg_locks`), as any client takes it
+/// (`pg_try_advisory_lock(key)`): the library card's truth for a library holder of an advisory
+/// lock, which names its connection after itself.
+pub async fn session_holding(pool: &PgPool, key: i64) -> Result<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+          WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0
+            AND l.objid = $1::bigint::oid AND l.objsubid = 1",
+    )
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| service("read pg_locks", e.to_string()))
+}
+
 /// A locking session: its connection, used by one request at a time.
 type Session = Arc<tokio::sync::Mutex<PgConnection>>;
 

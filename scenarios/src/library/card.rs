@@ -158,7 +158,7 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
     out.push_str("# The library card\n\n");
     out.push_str(
         "Each published lock library as it ships (`holder/libraries/`, pinned in \
-         `holder/libraries/requirements.txt`), on the lab's lock service in a container, through \
+         `holder/libraries/requirements.txt`), on the lab's lock service in a container (an advisory lock: on the lab's own PostgreSQL), through \
          F1 (one holding), F3 (four processes race for the free lock, three rounds), F5 (paused \
          past its lock's end, then writes unfenced), F4 (the same, fenced with the library's \
          token where it has one), F10 (paused before the check its library offers, then asks and \
@@ -284,7 +284,7 @@ pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
     );
     let _ = writeln!(
         out,
-        "<p>Each published lock library as it ships, on the lab's lock service in a container. \
+        "<p>Each published lock library as it ships, on the lab's lock service in a container (an advisory lock: on the lab's own PostgreSQL). \
          Red: the lock did not protect the write, or the library's answer did not match the \
          service's record; green: a fence, a check or an answer held. Hover a cell for the \
          evidence line it was read off; <a href=\"{}\">the runs</a> have each case's timeline.</p>",

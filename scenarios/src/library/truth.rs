@@ -41,6 +41,20 @@ pub async fn owner(store: &str, endpoint: &str, key: &str) -> anyhow::Result<Opt
         .map_err(|_| anyhow::anyhow!("reading {key} at {store} {endpoint} took over 5 s"))?
 }
 
+/// Who holds the advisory lock `advisory:<key>` (a one-bigint key below 2^31: classid 0, objid
+/// the key, objsubid 1 in `pg_locks`) on the lab's lease database: the `application_name` of the
+/// session the server shows holding it — the name the holder gave its connection.
+pub async fn advisory_owner(pool: &sqlx::PgPool, key: &str) -> anyhow::Result<Option<String>> {
+    let number: i64 = key
+        .strip_prefix("advisory:")
+        .and_then(|k| k.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{key}: not an advisory lock's key (advisory:<n>)"))?;
+    let read = fencing::lease::pg_advisory::session_holding(pool, number);
+    Ok(tokio::time::timeout(READ_TIMEOUT, read)
+        .await
+        .map_err(|_| anyhow::anyhow!("reading pg_locks took over 5 s"))??)
+}
+
 async fn redis_owner(endpoint: &str, key: &str) -> anyhow::Result<Option<String>> {
     let client = redis::Client::open(format!("redis://{endpoint}/"))?;
     let mut conn = client.get_multiplexed_async_connection().await?;
