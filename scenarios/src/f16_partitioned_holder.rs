@@ -33,7 +33,7 @@ use harness::observe::client_ports;
 use holder_protocol::{Event, Request};
 use sqlx::PgPool;
 
-use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
+use crate::paused_holder::{let_it_write, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
     About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
@@ -386,6 +386,7 @@ async fn row(
                 other => other.to_string(),
             },
         );
+        let_it_write(bed, rec, &mut a, &verdict).await?;
         let code = a.exit_code(EVENT_TIMEOUT).await?;
         rec.note(format!("A exits: {}", describe(Some(code))));
         let attempts = h.resource.attempts(SCOPE).await?;

@@ -123,6 +123,34 @@ pub(crate) fn renewal_count(renewals: &[(Instant, bool)]) -> String {
     format!("{} renewals, {ok} ok", renewals.len())
 }
 
+/// A holder that was to stop at its local-deadline check but stands at its write point instead
+/// (`verdict` is `AT_WRITE_POINT`: a holder with no deadline check): sends it the go-line so that
+/// it writes, as such a holder would, and shows the write. The checks after it then judge what A
+/// did — "write_attempt has no row of A" fails on a holder that wrote — rather than what a closed
+/// stdin kept it from doing. Nothing for any other verdict.
+pub(crate) async fn let_it_write(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+    verdict: &Event,
+) -> anyhow::Result<()> {
+    if !matches!(verdict, Event::AtWritePoint { .. }) {
+        return Ok(());
+    }
+    a.send(Request::Go).await?;
+    let (at, wrote) = a.next("A's write after its check", EVENT_TIMEOUT).await?;
+    step(
+        bed,
+        rec,
+        at,
+        "A",
+        "write (its check did not stop it)",
+        &wrote,
+    )
+    .await;
+    Ok(())
+}
+
 /// Sends A, frozen at a stop, its go-line — it waits in the pipe — and thaws it (SIGCONT): on
 /// waking, A goes straight on. A timeline step with A's threads as `/proc` showed them.
 pub(crate) async fn go_and_thaw(
