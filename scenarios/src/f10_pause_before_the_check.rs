@@ -21,7 +21,7 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
 use crate::paused_holder::{
-    freeze_and_show, lab_step, let_it_write, list, part_line, record_renewals, renewal_count,
+    exit_after_check, freeze_and_show, lab_step, list, part_line, record_renewals, renewal_count,
     renewed_every_time, step, until_expired_while_frozen, A_CONTENT, B_CONTENT,
 };
 use crate::testbed::{
@@ -223,8 +223,7 @@ impl Scenario for F10 {
                     frozen_for.as_millis()
                 ));
             }
-            let_it_write(bed, rec, &mut a, &verdict).await?;
-            let code = a.exit_code(EVENT_TIMEOUT).await?;
+            let code = exit_after_check(bed, rec, &mut a, &verdict).await?;
             rec.check(
                 "A exits by itself with its deadline-passed status: nothing written",
                 &describe(Some(exit::DEADLINE_PASSED)),

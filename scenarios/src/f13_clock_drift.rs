@@ -37,7 +37,8 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{kernel_clock_reading, Event, Request};
 
 use crate::paused_holder::{
-    lab_client_takes_over, let_it_write, part_line, step, until_lease_expired, A_CONTENT, B_CONTENT,
+    exit_after_check, lab_client_takes_over, part_line, step, until_lease_expired, A_CONTENT,
+    B_CONTENT,
 };
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
 use crate::{
@@ -367,8 +368,7 @@ async fn at_expiry_row(
     }
     if !stopped && stop {
         // It was to stop and did not: it writes, and the check below sees its row.
-        let_it_write(bed, rec, &mut a, &verdict).await?;
-        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        let code = exit_after_check(bed, rec, &mut a, &verdict).await?;
         rec.note(format!("A exits: {}", describe(Some(code))));
     } else if !stopped {
         // It would write: end it without the go-line (stdin closed: exit 6, nothing written).

@@ -33,7 +33,7 @@ use harness::observe::client_ports;
 use holder_protocol::{Event, Request};
 use sqlx::PgPool;
 
-use crate::paused_holder::{let_it_write, part_line, step, A_CONTENT, B_CONTENT};
+use crate::paused_holder::{exit_after_check, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
     About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
@@ -386,8 +386,8 @@ async fn row(
                 other => other.to_string(),
             },
         );
-        let_it_write(bed, rec, &mut a, &verdict).await?;
-        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        holds.lift().await?; // first: a holder that wrote anyway renews after, to be answered
+        let code = exit_after_check(bed, rec, &mut a, &verdict).await?;
         rec.note(format!("A exits: {}", describe(Some(code))));
         let attempts = h.resource.attempts(SCOPE).await?;
         rec.check(
@@ -395,7 +395,6 @@ async fn row(
             &0,
             &attempts.iter().filter(|x| x.writer == HOLDER_A).count(),
         );
-        holds.lift().await?;
         return Ok(());
     }
 

@@ -123,32 +123,24 @@ pub(crate) fn renewal_count(renewals: &[(Instant, bool)]) -> String {
     format!("{} renewals, {ok} ok", renewals.len())
 }
 
-/// A holder that was to stop at its local-deadline check but stands at its write point instead
-/// (`verdict` is `AT_WRITE_POINT`: a holder with no deadline check): sends it the go-line so that
-/// it writes, as such a holder would, and shows the write. The checks after it then judge what A
-/// did — "write_attempt has no row of A" fails on a holder that wrote — rather than what a closed
-/// stdin kept it from doing. Nothing for any other verdict.
-pub(crate) async fn let_it_write(
+/// A's exit code after its local-deadline check. A holder that was to stop there but stands at
+/// its write point instead (`verdict` is `AT_WRITE_POINT`: a holder with no deadline check) is
+/// sent the go-line first, so that it writes, as such a holder would, and its write is shown:
+/// the checks after it then judge what A did — "write_attempt has no row of A" fails on a holder
+/// that wrote — rather than what a closed stdin kept it from doing.
+pub(crate) async fn exit_after_check(
     bed: &Testbed,
     rec: &mut Recorder,
     a: &mut Holder,
     verdict: &Event,
-) -> anyhow::Result<()> {
-    if !matches!(verdict, Event::AtWritePoint { .. }) {
-        return Ok(());
+) -> anyhow::Result<i32> {
+    if matches!(verdict, Event::AtWritePoint { .. }) {
+        a.send(Request::Go).await?;
+        let (at, wrote) = a.next("A's write after its check", EVENT_TIMEOUT).await?;
+        let what = "write (its check did not stop it)";
+        step(bed, rec, at, "A", what, &wrote).await;
     }
-    a.send(Request::Go).await?;
-    let (at, wrote) = a.next("A's write after its check", EVENT_TIMEOUT).await?;
-    step(
-        bed,
-        rec,
-        at,
-        "A",
-        "write (its check did not stop it)",
-        &wrote,
-    )
-    .await;
-    Ok(())
+    Ok(a.exit_code(EVENT_TIMEOUT).await?)
 }
 
 /// Sends A, frozen at a stop, its go-line — it waits in the pipe — and thaws it (SIGCONT): on
