@@ -329,19 +329,49 @@ pub fn run(
         path.display(),
         html_path.display()
     );
-    // A gate: a design expected to hold that does not, a flawed one the card cannot tell from a
-    // sound one, or a run that could not start, fails the grade.
-    let broken = rows.iter().any(|r| {
-        let unsafe_cells = r.cells.iter().any(|(_, c)| matches!(c, Cell::Unsafe(_)));
-        r.could_not_run || (r.expected_safe == unsafe_cells)
-    });
-    if rows.iter().any(|r| r.could_not_run) {
-        Ended::CouldNotRun
-    } else if broken {
-        Ended::Failed
-    } else {
-        Ended::Passed
+    let (ended, why) = gate(&rows);
+    for line in why {
+        eprintln!("lab grade: {line}");
     }
+    ended
+}
+
+/// The gate: a design expected to hold that does not, a flawed one the card cannot tell from a
+/// sound one, a design no experiment judged (every cell n/a or not run: nothing was shown of it,
+/// which is not a pass), or a run that could not start, fails the grade — each with why.
+fn gate(rows: &[Row]) -> (Ended, Vec<String>) {
+    let mut why = Vec::new();
+    for r in rows {
+        let unsafe_cells = r.cells.iter().any(|(_, c)| matches!(c, Cell::Unsafe(_)));
+        let judged = r
+            .cells
+            .iter()
+            .any(|(_, c)| matches!(c, Cell::Safe | Cell::Unsafe(_)));
+        if r.could_not_run {
+            why.push(format!("{}: its run could not start", r.design));
+        } else if !judged {
+            why.push(format!(
+                "{}: no experiment judged it (every cell n/a or not run): the card shows \
+                 nothing of it, which is not a pass",
+                r.design
+            ));
+        } else if r.expected_safe && unsafe_cells {
+            why.push(format!("{}: expected to hold, and UNSAFE", r.design));
+        } else if !r.expected_safe && !unsafe_cells {
+            why.push(format!(
+                "{}: a flawed design the card cannot tell from a sound one",
+                r.design
+            ));
+        }
+    }
+    let ended = if rows.iter().any(|r| r.could_not_run) {
+        Ended::CouldNotRun
+    } else if why.is_empty() {
+        Ended::Passed
+    } else {
+        Ended::Failed
+    };
+    (ended, why)
 }
 
 /// Why the U-series cannot run here (`None`: it can): no MariaDB support in this build, or no
@@ -636,6 +666,40 @@ fn render_html(rows: &[Row], not_graded: &[(String, String)]) -> String {
 mod tests {
     use super::*;
     use harness::evidence::{Check, CheckKind};
+
+    #[test]
+    fn a_design_no_experiment_judged_fails_the_gate_and_says_why() {
+        let row = |design: &str, expected_safe: bool, cells: Vec<Cell>| Row {
+            design: design.into(),
+            source: String::new(),
+            expected_safe,
+            could_not_run: false,
+            cells: cells
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| (format!("F{i}"), c))
+                .collect(),
+        };
+        let na = || Cell::NotApplicable("no MariaDB here".into());
+        let sound = row("sound", true, vec![Cell::Safe, na()]);
+        let flawed = row("flawed", false, vec![Cell::Unsafe("x".into()), na()]);
+        assert_eq!(gate(&[sound, flawed]), (Ended::Passed, Vec::new()));
+        // Expected safe, every cell n/a or not run: nothing was judged.
+        let unjudged = row("seed000", true, vec![na(), Cell::NotRun]);
+        let sound = row("sound", true, vec![Cell::Safe]);
+        let (ended, why) = gate(&[sound, unjudged]);
+        assert_eq!(ended, Ended::Failed);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(
+            why[0].starts_with("seed000: no experiment judged it"),
+            "{why:?}"
+        );
+        // The old rules hold.
+        let (ended, why) = gate(&[row("s", true, vec![Cell::Unsafe("y".into())])]);
+        assert_eq!((ended, why.len()), (Ended::Failed, 1));
+        let (ended, why) = gate(&[row("f", false, vec![Cell::Safe])]);
+        assert_eq!((ended, why.len()), (Ended::Failed, 1));
+    }
 
     #[test]
     fn a_cell_is_read_off_the_events_first_failure_first_then_skip() {
