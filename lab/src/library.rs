@@ -222,8 +222,7 @@ mod on_services {
                 };
                 // The service and its version, as the lab describes it up to its address; the
                 // lab's own PostgreSQL for an advisory lock.
-                let on_postgres = fencing::stores::service_of(lib.store).is_none();
-                let service = if on_postgres {
+                let service = if library::on_the_lab_database(lib) {
                     postgres_version(bed).await
                 } else {
                     None

@@ -171,7 +171,7 @@ pub const LIBRARIES: &[Library] = &[
 ];
 
 /// Whether `lib` runs on the lab's own PostgreSQL (an advisory lock), not on a lock service.
-fn on_the_lab_database(lib: &Library) -> bool {
+pub fn on_the_lab_database(lib: &Library) -> bool {
     fencing::stores::service_of(lib.store).is_none() && lib.store != "redlock"
 }
 
