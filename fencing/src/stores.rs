@@ -19,7 +19,8 @@ pub struct Store {
     /// Its name: a holder's `--store`, `lab run --lease-store`.
     pub name: &'static str,
     /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
-    /// `zookeeper`); `None`: it runs on the lab's lease database, or on servers an experiment
+    /// `zookeeper`) or — `mariadb`, for the named locks — a local MariaDB server the lab starts
+    /// (no Docker); `None`: it runs on the lab's lease database, or on servers an experiment
     /// starts for itself (R2's `redis-wait`, the RL-series' Redlock).
     pub service: Option<&'static str>,
     /// The cargo feature of `fencing` that builds its client; `None`: always built.
@@ -67,6 +68,18 @@ pub const STORES: &[Store] = &[
         service: None,
         feature: Some("mariadb"),
         kind: built!("mariadb", lease::job_lease::KIND),
+    },
+    Store {
+        name: "mariadb-getlock",
+        service: Some("mariadb"),
+        feature: Some("mariadb"),
+        kind: built!("mariadb", lease::mariadb_getlock::KIND),
+    },
+    Store {
+        name: "mariadb-getlock-fenced",
+        service: Some("mariadb"),
+        feature: Some("mariadb"),
+        kind: built!("mariadb", lease::mariadb_getlock::FENCED),
     },
     Store {
         name: "redis",

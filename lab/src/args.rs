@@ -54,6 +54,13 @@ pub enum LeaseStoreArg {
     /// The same advisory lock with a counter bumped and committed in the locking session once the
     /// lock is held: the token.
     PgAdvisoryFenced,
+    /// MariaDB's named lock (GET_LOCK) on a local MariaDB server the lab starts, its locking
+    /// connection's wait_timeout as the TTL (whole seconds); no token. No Docker needed; needs
+    /// MariaDB installed and --features lab/mariadb,holder/mariadb.
+    MariadbGetlock,
+    /// The same named lock with a counter bumped and committed on the locking connection once
+    /// the lock is held: the token.
+    MariadbGetlockFenced,
 }
 
 impl LeaseStoreArg {
@@ -78,6 +85,8 @@ impl LeaseStoreArg {
             LeaseStoreArg::ZookeeperSuffix => "zookeeper-suffix",
             LeaseStoreArg::PgAdvisory => "pg-advisory",
             LeaseStoreArg::PgAdvisoryFenced => "pg-advisory-fenced",
+            LeaseStoreArg::MariadbGetlock => "mariadb-getlock",
+            LeaseStoreArg::MariadbGetlockFenced => "mariadb-getlock-fenced",
             _ => "postgres",
         }
     }
@@ -546,7 +555,10 @@ pub struct RunArgs {
     /// `redis-plain`, `etcd`, `zookeeper`: a lock service in a container of its own (image built
     /// here on first use), each with its own token — the resource stays PostgreSQL, its floor fed
     /// by that token; the experiments that do not apply to a lock service say skip with why.
-    /// Needs a Docker engine and --features lab/lock-services.
+    /// Needs a Docker engine and --features lab/lock-services. `pg-advisory`,
+    /// `pg-advisory-fenced`: PostgreSQL's advisory lock on the lab's own server; `mariadb-getlock`,
+    /// `mariadb-getlock-fenced`: MariaDB's GET_LOCK on a local MariaDB the lab starts — the
+    /// databases' own locks, which last as long as their session, no Docker needed.
     #[arg(long, value_enum, default_value_t = LeaseStoreArg::Single)]
     pub lease_store: LeaseStoreArg,
 

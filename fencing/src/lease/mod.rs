@@ -2,7 +2,9 @@
 //! expiry by its own clock and, if its design has one, a token; it is anything that answers the
 //! four questions of [`LeaseStore`] — a SQL profile's table ([`sql`]), seed 000's job lease on
 //! MariaDB (`job_lease.rs`, feature `mariadb`), a lock service (an etcd lease, a ZooKeeper node, a
-//! Redis key), and PostgreSQL's own advisory lock, whose lease is its session (`pg_advisory.rs`).
+//! Redis key), and the databases' own locks, whose lease is their session: PostgreSQL's advisory
+//! lock (`pg_advisory.rs`) and MariaDB's `GET_LOCK` (`mariadb_getlock.rs`), both keeping their
+//! locking sessions in `sessions.rs`.
 //! `for_experiments.rs` is the lease table's SQL that only the lab runs.
 //!
 //! Tokens are opaque and ordered: what fencing needs is that a takeover's token is greater than
@@ -32,11 +34,14 @@ pub mod etcd;
 pub mod for_experiments;
 #[cfg(feature = "mariadb")]
 pub mod job_lease;
+#[cfg(feature = "mariadb")]
+pub mod mariadb_getlock;
 pub mod pg_advisory;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod redlock;
+mod sessions;
 pub mod sql;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -270,7 +275,8 @@ pub struct StoreKind {
     /// holding lasts until the store expires it (a ZooKeeper session outlives its connection).
     pub freed_on_disconnect: bool,
     /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
-    /// `zookeeper`); `None`: it runs on the lab's lease database.
+    /// `zookeeper`) or — `mariadb`, for the named locks — a local MariaDB server the lab starts
+    /// (no Docker); `None`: it runs on the lab's lease database.
     pub service: Option<&'static str>,
     /// Opens the store at `at` (`None`: the lab opens it its own way — the job lease, which the
     /// U-series runs beside its runs on MariaDB).

@@ -22,18 +22,17 @@
 //! the lock is still held is the server's own record, `pg_locks` (joined to `pg_stat_activity`
 //! for the session's idle time). The lock's key is (`CLASS`, `hashtext(name)`).
 //!
-//! The locking sessions live on a runtime thread of their own (like a ZooKeeper client's), shared
-//! by every store of the process: a holder's renewer, a store of its own on another thread,
-//! renews on the session its main thread took. A store of another process cannot (it has no
+//! The locking sessions live on a runtime thread of their own, shared by every store of the
+//! process (`sessions.rs`): a store of another process cannot renew a holding (it has no
 //! session): it answers "not renewed".
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Row as _};
 
+use super::sessions::{on_runtime, Sessions};
 use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
 use crate::{Error, Result};
 
@@ -110,28 +109,10 @@ pub async fn session_holding(pool: &PgPool, key: i64) -> Result<Option<String>> 
     .map_err(|e| service("read pg_locks", e.to_string()))
 }
 
-/// A locking session: its connection, used by one request at a time.
-type Session = Arc<tokio::sync::Mutex<PgConnection>>;
-
-/// Every locking session of this process, by its holding's handle.
-fn sessions() -> &'static Mutex<HashMap<String, Session>> {
-    static SESSIONS: OnceLock<Mutex<HashMap<String, Session>>> = OnceLock::new();
-    SESSIONS.get_or_init(Mutex::default)
-}
-
-/// The runtime the locking sessions live on: a thread of their own, so that a session answers
-/// whatever the thread that took it does (a holder blocks its own runtime between the steps of
-/// its timeline). Frozen with the process, like every thread.
-fn sessions_runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("pg-advisory-session")
-            .enable_all()
-            .build()
-            .expect("a runtime for the advisory locks' sessions")
-    })
+/// Every locking session of this process.
+fn sessions() -> &'static Sessions<PgConnection> {
+    static SESSIONS: LazyLock<Sessions<PgConnection>> = LazyLock::new(Sessions::default);
+    &SESSIONS
 }
 
 /// Runs `work` on the sessions' runtime.
@@ -139,10 +120,9 @@ async fn on_sessions<T: Send + 'static>(
     what: &str,
     work: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>> + Send + 'static,
 ) -> Result<T> {
-    sessions_runtime()
-        .spawn(work)
+    on_runtime(work)
         .await
-        .map_err(|e| service(what, e.to_string()))?
+        .map_err(|e| service(what, e))?
         .map_err(|e| service(what, e.to_string()))
 }
 
@@ -230,10 +210,7 @@ impl AdvisoryLeaseStore {
             return Ok(None);
         };
         let handle = handle(pid, started);
-        sessions()
-            .lock()
-            .expect("sessions")
-            .insert(handle.clone(), Arc::new(tokio::sync::Mutex::new(conn)));
+        sessions().insert(handle.clone(), conn);
         let token = if self.fenced { counter } else { 0 };
         Ok(Some(
             Grant::new(name, holder, token, ttl, sent + (ttl - self.margin)).with_handle(handle),
@@ -242,12 +219,7 @@ impl AdvisoryLeaseStore {
 
     async fn renew_now(&self, grant: &mut Grant) -> Result<bool> {
         let sent = Instant::now();
-        let Some(session) = sessions()
-            .lock()
-            .expect("sessions")
-            .get(&grant.handle)
-            .cloned()
-        else {
+        let Some(session) = sessions().get(&grant.handle) else {
             grant.lost_because(format!(
                 "no session of this process holds it ({}): an advisory lock is kept by the \
                  session that took it, and only that session can keep it alive",
@@ -256,17 +228,16 @@ impl AdvisoryLeaseStore {
             return Ok(false);
         };
         let name = grant.name.clone();
-        let asked = sessions_runtime()
-            .spawn(async move {
-                let mut conn = session.lock().await;
-                sqlx::query_scalar::<_, bool>(STILL_HELD)
-                    .bind(CLASS)
-                    .bind(&name)
-                    .fetch_one(&mut *conn)
-                    .await
-            })
-            .await
-            .map_err(|e| service("ask the locking session", e.to_string()))?;
+        let asked = on_runtime(async move {
+            let mut conn = session.lock().await;
+            sqlx::query_scalar::<_, bool>(STILL_HELD)
+                .bind(CLASS)
+                .bind(&name)
+                .fetch_one(&mut *conn)
+                .await
+        })
+        .await
+        .map_err(|e| service("ask the locking session", e))?;
         match asked {
             Ok(true) => {
                 grant.renewed(sent + (grant.ttl - self.margin));
@@ -282,7 +253,7 @@ impl AdvisoryLeaseStore {
             // The server ended the session (its idle timeout, a terminate, a crash): the lock
             // went with it. In the server's own words.
             Err(e) => {
-                sessions().lock().expect("sessions").remove(&grant.handle);
+                sessions().remove(&grant.handle);
                 grant.lost_because(format!(
                     "the server ended the locking session ({}), and the lock with it — a \
                      session silent for its idle_session_timeout ({} ms, the TTL) is ended so, \
@@ -296,35 +267,34 @@ impl AdvisoryLeaseStore {
     }
 
     async fn release_now(&self, grant: &Grant) -> Result<bool> {
-        let Some(session) = sessions().lock().expect("sessions").remove(&grant.handle) else {
+        let Some(session) = sessions().remove(&grant.handle) else {
             return Ok(false);
         };
         let name = grant.name.clone();
-        let released = sessions_runtime()
-            .spawn(async move {
-                let unlocked: std::result::Result<bool, sqlx::Error> = async {
-                    let mut conn = session.lock().await;
-                    sqlx::query(MARK_RELEASED)
-                        .bind(&name)
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::query_scalar(UNLOCK)
-                        .bind(CLASS)
-                        .bind(&name)
-                        .fetch_one(&mut *conn)
-                        .await
-                }
-                .await;
-                // The session ends with the holding, whatever the answer: closed here, or
-                // dropped with the last request still using it.
-                if let Ok(conn) = Arc::try_unwrap(session) {
-                    let _ = tokio::time::timeout(Duration::from_secs(2), conn.into_inner().close())
-                        .await;
-                }
-                unlocked
-            })
-            .await
-            .map_err(|e| service("release the advisory lock", e.to_string()))?;
+        let released = on_runtime(async move {
+            let unlocked: std::result::Result<bool, sqlx::Error> = async {
+                let mut conn = session.lock().await;
+                sqlx::query(MARK_RELEASED)
+                    .bind(&name)
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query_scalar(UNLOCK)
+                    .bind(CLASS)
+                    .bind(&name)
+                    .fetch_one(&mut *conn)
+                    .await
+            }
+            .await;
+            // The session ends with the holding, whatever the answer: closed here, or
+            // dropped with the last request still using it.
+            if let Ok(conn) = Arc::try_unwrap(session) {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(2), conn.into_inner().close()).await;
+            }
+            unlocked
+        })
+        .await
+        .map_err(|e| service("release the advisory lock", e))?;
         // A session the server ended holds nothing: not released by this call.
         Ok(released.unwrap_or(false))
     }

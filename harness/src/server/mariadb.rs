@@ -298,3 +298,91 @@ impl Drop for MariaServer {
         }
     }
 }
+
+/// A local MariaDB server as the lock service of the named-lock stores (`--lease-store
+/// mariadb-getlock`): no container, its Unix socket's path as the endpoint. Removed (stopped,
+/// its directory deleted) like a container, or stopped and kept for inspection.
+struct LocalLockService {
+    server: MariaServer,
+    settings: Vec<(String, String)>,
+}
+
+/// Starts a local MariaDB server for the named locks; returns once it accepts connections.
+pub async fn lock_service() -> anyhow::Result<Box<dyn crate::docker::LockService>> {
+    let bins = tokio::task::spawn_blocking(MariaBinaries::locate).await??;
+    let server = MariaServer::create(bins).await?;
+    let settings = vec![
+        (
+            "wait_timeout".to_owned(),
+            "set on each locking connection to the TTL in whole seconds: the server ends a \
+             connection silent for that long, and its locks with it"
+                .to_owned(),
+        ),
+        (
+            "where".to_owned(),
+            format!("a local mariadbd, {}", server.root().display()),
+        ),
+    ];
+    Ok(Box::new(LocalLockService { server, settings }))
+}
+
+impl crate::docker::LockService for LocalLockService {
+    fn service(&self) -> &str {
+        "mariadb"
+    }
+
+    fn image_note(&self) -> &str {
+        "a local mariadbd from the host's binaries (no container)"
+    }
+
+    fn pid(&self) -> crate::hosts::Answer<'_, Option<u32>> {
+        let pid = self.server.pid();
+        Box::pin(async move { pid })
+    }
+
+    fn endpoint(&self) -> String {
+        self.server.socket_path().display().to_string()
+    }
+
+    fn port(&self) -> u16 {
+        0
+    }
+
+    fn ip(&self) -> std::net::IpAddr {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    }
+
+    fn version(&self) -> &str {
+        &self.server.bins.version
+    }
+
+    fn settings(&self) -> &[(String, String)] {
+        &self.settings
+    }
+
+    fn log(&self) -> crate::hosts::Answer<'_, String> {
+        let text = std::fs::read_to_string(self.server.log_path())
+            .unwrap_or_else(|e| format!("(no log: {e})"));
+        Box::pin(async move { text })
+    }
+
+    fn remove(self: Box<Self>) -> crate::hosts::Answer<'static, ()> {
+        Box::pin(async move {
+            let mut server = self.server;
+            server.stop().await;
+        })
+    }
+
+    fn stop_and_keep(self: Box<Self>) -> crate::hosts::Answer<'static, String> {
+        Box::pin(async move {
+            let mut server = self.server;
+            server.stop().await;
+            server.dir.keep();
+            format!(
+                "the named locks' MariaDB kept at {} (its log: {})",
+                server.root().display(),
+                server.log_path().display()
+            )
+        })
+    }
+}

@@ -298,8 +298,13 @@ impl Testbed {
                 self.params.case.ttl.as_millis()
             )
         };
+        let own = if service.service() == "mariadb" {
+            "a local server of its own"
+        } else {
+            "a container of its own"
+        };
         Some(format!(
-            "{} ({}) at {}, a container of its own; token: {token}; {}{ttl}",
+            "{} ({}) at {}, {own}; token: {token}; {}{ttl}",
             self.case.store,
             service.version(),
             service.endpoint(),

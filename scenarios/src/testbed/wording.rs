@@ -27,6 +27,7 @@ impl Testbed {
             None => "the database clock",
             Some("redis") => "Redis's clock",
             Some("etcd") => "etcd's leader",
+            Some("mariadb") => "the MariaDB server",
             Some(_) => "the ZooKeeper server",
         }
     }
