@@ -118,7 +118,8 @@ fn lease_store_designs(
     // R1's zookeeper-suffix is a specimen, not a design anyone picks, and its first token, 0,
     // fails the card's first check before its real flaw shows (the lab's tokens start above an
     // empty floor's 0): graded only when named.
-    // The advisory locks too (`pg-advisory`, `pg-advisory-fenced`), on the lab's own server.
+    // The databases' own locks too: the advisory locks (`pg-advisory`, `pg-advisory-fenced`) on
+    // the lab's own server, GET_LOCK (`mariadb-getlock`, `-fenced`) on a local MariaDB.
     let services = fencing::stores::built().filter(|k| {
         gradable(k)
             && if every {
@@ -138,8 +139,9 @@ fn lease_store_designs(
         };
         let store = <LeaseStoreArg as clap::ValueEnum>::from_str(kind.name, false);
         // A store on the lab's own lease database needs no engine.
+        // Nor does the named locks' MariaDB, a local server the lab starts.
         let ready: Result<(), String> = match kind.service {
-            None => Ok(()),
+            None | Some("mariadb") => Ok(()),
             Some(_) => engine.as_ref().map(|_| ()).map_err(|e| e.to_string()),
         };
         match (ready, store) {
@@ -180,7 +182,9 @@ pub fn run(
                     .map(|k| k.name)
                     .collect::<Vec<_>>()
                     .join(", "),
-                if fencing::stores::service_of(store).is_some() {
+                if store.starts_with("mariadb-getlock") {
+                    " (build with --features lab/mariadb,holder/mariadb: ./run.sh does when MariaDB is installed)"
+                } else if fencing::stores::service_of(store).is_some() {
                     " (build with --features lab/lock-services,holder/lock-services: ./run.sh does when a Docker engine answers)"
                 } else {
                     ""

@@ -1,9 +1,11 @@
-//! The database's own lock as the lease store (issue 53): `--lease-store pg-advisory-fenced` and
-//! `pg-advisory`, PostgreSQL's session-level advisory lock on the embedded cluster — no Docker.
-//! The experiments that act on a holder (F1, F3, F4, F5, F10, F12) pass on the fenced form, a
-//! kill -9 frees the lock at once (the server ends the session with its socket, before the TTL);
-//! the plain lock, with nothing to fence with, lets the paused holder's stale write through where
-//! the fence should have stopped it (F4 fails, on the very check). Nothing is left behind.
+//! The databases' own locks as the lease store (issue 53): `--lease-store pg-advisory-fenced` and
+//! `pg-advisory`, PostgreSQL's session-level advisory lock on the embedded cluster, and
+//! `mariadb-getlock-fenced` and `mariadb-getlock`, MariaDB's GET_LOCK on a local MariaDB the lab
+//! starts (feature `mariadb`) — no Docker. The experiments that act on a holder (F1, F3, F4, F5,
+//! F10, F12, and F13 for GET_LOCK) pass on the fenced forms, a kill -9 frees the lock at once
+//! (the server ends the session with its socket, before the TTL); the plain locks, with nothing
+//! to fence with, let the paused holder's stale write through where the fence should have
+//! stopped it (F4 fails, on the very check). Nothing is left behind.
 
 mod common;
 
@@ -32,9 +34,38 @@ fn run_on(sb: &Sandbox, store: &str, only: &str) -> anyhow::Result<(Option<i32>,
 #[test]
 fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at_once(
 ) -> anyhow::Result<()> {
+    the_fenced_lock_passes(
+        "pg-advisory-fenced",
+        "F1,F3,F4,F5,F10,F12",
+        "lease store: pg-advisory-fenced on the lab's lease database",
+    )
+}
+
+#[cfg(feature = "mariadb")]
+#[test]
+fn the_fenced_getlock_passes_the_holder_experiments_and_a_kill_frees_it_at_once(
+) -> anyhow::Result<()> {
+    the_fenced_lock_passes(
+        "mariadb-getlock-fenced",
+        "F1,F3,F4,F5,F10,F12,F13",
+        "a local server of its own; token: the lock row's counter",
+    )
+}
+
+#[test]
+fn the_plain_advisory_lock_lets_the_paused_holders_stale_write_through() -> anyhow::Result<()> {
+    the_plain_lock_fails_f4("pg-advisory")
+}
+
+#[cfg(feature = "mariadb")]
+#[test]
+fn the_plain_getlock_lets_the_paused_holders_stale_write_through() -> anyhow::Result<()> {
+    the_plain_lock_fails_f4("mariadb-getlock")
+}
+
+fn the_fenced_lock_passes(store: &str, only: &str, described: &str) -> anyhow::Result<()> {
     let sb = Sandbox::new()?;
-    let only = "F1,F3,F4,F5,F10,F12";
-    let (code, out) = run_on(&sb, "pg-advisory-fenced", only)?;
+    let (code, out) = run_on(&sb, store, only)?;
     assert_eq!(code, Some(0), "{out}");
     assert!(!out.contains("  FAIL"), "{out}");
     for id in only.split(',') {
@@ -43,10 +74,7 @@ fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at
             "{id} did not run:\n{out}"
         );
     }
-    assert!(
-        out.contains("lease store: pg-advisory-fenced on the lab's lease database"),
-        "{out}"
-    );
+    assert!(out.contains(described), "{out}");
     // F12, both of its kills: freed as the connection closed, measured against the TTL.
     let freed: Vec<&str> = out
         .lines()
@@ -62,13 +90,12 @@ fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at
     sb.assert_nothing_left()
 }
 
-#[test]
-fn the_plain_advisory_lock_lets_the_paused_holders_stale_write_through() -> anyhow::Result<()> {
+fn the_plain_lock_fails_f4(store: &str) -> anyhow::Result<()> {
     let sb = Sandbox::new()?;
-    let (code, out) = run_on(&sb, "pg-advisory", "F4,F5")?;
+    let (code, out) = run_on(&sb, store, "F4,F5")?;
     assert_eq!(code, Some(1), "the plain lock must fail F4:\n{out}");
     assert!(
-        out.contains("(the fence fed no token: pg-advisory issues none)"),
+        out.contains(&format!("(the fence fed no token: {store} issues none)")),
         "{out}"
     );
     // The harm itself, on F4's own check: the server ended A's session while A was frozen, B

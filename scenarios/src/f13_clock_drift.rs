@@ -130,7 +130,8 @@ impl Scenario for F13 {
                 rows.push((below, WriteMode::Fenced, true));
             } else {
                 rec.note(format!(
-                    "no row at r={below}: the lock service ends a lease in its own time after the TTL (etcd revokes expired leases in a sweep), later than A's slack of {:.0} ms below r*",
+                    "no row at r={below}: the lock service ends a lease in its own time after the TTL ({}), later than A's slack of {:.0} ms below r*",
+                    in_its_own_time(c.store),
                     (ttl - margin) / below - ttl
                 ));
             }
@@ -497,4 +498,17 @@ async fn uncovered_row(
             None => format!("did not write ({})", shown(Some(verdict))),
         },
     })
+}
+
+/// How the lock service `store` ends a lease later than its TTL, for F13's note.
+fn in_its_own_time(store: &str) -> &'static str {
+    match fencing::stores::service_of(store) {
+        Some("mariadb") => {
+            "MariaDB ends a connection once its wait_timeout, whole seconds, passed without a \
+             request, by the server's own read timeout"
+        }
+        Some("etcd") => "etcd revokes expired leases in a sweep",
+        Some("zookeeper") => "ZooKeeper expires sessions by ticks",
+        _ => "Redis expires keys when touched or by its periodic sweep",
+    }
 }
