@@ -47,6 +47,7 @@ mod rl1_redlock_paused_client;
 mod rl2_redlock_clock_jump;
 mod rl3_redlock_restart;
 mod runner;
+mod s1_session_lock_no_timeout;
 mod spec;
 pub mod testbed;
 pub mod tokens_table;
@@ -165,6 +166,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &rl1_redlock_paused_client::RL1,
     &rl2_redlock_clock_jump::RL2,
     &rl3_redlock_restart::RL3,
+    &s1_session_lock_no_timeout::S1,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
