@@ -343,19 +343,8 @@ pub async fn own_servers(
     }
 }
 
-/// Starts the lock service `service` (see [`Docker::lock_service`]); `mariadb`, the named
-/// locks' server, is a local MariaDB from the host's binaries instead, which needs no engine.
+/// Starts the lock service `service` (see [`Docker::lock_service`]).
 pub async fn lock_service(service: &str, mark: &str) -> anyhow::Result<Box<dyn LockService>> {
-    if service == "mariadb" {
-        #[cfg(feature = "mariadb")]
-        return crate::server::mariadb::lock_service().await;
-        #[cfg(not(feature = "mariadb"))]
-        anyhow::bail!(
-            "--lease-store {service}: the named locks need MariaDB's client, which this build \
-             lacks: build with --features lab/mariadb,holder/mariadb (./run.sh does when MariaDB \
-             is installed)"
-        );
-    }
     backend(&format!("--lease-store {service}"))?
         .lock_service(service, mark)
         .await

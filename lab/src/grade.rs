@@ -94,6 +94,19 @@ impl Row {
     }
 }
 
+/// How to build the lab with the client of the store `store`, for the line that refuses it.
+fn build_hint(store: &str) -> &'static str {
+    match fencing::stores::service_of(store) {
+        Some("mariadb") => {
+            " (build with --features lab/mariadb,holder/mariadb: ./run.sh does when MariaDB is installed)"
+        }
+        Some(_) => {
+            " (build with --features lab/lock-services,holder/lock-services: ./run.sh does when a Docker engine answers)"
+        }
+        None => "",
+    }
+}
+
 /// Whether the card grades the store `kind` as a design of its own: a lock service in a
 /// container, or a lock its session keeps on the lab's own server (the advisory locks, freed when
 /// their session's connection closes). Each must be a value of `--lease-store` (checked where it
@@ -182,13 +195,7 @@ pub fn run(
                     .map(|k| k.name)
                     .collect::<Vec<_>>()
                     .join(", "),
-                if store.starts_with("mariadb-getlock") {
-                    " (build with --features lab/mariadb,holder/mariadb: ./run.sh does when MariaDB is installed)"
-                } else if fencing::stores::service_of(store).is_some() {
-                    " (build with --features lab/lock-services,holder/lock-services: ./run.sh does when a Docker engine answers)"
-                } else {
-                    ""
-                }
+                build_hint(store)
             );
             return Ended::CouldNotRun;
         }

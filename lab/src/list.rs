@@ -45,11 +45,15 @@ pub fn runs_on(s: &Spec) -> String {
     if s.on_patroni && s.needs != Needs::Containers {
         also.push("Patroni");
     }
-    // Each lock service by the store named after it (redis, etcd, zookeeper), from the registry.
+    // Each lock service by the store named after it (redis, etcd, zookeeper), from the registry,
+    // and the databases' own locks by their plain forms.
     also.extend(
         fencing::stores::STORES
             .iter()
-            .filter(|store| store.service == Some(store.name))
+            .filter(|store| {
+                store.service == Some(store.name)
+                    || matches!(store.name, "pg-advisory" | "mariadb-getlock")
+            })
             .map(|store| store.name)
             .filter(|store| s.lock_services.on(store).is_ok()),
     );

@@ -3,7 +3,8 @@
 //! `mariadb-getlock-fenced` and `mariadb-getlock`, MariaDB's GET_LOCK on a local MariaDB the lab
 //! starts (feature `mariadb`) — no Docker. The experiments that act on a holder (F1, F3, F4, F5,
 //! F10, F12, and F13 for GET_LOCK) pass on the fenced forms, a kill -9 frees the lock at once
-//! (the server ends the session with its socket, before the TTL); the plain locks, with nothing
+//! (the server ends the session with its socket, before the TTL), and with no server timeout
+//! (S1) a frozen holder keeps the lock for the lab's whole bound; the plain locks, with nothing
 //! to fence with, let the paused holder's stale write through where the fence should have
 //! stopped it (F4 fails, on the very check). Nothing is left behind.
 
@@ -36,7 +37,7 @@ fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at
 ) -> anyhow::Result<()> {
     the_fenced_lock_passes(
         "pg-advisory-fenced",
-        "F1,F3,F4,F5,F10,F12",
+        "F1,F3,F4,F5,F10,F12,S1",
         "lease store: pg-advisory-fenced on the lab's lease database",
     )
 }
@@ -47,7 +48,7 @@ fn the_fenced_getlock_passes_the_holder_experiments_and_a_kill_frees_it_at_once(
 ) -> anyhow::Result<()> {
     the_fenced_lock_passes(
         "mariadb-getlock-fenced",
-        "F1,F3,F4,F5,F10,F12,F13",
+        "F1,F3,F4,F5,F10,F12,F13,S1",
         "a local server of its own; token: the lock row's counter",
     )
 }
@@ -82,6 +83,13 @@ fn the_fenced_lock_passes(store: &str, only: &str, described: &str) -> anyhow::R
         .collect();
     assert_eq!(freed.len(), 2, "{out}");
     assert!(freed.iter().all(|l| l.starts_with("  ok ")), "{freed:?}");
+    // S1: with no server timeout, B is refused for the lab's whole bound (liveness lost), and
+    // gets the lock once A released it.
+    let s1 = out.split("CASE S1 ").nth(1).expect("S1 ran");
+    assert!(
+        s1.contains("ok   B, asking for the lock for") && s1.contains("ok   once A released"),
+        "{s1}"
+    );
     // F4: the paused holder's stale write, fenced with the lock row's counter, is rejected.
     assert!(
         out.contains("ok   A's stale write is rejected by the resource"),

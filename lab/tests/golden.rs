@@ -92,6 +92,19 @@ const MASKS: &[(&str, &str)] = &[
     (r"promoted in \d+ ms", "promoted in <N> ms"),
     (r"unanswered after \d+ ms", "unanswered after <N> ms"),
     (r"waited \d+ ms — the price", "waited <N> ms — the price"),
+    // S1: how often B asked over the bound, A's session's idle times, how soon B got the lock.
+    (
+        r"\d+ asks, \d+ refused, over \d+ ms of A frozen",
+        "<N> asks, <N> refused, over <N> ms of A frozen",
+    ),
+    (
+        r"expires [\d.]+ \(idle since [\d.]+, \+ (\d+) ms\)",
+        "expires <T> (idle since <T>, + $1 ms)",
+    ),
+    (
+        r"\d+ ms after A's release was reported",
+        "<N> ms after A's release was reported",
+    ),
 ];
 
 fn normalise(text: &str) -> String {

@@ -168,7 +168,7 @@ impl Testbed {
         // A lock service as the lease store: a container of its own, started here.
         let service = match fencing::stores::service_of(asked.store) {
             None => None,
-            Some(name) => match harness::docker::lock_service(name, &run_mark).await {
+            Some(name) => match start_service(name, &run_mark).await {
                 Ok(service) => Some(service),
                 Err(e) => {
                     servers.shutdown().await;
@@ -483,7 +483,7 @@ impl Testbed {
         };
         let service = match self.idle_services.iter().position(|s| s.service() == name) {
             Some(i) => self.idle_services.remove(i),
-            None => harness::docker::lock_service(name, &self.run_mark).await?,
+            None => start_service(name, &self.run_mark).await?,
         };
         match open_store(store, &self.lease_table, Some(&*service)).await {
             Ok(lease) => {
@@ -524,6 +524,24 @@ impl Testbed {
         self.resource.setup_scope(SCOPE).await?;
         Ok(())
     }
+}
+
+/// Starts the lock service `name`: a container of its own, or — `mariadb`, the named locks'
+/// server — a local MariaDB from the host's binaries, which needs no engine.
+async fn start_service(
+    name: &str,
+    mark: &str,
+) -> anyhow::Result<Box<dyn harness::docker::LockService>> {
+    if name == "mariadb" {
+        #[cfg(feature = "mariadb")]
+        return harness::server::mariadb::lock_service().await;
+        #[cfg(not(feature = "mariadb"))]
+        anyhow::bail!(
+            "the named locks need MariaDB's client, which this build lacks: build with \
+             --features lab/mariadb,holder/mariadb (./run.sh does when MariaDB is installed)"
+        );
+    }
+    harness::docker::lock_service(name, mark).await
 }
 
 /// The lease store `name` (`fencing::stores::STORES`): on the lab's lease table, or on the lock
