@@ -118,6 +118,15 @@ pub trait LockService: Send + Sync {
     fn remove(self: Box<Self>) -> Answer<'static, ()>;
     /// Stops it and leaves its container for inspection: the line that says where.
     fn stop_and_keep(self: Box<Self>) -> Answer<'static, String>;
+    /// Crashes the server (SIGKILL: no shutdown) and starts it again on the same address;
+    /// returns once it accepts connections. Offered by the named locks' local MariaDB (S2);
+    /// `Err` from a service in a container, whose experiments restart it their own way.
+    fn crash_and_restart(&mut self) -> Answer<'_, anyhow::Result<()>> {
+        let service = self.service().to_owned();
+        Box::pin(async move {
+            anyhow::bail!("the lock service {service} offers no crash and restart of its own")
+        })
+    }
 }
 
 /// A Redis primary with a replica and three Sentinels (R2).

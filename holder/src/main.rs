@@ -508,10 +508,14 @@ async fn pg_pool(flags: &HolderFlags, db: Database) -> Result<sqlx::PgPool, Stri
     };
     PgPoolOptions::new()
         .max_connections(1)
-        // The write is the first thing the resource hears after the check: no ping before it.
-        // (sqlx pings an idle connection before lending it; F15 holds A's connection in the
-        // network, and the held packet must be A's request, not a ping that delays sending it.)
-        .test_before_acquire(!matches!(db, Database::Resource))
+        // On a resource over TCP (a host of its own), the write is the first thing the resource
+        // hears after the check: no ping before it. (sqlx pings an idle connection before
+        // lending it; F15 holds A's connection in the network, and the held packet must be A's
+        // request, not a ping that delays sending it.) Over the embedded cluster's socket, where
+        // no packet is held, the ping stays, as sqlx's default: a server restarted while the
+        // holder was frozen (S2) is reconnected to, as any pooled client is, instead of the
+        // write failing on the dead connection.
+        .test_before_acquire(!matches!(db, Database::Resource) || flags.resource_host.is_none())
         .connect_with(opts)
         .await
         .map_err(|e| format!("failed to connect to {} as {}: {e}", db.name(), db.role()))

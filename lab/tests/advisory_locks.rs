@@ -4,7 +4,9 @@
 //! starts (feature `mariadb`) — no Docker. The experiments that act on a holder (F1, F3, F4, F5,
 //! F10, F12, and F13 for GET_LOCK) pass on the fenced forms, a kill -9 frees the lock at once
 //! (the server ends the session with its socket, before the TTL), and with no server timeout
-//! (S1) a frozen holder keeps the lock for the lab's whole bound; the plain locks, with nothing
+//! (S1) a frozen holder keeps the lock for the lab's whole bound, and a crash of the server
+//! (S2) takes the lock from a frozen holder, whose write only the counter then fences; the plain
+//! locks, with nothing
 //! to fence with, let the paused holder's stale write through where the fence should have
 //! stopped it (F4 fails, on the very check). Nothing is left behind.
 
@@ -37,7 +39,7 @@ fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at
 ) -> anyhow::Result<()> {
     the_fenced_lock_passes(
         "pg-advisory-fenced",
-        "F1,F3,F4,F5,F10,F12,S1",
+        "F1,F3,F4,F5,F10,F12,S1,S2",
         "lease store: pg-advisory-fenced on the lab's lease database",
     )
 }
@@ -48,7 +50,7 @@ fn the_fenced_getlock_passes_the_holder_experiments_and_a_kill_frees_it_at_once(
 ) -> anyhow::Result<()> {
     the_fenced_lock_passes(
         "mariadb-getlock-fenced",
-        "F1,F3,F4,F5,F10,F12,F13,S1",
+        "F1,F3,F4,F5,F10,F12,F13,S1,S2",
         "a local server of its own; token: the lock row's counter",
     )
 }
@@ -90,6 +92,15 @@ fn the_fenced_lock_passes(store: &str, only: &str, described: &str) -> anyhow::R
         s1.contains("ok   B, asking for the lock for") && s1.contains("ok   once A released"),
         "{s1}"
     );
+    // S2: the lock vanished in the server's crash, B took it at once; A's write, prepared
+    // under it, is rejected by the counter the crash kept, and accepted unfenced.
+    let s2 = out.split("CASE S2 ").nth(1).expect("S2 ran");
+    for line in [
+        "ok   fenced-scope: the fenced resource rejects A's write by B's greater token",
+        "ok   negative control exposes: unfenced: A's write, under the lock the crash took",
+    ] {
+        assert!(s2.contains(line), "{line}:\n{s2}");
+    }
     // F4: the paused holder's stale write, fenced with the lock row's counter, is rejected.
     assert!(
         out.contains("ok   A's stale write is rejected by the resource"),

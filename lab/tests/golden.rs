@@ -105,6 +105,9 @@ const MASKS: &[(&str, &str)] = &[
         r"\d+ ms after A's release was reported",
         "<N> ms after A's release was reported",
     ),
+    // S2: how soon B got the lock after the crash; the session A's client quotes.
+    (r"\d+ ms after the crash", "<N> ms after the crash"),
+    (r"started=[\d.]+", "started=<T>"),
 ];
 
 fn normalise(text: &str) -> String {

@@ -48,6 +48,8 @@ mod rl2_redlock_clock_jump;
 mod rl3_redlock_restart;
 mod runner;
 mod s1_session_lock_no_timeout;
+mod s2_session_lock_server_crash;
+mod session_locks;
 mod spec;
 pub mod testbed;
 pub mod tokens_table;
@@ -167,6 +169,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &rl2_redlock_clock_jump::RL2,
     &rl3_redlock_restart::RL3,
     &s1_session_lock_no_timeout::S1,
+    &s2_session_lock_server_crash::S2,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

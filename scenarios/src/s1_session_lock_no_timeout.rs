@@ -11,7 +11,7 @@
 //! lock at once when A gives it up.
 //!
 //! On a run whose lease store is not one of these locks, S1 chooses its own (`pg-advisory`, on
-//! the lab's own server), and gives the run's store back on every path.
+//! the lab's own server: `session_locks.rs`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,10 +23,9 @@ use harness::holder::{Holder, EVENT_TIMEOUT};
 use holder_protocol::Event;
 
 use crate::paused_holder::{freeze_and_show, go_and_thaw, lab_step, step, A_CONTENT};
+use crate::session_locks;
 use crate::testbed::{lease_state, shown, HOLDER_A, HOLDER_B, LEASE};
-use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
-};
+use crate::{About, Applies, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed};
 
 const SPEC: Spec = Spec {
     id: "S1",
@@ -53,13 +52,7 @@ const SPEC: Spec = Spec {
     applies: Applies::Always,
     on_containers: false,
     on_patroni: false,
-    lock_services: LockServices::AllBut(&[
-        ("redis", NOT_A_SESSION_LOCK),
-        ("redis-plain", NOT_A_SESSION_LOCK),
-        ("etcd", NOT_A_SESSION_LOCK),
-        ("zookeeper", NOT_A_SESSION_LOCK),
-        ("zookeeper-suffix", NOT_A_SESSION_LOCK),
-    ]),
+    lock_services: session_locks::LOCK_SERVICES,
     fence_dependent: false,
     again_on_stores: false,
     runs_alone: false,
@@ -67,10 +60,6 @@ const SPEC: Spec = Spec {
     fault_moments: &["/proc shows state T"],
     lanes: StoreLanes::Default,
 };
-
-/// Why S1 does not run on a lock service's run.
-const NOT_A_SESSION_LOCK: &str = "S1 runs on a lock its session keeps: pg-advisory, its own \
-    choice in the default run, or the run's --lease-store pg-advisory or mariadb-getlock";
 
 /// The idle timeout of A's session: none the run will see.
 const NO_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -86,38 +75,12 @@ impl Scenario for S1 {
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
-        Box::pin(async move {
-            let run_store = bed.case().store;
-            let on_a_session_lock = |store: &str| {
-                fencing::stores::store_kind(store).is_some_and(|k| k.freed_on_disconnect)
-            };
-            let store = if on_a_session_lock(run_store) {
-                run_store
-            } else {
-                fencing::lease::pg_advisory::KIND.name
-            };
-            let outcome = async {
-                if store != run_store {
-                    bed.use_store(store).await?;
-                    bed.reset().await?;
-                    rec.note(format!(
-                        "the lock (S1's own choice: the run's lease store, {run_store}, is not a \
-                         lock its session keeps): {}",
-                        bed.describe_service().unwrap_or_default()
-                    ));
-                }
-                timeline(bed, rec).await
-            }
-            .await;
-            // Every path: the run's store is the store again for the experiments after this one.
-            let back = if store != run_store {
-                bed.use_store(run_store).await
-            } else {
-                Ok(())
-            };
-            outcome?;
-            back
-        })
+        Box::pin(session_locks::on_a_session_lock(
+            bed,
+            rec,
+            false,
+            |bed, rec| Box::pin(timeline(bed, rec)),
+        ))
     }
 }
 

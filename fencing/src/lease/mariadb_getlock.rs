@@ -231,6 +231,10 @@ impl GetLockStore {
     async fn renew_now(&self, grant: &mut Grant) -> Result<bool> {
         let sent = Instant::now();
         let Some(session) = sessions().get(&grant.handle) else {
+            if let Some(why) = sessions().why_ended(&grant.handle) {
+                grant.lost_because(why);
+                return Ok(false);
+            }
             grant.lost_because(format!(
                 "no connection of this process holds it ({}): a GET_LOCK lock is kept by the \
                  connection that took it, and only that connection can keep it alive",
@@ -263,14 +267,15 @@ impl GetLockStore {
             // The server ended the connection (its wait_timeout, a KILL, a crash): the lock
             // went with it. In the driver's own words.
             Err(e) => {
-                sessions().remove(&grant.handle);
-                grant.lost_because(format!(
+                let why = format!(
                     "the server ended the locking connection ({}), and the lock with it — a \
                      connection silent for its wait_timeout ({} s, the TTL) is ended so, as is \
                      one a crash or KILL ends: {e}",
                     grant.handle,
                     grant.ttl.as_secs()
-                ));
+                );
+                sessions().ended(&grant.handle, why.clone());
+                grant.lost_because(why);
                 Ok(false)
             }
         }

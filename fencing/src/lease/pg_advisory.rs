@@ -220,6 +220,10 @@ impl AdvisoryLeaseStore {
     async fn renew_now(&self, grant: &mut Grant) -> Result<bool> {
         let sent = Instant::now();
         let Some(session) = sessions().get(&grant.handle) else {
+            if let Some(why) = sessions().why_ended(&grant.handle) {
+                grant.lost_because(why);
+                return Ok(false);
+            }
             grant.lost_because(format!(
                 "no session of this process holds it ({}): an advisory lock is kept by the \
                  session that took it, and only that session can keep it alive",
@@ -253,14 +257,15 @@ impl AdvisoryLeaseStore {
             // The server ended the session (its idle timeout, a terminate, a crash): the lock
             // went with it. In the server's own words.
             Err(e) => {
-                sessions().remove(&grant.handle);
-                grant.lost_because(format!(
+                let why = format!(
                     "the server ended the locking session ({}), and the lock with it — a \
                      session silent for its idle_session_timeout ({} ms, the TTL) is ended so, \
                      as is one a crash or pg_terminate_backend ends: {e}",
                     grant.handle,
                     grant.ttl.as_millis()
-                ));
+                );
+                sessions().ended(&grant.handle, why.clone());
+                grant.lost_because(why);
                 Ok(false)
             }
         }

@@ -12,30 +12,52 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// A locking session: its connection, used by one request at a time.
 pub(crate) type Session<C> = Arc<tokio::sync::Mutex<C>>;
 
-/// Every locking session of one store kind in this process, by its holding's handle.
+/// Every locking session of one store kind in this process, by its holding's handle, and why
+/// each one the server ended was lost — so that every thread that asks after it hears the same
+/// words (a holder's renewer and its main thread race to find it gone).
 #[derive(Debug)]
-pub(crate) struct Sessions<C>(Mutex<HashMap<String, Session<C>>>);
+pub(crate) struct Sessions<C> {
+    open: Mutex<HashMap<String, Session<C>>>,
+    ended: Mutex<HashMap<String, String>>,
+}
 
 impl<C> Default for Sessions<C> {
     fn default() -> Self {
-        Sessions(Mutex::default())
+        Sessions {
+            open: Mutex::default(),
+            ended: Mutex::default(),
+        }
     }
 }
 
 impl<C> Sessions<C> {
     pub(crate) fn insert(&self, handle: String, conn: C) {
-        self.0
+        self.open
             .lock()
             .expect("sessions")
             .insert(handle, Arc::new(tokio::sync::Mutex::new(conn)));
     }
 
     pub(crate) fn get(&self, handle: &str) -> Option<Session<C>> {
-        self.0.lock().expect("sessions").get(handle).cloned()
+        self.open.lock().expect("sessions").get(handle).cloned()
     }
 
     pub(crate) fn remove(&self, handle: &str) -> Option<Session<C>> {
-        self.0.lock().expect("sessions").remove(handle)
+        self.open.lock().expect("sessions").remove(handle)
+    }
+
+    /// Forgets the session the server ended, keeping `why` for [`Sessions::why_ended`].
+    pub(crate) fn ended(&self, handle: &str, why: String) {
+        self.remove(handle);
+        self.ended
+            .lock()
+            .expect("sessions")
+            .insert(handle.to_owned(), why);
+    }
+
+    /// Why the server ended the session `handle`, when a thread of this process found it so.
+    pub(crate) fn why_ended(&self, handle: &str) -> Option<String> {
+        self.ended.lock().expect("sessions").get(handle).cloned()
     }
 }
 

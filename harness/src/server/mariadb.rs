@@ -373,6 +373,10 @@ impl crate::docker::LockService for LocalLockService {
         })
     }
 
+    fn crash_and_restart(&mut self) -> crate::hosts::Answer<'_, anyhow::Result<()>> {
+        Box::pin(async move { Ok(self.server.restart_immediate().await?) })
+    }
+
     fn stop_and_keep(self: Box<Self>) -> crate::hosts::Answer<'static, String> {
         Box::pin(async move {
             let mut server = self.server;

@@ -1,0 +1,105 @@
+//! What the S-series shares: the locks a session keeps (the databases' own — PostgreSQL's
+//! advisory lock, MariaDB's `GET_LOCK`), which an S experiment runs on whatever the run's lease
+//! store is. On a run whose store is one of them, it runs there (in its fenced or plain form, as
+//! the experiment needs); otherwise on PostgreSQL's advisory lock, on the lab's own server — and
+//! gives the run's store back on every path.
+
+use harness::evidence::Recorder;
+
+use crate::{LockServices, Outcome, Testbed};
+
+/// Why an S experiment does not run on a lock service's run.
+const NOT_A_SESSION_LOCK: &str = "it runs on a lock its session keeps: pg-advisory, its own \
+    choice in the default run, or the run's --lease-store pg-advisory or mariadb-getlock (plain or \
+    -fenced)";
+
+/// The lock services an S experiment runs on: none in a container.
+pub(crate) const LOCK_SERVICES: LockServices = LockServices::AllBut(&[
+    ("redis", NOT_A_SESSION_LOCK),
+    ("redis-plain", NOT_A_SESSION_LOCK),
+    ("etcd", NOT_A_SESSION_LOCK),
+    ("zookeeper", NOT_A_SESSION_LOCK),
+    ("zookeeper-suffix", NOT_A_SESSION_LOCK),
+]);
+
+/// The store an S experiment runs on when the run's is `run_store`: the run's own session lock
+/// in the form asked (`fenced`: with the lock row's counter as the token), else PostgreSQL's.
+pub(crate) fn store_for(run_store: &'static str, fenced: bool) -> &'static str {
+    let session_lock =
+        fencing::stores::store_kind(run_store).is_some_and(|k| k.freed_on_disconnect);
+    let base = match run_store.strip_suffix("-fenced") {
+        Some(base) if session_lock => base,
+        _ if session_lock => run_store,
+        _ => fencing::lease::pg_advisory::KIND.name,
+    };
+    let wanted = if fenced {
+        format!("{base}-fenced")
+    } else {
+        base.to_owned()
+    };
+    fencing::stores::STORES
+        .iter()
+        .find(|s| s.name == wanted)
+        .map_or(fencing::lease::pg_advisory::KIND.name, |s| s.name)
+}
+
+/// Runs `body` on [`store_for`]'s store (noted when it is not the run's), and makes the run's
+/// store the lab's again on every path.
+pub(crate) async fn on_a_session_lock(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    fenced: bool,
+    body: for<'a> fn(&'a mut Testbed, &'a mut Recorder) -> Outcome<'a>,
+) -> anyhow::Result<()> {
+    let run_store = bed.case().store;
+    let store = store_for(run_store, fenced);
+    let outcome = async {
+        if store != run_store {
+            bed.use_store(store).await?;
+            bed.reset().await?;
+            // The case's tokens read as this store issues them (the runner set them for the
+            // run's store).
+            let has_token = fencing::stores::store_kind(store).is_some_and(|k| k.has_token);
+            rec.blind_tokens(!has_token || !bed.case().sut.claims.token_at_lease);
+            rec.note(format!(
+                "the lock, {store} (the experiment's own choice: the run's lease store is \
+                 {run_store}): {}",
+                bed.describe_service().unwrap_or_default()
+            ));
+        }
+        body(bed, rec).await
+    }
+    .await;
+    let back = if store != run_store {
+        bed.use_store(run_store).await
+    } else {
+        Ok(())
+    };
+    outcome?;
+    back
+}
+
+#[cfg(test)]
+mod tests {
+    use super::store_for;
+
+    #[test]
+    fn each_run_store_maps_to_its_own_session_lock_in_the_form_asked() {
+        for (run, fenced, expected) in [
+            ("postgres", false, "pg-advisory"),
+            ("postgres", true, "pg-advisory-fenced"),
+            ("pg-advisory", true, "pg-advisory-fenced"),
+            ("pg-advisory-fenced", false, "pg-advisory"),
+            ("pg-advisory-fenced", true, "pg-advisory-fenced"),
+        ] {
+            assert_eq!(store_for(run, fenced), expected, "{run} fenced={fenced}");
+        }
+        #[cfg(feature = "mariadb")]
+        for (run, fenced, expected) in [
+            ("mariadb-getlock", true, "mariadb-getlock-fenced"),
+            ("mariadb-getlock-fenced", false, "mariadb-getlock"),
+        ] {
+            assert_eq!(store_for(run, fenced), expected, "{run} fenced={fenced}");
+        }
+    }
+}
