@@ -39,7 +39,7 @@ fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at
 ) -> anyhow::Result<()> {
     the_fenced_lock_passes(
         "pg-advisory-fenced",
-        "F1,F3,F4,F5,F10,F12,S1,S2",
+        "F1,F3,F4,F5,F10,F12,S1,S2,S3",
         "lease store: pg-advisory-fenced on the lab's lease database",
     )
 }
@@ -100,6 +100,14 @@ fn the_fenced_lock_passes(store: &str, only: &str, described: &str) -> anyhow::R
         "ok   negative control exposes: unfenced: A's write, under the lock the crash took",
     ] {
         assert!(s2.contains(line), "{line}:\n{s2}");
+    }
+    // S3 (PostgreSQL's): the failover carried the counter, not the lock.
+    if let Some(s3) = out.split("CASE S3 ").nth(1) {
+        assert!(
+            s3.contains("1 on the primary, 0 on the standby")
+                && s3.contains("ok   negative control exposes: unfenced: A's write after B's"),
+            "{s3}"
+        );
     }
     // F4: the paused holder's stale write, fenced with the lock row's counter, is rejected.
     assert!(

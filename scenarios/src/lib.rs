@@ -49,6 +49,7 @@ mod rl3_redlock_restart;
 mod runner;
 mod s1_session_lock_no_timeout;
 mod s2_session_lock_server_crash;
+mod s3_session_lock_failover;
 mod session_locks;
 mod spec;
 pub mod testbed;
@@ -170,6 +171,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &rl3_redlock_restart::RL3,
     &s1_session_lock_no_timeout::S1,
     &s2_session_lock_server_crash::S2,
+    &s3_session_lock_failover::S3,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

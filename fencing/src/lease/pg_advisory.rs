@@ -93,6 +93,18 @@ const TERMINATE_HOLDERS: &str = "SELECT count(pg_terminate_backend(pid, 5000)) F
 const HOLDERS_LEFT: &str = "SELECT count(*) FROM pg_locks
     WHERE locktype = 'advisory' AND classid = $1::oid AND pid <> pg_backend_pid()";
 
+/// How many of the lab's advisory locks the server behind `pool` shows held now (`pg_locks`),
+/// by any session: S3 reads it on a primary and on its standby.
+pub async fn locks_held(pool: &PgPool) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1::oid",
+    )
+    .bind(CLASS)
+    .fetch_one(pool)
+    .await
+    .map_err(|e| service("read pg_locks", e.to_string()))
+}
+
 /// The `application_name` of the session the server shows holding the one-bigint advisory lock
 /// `key` (below 2^31: classid 0, objid the key, objsubid 1 in `pg_locks`), as any client takes it
 /// (`pg_try_advisory_lock(key)`): the library card's truth for a library holder of an advisory
@@ -155,9 +167,10 @@ impl AdvisoryLeaseStore {
     /// The store on `pool`'s database; makes the lab's record of the locks if it is missing.
     pub async fn open(pool: PgPool, margin: Duration, fenced: bool) -> Result<Self> {
         match sqlx::query(TABLE).execute(&pool).await {
-            // Two processes making it at once: the other one did.
+            // Two processes making it at once: the other one did. Or a hot standby, read-only,
+            // which has the record its primary made (S3 reads the lock there).
             Err(sqlx::Error::Database(e))
-                if matches!(e.code().as_deref(), Some("23505" | "42P07")) => {}
+                if matches!(e.code().as_deref(), Some("23505" | "42P07" | "25006")) => {}
             other => {
                 other.map_err(|e| service("make the lab's record of the locks", e.to_string()))?;
             }
