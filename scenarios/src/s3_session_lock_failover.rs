@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use fencing::lease::pg_advisory::{self, AdvisoryLeaseStore};
-use fencing::lease::LeaseStore;
+use fencing::lease::{Grant, LeaseStore};
 use fencing::resource::{Write, WriteMode};
 use fencing::schema::Database;
 use harness::evidence::{Mark, Recorder};
@@ -181,6 +181,19 @@ async fn timeline(
         ),
     );
 
+    let b = fail_over(bed, rec, hosts, standby_admin, &a).await?;
+    writes(bed, rec, a.token, b.token).await
+}
+
+/// The primary's host lost, the standby promoted, B takes the lock on it: B's grant.
+async fn fail_over(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    hosts: &mut Replicated,
+    standby_admin: &PgPool,
+    a: &Grant,
+) -> anyhow::Result<Grant> {
+    let (p, c) = (bed.params(), bed.case());
     let status = standby::lose_host(&mut hosts.primary).await;
     rec.step(
         Mark::Failover,
@@ -231,8 +244,7 @@ async fn timeline(
             }
         ),
     );
-    let b = b.context("B could not take the lock on the new primary")?;
-    writes(bed, rec, a.token, b.token).await
+    b.context("B could not take the lock on the new primary")
 }
 
 /// B writes, then A with its old token: in fenced-scope (A rejected), then unfenced (A
