@@ -70,8 +70,34 @@ mod on_services {
         args: &LibraryArgs,
         installed: &Installed,
     ) -> anyhow::Result<Vec<(&'static Library, String)>> {
+        let unbuilt = LIBRARIES
+            .iter()
+            .find(|lib| fencing::stores::store_kind(lib.store).is_none());
+        if let (true, Some(lib)) = (harness::require::Dependency::MariaDb.required(), unbuilt) {
+            anyhow::bail!(
+                "{} needs the store {}, which this build lacks, and LAB_REQUIRE names mariadb: \
+                 build with --features lab/mariadb,holder/mariadb",
+                lib.id,
+                lib.store
+            );
+        }
         let libs: Vec<&'static Library> = if args.only.is_empty() {
-            LIBRARIES.iter().collect()
+            // Every library whose store this build has a client for; the others say skip.
+            LIBRARIES
+                .iter()
+                .filter(|lib| {
+                    let built = fencing::stores::store_kind(lib.store).is_some();
+                    if !built {
+                        eprintln!(
+                            "lab library: skip {}: this build has no client for its store, {} \
+                             (build with --features lab/mariadb,holder/mariadb: ./run.sh does \
+                             when MariaDB is installed)",
+                            lib.id, lib.store
+                        );
+                    }
+                    built
+                })
+                .collect()
         } else {
             args.only
                 .iter()

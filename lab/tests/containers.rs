@@ -766,6 +766,13 @@ fn library_sandbox(
 /// stale write accepted unfenced on all three (F5's control exposing it), rejected when fenced
 /// with the library's token where it has one (kazoo's czxid, etcd3gw's create revision), "cannot
 /// fence" where it has none (redis-py), the lock freed by the service after kill -9.
+/// The libraries the card's test runs: one per lock service, and the databases' own locks
+/// (tooz's mysql driver on MariaDB's GET_LOCK where this build has its client).
+#[cfg(all(feature = "lock-services", feature = "mariadb"))]
+const LIBRARIES_TESTED: &str = "kazoo,redis-py,etcd3gw,psycopg-advisory,tooz-postgresql,tooz-mysql";
+#[cfg(all(feature = "lock-services", not(feature = "mariadb")))]
+const LIBRARIES_TESTED: &str = "kazoo,redis-py,etcd3gw,psycopg-advisory,tooz-postgresql";
+
 #[cfg(feature = "lock-services")]
 #[test]
 fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Result<()> {
@@ -774,12 +781,7 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
     };
     let ev = sb.path().join("ev");
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args([
-            "library",
-            "--only",
-            "kazoo,redis-py,etcd3gw,psycopg-advisory",
-            "--python",
-        ])
+        .args(["library", "--only", LIBRARIES_TESTED, "--python"])
         .arg(&python)
         .arg("--holders")
         .arg(root.join("holder/libraries"))
@@ -875,6 +877,38 @@ fn the_advisory_lock_row_says_what_its_runs_showed(card: &str) {
         "freed {freed_ms} ms after the kill, not before the TTL"
     );
     assert!(pg[12].starts_with("not run (a Unix socket)"), "{}", pg[12]);
+    // The error its question raised is the server's word that the session is gone: the card's
+    // advice says so, not "the application cannot ask".
+    let advice = card
+        .lines()
+        .find(|l| l.starts_with("- **psycopg-advisory**"))
+        .expect("psycopg's advice");
+    assert!(
+        advice.contains("raised instead of answering") && !advice.contains("cannot ask"),
+        "{advice}"
+    );
+    // tooz's database drivers: no token, no question (NotImplemented), a kill frees the lock at
+    // once; the postgresql driver's session sits idle in a transaction, which only
+    // idle_in_transaction_session_timeout ends (holder/libraries/tooz_database.py).
+    let mut tooz = vec!["tooz-postgresql"];
+    if cfg!(feature = "mariadb") {
+        tooz.push("tooz-mysql");
+    }
+    for lib in tooz {
+        let c = card_cells(card, lib);
+        assert!(
+            c[6].starts_with("accepted (stale write)"),
+            "{lib}: {}",
+            c[6]
+        );
+        assert!(
+            c[7].starts_with("cannot fence (no token)"),
+            "{lib}: {}",
+            c[7]
+        );
+        assert!(c[8].contains("raised NotImplemented"), "{lib}: {}", c[8]);
+        assert!(c[11].starts_with("freed after"), "{lib}: {}", c[11]);
+    }
 }
 
 /// One row of the library card's Markdown table, split into its cells:

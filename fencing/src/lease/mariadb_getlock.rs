@@ -89,6 +89,22 @@ const HOLDERS: &str =
     WHERE IS_USED_LOCK(CONCAT('lab/', name)) IS NOT NULL
       AND IS_USED_LOCK(CONCAT('lab/', name)) <> CONNECTION_ID()";
 
+/// The connection the server at `endpoint` shows holding the named lock `name` as any client
+/// takes it (`GET_LOCK(name, …)`, no prefix): `IS_USED_LOCK`, the library card's truth for a
+/// library holder of a named lock.
+pub async fn connection_holding(endpoint: &str, name: &str) -> Result<Option<i64>> {
+    let mut conn = MySqlConnection::connect_with(&options(endpoint, None)?)
+        .await
+        .map_err(|e| service("connect", e.to_string()))?;
+    let holder = sqlx::query_scalar("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| service("read IS_USED_LOCK", e.to_string()));
+    let _ = conn.close().await;
+    holder
+}
+
 /// Every locking connection of this process.
 fn sessions() -> &'static Sessions<MySqlConnection> {
     static SESSIONS: LazyLock<Sessions<MySqlConnection>> = LazyLock::new(Sessions::default);

@@ -105,17 +105,31 @@ pub async fn locks_held(pool: &PgPool) -> Result<i64> {
     .map_err(|e| service("read pg_locks", e.to_string()))
 }
 
-/// The `application_name` of the session the server shows holding the one-bigint advisory lock
-/// `key` (below 2^31: classid 0, objid the key, objsubid 1 in `pg_locks`), as any client takes it
-/// (`pg_try_advisory_lock(key)`): the library card's truth for a library holder of an advisory
-/// lock, which names its connection after itself.
-pub async fn session_holding(pool: &PgPool, key: i64) -> Result<Option<String>> {
+/// An advisory lock's key as any client takes it, and how `pg_locks` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdvisoryKey {
+    /// `pg_try_advisory_lock(bigint)`, below 2^31: classid 0, objid the key, objsubid 1.
+    One(i64),
+    /// `pg_try_advisory_lock(int, int)`: classid the first, objid the second, objsubid 2.
+    Two(i32, i32),
+}
+
+/// The `application_name` of the session the server shows holding the advisory lock `key`, as
+/// any client takes it: the library card's truth for a library holder of an advisory lock, which
+/// names its connection after itself.
+pub async fn session_holding(pool: &PgPool, key: AdvisoryKey) -> Result<Option<String>> {
+    let (classid, objid, objsubid) = match key {
+        AdvisoryKey::One(k) => (0, k, 1),
+        AdvisoryKey::Two(a, b) => (i64::from(a), i64::from(b), 2),
+    };
     sqlx::query_scalar(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-          WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0
-            AND l.objid = $1::bigint::oid AND l.objsubid = 1",
+          WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid
+            AND l.objid = $2::bigint::oid AND l.objsubid = $3",
     )
-    .bind(key)
+    .bind(classid)
+    .bind(objid)
+    .bind(objsubid)
     .fetch_optional(pool)
     .await
     .map_err(|e| service("read pg_locks", e.to_string()))

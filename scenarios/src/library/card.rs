@@ -121,9 +121,18 @@ pub fn advice(r: &CardRow<'_>) -> String {
             "Its check, `{}`, caught a pause that came before it (F10); a pause after the check is F5's, which only a fence stops.",
             lib.question
         ));
-    } else if f10.starts_with("no answer") {
+    } else if f10.starts_with("no answer") && f10.contains("NotImplemented") {
         said.push(format!(
             "Its check, `{}`, gives no answer here ({}): the application cannot ask.",
+            lib.question, row.f10.evidence
+        ));
+    } else if f10.starts_with("no answer") {
+        // An error from the session itself (the server ended it): an answer in all but name.
+        said.push(format!(
+            "Its check, `{}`, raised instead of answering ({}): the error says the locking \
+             session is gone, and with it the lock — an application that takes such an error \
+             as \"not held\" stops; one that retries on a new connection asks a session that \
+             never held the lock.",
             lib.question, row.f10.evidence
         ));
     }

@@ -33,6 +33,11 @@ pub async fn owner(store: &str, endpoint: &str, key: &str) -> anyhow::Result<Opt
             "redlock" => redlock_owner(endpoint, key).await,
             "etcd" => etcd_owner(endpoint, key).await,
             "zookeeper" => zk_owner(endpoint, key).await,
+            #[cfg(feature = "mariadb")]
+            "mariadb-getlock" => {
+                let held = fencing::lease::mariadb_getlock::connection_holding(endpoint, key);
+                Ok(held.await?.map(|id| format!("connection={id}")))
+            }
             other => anyhow::bail!("no reader of the truth at {other}"),
         }
     };
@@ -41,15 +46,28 @@ pub async fn owner(store: &str, endpoint: &str, key: &str) -> anyhow::Result<Opt
         .map_err(|_| anyhow::anyhow!("reading {key} at {store} {endpoint} took over 5 s"))?
 }
 
-/// Who holds the advisory lock `advisory:<key>` (a one-bigint key below 2^31: classid 0, objid
-/// the key, objsubid 1 in `pg_locks`) on the lab's lease database: the `application_name` of the
+/// Who holds the advisory lock `advisory:<key>` (one bigint below 2^31) or `advisory:<k1>:<k2>`
+/// (two ints, as tooz takes it) on the lab's lease database: the `application_name` of the
 /// session the server shows holding it — the name the holder gave its connection.
 pub async fn advisory_owner(pool: &sqlx::PgPool, key: &str) -> anyhow::Result<Option<String>> {
-    let number: i64 = key
+    use fencing::lease::pg_advisory::AdvisoryKey;
+    let parts: Vec<&str> = key
         .strip_prefix("advisory:")
-        .and_then(|k| k.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("{key}: not an advisory lock's key (advisory:<n>)"))?;
-    let read = fencing::lease::pg_advisory::session_holding(pool, number);
+        .map(|k| k.split(':').collect())
+        .unwrap_or_default();
+    let parsed = match parts[..] {
+        [one] => one.parse().ok().map(AdvisoryKey::One),
+        [a, b] => a
+            .parse()
+            .ok()
+            .zip(b.parse().ok())
+            .map(|(a, b)| AdvisoryKey::Two(a, b)),
+        _ => None,
+    };
+    let key = parsed.ok_or_else(|| {
+        anyhow::anyhow!("{key}: not an advisory lock's key (advisory:<n> or advisory:<n>:<m>)")
+    })?;
+    let read = fencing::lease::pg_advisory::session_holding(pool, key);
     Ok(tokio::time::timeout(READ_TIMEOUT, read)
         .await
         .map_err(|_| anyhow::anyhow!("reading pg_locks took over 5 s"))??)
