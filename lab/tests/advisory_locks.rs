@@ -39,7 +39,7 @@ fn the_fenced_advisory_lock_passes_the_holder_experiments_and_a_kill_frees_it_at
 ) -> anyhow::Result<()> {
     the_fenced_lock_passes(
         "pg-advisory-fenced",
-        "F1,F3,F4,F5,F10,F12,S1,S2,S3",
+        "F1,F3,F4,F5,F10,F12,S1,S2,S3,S4",
         "lease store: pg-advisory-fenced on the lab's lease database",
     )
 }

@@ -108,6 +108,11 @@ const MASKS: &[(&str, &str)] = &[
     // S2: how soon B got the lock after the crash; the session A's client quotes.
     (r"\d+ ms after the crash", "<N> ms after the crash"),
     (r"started=[\d.]+", "started=<T>"),
+    // S4: when the server ended A's idle transaction.
+    (
+        r"gone \d+ ms after A stood still",
+        "gone <N> ms after A stood still",
+    ),
 ];
 
 fn normalise(text: &str) -> String {

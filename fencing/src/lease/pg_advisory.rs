@@ -479,3 +479,71 @@ pub const FENCED: StoreKind = StoreKind {
     service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };
+
+/// The advisory lock in the form that fences by construction: taken in the write's own
+/// transaction (`pg_try_advisory_xact_lock`), on the resource's own database, and given up by the
+/// transaction's end. A write made in that transaction commits only if the transaction still
+/// holds the lock at its commit — nothing else can end the lock but the transaction, and a
+/// transaction the server ended takes its write with it. What it does not guard: a write the
+/// holder makes through another connection, outside the lock's transaction. S4 shows both.
+#[derive(Debug)]
+pub struct XactLock {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    pid: i32,
+}
+
+impl XactLock {
+    /// Begins a transaction on `pool` that the server ends once it stands idle for `idle`
+    /// (`SET LOCAL idle_in_transaction_session_timeout`) and takes the lock `name` in it: `None`
+    /// when another transaction holds it (the transaction is rolled back).
+    pub async fn begin(pool: &PgPool, name: &str, idle: Duration) -> Result<Option<XactLock>> {
+        let fail = |what: &str, e: sqlx::Error| service(what, e.to_string());
+        let mut tx = pool.begin().await.map_err(|e| fail("begin", e))?;
+        sqlx::query(&format!(
+            "SET LOCAL idle_in_transaction_session_timeout = {}",
+            idle.as_millis()
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| fail("set the transaction's idle timeout", e))?;
+        let (pid, taken): (i32, bool) =
+            sqlx::query_as("SELECT pg_backend_pid(), pg_try_advisory_xact_lock($1, hashtext($2))")
+                .bind(CLASS)
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| fail("take the lock in the transaction", e))?;
+        if !taken {
+            tx.rollback().await.map_err(|e| fail("roll back", e))?;
+            return Ok(None);
+        }
+        Ok(Some(XactLock { tx, pid }))
+    }
+
+    /// The backend that runs the lock's transaction.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The lock's transaction, to write in.
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// Commits the transaction, its writes and the lock's end with it.
+    pub async fn commit(self) -> Result<()> {
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| service("commit the lock's transaction", e.to_string()))
+    }
+}
+
+/// Whether the server behind `pool` still runs the backend `pid` (`pg_stat_activity`).
+pub async fn backend_alive(pool: &PgPool, pid: i32) -> Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+        .bind(pid)
+        .fetch_one(pool)
+        .await
+        .map_err(|e| service("read pg_stat_activity", e.to_string()))
+}
