@@ -83,13 +83,13 @@ async fn timeline(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
     let (p, c) = (bed.params().clone(), bed.case().clone());
     let pool = bed.resource.pool().clone();
     let profile = bed.resource.profile().clone();
-    let Some(mut a) = XactLock::begin(&pool, LEASE, c.ttl).await? else {
+    let Some(a) = XactLock::begin(&pool, LEASE, c.ttl).await? else {
         anyhow::bail!("A could not take the free lock in its transaction");
     };
     rec.step(
         Mark::Acquired,
         "A",
-        "BEGIN; pg_try_advisory_xact_lock",
+        "takes the lock in its transaction",
         None,
         format!("held by backend {}", a.pid()),
         None,
@@ -151,6 +151,17 @@ async fn timeline(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
         shown(b_wrote.map(|ok| wrote(ok, 0))),
     );
 
+    a_writes_after_losing_it(bed, rec, a).await
+}
+
+/// A, its transaction ended, writes in it (refused) and through another connection (accepted:
+/// the negative control).
+async fn a_writes_after_losing_it(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    mut a: XactLock,
+) -> anyhow::Result<()> {
+    let profile = bed.resource.profile().clone();
     let own = fencing::resource::write_on(
         a.conn(),
         &profile,
