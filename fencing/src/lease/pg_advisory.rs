@@ -180,6 +180,20 @@ pub struct AdvisoryLeaseStore {
 impl AdvisoryLeaseStore {
     /// The store on `pool`'s database; makes the lab's record of the locks if it is missing.
     pub async fn open(pool: PgPool, margin: Duration, fenced: bool) -> Result<Self> {
+        // The lease is the session's idle timeout, which PostgreSQL has from version 14.
+        let version: String = sqlx::query_scalar("SHOW server_version_num")
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| service("read the server's version", e.to_string()))?;
+        if version.parse::<u32>().is_ok_and(|v| v < 140_000) {
+            return Err(service(
+                "open the store",
+                format!(
+                    "the advisory-lock stores need PostgreSQL 14 or newer (idle_session_timeout \
+                     is the lease's TTL); this server is version {version}"
+                ),
+            ));
+        }
         match sqlx::query(TABLE).execute(&pool).await {
             // Two processes making it at once: the other one did. Or a hot standby, read-only,
             // which has the record its primary made (S3 reads the lock there).
