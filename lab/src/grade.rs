@@ -82,6 +82,9 @@ struct Row {
     expected_safe: bool,
     /// The run could not start: every cell says so.
     could_not_run: bool,
+    /// What it fences with: the token its lease issues, or `none` — a column of its own, never
+    /// a cell's verdict (a check that reads a token the design does not keep is waived).
+    token: String,
     cells: Vec<(String, Cell)>,
 }
 
@@ -91,6 +94,19 @@ impl Row {
             .iter()
             .find(|(i, _)| i == id)
             .map_or(&Cell::NotRun, |(_, c)| c)
+    }
+}
+
+/// What a design fences with, for the card's column: its lease store's token (`none` for a
+/// store that issues none), the profile's token at the lease, or a holder's own.
+fn token_of(case: &scenarios::Case, holder: bool) -> String {
+    let kind = fencing::stores::store_kind(case.store);
+    if holder {
+        "its holder's own".into()
+    } else if !case.sut.claims.token_at_lease || kind.is_some_and(|k| !k.has_token) {
+        "none".into()
+    } else {
+        kind.map_or("the lease's token", |k| k.token).to_owned()
     }
 }
 
@@ -179,13 +195,9 @@ fn lease_store_designs(
     Ok(())
 }
 
-pub fn run(
-    suts: Vec<String>,
-    stores: Vec<String>,
-    holders: Vec<String>,
-    evidence_dir: PathBuf,
-) -> Ended {
-    for store in &stores {
+/// The first `--lease-store` this build does not grade, said in one line: `CouldNotRun`.
+fn unknown_store(stores: &[String]) -> Option<Ended> {
+    for store in stores {
         let known = fencing::stores::built().any(|k| gradable(k) && k.name == store);
         if !known {
             eprintln!(
@@ -197,8 +209,20 @@ pub fn run(
                     .join(", "),
                 build_hint(store)
             );
-            return Ended::CouldNotRun;
+            return Some(Ended::CouldNotRun);
         }
+    }
+    None
+}
+
+pub fn run(
+    suts: Vec<String>,
+    stores: Vec<String>,
+    holders: Vec<String>,
+    evidence_dir: PathBuf,
+) -> Ended {
+    if let Some(ended) = unknown_store(&stores) {
+        return ended;
     }
     let every = suts.is_empty() && stores.is_empty() && holders.is_empty();
     // Each design: its name, where it came from, whether it is expected to hold, and how a run
@@ -315,6 +339,7 @@ pub fn run(
             source,
             expected_safe,
             could_not_run: run.ended == Ended::CouldNotRun,
+            token: token_of(&cfg.params.case, cfg.holder_cmd.is_some()),
             cells: cells(&run.events),
         });
     }
@@ -550,25 +575,27 @@ fn notes(rows: &[Row]) -> (Lines, Lines) {
 const LEGEND: &str =
     "Each cell is read off that design's run: safe — every check of the experiment \
      passed (a check that reads what the design does not keep, a token or a floor, is noted n/a in \
-     its run and not counted); UNSAFE — a check failed (its first failed check is listed below); \
-     n/a — the experiment does not apply to the design (why: below).";
+     its run and not counted); UNSAFE — a check failed (its first failed check is listed below): a harm the \
+     experiment showed, never the lack of a token, which the token column says; n/a — the \
+     experiment does not apply to the design (why: below).";
 
 /// The card as Markdown: a row per design, a column per experiment, then the evidence lines.
 fn render(rows: &[Row], not_graded: &[(String, String)]) -> String {
     let ids: Vec<&str> = EXPERIMENTS.split(',').collect();
-    let mut text = format!("{LEGEND}\n\n| design | expected |");
+    let mut text = format!("{LEGEND}\n\n| design | expected | token |");
     for id in &ids {
         let _ = write!(text, " {id} |");
     }
-    text.push_str("\n|---|---|");
+    text.push_str("\n|---|---|---|");
     text.push_str(&"---|".repeat(ids.len()));
     text.push('\n');
     for row in rows {
         let _ = write!(
             text,
-            "| {} | {} |",
+            "| {} | {} | {} |",
             row.design,
-            if row.expected_safe { "safe" } else { "flawed" }
+            if row.expected_safe { "safe" } else { "flawed" },
+            row.token
         );
         for id in &ids {
             let cell = match row.cell(id) {
@@ -619,7 +646,7 @@ fn render_html(rows: &[Row], not_graded: &[(String, String)]) -> String {
          td,th{{border:1px solid #999;padding:.3em .6em;text-align:center}}\
          .safe{{background:#d9f2d9}}.unsafe{{background:#f7c8c8;font-weight:bold}}.na{{color:#777}}\
          li{{margin:.2em 0}}</style></head><body>\n<h1>Report card</h1>\n\
-         <p>{} Click a cell for its run's report.</p>\n<table><tr><th>design</th><th>expected</th>",
+         <p>{} Click a cell for its run's report.</p>\n<table><tr><th>design</th><th>expected</th><th>token</th>",
         esc(LEGEND)
     );
     for id in &ids {
@@ -630,10 +657,11 @@ fn render_html(rows: &[Row], not_graded: &[(String, String)]) -> String {
         let report = format!("grade/{}/report.html", esc(&row.design));
         let _ = write!(
             html,
-            "<tr><th title=\"{}\">{}</th><td>{}</td>",
+            "<tr><th title=\"{}\">{}</th><td>{}</td><td>{}</td>",
             esc(&row.source),
             esc(&row.design),
-            if row.expected_safe { "safe" } else { "flawed" }
+            if row.expected_safe { "safe" } else { "flawed" },
+            esc(&row.token)
         );
         for id in &ids {
             let cell = row.cell(id);
@@ -685,6 +713,7 @@ mod tests {
             source: String::new(),
             expected_safe,
             could_not_run: false,
+            token: "none".into(),
             cells: cells
                 .into_iter()
                 .enumerate()
@@ -796,6 +825,7 @@ mod tests {
             source: "d.toml".into(),
             expected_safe: true,
             could_not_run: false,
+            token: "token column".into(),
             cells: vec![
                 (
                     "F1".into(),

@@ -39,7 +39,7 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
             return Ended::CouldNotRun;
         }
     };
-    let mut lines: Vec<(bool, String)> = Vec::new();
+    let mut lines: Vec<(Verdict, String)> = Vec::new();
     let mut handshake = false;
     let probed = runtime.block_on(async {
         let mut signals = Signals::install()?;
@@ -57,7 +57,13 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
         bed.holder_prefix = cfg.holder_prefix.clone();
         let probes = async {
             let found = scenarios::conformance::probe(&mut bed).await?;
-            let refused = bed.refused_fault_points().await;
+            // A holder that failed the handshake is not asked again per fault point: each ask
+            // would wait out a handshake of its own (57 s for a holder that never answers).
+            let refused = if found.first().is_some_and(|f| f.ok) {
+                bed.refused_fault_points().await
+            } else {
+                Vec::new()
+            };
             anyhow::Ok((found, refused))
         };
         let outcome = tokio::select! {
@@ -73,10 +79,10 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
             return Ended::CouldNotRun;
         }
         Ok(Err(signal)) => return Ended::Interrupted(signal),
-        Ok(Ok(Err(e))) => lines.push((false, format!("the protocol probes stopped: {e}"))),
+        Ok(Ok(Err(e))) => lines.push((Verdict::Fail, format!("the protocol probes stopped: {e}"))),
         Ok(Ok(Ok((found, refused)))) => {
             handshake = found.first().is_some_and(|f| f.ok);
-            lines.extend(found.into_iter().map(|f| (f.ok, f.line)));
+            lines.extend(found.into_iter().map(|f| (Verdict::of(f.ok), f.line)));
             if handshake {
                 for point in scenarios::FaultPoint::ASKED {
                     let line = match refused.iter().find(|(p, _)| *p == point) {
@@ -86,13 +92,14 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
                         ),
                         None => format!("{}: has it (answered the handshake with its flag)", point.name()),
                     };
-                    // A refused point is not a fault: a holder may leave it out.
-                    lines.push((true, line));
+                    // A refused point is not a fault: a holder may leave it out. What it leaves
+                    // unchecked is named by the experiments' skip lines.
+                    lines.push((Verdict::Ok, line));
                 }
             }
         }
     }
-    let mut ended = if handshake {
+    let ended = if handshake {
         eprintln!(
             "lab holder check: running {EXPERIMENTS} with it (evidence in {})",
             evidence_dir.display()
@@ -105,42 +112,84 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
         run.ended
     } else {
         lines.push((
-            false,
+            Verdict::Fail,
             format!("{EXPERIMENTS} not run: without a handshake no experiment can start it"),
         ));
         Ended::Failed
     };
-    for (ok, line) in &lines {
-        println!("{} {line}", if *ok { "ok  " } else { "FAIL" });
+    verdict(&lines, ended)
+}
+
+/// Prints the lines and the verdict; how the check ended: a finding, or an experiment not
+/// checked, fails a run that passed.
+fn verdict(lines: &[(Verdict, String)], mut ended: Ended) -> Ended {
+    for (verdict, line) in lines {
+        println!("{} {line}", verdict.word());
     }
-    if lines.iter().any(|(ok, _)| !ok) && ended == Ended::Passed {
+    let failed = lines.iter().filter(|(v, _)| *v == Verdict::Fail).count();
+    let unchecked: Vec<&str> = lines
+        .iter()
+        .filter(|(v, _)| *v == Verdict::Skip)
+        .map(|(_, line)| line.split(' ').next().unwrap_or(""))
+        .collect();
+    // A skip is not a pass: a holder conforms only when every experiment judged it.
+    if (failed > 0 || !unchecked.is_empty()) && ended == Ended::Passed {
         ended = Ended::Failed;
     }
-    let failed = lines.iter().filter(|(ok, _)| !ok).count();
+    let verdict = match (failed, unchecked.is_empty()) {
+        (0, true) => "conforms".to_owned(),
+        (0, false) => format!(
+            "not fully checked (not judged: {}; a holder conforms only when every experiment \
+             judged it)",
+            unchecked.join(", ")
+        ),
+        _ => "does not conform".to_owned(),
+    };
     println!(
-        "HOLDER CHECK {}: {} finding(s) of {} line(s)",
-        if failed == 0 {
-            "conforms"
-        } else {
-            "does not conform"
-        },
-        failed,
+        "HOLDER CHECK {verdict}: {failed} finding(s) of {} line(s)",
         lines.len()
     );
     ended
 }
 
+/// A line's verdict: a finding, a pass, or something not checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Ok,
+    Fail,
+    /// Not checked (an experiment that said skip): never a pass.
+    Skip,
+}
+
+impl Verdict {
+    fn of(ok: bool) -> Verdict {
+        if ok {
+            Verdict::Ok
+        } else {
+            Verdict::Fail
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok  ",
+            Verdict::Fail => "FAIL",
+            Verdict::Skip => "skip",
+        }
+    }
+}
+
 /// One line per experiment case: its first failed check (as the run words it), its skip, or
 /// how many checks passed.
-fn experiment_lines(events: &[Event]) -> Vec<(bool, String)> {
+fn experiment_lines(events: &[Event]) -> Vec<(Verdict, String)> {
     let mut lines = Vec::new();
     let mut case: Option<(String, usize, Option<String>)> = None;
     let flush = |case: &mut Option<(String, usize, Option<String>)>,
-                 lines: &mut Vec<(bool, String)>| {
+                 lines: &mut Vec<(Verdict, String)>| {
         if let Some((id, passed, failed)) = case.take() {
             lines.push(match failed {
-                Some(line) => (false, format!("{id}: {line}")),
-                None => (true, format!("{id}: {passed} checks passed")),
+                Some(line) => (Verdict::Fail, format!("{id}: {line}")),
+                None => (Verdict::Ok, format!("{id}: {passed} checks passed")),
             });
         }
     };
@@ -163,7 +212,7 @@ fn experiment_lines(events: &[Event]) -> Vec<(bool, String)> {
             }
             Event::Skipped { case: id, reason } => {
                 case = None;
-                lines.push((true, format!("{id} skip: {reason}")));
+                lines.push((Verdict::Skip, format!("{id} not checked: {reason}")));
             }
             _ => {}
         }

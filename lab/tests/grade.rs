@@ -51,17 +51,17 @@ fn seed000_is_graded_on_the_u_series_and_a_planted_flaw_shows_in_u4() -> anyhow:
             .unwrap_or_else(|| panic!("no row for {design}: {card}"));
         row.split('|').map(|c| c.trim().to_owned()).collect()
     };
-    // "", design, expected, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, U1, …, U5, ""
+    // "", design, expected, token, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, U1, …, U5, ""
     let seed000 = cells_of("seed000");
     assert_eq!(seed000[2], "safe");
-    assert!(seed000[3..13].iter().all(|c| c == "n/a"), "F: {seed000:?}");
+    assert!(seed000[4..14].iter().all(|c| c == "n/a"), "F: {seed000:?}");
     assert!(
-        seed000[13..18].iter().all(|c| c == "safe"),
+        seed000[14..19].iter().all(|c| c == "safe"),
         "U: {seed000:?}"
     );
     let flawed = cells_of("stale-completion");
-    assert!(flawed[3..13].iter().all(|c| c == "n/a"), "F: {flawed:?}");
-    assert_eq!(flawed[16], "**UNSAFE**", "U4: {flawed:?}");
+    assert!(flawed[4..14].iter().all(|c| c == "n/a"), "F: {flawed:?}");
+    assert_eq!(flawed[17], "**UNSAFE**", "U4: {flawed:?}");
     assert!(
         card.contains("- stale-completion × U4: the old execution's fenced completion affects 0 rows (expected=false, actual=true)"),
         "{card}"
@@ -110,16 +110,18 @@ fn a_design_without_a_token_is_graded_on_what_it_has() -> anyhow::Result<()> {
         .find(|l| l.starts_with("| shedlock-style |"))
         .unwrap_or_else(|| panic!("no row for the design: {card}"));
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-    // "", design, expected, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, ""
+    // "", design, expected, token, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, ""
     assert_eq!(cells[2], "flawed", "{row}");
+    // What it fences with is a column of its own: ShedLock issues no token.
+    assert_eq!(cells[3], "none", "{row}");
     // F1: ShedLock names a holding by its holder alone, so a holder's stale handle reaches
     // its next holding.
-    assert_eq!(cells[3], "**UNSAFE**", "F1: {row}");
-    assert_eq!(&cells[4..6], ["safe", "safe"], "F2, F3: {row}");
-    assert_eq!(cells[6], "**UNSAFE**", "F4: {row}");
-    assert_eq!(&cells[7..9], ["n/a", "n/a"], "F6, F7: {row}");
-    assert_eq!(cells[9], "**UNSAFE**", "F8: {row}");
-    assert_eq!(&cells[11..13], ["n/a", "n/a"], "F11, F12: {row}");
+    assert_eq!(cells[4], "**UNSAFE**", "F1: {row}");
+    assert_eq!(&cells[5..7], ["safe", "safe"], "F2, F3: {row}");
+    assert_eq!(cells[7], "**UNSAFE**", "F4: {row}");
+    assert_eq!(&cells[8..10], ["n/a", "n/a"], "F6, F7: {row}");
+    assert_eq!(cells[10], "**UNSAFE**", "F8: {row}");
+    assert_eq!(&cells[12..14], ["n/a", "n/a"], "F11, F12: {row}");
     assert!(
         card.contains("- shedlock-style × F1: holder-b's first holding (token=–) cannot renew the new one (expected=RENEW ok=false, actual=RENEW ok=true)"),
         "{card}"
@@ -176,11 +178,11 @@ fn the_report_card_shows_a_flawed_design_unsafe_with_its_evidence() -> anyhow::R
         .find(|l| l.starts_with("| stale-write |"))
         .unwrap_or_else(|| panic!("no row for the design: {card}"));
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-    // "", design, expected, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, ""
-    assert_eq!(cells[6], "**UNSAFE**", "F4: {row}");
-    assert_eq!(cells[8], "**UNSAFE**", "F7: {row}");
+    // "", design, expected, token, F1, F2, F3, F4, F6, F7, F8, F10, F11, F12, ""
+    assert_eq!(cells[7], "**UNSAFE**", "F4: {row}");
+    assert_eq!(cells[9], "**UNSAFE**", "F7: {row}");
     assert_eq!(
-        cells[3], "**UNSAFE**",
+        cells[4], "**UNSAFE**",
         "F1's stale write to the first scope is rejected only by the floor check: {row}"
     );
     assert!(

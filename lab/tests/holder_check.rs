@@ -85,8 +85,8 @@ fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
 /// runs F5 with it while F1, which starts no holder, says skip. Broken copies fail, each at the
 /// line that shows its flaw: one that skips its local-deadline check (F10: A writes after the
 /// pause), one that writes without its token's fence (F4: A's stale write accepted), one whose
-/// handshake does not parse, one that outlives its stdin; one without `--wait-before-commit`
-/// conforms, F12 saying skip with its refusal quoted.
+/// handshake does not parse, one that outlives its stdin; one without
+/// `--wait-before-commit` is not fully checked (F12 says skip, its refusal quoted): exit 1.
 #[test]
 fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the_flaw(
 ) -> anyhow::Result<()> {
@@ -149,7 +149,7 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
     let card = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{card}");
     assert!(
-        card.contains("| yours-holder.py | safe | n/a | n/a | n/a | safe | n/a | n/a | n/a | safe | n/a | safe | n/a |"),
+        card.contains("| yours-holder.py | safe | its holder's own | n/a | n/a | n/a | safe | n/a | n/a | n/a | safe | n/a | safe | n/a |"),
         "{card}"
     );
     let (code, out) = run(&holder, "F1,F5")?;
@@ -213,15 +213,15 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
         ],
     )?;
     let (code, out) = check(&no_commit_point)?;
-    assert_eq!(code, Some(0), "{out}");
-    assert!(
-        out.contains("ok   BEFORE_COMMIT (--wait-before-commit) refused (no-commit-point.py: error: unrecognized arguments: --wait-before-commit)"),
-        "{out}"
-    );
-    assert!(
-        out.contains("ok   F12 skip: F12 stops its holder at BEFORE_COMMIT (--wait-before-commit), which your holder refused"),
-        "{out}"
-    );
+    // A skip is not a pass: what was not judged is named, and the holder does not conform.
+    for line in [
+        "ok   BEFORE_COMMIT (--wait-before-commit) refused (no-commit-point.py: error: unrecognized arguments: --wait-before-commit)",
+        "skip F12 not checked: F12 stops its holder at BEFORE_COMMIT (--wait-before-commit), which your holder refused",
+        "HOLDER CHECK not fully checked (not judged: F12;",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
+    assert_eq!(code, Some(1), "{out}");
     // The protocol's plain paths, one line each: a handshake that does not parse, and a holder
     // that outlives its stdin.
     let garbled = broken(
@@ -248,5 +248,30 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
     );
     // The failing runs kept their clusters for a look inside.
     let _ = sb.clean()?;
+    sb.assert_nothing_left()
+}
+
+/// A holder that never answers is refused at its handshake, and not asked again per fault point
+/// (each ask would wait out a handshake of its own: 57 s in all before).
+#[test]
+fn a_holder_that_never_answers_is_refused_at_its_handshake_alone() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let silent = sb.path("silent.sh");
+    std::fs::write(&silent, "#!/bin/sh\nexec sleep 120\n")?;
+    std::fs::set_permissions(&silent, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["holder", "check", "--cmd"])
+        .arg(&silent)
+        .arg("--evidence-dir")
+        .arg(sb.path("hc-silent"))
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("FAIL the handshake: "), "{text}");
+    assert!(
+        !text.contains("BEFORE_CHECK"),
+        "asked about its fault points:\n{text}"
+    );
     sb.assert_nothing_left()
 }

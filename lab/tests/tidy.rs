@@ -903,13 +903,13 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "lab/src/grade.rs",
         "run",
-        167,
+        156,
         "the card's designs gathered, each run, the card written: one pass",
     ),
     (
         "lab/src/holder_check.rs",
         "run",
-        112,
+        102,
         "the conformance run's probes in the order it prints them",
     ),
     (
@@ -1061,7 +1061,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         164,
         TIMELINE,
     ),
-    ("scenarios/src/redlock_majorities.rs", "run", 240, TIMELINE),
+    ("scenarios/src/redlock_majorities.rs", "run", 218, TIMELINE),
     (
         "scenarios/src/rl1_redlock_paused_client.rs",
         "interleavings",
@@ -1071,7 +1071,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/rl1_redlock_paused_client.rs",
         "one_run",
-        173,
+        132,
         TIMELINE,
     ),
     (

@@ -318,17 +318,8 @@ async fn run_case(
         spec.checks_on(bed.case().store)
     };
     match outcome {
-        Err(e) => {
-            rec.abort(&format!("{e:#}"));
-        }
-        Ok(()) if !skipped && made != declared => {
-            rec.check(
-                "the scenario made the number of checks it declares",
-                &declared,
-                &made,
-            );
-        }
-        Ok(()) => {}
+        Err(e) => rec.abort(&format!("{e:#}")),
+        Ok(()) => check_the_count(rec, skipped, made, declared),
     }
     // What a failing run keeps is the servers of the experiments that failed: a passing case's
     // extra clusters go now; a failing one marks its lab.
@@ -342,6 +333,25 @@ async fn run_case(
     }
     rec.end_case();
     !skipped
+}
+
+/// The check a completed case adds about its own checks: as many as it declares, or — a skip
+/// being decided before the first check — none at all before a skip (one said after checks
+/// began would switch the count off and leave the rest, its controls among it, unrun).
+fn check_the_count(rec: &mut Recorder, skipped: bool, made: usize, declared: usize) {
+    if skipped && made > 0 {
+        rec.check_that(
+            "a skip is decided before the first check",
+            false,
+            format_args!("the scenario said skip after {made} of its {declared} checks"),
+        );
+    } else if !skipped && made != declared {
+        rec.check(
+            "the scenario made the number of checks it declares",
+            &declared,
+            &made,
+        );
+    }
 }
 
 /// Where a case is about to run, as its skip decisions see it: the run's parameters and what

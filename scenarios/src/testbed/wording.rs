@@ -38,13 +38,19 @@ impl Testbed {
     /// lease store refuses any other answer, and the recorder shows such a run's tokens as
     /// `token=–`).
     pub fn token(&self, rec: &Recorder, n: i64) -> i64 {
-        let store_has_token =
-            fencing::stores::store_kind(self.case.store).is_none_or(|k| k.has_token);
-        if self.case.sut.claims.token_at_lease && store_has_token {
+        if self.issues_tokens() {
             rec.token(n)
         } else {
             0
         }
+    }
+
+    /// Whether the case's grants carry a token: the design claims one at the lease and its
+    /// lease store issues one (not `redis-plain`, `pg-advisory`, `mariadb-getlock`).
+    pub fn issues_tokens(&self) -> bool {
+        let store_has_token =
+            fencing::stores::store_kind(self.case.store).is_none_or(|k| k.has_token);
+        self.case.sut.claims.token_at_lease && store_has_token
     }
 
     /// Checks the scope's fence floor against `expected`, the seed's number of the grant whose
@@ -82,6 +88,9 @@ impl Testbed {
     ) {
         if self.case.sut.resource.floor.is_none() {
             rec.waive(description, NO_FLOOR);
+        } else if !self.issues_tokens() {
+            // Fed no token, the floor holds 0 whatever happened: nothing for it to show.
+            rec.waive(description, self.no_token());
         } else {
             rec.check_token(description, expected, floor);
         }
@@ -100,10 +109,20 @@ impl Testbed {
         actual: Option<i64>,
     ) {
         let description = description.into();
-        if self.case.sut.claims.token_at_lease {
+        if self.issues_tokens() {
             rec.check_token(description, expected, actual);
         } else {
-            rec.waive(description, NO_TOKEN);
+            rec.waive(description, self.no_token());
+        }
+    }
+
+    /// Why a check that reads a token is waived in this case: the design, or its lease store,
+    /// issues none.
+    fn no_token(&self) -> String {
+        if self.case.sut.claims.token_at_lease {
+            format!("the lease store {} issues no token", self.case.store)
+        } else {
+            NO_TOKEN.to_owned()
         }
     }
 }
