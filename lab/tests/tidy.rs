@@ -1000,7 +1000,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/f14_lease_store_failover.rs",
         "timeline",
-        222,
+        198,
         TIMELINE,
     ),
     ("scenarios/src/f15_delayed_write.rs", "row", 221, TIMELINE),

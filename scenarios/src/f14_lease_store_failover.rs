@@ -159,6 +159,45 @@ async fn failover(bed: &mut Testbed, rec: &mut Recorder, mode: Replication) -> a
     outcome
 }
 
+/// The primary's host lost, the standby promoted, both checked: the standby's LSNs (received,
+/// replayed) at the promotion.
+async fn lose_and_promote(
+    rec: &mut Recorder,
+    pair: &mut Pair,
+) -> anyhow::Result<(Option<Lsn>, Option<Lsn>)> {
+    let (received, replayed) = Standby::lsns(&pair.standby_admin).await?;
+    let status = standby::lose_host(&mut pair.hosts.primary).await;
+    rec.step(
+        Mark::Failover,
+        "lab",
+        "primary's host lost (SIGKILL to its process group)",
+        None,
+        status.clone(),
+        None,
+    );
+    // The loss itself, not only its verb: a postmaster the kill really ended, and a primary
+    // that refuses a new connection.
+    let refused = pair.hosts.primary.admin().await.is_err();
+    let lost = refused && !status.contains("not running");
+    let promote_at = Instant::now();
+    let promoted = pair.hosts.standby.promote(&pair.standby_admin).await?;
+    if promoted {
+        pair.hosts.promoted();
+    }
+    rec.check_that(
+        "the primary's host is lost (SIGKILL to its process group: it refuses a new connection) and the standby is promoted: it accepts writes",
+        lost && promoted,
+        format_args!(
+            "primary: {status}, a new connection {}; standby at promotion: received {}, replayed {}; promoted in {} ms",
+            if refused { "refused" } else { "ACCEPTED" },
+            shown(received),
+            shown(replayed),
+            promote_at.elapsed().as_millis()
+        ),
+    );
+    Ok((received, replayed))
+}
+
 async fn timeline(
     bed: &Testbed,
     rec: &mut Recorder,
@@ -278,32 +317,8 @@ async fn timeline(
     };
     let a = a.context("A was not granted the lease")?;
 
-    let (received, replayed) = Standby::lsns(&pair.standby_admin).await?;
-    let status = standby::lose_host(&mut pair.hosts.primary).await;
-    rec.step(
-        Mark::Failover,
-        "lab",
-        "primary's host lost (SIGKILL to its process group)",
-        None,
-        status.clone(),
-        None,
-    );
     drop(on_primary);
-    let promote_at = Instant::now();
-    let promoted = pair.hosts.standby.promote(&pair.standby_admin).await?;
-    if promoted {
-        pair.hosts.promoted();
-    }
-    rec.check_that(
-        "the primary's host is lost (SIGKILL to its process group) and the standby is promoted: it accepts writes",
-        promoted,
-        format_args!(
-            "primary: {status}; standby at promotion: received {}, replayed {}; promoted in {} ms",
-            shown(received),
-            shown(replayed),
-            promote_at.elapsed().as_millis()
-        ),
-    );
+    let (received, replayed) = lose_and_promote(rec, pair).await?;
     rec.note(format!(
         "LSNs: A's commit in the primary's WAL ({before_a}, …]; the standby had received {} and replayed {} when it was promoted",
         shown(received),

@@ -12,13 +12,14 @@
 //!
 //! To show that the race was real where it matters — on the server, not merely in the client's
 //! tasks — the barrier on the lease table is at the server: the lab holds the table (`LOCK TABLE
-//! … IN SHARE MODE`) until every contender's statement waits for it there (`pg_locks`), then
+//! … IN SHARE MODE`) until every contender's statement waits there (`pg_stat_activity`: for the
+//! table, or behind a contender that does, as a design that locks a row first queues them), then
 //! ends its transaction, and the lock manager lets them all go at once. Each acquire reports, by
 //! the database clock, when its transaction began (`now()`: when the statement reached the
 //! server, before that wait), when it executed (`statement_timestamp()`, after it) and when its
 //! `INSERT … ON CONFLICT` was done, lock waits included (`clock_timestamp()`, read after it in
 //! the same statement). Each round checks that every contender's statement was waiting at the
-//! server at once (`pg_locks`: as many ungranted locks on the lease table as there are
+//! server at once (`pg_stat_activity`: as many sessions waiting on a lock as there are
 //! contenders) before the gate opened — a count that falls short when a contender's statement
 //! never reached the server in time, and is 0 with no gate (`fencing/tests/lease.rs`) — and
 //! reports, as figures, how many of their transactions were then open at one instant, the spread
@@ -131,7 +132,7 @@ impl Scenario for F3 {
                     ""
                 } else {
                     "; in each round the lab holds the lease table (LOCK TABLE … IN SHARE MODE) \
-                     until every contender's statement waits for it at the server (pg_locks), \
+                     until every contender's statement waits at the server (pg_stat_activity), \
                      then lets them go together"
                 }
             ));
@@ -186,7 +187,7 @@ impl Scenario for F3 {
                     );
                 }
                 // On a lock service: the requests in flight. On the lease table: every
-                // contender's statement waiting at the server at once (`pg_locks`), held there by
+                // contender's statement waiting at the server at once (`pg_stat_activity`), held there by
                 // the lab; with, as figures, how many of their transactions were then open at one
                 // instant (`now()`, before the wait in rounds 2 and 3; in round 1, each
                 // connection's first, the statement is prepared first, and its transaction begins
@@ -220,7 +221,7 @@ impl Scenario for F3 {
                         rec.check_that(
                             format!(
                                 "{label}: all {n} acquire statements were at the server at once, \
-                                 waiting for the lease table the lab held (pg_locks), and were let \
+                                 waiting behind the lease table the lab held (pg_stat_activity), and were let \
                                  go together"
                             ),
                             seen.waiting >= n,
@@ -334,7 +335,7 @@ async fn last_moments(
 
 /// Releases every client at once; each tries one acquire. On the lease table the barrier is at
 /// the server: the lab holds the table ([`fencing::lease::for_experiments::TableGate`]) until every
-/// contender's statement waits for it there (`pg_locks`), then lets them all go together —
+/// contender's statement waits there (`pg_stat_activity`), then lets them all go together —
 /// released by the lab's tasks alone, 16 statements reached the server over about 5 ms, and
 /// where each ran in well under that (a data directory on tmpfs) one ran after the other and
 /// the overlap check failed (measured). A lock service has no such lock: its contenders are
@@ -386,7 +387,7 @@ async fn race(
             let (table, most) = (&bed.lease_table, &std::sync::atomic::AtomicUsize::new(0));
             let waited = harness::wait::until(
                 &format!(
-                    "all {n} contenders' statements wait at the server for the held lease table"
+                    "all {n} contenders' statements wait at the server behind the held lease table"
                 ),
                 bed.params().wait_timeout,
                 || async move {

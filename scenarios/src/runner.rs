@@ -313,7 +313,7 @@ async fn run_case(
         + (rec.waived() - waived_before);
     let skipped = after.skipped > before.skipped;
     let declared = if bed.case().again_with_fence {
-        spec.checks_again()
+        spec.checks_again_on(bed.case().store)
     } else {
         spec.checks_on(bed.case().store)
     };

@@ -203,16 +203,18 @@ async fn fail_over(
         status.clone(),
         None,
     );
+    let refused = hosts.primary.admin().await.is_err();
     let promote_at = Instant::now();
     let promoted = hosts.standby.promote(standby_admin).await?;
     if promoted {
         hosts.promoted();
     }
     rec.check_that(
-        "the primary's host is lost and the standby is promoted: it accepts writes",
-        promoted && !status.contains("not running"),
+        "the primary's host is lost (it refuses a new connection) and the standby is promoted: it accepts writes",
+        promoted && refused && !status.contains("not running"),
         format_args!(
-            "primary: {status}; promoted in {} ms",
+            "primary: {status}, a new connection {}; promoted in {} ms",
+            if refused { "refused" } else { "ACCEPTED" },
             promote_at.elapsed().as_millis()
         ),
     );

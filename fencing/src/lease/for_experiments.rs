@@ -56,17 +56,20 @@ impl SqlLeaseStore {
         Ok(TableGate { tx })
     }
 
-    /// How many sessions wait for a lock on the lease table now (`pg_locks`, a live view): the
-    /// statements a [`TableGate`] holds, once they reached the server.
+    /// How many sessions of the lease database wait on a lock now (`pg_stat_activity`, a live
+    /// view): F3's contenders, once they reached the server — waiting for the lease table the
+    /// gate holds, or queued behind a contender that does (a design that takes a row lock before
+    /// it writes the table, Quartz's `QRTZ_LOCKS … FOR UPDATE`, queues the others on that row,
+    /// not on the table).
     pub async fn waiting_for_the_table(&self) -> Result<i64> {
         sqlx::query_scalar(
-            "SELECT count(*) FROM pg_locks
-              WHERE locktype = 'relation' AND relation = to_regclass($1) AND NOT granted",
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'
+                AND pid <> pg_backend_pid()",
         )
-        .bind(&self.sql().table)
         .fetch_one(self.pool())
         .await
-        .op("count the statements waiting for the lease table")
+        .op("count the statements waiting at the server")
     }
 }
 
