@@ -55,7 +55,7 @@ const SPEC: Spec = Spec {
     again_on_stores: false,
     runs_alone: true,
     holder_points: Err("it runs the lab's holder on the database's own lock (--store pg-advisory-fenced or mariadb-getlock-fenced), which a holder of yours is not asked to speak"),
-    fault_moments: &["/proc shows state T", "nobody holds it"],
+    fault_moments: &["/proc shows state T", "nobody holds the lock"],
     lanes: StoreLanes::Default,
 };
 
