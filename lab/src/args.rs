@@ -521,6 +521,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub keep: bool,
 
+    /// Fail the run when any case says skip: for a gate, where an experiment that could not run
+    /// here (no engine, a fault point your holder refused, a store this build lacks) must not
+    /// pass as if it had judged something. Without it, a skip is reported and the run can still
+    /// exit 0.
+    #[arg(long)]
+    pub strict: bool,
+
     /// How many experiments run at once, each on a cluster of its own (the output stays in
     /// registry order). Those that crash or fail over a server, or measure timing that load
     /// would distort (F3, F8, F13, F14), run alone. Default: the number of cores. Always 1 with

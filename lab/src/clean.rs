@@ -1,8 +1,8 @@
 //! `lab clean`: removes what labs that are not running any more left — the cluster directories
 //! kept (`--keep`, a failing run) or left by a lab killed outright, stopping a server still
 //! running from one, and, built with the feature `containers`, their containers, networks and
-//! network holds (with `--images`, the images the lab built). What belongs to a running lab is
-//! left alone.
+//! network holds (with `--images`, the images the lab built); a build without it says plainly
+//! that it cannot see them, and which build can. What belongs to a running lab is left alone.
 
 use crate::args::CleanArgs;
 use crate::{print_or_fail, Ended};
@@ -26,8 +26,16 @@ pub fn run(args: CleanArgs) -> Ended {
         }
     }
     #[cfg(not(feature = "containers"))]
-    if args.images {
-        text.push_str("lab clean: built without the containers feature: no images to remove\n");
+    {
+        // Said plainly, whatever was asked: this build has no client for the engine, so the
+        // containers, networks and holds of failing container runs are not seen here at all.
+        let _ = args.images;
+        text.push_str(
+            "lab clean: this build cannot see containers (built without the containers \
+             feature): the lab's containers, networks, network holds and images, if any, are \
+             removed by a build with --features lab/containers (./run.sh clean builds it when a \
+             Docker engine answers)\n",
+        );
     }
     print_or_fail(&text)
 }

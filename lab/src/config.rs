@@ -30,6 +30,8 @@ pub struct Config {
     /// Whether this run made the evidence directory (and may remove it if it stays empty).
     made_evidence_dir: bool,
     pub keep: bool,
+    /// `--strict`: any case that says skip fails the run.
+    pub strict: bool,
     /// How many labs (clusters) run experiments at once.
     pub jobs: usize,
     /// `--step`: stop at each phase of a timeline until Enter (one job, embedded).
@@ -158,8 +160,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
             ),
         },
     };
-    let gate: Option<Vec<String>> = args.gate.then(gate);
-    let scenarios = match gate.as_ref().or(args.only.as_ref()) {
+    let scenarios = match args.gate.then(gate).as_ref().or(args.only.as_ref()) {
         Some(ids) => scenarios::select(ids).map_err(anyhow::Error::msg)?,
         None => scenarios::ALL.to_vec(),
     };
@@ -371,6 +372,7 @@ pub fn resolve(args: RunArgs) -> anyhow::Result<Config> {
         evidence_dir: dir,
         made_evidence_dir,
         keep: args.keep,
+        strict: args.strict,
         jobs,
         step: args.step,
         quiet: false,

@@ -348,10 +348,22 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
     eprintln!("lab: evidence in {}; {:.1} s", dir.display(), secs);
     let ended = match interrupted {
         Some(signal) => Ended::Interrupted(signal),
-        None if summary.all_passed() => Ended::Passed,
+        None if summary.all_passed() && !strict_skips(cfg, summary.skipped) => Ended::Passed,
         None => Ended::Failed,
     };
     Run { ended, events }
+}
+
+/// With `--strict`, whether `skipped` cases fail the run (said on stderr): what was not judged
+/// here is not a pass either.
+fn strict_skips(cfg: &Config, skipped: usize) -> bool {
+    let fails = cfg.strict && skipped > 0;
+    if fails {
+        eprintln!(
+            "lab: --strict: {skipped} case(s) said skip (see output.txt): a skip is a failure with --strict"
+        );
+    }
+    fails
 }
 
 /// The images this run's container experiments need and this machine lacks, built in the

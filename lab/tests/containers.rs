@@ -803,7 +803,7 @@ fn the_library_card_freezes_one_library_per_service_as_it_ships() -> anyhow::Res
         let c = cells(lib);
         assert!(c[4].starts_with("passes"), "{lib} F1: {}", c[4]);
         assert!(
-            c[5].starts_with("one winner per round"),
+            c[5].starts_with("one winner at a time"),
             "{lib} F3: {}",
             c[5]
         );

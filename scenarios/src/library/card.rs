@@ -182,7 +182,7 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
          installed package.\n\n",
     );
     out.push_str(
-        "| library | package@version | service | fence it exposes | F1 | F3 (one winner per round) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) | cut off from its service (F16) | its docs or source, against the run |\n",
+        "| library | package@version | service | fence it exposes | F1 | F3 (one winner at a time) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) | cut off from its service (F16) | its docs or source, against the run |\n",
     );
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
