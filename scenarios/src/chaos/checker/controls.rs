@@ -1,6 +1,7 @@
 //! The checker's own controls: a flaw planted in a copy of the run's history for each invariant
 //! nothing in a fenced run breaks (I2, durability, the fence's liveness), which the checker must
-//! find there — as the unfenced scope controls I3.
+//! find there — as the unfenced scope controls I3, whose smallest violation (one token behind)
+//! is planted too.
 
 use harness::observe::{Attempt, PartVersion};
 use holder_protocol::OpKind;
@@ -25,7 +26,6 @@ pub struct Control {
 /// it too, saying so.
 pub fn controls(o: &Observed<'_>, v: &Verdict, scope: &str) -> Vec<Control> {
     let mut found = Vec::new();
-
     let what = "I2: a token acknowledged again, to a holding planted after its own, is found";
     let last_grant = o
         .ops
@@ -169,7 +169,56 @@ pub fn controls(o: &Observed<'_>, v: &Verdict, scope: &str) -> Vec<Control> {
             evidence: format!("the resource accepted no write at {scope}: nothing to plant it on"),
         },
     });
+    found.push(smallest_stale_write(o, v, scope));
     found
+}
+
+/// I3's control at its smallest: a version one token behind the latest one committed at
+/// `scope`, committed a microsecond after it — the least stale write there is, where the
+/// unfenced scope's real violations may all be large (token 27 after 39). The checker must count
+/// it stale.
+fn smallest_stale_write(o: &Observed<'_>, v: &Verdict, scope: &str) -> Control {
+    let what = format!(
+        "I3 at its smallest: a version one token behind the latest committed at {scope}, \
+         committed right after it, is found stale"
+    );
+    let latest = o
+        .parts
+        .iter()
+        .filter(|p| p.scope == scope)
+        .max_by_key(|p| (p.commit_us.unwrap_or(p.at_us), p.token));
+    let Some(latest) = latest else {
+        return Control {
+            what,
+            shown: false,
+            evidence: format!("no version was committed at {scope}: nothing to plant it on"),
+        };
+    };
+    let at = latest.commit_us.unwrap_or(latest.at_us) + 1;
+    let mut parts = o.parts.to_vec();
+    parts.push(PartVersion {
+        token: latest.token - 1,
+        content: "planted one token behind".into(),
+        at_us: at,
+        commit_us: latest.commit_us.map(|_| at),
+        ..latest.clone()
+    });
+    let planted = judge(&Observed {
+        parts: &parts,
+        ..*o
+    });
+    let count = |v: &Verdict| v.stale.get(scope).copied().unwrap_or(0);
+    Control {
+        what,
+        shown: count(&planted) > count(v),
+        evidence: format!(
+            "token {} committed right after token {}'s version: {} stale write(s) found at {scope}, {} before",
+            latest.token - 1,
+            latest.token,
+            count(&planted),
+            count(v)
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -182,10 +231,18 @@ mod tests {
         let (ops, parts, lease) = stale_history(false);
         let v = run(&ops, &parts, &lease);
         assert!(v.i2.is_empty() && v.durability.is_empty() && v.liveness.is_empty());
-        assert_eq!(v.controls.len(), 3);
+        assert_eq!(v.controls.len(), 4);
         for c in &v.controls {
             assert!(c.shown, "{c:?}");
         }
+        // I3 at its smallest: one token behind the latest version, committed right after it.
+        assert!(
+            v.controls[3]
+                .evidence
+                .starts_with("token 1 committed right after token 2's"),
+            "{:?}",
+            v.controls[3]
+        );
         assert!(
             v.controls[0].evidence.contains("token 2 of h1.0"),
             "{:?}",

@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(v.holdings, 4);
         assert!(v.durability.is_empty(), "{:?}", v.durability);
         // Planted on lease 0's history (the liveness one needs the resource's log, not here).
-        assert_eq!(v.controls.len(), 3);
+        assert_eq!(v.controls.len(), 4);
         assert!(v.controls[..2].iter().all(|c| c.shown), "{:?}", v.controls);
         // Judged as one lease, the same history has every token granted twice.
         assert!(!check(&o, "chaos-0").i2.is_empty());
