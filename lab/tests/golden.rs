@@ -113,6 +113,12 @@ const MASKS: &[(&str, &str)] = &[
         r"gone \d+ ms after A stood still",
         "gone <N> ms after A stood still",
     ),
+    // S4: the words A's refused write gets — the server's FATAL line, or a broken pipe when the
+    // server closed the socket before the client read it (either is the refusal).
+    (r"\(refused: .*\)$", "(refused: <the driver's words>)"),
+    // S2: what A's client heard of its session ended by the crash — the server's last words or a
+    // broken pipe, whichever reached it first.
+    (r"its client said: .*; exit", "its client said: <the driver's words>; exit"),
 ];
 
 fn normalise(text: &str) -> String {
