@@ -118,7 +118,10 @@ const MASKS: &[(&str, &str)] = &[
     (r"\(refused: .*\)$", "(refused: <the driver's words>)"),
     // S2: what A's client heard of its session ended by the crash — the server's last words or a
     // broken pipe, whichever reached it first.
-    (r"its client said: .*; exit", "its client said: <the driver's words>; exit"),
+    (
+        r"its client said: .*; exit",
+        "its client said: <the driver's words>; exit",
+    ),
 ];
 
 fn normalise(text: &str) -> String {
