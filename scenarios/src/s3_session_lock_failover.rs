@@ -265,6 +265,14 @@ async fn writes(bed: &Testbed, rec: &mut Recorder, a: i64, b: i64) -> anyhow::Re
             .resource
             .write(&write(HOLDER_B, B_CONTENT, b), mode)
             .await?;
+        rec.step(
+            Mark::Write { accepted: b_ok },
+            "B",
+            &format!("write ({label})"),
+            Some(b),
+            wrote(b_ok, b),
+            None,
+        );
         let a_ok = bed
             .resource
             .write(&write(HOLDER_A, A_CONTENT, a), mode)

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, MySqlConnection, Row as _};
 
-use super::sessions::{on_runtime, Sessions};
+use super::sessions::{on_runtime, on_runtime_for, Sessions};
 use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
 use crate::{Error, Result};
 
@@ -109,17 +109,6 @@ pub async fn connection_holding(endpoint: &str, name: &str) -> Result<Option<i64
 fn sessions() -> &'static Sessions<MySqlConnection> {
     static SESSIONS: LazyLock<Sessions<MySqlConnection>> = LazyLock::new(Sessions::default);
     &SESSIONS
-}
-
-/// Runs `work` on the sessions' runtime.
-async fn on_sessions<T: Send + 'static>(
-    what: &str,
-    work: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>> + Send + 'static,
-) -> Result<T> {
-    on_runtime(work)
-        .await
-        .map_err(|e| service(what, e))?
-        .map_err(|e| service(what, e.to_string()))
 }
 
 fn service(what: &str, detail: String) -> Error {
@@ -205,7 +194,7 @@ impl GetLockStore {
         let sent = Instant::now();
         let options = self.options.clone();
         let (name_, holder_) = (name.to_owned(), holder.to_owned());
-        let taken = on_sessions("take the lock (GET_LOCK)", async move {
+        let taken = on_runtime_for("mariadb-getlock", "take the lock (GET_LOCK)", async move {
             let mut conn = MySqlConnection::connect_with(&options).await?;
             sqlx::query(WAIT_TIMEOUT)
                 .bind(ttl.as_secs())

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Row as _};
 
-use super::sessions::{on_runtime, Sessions};
+use super::sessions::{on_runtime, on_runtime_for, Sessions};
 use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
 use crate::{Error, Result};
 
@@ -141,17 +141,6 @@ fn sessions() -> &'static Sessions<PgConnection> {
     &SESSIONS
 }
 
-/// Runs `work` on the sessions' runtime.
-async fn on_sessions<T: Send + 'static>(
-    what: &str,
-    work: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>> + Send + 'static,
-) -> Result<T> {
-    on_runtime(work)
-        .await
-        .map_err(|e| service(what, e))?
-        .map_err(|e| service(what, e.to_string()))
-}
-
 fn service(what: &str, detail: String) -> Error {
     Error::Service {
         store: "pg-advisory",
@@ -222,7 +211,7 @@ impl AdvisoryLeaseStore {
             .options([("idle_session_timeout", format!("{}ms", ttl.as_millis()))])
             .disable_statement_logging();
         let (name_, holder_) = (name.to_owned(), holder.to_owned());
-        let taken = on_sessions("take the advisory lock", async move {
+        let taken = on_runtime_for("pg-advisory", "take the advisory lock", async move {
             let mut conn = PgConnection::connect_with(&options).await?;
             let taken: bool = sqlx::query_scalar(TRY_LOCK)
                 .bind(CLASS)

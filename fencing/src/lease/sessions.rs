@@ -80,3 +80,21 @@ pub(crate) async fn on_runtime<T: Send + 'static>(
 ) -> std::result::Result<T, String> {
     runtime().spawn(work).await.map_err(|e| e.to_string())
 }
+
+/// [`on_runtime`] for a store's request: `work`'s driver error, or the runtime's, as the store
+/// `store`'s failure to do `what`.
+pub(crate) async fn on_runtime_for<T: Send + 'static>(
+    store: &'static str,
+    what: &str,
+    work: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>> + Send + 'static,
+) -> crate::Result<T> {
+    let failed = |detail: String| crate::Error::Service {
+        store,
+        what: what.to_owned(),
+        detail,
+    };
+    on_runtime(work)
+        .await
+        .map_err(failed)?
+        .map_err(|e| failed(e.to_string()))
+}
