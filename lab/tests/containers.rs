@@ -633,6 +633,51 @@ fn zookeeper_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
     )
 }
 
+/// PostgreSQL's advisory lock partitioned from its holder (issue 53): F16 on
+/// `pg-advisory-fenced` (B takes the same lock A held, on the lease host) and S5 (with the
+/// system's TCP keepalives the server keeps the partitioned session, B refused; with keepalives
+/// and tcp_user_timeout it ends it, the fence rejects A, unfenced accepts) pass, every row ran,
+/// and nothing is left behind.
+#[test]
+fn the_advisory_lock_partitioned_from_its_holder_keeps_it_until_the_servers_tcp_timeouts(
+) -> anyhow::Result<()> {
+    let Some(sandbox) = sandbox()? else {
+        return Ok(());
+    };
+    let (pid, code, out) = lab_run(
+        sandbox.path(),
+        "ev",
+        &[
+            "--lease-store",
+            "pg-advisory-fenced",
+            "--fenced-mode",
+            "fenced-scope",
+            "--only",
+            "F16,S5",
+        ],
+    )?;
+    assert_eq!(code, 0, "F16,S5 on pg-advisory-fenced did not pass:\n{out}");
+    for line in [
+        "CASE F16 ",
+        "CASE S5 ",
+        "  ok   with the system's keepalives the server keeps A's partitioned session",
+        "  ok   the server still shows A's session holding the lock",
+        "  ok   fenced-scope: A, never told its session ended, writes after B: rejected at the resource",
+        "  ok   negative control exposes: unfenced: A, never told its session ended, writes after B and is accepted",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
+    assert_eq!(
+        out.matches("tcp_user_timeout of 3000 ms the server ends A's partitioned session")
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(!out.contains("  FAIL"), "{out}");
+    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
+    Ok(())
+}
+
 /// The token-less Redis lock is the negative result: F4's fenced resource accepts A's stale
 /// write (a FAIL, never a pass) and F5's control exposes it.
 #[cfg(feature = "lock-services")]

@@ -205,16 +205,23 @@ async fn partitioned(
         lease_at: (hosts.ips()[L], PG_PORT),
         hosts: Some(hosts),
         l_admin: Some(l_admin.clone()),
-        lease: Arc::new(
-            SqlLeaseStore::with_profile(l_pool.clone(), p.margin, c.sut.clone())
+        // The run's lease store on the lease host: the lease table, or a lock its session
+        // keeps there (pg-advisory: B must take the same lock A holds, not a lease row).
+        lease: crate::testbed::open_store(
+            c.store,
+            &SqlLeaseStore::with_profile(l_pool.clone(), p.margin, c.sut.clone())
                 .with_ttl_in_force(c.ttl),
-        ),
+            None,
+        )
+        .await?,
         resource: Resource::with_profile(r_pool.clone(), c.sut.clone()),
     };
     for (i, (past_check, mode)) in ROWS.into_iter().enumerate() {
         schema::reset(&l_pool).await?;
+        stores.lease.reset().await?;
         schema::reset(&r_pool).await?;
         stores.resource.setup_scope(SCOPE).await?;
+        rec.restart_tokens();
         row_header(bed, rec, i, past_check, mode);
         row(bed, rec, &stores, past_check, mode, cut).await?;
     }

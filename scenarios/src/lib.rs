@@ -51,6 +51,7 @@ mod s1_session_lock_no_timeout;
 mod s2_session_lock_server_crash;
 mod s3_session_lock_failover;
 mod s4_lock_in_the_write_transaction;
+mod s5_session_lock_partition;
 mod session_locks;
 mod spec;
 pub mod testbed;
@@ -174,6 +175,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &s2_session_lock_server_crash::S2,
     &s3_session_lock_failover::S3,
     &s4_lock_in_the_write_transaction::S4,
+    &s5_session_lock_partition::S5,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,

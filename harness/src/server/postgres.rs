@@ -506,3 +506,66 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// The server's TCP timeouts, which decide how long it keeps the session of a client it can no
+/// longer reach: its keepalives (`tcp_keepalives_idle`, `_interval`, `_count`: seconds, seconds,
+/// probes), for a session with nothing in flight, and `tcp_user_timeout` (ms), for one whose
+/// last answer was sent and never acknowledged — keepalives do not probe such a socket, and
+/// the kernel retransmits for about 15 minutes before it gives up. `None` gives them back to
+/// the system's (Linux: a first probe after 7200 s idle). Set for the whole server (`ALTER
+/// SYSTEM`, then a reload) and returned once a session reads them in force — a session opened
+/// afterwards, or an idle one at its next statement, has them.
+pub async fn set_tcp_timeouts(
+    admin: &sqlx::PgPool,
+    timeouts: Option<[u32; 4]>,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    const NAMES: [&str; 4] = [
+        "tcp_keepalives_idle",
+        "tcp_keepalives_interval",
+        "tcp_keepalives_count",
+        "tcp_user_timeout",
+    ];
+    let values = timeouts;
+    for (i, name) in NAMES.iter().enumerate() {
+        let statement = match values {
+            Some(v) => format!("ALTER SYSTEM SET {name} = {}", v[i]),
+            None => format!("ALTER SYSTEM RESET {name}"),
+        };
+        sqlx::query(&statement)
+            .execute(admin)
+            .await
+            .with_context(|| statement.clone())?;
+    }
+    sqlx::query("SELECT pg_reload_conf()")
+        .execute(admin)
+        .await
+        .context("reload the server's configuration")?;
+    // The reload reaches the sessions asynchronously: read until a session shows the values,
+    // or the defaults back (whose value over TCP is the socket's: the system's).
+    let wanted = values.map(|v| v.map(|n| n.to_string()));
+    wait::until(
+        "the server's TCP keepalives in force",
+        Duration::from_secs(10),
+        || async {
+            let shown: Vec<(String, String, String)> = sqlx::query_as(
+                "SELECT name, setting, source FROM pg_settings WHERE name = ANY($1)",
+            )
+            .bind(&NAMES[..])
+            .fetch_all(admin)
+            .await?;
+            Ok::<bool, sqlx::Error>(
+                shown.len() == NAMES.len()
+                    && shown.iter().all(|(name, setting, source)| match &wanted {
+                        None => source == "default",
+                        Some(v) => NAMES
+                            .iter()
+                            .position(|n| n == name)
+                            .is_some_and(|i| &v[i] == setting),
+                    }),
+            )
+        },
+    )
+    .await?;
+    Ok(())
+}
