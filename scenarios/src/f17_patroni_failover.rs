@@ -93,7 +93,7 @@ impl Scenario for F17 {
             #[cfg(not(feature = "containers"))]
             {
                 let _ = (bed, self.freeze);
-                rec.skip(harness::docker::NOT_BUILT);
+                crate::testbed::skip_unless_required(rec, harness::docker::NOT_BUILT.into())?;
                 Ok(())
             }
         })

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context as _};
 use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
@@ -93,14 +93,26 @@ impl Scenario for R1 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
+            if RUNS
+                .iter()
+                .any(|(store, ..)| fencing::stores::store_kind(store).is_none())
+            {
+                crate::testbed::skip_unless_required(rec, "R1 needs the ZooKeeper client: this build left it out (build with --features lab/lock-services)".into())?;
+                return Ok(());
+            }
+            if !bed
+                .containers_here(rec, "R1 needs the ZooKeeper lock service in a container")
+                .await?
+            {
+                return Ok(());
+            }
             let outcome = async {
                 for (store, token, sound) in RUNS {
-                    if let Err(e) = bed.use_store(store).await {
-                        rec.skip(format!(
-                            "R1 needs the ZooKeeper lock service (--lease-store {store}): {e:#}"
-                        ));
-                        return Ok(());
-                    }
+                    bed.use_store(store).await.with_context(|| {
+                        format!(
+                            "R1 could not start the ZooKeeper lock service (--lease-store {store})"
+                        )
+                    })?;
                     bed.reset().await?;
                     rec.note(format!(
                         "--lease-store {store}: {token} is the token; {}",

@@ -90,18 +90,24 @@ impl Scenario for R2 {
             if let Err(e) = fencing::stores::store_kind("redis-wait").context(
                 "this build left the Redis client out (build with --features lab/lock-services)",
             ) {
-                rec.skip(format!("R2 needs the Redis lock stores: {e:#}"));
+                crate::testbed::skip_unless_required(
+                    rec,
+                    format!("R2 needs the Redis lock stores: {e:#}"),
+                )?;
+                return Ok(());
+            }
+            if !bed
+                .containers_here(rec, "R2 needs Redis with Sentinel in containers")
+                .await?
+            {
                 return Ok(());
             }
             for run in [Run::Negative, Run::Positive, Run::TimedOut] {
-                let group = match harness::docker::redis_failover(&bed.run_mark).await {
-                    Ok(group) => group,
-                    Err(e) => {
-                        rec.skip(format!("R2 needs Redis with Sentinel in containers: {e:#}"));
-                        return Ok(());
-                    }
-                };
-                let mut group = group;
+                let mut group = harness::docker::redis_failover(&bed.run_mark)
+                    .await
+                    .with_context(|| {
+                        format!("R2 could not start Redis with Sentinel ({run:?} run)")
+                    })?;
                 let outcome = one_run(bed, rec, &mut *group, run).await;
                 // Every path: the group goes (a holder still running is ended by the run).
                 group.remove().await;

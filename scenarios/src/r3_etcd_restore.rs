@@ -77,18 +77,18 @@ impl Scenario for R3 {
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::stores::store_kind("etcd").is_none() {
-                rec.skip("R3 needs the etcd client: this build left it out (build with --features lab/lock-services)");
+                crate::testbed::skip_unless_required(rec, "R3 needs the etcd client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
-            let cluster = match harness::docker::etcd_members(&bed.run_mark).await {
-                Ok(cluster) => cluster,
-                Err(e) => {
-                    rec.skip(format!(
-                        "R3 needs a three-member etcd cluster in containers: {e:#}"
-                    ));
-                    return Ok(());
-                }
-            };
+            if !bed
+                .containers_here(rec, "R3 needs a three-member etcd cluster in containers")
+                .await?
+            {
+                return Ok(());
+            }
+            let cluster = harness::docker::etcd_members(&bed.run_mark)
+                .await
+                .context("R3 could not start its three-member etcd cluster")?;
             let outcome = timeline(bed, rec, &*cluster).await;
             cluster.remove().await;
             outcome

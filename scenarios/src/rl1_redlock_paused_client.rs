@@ -99,17 +99,18 @@ impl Scenario for RL1 {
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::stores::store_kind("redlock").is_none() {
-                rec.skip("RL1 needs the Redis client: this build left it out (build with --features lab/lock-services)");
+                crate::testbed::skip_unless_required(rec, "RL1 needs the Redis client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
-            let servers = match harness::docker::redlock_servers(&bed.run_mark, SERVERS, None).await
+            if !bed
+                .containers_here(rec, "RL1 needs five Redis servers in containers")
+                .await?
             {
-                Ok(servers) => servers,
-                Err(e) => {
-                    rec.skip(format!("RL1 needs five Redis servers in containers: {e:#}"));
-                    return Ok(());
-                }
-            };
+                return Ok(());
+            }
+            let servers = harness::docker::redlock_servers(&bed.run_mark, SERVERS, None)
+                .await
+                .context("RL1 could not start its five Redis servers")?;
             rec.note(format!(
                 "five independent Redis servers (no persistence, no replication): {}; {}",
                 servers.endpoints().join(", "),

@@ -9,6 +9,7 @@
 //!   it — B's token is greater than A's and the fence rejects A's write. (Contrast RL3, where
 //!   the server forgets the counter too.)
 
+use anyhow::Context as _;
 use harness::evidence::Recorder;
 
 use crate::redlock_majorities::{self, Fault, FULL};
@@ -66,24 +67,21 @@ impl Scenario for RL2 {
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::stores::store_kind("redlock").is_none() {
-                rec.skip("RL2 needs the Redis client: this build left it out (build with --features lab/lock-services)");
+                crate::testbed::skip_unless_required(rec, "RL2 needs the Redis client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
-            let servers = match harness::docker::redlock_servers(
-                &bed.run_mark,
-                SERVERS,
-                Some(SHIFTED),
-            )
-            .await
+            if !bed
+                .containers_here(
+                    rec,
+                    "RL2 needs five Redis servers in containers, one under the clock shim",
+                )
+                .await?
             {
-                Ok(servers) => servers,
-                Err(e) => {
-                    rec.skip(format!(
-                            "RL2 needs five Redis servers in containers, one under the clock shim: {e:#}"
-                        ));
-                    return Ok(());
-                }
-            };
+                return Ok(());
+            }
+            let servers = harness::docker::redlock_servers(&bed.run_mark, SERVERS, Some(SHIFTED))
+                .await
+                .context("RL2 could not start its five Redis servers")?;
             rec.note(format!(
                 "five independent Redis servers, no persistence: {}; server {SHIFTED} runs under the lab's clock shim (LD_PRELOAD: gettimeofday and CLOCK_REALTIME shifted by an offset the lab writes; Debian's libfaketime recurses under redis-server's jemalloc); the lock's TTL 10 s; {}",
                 servers.endpoints().join(", "),

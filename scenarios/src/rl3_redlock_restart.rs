@@ -10,6 +10,7 @@
 //!   server stays unavailable for at least the longest TTL): B cannot win a majority while A's
 //!   lock is valid.
 
+use anyhow::Context as _;
 use harness::evidence::Recorder;
 
 use crate::redlock_majorities::{self, Fault, DELAYED, FULL};
@@ -68,17 +69,18 @@ impl Scenario for RL3 {
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             if fencing::stores::store_kind("redlock").is_none() {
-                rec.skip("RL3 needs the Redis client: this build left it out (build with --features lab/lock-services)");
+                crate::testbed::skip_unless_required(rec, "RL3 needs the Redis client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
-            let servers = match harness::docker::redlock_servers(&bed.run_mark, SERVERS, None).await
+            if !bed
+                .containers_here(rec, "RL3 needs five Redis servers in containers")
+                .await?
             {
-                Ok(servers) => servers,
-                Err(e) => {
-                    rec.skip(format!("RL3 needs five Redis servers in containers: {e:#}"));
-                    return Ok(());
-                }
-            };
+                return Ok(());
+            }
+            let servers = harness::docker::redlock_servers(&bed.run_mark, SERVERS, None)
+                .await
+                .context("RL3 could not start its five Redis servers")?;
             rec.note(format!(
                 "five independent Redis servers, no persistence (save '', appendonly no), each restarted by its container's loop when killed: {}; the lock's TTL 10 s; {}",
                 servers.endpoints().join(", "),

@@ -37,6 +37,7 @@ pub use harness::hosts::{Backend, Restarted};
 pub use harness::replication::Replication;
 pub use params::*;
 pub use servers::host_of;
+pub(crate) use servers::skip_unless_required;
 pub use wording::*;
 
 use servers::SUPERUSER;

@@ -102,6 +102,27 @@ impl Testbed {
         self.servers.lease_logs(since).await
     }
 
+    /// Whether the experiment can start containers here: `false` once `rec` says `skip` with why
+    /// — `needs` (what the experiment needs, in its words), and this build's or this machine's
+    /// reason (a build without the containers feature, no Docker engine answering). The only
+    /// reasons a container experiment does not run: once the engine answers, a container that
+    /// fails to start (an image that does not build, a server that never answers, a timeout) is
+    /// the experiment's failure, never a skip. With `LAB_REQUIRE` naming docker, no engine is
+    /// the experiment's failure too.
+    pub async fn containers_here(
+        &self,
+        rec: &mut harness::evidence::Recorder,
+        needs: &str,
+    ) -> anyhow::Result<bool> {
+        match harness::docker::engine().await {
+            Ok(_) => Ok(true),
+            Err(why) => {
+                skip_unless_required(rec, format!("{needs}: {why}"))?;
+                Ok(false)
+            }
+        }
+    }
+
     /// Starts `n` PostgreSQL servers of the experiment's own, each on a host of its own (F15's
     /// resource, F16's lease store and resource), and notes in `rec` where their image came
     /// from. `None` once `rec` says `skip` with the reason: no Docker engine, no way to build
@@ -114,7 +135,7 @@ impl Testbed {
     ) -> anyhow::Result<Option<Box<dyn harness::docker::OwnServers>>> {
         match harness::docker::own_servers(&self.run_mark, n).await {
             Err(reason) => {
-                rec.skip(reason);
+                skip_unless_required(rec, reason)?;
                 Ok(None)
             }
             Ok(started) => {
@@ -153,3 +174,17 @@ pub fn host_of(db: Database) -> Host {
 
 /// The superuser the lab administers its servers as.
 pub(super) const SUPERUSER: &str = harness::server::postgres::SUPERUSER;
+
+/// Says `skip` with `reason` for an experiment that needs containers (or a client the
+/// containers' build brings) — or, when `LAB_REQUIRE` names docker (CI, a gate), fails it with
+/// the reason.
+pub(crate) fn skip_unless_required(
+    rec: &mut harness::evidence::Recorder,
+    reason: String,
+) -> anyhow::Result<()> {
+    if harness::require::Dependency::Docker.required() {
+        anyhow::bail!("LAB_REQUIRE names docker, and this experiment cannot run here: {reason}");
+    }
+    rec.skip(reason);
+    Ok(())
+}
