@@ -101,15 +101,59 @@ pub(crate) fn clean_command() -> String {
     }
 }
 
+/// How many earlier runs' kept directories a run that keeps its own leaves in place
+/// (`LAB_KEEP_RUNS` sets another): what failing runs keep stays within a bound.
+const KEEP_EARLIER_RUNS: usize = 2;
+
+/// Removes the directories kept by runs older than the [`KEEP_EARLIER_RUNS`] newest (labs no
+/// longer running; this run's are never touched), saying which went, and how much that freed.
+pub(crate) fn prune_kept() {
+    let keep = std::env::var("LAB_KEEP_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(KEEP_EARLIER_RUNS);
+    let tmp = std::env::temp_dir();
+    let before: u64 = kept_dirs_size(&tmp);
+    let removed = harness::server::prune_kept(&tmp, keep);
+    if removed.is_empty() {
+        return;
+    }
+    let freed = before.saturating_sub(kept_dirs_size(&tmp));
+    eprintln!(
+        "lab: removed {} director{} kept by failing runs before the last {keep} ({} MB), {}: a run \
+         keeps its own and the last {keep} runs' (LAB_KEEP_RUNS={keep})",
+        removed.len(),
+        if removed.len() == 1 { "y" } else { "ies" },
+        freed.div_ceil(1 << 20),
+        removed
+            .iter()
+            .map(|r| r.dir.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// The bytes of every lab server directory in `tmp`.
+fn kept_dirs_size(tmp: &std::path::Path) -> u64 {
+    std::fs::read_dir(tmp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("fencing-lab-"))
+        .map(|e| dir_size(&e.path()))
+        .sum()
+}
+
 /// Above this many megabytes of kept clusters in the temp dir, a run warns (`LAB_KEPT_WARN_MB`
 /// sets another).
 const KEPT_WARN_MB: u64 = 1024;
 
-/// The closing line of a run that kept servers: how many directories, their size, and what
-/// removes them — and a warning when every lab's kept clusters in the temp dir pass
+/// The closing line of a run that kept servers — once older runs' kept directories beyond the
+/// bound are removed ([`prune_kept`]): how many directories, their size, and what removes them — and a warning when every lab's kept clusters in the temp dir pass
 /// `LAB_KEPT_WARN_MB` (default 1024). `kept` are the lines [`scenarios::Testbed::keep`] said, each
 /// naming a directory under the temp dir; `whose` says why they were kept.
 pub(crate) fn kept_size_line(kept: &[String], whose: &str, clean: &str) -> String {
+    prune_kept();
     let tmp = std::env::temp_dir();
     let mut dirs: Vec<std::path::PathBuf> = kept
         .iter()
@@ -128,13 +172,12 @@ pub(crate) fn kept_size_line(kept: &[String], whose: &str, clean: &str) -> Strin
         if dirs.len() == 1 { "y" } else { "ies" },
         mb(size)
     );
-    let all: u64 = std::fs::read_dir(&tmp)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("fencing-lab-"))
-        .map(|e| dir_size(&e.path()))
-        .sum();
+    let all: u64 = kept_dirs_size(&tmp);
+    line.push_str(&format!(
+        "\nlab: the labs' server directories in {} take {} MB in all",
+        tmp.display(),
+        mb(all)
+    ));
     let limit = std::env::var("LAB_KEPT_WARN_MB")
         .ok()
         .and_then(|v| v.parse().ok())

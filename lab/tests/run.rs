@@ -227,6 +227,63 @@ fn a_failing_run_keeps_only_the_failing_experiments_servers() -> anyhow::Result<
     Ok(())
 }
 
+/// What failing runs keep stays within a bound: a failing run keeps its own servers and the
+/// directories of the last two runs before it; older runs' kept directories go, named, the
+/// space they took said. Four earlier runs' kept directories (their labs gone) are planted, one
+/// hour apart; the two oldest are removed, the two newest stay.
+#[test]
+fn a_failing_run_removes_what_runs_before_the_last_two_kept() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let file = sb.path("stale-write.toml");
+    let out = sb.lab(&["exercise", "stale-write", "--out", file.to_str().unwrap()])?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let tmp = sb.path("tmp");
+    fs::create_dir_all(&tmp)?;
+    let now = std::time::SystemTime::now();
+    for run in 1..=4u64 {
+        let dir = tmp.join(format!("fencing-lab-earlier{run}"));
+        fs::create_dir_all(&dir)?;
+        // A pid no process has (above pid_max's ceiling): that lab is gone.
+        fs::write(dir.join("lab.owner"), format!("{} 1", 4_194_304 + run))?;
+        fs::write(dir.join("blob"), vec![0u8; 1 << 20])?;
+        let kept = fs::File::create(dir.join("KEPT"))?;
+        kept.set_modified(now - std::time::Duration::from_secs(3600 * (5 - run)))?;
+    }
+    let ev = sb.path("ev");
+    let out = sb.lab(&[
+        "run",
+        "--only",
+        "F4",
+        "--sut",
+        file.to_str().unwrap(),
+        "--evidence-dir",
+        ev.to_str().unwrap(),
+    ])?;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    let left: Vec<String> = fs::read_dir(&tmp)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("fencing-lab-earlier"))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        left,
+        ["fencing-lab-earlier3", "fencing-lab-earlier4"],
+        "{err}"
+    );
+    assert!(
+        err.contains("lab: removed 2 directories kept by failing runs before the last 2 (")
+            && err.contains("fencing-lab-earlier1")
+            && err.contains("(LAB_KEEP_RUNS=2)")
+            && err.contains("take ")
+            && err.contains(" MB in all"),
+        "{err}"
+    );
+    Ok(())
+}
+
 /// A kept run keeps every server it started: the MariaDB directory of the U-series too, named,
 /// with its data and log, its server stopped.
 #[cfg(feature = "mariadb")]

@@ -25,7 +25,7 @@ pub mod mariadb;
 pub mod postgres;
 pub mod standby;
 
-pub use dir::{remove_leftovers, Removed, ServerDir};
+pub use dir::{prune_kept, remove_leftovers, Removed, ServerDir};
 pub use postgres::{Cluster, ClusterConfig, PgBinaries, SUPERUSER};
 
 use crate::process::ProcessError;
