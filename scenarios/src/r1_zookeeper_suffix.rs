@@ -22,7 +22,7 @@ use harness::evidence::Recorder;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
-use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
+use crate::chaos::regression::{self, GrantSeen, Kind};
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
@@ -84,7 +84,7 @@ fn lock_of(store: &str) -> String {
 const CONTAINER_DELETED_WITHIN: Duration = Duration::from_secs(5);
 
 /// Checks per run of the timeline.
-const PER_RUN: usize = 10;
+const PER_RUN: usize = 11;
 
 impl Scenario for R1 {
     fn spec(&self) -> &Spec {
@@ -289,7 +289,7 @@ async fn one_run(
             format!("{HOLDER_B} ACQUIRED token={b_token} at {:.0} ms", ms(b_at)),
         ),
     ];
-    let found = regressions(&grants);
+    let found = regression::regressions_with_control(rec, &grants);
     let shown_found = regression::shown(&grants, &found);
     let stale_kept = summary
         .as_ref()

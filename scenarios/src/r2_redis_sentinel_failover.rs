@@ -30,7 +30,7 @@ use harness::evidence::Recorder;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
-use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
+use crate::chaos::regression::{self, GrantSeen, Kind};
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
@@ -76,8 +76,8 @@ pub struct R2;
 const GROUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Checks of each run.
-const NEGATIVE: usize = 7;
-const POSITIVE: usize = 7;
+const NEGATIVE: usize = 8;
+const POSITIVE: usize = 8;
 const TIMED_OUT: usize = 3;
 
 impl Scenario for R2 {
@@ -395,7 +395,7 @@ async fn one_run(
             ),
         ),
     ];
-    let found = regressions(&grants);
+    let found = regression::regressions_with_control(rec, &grants);
     let shown_found = regression::shown(&grants, &found);
     let stale_kept = summary
         .as_ref()

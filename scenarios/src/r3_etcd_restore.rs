@@ -50,7 +50,7 @@ const SPEC: Spec = Spec {
                     again, but with the revision raised past the old one before any client \
                     connects, B's revision is greater and its write is accepted.",
     },
-    checks: 11,
+    checks: 12,
     checks_on_store: StoreChecks::Same,
     checks_again: None,
     needs: Needs::Containers,
@@ -300,7 +300,7 @@ async fn timeline(
         ),
     );
     let grants = [grant(&a, HOLDER_A), grant(&b2, HOLDER_B)];
-    let found = regressions(&grants);
+    let found = regression::regressions_with_control(rec, &grants);
     rec.check_that(
         "the token-regression check finds no token gone back",
         found.is_empty(),

@@ -163,6 +163,62 @@ pub fn regressions(grants: &[GrantSeen]) -> Vec<Regression> {
     found
 }
 
+/// The check's own control on a run's grants: the smallest regression planted in a copy of
+/// `grants` — a grant acknowledged to `planted`, one token below the greatest acknowledged,
+/// asked a microsecond after the last grant was answered — and whether [`regressions`] finds
+/// it (backwards, or a token acknowledged twice when that one was granted too), with the
+/// evidence line. The runs' own regressions are large (a suffix back to 0,
+/// a revision several steps back); a check that finds them could still miss one token behind.
+/// `None` when no grant completed.
+pub fn finds_the_smallest(grants: &[GrantSeen]) -> Option<(bool, String)> {
+    let acknowledged = grants.iter().filter(|g| g.acknowledged);
+    let done = acknowledged
+        .clone()
+        .filter_map(|g| g.complete_ms)
+        .max_by(f64::total_cmp)?;
+    let max = acknowledged.map(|g| g.token).max()?;
+    let token = max - 1;
+    let mut copy = grants.to_vec();
+    copy.push(GrantSeen::acknowledged(
+        "planted",
+        token,
+        done + 0.001,
+        done + 0.002,
+        format!("planted ACQUIRED token={token} a microsecond after the last grant answered"),
+    ));
+    let planted = copy.len() - 1;
+    let found = regressions(&copy);
+    let finding = found.iter().find(|r| r.later == planted && r.kind.harms());
+    let shown = finding.map_or_else(
+        || format!("nothing found for token {token} after token {max}"),
+        |r| r.what.clone(),
+    );
+    Some((finding.is_some(), shown))
+}
+
+/// [`finds_the_smallest`] on a run's `grants`, as a check of the run: the smallest regression
+/// planted in a copy must be found, or the check that found none in the run proves nothing.
+pub fn check_finds_the_smallest(rec: &mut harness::evidence::Recorder, grants: &[GrantSeen]) {
+    let (caught, shown) = finds_the_smallest(grants).unwrap_or((
+        false,
+        "no grant of the run completed: nothing to plant after".into(),
+    ));
+    rec.check_that(
+        "the token-regression check finds the smallest regression planted in a copy of these grants (a token one below the greatest, granted a microsecond after the last answer)",
+        caught,
+        shown,
+    );
+}
+
+/// [`regressions`] of a run's grants, once [`check_finds_the_smallest`] checked them.
+pub fn regressions_with_control(
+    rec: &mut harness::evidence::Recorder,
+    grants: &[GrantSeen],
+) -> Vec<Regression> {
+    check_finds_the_smallest(rec, grants);
+    regressions(grants)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,5 +341,23 @@ mod tests {
         assert!(found[1]
             .what
             .contains("token 5 was granted to b after token 6"));
+    }
+
+    #[test]
+    fn the_smallest_regression_planted_is_found_and_a_blind_check_would_miss_it() {
+        let grants = [
+            grant(3, "a", 0.0, Some(1.0), true),
+            grant(9, "b", 5.0, Some(6.0), true),
+        ];
+        let (caught, shown) = finds_the_smallest(&grants).expect("a completed grant");
+        assert!(caught, "{shown}");
+        assert!(
+            shown.contains("token 8 was granted to planted after token 9"),
+            "{shown}"
+        );
+        // Equal or smaller by one is what the check must see: a check that looked only for a
+        // token smaller by more (a suffix back to 0) would pass the copy.
+        assert_eq!(regressions(&grants), Vec::new());
+        assert_eq!(finds_the_smallest(&[grant(1, "a", 0.0, None, true)]), None);
     }
 }
