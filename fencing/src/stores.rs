@@ -112,6 +112,12 @@ pub const STORES: &[Store] = &[
         kind: built!("redis", lease::redlock::FENCED),
     },
     Store {
+        name: "redlock-unchecked",
+        service: None,
+        feature: Some("redis"),
+        kind: built!("redis", lease::redlock::UNCHECKED),
+    },
+    Store {
         name: "etcd",
         service: Some("etcd"),
         feature: Some("etcd"),

@@ -171,6 +171,11 @@ pub trait RedlockServers: Send + Sync {
     fn refuse(&self, i: usize) -> HostsFuture<'_, ()>;
     /// Server `i` accepts connections again.
     fn admit(&self, i: usize) -> HostsFuture<'_, ()>;
+    /// Server `i` answers nothing (a DROP rule): a client's connection attempt or request waits
+    /// out its own timeout; returns once the rule is in place.
+    fn stall(&self, i: usize) -> HostsFuture<'_, ()>;
+    /// Server `i` answers again.
+    fn unstall(&self, i: usize) -> HostsFuture<'_, ()>;
     /// Server `i`'s wall clock, in ms since the epoch, as Redis's TIME reads it.
     fn time_ms(&self, i: usize) -> HostsFuture<'_, i64>;
     /// Moves server `i`'s wall clock by `ms` (the clock shim; only the server started shifted).

@@ -678,6 +678,32 @@ fn the_advisory_lock_partitioned_from_its_holder_keeps_it_until_the_servers_tcp_
     Ok(())
 }
 
+/// RL4 (issue 54 item 13): Redlock's validity, exercised — A frozen inside its acquire round
+/// after a majority answered, past the TTL: as published A gives the lock up; with the
+/// validity check removed (the negative control) A writes while B holds the lock. Nothing is
+/// left behind.
+#[cfg(feature = "lock-services")]
+#[test]
+fn redlocks_validity_stops_a_client_frozen_inside_its_acquire_round() -> anyhow::Result<()> {
+    let Some(sandbox) = sandbox()? else {
+        return Ok(());
+    };
+    let (pid, code, out) = lab_run(sandbox.path(), "ev", &["--only", "RL4"])?;
+    assert_eq!(code, 0, "RL4 did not pass:\n{out}");
+    for line in [
+        "  ok   [redlock] A is frozen inside its acquire round",
+        "  ok   [redlock] A, thawed, computes its validity as spent",
+        "  ok   [redlock] B still holds the lock",
+        "  ok   negative control exposes: [redlock-unchecked, the validity check removed] A, thawed, takes the lock on its stale majority",
+        "  ok   negative control exposes: [redlock-unchecked, the validity check removed] A writes while B holds the lock",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
+    assert!(!out.contains("  FAIL"), "{out}");
+    assert_eq!(left_by(pid), (0, 0, 0), "containers, networks, rules left");
+    Ok(())
+}
+
 /// The token-less Redis lock is the negative result: F4's fenced resource accepts A's stale
 /// write (a FAIL, never a pass) and F5's control exposes it.
 #[cfg(feature = "lock-services")]

@@ -46,6 +46,7 @@ mod redlock_majorities;
 mod rl1_redlock_paused_client;
 mod rl2_redlock_clock_jump;
 mod rl3_redlock_restart;
+mod rl4_redlock_paused_acquire;
 mod runner;
 mod s1_session_lock_no_timeout;
 mod s2_session_lock_server_crash;
@@ -171,6 +172,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &rl1_redlock_paused_client::RL1,
     &rl2_redlock_clock_jump::RL2,
     &rl3_redlock_restart::RL3,
+    &rl4_redlock_paused_acquire::RL4,
     &s1_session_lock_no_timeout::S1,
     &s2_session_lock_server_crash::S2,
     &s3_session_lock_failover::S3,

@@ -109,6 +109,9 @@ pub struct RedlockStore {
     servers: Vec<Server>,
     margin: Duration,
     fenced: bool,
+    /// Whether a grant needs validity left (`false`: `redlock-unchecked`, RL4's negative control —
+    /// a majority is a grant however long the round took).
+    check_validity: bool,
     /// Unique values: this client's id and a counter.
     nonce: Mutex<u64>,
 }
@@ -163,8 +166,16 @@ impl RedlockStore {
             servers,
             margin,
             fenced,
+            check_validity: true,
             nonce: Mutex::new(0),
         })
+    }
+
+    /// The same client with the validity check removed: a majority is a grant however long the
+    /// round took, held for a TTL from the round's end — the client of RL4's negative control.
+    pub fn without_validity_check(mut self) -> Self {
+        self.check_validity = false;
+        self
     }
 
     /// A majority of the servers.
@@ -221,6 +232,12 @@ impl RedlockStore {
             )
             .await;
         let granted: Vec<i64> = answers.iter().filter_map(|a| a.flatten()).collect();
+        // Without the check the round's time is not counted: the TTL runs from its end.
+        let start = if self.check_validity {
+            start
+        } else {
+            Instant::now()
+        };
         match validity(ttl, start) {
             Some(valid) if granted.len() >= self.quorum() && valid > self.margin => {
                 let token = granted.iter().copied().max().unwrap_or(0);
@@ -416,6 +433,11 @@ impl LeaseStore for RedlockStore {
 /// Opens Redlock over every server of `at` (an endpoint may list several, comma-separated: a
 /// holder's `--store-endpoint`).
 async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
+    Ok(Arc::new(open_servers(at, fenced)?))
+}
+
+/// The client of `at`'s servers (at least three).
+fn open_servers(at: &StoreAt, fenced: bool) -> Result<RedlockStore> {
     let endpoints: Vec<String> = at
         .endpoints
         .iter()
@@ -432,11 +454,7 @@ async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
             ),
         });
     }
-    Ok(Arc::new(RedlockStore::new(
-        &endpoints,
-        at.table.margin(),
-        fenced,
-    )?))
+    RedlockStore::new(&endpoints, at.table.margin(), fenced)
 }
 
 /// Redlock without a token, in the registry (the RL-series starts its servers).
@@ -461,4 +479,21 @@ pub const FENCED: StoreKind = StoreKind {
     freed_on_disconnect: false,
     service: None,
     open: Some(|at| Box::pin(open(at, true))),
+};
+
+/// Redlock with the validity check removed, in the registry: RL4's negative control, a client
+/// that takes a majority as a grant however long its round took. Never a design to use.
+pub const UNCHECKED: StoreKind = StoreKind {
+    name: "redlock-unchecked",
+    token: "none",
+    about: "Redlock with its validity check removed (a majority is a grant however long the round took), no token: RL4's negative control",
+    has_token: false,
+    sound: false,
+    freed_on_disconnect: false,
+    service: None,
+    open: Some(|at| {
+        Box::pin(async move {
+            Ok(Arc::new(open_servers(at, false)?.without_validity_check()) as Arc<dyn LeaseStore>)
+        })
+    }),
 };

@@ -266,6 +266,12 @@ impl docker::RedlockServers for Started<RedisServers> {
     fn admit(&self, i: usize) -> HostsFuture<'_, ()> {
         Box::pin(async move { redlock(self.handle.admit(i).await) })
     }
+    fn stall(&self, i: usize) -> HostsFuture<'_, ()> {
+        Box::pin(async move { redlock(self.handle.stall(i).await) })
+    }
+    fn unstall(&self, i: usize) -> HostsFuture<'_, ()> {
+        Box::pin(async move { redlock(self.handle.unstall(i).await) })
+    }
     fn time_ms(&self, i: usize) -> HostsFuture<'_, i64> {
         Box::pin(async move { redlock(self.handle.time_ms(i).await) })
     }

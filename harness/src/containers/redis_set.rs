@@ -22,19 +22,8 @@ use crate::process::in_container as signals;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The rule that refuses clients from outside (iptables arguments after the chain): the lab's
 /// own `redis-cli` inside the container still reaches its server over the loopback.
-const REFUSE: [&str; 10] = [
-    "!",
-    "-i",
-    "lo",
-    "-p",
-    "tcp",
-    "--dport",
-    "6379",
-    "-j",
-    "REJECT",
-    "--reject-with",
-];
-/// The reset REFUSE ends with.
+const CLIENTS: [&str; 8] = ["!", "-i", "lo", "-p", "tcp", "--dport", "6379", "-j"];
+/// The reset a refusal answers with.
 const RESET: &str = "tcp-reset";
 
 /// N Redis servers.
@@ -222,6 +211,12 @@ impl RedisServers {
     }
 
     async fn iptables(&self, i: usize, op: &str) -> Result<String, ContainerError> {
+        self.rule(i, op, &["REJECT", "--reject-with", RESET]).await
+    }
+
+    /// Inserts (`-I`) or deletes (`-D`) the rule that ends in `target` for clients from outside
+    /// server `i`, in its network namespace (which goes with its container).
+    async fn rule(&self, i: usize, op: &str, target: &[&str]) -> Result<String, ContainerError> {
         let pid = self.servers[i]
             .pid()
             .await
@@ -231,8 +226,8 @@ impl RedisServers {
             })?;
         let ns = format!("--net=/proc/{pid}/ns/net");
         let mut args = vec![ns.as_str(), "iptables", op, "INPUT"];
-        args.extend(REFUSE);
-        args.push(RESET);
+        args.extend(CLIENTS);
+        args.extend(target);
         run(
             "iptables in a Redis server's namespace",
             "nsenter",
@@ -251,6 +246,18 @@ impl RedisServers {
     /// Server `i` accepts connections again.
     pub async fn admit(&self, i: usize) -> Result<(), ContainerError> {
         self.iptables(i, "-D").await.map(|_| ())
+    }
+
+    /// Server `i` answers nothing: every packet a client sends it is dropped (a DROP rule), so a
+    /// connection attempt or a request waits out the client's own timeout — a server that is slow
+    /// or cut off, not one that says no — until [`RedisServers::unstall`].
+    pub async fn stall(&self, i: usize) -> Result<(), ContainerError> {
+        self.rule(i, "-I", &["DROP"]).await.map(|_| ())
+    }
+
+    /// Server `i` answers again.
+    pub async fn unstall(&self, i: usize) -> Result<(), ContainerError> {
+        self.rule(i, "-D", &["DROP"]).await.map(|_| ())
     }
 
     /// Kills server `i`'s redis-server (SIGKILL): its loop starts it again, empty — a restart
