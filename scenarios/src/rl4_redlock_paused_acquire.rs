@@ -293,7 +293,7 @@ async fn validity_spent(
 ) -> anyhow::Result<()> {
     let code = a.exit_code(EVENT_TIMEOUT).await?;
     rec.check_that(
-        format!("[{label}] A, thawed, computes its validity as spent (its round took {} ms, the TTL {} ms) and does not use the lock", frozen_at.elapsed().as_millis(), bed.case().ttl.as_millis()),
+        format!("[{label}] A, thawed, computes its validity as spent (its round outlasted {} ms of freeze, the TTL {} ms) and does not use the lock", frozen_at.elapsed().as_millis(), bed.case().ttl.as_millis()),
         matches!(ended, Event::Refused) && code == exit::NOT_ACQUIRED,
         format_args!("{ended}; A exits: {}", describe(Some(code))),
     );
