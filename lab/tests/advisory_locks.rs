@@ -16,15 +16,14 @@ use std::fs;
 
 use common::{stderr, Sandbox};
 
-/// Runs `lab run --lease-store <store> --only <only>` in `sb`; its exit code and output.txt.
+/// Runs `lab run --lease-store <store> --only <only>` in `sb`, the fence-dependent experiments in
+/// every fenced mode; its exit code and output.txt.
 fn run_on(sb: &Sandbox, store: &str, only: &str) -> anyhow::Result<(Option<i32>, String)> {
     let ev = sb.path(&format!("ev-{store}"));
     let out = sb.lab(&[
         "run",
         "--lease-store",
         store,
-        "--fenced-mode",
-        "fenced-scope",
         "--only",
         only,
         "--evidence-dir",
