@@ -50,6 +50,8 @@ mod rl4_redlock_paused_acquire;
 mod runner;
 mod s1_session_lock_no_timeout;
 mod s2_session_lock_server_crash;
+#[cfg(feature = "mariadb")]
+mod s3_getlock_replica;
 mod s3_session_lock_failover;
 mod s4_lock_in_the_write_transaction;
 mod s5_session_lock_partition;

@@ -9,32 +9,30 @@
 //! B's; the unfenced one accepts it (the negative control).
 //!
 //! A and B are the lab's own clients of the store: the subject is the lock's server, not a
-//! holder process. MariaDB's `GET_LOCK` is not replicated either; the lab builds no MariaDB
-//! replica, so S3 shows PostgreSQL's.
+//! holder process. On a run whose store is MariaDB's named lock (`--lease-store
+//! mariadb-getlock`), S3 fails over a MariaDB primary to its replica instead
+//! (`s3_getlock_replica.rs`): a `GET_LOCK` is not replicated either.
 
 use std::time::Instant;
 
 use anyhow::Context as _;
 use fencing::lease::pg_advisory::{self, AdvisoryLeaseStore};
 use fencing::lease::{Grant, LeaseStore};
-use fencing::resource::{Write, WriteMode};
 use fencing::schema::Database;
 use harness::evidence::{Mark, Recorder};
 use harness::server::standby::{self, Replicated, Standby};
 use harness::server::Cluster;
 use sqlx::PgPool;
 
-use crate::paused_holder::{A_CONTENT, B_CONTENT};
 use crate::session_locks;
-use crate::testbed::SUMMARY;
-use crate::testbed::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
+use crate::testbed::{acquired, lease_state, shown, HOLDER_A, HOLDER_B, LEASE};
 use crate::{
     About, Applies, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed, NO_HOLDER,
 };
 
 const SPEC: Spec = Spec {
     id: "S3",
-    title: "the lock's server fails over to a streaming standby: the advisory lock is not carried, B takes it on the new primary while A still believes it holds it — the replicated counter fences A, unfenced accepts it",
+    title: "the lock's server fails over to its replica: the database lock is not carried, B takes it on the new primary while A still believes it holds it — the replicated counter fences A, unfenced accepts it",
     about: About {
         fault: "the primary holding a database lock lost, its standby promoted",
         shows: "a database lock is not replicated: the new primary grants it again; a replicated counter still fences",
@@ -46,7 +44,9 @@ const SPEC: Spec = Spec {
                     grants the lock to B at once, while A's own deadline says it still holds \
                     it: two holders by their own reckoning. B's token is above A's (the \
                     counter replicated), so the fenced resource rejects A's write after \
-                    B's; the unfenced one accepts it (the negative control).",
+                    B's; the unfenced one accepts it (the negative control). With \
+                    --lease-store mariadb-getlock the same runs on a MariaDB primary and its \
+                    replica (GTID replication): a GET_LOCK is not in the binary log either.",
     },
     checks: 7,
     checks_on_store: StoreChecks::Same,
@@ -77,6 +77,11 @@ impl Scenario for S3 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
+            // MariaDB's named lock fails over on a replica of its own.
+            #[cfg(feature = "mariadb")]
+            if bed.case().store.starts_with("mariadb-getlock") {
+                return crate::s3_getlock_replica::run(bed, rec).await;
+            }
             let primary = Cluster::create(bed.cluster()?.config().clone())
                 .await
                 .context("failed to start the lock's primary")?;
@@ -182,7 +187,7 @@ async fn timeline(
     );
 
     let b = fail_over(bed, rec, hosts, standby_admin, &a).await?;
-    writes(bed, rec, a.token, b.token).await
+    session_locks::writes_after_failover(bed, rec, a.token, b.token).await
 }
 
 /// The primary's host lost, the standby promoted, B takes the lock on it: B's grant.
@@ -247,62 +252,4 @@ async fn fail_over(
         ),
     );
     b.context("B could not take the lock on the new primary")
-}
-
-/// B writes, then A with its old token: in fenced-scope (A rejected), then unfenced (A
-/// accepted, the negative control).
-async fn writes(bed: &Testbed, rec: &mut Recorder, a: i64, b: i64) -> anyhow::Result<()> {
-    for mode in [WriteMode::Fenced, WriteMode::Unfenced] {
-        let label = bed.case().mode_label(mode);
-        let write = |writer, content, token| Write {
-            scope: SCOPE,
-            part: SUMMARY,
-            content,
-            writer,
-            token,
-        };
-        let b_ok = bed
-            .resource
-            .write(&write(HOLDER_B, B_CONTENT, b), mode)
-            .await?;
-        rec.step(
-            Mark::Write { accepted: b_ok },
-            "B",
-            &format!("write ({label})"),
-            Some(b),
-            wrote(b_ok, b),
-            None,
-        );
-        let a_ok = bed
-            .resource
-            .write(&write(HOLDER_A, A_CONTENT, a), mode)
-            .await?;
-        rec.step(
-            Mark::Write { accepted: a_ok },
-            "A",
-            &format!("write ({label})"),
-            Some(a),
-            wrote(a_ok, a),
-            None,
-        );
-        rec.check_that(
-            format!("{label}: B's write is accepted"),
-            b_ok,
-            wrote(b_ok, b),
-        );
-        if mode == WriteMode::Unfenced {
-            rec.check_that(
-                format!("negative control exposes: {label}: A's write after B's, under the lock the failover gave B, is accepted"),
-                a_ok,
-                wrote(a_ok, a),
-            );
-        } else {
-            rec.check_that(
-                format!("{label}: the fenced resource rejects A's write by B's greater token"),
-                !a_ok,
-                wrote(a_ok, a),
-            );
-        }
-    }
-    Ok(())
 }

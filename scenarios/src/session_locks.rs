@@ -4,7 +4,11 @@
 //! the experiment needs); otherwise on PostgreSQL's advisory lock, on the lab's own server — and
 //! gives the run's store back on every path.
 
-use harness::evidence::Recorder;
+use fencing::resource::{Write, WriteMode};
+use harness::evidence::{Mark, Recorder};
+
+use crate::paused_holder::{A_CONTENT, B_CONTENT};
+use crate::testbed::{wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
 
 use crate::{LockServices, Outcome, Testbed};
 
@@ -77,6 +81,70 @@ pub(crate) async fn on_a_session_lock(
     };
     outcome?;
     back
+}
+
+/// S3's writes after a failover (PostgreSQL's and MariaDB's): B writes, then A with its old
+/// token: in fenced-scope (A rejected), then unfenced (A
+/// accepted, the negative control).
+pub(crate) async fn writes_after_failover(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: i64,
+    b: i64,
+) -> anyhow::Result<()> {
+    for mode in [WriteMode::Fenced, WriteMode::Unfenced] {
+        let label = bed.case().mode_label(mode);
+        let write = |writer, content, token| Write {
+            scope: SCOPE,
+            part: SUMMARY,
+            content,
+            writer,
+            token,
+        };
+        let b_ok = bed
+            .resource
+            .write(&write(HOLDER_B, B_CONTENT, b), mode)
+            .await?;
+        rec.step(
+            Mark::Write { accepted: b_ok },
+            "B",
+            &format!("write ({label})"),
+            Some(b),
+            wrote(b_ok, b),
+            None,
+        );
+        let a_ok = bed
+            .resource
+            .write(&write(HOLDER_A, A_CONTENT, a), mode)
+            .await?;
+        rec.step(
+            Mark::Write { accepted: a_ok },
+            "A",
+            &format!("write ({label})"),
+            Some(a),
+            wrote(a_ok, a),
+            None,
+        );
+        rec.check_that(
+            format!("{label}: B's write is accepted"),
+            b_ok,
+            wrote(b_ok, b),
+        );
+        if mode == WriteMode::Unfenced {
+            rec.check_that(
+                format!("negative control exposes: {label}: A's write after B's, under the lock the failover gave B, is accepted"),
+                a_ok,
+                wrote(a_ok, a),
+            );
+        } else {
+            rec.check_that(
+                format!("{label}: the fenced resource rejects A's write by B's greater token"),
+                !a_ok,
+                wrote(a_ok, a),
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -92,17 +92,39 @@ pub struct MariaServer {
     bins: MariaBinaries,
     server: Option<ChildProcess>,
     dir: ServerDir,
+    /// Replication's needs: a TCP port on 127.0.0.1 (`None`: the socket only), the server id,
+    /// and a binary log.
+    replication: Option<ReplicationRole>,
+}
+
+/// What a server of a replicated pair runs with ([`super::maria_replica`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicationRole {
+    /// Its TCP port on 127.0.0.1: a replica connects to its primary over TCP.
+    pub port: u16,
+    /// `--server-id`, distinct within the pair.
+    pub server_id: u32,
 }
 
 impl MariaServer {
     /// Initialises a data directory and starts the server on a private socket. On error nothing
     /// is left behind.
     pub async fn create(bins: MariaBinaries) -> Result<MariaServer> {
+        Self::create_as(bins, None).await
+    }
+
+    /// [`MariaServer::create`], listening on 127.0.0.1 as well and keeping a binary log when
+    /// `replication` says so.
+    pub async fn create_as(
+        bins: MariaBinaries,
+        replication: Option<ReplicationRole>,
+    ) -> Result<MariaServer> {
         let dir = ServerDir::create(SERVER_USER)?;
         let mut server = MariaServer {
             bins,
             server: None,
             dir,
+            replication,
         };
         let made = async {
             server.install().await?;
@@ -231,11 +253,17 @@ impl Server for MariaServer {
                 "--pid-file={}",
                 self.root().join("mariadbd.pid").display()
             ))
-            .args([
-                "--skip-networking",
-                "--innodb-buffer-pool-size=32M",
-                "--skip-log-bin",
-            ])
+            .args(["--innodb-buffer-pool-size=32M"])
+            .args(match self.replication {
+                None => vec!["--skip-networking".to_owned(), "--skip-log-bin".to_owned()],
+                Some(role) => vec![
+                    format!("--port={}", role.port),
+                    "--bind-address=127.0.0.1".to_owned(),
+                    format!("--server-id={}", role.server_id),
+                    "--log-bin=mariadb-bin".to_owned(),
+                    "--binlog-format=ROW".to_owned(),
+                ],
+            })
             .current_dir(self.root())
             .stdout(Stream::File(log))
             .stderr(Stream::File(log2))

@@ -21,6 +21,8 @@ use std::time::Duration;
 
 pub mod dir;
 #[cfg(feature = "mariadb")]
+pub mod maria_replica;
+#[cfg(feature = "mariadb")]
 pub mod mariadb;
 pub mod postgres;
 pub mod standby;
