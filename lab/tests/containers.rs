@@ -628,7 +628,8 @@ fn zookeeper_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
     )
 }
 
-/// PostgreSQL's advisory lock partitioned from its holder (issue 53): F16 on
+/// PostgreSQL's advisory lock partitioned from its holder, and failed over by Patroni (issue 53):
+/// S6 (the new leader grants B the lock A still believes it holds; the counter fences A), F16 on
 /// `pg-advisory-fenced` (B takes the same lock A held, on the lease host) and S5 (with the
 /// system's TCP keepalives the server keeps the partitioned session, B refused; with keepalives
 /// and tcp_user_timeout it ends it, the fence rejects A, unfenced accepts) pass, every row ran,
@@ -642,12 +643,18 @@ fn the_advisory_lock_partitioned_from_its_holder_keeps_it_until_the_servers_tcp_
     let (pid, code, out) = lab_run(
         sandbox.path(),
         "ev",
-        &["--lease-store", "pg-advisory-fenced", "--only", "F16,S5"],
+        &["--lease-store", "pg-advisory-fenced", "--only", "F16,S5,S6"],
     )?;
-    assert_eq!(code, 0, "F16,S5 on pg-advisory-fenced did not pass:\n{out}");
+    assert_eq!(
+        code, 0,
+        "F16,S5,S6 on pg-advisory-fenced did not pass:\n{out}"
+    );
     for line in [
         "CASE F16 ",
         "CASE S5 ",
+        "CASE S6 ",
+        "  ok   every replica has replayed A's grant — the lock's row, its token and holder — but holds no lock",
+        "  ok   B's token is above A's (the counter replicated), while A's own deadline says A still holds the lock",
         "  ok   with the system's keepalives the server keeps A's partitioned session",
         "  ok   the server still shows A's session holding the lock",
         "  ok   fenced-scope: A, never told its session ended, writes after B: rejected at the resource",

@@ -55,6 +55,7 @@ mod s3_getlock_replica;
 mod s3_session_lock_failover;
 mod s4_lock_in_the_write_transaction;
 mod s5_session_lock_partition;
+mod s6_session_lock_patroni;
 mod session_locks;
 mod spec;
 pub mod testbed;
@@ -180,6 +181,7 @@ pub const ALL: &[&dyn Scenario] = &[
     &s3_session_lock_failover::S3,
     &s4_lock_in_the_write_transaction::S4,
     &s5_session_lock_partition::S5,
+    &s6_session_lock_patroni::S6,
     &u1_fenced_job_lease::U1,
     &u2_stale_completion::U2,
     &u3_database_time::U3,
