@@ -52,6 +52,12 @@ pub const STORES: &[Store] = &[
         kind: Some(lease::sql::KIND),
     },
     Store {
+        name: "postgres-batched",
+        service: None,
+        feature: None,
+        kind: Some(lease::batched::KIND),
+    },
+    Store {
         name: "pg-advisory",
         service: None,
         feature: None,

@@ -61,6 +61,9 @@ pub enum LeaseStoreArg {
     /// The same named lock with a counter bumped and committed on the locking connection once
     /// the lock is held: the token.
     MariadbGetlockFenced,
+    /// The lease table (seed 004's rows) renewed in batches: one statement per holder per
+    /// period, every lease it holds in it (issue 55's design beside one statement per lease).
+    PostgresBatched,
 }
 
 impl LeaseStoreArg {
@@ -87,6 +90,7 @@ impl LeaseStoreArg {
             LeaseStoreArg::PgAdvisoryFenced => "pg-advisory-fenced",
             LeaseStoreArg::MariadbGetlock => "mariadb-getlock",
             LeaseStoreArg::MariadbGetlockFenced => "mariadb-getlock-fenced",
+            LeaseStoreArg::PostgresBatched => "postgres-batched",
             _ => "postgres",
         }
     }
@@ -479,8 +483,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(101..))]
     pub renew_ms: u64,
     /// With --leases: the lease stores, side by side in one run (comma-separated): single (the
-    /// lease table) and the lock services of the build (redis, etcd, zookeeper; a Docker engine
-    /// must answer)
+    /// lease table, one statement per lease per renewal), postgres-batched (the same rows, one
+    /// statement per holder per period) and the lock services of the build (redis, etcd,
+    /// zookeeper; a Docker engine must answer)
     #[arg(
         long,
         value_delimiter = ',',

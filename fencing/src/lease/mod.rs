@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::{Error, Result};
 
+pub mod batched;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod for_experiments;
@@ -217,6 +218,19 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// once the store committed the extension (the grant's local deadline moved; its token did
     /// not). An expired holding is never renewed.
     fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool>;
+
+    /// Renews every grant of `grants` (one holder's): for each, what [`LeaseStore::renew`] would
+    /// answer. One request per grant, in order — unless the store renews a batch in one request
+    /// (`postgres-batched`), where one failed request fails them all.
+    fn renew_all<'a>(&'a self, grants: &'a mut [Grant]) -> StoreFuture<'a, Vec<bool>> {
+        Box::pin(async move {
+            let mut renewed = Vec::with_capacity(grants.len());
+            for grant in grants.iter_mut() {
+                renewed.push(self.renew(grant).await?);
+            }
+            Ok(renewed)
+        })
+    }
 
     /// Gives `grant`'s holding up at once: `true` once the store committed it (the lease is free;
     /// its token never goes back), `false` when the holding was no longer the current one.

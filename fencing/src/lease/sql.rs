@@ -77,6 +77,11 @@ impl SqlLeaseStore {
         &self.pool
     }
 
+    /// The name of the design whose statements it runs (`seed004`, `quartz-style`, …).
+    pub fn profile_name(&self) -> &str {
+        &self.profile.name
+    }
+
     /// What is subtracted from every TTL to form the local deadline.
     pub fn margin(&self) -> Duration {
         self.margin

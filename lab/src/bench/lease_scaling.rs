@@ -163,12 +163,35 @@ async fn one_cell(
     let root = store_root(bed).await;
     let started = Instant::now();
     let window = started + renew;
+    // The batched design renews every lease of a holder in one statement per period.
+    let batched = store == fencing::lease::batched::KIND.name;
     let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
         let names: Vec<String> = (i..leases)
             .step_by(holders)
             .map(|j| format!("scale{n}-{j}"))
             .collect();
-        hold(client.clone(), names, i, ttl, renew, started, duration)
+        let t = Timing {
+            ttl,
+            renew,
+            started,
+            duration,
+        };
+        let held: std::pin::Pin<
+            Box<dyn std::future::Future<Output = anyhow::Result<Seen>> + Send>,
+        > = if batched {
+            Box::pin(hold_batched(client.clone(), names, i, t))
+        } else {
+            Box::pin(hold(
+                client.clone(),
+                names,
+                i,
+                ttl,
+                renew,
+                started,
+                duration,
+            ))
+        };
+        held
     }));
     // The store's CPU from the window's start: the timeline's own wait, then a reading.
     let cpu_at_window = async {
@@ -275,6 +298,68 @@ async fn hold(
                 due.push(Reverse((at + renew, j)));
             }
         }
+    }
+    Ok(seen)
+}
+
+/// A holder's timeline: the TTL it asks, its renewal period, when the cell started, and how long
+/// its renewals are measured after the first period.
+#[derive(Clone, Copy)]
+struct Timing {
+    ttl: Duration,
+    renew: Duration,
+    started: Instant,
+    duration: Duration,
+}
+
+/// One holder of the batched design: its leases taken in the first period as [`hold`] takes
+/// them (each in its own slot), then all of them renewed in one request every period from the
+/// window's start ([`LeaseStore::renew_all`]). Each lease a batch renewed counts as a renewal; a
+/// batch's latency and send lag are counted once per batch; a failed batch fails all its leases.
+async fn hold_batched(
+    client: Arc<dyn LeaseStore>,
+    names: Vec<String>,
+    i: usize,
+    t: Timing,
+) -> anyhow::Result<Seen> {
+    let mut seen = Seen::default();
+    if names.is_empty() {
+        return Ok(seen);
+    }
+    let holder = format!("holder-{i}");
+    let slot = t.renew / names.len() as u32;
+    let mut grants = Vec::with_capacity(names.len());
+    for (j, name) in names.iter().enumerate() {
+        // The timeline's own wait: this lease's slot.
+        harness::wait::prescribed_until(t.started + slot * j as u32).await;
+        let grant = client
+            .acquire(name, &holder, t.ttl)
+            .await
+            .with_context(|| format!("{holder} taking {name}"))?
+            .with_context(|| format!("{name} was not free"))?;
+        grants.push(grant);
+        seen.acquire_s = seen.acquire_s.max(t.started.elapsed().as_secs_f64());
+    }
+    let end = t.started + t.renew + t.duration;
+    let mut at = t.started + t.renew;
+    while at < end {
+        // The timeline's own wait: the next period.
+        harness::wait::prescribed_until(at).await;
+        let sent = Instant::now();
+        let answered = client.renew_all(&mut grants).await;
+        seen.lags_ms
+            .push(sent.duration_since(at).as_secs_f64() * 1000.0);
+        seen.latencies_ms
+            .push(sent.elapsed().as_secs_f64() * 1000.0);
+        match answered {
+            Ok(renewed) => {
+                let ok = renewed.iter().filter(|r| **r).count();
+                seen.ok += ok;
+                seen.expired += renewed.len() - ok;
+            }
+            Err(_) => seen.errors += grants.len(),
+        }
+        at += t.renew;
     }
     Ok(seen)
 }

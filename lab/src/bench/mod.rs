@@ -222,11 +222,14 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         };
         let kind = fencing::stores::built()
             .find(|k| {
-                k.name == name && (k.service.is_some() || k.name == fencing::lease::sql::KIND.name)
+                k.name == name
+                    && (k.service.is_some()
+                        || k.name == fencing::lease::sql::KIND.name
+                        || k.name == fencing::lease::batched::KIND.name)
             })
             .with_context(|| {
                 format!(
-                    "--lease-store {name}: not a lease store of this build; pass single{}",
+                    "--lease-store {name}: not a lease store of this build; pass single, postgres-batched{}",
                     fencing::stores::built()
                         .filter(|k| k.service.is_some())
                         .map(|k| format!(", {}", k.name))
