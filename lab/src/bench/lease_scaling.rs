@@ -313,9 +313,11 @@ struct Timing {
 }
 
 /// One holder of the batched design: its leases taken in the first period as [`hold`] takes
-/// them (each in its own slot), then all of them renewed in one request every period from the
-/// window's start ([`LeaseStore::renew_all`]). Each lease a batch renewed counts as a renewal; a
-/// batch's latency and send lag are counted once per batch; a failed batch fails all its leases.
+/// them (each in its own slot), and every period from the first on, all the leases it holds
+/// renewed in one request ([`LeaseStore::renew_all`]) — between two acquisitions when taking
+/// them runs past a period, as a scheduler's renewer does. Each lease a batch renewed counts as
+/// a renewal; a batch's latency and send lag count once per batch; a failed batch fails all its
+/// leases.
 async fn hold_batched(
     client: Arc<dyn LeaseStore>,
     names: Vec<String>,
@@ -329,26 +331,29 @@ async fn hold_batched(
     let holder = format!("holder-{i}");
     let slot = t.renew / names.len() as u32;
     let mut grants = Vec::with_capacity(names.len());
-    for (j, name) in names.iter().enumerate() {
-        // The timeline's own wait: this lease's slot.
-        harness::wait::prescribed_until(t.started + slot * j as u32).await;
-        let grant = client
-            .acquire(name, &holder, t.ttl)
-            .await
-            .with_context(|| format!("{holder} taking {name}"))?
-            .with_context(|| format!("{name} was not free"))?;
-        grants.push(grant);
-        seen.acquire_s = seen.acquire_s.max(t.started.elapsed().as_secs_f64());
-    }
     let end = t.started + t.renew + t.duration;
-    let mut at = t.started + t.renew;
-    while at < end {
+    let mut batch_at = t.started + t.renew;
+    while batch_at < end {
+        let next = grants.len();
+        let take_at = (next < names.len()).then(|| t.started + slot * next as u32);
+        if let Some(take_at) = take_at.filter(|at| *at < batch_at) {
+            // The timeline's own wait: this lease's slot.
+            harness::wait::prescribed_until(take_at).await;
+            let grant = client
+                .acquire(&names[next], &holder, t.ttl)
+                .await
+                .with_context(|| format!("{holder} taking {}", names[next]))?
+                .with_context(|| format!("{} was not free", names[next]))?;
+            grants.push(grant);
+            seen.acquire_s = seen.acquire_s.max(t.started.elapsed().as_secs_f64());
+            continue;
+        }
         // The timeline's own wait: the next period.
-        harness::wait::prescribed_until(at).await;
+        harness::wait::prescribed_until(batch_at).await;
         let sent = Instant::now();
         let answered = client.renew_all(&mut grants).await;
         seen.lags_ms
-            .push(sent.duration_since(at).as_secs_f64() * 1000.0);
+            .push(sent.duration_since(batch_at).as_secs_f64() * 1000.0);
         seen.latencies_ms
             .push(sent.elapsed().as_secs_f64() * 1000.0);
         match answered {
@@ -359,7 +364,7 @@ async fn hold_batched(
             }
             Err(_) => seen.errors += grants.len(),
         }
-        at += t.renew;
+        batch_at += t.renew;
     }
     Ok(seen)
 }

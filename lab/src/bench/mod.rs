@@ -136,12 +136,28 @@ pub fn run(args: BenchArgs) -> Ended {
     };
     match result {
         Ok(()) => Ended::Passed,
+        Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
+            eprintln!("lab bench: {e}; its servers stopped, its containers removed");
+            Ended::Interrupted(e.downcast_ref::<Interrupted>().expect("checked").0)
+        }
         Err(e) => {
             eprintln!("lab bench: {e:#}");
             Ended::CouldNotRun
         }
     }
 }
+
+/// A bench stopped by SIGINT or SIGTERM, once its testbed was shut down.
+#[derive(Debug)]
+struct Interrupted(crate::Interruption);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted by {}", self.0.name())
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -183,8 +199,13 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         args.warmup
     );
 
-    // Whatever the measurement's outcome, the cluster is stopped cleanly before the verdict.
-    let measured = measure(&mut bed, &pgbench, &clients, &contenders, duration, &args).await;
+    // Whatever the measurement's outcome, the cluster is stopped cleanly before the verdict — an
+    // interruption's too.
+    let mut signals = crate::Signals::install()?;
+    let measured = tokio::select! {
+        m = measure(&mut bed, &pgbench, &clients, &contenders, duration, &args) => m,
+        signal = signals.recv() => Err(Interrupted(signal).into()),
+    };
     bed.shutdown().await;
     let (cells, contention) = measured?;
 
@@ -257,15 +278,19 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         3 * args.renew_ms,
         duration.as_millis()
     );
-    let measured = lease_scaling::measure(
-        &mut bed,
-        &stores,
-        &args.leases,
-        &args.holders,
-        Duration::from_millis(args.renew_ms),
-        duration,
-    )
-    .await;
+    // Its lock services' containers go with the testbed, an interruption's too.
+    let mut signals = crate::Signals::install()?;
+    let measured = tokio::select! {
+        m = lease_scaling::measure(
+            &mut bed,
+            &stores,
+            &args.leases,
+            &args.holders,
+            Duration::from_millis(args.renew_ms),
+            duration,
+        ) => m,
+        signal = signals.recv() => Err(Interrupted(signal).into()),
+    };
     bed.shutdown().await;
     let cells = measured?;
     let table = lease_scaling::render(&cells);
