@@ -130,6 +130,12 @@ pub const STORES: &[Store] = &[
         kind: built!("etcd", lease::etcd::KIND),
     },
     Store {
+        name: "etcd-session",
+        service: Some("etcd"),
+        feature: Some("etcd"),
+        kind: built!("etcd", lease::etcd::SESSION),
+    },
+    Store {
         name: "zookeeper",
         service: Some("zookeeper"),
         feature: Some("zookeeper"),

@@ -41,6 +41,9 @@ pub enum LeaseStoreArg {
     /// etcd 3.4: a lease on the lock key taken by a transaction; the token is the key's create
     /// revision.
     Etcd,
+    /// etcd's lock recipe as concurrency.Session runs it: every lock of a holder on one session
+    /// lease, kept alive once per period (one lost lease loses every lock).
+    EtcdSession,
     /// ZooKeeper 3.8: an ephemeral sequential node, the session timeout as the TTL; the token is
     /// the node's czxid.
     Zookeeper,
@@ -84,6 +87,7 @@ impl LeaseStoreArg {
             LeaseStoreArg::Redis => "redis",
             LeaseStoreArg::RedisPlain => "redis-plain",
             LeaseStoreArg::Etcd => "etcd",
+            LeaseStoreArg::EtcdSession => "etcd-session",
             LeaseStoreArg::Zookeeper => "zookeeper",
             LeaseStoreArg::ZookeeperSuffix => "zookeeper-suffix",
             LeaseStoreArg::PgAdvisory => "pg-advisory",
@@ -485,7 +489,7 @@ pub struct BenchArgs {
     /// With --leases: the lease stores, side by side in one run (comma-separated): single (the
     /// lease table, one statement per lease per renewal), postgres-batched (the same rows, one
     /// statement per holder per period) and the lock services of the build (redis, etcd,
-    /// zookeeper; a Docker engine must answer)
+    /// etcd-session, zookeeper; a Docker engine must answer)
     #[arg(
         long,
         value_delimiter = ',',

@@ -163,8 +163,9 @@ async fn one_cell(
     let root = store_root(bed).await;
     let started = Instant::now();
     let window = started + renew;
-    // The batched design renews every lease of a holder in one statement per period.
-    let batched = store == fencing::lease::batched::KIND.name;
+    // The designs that renew per holder, not per lease: the batched lease table (one statement
+    // per holder per period) and etcd's session lease (one keep-alive per holder per period).
+    let batched = matches!(store, "postgres-batched" | "etcd-session");
     let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
         let names: Vec<String> = (i..leases)
             .step_by(holders)
