@@ -337,7 +337,9 @@ async fn hold_batched(
     while batch_at < end {
         let next = grants.len();
         let take_at = (next < names.len()).then(|| t.started + slot * next as u32);
-        if let Some(take_at) = take_at.filter(|at| *at < batch_at) {
+        // A lease is taken in its slot unless the batch is due first — by the schedule, or,
+        // taking behind it, by the clock: the renewer does not wait for the last acquisition.
+        if let Some(take_at) = take_at.filter(|at| *at < batch_at && Instant::now() < batch_at) {
             // The timeline's own wait: this lease's slot.
             harness::wait::prescribed_until(take_at).await;
             let grant = client
