@@ -102,6 +102,9 @@ struct Seen {
     acquire_s: f64,
 }
 
+/// How long a store may take to answer again after a cell that overloaded it.
+const RESET_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Every (store, leases, holders) cell, in order, on `lab`.
 pub async fn measure(
     bed: &mut Testbed,
@@ -118,6 +121,18 @@ pub async fn measure(
             .with_context(|| format!("--lease-store {store}"))?;
         for &h in holders {
             for &l in leases {
+                // A store the cell before overloaded (ZooKeeper expiring thousands of sessions)
+                // may not answer at once: its reset is asked again until it does.
+                let bed_ref = &*bed;
+                harness::wait::until(
+                    &format!("{store} answers the reset before the next cell"),
+                    RESET_TIMEOUT,
+                    || async {
+                        Ok::<bool, std::convert::Infallible>(bed_ref.lease.reset().await.is_ok())
+                    },
+                )
+                .await
+                .with_context(|| format!("--lease-store {store}: the store did not recover"))?;
                 bed.reset().await?;
                 let n = cells.len();
                 let cell = match one_cell(bed, store, n, l, h, renew, duration).await {
