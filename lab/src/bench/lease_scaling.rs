@@ -103,7 +103,21 @@ struct Seen {
 }
 
 /// How long a store may take to answer again after a cell that overloaded it.
-const RESET_TIMEOUT: Duration = Duration::from_secs(120);
+const RESET_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until the store answers its reset (a store the cell before overloaded — ZooKeeper
+/// expiring thousands of sessions — may not answer at once); `Err` says why it never did, for
+/// the cells it cannot measure.
+async fn store_answers(bed: &Testbed, store: &str) -> Result<(), String> {
+    harness::wait::until(
+        &format!("{store} answers the reset before the next cell"),
+        RESET_TIMEOUT,
+        || async { Ok::<bool, std::convert::Infallible>(bed.lease.reset().await.is_ok()) },
+    )
+    .await
+    .map(drop)
+    .map_err(|e| format!("the store stopped answering after an earlier cell ({e})"))
+}
 
 /// Every (store, leases, holders) cell, in order, on `lab`.
 pub async fn measure(
@@ -119,20 +133,18 @@ pub async fn measure(
         bed.use_store(store)
             .await
             .with_context(|| format!("--lease-store {store}"))?;
+        // Set once the store stops answering: its remaining cells are recorded as not measured.
+        let mut wedged: Option<String> = None;
         for &h in holders {
             for &l in leases {
-                // A store the cell before overloaded (ZooKeeper expiring thousands of sessions)
-                // may not answer at once: its reset is asked again until it does.
-                let bed_ref = &*bed;
-                harness::wait::until(
-                    &format!("{store} answers the reset before the next cell"),
-                    RESET_TIMEOUT,
-                    || async {
-                        Ok::<bool, std::convert::Infallible>(bed_ref.lease.reset().await.is_ok())
-                    },
-                )
-                .await
-                .with_context(|| format!("--lease-store {store}: the store did not recover"))?;
+                if wedged.is_none() {
+                    wedged = store_answers(bed, store).await.err();
+                }
+                if let Some(why) = &wedged {
+                    eprintln!("bench: {store}, {l} leases, {h} holders: not measured: {why}");
+                    cells.push(Cell::failed(store, l, h, renew, why.clone()));
+                    continue;
+                }
                 bed.reset().await?;
                 let n = cells.len();
                 let cell = match one_cell(bed, store, n, l, h, renew, duration).await {
