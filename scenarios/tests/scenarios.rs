@@ -275,6 +275,9 @@ one_test_each! {
         rl1: alone "RL1",
         rl2: alone "RL2",
         rl3: alone "RL3",
+        rl4: alone "RL4",
+        s5: alone "S5",
+        s6: alone "S6",
     }
     on_mariadb (MariaDb) {
         u1: alone "U1",
