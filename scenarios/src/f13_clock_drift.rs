@@ -188,8 +188,10 @@ const ABOVE_BOUNDARY: f64 = 0.05;
 /// at the expiry, before A's slow clock catches up with its deadline. With TTL 1500 ms and margin
 /// 300 ms (r* = 0.8), r = 0.75 left 100 ms of real time — and with seven tests at once on two
 /// cores the go-line took longer (a test run saw A read its clock 1 ms past its deadline, its
-/// rate measured 0.749); r = 0.7 leaves 214 ms ((TTL - margin) / r - TTL).
-const BELOW_BOUNDARY: f64 = 0.1;
+/// rate measured 0.749); r = 0.7 left 214 ms ((TTL - margin) / r - TTL) — and a fresh-clone CI
+/// with the container experiments beside it saw A read its clock 20 ms past its deadline (the
+/// go-line 234 ms late or more). r = 0.6 leaves 500 ms; still below r*, the row's point.
+const BELOW_BOUNDARY: f64 = 0.2;
 
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
