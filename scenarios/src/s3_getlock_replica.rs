@@ -122,21 +122,5 @@ async fn fail_over(
         acquired(b.as_ref()),
         None,
     );
-    rec.check_that(
-        "B takes the lock on the new primary at once, with a token above A's (the counter \
-         replicated), while A's own deadline says A still holds it: two holders by their own \
-         reckoning",
-        b.as_ref().is_some_and(|b| b.token > a.token) && a.locally_valid(),
-        format_args!(
-            "{} after A's token={}; A's local deadline {}",
-            acquired(b.as_ref()),
-            a.token,
-            if a.locally_valid() {
-                "not passed"
-            } else {
-                "passed"
-            }
-        ),
-    );
-    b.context("B could not take the lock on the new primary")
+    crate::session_locks::b_took_the_lock_after_failover(rec, b, a)
 }

@@ -147,6 +147,33 @@ pub(crate) async fn writes_after_failover(
     Ok(())
 }
 
+/// S3's check after a failover (PostgreSQL's and MariaDB's): B's grant on the new primary came
+/// at once with a token above A's while A's own deadline says A still holds the lock. B's grant,
+/// or why there is none.
+pub(crate) fn b_took_the_lock_after_failover(
+    rec: &mut Recorder,
+    b: Option<fencing::lease::Grant>,
+    a: &fencing::lease::Grant,
+) -> anyhow::Result<fencing::lease::Grant> {
+    rec.check_that(
+        "B takes the lock on the new primary at once, with a token above A's (the counter \
+         replicated), while A's own deadline says A still holds it: two holders by their own \
+         reckoning",
+        b.as_ref().is_some_and(|b| b.token > a.token) && a.locally_valid(),
+        format_args!(
+            "{} after A's token={}; A's local deadline {}",
+            crate::testbed::acquired(b.as_ref()),
+            a.token,
+            if a.locally_valid() {
+                "not passed"
+            } else {
+                "passed"
+            }
+        ),
+    );
+    anyhow::Context::context(b, "B could not take the lock on the new primary")
+}
+
 #[cfg(test)]
 mod tests {
     use super::store_for;
