@@ -204,8 +204,15 @@ pub fn record(
 /// and the operations of unknown outcome and how they were resolved.
 fn counts(v: &Verdict, sep: &str) -> String {
     let holdings = if v.lease_record {
+        let unrecorded = match v.unrecorded_grants {
+            0 => String::new(),
+            n => format!(
+                "; {n} token(s) the resource saw are missing from the lease store's record (a \
+                 grant it lost), each bounded by its first sighting"
+            ),
+        };
         format!(
-            "{} holdings ({} overlapping by the database clock — I1 is efficiency only)",
+            "{} holdings ({} overlapping by the database clock — I1 is efficiency only){unrecorded}",
             v.holdings, v.overlapping_holdings
         )
     } else {

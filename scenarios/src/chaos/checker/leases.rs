@@ -53,6 +53,7 @@ impl Verdict {
         self.holdings += v.holdings;
         self.overlapping_holdings += v.overlapping_holdings;
         self.lease_record |= v.lease_record;
+        self.unrecorded_grants += v.unrecorded_grants;
         for (kind, row) in v.by_fault {
             let to = self.by_fault.entry(kind).or_default();
             for (key, n) in row.stale_accepted {
@@ -462,6 +463,7 @@ mod tests {
             holdings: 19,
             overlapping_holdings: 23,
             lease_record: true,
+            unrecorded_grants: 59,
             accepted: scoped(29),
             by_fault: BTreeMap::from([(
                 "pause".into(),
@@ -501,6 +503,7 @@ mod tests {
         assert_eq!(merged.holdings, 38);
         assert_eq!(merged.overlapping_holdings, 46);
         assert!(merged.lease_record, "one lease's record makes the run's");
+        assert_eq!(merged.unrecorded_grants, 118);
         assert_eq!(merged.accepted, twice(29));
         let row = &merged.by_fault["pause"];
         assert_eq!(

@@ -171,6 +171,9 @@ pub struct Verdict {
     /// reads): without it holdings and I1 are not counted, and stale writes are counted from
     /// the resource's own records as a lower bound ([`check_stale`]).
     pub lease_record: bool,
+    /// Tokens the resource saw (a committed version or a logged attempt) that the lease store's
+    /// record lacks, when it has one: each one's grant is bounded by its first sighting.
+    pub unrecorded_grants: usize,
     /// Per scope: writes acknowledged as accepted (a fence that accepts none guards nothing).
     pub accepted: BTreeMap<String, usize>,
     /// Per fault kind (and `none`): see [`FaultRow`].

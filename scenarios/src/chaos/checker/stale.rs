@@ -3,7 +3,7 @@
 //! resource's own records) — the fence's whole business. Each is blamed on the fault that hit
 //! its writer after its grant, and so is each rejected write: the per-fault rows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use holder_protocol::OpKind;
 
@@ -41,28 +41,34 @@ pub(super) fn blamed(o: &Observed<'_>, process: &str, token: i64, until: f64) ->
 }
 
 pub(super) fn check_stale(o: &Observed<'_>, v: &mut Verdict) {
-    // When each token was first granted, by the database clock. A lease store that keeps no
-    // record the lab reads (a lock service) gives a bound instead: a token was granted before
-    // the resource first saw it — its first committed version or logged attempt, the resource's
-    // clock — so a version committed after that with a smaller token is stale for certain (a
-    // lower bound of the count: a stale write before the greater token reached the resource is
-    // not seen).
+    // When each token was first granted, by the database clock — bounded as well by the
+    // resource's own records: a token was granted before the resource first saw it (its first
+    // committed version or logged attempt, the resource's clock). A lease store that keeps no
+    // record the lab reads (a lock service) gives only that bound, so a version committed after
+    // it with a smaller token is stale for certain (a lower bound of the count: a stale write
+    // before the greater token reached the resource is not seen). A store whose record lacks a
+    // token the resource saw (a grant lost with its leader in a failover, or a record read from
+    // a replica behind it) is bounded the same way for that token, and the verdict counts it.
     let mut granted: BTreeMap<i64, i64> = BTreeMap::new();
     for l in o.lease {
         granted.entry(l.token).or_insert(l.at_us);
     }
     v.lease_record = !o.lease.is_empty();
-    if !v.lease_record {
-        let seen = o
-            .parts
-            .iter()
-            .map(|p| (p.token, p.commit_us.unwrap_or(p.at_us)))
-            .chain(o.attempts.iter().map(|a| (a.token, a.at_us)));
-        for (token, at) in seen {
-            let first = granted.entry(token).or_insert(at);
-            *first = (*first).min(at);
+    let seen = o
+        .parts
+        .iter()
+        .map(|p| (p.token, p.commit_us.unwrap_or(p.at_us)))
+        .chain(o.attempts.iter().map(|a| (a.token, a.at_us)));
+    let recorded: BTreeSet<i64> = granted.keys().copied().collect();
+    let mut unrecorded = BTreeSet::new();
+    for (token, at) in seen {
+        if v.lease_record && !recorded.contains(&token) {
+            unrecorded.insert(token);
         }
+        let first = granted.entry(token).or_insert(at);
+        *first = (*first).min(at);
     }
+    v.unrecorded_grants = unrecorded.len();
     for f in o.faults {
         v.by_fault
             .entry(f.kind.as_str().into())
@@ -139,6 +145,16 @@ mod tests {
         };
         let v = run_logging(&ops, &early, &[], &[logged]);
         assert_eq!(v.stale["s"], 1, "{v:?}");
+        // A record that lost token 2's grant (its leader failed over before a replica had
+        // it): the resource's first sighting of token 2 bounds the grant, so A's version
+        // after it is still stale, and the verdict counts the token the record lacks.
+        let lost: Vec<_> = lease.iter().filter(|l| l.token != 2).cloned().collect();
+        assert!(lost.len() < lease.len() && !lost.is_empty());
+        let v = run(&ops, &parts, &lost);
+        assert!(v.lease_record);
+        assert_eq!(v.stale["s"], 1, "{v:?}");
+        assert_eq!(v.unrecorded_grants, 1);
+        assert_eq!(run(&ops, &parts, &lease).unrecorded_grants, 0);
         // Fenced: nothing stale, with or without the record.
         let (ops, parts, _) = stale_history(false);
         assert!(run(&ops, &parts, &[]).stale.is_empty());
