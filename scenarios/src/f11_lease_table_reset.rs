@@ -42,7 +42,7 @@ const SPEC: Spec = Spec {
                     tokens never go back costs liveness here, not safety: nothing wrong is \
                     written, but the job cannot run.",
     },
-    checks: 10,
+    checks: 11,
     checks_on_store: StoreChecks::Same,
     checks_again: None,
     needs: Needs::Nothing,
@@ -78,10 +78,12 @@ impl Scenario for F11 {
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let mut before = Vec::new();
+            let mut first = None;
             for n in 1..=GRANTS_BEFORE {
                 let who = if n % 2 == 1 { HOLDER_A } else { HOLDER_B };
                 let (g, ok) = grant_and_write(bed, rec, who, &format!("rows={n}00")).await?;
                 before.push(format!("token={} accepted={ok}", g.token));
+                first.get_or_insert_with(|| g.clone());
                 let released = bed.lease.release(&g).await?;
                 ensure!(released, "{who} could not release its holding");
                 rec.step(
@@ -154,30 +156,10 @@ impl Scenario for F11 {
                 wrote(ok, g.token),
             );
 
-            // The same holder tries again with a new grant each time, as a scheduled job would.
-            let mut held = g;
-            let mut further = Vec::new();
-            for _ in 0..FURTHER_GRANTS {
-                let released = bed.lease.release(&held).await?;
-                ensure!(released, "holder-c could not release its holding");
-                rec.step(
-                    Mark::Released,
-                    HOLDER_C,
-                    "release",
-                    Some(held.token),
-                    "RELEASED ok=true",
-                    None,
-                );
-                let (g, ok) = grant_and_write(bed, rec, HOLDER_C, "rows=500(C)").await?;
-                let current = bed
-                    .lease
-                    .inspect(LEASE)
-                    .await?
-                    .is_some_and(|r| r.holder == HOLDER_C && r.token == g.token && !r.expired);
-                let state = if current { "current" } else { "not current" };
-                further.push(format!("token={} {state} accepted={ok}", g.token));
-                held = g;
-            }
+            let first = first.context("no grant before the reset")?;
+            crate::stale_handle::probe(rec, bed.lease.as_ref(), first, &g, BEFORE_RESET).await?;
+
+            let further = further_grants(bed, rec, g).await?;
             rec.check(
                 format!("{FURTHER_GRANTS} further grants, each holder-c's current holding and each write rejected while the tokens stay below the floor"),
                 &(2..2 + FURTHER_GRANTS)
@@ -225,6 +207,42 @@ impl Scenario for F11 {
             Ok(())
         })
     }
+}
+
+/// Where the probe's old handle comes from, for its check.
+const BEFORE_RESET: &str = "from before the reset";
+
+/// holder-c tries again with a new grant each time, as a scheduled job would, releasing `held`
+/// first: per grant, its token, whether it is the lease's current holding, whether its write
+/// was accepted.
+async fn further_grants(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    mut held: Grant,
+) -> anyhow::Result<Vec<String>> {
+    let mut further = Vec::new();
+    for _ in 0..FURTHER_GRANTS {
+        let released = bed.lease.release(&held).await?;
+        ensure!(released, "holder-c could not release its holding");
+        rec.step(
+            Mark::Released,
+            HOLDER_C,
+            "release",
+            Some(held.token),
+            "RELEASED ok=true",
+            None,
+        );
+        let (g, ok) = grant_and_write(bed, rec, HOLDER_C, "rows=500(C)").await?;
+        let current = bed
+            .lease
+            .inspect(LEASE)
+            .await?
+            .is_some_and(|r| r.holder == HOLDER_C && r.token == g.token && !r.expired);
+        let state = if current { "current" } else { "not current" };
+        further.push(format!("token={} {state} accepted={ok}", g.token));
+        held = g;
+    }
+    Ok(further)
 }
 
 /// `who` acquires the lease (which must be free) and writes `content` with its token in the

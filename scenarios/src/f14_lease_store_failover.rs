@@ -53,7 +53,7 @@ const SPEC: Spec = Spec {
                     link is back; after the failover B's token is greater and A's stale write \
                     is rejected.",
     },
-    checks: 15,
+    checks: 16,
     checks_on_store: StoreChecks::Same,
     checks_again: None,
     needs: Needs::Nothing,
@@ -75,6 +75,10 @@ const SPEC: Spec = Spec {
 pub struct F14 {
     pub synchronous_names: bool,
 }
+
+/// Where the probe's old handle comes from, for its check: after the asynchronous failover, A's
+/// token is B's too, and A's handle must not reach B's holding.
+const BEFORE_FAILOVER: &str = "from before the failover";
 
 /// The standby's name at the primary.
 const STANDBY: &str = "lab_standby";
@@ -209,20 +213,7 @@ async fn timeline(
     let on_primary =
         SqlLeaseStore::with_profile(lease_pool, p.margin, c.sut.clone()).with_ttl_in_force(c.ttl);
     if let Replication::Synchronous { names } = mode {
-        let name = names.then_some(STANDBY);
-        standby::set_synchronous_standby(&pair.primary_admin, name).await?;
-        if names {
-            let admin = &pair.primary_admin;
-            harness::wait::until("the standby is synchronous", p.wait_timeout, || async {
-                Ok::<bool, sqlx::Error>(
-                    standby::senders(admin)
-                        .await?
-                        .iter()
-                        .any(|s| s.application_name == STANDBY && s.sync_state == "sync"),
-                )
-            })
-            .await?;
-        }
+        make_synchronous(pair, names, p.wait_timeout).await?;
     }
     let senders = standby::senders(&pair.primary_admin).await?;
     rec.note(format!(
@@ -367,6 +358,9 @@ async fn timeline(
         }
     }
     let b = b.context("B could not acquire on the promoted standby")?;
+    if mode == Replication::Asynchronous {
+        crate::stale_handle::probe(rec, &on_standby, a.clone(), &b, BEFORE_FAILOVER).await?;
+    }
     let b_ok = write(bed, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
     rec.check(
         format!("B's write is accepted (mode={})", c.fence_label()),
@@ -394,6 +388,29 @@ async fn timeline(
         }
     }
     on_standby.pool().close().await;
+    Ok(())
+}
+
+/// (b)'s set-up: `synchronous_standby_names` names the standby (or, `names` false, the broken
+/// variant's, is left empty), and with a name, a wait until the primary reports it `sync`.
+async fn make_synchronous(
+    pair: &Pair,
+    names: bool,
+    wait_timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    standby::set_synchronous_standby(&pair.primary_admin, names.then_some(STANDBY)).await?;
+    if names {
+        let admin = &pair.primary_admin;
+        harness::wait::until("the standby is synchronous", wait_timeout, || async {
+            Ok::<bool, sqlx::Error>(
+                standby::senders(admin)
+                    .await?
+                    .iter()
+                    .any(|s| s.application_name == STANDBY && s.sync_state == "sync"),
+            )
+        })
+        .await?;
+    }
     Ok(())
 }
 

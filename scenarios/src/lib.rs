@@ -58,6 +58,7 @@ mod s5_session_lock_partition;
 mod s6_session_lock_patroni;
 mod session_locks;
 mod spec;
+mod stale_handle;
 pub mod testbed;
 pub mod tokens_table;
 mod u1_fenced_job_lease;
