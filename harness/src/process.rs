@@ -64,7 +64,9 @@ mod spawner;
 
 pub use child::ChildProcess;
 pub use orphan::stop_orphan;
-pub use proc::{exists, group_members, tcp_ports_to, threads, tree_cpu_seconds, ThreadState};
+pub use proc::{
+    children, exists, group_members, tcp_ports_to, threads, tree_cpu_seconds, ThreadState,
+};
 pub use spawn::{RunAs, Spawn, Stream};
 
 /// How long a freeze or a thaw may take to show in `/proc` before it is an error.

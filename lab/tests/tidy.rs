@@ -880,11 +880,10 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         111,
         "a signal sent in a container and its /proc check, one exchange with the engine",
     ),
-    ("lab/src/bench/mod.rs", "render_table", 114, DRAWING),
     (
         "lab/src/bench/mod.rs",
         "run_pgbench",
-        107,
+        106,
         "pgbench's script written, run and read back: one measurement",
     ),
     ("lab/src/bench/lease_scaling.rs", "chart", 153, DRAWING),
@@ -988,7 +987,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/f11_lease_table_reset.rs",
         "run",
-        150,
+        132,
         TIMELINE,
     ),
     (
@@ -1000,7 +999,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/f14_lease_store_failover.rs",
         "timeline",
-        198,
+        188,
         TIMELINE,
     ),
     ("scenarios/src/f15_delayed_write.rs", "row", 221, TIMELINE),

@@ -92,7 +92,9 @@ pub fn tcp_ports_to(pid: u32, dst: std::net::IpAddr, port: u16) -> io::Result<Ve
 }
 
 /// User + system CPU seconds of `root` and every process descended from it, now (`None` when
-/// `/proc` cannot be read). What `lab bench` reads a lease store's cost with.
+/// `/proc` cannot be read), with what their exited children spent once reaped (`cutime`,
+/// `cstime`): a process that ends during a measurement — a server's backend whose client
+/// disconnected — keeps its CPU in the total. What `lab bench` reads a server's cost with.
 pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
     let tps = procfs::ticks_per_second() as f64;
     let all: Vec<procfs::process::Stat> = procfs::process::all_processes()
@@ -109,7 +111,25 @@ pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
     let ticks: u64 = all
         .iter()
         .filter(|s| tree.contains(&s.pid))
-        .map(|s| s.utime + s.stime)
+        .map(|s| s.utime + s.stime + reaped(s.cutime) + reaped(s.cstime))
         .sum();
     Some(ticks as f64 / tps)
+}
+
+/// A `cutime`/`cstime` field of `/proc/<pid>/stat` as ticks (the kernel reports it signed).
+fn reaped(ticks: i64) -> u64 {
+    u64::try_from(ticks).unwrap_or(0)
+}
+
+/// How many processes `/proc` lists whose parent is `pid` now, zombies (not reaped yet)
+/// included: what a caller polls to know that children which ended have been reaped, so that
+/// their CPU is in [`tree_cpu_seconds`].
+pub fn children(pid: u32) -> usize {
+    let Ok(all) = procfs::process::all_processes() else {
+        return 0;
+    };
+    all.flatten()
+        .filter_map(|p| p.stat().ok())
+        .filter(|stat| i64::from(stat.ppid) == i64::from(pid))
+        .count()
 }

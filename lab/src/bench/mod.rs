@@ -29,7 +29,7 @@ use anyhow::{bail, Context as _};
 use fencing::resource::{self, Write};
 use harness::evidence::write_atomically;
 use harness::process::Spawn;
-use harness::server::{ClusterConfig, PgBinaries};
+use harness::server::{ClusterConfig, PgBinaries, Server as _};
 use scenarios::testbed::SCOPE;
 use scenarios::{Params, Testbed};
 use serde_json::json;
@@ -56,6 +56,10 @@ struct Cell {
     /// WAL written per transaction while pgbench ran (bytes; `None` for the lab's writers, whose
     /// warm-up writes share the measurement, and for a pgbench cell that completed none).
     wal_per_tx: Option<f64>,
+    /// The server's CPU per transaction while pgbench ran (µs: every process of the cluster,
+    /// the backends that served pgbench included once they ended; `None` for the lab's writers
+    /// and where `/proc` could not be read).
+    cpu_us_per_tx: Option<f64>,
 }
 
 /// One contention size.
@@ -71,14 +75,63 @@ struct Contention {
 /// The writer counts every mode is measured at.
 const WRITERS: [usize; 4] = [1, 4, 16, 64];
 
-/// The one-statement writes pgbench also runs as they are (their profile's statement), and
-/// [`NO_ROW_LOCK`].
-const SAME_SQL: [&str; 4] = [
+/// The one-statement writes pgbench also runs as they are (their profile's statement), and the
+/// diagnostics of the fence's cost on the server: [`NO_ROW_LOCK`], [`CHECK_READ_ONLY`],
+/// [`ADVISORY`].
+const SAME_SQL: [&str; 6] = [
     "fenced-single",
     "fenced-shared",
     "unfenced-single",
     NO_ROW_LOCK,
+    CHECK_READ_ONLY,
+    ADVISORY,
 ];
+
+/// A diagnostic of the fence's cost on the server, run by pgbench only: the check's read alone —
+/// unfenced-single's upsert and record, done only when the scope's floor row, read without a
+/// lock, is at or below the token. Not a fence (nothing orders it against an advance), but the
+/// least any check at the resource does: it reads the floor. Beside unfenced-single it weighs
+/// that read, the floor of what a fence costs on this server.
+const CHECK_READ_ONLY: &str = "fenced-check-read-only";
+
+/// A diagnostic of the fence's cost on the server, run by pgbench only: the same guarantee as
+/// fenced-shared without its row lock's WAL — PL/pgSQL [`ADVISORY_FUNCTION`], where writers of the
+/// current token share an advisory lock on the scope (held in the lock manager's memory, never
+/// logged) and an advance takes it exclusively, each re-reading the floor after its lock with a
+/// fresh snapshot (a volatile function's every query takes one). What removing the row lock's
+/// WAL buys, measured; not one of the lab's designs (the experiments do not judge it).
+const ADVISORY: &str = "fenced-advisory";
+
+/// [`ADVISORY`]'s function, created on the bench's resource database before its cells.
+const ADVISORY_FUNCTION: &str = r#"
+CREATE OR REPLACE FUNCTION lab_bench_fenced_advisory(
+  p_scope text, p_part text, p_content text, p_writer text, p_token bigint, p_mode text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  seen bigint;
+  ok boolean := false;
+BEGIN
+  SELECT max_token INTO seen FROM fence_floor WHERE scope = p_scope;
+  IF p_token = seen THEN
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended(p_scope, 0));
+    SELECT max_token = p_token INTO ok FROM fence_floor WHERE scope = p_scope;
+  ELSIF p_token > seen THEN
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_scope, 0));
+    UPDATE fence_floor SET max_token = p_token WHERE scope = p_scope AND max_token <= p_token;
+    ok := FOUND;
+  END IF;
+  IF ok THEN
+    INSERT INTO report_part AS r (scope, part, content, writer, token)
+    VALUES (p_scope, p_part, p_content, p_writer, p_token)
+    ON CONFLICT (scope, part) DO UPDATE
+       SET content = EXCLUDED.content, writer = EXCLUDED.writer,
+           token = EXCLUDED.token, written_at = clock_timestamp();
+  END IF;
+  INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
+  VALUES (p_scope, p_part, p_writer, p_token, p_mode, ok);
+  RETURN ok;
+END $$
+"#;
 
 /// A diagnostic of the fence's cost on the server, run by pgbench only: fenced-shared's statement
 /// with its row lock (`FOR SHARE`) taken out. Not a fence — a writer whose token equals the floor
@@ -103,28 +156,64 @@ attempt AS (
 SELECT true
 "#;
 
+/// [`CHECK_READ_ONLY`]'s statement: [`UNFENCED_SINGLE`] done only when the floor row, read
+/// without a lock, is at or below the token.
+const CHECK_READ_ONLY_SQL: &str = r#"
+WITH fence AS (
+   SELECT scope FROM fence_floor WHERE scope = :scope AND max_token <= :token),
+part AS (
+   INSERT INTO report_part AS r (scope, part, content, writer, token)
+   SELECT :scope, :part, :content, :writer, :token FROM fence
+   ON CONFLICT (scope, part) DO UPDATE
+      SET content = EXCLUDED.content, writer = EXCLUDED.writer,
+          token = EXCLUDED.token, written_at = clock_timestamp()
+RETURNING 1),
+attempt AS (
+   INSERT INTO write_attempt (scope, part, writer, token, mode, accepted)
+   SELECT :scope, :part, :writer, :token, :mode, EXISTS (SELECT 1 FROM fence))
+SELECT EXISTS (SELECT 1 FROM fence)
+"#;
+
+/// seed004-single's profile with `statement` as its write, recorded as `name`: the bench's own
+/// writes.
+fn bench_profile(name: &str, statement: &str) -> fencing::profile::Profile {
+    let single = fencing::profile::Profile::built_in_text("seed004-single")
+        .expect("seed004-single is built in");
+    let (head, _) = single
+        .split_once("[resource.write]")
+        .expect("seed004-single has a write");
+    let text = format!(
+        "{}[resource.write]\nmode = \"{name}\"\nstatement = \"\"\"{statement}\"\"\"\n",
+        head.replace("name = \"seed004-single\"", &format!("name = \"{name}\""))
+    );
+    fencing::profile::Profile::parse(name, &text).unwrap_or_else(|e| panic!("{name} parses: {e}"))
+}
+
 /// The bench's own write `unfenced-single`: seed004-single's profile with [`UNFENCED_SINGLE`]
 /// as its write.
 static UNFENCED_SINGLE_PROFILE: std::sync::LazyLock<fencing::profile::Profile> =
+    std::sync::LazyLock::new(|| bench_profile("unfenced-single", UNFENCED_SINGLE));
+
+/// The diagnostics [`CHECK_READ_ONLY`] and [`ADVISORY`] as profiles, for pgbench's cells.
+static CHECK_READ_ONLY_PROFILE: std::sync::LazyLock<fencing::profile::Profile> =
+    std::sync::LazyLock::new(|| bench_profile(CHECK_READ_ONLY, CHECK_READ_ONLY_SQL));
+static ADVISORY_PROFILE: std::sync::LazyLock<fencing::profile::Profile> =
     std::sync::LazyLock::new(|| {
-        let single = fencing::profile::Profile::built_in_text("seed004-single")
-            .expect("seed004-single is built in");
-        let (head, _) = single
-            .split_once("[resource.write]")
-            .expect("seed004-single has a write");
-        let text = format!(
-            "{}[resource.write]\nmode = \"unfenced-single\"\nstatement = \"\"\"{UNFENCED_SINGLE}\"\"\"\n",
-            head.replace("name = \"seed004-single\"", "name = \"unfenced-single\"")
-        );
-        fencing::profile::Profile::parse("unfenced-single", &text).expect("unfenced-single parses")
+        bench_profile(
+            ADVISORY,
+            "SELECT lab_bench_fenced_advisory(:scope, :part, :content, :writer, :token, :mode)",
+        )
     });
 
-/// A write the bench measures: the lab's named writes, and [`UNFENCED_SINGLE_PROFILE`].
+/// A write the bench measures: the lab's named writes, [`UNFENCED_SINGLE_PROFILE`], and the
+/// pgbench-only diagnostics.
 fn bench_write(name: &str) -> Option<(resource::WriteMode, &'static fencing::profile::Profile)> {
-    if name == "unfenced-single" {
-        return Some((resource::WriteMode::Fenced, &UNFENCED_SINGLE_PROFILE));
+    match name {
+        "unfenced-single" => Some((resource::WriteMode::Fenced, &UNFENCED_SINGLE_PROFILE)),
+        CHECK_READ_ONLY => Some((resource::WriteMode::Fenced, &CHECK_READ_ONLY_PROFILE)),
+        ADVISORY => Some((resource::WriteMode::Fenced, &ADVISORY_PROFILE)),
+        _ => resource::named_write(name),
     }
-    resource::named_write(name)
 }
 
 /// Runs it on the lab's runtime: passed once the table and the files are out, could not run
@@ -451,6 +540,7 @@ async fn write_cell(
         p99_ms: percentile(&all, 0.99),
         waits,
         wal_per_tx: None,
+        cpu_us_per_tx: None,
     })
 }
 
@@ -517,6 +607,12 @@ async fn same_sql_cell(
         name
     };
     let (_, profile) = bench_write(written).context("a named write")?;
+    if name == ADVISORY {
+        sqlx::raw_sql(ADVISORY_FUNCTION)
+            .execute(bed.resource.pool())
+            .await
+            .context("failed to create the advisory-lock fence's function")?;
+    }
     let fencing::profile::WriteSql::OneStatement(statement) = &profile.resource.write else {
         bail!("{name} is not one statement");
     };
@@ -598,22 +694,20 @@ async fn run_pgbench(
     let path = work.path().join("script.sql");
     std::fs::write(&path, script)?;
     let secs = duration.as_secs().max(1);
-    let wal_before = wal_lsn(bed).await?;
-    let mut spawn = Spawn::new("pgbench", pgbench).args([
-        "-n",
-        "-c",
-        &n.to_string(),
-        "-j",
-        &n.min(2).to_string(),
-        "-T",
-        &secs.to_string(),
-        "-l",
-    ]);
-    for option in extra {
-        spawn = spawn.arg(option);
-    }
+    let cost = ServerCost::start(bed).await?;
     // Bounded by its own -T plus a margin for connecting and writing its logs.
-    let out = spawn
+    let out = Spawn::new("pgbench", pgbench)
+        .args([
+            "-n",
+            "-c",
+            &n.to_string(),
+            "-j",
+            &n.min(2).to_string(),
+            "-T",
+            &secs.to_string(),
+            "-l",
+        ])
+        .args(extra)
         .arg(format!(
             "--log-prefix={}",
             work.path().join("pgbench").display()
@@ -633,7 +727,7 @@ async fn run_pgbench(
         .output(Duration::from_secs(secs + 60))
         .await
         .context("failed to run pgbench")?;
-    let wal = wal_lsn(bed).await? - wal_before;
+    let (wal, cpu) = cost.spent(bed, &format!("{name} at {n} clients")).await?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(
@@ -689,8 +783,57 @@ async fn run_pgbench(
         p50_ms: percentile(&lat, 0.50),
         p99_ms: percentile(&lat, 0.99),
         waits: String::new(),
-        wal_per_tx: (writes > 0).then(|| wal as f64 / writes as f64),
+        wal_per_tx: per_tx(Some(wal as f64), writes),
+        cpu_us_per_tx: per_tx(cpu.map(|c| c * 1e6), writes),
     })
+}
+
+/// `total` over `writes` transactions; `None` when there were none or no total.
+fn per_tx(total: Option<f64>, writes: usize) -> Option<f64> {
+    total.filter(|_| writes > 0).map(|t| t / writes as f64)
+}
+
+/// What the server spends from a start: the WAL it writes, and its CPU — every process of the
+/// cluster, from its postmaster down.
+struct ServerCost {
+    wal: i64,
+    postmaster: Option<u32>,
+    children: Option<usize>,
+    seconds: Option<f64>,
+}
+
+impl ServerCost {
+    async fn start(bed: &Testbed) -> anyhow::Result<Self> {
+        let postmaster = bed.cluster()?.pid();
+        Ok(ServerCost {
+            wal: wal_lsn(bed).await?,
+            postmaster,
+            children: postmaster.map(harness::process::children),
+            seconds: postmaster.and_then(harness::process::tree_cpu_seconds),
+        })
+    }
+
+    /// The WAL bytes written since the start, and the CPU seconds spent — once the backends
+    /// that ended meanwhile (a client's, disconnected) are reaped and their CPU is the
+    /// postmaster's; `None` where `/proc` could not be read. `what` names the measurement if
+    /// the wait runs out.
+    async fn spent(self, bed: &Testbed, what: &str) -> anyhow::Result<(i64, Option<f64>)> {
+        let wal = wal_lsn(bed).await? - self.wal;
+        let Some((pid, before)) = self.postmaster.zip(self.children) else {
+            return Ok((wal, None));
+        };
+        let reaped = harness::wait::until(
+            "the backends that served pgbench reaped",
+            Duration::from_secs(5),
+            || async move { Ok::<_, std::io::Error>(harness::process::children(pid) <= before) },
+        )
+        .await;
+        if let Err(e) = reaped {
+            eprintln!("lab bench: {what}: {e} (its CPU per transaction may miss some)");
+        }
+        let cpu = harness::process::tree_cpu_seconds(pid).zip(self.seconds);
+        Ok((wal, cpu.map(|(after, before)| after - before)))
+    }
 }
 
 /// Where the server's WAL insertion stands, in bytes from its start.
@@ -834,27 +977,7 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
             }
         }
     }
-    // The server's side of the fence's cost: WAL per transaction of the same SQL under pgbench,
-    // the row lock taken out as a diagnostic.
-    for n in WRITERS {
-        let wal = |name: &str| {
-            cells
-                .iter()
-                .find(|c| c.name == name && c.clients == n)
-                .and_then(|c| c.wal_per_tx.map(|w| (w, c.per_sec)))
-        };
-        if let (Some(shared), Some(unlocked), Some(base)) = (
-            wal("pgbench:fenced-shared"),
-            wal(&format!("pgbench:{NO_ROW_LOCK}")),
-            wal("pgbench:unfenced-single"),
-        ) {
-            let _ = writeln!(
-                out,
-                "server side at {n:>2} writers (pgbench, WAL bytes/tx, tx/s): unfenced-single {:.0} B, {:.0}/s; fenced-shared {:.0} B, {:.0}/s; fenced-shared without FOR SHARE {:.0} B, {:.0}/s",
-                base.0, base.1, shared.0, shared.1, unlocked.0, unlocked.1
-            );
-        }
-    }
+    server_side(cells, &mut out);
     let _ = writeln!(
         out,
         "{:<18} {:>7} {:>10} {:>8} {:>8}",
@@ -874,11 +997,81 @@ fn render_table(cells: &[Cell], contention: &[Contention]) -> String {
     out
 }
 
+/// The server's side of the fence's cost, from pgbench's cells on the same SQL: per writer
+/// count, each diagnostic's transactions per second (× unfenced-single), the server's CPU and
+/// WAL per transaction; then what the check's read costs alone (the floor of any fence that
+/// reads the floor row) and what each fence adds to it.
+fn server_side(cells: &[Cell], out: &mut String) {
+    const ROWS: [(&str, &str); 5] = [
+        ("unfenced-single", "unfenced-single (no check)"),
+        (CHECK_READ_ONLY, "the check's read alone (not a fence)"),
+        (NO_ROW_LOCK, "fenced-shared without FOR SHARE (not a fence)"),
+        ("fenced-shared", "fenced-shared"),
+        (ADVISORY, "fenced-advisory (advisory lock, PL/pgSQL)"),
+    ];
+    for n in WRITERS {
+        let cell = |name: &str| {
+            cells
+                .iter()
+                .find(|c| c.name == format!("pgbench:{name}") && c.clients == n)
+                .filter(|c| c.per_sec > 0.0)
+        };
+        let Some(base) = cell("unfenced-single") else {
+            continue;
+        };
+        let figure =
+            |v: Option<f64>, unit: &str| v.map_or("?".to_owned(), |v| format!("{v:.0} {unit}"));
+        let _ = writeln!(
+            out,
+            "server side at {n:>2} writers (pgbench on the same SQL: tx/s, × unfenced-single, server CPU per tx, WAL per tx):"
+        );
+        for (name, label) in ROWS {
+            if let Some(c) = cell(name) {
+                let _ = writeln!(
+                    out,
+                    "  {label:<48} {:>7.0}/s {:>5.2}×  {:>7}  {:>6}",
+                    c.per_sec,
+                    c.per_sec / base.per_sec,
+                    figure(c.cpu_us_per_tx, "µs"),
+                    figure(c.wal_per_tx, "B")
+                );
+            }
+        }
+        let (Some(read), Some(base_cpu)) = (cell(CHECK_READ_ONLY), base.cpu_us_per_tx) else {
+            continue;
+        };
+        let Some(read_cpu) = read.cpu_us_per_tx else {
+            continue;
+        };
+        let added = |name: &str| {
+            cell(name).and_then(|c| {
+                Some(format!(
+                    "{name} {:+.0} µs and {:+.0} B",
+                    c.cpu_us_per_tx? - read_cpu,
+                    c.wal_per_tx? - read.wal_per_tx?
+                ))
+            })
+        };
+        let _ = writeln!(
+            out,
+            "  the floor at {n:>2} writers: reading the floor row costs {:+.0} µs of server CPU per write ({:.2}× unfenced-single's tx/s); on top of that read: {}",
+            read_cpu - base_cpu,
+            read.per_sec / base.per_sec,
+            ["fenced-shared", ADVISORY]
+                .into_iter()
+                .filter_map(added)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+}
+
 fn bench_json(cells: &[Cell], contention: &[Contention]) -> serde_json::Value {
     json!({
         "writes": cells.iter().map(|c| json!({
             "mode": c.name, "writers": c.clients, "writes": c.writes, "writes_per_sec": c.per_sec,
             "p50_ms": c.p50_ms, "p99_ms": c.p99_ms, "waits": c.waits, "wal_bytes_per_tx": c.wal_per_tx,
+            "server_cpu_us_per_tx": c.cpu_us_per_tx,
             "ratio_to_pgbench": reference(cells, "pgbench", c.clients).map(|r| c.per_sec / r),
             "ratio_to_unfenced": reference(cells, "unfenced", c.clients).map(|r| c.per_sec / r),
             "ratio_to_unfenced_single": reference(cells, "unfenced-single", c.clients).map(|r| c.per_sec / r),
