@@ -15,9 +15,19 @@ Where failures come from (each optional; missing ones are said, not silently ski
                                without a token (--lease-store redis-plain, zookeeper-suffix), a
                                --mode control of chaos; each failed check counts, named by DIR
 
+The failures of the broken variants are kept in evidence/broken-checks.tsv (source, case, check
+with digits masked), written by --failures (scripts/check-map-failures.sh runs the variants and
+calls it), so that the map can be made again from the records the repository holds.
+
 Usage: scripts/check-map.py RUN_DIR [--failures DIR ...] [--out evidence/check-map.md]
+       scripts/check-map.py RUN_DIR --check
   RUN_DIR  the evidence of a default `lab run` (./run.sh): its events.jsonl is the inventory
-Exit status: 0, or 1 when a check is neither seen failing nor argued.
+  --check  writes nothing: fails when evidence/check-map.md is not the map this run and the
+           records make — a check of the run missing from it, a check it names that the run no
+           longer has, a check it places in the wrong section — and names each (CI runs it on
+           its own default run)
+Exit status: 0, or 1 when a check is neither seen failing nor argued (or, with --check, when the
+map is not current).
 """
 import argparse
 import json
@@ -63,7 +73,10 @@ def main():
     ap.add_argument("run_dir")
     ap.add_argument("--failures", nargs="*", default=[])
     ap.add_argument("--out", default=str(ROOT / "evidence/check-map.md"))
+    ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
+    if a.check and a.failures:
+        sys.exit("check-map: --check reads the recorded failures (evidence/broken-checks.tsv), not --failures")
     inventory = Path(a.run_dir) / "events.jsonl"
     if not inventory.exists():
         sys.exit(f"check-map: {inventory}: no such event log (run ./run.sh first)")
@@ -91,17 +104,27 @@ def main():
         sources.append(f"{tsv.relative_to(ROOT)}: {len(rows)} failed checks of {len(mutants)} killed SQL mutants")
     else:
         sources.append(f"{tsv.relative_to(ROOT)}: missing (scripts/mutants.sh --generated writes it)")
-    for d in a.failures:
-        logs = sorted(Path(d).rglob("events.jsonl"))
-        n = 0
-        for log in logs:
-            name = str(log.parent.relative_to(Path(d).parent))
-            for case, desc, passed in checks_of(log):
-                if passed is False:
-                    seen[key(case, desc)].add(name)
-                    n += 1
-        runs = sorted({log.relative_to(Path(d)).parts[0] for log in logs})
-        sources.append(f"{d}: {n} failed checks in {len(logs)} event logs ({', '.join(runs)})")
+    broken = ROOT / "evidence/broken-checks.tsv"
+    if a.failures:
+        # The broken variants' failed checks, recorded for the next map.
+        recorded = []
+        for d in a.failures:
+            for log in sorted(Path(d).rglob("events.jsonl")):
+                name = str(log.parent.relative_to(Path(d)))
+                for case, desc, passed in checks_of(log):
+                    if passed is False:
+                        masked = re.sub(r"\d+", "N", desc).replace("\t", " ")
+                        recorded.append(f"{name}\t{case}\t{masked}")
+        broken.write_text("source\tcase\tcheck (digits masked)\n" + "".join(f"{r}\n" for r in sorted(set(recorded))))
+    if broken.exists():
+        rows = broken.read_text().splitlines()[1:]
+        for row in rows:
+            source, case, desc = row.split("\t", 2)
+            seen[key(case, desc)].add(source)
+        runs = sorted({r.split("\t", 1)[0].split("/", 1)[0] for r in rows})
+        sources.append(f"{broken.relative_to(ROOT)}: {len(rows)} failed checks of broken variants ({', '.join(runs)})")
+    else:
+        sources.append(f"{broken.relative_to(ROOT)}: missing (scripts/check-map-failures.sh writes it)")
 
     why = argued()
     rows_seen, rows_argued, rows_open = [], [], []
@@ -133,10 +156,56 @@ def main():
         text += ["## Never seen failing, not argued", "", "| experiment | check | |", "|---|---|---|", *rows_open, ""]
     text += ["## Never seen failing, argued", "", "| experiment | check | why it is not seen failing: no fault of the system under test can fail it, or the step where one fails first |", "|---|---|---|", *rows_argued, ""]
     text += ["## Seen failing", "", "| experiment | check | failed by |", "|---|---|---|", *rows_seen, ""]
+    if a.check:
+        return check_current(Path(a.out), rows_seen, rows_argued, rows_open)
     Path(a.out).write_text("\n".join(text))
     print(f"check-map: {len(checks)} checks: {len(rows_seen)} seen failing, {len(rows_argued)} argued, "
           f"{len(rows_open)} unexplained; {a.out}", file=sys.stderr)
     return 1 if rows_open else 0
+
+
+def placed(rows, section):
+    """{(experiment, masked check): section} of map rows `| experiment | check | … |`."""
+    out = {}
+    for r in rows:
+        cells = [c.strip() for c in r.strip().strip("|").split("|")]
+        if len(cells) >= 2:
+            out[key(cells[0], cells[1])] = section
+    return out
+
+
+def check_current(path, rows_seen, rows_argued, rows_open):
+    """0 when the map at `path` places every check as this run and the records do; 1, naming
+    what differs, otherwise."""
+    want = {**placed(rows_seen, "seen failing"), **placed(rows_argued, "argued"),
+            **placed(rows_open, "UNEXPLAINED")}
+    have, section = {}, None
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            section = {"## Seen failing": "seen failing", "## Never seen failing, argued": "argued",
+                       "## Never seen failing, not argued": "UNEXPLAINED"}.get(line.strip())
+        elif section and line.startswith("| ") and not line.startswith("| experiment |"):
+            have.update(placed([line], section))
+    missing = sorted(k for k in want if k not in have)
+    gone = sorted(k for k in have if k not in want)
+    moved = sorted(k for k in want if k in have and want[k] != have[k])
+    for k in missing:
+        print(f"check-map: missing from the map: {k[0]} | {k[1]} ({want[k]})", file=sys.stderr)
+    for k in gone:
+        print(f"check-map: the map names a check the run no longer has: {k[0]} | {k[1]}", file=sys.stderr)
+    for k in moved:
+        print(f"check-map: the map says {have[k]}, the records say {want[k]}: {k[0]} | {k[1]}", file=sys.stderr)
+    if rows_open:
+        print(f"check-map: {len(rows_open)} check(s) neither seen failing nor argued", file=sys.stderr)
+    if missing or gone or moved or rows_open:
+        print(f"check-map: {path} is not current ({len(missing)} missing, {len(gone)} gone, "
+              f"{len(moved)} placed otherwise, {len(rows_open)} unexplained): make it again with "
+              "scripts/check-map.py RUN_DIR (scripts/check-map-failures.sh first if the broken "
+              "variants' records are stale)", file=sys.stderr)
+        return 1
+    print(f"check-map: {path} is current: {len(want)} checks, {len(rows_seen)} seen failing, "
+          f"{len(rows_argued)} argued", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

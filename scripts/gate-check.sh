@@ -38,14 +38,20 @@ PY
   t=$SECONDS
   status=0
   "$lab" run --gate --sut "$mutant" --evidence-dir "$out/ev-$id" >"$out/$id.log" 2>&1 || status=$?
-  # Killed only by a check that failed (exit 1, a FAIL line): a lab that could not run the mutant
-  # (exit 2: a design on MariaDB and a lab built without it, say) killed nothing.
+  # Killed only by a check of the experiment's own that failed (exit 1, a FAIL line that is not
+  # the run's own bookkeeping: an experiment that could not run to its end, or made another
+  # number of checks than it declares, shows no check guarding the flaw); a lab that could not
+  # run the mutant (exit 2: a design on MariaDB and a lab built without it, say) killed nothing.
+  guard=$(grep '  FAIL' "$out/$id.log"     | grep -v -e 'FAIL the scenario ran to its end' -e 'FAIL the scenario made the number of checks'     | head -1 || true)
   if [ "$status" = 0 ]; then
     survived=$((survived + 1))
     echo "gate-check: SURVIVED $id ($what) in $((SECONDS - t)) s"
-  elif [ "$status" = 1 ] && grep -q '  FAIL' "$out/$id.log"; then
+  elif [ "$status" = 1 ] && [ -n "$guard" ]; then
     killed=$((killed + 1))
-    echo "gate-check: killed $id in $((SECONDS - t)) s: $(grep -m1 '  FAIL' "$out/$id.log" | cut -c1-140)"
+    echo "gate-check: killed $id in $((SECONDS - t)) s: $(echo "$guard" | cut -c1-140)"
+  elif [ "$status" = 1 ]; then
+    survived=$((survived + 1))
+    echo "gate-check: SURVIVED $id ($what): only aborts failed, no check of its own: $(grep -m1 '  FAIL' "$out/$id.log" | cut -c1-140)"
   else
     unrun=$((unrun + 1))
     echo "gate-check: COULD NOT RUN $id (exit $status): $(tail -1 "$out/$id.log" | cut -c1-200)"
