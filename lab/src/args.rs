@@ -473,6 +473,13 @@ pub struct BenchArgs {
     /// and the lease store's CPU; the knee named. Writes bench-leases.json and bench-leases.svg
     #[arg(long, value_delimiter = ',', value_name = "L")]
     pub leases: Vec<usize>,
+    /// Instead of the write modes, only what the fence costs on the server: pgbench on the same
+    /// SQL for the write with no check, the check's read alone, fenced-shared with and without
+    /// its row lock and the advisory-lock fence, at 16 and 64 writers, this many rounds in a
+    /// rotating order; medians of each one's tx/s over the unchecked write's in the same round,
+    /// of its server CPU and WAL per transaction. Writes bench-fence-cost.txt and .json
+    #[arg(long, value_name = "ROUNDS", value_parser = clap::value_parser!(u64).range(1..100), conflicts_with = "leases")]
+    pub fence_cost: Option<u64>,
     /// With --leases: how many holders (tasks, each with its own client of the store) share
     /// the leases (comma-separated counts)
     #[arg(

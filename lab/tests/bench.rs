@@ -103,3 +103,70 @@ fn lease_scaling_measures_each_cell_and_names_the_knee() -> anyhow::Result<()> {
     );
     sb.assert_nothing_left()
 }
+
+/// `lab bench --fence-cost` (issue 55 item 5): pgbench on the five statements at 16 and 64
+/// writers, every cell's server CPU and WAL per transaction read, the floor line written. What a
+/// run this short can judge beside the figures is the WAL, which the machine's load does not
+/// move: fenced-shared's row lock writes WAL per transaction the unchecked write does not, and
+/// the advisory-lock fence, which keeps its lock in memory, writes what the unchecked write does.
+#[test]
+fn fence_cost_measures_each_statement_and_the_row_locks_wal() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["bench", "--fence-cost", "2", "--duration-ms", "300"])
+        .arg("--evidence-dir")
+        .arg(&ev)
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = String::from_utf8(out.stdout)?;
+    assert_eq!(fs::read_to_string(ev.join("bench-fence-cost.txt"))?, table);
+    for n in [16, 64] {
+        assert!(
+            table.contains(&format!("the floor at {n} writers: the check's read costs")),
+            "{table}"
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(ev.join("bench-fence-cost.json"))?)?;
+    let cells = json["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 10, "{json}");
+    let median = |statement: &str, writers: u64, field: &str| -> f64 {
+        let cell = cells
+            .iter()
+            .find(|c| c["statement"] == statement && c["writers"] == writers)
+            .unwrap_or_else(|| panic!("no cell {statement} at {writers}: {json}"));
+        let mut values: Vec<f64> = cell[field]
+            .as_array()
+            .unwrap_or_else(|| panic!("{field} of {statement}: {json}"))
+            .iter()
+            .filter_map(serde_json::Value::as_f64)
+            .collect();
+        assert_eq!(
+            values.len(),
+            2,
+            "{field} of {statement} at {writers}: one per round"
+        );
+        values.sort_by(f64::total_cmp);
+        values[0]
+    };
+    for writers in [16, 64] {
+        for c in cells.iter().filter(|c| c["writers"] == writers) {
+            let s = c["statement"].as_str().expect("a name");
+            assert!(median(s, writers, "server_cpu_us_per_tx") > 0.0, "{json}");
+        }
+        let write = median("unfenced-single", writers, "wal_bytes_per_tx");
+        let shared = median("fenced-shared", writers, "wal_bytes_per_tx");
+        let advisory = median("fenced-advisory", writers, "wal_bytes_per_tx");
+        assert!(
+            shared > write + 20.0,
+            "FOR SHARE writes WAL: {shared} against {write}"
+        );
+        assert!(
+            (advisory - write).abs() < 20.0,
+            "the advisory lock writes none: {advisory} against {write}"
+        );
+    }
+    sb.assert_nothing_left()
+}

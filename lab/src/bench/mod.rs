@@ -17,6 +17,7 @@
 //! Output: a table on the terminal, `bench.json` and `bench.svg` in the evidence directory.
 //! Figures are measurements of this machine at this moment; compare ratios within one run.
 
+mod fence_cost;
 pub mod lease_scaling;
 mod stats;
 
@@ -291,6 +292,29 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     // Whatever the measurement's outcome, the cluster is stopped cleanly before the verdict — an
     // interruption's too.
     let mut signals = crate::Signals::install()?;
+    if let Some(rounds) = args.fence_cost {
+        let measured = tokio::select! {
+            m = fence_cost::measure(&mut bed, &pgbench, rounds as usize, duration) => m,
+            signal = signals.recv() => Err(Interrupted(signal).into()),
+        };
+        bed.shutdown().await;
+        let (table, json) = measured?;
+        if let Err(e) = crate::print_stdout(&table) {
+            eprintln!("bench: failed to write the table to stdout: {e}");
+        }
+        let dir = &args.evidence_dir;
+        write_atomically(&dir.join("bench-fence-cost.txt"), table.as_bytes())?;
+        write_atomically(
+            &dir.join("bench-fence-cost.json"),
+            json.to_string().as_bytes(),
+        )?;
+        eprintln!(
+            "bench: bench-fence-cost.txt and .json in {}; {:.0} s",
+            dir.display(),
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let measured = tokio::select! {
         m = measure(&mut bed, &pgbench, &clients, &contenders, duration, &args) => m,
         signal = signals.recv() => Err(Interrupted(signal).into()),
