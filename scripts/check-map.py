@@ -41,9 +41,15 @@ ROOT = Path(__file__).resolve().parent.parent
 MODES = re.compile(r"\b(fenced-scope|fenced-single|fenced-shared|sut)\b")
 
 
+HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+# A hexadecimal number whose digits were masked already (a record's "NxNebN").
+MASKED_HEX = re.compile(r"\bNx[0-9a-fA-FN]+\b")
+
+
 def key(case, description):
     base = case.split("-")[0]
-    return base, MODES.sub("MODE", re.sub(r"\d+", "N", description))
+    masked = MASKED_HEX.sub("N", re.sub(r"\d+", "N", HEX.sub("N", description)))
+    return base, MODES.sub("MODE", masked)
 
 
 def checks_of(events):

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The gate: the smallest set of experiments that still kills every planted bug the mutation map
 records — each mutant of scripts/sql-mutants.txt (evidence/mutants.md, the catalogue's table:
-which cases of `./run.sh` failed on it) and each broken variant of the lab's code that
-evidence/check-map.md says was seen failing (scripts/broken-holder.sh). Computed, not chosen:
+which cases of `./run.sh` failed on it) and each broken variant of the lab's code, by the
+experiments whose guarding check it was recorded failing (evidence/broken-checks.tsv:
+scripts/broken-holder.sh). Computed, not chosen:
 
     scripts/gate.py            prints the gate's experiment ids, comma-separated, and why
     scripts/gate.py --write    writes them to lab/src/gate.txt, which `lab run --gate` runs
@@ -19,7 +20,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "evidence/mutants.md"
-CHECK_MAP = ROOT / "evidence/check-map.md"
+BROKEN_CHECKS = ROOT / "evidence/broken-checks.tsv"
 GATE = ROOT / "lab/src/gate.txt"
 
 
@@ -42,13 +43,25 @@ def catalogue():
     return kills
 
 
+# The broken variants of the lab's code, by the source name their failed checks are recorded
+# under in evidence/broken-checks.tsv (scripts/check-map-failures.sh), and the checks that guard
+# against each: a kill counts on those alone (what the variant's own script requires).
+BROKEN = {
+    "holder-skips-its-deadline-check": ("scripts/broken-holder.sh", re.compile(r"deadline passed")),
+}
+
+
 def broken_variants():
-    """{variant: experiments it was seen failing} from the check map's argued lines."""
+    """{variant: experiments whose guarding check it was seen failing} from the recorded failures."""
     seen = {}
-    for line in CHECK_MAP.read_text().splitlines():
-        m = re.match(r"\| (\w+) \|.*seen failing with (scripts/[\w.-]+)", line)
-        if m:
-            seen.setdefault(m.group(2), set()).add(experiment(m.group(1)))
+    for row in BROKEN_CHECKS.read_text().splitlines()[1:]:
+        source, case, check = row.split("\t", 2)
+        variant = BROKEN.get(source.split("/", 1)[0])
+        if variant and variant[1].search(check):
+            seen.setdefault(variant[0], set()).add(experiment(case))
+    missing = sorted(v for v, _ in BROKEN.values() if v not in seen)
+    if missing:
+        sys.exit(f"gate: no guarding check recorded failing for {', '.join(missing)} in {BROKEN_CHECKS}")
     return seen
 
 
@@ -56,7 +69,7 @@ def main():
     planted = catalogue()
     planted.update(broken_variants())
     if not planted:
-        sys.exit("gate: no mutation map found (evidence/mutants.md, evidence/check-map.md)")
+        sys.exit("gate: no mutation map found (evidence/mutants.md, evidence/broken-checks.tsv)")
     unkillable = sorted(m for m, e in planted.items() if not e)
     if unkillable:
         sys.exit(f"gate: killed by no experiment (only chaos, or not at all): {', '.join(unkillable)}")

@@ -515,8 +515,8 @@ pub struct RunArgs {
     /// The gate for a pull request's CI: the fewest experiments that still kill every planted
     /// bug of the mutation map (each SQL mutant of scripts/sql-mutants.txt, each broken variant
     /// of the lab), each in every fenced mode — computed by scripts/gate.py from
-    /// evidence/mutants.md and evidence/check-map.md, not chosen by hand. The full run stays the
-    /// default
+    /// evidence/mutants.md and evidence/broken-checks.tsv, not chosen by hand. The full run stays
+    /// the default
     #[arg(long, conflicts_with = "only")]
     pub gate: bool,
 
