@@ -142,6 +142,12 @@ pub const STORES: &[Store] = &[
         kind: built!("zookeeper", lease::zookeeper::KIND),
     },
     Store {
+        name: "zookeeper-session",
+        service: Some("zookeeper"),
+        feature: Some("zookeeper"),
+        kind: built!("zookeeper", lease::zookeeper::SESSION),
+    },
+    Store {
         name: "zookeeper-suffix",
         service: Some("zookeeper"),
         feature: Some("zookeeper"),

@@ -47,6 +47,9 @@ pub enum LeaseStoreArg {
     /// ZooKeeper 3.8: an ephemeral sequential node, the session timeout as the TTL; the token is
     /// the node's czxid.
     Zookeeper,
+    /// The ZooKeeper lock as a Curator process runs it: every lock of a holder an ephemeral node
+    /// of one session, whose heartbeat renews them all (one expired session loses every lock).
+    ZookeeperSession,
     /// The same ZooKeeper lock with the node's sequence suffix as the token — a counter of the
     /// lock's container parent, which starts again when ZooKeeper deletes the empty parent (R1):
     /// a flawed token, its fenced experiments negative results.
@@ -89,6 +92,7 @@ impl LeaseStoreArg {
             LeaseStoreArg::Etcd => "etcd",
             LeaseStoreArg::EtcdSession => "etcd-session",
             LeaseStoreArg::Zookeeper => "zookeeper",
+            LeaseStoreArg::ZookeeperSession => "zookeeper-session",
             LeaseStoreArg::ZookeeperSuffix => "zookeeper-suffix",
             LeaseStoreArg::PgAdvisory => "pg-advisory",
             LeaseStoreArg::PgAdvisoryFenced => "pg-advisory-fenced",
@@ -496,7 +500,7 @@ pub struct BenchArgs {
     /// With --leases: the lease stores, side by side in one run (comma-separated): single (the
     /// lease table, one statement per lease per renewal), postgres-batched (the same rows, one
     /// statement per holder per period) and the lock services of the build (redis, etcd,
-    /// etcd-session, zookeeper; a Docker engine must answer)
+    /// etcd-session, zookeeper, zookeeper-session; a Docker engine must answer)
     #[arg(
         long,
         value_delimiter = ',',

@@ -68,13 +68,14 @@ fn again_with(named: bool, args: &RunArgs) -> Vec<Arc<Profile>> {
 /// token by default — and the database's fenced advisory lock, on the lab's own server —, none
 /// when a store was named.
 fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
-    // A second design on a service already repeated (etcd-session beside etcd) is repeated
-    // only when asked (--again-on etcd-session).
+    // A second design on a service already repeated (etcd-session beside etcd,
+    // zookeeper-session beside zookeeper) is repeated only when asked (--again-on etcd-session).
     let offered = || {
         fencing::stores::built()
             .filter(|k| k.sound && (k.service.is_some() || k.freed_on_disconnect))
     };
-    let by_default = |k: &&fencing::lease::StoreKind| k.name != "etcd-session";
+    let by_default =
+        |k: &&fencing::lease::StoreKind| !matches!(k.name, "etcd-session" | "zookeeper-session");
     match args.again_on.as_deref() {
         // A holder of the user's runs its own lease client: F4 and F5 are not repeated on the
         // lab's lock services unless asked.

@@ -79,7 +79,11 @@ impl Spec {
                 self.checks - n
             }
             StoreChecks::FewerOnLockServices(_) => self.checks,
-            StoreChecks::MoreOnZooKeeper(n) if store == "zookeeper" => self.checks + n,
+            StoreChecks::MoreOnZooKeeper(n)
+                if matches!(store, "zookeeper" | "zookeeper-session") =>
+            {
+                self.checks + n
+            }
             StoreChecks::MoreOnZooKeeper(_) => self.checks,
         }
     }
@@ -256,8 +260,15 @@ mod tests {
         );
         let more = spec(StoreChecks::MoreOnZooKeeper(2), None);
         assert_eq!(
-            ["postgres", "etcd", "zookeeper", "zookeeper-suffix"].map(|s| more.checks_on(s)),
-            [10, 10, 12, 10]
+            [
+                "postgres",
+                "etcd",
+                "zookeeper",
+                "zookeeper-session",
+                "zookeeper-suffix"
+            ]
+            .map(|s| more.checks_on(s)),
+            [10, 10, 12, 12, 10]
         );
         // Found by `./run.sh --lease-store zookeeper --only F4`: its fenced-single and
         // fenced-shared cases made 19 checks and were held to 17.

@@ -53,6 +53,10 @@ pub struct ZkLeaseStore {
     /// client does; the release deletes the node, and dropping the client ends the connection
     /// without closing the session (the server expires it, and a node still in it).
     sessions: Mutex<HashMap<String, zk::Client>>,
+    /// `zookeeper-session`: the one session every lock of this client is taken in (Curator's
+    /// recipe as a process runs it: one `CuratorFramework`, one session, many locks), once
+    /// opened and until ZooKeeper expires it. `None`: a session per lock (`zookeeper`).
+    shared: Option<tokio::sync::Mutex<Option<zk::Client>>>,
 }
 
 impl std::fmt::Debug for ZkLeaseStore {
@@ -240,7 +244,85 @@ impl ZkLeaseStore {
             token_of,
             own,
             sessions: Mutex::default(),
+            shared: None,
         })
+    }
+
+    /// `zookeeper-session`: every lock this client takes is an ephemeral node of one session of
+    /// its own, opened at its first lock with that lock's TTL as its timeout; the session's
+    /// heartbeat (the client library's pings) is every lock's renewal. The token is the node's
+    /// czxid. For fencing, the locks share one fate: a pause or a partition past the timeout
+    /// expires the session and every lock with it.
+    pub async fn connect_shared(endpoint: &str, margin: Duration) -> Result<Self> {
+        let mut store = ZkLeaseStore::connect(endpoint, margin, TokenOf::Czxid).await?;
+        store.shared = Some(tokio::sync::Mutex::default());
+        Ok(store)
+    }
+
+    /// The session a lock of `ttl` is taken in: a new one of its own, or — `zookeeper-session` —
+    /// the client's one session, opened now if it has none or ZooKeeper expired it.
+    async fn lock_session(&self, ttl: Duration) -> Result<zk::Client> {
+        let Some(shared) = &self.shared else {
+            return session(&self.endpoint, ttl, true).await;
+        };
+        let mut current = shared.lock().await;
+        if let Some(client) = current.as_ref() {
+            if !client.state().is_terminated() {
+                return Ok(client.clone());
+            }
+        }
+        let client = session(&self.endpoint, ttl, true).await?;
+        *current = Some(client.clone());
+        Ok(client)
+    }
+
+    /// `zookeeper-session`'s renewal of one holder's grants: one request through the client's
+    /// session (an `exists` of the lab's root: an answer proves the session alive, as the
+    /// heartbeat does), and every grant still held by this client renewed with it — the
+    /// recipe's renewal, which trusts the client's own record of the locks it gave up. A session
+    /// ZooKeeper expired renews none, and is forgotten.
+    async fn renew_shared(&self, grants: &mut [Grant]) -> Result<Vec<bool>> {
+        let sent = Instant::now();
+        let shared = self.shared.as_ref().expect("a shared session store");
+        let client = shared.lock().await.clone();
+        let alive = match &client {
+            None => Err(
+                "this client has no session: it took no lock, or ZooKeeper expired it".to_owned(),
+            ),
+            Some(client) => {
+                let ttl = grants.first().map_or(OWN_SESSION, |g| g.ttl);
+                match asked(client, ROOT, Instant::now() + ttl * 7 / 5 + CONNECT_TIMEOUT).await.0 {
+                    Ok(_) => Ok(()),
+                    Err(e) if transient(client, &e) => {
+                        return Err(failed("ask through the session whether it lives", e))
+                    }
+                    Err(e) => Err(format!(
+                        "the client's session {} is gone ({e}, state {:?}): every lock in it went with it",
+                        client.session_id(),
+                        client.state()
+                    )),
+                }
+            }
+        };
+        if alive.is_err() {
+            *shared.lock().await = None;
+        }
+        let held = self.sessions.lock().expect("sessions").clone();
+        Ok(grants
+            .iter_mut()
+            .map(|g| match &alive {
+                Ok(()) if held.contains_key(node_of(&g.handle).0) => {
+                    let ttl = g.ttl;
+                    g.renewed(sent + (ttl - self.margin));
+                    true
+                }
+                Ok(()) => false,
+                Err(why) => {
+                    g.lost_because(why.clone());
+                    false
+                }
+            })
+            .collect())
     }
 
     /// Creates `path` as a `mode` node unless it exists.
@@ -267,7 +349,7 @@ impl ZkLeaseStore {
         super::check_timing(ttl, self.margin)?;
         self.ensure(ROOT, zk::CreateMode::Persistent).await?;
         let sent = Instant::now();
-        let mine = session(&self.endpoint, ttl, true).await?;
+        let mine = self.lock_session(ttl).await?;
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         // The container parent may be deleted by the server between its creation and the
         // child's (it was empty): make it again, as Curator does.
@@ -473,6 +555,9 @@ impl ZkLeaseStore {
         for client in self.sessions.lock().expect("sessions").drain() {
             drop(client);
         }
+        if let Some(shared) = &self.shared {
+            *shared.lock().await = None;
+        }
         let names = match self.own.get_children(ROOT).await {
             Ok((names, _)) => names,
             Err(zk::Error::NoNode) => return Ok(()),
@@ -496,6 +581,9 @@ impl ZkLeaseStore {
 
 impl LeaseStore for ZkLeaseStore {
     fn token_name(&self) -> String {
+        if self.shared.is_some() {
+            return "czxid of the lock's ephemeral sequential node, every lock of a client in one session".into();
+        }
         match self.token_of {
             TokenOf::Czxid => {
                 "czxid of the lock's ephemeral sequential node (its sequence number recorded beside)"
@@ -520,6 +608,21 @@ impl LeaseStore for ZkLeaseStore {
         Box::pin(self.renew_now(grant))
     }
 
+    /// `zookeeper-session`: one request for all of a holder's grants ([`Self::renew_shared`]);
+    /// a session per lock: each grant's own renewal, in order.
+    fn renew_all<'a>(&'a self, grants: &'a mut [Grant]) -> StoreFuture<'a, Vec<bool>> {
+        Box::pin(async move {
+            if self.shared.is_some() {
+                return self.renew_shared(grants).await;
+            }
+            let mut renewed = Vec::with_capacity(grants.len());
+            for grant in grants.iter_mut() {
+                renewed.push(self.renew_now(grant).await?);
+            }
+            Ok(renewed)
+        })
+    }
+
     fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
         Box::pin(self.release_now(grant))
     }
@@ -532,6 +635,26 @@ impl LeaseStore for ZkLeaseStore {
         Box::pin(self.reset_now())
     }
 }
+
+async fn open_shared(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
+    let endpoint = at.endpoint("zookeeper")?;
+    Ok(Arc::new(
+        ZkLeaseStore::connect_shared(endpoint, at.table.margin()).await?,
+    ))
+}
+
+/// Curator's lock recipe as a process runs it, in the registry: every lock of a client in one
+/// session, whose heartbeat renews them all.
+pub const SESSION: StoreKind = StoreKind {
+    name: "zookeeper-session",
+    token: "czxid of the lock's ephemeral node",
+    about: "the ZooKeeper lock as a Curator process runs it: every lock of a client an ephemeral sequential node of one session, whose heartbeat renews them all; the token is the node's czxid",
+    has_token: true,
+    sound: true,
+    freed_on_disconnect: false,
+    service: Some("zookeeper"),
+    open: Some(|at| Box::pin(open_shared(at))),
+};
 
 async fn open(at: &StoreAt, token_of: TokenOf) -> Result<Arc<dyn LeaseStore>> {
     let endpoint = at.endpoint("zookeeper")?;

@@ -57,7 +57,9 @@ pub(super) async fn measure(
                 let cell = same_sql_cell(bed, pgbench, STATEMENTS[i].0, n, duration).await?;
                 per_sec[i] = cell.per_sec;
                 let f = &mut figures[w][i];
-                f.per_sec.push(cell.per_sec);
+                if cell.per_sec > 0.0 {
+                    f.per_sec.push(cell.per_sec);
+                }
                 f.cpu_us.extend(cell.cpu_us_per_tx);
                 f.wal.extend(cell.wal_per_tx);
             }
@@ -71,8 +73,9 @@ pub(super) async fn measure(
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+            // A cell that completed nothing (a loaded machine; the bench said so) has no ratio.
             for (i, r) in per_sec.iter().enumerate() {
-                if per_sec[0] > 0.0 {
+                if per_sec[0] > 0.0 && *r > 0.0 {
                     figures[w][i].ratio.push(r / per_sec[0]);
                 }
             }

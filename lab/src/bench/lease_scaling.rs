@@ -192,7 +192,10 @@ async fn one_cell(
     let window = started + renew;
     // The designs that renew per holder, not per lease: the batched lease table (one statement
     // per holder per period) and etcd's session lease (one keep-alive per holder per period).
-    let batched = matches!(store, "postgres-batched" | "etcd-session");
+    let batched = matches!(
+        store,
+        "postgres-batched" | "etcd-session" | "zookeeper-session"
+    );
     let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
         let names: Vec<String> = (i..leases)
             .step_by(holders)
