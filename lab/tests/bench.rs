@@ -105,9 +105,9 @@ fn lease_scaling_measures_each_cell_and_names_the_knee() -> anyhow::Result<()> {
 }
 
 /// `lab bench --fence-cost` (issue 55 item 5): pgbench on the five statements at 16 and 64
-/// writers, every cell's server CPU and WAL per transaction read (in at least one of two rounds
-/// of 2 s: a fresh-clone CI saw a 1 s cell of 64 clients complete nothing), the floor line
-/// written. What a
+/// writers, every cell's server CPU and WAL per transaction read, the floor line written — one
+/// round of 2 s cells, the test alone on the machine (a fresh-clone CI saw it starve its
+/// neighbours, and a 1 s cell of 64 clients beside them complete nothing). What a
 /// run this short can judge beside the figures is the WAL, which the machine's load does not
 /// move: fenced-shared's row lock writes WAL per transaction the unchecked write does not, and
 /// the advisory-lock fence, which keeps its lock in memory, writes what the unchecked write does.
@@ -116,7 +116,7 @@ fn fence_cost_measures_each_statement_and_the_row_locks_wal() -> anyhow::Result<
     let sb = Sandbox::new()?;
     let ev = sb.path("ev");
     let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["bench", "--fence-cost", "2", "--duration-ms", "2000"])
+        .args(["bench", "--fence-cost", "1", "--duration-ms", "2000"])
         .arg("--evidence-dir")
         .arg(&ev)
         .env("TMPDIR", sb.path("tmp"))
@@ -145,11 +145,12 @@ fn fence_cost_measures_each_statement_and_the_row_locks_wal() -> anyhow::Result<
             .iter()
             .filter_map(serde_json::Value::as_f64)
             .collect();
-        // One per round that completed a transaction: on a loaded machine a cell of 64 clients
-        // may complete none in its seconds (the bench says so), and reports no figure.
-        assert!(
-            !values.is_empty() && values.len() <= 2,
-            "{field} of {statement} at {writers}: one per round measured, in neither round: {json}"
+        // The one round's figure: the test runs alone (.config/nextest.toml), so that a cell of
+        // 64 clients completes transactions in its 2 s.
+        assert_eq!(
+            values.len(),
+            1,
+            "{field} of {statement} at {writers}: the round's figure: {json}"
         );
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
