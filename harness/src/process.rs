@@ -65,7 +65,8 @@ mod spawner;
 pub use child::ChildProcess;
 pub use orphan::stop_orphan;
 pub use proc::{
-    children, exists, group_members, tcp_ports_to, threads, tree_cpu_seconds, ThreadState,
+    children, cpu_seconds, exists, group_members, tcp_ports_to, threads, tree_cpu_seconds,
+    ThreadState,
 };
 pub use spawn::{RunAs, Spawn, Stream};
 

@@ -508,6 +508,24 @@ pub struct BenchArgs {
         default_value = "single"
     )]
     pub lease_store: Vec<String>,
+    /// With --leases: also hold the leases through these published libraries' own clients
+    /// (comma-separated: redis-py, python-redis-lock, pottery, tooz-redis, etcd3gw, kazoo), each
+    /// on its lock service, one Python process per holder (holder/libraries/libbench.py) — a
+    /// row per library beside the lab's Rust client on the same service, its clients' CPU the
+    /// library's cost. Needs scripts/ensure-library-holders.sh and a Docker engine
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    pub library: Vec<String>,
+    /// With --library: the Python that has the libraries (scripts/ensure-library-holders.sh
+    /// prints it).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "target/library-holders/venv/bin/python"
+    )]
+    pub python: PathBuf,
+    /// With --library: the library holders' directory (libbench.py).
+    #[arg(long, value_name = "DIR", default_value = "holder/libraries")]
+    pub library_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

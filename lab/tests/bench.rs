@@ -76,7 +76,8 @@ fn lease_scaling_measures_each_cell_and_names_the_knee() -> anyhow::Result<()> {
             .to_owned()
     };
     assert!(row("10").ends_with("| yes |"), "{table}");
-    assert!(row("3000").ends_with("| NO |"), "{table}");
+    // Not kept up, and the row says what limited it (one holder's one request at a time, or a CPU).
+    assert!(row("3000").contains("| NO: "), "{table}");
     assert!(
         table.contains("knee: postgres with 1 holders renewing every 150 ms keeps up with 10 leases, not with 3000"),
         "{table}"

@@ -157,7 +157,8 @@ impl Scenario for F11 {
             );
 
             let first = first.context("no grant before the reset")?;
-            crate::stale_handle::probe(rec, bed.lease.as_ref(), first, &g, BEFORE_RESET).await?;
+            crate::stale_handle::probe(rec, HOLDER_A, bed.lease.as_ref(), first, &g, BEFORE_RESET)
+                .await?;
 
             let further = further_grants(bed, rec, g).await?;
             rec.check(

@@ -359,7 +359,7 @@ async fn timeline(
     }
     let b = b.context("B could not acquire on the promoted standby")?;
     if mode == Replication::Asynchronous {
-        crate::stale_handle::probe(rec, &on_standby, a.clone(), &b, BEFORE_FAILOVER).await?;
+        crate::stale_handle::probe(rec, "A", &on_standby, a.clone(), &b, BEFORE_FAILOVER).await?;
     }
     let b_ok = write(bed, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
     rec.check(

@@ -15,9 +15,11 @@ use crate::testbed::{lease_state, shown};
 
 /// `old`'s holder renews and then releases `old` on `store`, which has since granted `old`'s
 /// token to `current`'s holder; one check: both refused, `current`'s holding unexpired. `when`
-/// says where `old` comes from, for the check's text ("from before the reset").
+/// says where `old` comes from, for the check's text ("from before the reset"); `actor` is the
+/// old holder's lane in the timeline picture.
 pub async fn probe(
     rec: &mut Recorder,
+    actor: &str,
     store: &dyn LeaseStore,
     mut old: Grant,
     current: &Grant,
@@ -38,7 +40,7 @@ pub async fn probe(
         } else {
             Mark::Refused
         },
-        &old.holder,
+        actor,
         &format!("renew (its handle {when})"),
         Some(old.token),
         format!("RENEWED ok={renewed}"),
@@ -51,7 +53,7 @@ pub async fn probe(
         } else {
             Mark::Refused
         },
-        &old.holder,
+        actor,
         &format!("release (its handle {when})"),
         Some(old.token),
         format!("RELEASED ok={released}"),

@@ -116,6 +116,17 @@ pub fn tree_cpu_seconds(root: u32) -> Option<f64> {
     Some(ticks as f64 / tps)
 }
 
+/// User + system CPU seconds of the process `pid` alone (every thread of it; not its children),
+/// now; `None` when `/proc` cannot be read. What `lab bench` reads a lock client's cost with: the
+/// lab's own process for its Rust clients, a library holder's for its Python client.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = procfs::process::Process::new(i32::try_from(pid).ok()?)
+        .ok()?
+        .stat()
+        .ok()?;
+    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+}
+
 /// A `cutime`/`cstime` field of `/proc/<pid>/stat` as ticks (the kernel reports it signed).
 fn reaped(ticks: i64) -> u64 {
     u64::try_from(ticks).unwrap_or(0)

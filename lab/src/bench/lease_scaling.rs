@@ -11,8 +11,16 @@
 //!   schedule (p99): a holder that cannot keep up falls behind;
 //! - the share of renewals that came back `false` — the lease had expired by the store's own
 //!   clock before the renewal arrived: the holder lost it without being paused;
-//! - the lease store's CPU over the cell (its processes' user + system time, from `/proc`: the
-//!   embedded cluster's postmaster and backends, or the service container's processes).
+//! - the lease store's CPU over the window (its processes' user + system time, from `/proc`: the
+//!   embedded cluster's postmaster and backends, or the service container's processes), and the
+//!   clients' (the lab's own process for its Rust clients; a library's holder processes,
+//!   [`super::library_clients`]) — so that a cell that did not keep up says which side limited
+//!   it ([`Cell::limit`]).
+//!
+//! The renewals are measured in a window that opens once every holder has taken all its leases
+//! (at the earliest one period after the start) and lasts `--duration-ms`: how fast a store
+//! takes locks is the acquire column, not a share of the renewal rate. Until it opens, the
+//! holders renew what they hold without measuring.
 //!
 //! The knee, per store and holder count, is the first lease count at which renewals fall below
 //! 95 % of the offered rate, or 1 % come back expired, or p99 exceeds the period. A renewal sleeps
@@ -49,9 +57,15 @@ pub struct Cell {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub lag_p99_ms: f64,
-    /// The store's CPU over the renew phase, in cores (1.0 = one core busy throughout); `None`
+    /// The store's CPU over the window, in cores (1.0 = one core busy throughout); `None`
     /// when its processes could not be read.
     pub cpu_cores: Option<f64>,
+    /// The clients' CPU over the window, in cores: the lab's own process (its Rust clients), or
+    /// a library's holder processes together; `None` when it could not be read.
+    pub client_cpu_cores: Option<f64>,
+    /// Whether its holders renew all their leases in one request per period (a batch, a
+    /// session): its latencies are a batch's.
+    pub batched: bool,
     /// Why the cell could not be measured (a lease could not be taken), if it could not.
     pub failed: Option<String>,
 }
@@ -73,6 +87,8 @@ impl Cell {
             p99_ms: f64::NAN,
             lag_p99_ms: f64::NAN,
             cpu_cores: None,
+            client_cpu_cores: None,
+            batched: false,
             failed: Some(why),
         }
     }
@@ -89,17 +105,60 @@ impl Cell {
             && self.expired_share() < 0.01
             && self.p99_ms <= self.renew_ms as f64
     }
+
+    /// What limited a cell that did not keep up, from its figures (`None` when it kept up): the
+    /// store's CPU or the clients' near a core, both together on this machine's cores, or — neither
+    /// busy — the holders' round trips (a holder of one lease per request sends one at a time:
+    /// its leases × the answer time against the period; a batch's time against the period).
+    pub fn limit(&self) -> Option<String> {
+        if self.failed.is_some() || self.kept_up() {
+            return None;
+        }
+        let (store, client) = (
+            self.cpu_cores.unwrap_or(0.0),
+            self.client_cpu_cores.unwrap_or(0.0),
+        );
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
+        let busy = |x: f64| x >= 0.8;
+        let per_holder = self.leases.div_ceil(self.holders.max(1));
+        let serial_ms = if self.batched {
+            self.p50_ms
+        } else {
+            per_holder as f64 * self.p50_ms
+        };
+        Some(if store + client >= 0.85 * cores {
+            format!("the machine: its {cores:.0} cores shared by the store ({store:.2}) and the clients ({client:.2})")
+        } else if busy(store) && store >= client {
+            format!("the store's CPU ({store:.2} cores; clients {client:.2})")
+        } else if busy(client) {
+            format!("the clients' CPU ({client:.2} cores; store {store:.2})")
+        } else if serial_ms >= 0.8 * self.renew_ms as f64 {
+            if self.batched {
+                format!(
+                    "the batch's round trip: {serial_ms:.0} ms of the {} ms period (p50)",
+                    self.renew_ms
+                )
+            } else {
+                format!(
+                    "the holders' round trips, one at a time: {per_holder} leases × p50 {:.2} ms = {serial_ms:.0} ms of the {} ms period",
+                    self.p50_ms, self.renew_ms
+                )
+            }
+        } else {
+            format!("neither CPU busy (store {store:.2}, clients {client:.2}): renewals left up to {:.0} ms late (p99)", self.lag_p99_ms)
+        })
+    }
 }
 
 /// What one holder saw.
 #[derive(Default)]
-struct Seen {
-    latencies_ms: Vec<f64>,
-    lags_ms: Vec<f64>,
-    ok: usize,
-    expired: usize,
-    errors: usize,
-    acquire_s: f64,
+pub(super) struct Seen {
+    pub latencies_ms: Vec<f64>,
+    pub lags_ms: Vec<f64>,
+    pub ok: usize,
+    pub expired: usize,
+    pub errors: usize,
+    pub acquire_s: f64,
 }
 
 /// How long a store may take to answer again after a cell that overloaded it.
@@ -119,17 +178,31 @@ async fn store_answers(bed: &Testbed, store: &str) -> Result<(), String> {
     .map_err(|e| format!("the store stopped answering after an earlier cell ({e})"))
 }
 
-/// Every (store, leases, holders) cell, in order, on `lab`.
+/// One series of the table: a lease store through the lab's own client, or a lock service
+/// through a published library's client ([`super::library_clients`]).
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// The table's name for it: the store, or `redis-py (redis)`.
+    pub label: String,
+    /// The lease store the testbed runs (the library's lock service).
+    pub store: &'static str,
+    /// The library whose client holds the leases, if not the lab's.
+    pub library: Option<&'static str>,
+}
+
+/// Every (series, leases, holders) cell, in order, on `lab`; `clients` runs the library series.
 pub async fn measure(
     bed: &mut Testbed,
-    stores: &[&'static str],
+    series: &[Series],
+    clients: Option<&super::library_clients::Clients>,
     leases: &[usize],
     holders: &[usize],
     renew: Duration,
     duration: Duration,
 ) -> anyhow::Result<Vec<Cell>> {
     let mut cells = Vec::new();
-    for &store in stores {
+    for one in series {
+        let (store, label) = (one.store, one.label.as_str());
         bed.use_store(store)
             .await
             .with_context(|| format!("--lease-store {store}"))?;
@@ -141,25 +214,39 @@ pub async fn measure(
                     wedged = store_answers(bed, store).await.err();
                 }
                 if let Some(why) = &wedged {
-                    eprintln!("bench: {store}, {l} leases, {h} holders: not measured: {why}");
-                    cells.push(Cell::failed(store, l, h, renew, why.clone()));
+                    eprintln!("bench: {label}, {l} leases, {h} holders: not measured: {why}");
+                    cells.push(Cell::failed(label, l, h, renew, why.clone()));
                     continue;
                 }
                 bed.reset().await?;
                 let n = cells.len();
-                let cell = match one_cell(bed, store, n, l, h, renew, duration).await {
+                let measured = match (one.library, clients) {
+                    (None, _) => one_cell(bed, store, n, l, h, renew, duration).await,
+                    (Some(lib), Some(clients)) => {
+                        super::library_clients::one_cell(
+                            bed, clients, lib, label, n, l, h, renew, duration,
+                        )
+                        .await
+                    }
+                    (Some(lib), None) => Err(anyhow::anyhow!("no Python for {lib}'s holders")),
+                };
+                let cell = match measured {
                     Ok(cell) => {
                         eprintln!(
-                            "bench: {store}, {l} leases, {h} holders: {:.0} of {:.0} renewals/s, p99 {:.1} ms, {} expired",
-                            cell.renewed_per_s, cell.offered_per_s, cell.p99_ms, cell.expired
+                            "bench: {label}, {l} leases, {h} holders: {:.0} of {:.0} renewals/s, p99 {:.1} ms, {} expired{}",
+                            cell.renewed_per_s,
+                            cell.offered_per_s,
+                            cell.p99_ms,
+                            cell.expired,
+                            cell.limit().map_or(String::new(), |l| format!("; limited by {l}"))
                         );
                         cell
                     }
                     Err(e) => {
                         eprintln!(
-                            "bench: {store}, {l} leases, {h} holders: could not hold them: {e:#}"
+                            "bench: {label}, {l} leases, {h} holders: could not hold them: {e:#}"
                         );
-                        Cell::failed(store, l, h, renew, format!("{e:#}"))
+                        Cell::failed(label, l, h, renew, format!("{e:#}"))
                     }
                 };
                 cells.push(cell);
@@ -168,6 +255,128 @@ pub async fn measure(
     }
     bed.use_store(fencing::lease::sql::KIND.name).await?;
     Ok(cells)
+}
+
+/// The designs that renew per holder, not per lease: the batched lease table (one statement
+/// per holder per period), etcd's session lease (one keep-alive per holder per period) and
+/// ZooKeeper's session per holder (one request through it).
+fn batched(store: &str) -> bool {
+    matches!(
+        store,
+        "postgres-batched" | "etcd-session" | "zookeeper-session"
+    )
+}
+
+/// How long a cell's holders may take to take their leases before the cell is given up.
+pub(super) const ACQUIRE_LIMIT: Duration = Duration::from_secs(60);
+
+/// The measuring window every holder of a cell shares, `(start, end)`: `None` until it opens.
+pub(super) type Window = tokio::sync::watch::Receiver<Option<(Instant, Instant)>>;
+
+/// What the window's opening read: when, and the store's and the clients' CPU seconds then.
+pub(super) struct Opened {
+    pub at: Instant,
+    pub store_cpu: Option<f64>,
+    pub client_cpu: Option<f64>,
+}
+
+/// Opens the window once `holders` holders have each said they hold all their leases (`true`
+/// on `acquired`; `false`: one gave up), at the earliest at `earliest`, for `duration`; reads
+/// the CPU of the store (`root`'s tree) and of the clients (`clients()`) at that moment. `Err`
+/// says why it never opened (the window is then closed at once, so that the holders stop).
+pub(super) async fn open_window(
+    mut acquired: tokio::sync::mpsc::UnboundedReceiver<bool>,
+    holders: usize,
+    window: &tokio::sync::watch::Sender<Option<(Instant, Instant)>>,
+    earliest: Instant,
+    duration: Duration,
+    root: Option<u32>,
+    clients: impl Fn() -> Option<f64>,
+) -> Result<Opened, String> {
+    let deadline = tokio::time::Instant::now() + ACQUIRE_LIMIT;
+    let mut ready = 0;
+    let why = loop {
+        if ready == holders {
+            break None;
+        }
+        match tokio::time::timeout_at(deadline, acquired.recv()).await {
+            Ok(Some(true)) => ready += 1,
+            Ok(Some(false)) | Ok(None) => {
+                break Some("a holder gave up taking its leases".to_owned())
+            }
+            Err(_) => {
+                break Some(format!(
+                    "{ready} of {holders} holders had taken their leases {} s after the start",
+                    ACQUIRE_LIMIT.as_secs()
+                ))
+            }
+        }
+    };
+    if let Some(why) = why {
+        let now = Instant::now();
+        let _ = window.send(Some((now, now)));
+        return Err(why);
+    }
+    // The timeline's own wait: the first period, when every lease is due for its first renewal.
+    harness::wait::prescribed_until(earliest).await;
+    let opened = Opened {
+        at: Instant::now(),
+        store_cpu: root.and_then(harness::process::tree_cpu_seconds),
+        client_cpu: clients(),
+    };
+    let _ = window.send(Some((opened.at, opened.at + duration)));
+    Ok(opened)
+}
+
+/// The cell from what its holders saw and the CPU read when the window opened and now.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn cell_of(
+    store: &str,
+    leases: usize,
+    holders: usize,
+    renew: Duration,
+    duration: Duration,
+    batched: bool,
+    seen: Vec<Seen>,
+    opened: &Opened,
+    (store_cpu, client_cpu): (Option<f64>, Option<f64>),
+) -> Cell {
+    let measured = opened.at.elapsed().as_secs_f64();
+    let cores = |before: Option<f64>, after: Option<f64>| {
+        before.zip(after).map(|(b, a)| (a - b) / measured)
+    };
+    let mut all = Seen::default();
+    for s in seen {
+        all.latencies_ms.extend(s.latencies_ms);
+        all.lags_ms.extend(s.lags_ms);
+        all.ok += s.ok;
+        all.expired += s.expired;
+        all.errors += s.errors;
+        all.acquire_s = all.acquire_s.max(s.acquire_s);
+    }
+    let lat = sorted(all.latencies_ms);
+    let lag = sorted(all.lags_ms);
+    Cell {
+        store: store.to_owned(),
+        leases,
+        holders,
+        renew_ms: renew.as_millis() as u64,
+        acquire_s: all.acquire_s,
+        offered_per_s: leases as f64 * 1000.0 / renew.as_millis() as f64,
+        // Per second of the window the renewals were due in (the last one is due just before
+        // its end: the elapsed time would flatter the rate by that slot).
+        renewed_per_s: all.ok as f64 / duration.as_secs_f64(),
+        attempts: all.ok + all.expired + all.errors,
+        expired: all.expired,
+        errors: all.errors,
+        p50_ms: percentile(&lat, 0.5),
+        p99_ms: percentile(&lat, 0.99),
+        lag_p99_ms: percentile(&lag, 0.99),
+        cpu_cores: cores(opened.store_cpu, store_cpu),
+        client_cpu_cores: cores(opened.client_cpu, client_cpu),
+        batched,
+        failed: None,
+    }
 }
 
 async fn one_cell(
@@ -186,16 +395,12 @@ async fn one_cell(
     }
     // Holder i holds leases i, i + H, i + 2H, …: L/H each (the first L mod H one more). The
     // first period takes them, each lease in its own slot; the periods after it renew them,
-    // measured over `duration`.
+    // measured in the window.
     let root = store_root(bed).await;
     let started = Instant::now();
-    let window = started + renew;
-    // The designs that renew per holder, not per lease: the batched lease table (one statement
-    // per holder per period) and etcd's session lease (one keep-alive per holder per period).
-    let batched = matches!(
-        store,
-        "postgres-batched" | "etcd-session" | "zookeeper-session"
-    );
+    let (window_tx, window) = tokio::sync::watch::channel(None);
+    let (acquired_tx, acquired) = tokio::sync::mpsc::unbounded_channel();
+    let batched = batched(store);
     let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
         let names: Vec<String> = (i..leases)
             .step_by(holders)
@@ -205,117 +410,97 @@ async fn one_cell(
             ttl,
             renew,
             started,
-            duration,
+            window: window.clone(),
+            acquired: acquired_tx.clone(),
         };
-        let held: std::pin::Pin<
-            Box<dyn std::future::Future<Output = anyhow::Result<Seen>> + Send>,
-        > = if batched {
-            Box::pin(hold_batched(client.clone(), names, i, t))
-        } else {
-            Box::pin(hold(
-                client.clone(),
-                names,
-                i,
-                ttl,
-                renew,
-                started,
-                duration,
-            ))
-        };
-        held
+        let gave_up = acquired_tx.clone();
+        let client = client.clone();
+        async move {
+            let seen = if batched {
+                hold_batched(client, names, i, t).await
+            } else {
+                hold(client, names, i, t).await
+            };
+            if seen.is_err() {
+                let _ = gave_up.send(false);
+            }
+            seen
+        }
     }));
-    // The store's CPU from the window's start: the timeline's own wait, then a reading.
-    let cpu_at_window = async {
-        harness::wait::prescribed_until(window).await;
-        root.and_then(harness::process::tree_cpu_seconds)
-    };
-    let (seen, cpu_before) = tokio::join!(holding, cpu_at_window);
-    let cpu_after = root.and_then(harness::process::tree_cpu_seconds);
-    let measured = window.elapsed().as_secs_f64();
-    let mut all = Seen::default();
-    for s in seen {
-        let s = s?;
-        all.latencies_ms.extend(s.latencies_ms);
-        all.lags_ms.extend(s.lags_ms);
-        all.ok += s.ok;
-        all.expired += s.expired;
-        all.errors += s.errors;
-        all.acquire_s = all.acquire_s.max(s.acquire_s);
-    }
-    let lat = sorted(all.latencies_ms);
-    let lag = sorted(all.lags_ms);
-    Ok(Cell {
-        store: store.to_owned(),
-        leases,
+    let lab = std::process::id();
+    let opening = open_window(
+        acquired,
         holders,
-        renew_ms: renew.as_millis() as u64,
-        acquire_s: all.acquire_s,
-        offered_per_s: leases as f64 * 1000.0 / renew.as_millis() as f64,
-        // Per second of the window the renewals were due in (the last one is due just before
-        // its end: the elapsed time would flatter the rate by that slot).
-        renewed_per_s: all.ok as f64 / duration.as_secs_f64(),
-        attempts: all.ok + all.expired + all.errors,
-        expired: all.expired,
-        errors: all.errors,
-        p50_ms: percentile(&lat, 0.5),
-        p99_ms: percentile(&lat, 0.99),
-        lag_p99_ms: percentile(&lag, 0.99),
-        cpu_cores: cpu_before
-            .zip(cpu_after)
-            .map(|(before, after)| (after - before) / measured),
-        failed: None,
-    })
+        &window_tx,
+        started + renew,
+        duration,
+        root,
+        || harness::process::cpu_seconds(lab),
+    );
+    let (seen, opened) = tokio::join!(holding, opening);
+    let after = (
+        root.and_then(harness::process::tree_cpu_seconds),
+        harness::process::cpu_seconds(lab),
+    );
+    let seen = seen.into_iter().collect::<anyhow::Result<Vec<Seen>>>()?;
+    let opened = opened.map_err(anyhow::Error::msg)?;
+    Ok(cell_of(
+        store, leases, holders, renew, duration, batched, seen, &opened, after,
+    ))
 }
 
 /// One holder, one event at a time in the order they fall due: lease j of n is taken at its
 /// slot `j·renew/n` of the first period, then renewed every `renew` from when it was taken — a
 /// holder still taking leases renews the ones it holds in between, as a lock client's renewer
-/// does. Renewals due in the window (`renew` after the start, for `duration`) are measured; a
-/// holder that cannot keep up falls behind (the send lag) and its leases expire. `Err` when a
-/// lease could not be taken (the cell cannot be measured).
+/// does. It says on `acquired` when it holds them all; renewals due in the window are measured,
+/// and it stops at the window's end. A holder that cannot keep up falls behind (the send lag)
+/// and its leases expire. `Err` when a lease could not be taken (the cell cannot be measured).
 async fn hold(
     client: Arc<dyn LeaseStore>,
     names: Vec<String>,
     i: usize,
-    ttl: Duration,
-    renew: Duration,
-    started: Instant,
-    duration: Duration,
+    t: Timing,
 ) -> anyhow::Result<Seen> {
     use std::cmp::Reverse;
     let mut seen = Seen::default();
     if names.is_empty() {
+        let _ = t.acquired.send(true);
         return Ok(seen);
     }
     let holder = format!("holder-{i}");
-    let slot = renew / names.len() as u32;
-    let (window, end) = (started + renew, started + renew + duration);
-    // (due, lease, whether it is held yet): the earliest first.
+    let slot = t.renew / names.len() as u32;
+    // (due, lease): the earliest first.
     let mut due: std::collections::BinaryHeap<Reverse<(Instant, usize)>> = (0..names.len())
-        .map(|j| Reverse((started + slot * j as u32, j)))
+        .map(|j| Reverse((t.started + slot * j as u32, j)))
         .collect();
     let mut grants: Vec<Option<Grant>> = names.iter().map(|_| None).collect();
+    let mut taken = 0;
     while let Some(Reverse((at, j))) = due.pop() {
-        if at >= end {
+        if t.window.borrow().is_some_and(|(_, end)| at >= end) {
             break;
         }
         // The timeline's own wait: this lease's slot.
         harness::wait::prescribed_until(at).await;
+        let window = *t.window.borrow();
         let sent = Instant::now();
         match &mut grants[j] {
             None => {
                 let grant = client
-                    .acquire(&names[j], &holder, ttl)
+                    .acquire(&names[j], &holder, t.ttl)
                     .await
                     .with_context(|| format!("{holder} taking {}", names[j]))?
                     .with_context(|| format!("{} was not free", names[j]))?;
                 grants[j] = Some(grant);
-                seen.acquire_s = seen.acquire_s.max(started.elapsed().as_secs_f64());
-                due.push(Reverse((sent + renew, j)));
+                seen.acquire_s = seen.acquire_s.max(t.started.elapsed().as_secs_f64());
+                taken += 1;
+                if taken == names.len() {
+                    let _ = t.acquired.send(true);
+                }
+                due.push(Reverse((sent + t.renew, j)));
             }
             Some(grant) => {
                 let answered = client.renew(grant).await;
-                if at >= window {
+                if window.is_some_and(|(start, _)| at >= start) {
                     seen.lags_ms
                         .push(sent.duration_since(at).as_secs_f64() * 1000.0);
                     seen.latencies_ms
@@ -326,21 +511,21 @@ async fn hold(
                         Err(_) => seen.errors += 1,
                     }
                 }
-                due.push(Reverse((at + renew, j)));
+                due.push(Reverse((at + t.renew, j)));
             }
         }
     }
     Ok(seen)
 }
 
-/// A holder's timeline: the TTL it asks, its renewal period, when the cell started, and how long
-/// its renewals are measured after the first period.
-#[derive(Clone, Copy)]
+/// A holder's timeline: the TTL it asks, its renewal period, when the cell started, the window
+/// it measures in, and where it says that it holds all its leases.
 struct Timing {
     ttl: Duration,
     renew: Duration,
     started: Instant,
-    duration: Duration,
+    window: Window,
+    acquired: tokio::sync::mpsc::UnboundedSender<bool>,
 }
 
 /// One holder of the batched design: its leases taken in the first period as [`hold`] takes
@@ -348,7 +533,7 @@ struct Timing {
 /// renewed in one request ([`LeaseStore::renew_all`]) — between two acquisitions when taking
 /// them runs past a period, as a scheduler's renewer does. Each lease a batch renewed counts as
 /// a renewal; a batch's latency and send lag count once per batch; a failed batch fails all its
-/// leases.
+/// leases. Batches due in the window are measured.
 async fn hold_batched(
     client: Arc<dyn LeaseStore>,
     names: Vec<String>,
@@ -357,14 +542,17 @@ async fn hold_batched(
 ) -> anyhow::Result<Seen> {
     let mut seen = Seen::default();
     if names.is_empty() {
+        let _ = t.acquired.send(true);
         return Ok(seen);
     }
     let holder = format!("holder-{i}");
     let slot = t.renew / names.len() as u32;
     let mut grants = Vec::with_capacity(names.len());
-    let end = t.started + t.renew + t.duration;
     let mut batch_at = t.started + t.renew;
-    while batch_at < end {
+    loop {
+        if t.window.borrow().is_some_and(|(_, end)| batch_at >= end) {
+            break;
+        }
         let next = grants.len();
         let take_at = (next < names.len()).then(|| t.started + slot * next as u32);
         // A lease is taken in its slot unless the batch is due first — by the schedule, or,
@@ -379,23 +567,29 @@ async fn hold_batched(
                 .with_context(|| format!("{} was not free", names[next]))?;
             grants.push(grant);
             seen.acquire_s = seen.acquire_s.max(t.started.elapsed().as_secs_f64());
+            if grants.len() == names.len() {
+                let _ = t.acquired.send(true);
+            }
             continue;
         }
         // The timeline's own wait: the next period.
         harness::wait::prescribed_until(batch_at).await;
+        let window = *t.window.borrow();
         let sent = Instant::now();
         let answered = client.renew_all(&mut grants).await;
-        seen.lags_ms
-            .push(sent.duration_since(batch_at).as_secs_f64() * 1000.0);
-        seen.latencies_ms
-            .push(sent.elapsed().as_secs_f64() * 1000.0);
-        match answered {
-            Ok(renewed) => {
-                let ok = renewed.iter().filter(|r| **r).count();
-                seen.ok += ok;
-                seen.expired += renewed.len() - ok;
+        if window.is_some_and(|(start, _)| batch_at >= start) {
+            seen.lags_ms
+                .push(sent.duration_since(batch_at).as_secs_f64() * 1000.0);
+            seen.latencies_ms
+                .push(sent.elapsed().as_secs_f64() * 1000.0);
+            match answered {
+                Ok(renewed) => {
+                    let ok = renewed.iter().filter(|r| **r).count();
+                    seen.ok += ok;
+                    seen.expired += renewed.len() - ok;
+                }
+                Err(_) => seen.errors += grants.len(),
             }
-            Err(_) => seen.errors += grants.len(),
         }
         batch_at += t.renew;
     }
@@ -404,7 +598,7 @@ async fn hold_batched(
 
 /// The process whose tree is the lease store: the embedded cluster's postmaster, or the lock
 /// service container's first process.
-async fn store_root(bed: &Testbed) -> Option<u32> {
+pub(super) async fn store_root(bed: &Testbed) -> Option<u32> {
     match &bed.service {
         Some(service) => service.pid().await,
         None => bed.cluster().ok()?.postmaster_pid(),
@@ -414,13 +608,13 @@ async fn store_root(bed: &Testbed) -> Option<u32> {
 /// The table, and under it the knee of each (store, holders) series.
 pub fn render(cells: &[Cell]) -> String {
     let mut text = String::from(
-        "| store | leases | holders | acquire s | offered renewals/s | renewed/s | expired | errors | renew p50 ms | p99 ms | send lag p99 ms | store CPU (cores) | kept up |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| store | leases | holders | acquire s | offered renewals/s | renewed/s | expired | errors | renew p50 ms | p99 ms | send lag p99 ms | store CPU (cores) | clients CPU (cores) | kept up |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for c in cells {
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {:.1} | {:.0} | {:.0} | {} ({:.1} %) | {} | {:.2} | {:.2} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {:.1} | {:.0} | {:.0} | {} ({:.1} %) | {} | {:.2} | {:.2} | {:.1} | {} | {} | {} |",
             c.store,
             c.leases,
             c.holders,
@@ -434,10 +628,11 @@ pub fn render(cells: &[Cell]) -> String {
             c.p99_ms,
             c.lag_p99_ms,
             c.cpu_cores.map_or("–".to_owned(), |x| format!("{x:.2}")),
-            match (&c.failed, c.kept_up()) {
-                (Some(_), _) => "could not hold them",
-                (None, true) => "yes",
-                (None, false) => "NO",
+            c.client_cpu_cores.map_or("–".to_owned(), |x| format!("{x:.2}")),
+            match (&c.failed, c.limit()) {
+                (Some(_), _) => "could not hold them".to_owned(),
+                (None, None) => "yes".to_owned(),
+                (None, Some(limit)) => format!("NO: {limit}"),
             }
         );
     }
@@ -484,12 +679,13 @@ pub fn knees(cells: &[Cell]) -> Vec<String> {
                             format!("{} leases", k.leases)
                         });
                     format!(
-                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {below}, not with {} ({:.0} of {:.0} renewals/s, {:.1} % expired, p99 {:.1} ms)",
+                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {below}, not with {} ({:.0} of {:.0} renewals/s, {:.1} % expired, p99 {:.1} ms{})",
                         c.leases,
                         c.renewed_per_s,
                         c.offered_per_s,
                         c.expired_share() * 100.0,
-                        c.p99_ms
+                        c.p99_ms,
+                        c.limit().map_or(String::new(), |l| format!("; limited by {l}"))
                     )
                 }
                 None => format!(
@@ -508,8 +704,9 @@ pub fn json(cells: &[Cell]) -> serde_json::Value {
             "acquire_s": c.acquire_s, "offered_per_s": c.offered_per_s,
             "renewed_per_s": c.renewed_per_s, "attempts": c.attempts, "expired": c.expired,
             "errors": c.errors, "p50_ms": c.p50_ms, "p99_ms": c.p99_ms,
-            "lag_p99_ms": c.lag_p99_ms, "cpu_cores": c.cpu_cores, "kept_up": c.kept_up(),
-            "failed": c.failed,
+            "lag_p99_ms": c.lag_p99_ms, "cpu_cores": c.cpu_cores,
+            "client_cpu_cores": c.client_cpu_cores, "batched": c.batched,
+            "kept_up": c.kept_up(), "limit": c.limit(), "failed": c.failed,
         })).collect::<Vec<_>>(),
         "knees": knees(cells),
     })
@@ -693,6 +890,8 @@ mod tests {
             p99_ms: p99,
             lag_p99_ms: 0.0,
             cpu_cores: None,
+            client_cpu_cores: None,
+            batched: false,
             failed: None,
         }
     }
@@ -717,9 +916,32 @@ mod tests {
             );
         }
         let table = render(&[cell(10000, 18000.0, 0, 3.0)]);
+        assert!(table.contains("limited by"), "{table}");
         assert!(
-            table.contains("| NO |") && table.contains("keeps up with none of the counts measured"),
+            table.contains("| NO: ") && table.contains("keeps up with none of the counts measured"),
             "{table}"
         );
+    }
+
+    /// What limited a cell is read off its figures, the first of: both CPUs together near the
+    /// machine's cores, the store's, the clients', the holders' round trips one at a time.
+    #[test]
+    fn a_cell_that_did_not_keep_up_says_what_limited_it() {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
+        let slow = |store: f64, client: f64, p50: f64| Cell {
+            cpu_cores: Some(store),
+            client_cpu_cores: Some(client),
+            p50_ms: p50,
+            ..cell(10000, 10000.0, 0, 3.0)
+        };
+        assert_eq!(cell(100, 200.0, 0, 3.0).limit(), None, "it kept up");
+        let said = |c: Cell| c.limit().expect("did not keep up");
+        assert!(said(slow(0.9, 0.1, 0.1)).starts_with("the store's CPU (0.90"));
+        assert!(said(slow(0.1, 0.9, 0.1)).starts_with("the clients' CPU (0.90"));
+        assert!(said(slow(cores * 0.5, cores * 0.45, 0.1)).starts_with("the machine"));
+        // 2500 leases a holder, one at a time at 0.2 ms each: 500 ms of the 500 ms period.
+        let rt = said(slow(0.1, 0.1, 0.2));
+        assert!(rt.contains("2500 leases × p50 0.20 ms = 500 ms"), "{rt}");
+        assert!(said(slow(0.1, 0.1, 0.01)).starts_with("neither CPU busy"));
     }
 }

@@ -19,6 +19,7 @@
 
 mod fence_cost;
 pub mod lease_scaling;
+pub mod library_clients;
 mod stats;
 
 use std::fmt::Write as _;
@@ -346,7 +347,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 /// `--leases`: the lease-scaling bench ([`lease_scaling`]) on every store named.
 async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> anyhow::Result<()> {
-    let mut stores: Vec<&'static str> = Vec::new();
+    let mut series: Vec<lease_scaling::Series> = Vec::new();
     for name in &args.lease_store {
         // `single`: the lease table, as `lab run --lease-store single` names it.
         let name = if name == "single" {
@@ -370,7 +371,37 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
                         .collect::<String>()
                 )
             })?;
-        stores.push(kind.name);
+        series.push(lease_scaling::Series {
+            label: kind.name.to_owned(),
+            store: kind.name,
+            library: None,
+        });
+    }
+    let clients = if args.library.is_empty() {
+        None
+    } else {
+        Some(library_clients::Clients::locate(
+            args.python.clone(),
+            args.library_dir.clone(),
+        )?)
+    };
+    for id in &args.library {
+        let service = library_clients::service_of(id)?;
+        let store = fencing::stores::built()
+            .find(|k| k.name == service && k.service.is_some())
+            .with_context(|| {
+                format!("--library {id} runs on {service}, which this build leaves out (the lock-services feature)")
+            })?;
+        let lib = library_clients::BENCHED
+            .iter()
+            .find(|(l, _)| l == id)
+            .map(|(l, _)| *l)
+            .context("a benched library")?;
+        series.push(lease_scaling::Series {
+            label: format!("{lib} ({service}, Python)"),
+            store: store.name,
+            library: Some(lib),
+        });
     }
     if args.holders.contains(&0) || args.leases.contains(&0) {
         bail!("--leases and --holders count from 1");
@@ -384,7 +415,11 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
     let duration = Duration::from_millis(args.duration_ms.max(3 * args.renew_ms));
     eprintln!(
         "bench: lease scaling on {} — leases {:?}, holders {:?}, renewals every {} ms (TTL {} ms), {} ms per cell",
-        stores.join(", "),
+        series
+            .iter()
+            .map(|s| s.label.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         args.leases,
         args.holders,
         args.renew_ms,
@@ -396,7 +431,8 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
     let measured = tokio::select! {
         m = lease_scaling::measure(
             &mut bed,
-            &stores,
+            &series,
+            clients.as_ref(),
             &args.leases,
             &args.holders,
             Duration::from_millis(args.renew_ms),

@@ -509,7 +509,11 @@ impl<'c, 'a> Picture<'c, 'a> {
         );
         let label = match mark {
             Mark::Acquired => s.token.map(|t| format!("acquire → {t}")),
-            Mark::Refused => Some("refused".into()),
+            // What was refused, in its verb: "acquire refused", "renew refused", …
+            Mark::Refused => Some(match s.action.split_whitespace().next() {
+                Some(verb) => format!("{verb} refused"),
+                None => "refused".into(),
+            }),
             Mark::Released => Some("release".into()),
             Mark::LeaseExpired => Some("lease expired".into()),
             // The shaded box says it.
