@@ -229,7 +229,9 @@ def main():
             at, j = batch_at, None
         else:
             at, j = heapq.heappop(due)
-        if window.end is not None and at >= window.end:
+        # The window's end, by the schedule or by the clock: a holder behind its schedule does not
+        # send the renewals that fell due in the window after it closed (they were not made).
+        if window.end is not None and (at >= window.end or time.monotonic() >= window.end):
             break
         wait_until(at)
         sent = time.monotonic()

@@ -523,6 +523,11 @@ pub struct BenchArgs {
         default_value = "target/library-holders/venv/bin/python"
     )]
     pub python: PathBuf,
+    /// Instead of measuring: render a recorded lease bench (its bench-leases.json) again into
+    /// --evidence-dir — the figures as measured, the knees and what limited each cell by this
+    /// build's rules
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["leases", "fence_cost"])]
+    pub from_json: Option<PathBuf>,
     /// With --library: the library holders' directory (libbench.py).
     #[arg(long, value_name = "DIR", default_value = "holder/libraries")]
     pub library_dir: PathBuf,

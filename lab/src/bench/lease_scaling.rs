@@ -106,8 +106,9 @@ impl Cell {
             && self.p99_ms <= self.renew_ms as f64
     }
 
-    /// What limited a cell that did not keep up, from its figures (`None` when it kept up): the
-    /// store's CPU or the clients' near a core, both together on this machine's cores, or — neither
+    /// What limited a cell that did not keep up, from its figures (`None` when it kept up):
+    /// taking the leases, when it outlasted the TTL and every lease had expired; the store's CPU
+    /// or the clients' near a core, both together on this machine's cores, or — neither
     /// busy — the holders' round trips (a holder of one lease per request sends one at a time:
     /// its leases × the answer time against the period; a batch's time against the period).
     pub fn limit(&self) -> Option<String> {
@@ -126,7 +127,21 @@ impl Cell {
         } else {
             per_holder as f64 * self.p50_ms
         };
-        Some(if store + client >= 0.85 * cores {
+        let ttl_s = 3.0 * self.renew_ms as f64 / 1000.0;
+        let cpus = format!("store {store:.2}, clients {client:.2} cores");
+        Some(if self.attempts == 0 {
+            // Not one renewal left in the window: the holders were still behind their schedule.
+            format!(
+                "no renewal was sent in the window: the holders were behind their schedule when it closed (taking the leases {:.1} s; {cpus})",
+                self.acquire_s
+            )
+        } else if self.expired_share() >= 0.99 && self.acquire_s > ttl_s {
+            // Lost before the window opened: taking them outlasted the TTL.
+            format!(
+                "taking them: {:.1} s, past the {ttl_s:.1} s TTL — the leases expired before the last was taken ({cpus})",
+                self.acquire_s
+            )
+        } else if store + client >= 0.85 * cores {
             format!("the machine: its {cores:.0} cores shared by the store ({store:.2}) and the clients ({client:.2})")
         } else if busy(store) && store >= client {
             format!("the store's CPU ({store:.2} cores; clients {client:.2})")
@@ -145,7 +160,10 @@ impl Cell {
                 )
             }
         } else {
-            format!("neither CPU busy (store {store:.2}, clients {client:.2}): renewals left up to {:.0} ms late (p99)", self.lag_p99_ms)
+            format!(
+                "neither CPU busy ({cpus}): renewals left up to {:.0} ms late (p99)",
+                self.lag_p99_ms
+            )
         })
     }
 }
@@ -476,7 +494,12 @@ async fn hold(
     let mut grants: Vec<Option<Grant>> = names.iter().map(|_| None).collect();
     let mut taken = 0;
     while let Some(Reverse((at, j))) = due.pop() {
-        if t.window.borrow().is_some_and(|(_, end)| at >= end) {
+        // The window's end, by the schedule or by the clock: a holder behind its schedule does
+        // not send the renewals that fell due in the window after it closed.
+        if t.window
+            .borrow()
+            .is_some_and(|(_, end)| at >= end || Instant::now() >= end)
+        {
             break;
         }
         // The timeline's own wait: this lease's slot.
@@ -550,7 +573,10 @@ async fn hold_batched(
     let mut grants = Vec::with_capacity(names.len());
     let mut batch_at = t.started + t.renew;
     loop {
-        if t.window.borrow().is_some_and(|(_, end)| batch_at >= end) {
+        if t.window
+            .borrow()
+            .is_some_and(|(_, end)| batch_at >= end || Instant::now() >= end)
+        {
             break;
         }
         let next = grants.len();
@@ -670,6 +696,20 @@ pub fn knees(cells: &[Cell]) -> Vec<String> {
             mine.sort_by_key(|c| c.leases);
             let renew = mine.first().map_or(0, |c| c.renew_ms);
             match mine.iter().find(|c| !c.kept_up()) {
+                Some(c) if c.failed.is_some() => {
+                    let below = mine
+                        .iter()
+                        .rev()
+                        .find(|k| k.leases < c.leases && k.kept_up())
+                        .map_or("none of the counts measured".to_owned(), |k| {
+                            format!("{} leases", k.leases)
+                        });
+                    format!(
+                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {below}, not with {}: could not hold them ({})",
+                        c.leases,
+                        c.failed.as_deref().unwrap_or_default()
+                    )
+                }
                 Some(c) => {
                     let below = mine
                         .iter()
@@ -712,6 +752,43 @@ pub fn json(cells: &[Cell]) -> serde_json::Value {
     })
 }
 
+/// The cells of a recorded `bench-leases.json` ([`json`]): the figures as measured, to be
+/// rendered again — knees and limits by this build's rules (`lab bench --from-json`).
+pub fn cells_from_json(v: &serde_json::Value) -> anyhow::Result<Vec<Cell>> {
+    let cells = v["cells"]
+        .as_array()
+        .context("no \"cells\" array: not a bench-leases.json")?;
+    let f = |c: &serde_json::Value, k: &str| c[k].as_f64().unwrap_or(f64::NAN);
+    let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or(0) as usize;
+    cells
+        .iter()
+        .map(|c| {
+            Ok(Cell {
+                store: c["store"]
+                    .as_str()
+                    .context("a cell without a store")?
+                    .to_owned(),
+                leases: n(c, "leases"),
+                holders: n(c, "holders"),
+                renew_ms: c["renew_ms"].as_u64().context("a cell without renew_ms")?,
+                acquire_s: f(c, "acquire_s"),
+                offered_per_s: f(c, "offered_per_s"),
+                renewed_per_s: f(c, "renewed_per_s"),
+                attempts: n(c, "attempts"),
+                expired: n(c, "expired"),
+                errors: n(c, "errors"),
+                p50_ms: f(c, "p50_ms"),
+                p99_ms: f(c, "p99_ms"),
+                lag_p99_ms: f(c, "lag_p99_ms"),
+                cpu_cores: c["cpu_cores"].as_f64(),
+                client_cpu_cores: c["client_cpu_cores"].as_f64(),
+                batched: c["batched"].as_bool().unwrap_or(false),
+                failed: c["failed"].as_str().map(str::to_owned),
+            })
+        })
+        .collect()
+}
+
 /// Renew p99 and send lag p99 (log scale) against the lease count: one panel per store, a line
 /// per holder count (solid: the store's answer time; dashed: how late the renewals left), the
 /// period as the limit; a cell that did not keep up hollow, one that could not hold its leases
@@ -748,7 +825,7 @@ pub fn chart(cells: &[Cell]) -> String {
         .fold(renew * 2.0, f64::max);
     let (lo, hi) = (0.1f64.log10(), top_ms.log10());
     let mut svg = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">lease scaling: renew p99 (solid) and how late renewals left, p99 (dashed) — ms, log scale</text><text x="10" y="38">each lease renewed every {renew:.0} ms (TTL {:.0} ms); hollow: the store did not keep up there; ✗: could not hold the leases</text>"##,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, sans-serif" font-size="11"><rect width="100%" height="100%" fill="#fff"/><text x="10" y="20" font-size="14" font-weight="bold">lease scaling: renew p99 (solid) and how late renewals left, p99 (dashed) — ms, log scale</text><text x="10" y="38">each lease renewed every {renew:.0} ms (TTL {:.0} ms); hollow: the store did not keep up there; ✗: could not hold the leases, or no renewal left in the window</text>"##,
         renew * 3.0
     );
     for (k, store) in stores.iter().enumerate() {
@@ -822,11 +899,17 @@ pub fn chart(cells: &[Cell]) -> String {
                 line(|c| c.lag_p99_ms)
             );
             for c in &mine {
-                match &c.failed {
+                // A cell with no renewal measured has no point to draw: marked ✗ like one that
+                // could not hold its leases, with what its row says.
+                let unmeasured = c
+                    .failed
+                    .clone()
+                    .or_else(|| (!c.p99_ms.is_finite()).then(|| c.limit().unwrap_or_default()));
+                match &unmeasured {
                     Some(why) => {
                         let _ = write!(
                             svg,
-                            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{color}" font-weight="bold">✗<title>{store}, {holders} holders, {} leases: could not hold them — {}</title></text>"#,
+                            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{color}" font-weight="bold">✗<title>{store}, {holders} holders, {} leases: not measured — {}</title></text>"#,
                             x_of(c.leases),
                             y0 + 14.0 + 12.0 * hi_k as f64,
                             c.leases,
@@ -923,6 +1006,21 @@ mod tests {
         );
     }
 
+    /// A recorded run renders again to the same cells: every field survives its JSON.
+    #[test]
+    fn a_recorded_run_renders_again_from_its_json() {
+        let mut failed = Cell::failed("etcd", 10000, 4, Duration::from_millis(500), "why".into());
+        failed.client_cpu_cores = Some(0.5);
+        let cells = vec![
+            cell(100, 200.0, 0, 3.0),
+            cell(10000, 18000.0, 7, 3.0),
+            failed,
+        ];
+        let again = cells_from_json(&json(&cells)).expect("cells");
+        assert_eq!(render(&again), render(&cells));
+        assert_eq!(json(&again), json(&cells));
+    }
+
     /// What limited a cell is read off its figures, the first of: both CPUs together near the
     /// machine's cores, the store's, the clients', the holders' round trips one at a time.
     #[test]
@@ -943,5 +1041,17 @@ mod tests {
         let rt = said(slow(0.1, 0.1, 0.2));
         assert!(rt.contains("2500 leases × p50 0.20 ms = 500 ms"), "{rt}");
         assert!(said(slow(0.1, 0.1, 0.01)).starts_with("neither CPU busy"));
+        let none = Cell {
+            attempts: 0,
+            ..slow(0.1, 0.1, 0.1)
+        };
+        assert!(said(none).starts_with("no renewal was sent in the window"));
+        // Every lease expired, and taking them took longer than the TTL.
+        let lost = Cell {
+            expired: 1000,
+            acquire_s: 5.0,
+            ..slow(0.9, 0.1, 0.1)
+        };
+        assert!(said(lost).starts_with("taking them: 5.0 s, past the 1.5 s TTL"));
     }
 }

@@ -271,6 +271,21 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
             args.evidence_dir.display()
         )
     })?;
+    if let Some(recorded) = &args.from_json {
+        // The figures as recorded, the knees and limits by this build's rules.
+        let text = std::fs::read_to_string(recorded)
+            .with_context(|| format!("--from-json {}", recorded.display()))?;
+        let cells = lease_scaling::cells_from_json(&serde_json::from_str(&text)?)
+            .with_context(|| format!("--from-json {}", recorded.display()))?;
+        write_lease_scaling(&args.evidence_dir, &cells)?;
+        eprintln!(
+            "bench: {} cells of {} rendered again into {}",
+            cells.len(),
+            recorded.display(),
+            args.evidence_dir.display()
+        );
+        return Ok(());
+    }
     if !args.leases.is_empty() {
         return lease_scaling(args, bins, started).await;
     }
@@ -441,12 +456,22 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         signal = signals.recv() => Err(Interrupted(signal).into()),
     };
     bed.shutdown().await;
-    let cells = measured?;
+    write_lease_scaling(&args.evidence_dir, &measured?)?;
+    eprintln!(
+        "bench: bench-leases.json, bench-leases.svg and bench.html in {}; {:.0} s",
+        args.evidence_dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `bench-leases.md` (also printed), `.json`, `.svg` and the page, of `cells` into `dir`.
+fn write_lease_scaling(dir: &std::path::Path, cells: &[lease_scaling::Cell]) -> anyhow::Result<()> {
+    let cells = cells.to_vec();
     let table = lease_scaling::render(&cells);
     if let Err(e) = crate::print_stdout(&table) {
         eprintln!("bench: failed to write the table to stdout: {e}");
     }
-    let dir = &args.evidence_dir;
     write_atomically(
         &dir.join("bench-leases.json"),
         lease_scaling::json(&cells).to_string().as_bytes(),
@@ -456,13 +481,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
         lease_scaling::chart(&cells).as_bytes(),
     )?;
     write_atomically(&dir.join("bench-leases.md"), table.as_bytes())?;
-    write_page(dir)?;
-    eprintln!(
-        "bench: bench-leases.json, bench-leases.svg and bench.html in {}; {:.0} s",
-        dir.display(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    write_page(dir)
 }
 
 /// `bench.html`: the report page of the benches run into `dir` — each one's chart and its table
