@@ -839,6 +839,75 @@ fn library_sandbox(
     Ok(Some((sb, root, python)))
 }
 
+/// `lab bench --leases … --library` (issue 55 item 3): a published library's own client takes and
+/// renews the leases beside the lab's client on the same service — redis-py on Redis (a call per
+/// lock) and kazoo on ZooKeeper (one session per process) — each row measured in the window with
+/// none expired and the clients' CPU read; a library the bench leaves out is refused with why.
+#[cfg(feature = "lock-services")]
+#[test]
+fn the_lease_bench_holds_leases_through_the_libraries_own_clients() -> anyhow::Result<()> {
+    let Some((sb, root, python)) = library_sandbox()? else {
+        return Ok(());
+    };
+    let bench = |extra: &[&str]| -> std::io::Result<std::process::Output> {
+        Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args([
+                "bench",
+                "--leases",
+                "40",
+                "--holders",
+                "2",
+                "--renew-ms",
+                "200",
+            ])
+            .args(["--duration-ms", "600", "--python"])
+            .arg(&python)
+            .arg("--library-dir")
+            .arg(root.join("holder/libraries"))
+            .arg("--evidence-dir")
+            .arg(sb.path().join("ev"))
+            .args(extra)
+            .env("TMPDIR", sb.path())
+            .output()
+    };
+    let out = bench(&["--lease-store", "redis", "--library", "redis-py,kazoo"])?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for series in [
+        "redis",
+        "redis-py (redis, Python)",
+        "kazoo (zookeeper, Python)",
+    ] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {series} | 40 | 2 |")))
+            .unwrap_or_else(|| panic!("no row for {series}:\n{table}"));
+        let cols: Vec<&str> = row.split('|').map(str::trim).collect();
+        let rate: f64 = cols[6].parse()?;
+        assert!(rate > 0.0, "{series} renewed nothing: {row}");
+        assert!(
+            cols[7].starts_with("0 (") && cols[8] == "0",
+            "{series}: {row}"
+        );
+        assert!(
+            cols[13].parse::<f64>().is_ok(),
+            "{series}'s clients' CPU was read: {row}"
+        );
+    }
+    let out = bench(&["--library", "curator"])?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("not in the lease bench"),
+        "{said}"
+    );
+    Ok(())
+}
+
 /// The library card (issue 52): one published library per service, as it ships from PyPI — kazoo
 /// on ZooKeeper, redis-py on Redis, etcd3gw on etcd — through F1, F5, F4 and F12. Each run's own
 /// checks must hold (exit 0), and the card must say what the runs showed: the paused holder's
