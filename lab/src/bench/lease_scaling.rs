@@ -631,9 +631,15 @@ pub(super) async fn store_root(bed: &Testbed) -> Option<u32> {
     }
 }
 
-/// The table, and under it the knee of each (store, holders) series.
+/// The knee of each (store, holders) series, then the table, then why a cell could not be held.
 pub fn render(cells: &[Cell]) -> String {
-    let mut text = String::from(
+    // The knee of each store and holder count heads the table: the first thing a reader wants.
+    let mut text = String::new();
+    for line in knees(cells) {
+        let _ = writeln!(text, "{line}");
+    }
+    text.push('\n');
+    text.push_str(
         "| store | leases | holders | acquire s | offered renewals/s | renewed/s | expired | errors | renew p50 ms | p99 ms | send lag p99 ms | store CPU (cores) | clients CPU (cores) | kept up |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
@@ -671,9 +677,6 @@ pub fn render(cells: &[Cell]) -> String {
                 c.store, c.leases, c.holders
             );
         }
-    }
-    for line in knees(cells) {
-        let _ = writeln!(text, "{line}");
     }
     text
 }
