@@ -122,6 +122,7 @@ impl Scenario for F1 {
                 .inspect(LEASE)
                 .await?
                 .context("the lease row vanished")?;
+            let deadline_before = a.local_deadline();
             let renewed = bed.lease.renew(&mut a).await?;
             let after = bed
                 .lease
@@ -136,10 +137,20 @@ impl Scenario for F1 {
                 format!("ok={renewed}"),
                 Some(after.db_now.clone()),
             );
+            // The holder's own bookkeeping too: a renewal the store granted moves the local
+            // deadline the holder checks before it writes.
             rec.check(
-                "holder-a renews: ok, and the token is unchanged",
-                "RENEW ok=true token=1",
-                &format!("RENEW ok={renewed} token={}", after.token),
+                "holder-a renews: ok, the token is unchanged, and its local deadline moved forward",
+                "RENEW ok=true token=1 deadline=later",
+                &format!(
+                    "RENEW ok={renewed} token={} deadline={}",
+                    after.token,
+                    if a.local_deadline() > deadline_before {
+                        "later"
+                    } else {
+                        "not moved"
+                    }
+                ),
             );
             if before.expires_epoch.is_infinite() && after.expires_epoch.is_infinite() {
                 // ZooKeeper: no expiry per holding to move — its session lives while the
@@ -346,11 +357,20 @@ impl Scenario for F1 {
             );
             let again = again.context("holder-b could not acquire its released lease again")?;
             let mut stale = b;
+            let deadline_before = stale.local_deadline();
             let renewed = bed.lease.renew(&mut stale).await?;
+            // A refused renewal leaves the handle's local deadline where it was.
             rec.check(
-                "holder-b's first holding (token=2) cannot renew the new one",
-                "RENEW ok=false",
-                &format!("RENEW ok={renewed}"),
+                "holder-b's first holding (token=2) cannot renew the new one, nor move its own local deadline",
+                "RENEW ok=false deadline=unchanged",
+                &format!(
+                    "RENEW ok={renewed} deadline={}",
+                    if stale.local_deadline() == deadline_before {
+                        "unchanged"
+                    } else {
+                        "moved"
+                    }
+                ),
             );
             let released = bed.lease.release(&stale).await?;
             rec.check(
