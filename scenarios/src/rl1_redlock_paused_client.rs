@@ -53,7 +53,7 @@ const SPEC: Spec = Spec {
                     antirez's check-and-set on the lock's random value, where a claim that \
                     arrives late lets the stale holder take the resource back.",
     },
-    checks: RUNS.len() * PER_RUN + INTERLEAVINGS,
+    checks: RUNS.len() * PER_RUN + INTERLEAVINGS + EXTENSION,
     checks_on_store: StoreChecks::Same,
     checks_again: None,
     needs: Needs::Containers,
@@ -90,6 +90,8 @@ const RUNS: [(&str, bool, &str); 3] = [
 const PER_RUN: usize = 8;
 /// Checks of the check-and-set interleavings.
 const INTERLEAVINGS: usize = 3;
+/// The checks of Redlock's extension ([`extension`]).
+const EXTENSION: usize = 2;
 
 impl Scenario for RL1 {
     fn spec(&self) -> &Spec {
@@ -382,6 +384,70 @@ fn verdicts(
     }
 }
 
+/// Redlock's extension as published (the value compared and the expiry reset on every server, kept
+/// when a majority extended it within the validity left), and what it must refuse: A extends its
+/// fresh lock — granted, its local deadline moved forward; once its keys expired and B holds the
+/// lock, A's handle can neither extend nor release it, and B still holds it. Two checks.
+async fn extension(
+    rec: &mut Recorder,
+    client: &dyn LeaseStore,
+    lock: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> anyhow::Result<()> {
+    const LABEL: &str = "redlock, extension";
+    let mut a = client
+        .acquire(lock, HOLDER_A, ttl)
+        .await?
+        .context("A's Redlock grant was refused")?;
+    let before = a.local_deadline();
+    let extended = client.renew(&mut a).await?;
+    rec.check(
+        format!(
+            "[{LABEL}] A extends its lock: granted by a majority, its local deadline moved forward"
+        ),
+        "EXTEND ok=true deadline=later",
+        &format!(
+            "EXTEND ok={extended} deadline={}",
+            if a.local_deadline() > before {
+                "later"
+            } else {
+                "not moved"
+            }
+        ),
+    );
+    harness::wait::until("A's keys expired on a majority", wait, || {
+        client.is_free(lock)
+    })
+    .await?;
+    let b = client
+        .acquire(lock, HOLDER_B, ttl)
+        .await?
+        .context("B's Redlock grant was refused")?;
+    let stale_extend = client.renew(&mut a).await?;
+    let stale_release = client.release(&a).await?;
+    let held = client.inspect(lock).await?;
+    rec.check(
+        format!("[{LABEL}] A's expired handle can neither extend nor release B's lock, and B still holds it"),
+        // Redlock's record keeps the holder's value, not the counter: the holder is compared.
+        &format!("EXTEND ok=false RELEASE ok=false; {HOLDER_B} unexpired"),
+        &format!(
+            "EXTEND ok={stale_extend} RELEASE ok={stale_release}; {}",
+            held.as_ref().map_or("no holding".to_owned(), |h| format!(
+                "{} {}",
+                h.holder,
+                if h.released || h.expired {
+                    "expired or released"
+                } else {
+                    "unexpired"
+                }
+            ))
+        ),
+    );
+    client.release(&b).await?;
+    Ok(())
+}
+
 /// antirez's check-and-set and the fence, side by side on the same grants, in two interleavings
 /// the lab schedules (it plays A and B with real Redlock grants; A's "pause" is the schedule:
 /// A's keys expire on the servers' clocks before B acquires).
@@ -401,8 +467,16 @@ async fn interleavings(
         writer,
         token,
     };
-    // A grant for A, then one for B once A's keys expired (each server's clock).
     let wait = bed.params().wait_timeout;
+    extension(
+        rec,
+        client.as_ref(),
+        &format!("{LEASE}-rl1-extend"),
+        ttl,
+        wait,
+    )
+    .await?;
+    // A grant for A, then one for B once A's keys expired (each server's clock).
     let grants = move |lock: String| {
         let client = client.clone();
         async move {
