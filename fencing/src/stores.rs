@@ -217,6 +217,22 @@ pub async fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
 mod tests {
     use super::*;
 
+    /// Every store on ZooKeeper holds its leases by session (what decides the paused holder's
+    /// two session checks and the count a run declares), and no other store does.
+    #[test]
+    fn the_stores_on_zookeeper_and_only_they_hold_by_session() {
+        for store in STORES {
+            if let Some(kind) = &store.kind {
+                assert_eq!(
+                    kind.session_holdings,
+                    store.service == Some("zookeeper"),
+                    "{}",
+                    store.name
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_store_has_a_unique_name_and_its_kind_agrees_with_its_entry() {
         let mut names: Vec<&str> = STORES.iter().map(|s| s.name).collect();

@@ -31,7 +31,7 @@ const SPEC: Spec = Spec {
     },
     checks: 17,
     // The shared timeline's checks of ZooKeeper's session expiry.
-    checks_on_store: StoreChecks::MoreOnZooKeeper(paused_holder::ZOOKEEPER_CHECKS),
+    checks_on_store: StoreChecks::MoreOnSessions(paused_holder::SESSION_CHECKS),
     checks_again: None,
     needs: Needs::Nothing,
     applies: Applies::Always,

@@ -33,7 +33,7 @@ const SPEC: Spec = Spec {
     },
     checks: 15,
     // The shared timeline's checks of ZooKeeper's session expiry.
-    checks_on_store: StoreChecks::MoreOnZooKeeper(paused_holder::ZOOKEEPER_CHECKS),
+    checks_on_store: StoreChecks::MoreOnSessions(paused_holder::SESSION_CHECKS),
     checks_again: None,
     needs: Needs::Nothing,
     applies: Applies::Always,

@@ -248,9 +248,10 @@ pub(crate) async fn until_expired_while_frozen(
     Ok(())
 }
 
-/// The checks the shared timeline adds on ZooKeeper (`--lease-store zookeeper`): the server's
-/// log expiring A's session, and what A's client heard of it on waking.
-pub(crate) const ZOOKEEPER_CHECKS: usize = 2;
+/// The checks the shared timeline adds on a store that holds by session (ZooKeeper's, every one
+/// whose kind says `session_holdings`): the server's log expiring A's session, and what A's client
+/// heard of it on waking.
+pub(crate) const SESSION_CHECKS: usize = 2;
 
 /// The session of a ZooKeeper holding (`0x…`), from the way the store shows it (`while session
 /// 0x… lives`); `None` on every other store.
@@ -414,7 +415,21 @@ pub async fn run(
         renewal_count(&renewals),
     );
 
-    let session = row.as_ref().and_then(|h| zk_session(&h.expires_at));
+    // One datum decides these checks and how many the run declares: the store's kind
+    // (`session_holdings`). A store that says it holds by session must show the session.
+    let store = bed.case().store;
+    let session = if fencing::stores::store_kind(store).is_some_and(|k| k.session_holdings) {
+        let shown = row
+            .as_ref()
+            .map(|h| h.expires_at.clone())
+            .unwrap_or_default();
+        let Some(session) = zk_session(&shown) else {
+            bail!("{store} holds its leases by session, but its holding shows none: {shown:?}");
+        };
+        Some(session)
+    } else {
+        None
+    };
     let frozen_at =
         freeze_and_show(bed, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
     until_expired_while_frozen(bed, rec, frozen_at).await?;

@@ -134,6 +134,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: None,
     open: Some(|at| Box::pin(open(at))),
 };

@@ -337,6 +337,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: Some("etcd"),
     open: Some(|at| Box::pin(open(at))),
 };
@@ -575,6 +576,7 @@ pub const SESSION: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: Some("etcd"),
     open: Some(|at| Box::pin(open_session(at))),
 };

@@ -17,6 +17,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: None,
     open: None,
 };

@@ -468,6 +468,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: false,
     sound: false,
     freed_on_disconnect: true,
+    session_holdings: false,
     service: Some("mariadb"),
     open: Some(|at| Box::pin(open(at, false))),
 };
@@ -480,6 +481,7 @@ pub const FENCED: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: true,
+    session_holdings: false,
     service: Some("mariadb"),
     open: Some(|at| Box::pin(open(at, true))),
 };

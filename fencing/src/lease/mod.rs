@@ -288,6 +288,12 @@ pub struct StoreKind {
     /// killed frees its lock at once, and the TTL plays no part. `false`: a dead holder's
     /// holding lasts until the store expires it (a ZooKeeper session outlives its connection).
     pub freed_on_disconnect: bool,
+    /// Whether a holding lives as long as a session the store's server expires (ZooKeeper's
+    /// ephemeral nodes): the store shows it as `while session 0x… lives`, and the paused holder's
+    /// timeline adds the server's own log line expiring it and what the frozen client heard on
+    /// waking. One datum decides both those checks and how many a run declares
+    /// (`scenarios::spec::StoreChecks::MoreOnSessions`).
+    pub session_holdings: bool,
     /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
     /// `zookeeper`) or — `mariadb`, for the named locks — a local MariaDB server the lab starts
     /// (no Docker); `None`: it runs on the lab's lease database.

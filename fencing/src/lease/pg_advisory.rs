@@ -467,6 +467,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: false,
     sound: false,
     freed_on_disconnect: true,
+    session_holdings: false,
     service: None,
     open: Some(|at| Box::pin(open(at, false))),
 };
@@ -479,6 +480,7 @@ pub const FENCED: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: true,
+    session_holdings: false,
     service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };

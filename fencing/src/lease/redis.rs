@@ -345,6 +345,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, true, None))),
 };
@@ -359,6 +360,7 @@ pub const WAIT: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: false,
     // Not a lock service of `--lease-store`: it needs a primary with a replica, which R2 starts.
     service: None,
     open: Some(|at| Box::pin(open(at, true, Some(WAIT_FOR_REPLICA)))),
@@ -372,6 +374,7 @@ pub const PLAIN: StoreKind = StoreKind {
     has_token: false,
     sound: false,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, false, None))),
 };

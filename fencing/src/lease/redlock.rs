@@ -465,6 +465,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: false,
     sound: false,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: None,
     open: Some(|at| Box::pin(open(at, false))),
 };
@@ -477,6 +478,7 @@ pub const FENCED: StoreKind = StoreKind {
     has_token: true,
     sound: false,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };
@@ -490,6 +492,7 @@ pub const UNCHECKED: StoreKind = StoreKind {
     has_token: false,
     sound: false,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: None,
     open: Some(|at| {
         Box::pin(async move {

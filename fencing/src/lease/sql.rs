@@ -244,6 +244,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: false,
     service: None,
     open: Some(|at| Box::pin(async move { Ok(Arc::new(at.table.clone()) as Arc<dyn LeaseStore>) })),
 };

@@ -652,6 +652,7 @@ pub const SESSION: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: true,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open_shared(at))),
 };
@@ -671,6 +672,7 @@ pub const KIND: StoreKind = StoreKind {
     has_token: true,
     sound: true,
     freed_on_disconnect: false,
+    session_holdings: true,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Czxid))),
 };
@@ -684,6 +686,7 @@ pub const SUFFIX: StoreKind = StoreKind {
     has_token: true,
     sound: false,
     freed_on_disconnect: false,
+    session_holdings: true,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Suffix))),
 };
