@@ -386,8 +386,9 @@ fn verdicts(
 
 /// Redlock's extension as published (the value compared and the expiry reset on every server, kept
 /// when a majority extended it within the validity left), and what it must refuse: A extends its
-/// fresh lock — granted, its local deadline moved forward; once its keys expired and B holds the
-/// lock, A's handle can neither extend nor release it, and B still holds it. Two checks.
+/// fresh lock — granted, its local deadline moved forward, B's acquire meanwhile refused; once its
+/// keys expired and B holds the lock, A's handle can neither extend nor release it, and B still
+/// holds it. Two checks.
 async fn extension(
     rec: &mut Recorder,
     client: &dyn LeaseStore,
@@ -402,20 +403,24 @@ async fn extension(
         .context("A's Redlock grant was refused")?;
     let before = a.local_deadline();
     let extended = client.renew(&mut a).await?;
+    let deadline = if a.local_deadline() > before {
+        "later"
+    } else {
+        "not moved"
+    };
+    // While A holds it, B's acquire finds A's key on every server (SET NX): refused.
+    let meanwhile = client.acquire(lock, HOLDER_B, ttl).await?;
     rec.check(
-        format!(
-            "[{LABEL}] A extends its lock: granted by a majority, its local deadline moved forward"
-        ),
-        "EXTEND ok=true deadline=later",
+        format!("[{LABEL}] A extends its lock: granted by a majority, its local deadline moved forward; B's acquire meanwhile is refused"),
+        "EXTEND ok=true deadline=later; B refused",
         &format!(
-            "EXTEND ok={extended} deadline={}",
-            if a.local_deadline() > before {
-                "later"
-            } else {
-                "not moved"
-            }
+            "EXTEND ok={extended} deadline={deadline}; B {}",
+            if meanwhile.is_some() { "GRANTED" } else { "refused" }
         ),
     );
+    if let Some(b) = meanwhile {
+        client.release(&b).await?;
+    }
     harness::wait::until("A's keys expired on a majority", wait, || {
         client.is_free(lock)
     })
