@@ -387,8 +387,8 @@ fn verdicts(
 /// Redlock's extension as published (the value compared and the expiry reset on every server, kept
 /// when a majority extended it within the validity left), and what it must refuse: A extends its
 /// fresh lock — granted, its local deadline moved forward, B's acquire meanwhile refused; once its
-/// keys expired and B holds the lock, A's handle can neither extend nor release it, and B still
-/// holds it. Two checks.
+/// keys expired and B holds the lock, A's handle can neither extend nor release it, B still holds
+/// it, and B's own release frees it at once. Two checks.
 async fn extension(
     rec: &mut Recorder,
     client: &dyn LeaseStore,
@@ -432,12 +432,15 @@ async fn extension(
     let stale_extend = client.renew(&mut a).await?;
     let stale_release = client.release(&a).await?;
     let held = client.inspect(lock).await?;
+    // B's own release then frees the lock on every server at once.
+    let released = client.release(&b).await?;
+    let free = client.is_free(lock).await?;
     rec.check(
-        format!("[{LABEL}] A's expired handle can neither extend nor release B's lock, and B still holds it"),
-        // Redlock's record keeps the holder's value, not the counter: the holder is compared.
-        &format!("EXTEND ok=false RELEASE ok=false; {HOLDER_B} unexpired"),
+        format!("[{LABEL}] A's expired handle can neither extend nor release B's lock, and B still holds it; B's release frees it at once"),
+        &format!("EXTEND ok=false RELEASE ok=false; {HOLDER_B} unexpired; B's RELEASE ok=true, free"),
         &format!(
-            "EXTEND ok={stale_extend} RELEASE ok={stale_release}; {}",
+            "EXTEND ok={stale_extend} RELEASE ok={stale_release}; {}; B's RELEASE ok={released}, {}",
+            // Redlock's record keeps the holder's value, not the counter: the holder is compared.
             held.as_ref().map_or("no holding".to_owned(), |h| format!(
                 "{} {}",
                 h.holder,
@@ -446,10 +449,10 @@ async fn extension(
                 } else {
                     "unexpired"
                 }
-            ))
+            )),
+            if free { "free" } else { "still held" }
         ),
     );
-    client.release(&b).await?;
     Ok(())
 }
 
