@@ -401,6 +401,8 @@ async fn extension(
         .acquire(lock, HOLDER_A, ttl)
         .await?
         .context("A's Redlock grant was refused")?;
+    // The timeline's own wait: A extends a third of the TTL after its grant, as a renewer does.
+    harness::wait::prescribed(ttl / 3).await;
     let before = a.local_deadline();
     let extended = client.renew(&mut a).await?;
     let deadline = if a.local_deadline() > before {
@@ -408,16 +410,25 @@ async fn extension(
     } else {
         "not moved"
     };
+    // Each server that holds A's value shows its expiry reset: a PTTL above what was left of the
+    // TTL before the extension (two thirds of it).
+    let left = pttls(client.inspect(lock).await?.as_ref());
+    let reset = !left.is_empty() && left.iter().all(|&ms| ms as u128 > ttl.as_millis() * 2 / 3);
     // While A holds it, B's acquire finds A's key on every server (SET NX): refused.
     let meanwhile = client.acquire(lock, HOLDER_B, ttl).await?;
     rec.check(
-        format!("[{LABEL}] A extends its lock: granted by a majority, its local deadline moved forward; B's acquire meanwhile is refused"),
-        "EXTEND ok=true deadline=later; B refused",
+        format!("[{LABEL}] A extends its lock: granted by a majority, its local deadline moved forward, every server's expiry reset; B's acquire meanwhile is refused"),
+        "EXTEND ok=true deadline=later expiry=reset; B refused",
         &format!(
-            "EXTEND ok={extended} deadline={deadline}; B {}",
+            "EXTEND ok={extended} deadline={deadline} expiry={}; B {}",
+            if reset { "reset" } else { "not reset" },
             if meanwhile.is_some() { "GRANTED" } else { "refused" }
         ),
     );
+    rec.note(format!(
+        "[{LABEL}] A's keys after its extension, a third of the TTL after its grant: PTTL {left:?} ms of a {} ms TTL",
+        ttl.as_millis()
+    ));
     if let Some(b) = meanwhile {
         client.release(&b).await?;
     }
@@ -454,6 +465,23 @@ async fn extension(
         ),
     );
     Ok(())
+}
+
+/// The PTTL of each server that holds the lock's value, as Redlock's record shows them
+/// (`held on 5 of 5 servers (host:port PTTL 1432, …)`).
+fn pttls(held: Option<&fencing::lease::Holding>) -> Vec<i64> {
+    held.map_or(Vec::new(), |h| {
+        h.expires_at
+            .split("PTTL ")
+            .skip(1)
+            .filter_map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit() && c != '-')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    })
 }
 
 /// antirez's check-and-set and the fence, side by side on the same grants, in two interleavings
