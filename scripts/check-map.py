@@ -10,6 +10,8 @@ once per mode or store is one check, and one failing under any of them counts.
 
 Where failures come from (each optional; missing ones are said, not silently skipped):
   evidence/mutant-checks.tsv   the generated SQL mutants' failed checks (scripts/mutants.sh --generated)
+  evidence/store-mutant-checks.tsv  the lock services' own mutants' failed checks
+                               (scripts/store-mutants-run.py)
   --failures DIR ...           the event logs (events.jsonl, searched below DIR) of runs of broken
                                variants: `lab grade` (its planted-flaw designs), a lock service
                                without a token (--lease-store redis-plain, zookeeper-suffix), a
@@ -114,6 +116,16 @@ def main():
         sources.append(f"{tsv.relative_to(ROOT)}: {len(rows)} failed checks of {len(mutants)} killed SQL mutants")
     else:
         sources.append(f"{tsv.relative_to(ROOT)}: missing (scripts/mutants.sh --generated writes it)")
+    stores = ROOT / "evidence/store-mutant-checks.tsv"
+    if stores.exists():
+        rows = stores.read_text().splitlines()[1:]
+        for row in rows:
+            mid, case, desc = row.split("\t", 2)
+            seen[key(case, desc)].add(mid)
+        killed = {r.split("\t", 1)[0] for r in rows}
+        sources.append(f"{stores.relative_to(ROOT)}: {len(rows)} failed checks of {len(killed)} killed mutants of the lock services' own code")
+    else:
+        sources.append(f"{stores.relative_to(ROOT)}: missing (scripts/store-mutants-run.py writes it)")
     broken = ROOT / "evidence/broken-checks.tsv"
     if a.failures:
         # The broken variants' failed checks, recorded for the next map.
