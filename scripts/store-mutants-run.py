@@ -18,7 +18,7 @@ Writes as it goes, so that a run cut short resumes with --resume:
   evidence/store-mutants.md          one row per mutant, between the markers below
   evidence/store-mutant-checks.tsv   every check a killing run failed: mutant, case, check (digits
                                      masked) — read by scripts/check-map.py
-Usage: scripts/store-mutants-run.py [--only ID,ID | --store S] [--resume [--again-survivors]]
+Usage: scripts/store-mutants-run.py [--only ID,ID | --store S] [--resume [--again-survivors | --record-only]]
 About 2–3 minutes a mutant here (a build of the mutated crate upwards, then the experiments).
 Exit status: 1 when a mutant survived (or a baseline failed), else 0.
 """
@@ -165,7 +165,7 @@ def run_chaos(tree, work, store, evidence):
         [("chaos", f"exit {r.returncode}: {(r.stderr or r.stdout)[-200:].strip()}")]
 
 
-def write(results, head):
+def write(results, head, catalogue_ids=()):
     rows = []
     for m, verdict, by, checks in results:
         shown = lambda t: t.replace("|", "/")
@@ -178,7 +178,8 @@ def write(results, head):
     body = [BEGIN, "",
             f"Run by scripts/store-mutants-run.py at {head[:7]}, "
             f"{datetime.now(timezone.utc):%Y-%m-%d}: " +
-            ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) + f" of {len(results)}.", "",
+            ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) + f" of {len(results)}." +
+            not_yet(results, catalogue_ids), "",
             "| mutant | the line → what it becomes | verdict | by | the first check it failed, or why |",
             "|---|---|---|---|---|", *rows, "", END]
     text = OUT_MD.read_text() if OUT_MD.exists() else ""
@@ -192,6 +193,19 @@ def write(results, head):
         if verdict == "killed":
             tsv += [f"{m['id']}\t{c}\t{d}" for c, d in checks]
     OUT_TSV.write_text("\n".join(tsv) + "\n")
+
+
+def not_yet(results, catalogue_ids):
+    """The catalogue's mutants not run yet, by store, said beside the counts."""
+    done = {m["id"] for m, _, _, _ in results}
+    left = [i for i in catalogue_ids if i not in done]
+    if not left:
+        return ""
+    by = {}
+    for i in left:
+        by.setdefault(i.split(".", 1)[0], []).append(i)
+    return (f" Not run yet: {len(left)} of the catalogue's {len(catalogue_ids)} (" +
+            ", ".join(f"{k} {len(v)}" for k, v in sorted(by.items())) + ").")
 
 
 HEADER = """# The lock services' own mutants
@@ -225,6 +239,9 @@ def main():
     p.add_argument("--only")
     p.add_argument("--store")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--record-only", action="store_true",
+                   help="with --resume: run nothing; write the records again, the survivors "
+                        "judged against scripts/equivalent-mutants.txt as it now is")
     p.add_argument("--again-survivors", action="store_true",
                    help="with --resume: run the survivors (and argued ones) again")
     p.add_argument("--work", default=str(ROOT / "target/store-mutants"))
@@ -243,9 +260,25 @@ def main():
     if a.again_survivors:
         done = {k: v for k, v in done.items() if v[0] not in ("SURVIVED", "argued")}
     by_id = {m["id"]: m for m in catalogue()}
-    results = [(by_id[mid], v, by, done_checks.get(mid, [])) for mid, (v, by) in done.items()
-               if mid in by_id]
     why = equivalents()
+    # A survivor recorded before its argument was written is argued now (the argument is about
+    # the line, not the run); an argued one whose argument is gone survives again.
+    results = []
+    for mid, (v, by) in done.items():
+        if mid not in by_id:
+            continue
+        checks = done_checks.get(mid, [])
+        if v == "SURVIVED" and mid in why:
+            v, checks = "argued", [("-", why[mid])]
+        elif v == "argued":
+            v, checks = ("argued", [("-", why[mid])]) if mid in why else ("SURVIVED", [])
+        results.append((by_id[mid], v, by, checks))
+    if a.record_only:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        recorded = re.search(r"at ([0-9a-f]{7}),", OUT_MD.read_text()) if OUT_MD.exists() else None
+        write(results, recorded.group(1) if recorded else head, list(by_id))
+        return 1 if any(v == "SURVIVED" for _, v, _, _ in results) else 0
     tree, head = worktree(work)
     ok, err = build(tree, work)
     if not ok:
@@ -314,7 +347,7 @@ def main():
         if verdict == "SURVIVED":
             status = 1
         results.append((m, verdict, by, checks))
-        write(results, head)
+        write(results, head, list(by_id))
         print(f"store-mutants: {m['id']}: {verdict} {by} ({time.time() - t0:.0f} s)"
               f"{': ' + checks[0][1][:120] if checks else ''}", file=sys.stderr, flush=True)
     # The tree back as HEAD left it, built unmutated for the next run.
