@@ -123,7 +123,7 @@ fn a_design_without_a_token_is_graded_on_what_it_has() -> anyhow::Result<()> {
     assert_eq!(cells[10], "**UNSAFE**", "F8: {row}");
     assert_eq!(&cells[12..14], ["n/a", "n/a"], "F11, F12: {row}");
     assert!(
-        card.contains("- shedlock-style × F1: holder-b's first holding (token=–) cannot renew the new one, nor move its own local deadline (expected=RENEW ok=false deadline=unchanged, actual=RENEW ok=true deadline=moved)"),
+        card.contains("- shedlock-style × F1: holder-b's first holding (token=–) cannot renew the new one, nor move its own local deadline (expected=RENEW ok=false deadline=unchanged, actual=RENEW ok=true deadline=later)"),
         "{card}"
     );
     assert!(

@@ -155,7 +155,6 @@ impl Scenario for F11 {
                 !ok,
                 wrote(ok, g.token),
             );
-
             let first = first.context("no grant before the reset")?;
             crate::stale_handle::probe(rec, HOLDER_A, bed.lease.as_ref(), first, &g, BEFORE_RESET)
                 .await?;

@@ -122,8 +122,7 @@ impl Scenario for F1 {
                 .inspect(LEASE)
                 .await?
                 .context("the lease row vanished")?;
-            let deadline_before = a.local_deadline();
-            let renewed = bed.lease.renew(&mut a).await?;
+            let (renewed, moved) = renew_watching_deadline(bed, &mut a).await?;
             let after = bed
                 .lease
                 .inspect(LEASE)
@@ -137,20 +136,10 @@ impl Scenario for F1 {
                 format!("ok={renewed}"),
                 Some(after.db_now.clone()),
             );
-            // The holder's own bookkeeping too: a renewal the store granted moves the local
-            // deadline the holder checks before it writes.
             rec.check(
                 "holder-a renews: ok, the token is unchanged, and its local deadline moved forward",
                 "RENEW ok=true token=1 deadline=later",
-                &format!(
-                    "RENEW ok={renewed} token={} deadline={}",
-                    after.token,
-                    if a.local_deadline() > deadline_before {
-                        "later"
-                    } else {
-                        "not moved"
-                    }
-                ),
+                &format!("RENEW ok={renewed} token={} deadline={moved}", after.token),
             );
             if before.expires_epoch.is_infinite() && after.expires_epoch.is_infinite() {
                 // ZooKeeper: no expiry per holding to move — its session lives while the
@@ -357,20 +346,11 @@ impl Scenario for F1 {
             );
             let again = again.context("holder-b could not acquire its released lease again")?;
             let mut stale = b;
-            let deadline_before = stale.local_deadline();
-            let renewed = bed.lease.renew(&mut stale).await?;
-            // A refused renewal leaves the handle's local deadline where it was.
+            let (renewed, moved) = renew_watching_deadline(bed, &mut stale).await?;
             rec.check(
                 "holder-b's first holding (token=2) cannot renew the new one, nor move its own local deadline",
                 "RENEW ok=false deadline=unchanged",
-                &format!(
-                    "RENEW ok={renewed} deadline={}",
-                    if stale.local_deadline() == deadline_before {
-                        "unchanged"
-                    } else {
-                        "moved"
-                    }
-                ),
+                &format!("RENEW ok={renewed} deadline={moved}"),
             );
             let released = bed.lease.release(&stale).await?;
             rec.check(
@@ -426,4 +406,23 @@ fn why_other_expiry_unjudged(bed: &Testbed, other_expires: &str) -> Option<Strin
         ),
         _ => None,
     }
+}
+
+/// Renews `grant` through the lab's store and says how its local deadline moved (`later`,
+/// `unchanged`, `earlier`): the holder's own bookkeeping, which a renewal the store granted moves
+/// forward (the deadline the holder checks before it writes) and a refused one leaves as it was.
+async fn renew_watching_deadline(
+    bed: &Testbed,
+    grant: &mut fencing::lease::Grant,
+) -> anyhow::Result<(bool, &'static str)> {
+    let before = grant.local_deadline();
+    let renewed = bed.lease.renew(grant).await?;
+    Ok((
+        renewed,
+        match grant.local_deadline().cmp(&before) {
+            std::cmp::Ordering::Greater => "later",
+            std::cmp::Ordering::Equal => "unchanged",
+            std::cmp::Ordering::Less => "earlier",
+        },
+    ))
 }

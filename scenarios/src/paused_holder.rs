@@ -253,6 +253,23 @@ pub(crate) async fn until_expired_while_frozen(
 /// heard of it on waking.
 pub(crate) const SESSION_CHECKS: usize = 2;
 
+/// The session A's holding lives by, on a store that holds by session: one datum — the store's
+/// kind (`session_holdings`) — decides the two session checks and how many the run declares.
+/// A store that says it holds by session must show the session.
+fn held_by_session(
+    store: &str,
+    row: Option<&fencing::lease::Holding>,
+) -> anyhow::Result<Option<String>> {
+    if !fencing::stores::store_kind(store).is_some_and(|k| k.session_holdings) {
+        return Ok(None);
+    }
+    let shown = row.map(|h| h.expires_at.clone()).unwrap_or_default();
+    match zk_session(&shown) {
+        Some(session) => Ok(Some(session)),
+        None => bail!("{store} holds its leases by session, but its holding shows none: {shown:?}"),
+    }
+}
+
 /// The session of a ZooKeeper holding (`0x…`), from the way the store shows it (`while session
 /// 0x… lives`); `None` on every other store.
 fn zk_session(expires_at: &str) -> Option<String> {
@@ -415,21 +432,7 @@ pub async fn run(
         renewal_count(&renewals),
     );
 
-    // One datum decides these checks and how many the run declares: the store's kind
-    // (`session_holdings`). A store that says it holds by session must show the session.
-    let store = bed.case().store;
-    let session = if fencing::stores::store_kind(store).is_some_and(|k| k.session_holdings) {
-        let shown = row
-            .as_ref()
-            .map(|h| h.expires_at.clone())
-            .unwrap_or_default();
-        let Some(session) = zk_session(&shown) else {
-            bail!("{store} holds its leases by session, but its holding shows none: {shown:?}");
-        };
-        Some(session)
-    } else {
-        None
-    };
+    let session = held_by_session(bed.case().store, row.as_ref())?;
     let frozen_at =
         freeze_and_show(bed, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
     until_expired_while_frozen(bed, rec, frozen_at).await?;

@@ -124,6 +124,7 @@ impl Scenario for RL1 {
                     one_run(bed, rec, &*servers, store, after, label, n).await?;
                 }
                 bed.reset().await?;
+                extension(bed, rec, &*servers).await?;
                 interleavings(bed, rec, &*servers).await?;
                 Ok::<_, anyhow::Error>(())
             }
@@ -390,13 +391,15 @@ fn verdicts(
 /// keys expired and B holds the lock, A's handle can neither extend nor release it, B still holds
 /// it, and B's own release frees it at once. Two checks.
 async fn extension(
+    bed: &mut Testbed,
     rec: &mut Recorder,
-    client: &dyn LeaseStore,
-    lock: &str,
-    ttl: Duration,
-    wait: Duration,
+    servers: &dyn RedlockServers,
 ) -> anyhow::Result<()> {
     const LABEL: &str = "redlock, extension";
+    let client = redlock_client(bed, "redlock-fenced", servers).await?;
+    let client = client.as_ref();
+    let (ttl, wait) = (bed.case().ttl, bed.params().wait_timeout);
+    let lock = &format!("{LEASE}-rl1-extend");
     let mut a = client
         .acquire(lock, HOLDER_A, ttl)
         .await?
@@ -503,16 +506,8 @@ async fn interleavings(
         writer,
         token,
     };
-    let wait = bed.params().wait_timeout;
-    extension(
-        rec,
-        client.as_ref(),
-        &format!("{LEASE}-rl1-extend"),
-        ttl,
-        wait,
-    )
-    .await?;
     // A grant for A, then one for B once A's keys expired (each server's clock).
+    let wait = bed.params().wait_timeout;
     let grants = move |lock: String| {
         let client = client.clone();
         async move {

@@ -71,7 +71,13 @@ pub struct Cell {
 }
 
 impl Cell {
-    fn failed(store: &str, leases: usize, holders: usize, renew: Duration, why: String) -> Cell {
+    pub(super) fn failed(
+        store: &str,
+        leases: usize,
+        holders: usize,
+        renew: Duration,
+        why: String,
+    ) -> Cell {
         Cell {
             store: store.to_owned(),
             leases,
@@ -104,6 +110,14 @@ impl Cell {
             && self.renewed_per_s >= 0.95 * self.offered_per_s
             && self.expired_share() < 0.01
             && self.p99_ms <= self.renew_ms as f64
+    }
+
+    /// Why the cell has no point to draw, if it has none: it could not hold its leases, or no
+    /// renewal was measured (what its row says) — the chart marks it ✗.
+    fn unmeasured(&self) -> Option<String> {
+        self.failed
+            .clone()
+            .or_else(|| (!self.p99_ms.is_finite()).then(|| self.limit().unwrap_or_default()))
     }
 
     /// What limited a cell that did not keep up, from its figures (`None` when it kept up):
@@ -177,102 +191,6 @@ pub(super) struct Seen {
     pub expired: usize,
     pub errors: usize,
     pub acquire_s: f64,
-}
-
-/// How long a store may take to answer again after a cell that overloaded it.
-const RESET_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Waits until the store answers its reset (a store the cell before overloaded — ZooKeeper
-/// expiring thousands of sessions — may not answer at once); `Err` says why it never did, for
-/// the cells it cannot measure.
-async fn store_answers(bed: &Testbed, store: &str) -> Result<(), String> {
-    harness::wait::until(
-        &format!("{store} answers the reset before the next cell"),
-        RESET_TIMEOUT,
-        || async { Ok::<bool, std::convert::Infallible>(bed.lease.reset().await.is_ok()) },
-    )
-    .await
-    .map(drop)
-    .map_err(|e| format!("the store stopped answering after an earlier cell ({e})"))
-}
-
-/// One series of the table: a lease store through the lab's own client, or a lock service
-/// through a published library's client ([`super::library_clients`]).
-#[derive(Debug, Clone)]
-pub struct Series {
-    /// The table's name for it: the store, or `redis-py (redis)`.
-    pub label: String,
-    /// The lease store the testbed runs (the library's lock service).
-    pub store: &'static str,
-    /// The library whose client holds the leases, if not the lab's.
-    pub library: Option<&'static str>,
-}
-
-/// Every (series, leases, holders) cell, in order, on `lab`; `clients` runs the library series.
-pub async fn measure(
-    bed: &mut Testbed,
-    series: &[Series],
-    clients: Option<&super::library_clients::Clients>,
-    leases: &[usize],
-    holders: &[usize],
-    renew: Duration,
-    duration: Duration,
-) -> anyhow::Result<Vec<Cell>> {
-    let mut cells = Vec::new();
-    for one in series {
-        let (store, label) = (one.store, one.label.as_str());
-        bed.use_store(store)
-            .await
-            .with_context(|| format!("--lease-store {store}"))?;
-        // Set once the store stops answering: its remaining cells are recorded as not measured.
-        let mut wedged: Option<String> = None;
-        for &h in holders {
-            for &l in leases {
-                if wedged.is_none() {
-                    wedged = store_answers(bed, store).await.err();
-                }
-                if let Some(why) = &wedged {
-                    eprintln!("bench: {label}, {l} leases, {h} holders: not measured: {why}");
-                    cells.push(Cell::failed(label, l, h, renew, why.clone()));
-                    continue;
-                }
-                bed.reset().await?;
-                let n = cells.len();
-                let measured = match (one.library, clients) {
-                    (None, _) => one_cell(bed, store, n, l, h, renew, duration).await,
-                    (Some(lib), Some(clients)) => {
-                        super::library_clients::one_cell(
-                            bed, clients, lib, label, n, l, h, renew, duration,
-                        )
-                        .await
-                    }
-                    (Some(lib), None) => Err(anyhow::anyhow!("no Python for {lib}'s holders")),
-                };
-                let cell = match measured {
-                    Ok(cell) => {
-                        eprintln!(
-                            "bench: {label}, {l} leases, {h} holders: {:.0} of {:.0} renewals/s, p99 {:.1} ms, {} expired{}",
-                            cell.renewed_per_s,
-                            cell.offered_per_s,
-                            cell.p99_ms,
-                            cell.expired,
-                            cell.limit().map_or(String::new(), |l| format!("; limited by {l}"))
-                        );
-                        cell
-                    }
-                    Err(e) => {
-                        eprintln!(
-                            "bench: {label}, {l} leases, {h} holders: could not hold them: {e:#}"
-                        );
-                        Cell::failed(label, l, h, renew, format!("{e:#}"))
-                    }
-                };
-                cells.push(cell);
-            }
-        }
-    }
-    bed.use_store(fencing::lease::sql::KIND.name).await?;
-    Ok(cells)
 }
 
 /// The designs that renew per holder, not per lease: the batched lease table (one statement
@@ -397,7 +315,7 @@ pub(super) fn cell_of(
     }
 }
 
-async fn one_cell(
+pub(super) async fn one_cell(
     bed: &Testbed,
     store: &str,
     n: usize,
@@ -902,13 +820,7 @@ pub fn chart(cells: &[Cell]) -> String {
                 line(|c| c.lag_p99_ms)
             );
             for c in &mine {
-                // A cell with no renewal measured has no point to draw: marked ✗ like one that
-                // could not hold its leases, with what its row says.
-                let unmeasured = c
-                    .failed
-                    .clone()
-                    .or_else(|| (!c.p99_ms.is_finite()).then(|| c.limit().unwrap_or_default()));
-                match &unmeasured {
+                match &c.unmeasured() {
                     Some(why) => {
                         let _ = write!(
                             svg,

@@ -19,6 +19,7 @@
 
 mod fence_cost;
 pub mod lease_scaling;
+pub mod lease_series;
 pub mod library_clients;
 mod stats;
 
@@ -272,19 +273,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         )
     })?;
     if let Some(recorded) = &args.from_json {
-        // The figures as recorded, the knees and limits by this build's rules.
-        let text = std::fs::read_to_string(recorded)
-            .with_context(|| format!("--from-json {}", recorded.display()))?;
-        let cells = lease_scaling::cells_from_json(&serde_json::from_str(&text)?)
-            .with_context(|| format!("--from-json {}", recorded.display()))?;
-        write_lease_scaling(&args.evidence_dir, &cells)?;
-        eprintln!(
-            "bench: {} cells of {} rendered again into {}",
-            cells.len(),
-            recorded.display(),
-            args.evidence_dir.display()
-        );
-        return Ok(());
+        return render_recorded(recorded, &args.evidence_dir);
     }
     if !args.leases.is_empty() {
         return lease_scaling(args, bins, started).await;
@@ -360,9 +349,29 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--leases`: the lease-scaling bench ([`lease_scaling`]) on every store named.
-async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> anyhow::Result<()> {
-    let mut series: Vec<lease_scaling::Series> = Vec::new();
+/// `--from-json`: a recorded lease bench rendered again into `dir` — the figures as recorded,
+/// the knees and limits by this build's rules.
+fn render_recorded(recorded: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(recorded)
+        .with_context(|| format!("--from-json {}", recorded.display()))?;
+    let cells = lease_scaling::cells_from_json(&serde_json::from_str(&text)?)
+        .with_context(|| format!("--from-json {}", recorded.display()))?;
+    write_lease_scaling(dir, &cells)?;
+    eprintln!(
+        "bench: {} cells of {} rendered again into {}",
+        cells.len(),
+        recorded.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// The series `--lease-store` and `--library` name, and the library holders' Python when a
+/// library is named.
+fn series_of(
+    args: &BenchArgs,
+) -> anyhow::Result<(Vec<lease_series::Series>, Option<library_clients::Clients>)> {
+    let mut series: Vec<lease_series::Series> = Vec::new();
     for name in &args.lease_store {
         // `single`: the lease table, as `lab run --lease-store single` names it.
         let name = if name == "single" {
@@ -386,7 +395,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
                         .collect::<String>()
                 )
             })?;
-        series.push(lease_scaling::Series {
+        series.push(lease_series::Series {
             label: kind.name.to_owned(),
             store: kind.name,
             library: None,
@@ -412,12 +421,18 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
             .find(|(l, _)| l == id)
             .map(|(l, _)| *l)
             .context("a benched library")?;
-        series.push(lease_scaling::Series {
+        series.push(lease_series::Series {
             label: format!("{lib} ({service}, Python)"),
             store: store.name,
             library: Some(lib),
         });
     }
+    Ok((series, clients))
+}
+
+/// `--leases`: the lease-scaling bench ([`lease_scaling`]) on every store named.
+async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> anyhow::Result<()> {
+    let (series, clients) = series_of(&args)?;
     if args.holders.contains(&0) || args.leases.contains(&0) {
         bail!("--leases and --holders count from 1");
     }
@@ -444,7 +459,7 @@ async fn lease_scaling(args: BenchArgs, bins: PgBinaries, started: Instant) -> a
     // Its lock services' containers go with the testbed, an interruption's too.
     let mut signals = crate::Signals::install()?;
     let measured = tokio::select! {
-        m = lease_scaling::measure(
+        m = lease_series::measure(
             &mut bed,
             &series,
             clients.as_ref(),
