@@ -315,6 +315,15 @@ pub(super) fn cell_of(
     }
 }
 
+/// The leases holder `i` of `holders` holds in cell `n`: leases i, i + H, i + 2H, … of `leases`
+/// (the first L mod H one more), each named for its cell so that no cell finds another's.
+pub(super) fn names_of(n: usize, i: usize, leases: usize, holders: usize) -> Vec<String> {
+    (i..leases)
+        .step_by(holders)
+        .map(|j| format!("scale{n}-{j}"))
+        .collect()
+}
+
 pub(super) async fn one_cell(
     bed: &Testbed,
     store: &str,
@@ -338,10 +347,7 @@ pub(super) async fn one_cell(
     let (acquired_tx, acquired) = tokio::sync::mpsc::unbounded_channel();
     let batched = batched(store);
     let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
-        let names: Vec<String> = (i..leases)
-            .step_by(holders)
-            .map(|j| format!("scale{n}-{j}"))
-            .collect();
+        let names = names_of(n, i, leases, holders);
         let t = Timing {
             ttl,
             renew,
@@ -616,31 +622,29 @@ pub fn knees(cells: &[Cell]) -> Vec<String> {
                 .collect();
             mine.sort_by_key(|c| c.leases);
             let renew = mine.first().map_or(0, |c| c.renew_ms);
-            match mine.iter().find(|c| !c.kept_up()) {
+            let first_missed = mine.iter().find(|c| !c.kept_up());
+            // The largest count below the first missed one that kept up.
+            let below = first_missed.map(|c| {
+                mine.iter()
+                    .rev()
+                    .find(|k| k.leases < c.leases && k.kept_up())
+                    .map_or("none of the counts measured".to_owned(), |k| {
+                        format!("{} leases", k.leases)
+                    })
+            });
+            match first_missed {
                 Some(c) if c.failed.is_some() => {
-                    let below = mine
-                        .iter()
-                        .rev()
-                        .find(|k| k.leases < c.leases && k.kept_up())
-                        .map_or("none of the counts measured".to_owned(), |k| {
-                            format!("{} leases", k.leases)
-                        });
                     format!(
-                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {below}, not with {}: could not hold them ({})",
+                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {}, not with {}: could not hold them ({})",
+                        below.unwrap_or_default(),
                         c.leases,
                         c.failed.as_deref().unwrap_or_default()
                     )
                 }
                 Some(c) => {
-                    let below = mine
-                        .iter()
-                        .rev()
-                        .find(|k| k.leases < c.leases && k.kept_up())
-                        .map_or("none of the counts measured".to_owned(), |k| {
-                            format!("{} leases", k.leases)
-                        });
                     format!(
-                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {below}, not with {} ({:.0} of {:.0} renewals/s, {:.1} % expired, p99 {:.1} ms{})",
+                        "knee: {store} with {holders} holders renewing every {renew} ms keeps up with {}, not with {} ({:.0} of {:.0} renewals/s, {:.1} % expired, p99 {:.1} ms{})",
+                        below.unwrap_or_default(),
                         c.leases,
                         c.renewed_per_s,
                         c.offered_per_s,

@@ -129,10 +129,7 @@ pub async fn one_cell(
     let started = Instant::now();
     let mut running = Vec::with_capacity(holders);
     for i in 0..holders.min(leases) {
-        let names: Vec<String> = (i..leases)
-            .step_by(holders)
-            .map(|j| format!("scale{n}-{j}"))
-            .collect();
+        let names = super::lease_scaling::names_of(n, i, leases, holders);
         let mut child = Spawn::new(format!("{lib}-holder-{i}"), &clients.python)
             .arg(&clients.script)
             .args(["--library", lib, "--store-endpoint", &endpoint])
