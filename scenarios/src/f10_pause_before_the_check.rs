@@ -28,8 +28,8 @@ use crate::testbed::{
     acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY,
 };
 use crate::{
-    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
-    StoreLanes, Testbed,
+    About, Applies, Checks, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes,
+    Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -48,9 +48,7 @@ const SPEC: Spec = Spec {
                     and the lease is still B's. Contrast F4, where A is frozen after the check \
                     and only the fence helps.",
     },
-    checks: 13,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(13),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: false,

@@ -22,7 +22,7 @@ use crate::testbed::{
     SUMMARY,
 };
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
@@ -42,9 +42,7 @@ const SPEC: Spec = Spec {
                     tokens never go back costs liveness here, not safety: nothing wrong is \
                     written, but the job cannot run.",
     },
-    checks: 11,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(11),
     needs: Needs::Nothing,
     applies: Applies::When(
         |sut| sut.claims.token_at_lease && sut.resource.floor.is_some(),

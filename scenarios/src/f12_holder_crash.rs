@@ -29,8 +29,8 @@ use crate::paused_holder::{
 use crate::testbed::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::testbed::{DETAIL, SUMMARY};
 use crate::{
-    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
-    StoreLanes, Testbed,
+    About, Applies, Checks, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes,
+    Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -52,9 +52,7 @@ const SPEC: Spec = Spec {
                     when the kernel closes A's socket: the lock is free at once, before its \
                     TTL, and F12 measures how soon.",
     },
-    checks: 21,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(21),
     needs: Needs::Nothing,
     applies: Applies::When(
         // The lab's own fenced modes share seed004's design: A dies in seed004's transaction.

@@ -42,7 +42,7 @@ use crate::paused_holder::{
 };
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    About, Applies, Checks, FaultPoint, LockServices, Needs, Outcome, Part, Scenario, Spec,
     StoreLanes, Testbed,
 };
 
@@ -62,10 +62,8 @@ const SPEC: Spec = Spec {
                     writes: the fenced resource rejects it, the unfenced one accepts it (the \
                     negative control). Each row's measured clock rate is checked too.",
     },
-    checks: 15,
-    // No row just below r* on a lock service (see `run`).
-    checks_on_store: StoreChecks::FewerOnLockServices(2),
-    checks_again: None,
+    // The row just below r* only where the database ends the lease (see `run`).
+    checks: Checks::with(13, &[(Part::NoLockService, 2)]),
     needs: Needs::Faketime,
     applies: Applies::Always,
     on_containers: false,
@@ -132,7 +130,7 @@ impl Scenario for F13 {
             // after the TTL (etcd revokes expired leases in a sweep: seen 400 ms late in CI),
             // so on a lock service that row is not run.
             let mut rows = vec![(above, WriteMode::Fenced, true)];
-            if bed.service.is_none() {
+            if bed.makes(Part::NoLockService) {
                 rows.push((below, WriteMode::Fenced, true));
             } else {
                 rec.note(format!(

@@ -32,7 +32,7 @@ use sqlx::PgPool;
 use crate::paused_holder::{A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
@@ -53,9 +53,7 @@ const SPEC: Spec = Spec {
                     link is back; after the failover B's token is greater and A's stale write \
                     is rejected.",
     },
-    checks: 16,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(16),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: false,

@@ -29,7 +29,7 @@ use sqlx::PgPool;
 use crate::paused_holder::{lab_step, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     ON_THE_LEASE_TABLE,
 };
 
@@ -50,9 +50,7 @@ const SPEC: Spec = Spec {
                     control. No check inside A could have helped: the request had already \
                     left.",
     },
-    checks: 13,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(13),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

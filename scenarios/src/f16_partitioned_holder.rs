@@ -36,7 +36,7 @@ use sqlx::PgPool;
 use crate::paused_holder::{exit_after_check, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -56,9 +56,7 @@ const SPEC: Spec = Spec {
                     resource rejects it while the unfenced one accepts it (the negative \
                     control).",
     },
-    checks: 16,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(16),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

@@ -21,7 +21,7 @@
 //! built here from Debian packages on first use. Without them F17 says `skip` with the reason.
 
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
@@ -42,9 +42,7 @@ const SPEC: Spec = Spec {
                     strict, A's second acquire waits unanswered instead, and after the \
                     failover A's write is rejected.",
     },
-    checks: 18,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(18),
     needs: Needs::Containers,
     applies: Applies::When(
         |sut| sut.claims.token_at_lease,

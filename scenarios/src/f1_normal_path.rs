@@ -14,7 +14,7 @@ use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER,
 };
 
@@ -37,9 +37,7 @@ const SPEC: Spec = Spec {
                     release the holding that replaced it. Run it first: if F1 fails, no \
                     other verdict means anything.",
     },
-    checks: 16,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(16),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,

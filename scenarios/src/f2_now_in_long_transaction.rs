@@ -33,7 +33,7 @@ use crate::testbed::{
     acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
 };
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
@@ -54,9 +54,7 @@ const SPEC: Spec = Spec {
                     clock_timestamp() is refused. Last, a contender polling the lease is \
                     granted at or after expires_at, never before.",
     },
-    checks: 16,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(16),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,

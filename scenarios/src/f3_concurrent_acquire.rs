@@ -43,8 +43,8 @@ use tokio::task::JoinSet;
 
 use crate::testbed::{shown, LEASE};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
-    NO_HOLDER,
+    About, Applies, Checks, LockServices, Needs, Outcome, Part, Scenario, Spec, StoreLanes,
+    Testbed, NO_HOLDER,
 };
 
 const SPEC: Spec = Spec {
@@ -63,10 +63,8 @@ const SPEC: Spec = Spec {
                     there, then lets them all go at once. A store that hands a lease over even \
                     slightly early fails the last-moments round.",
     },
-    checks: 12,
-    // A lock service: no last-moments round.
-    checks_on_store: StoreChecks::FewerOnLockServices(1),
-    checks_again: None,
+    // The last-moments round only on the lease table.
+    checks: Checks::with(11, &[(Part::OnTheTable, 1)]),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,
@@ -108,10 +106,10 @@ impl Scenario for F3 {
         Box::pin(async move {
             let n = bed.params().contenders;
             let ttl = bed.case().ttl;
-            let on_service = !bed.lease_is_the_table(); // a lock service, or the advisory locks
-                                                        // The gate's own connection to the lease table, made before any round's clock
-                                                        // starts: made inside a round, it took the last-moments round's few hundred ms
-                                                        // under load (a CI saw every contender judged after the expiry).
+            let on_service = !bed.makes(Part::OnTheTable); // a lock service, or the advisory locks
+                                                           // The gate's own connection to the lease table, made before any round's clock
+                                                           // starts: made inside a round, it took the last-moments round's few hundred ms
+                                                           // under load (a CI saw every contender judged after the expiry).
             let gate = if on_service {
                 None
             } else {

@@ -10,7 +10,7 @@ use harness::evidence::Recorder;
 use crate::paused_holder::{self, part_line, B_CONTENT};
 use crate::testbed::wrote;
 use crate::{
-    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    About, Applies, Checks, FaultPoint, LockServices, Needs, Outcome, Part, Scenario, Spec,
     StoreLanes, Testbed,
 };
 
@@ -29,10 +29,8 @@ const SPEC: Spec = Spec {
                     it rejects token 1, logs the rejected attempt and keeps B's data. F5 is \
                     the same timeline against an unfenced resource, where A's write lands.",
     },
-    checks: 17,
-    // The shared timeline's checks of ZooKeeper's session expiry.
-    checks_on_store: StoreChecks::MoreOnSessions(paused_holder::SESSION_CHECKS),
-    checks_again: None,
+    // The shared timeline's checks of a session expired by the server (ZooKeeper's).
+    checks: Checks::with(17, &[(Part::OnSessions, paused_holder::SESSION_CHECKS)]),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,

@@ -11,7 +11,7 @@ use harness::evidence::Recorder;
 use crate::paused_holder::{self, part_line, A_CONTENT};
 use crate::testbed::HOLDER_A;
 use crate::{
-    About, Applies, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks,
+    About, Applies, Checks, FaultPoint, LockServices, Needs, Outcome, Part, Scenario, Spec,
     StoreLanes, Testbed,
 };
 
@@ -31,10 +31,8 @@ const SPEC: Spec = Spec {
                     the lab could no longer tell a fenced resource from an unfenced one, so \
                     that would count as a failure.",
     },
-    checks: 15,
-    // The shared timeline's checks of ZooKeeper's session expiry.
-    checks_on_store: StoreChecks::MoreOnSessions(paused_holder::SESSION_CHECKS),
-    checks_again: None,
+    // The shared timeline's checks of a session expired by the server (ZooKeeper's).
+    checks: Checks::with(15, &[(Part::OnSessions, paused_holder::SESSION_CHECKS)]),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,

@@ -44,8 +44,8 @@ use crate::latch::{finishes, latch, reached};
 use crate::paused_holder::part_line;
 use crate::testbed::{shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
-    NO_HOLDER, ON_THE_LEASE_TABLE,
+    About, Applies, Checks, LockServices, Needs, Outcome, Part, Scenario, Spec, StoreLanes,
+    Testbed, NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
 const SPEC: Spec = Spec {
@@ -65,10 +65,8 @@ const SPEC: Spec = Spec {
                     kept whichever writes first, and A's two parts under one new token are \
                     both accepted.",
     },
-    checks: 24,
-    checks_on_store: StoreChecks::Same,
     // (a), check-then-write, is not run again: one negative control.
-    checks_again: Some(23),
+    checks: Checks::with(23, &[(Part::FirstFenceOnly, 1)]),
     needs: Needs::Nothing,
     applies: Applies::When(
         |sut| sut.claims.token_at_resource,
@@ -117,7 +115,7 @@ impl Scenario for F6 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if !bed.case().again_with_fence {
+            if bed.makes(Part::FirstFenceOnly) {
                 check_then_write(bed, rec).await?;
                 bed.reset().await?;
             }

@@ -17,8 +17,8 @@ use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
-    NO_HOLDER, ON_THE_LEASE_TABLE,
+    About, Applies, Checks, LockServices, Needs, Outcome, Part, Scenario, Spec, StoreLanes,
+    Testbed, NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
 const SPEC: Spec = Spec {
@@ -37,10 +37,8 @@ const SPEC: Spec = Spec {
                     row-level fence works where it looks and nowhere else, rather than \
                     comparing nothing at all.",
     },
-    checks: 6,
-    checks_on_store: StoreChecks::Same,
     // The row-level part runs once.
-    checks_again: Some(3),
+    checks: Checks::with(3, &[(Part::FirstFenceOnly, 3)]),
     needs: Needs::Nothing,
     applies: Applies::When(
         |sut| sut.claims.token_at_resource,
@@ -68,10 +66,10 @@ impl Scenario for F7 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let modes: &[WriteMode] = if bed.case().again_with_fence {
-                &[WriteMode::Fenced]
-            } else {
+            let modes: &[WriteMode] = if bed.makes(Part::FirstFenceOnly) {
                 &[WriteMode::FencedRow, WriteMode::Fenced]
+            } else {
+                &[WriteMode::Fenced]
             };
             for &mode in modes {
                 let mode_label = bed.case().mode_label(mode);

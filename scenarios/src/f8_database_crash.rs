@@ -22,7 +22,7 @@ use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
@@ -42,9 +42,7 @@ const SPEC: Spec = Spec {
                     the downtime counts against the lease: nothing pauses its expiry while the \
                     server is down.",
     },
-    checks: 10,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(10),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,

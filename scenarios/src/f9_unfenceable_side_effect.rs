@@ -14,7 +14,7 @@ use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{acquired, shown, HOLDER_A, HOLDER_B, LEASE};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER, ON_THE_LEASE_TABLE,
 };
 
@@ -33,9 +33,7 @@ const SPEC: Spec = Spec {
                     versioned publish carries the source token and keeps the highest, so B's \
                     content is kept in both orders: the fence rebuilt at the business layer.",
     },
-    checks: 5,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(5),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,

@@ -70,7 +70,7 @@ mod u_common;
 
 pub use runner::{join_all, run_all, run_all_on, Images};
 pub use spec::{
-    About, Applies, LockServices, Needs, Spec, StoreChecks, StoreLanes, NO_HOLDER,
+    About, Applies, Checks, LockServices, Needs, Part, Spec, StoreLanes, NO_HOLDER,
     ON_THE_LEASE_TABLE,
 };
 pub use testbed::{Backend, Case, Params, Replication, Testbed};

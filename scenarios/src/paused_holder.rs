@@ -254,13 +254,15 @@ pub(crate) async fn until_expired_while_frozen(
 pub(crate) const SESSION_CHECKS: usize = 2;
 
 /// The session A's holding lives by, on a store that holds by session: one datum — the store's
-/// kind (`session_holdings`) — decides the two session checks and how many the run declares.
+/// kind (`session_holdings`, read as [`crate::Part::OnSessions`]) — decides the two session
+/// checks and how many the run declares.
 /// A store that says it holds by session must show the session.
 fn held_by_session(
-    store: &str,
+    bed: &Testbed,
     row: Option<&fencing::lease::Holding>,
 ) -> anyhow::Result<Option<String>> {
-    if !fencing::stores::store_kind(store).is_some_and(|k| k.session_holdings) {
+    let store = bed.case().store;
+    if !bed.makes(crate::Part::OnSessions) {
         return Ok(None);
     }
     let shown = row.map(|h| h.expires_at.clone()).unwrap_or_default();
@@ -432,7 +434,7 @@ pub async fn run(
         renewal_count(&renewals),
     );
 
-    let session = held_by_session(bed.case().store, row.as_ref())?;
+    let session = held_by_session(bed, row.as_ref())?;
     let frozen_at =
         freeze_and_show(bed, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
     until_expired_while_frozen(bed, rec, frozen_at).await?;

@@ -10,7 +10,7 @@ use harness::hosts::Host;
 use sqlx::{Connection, PgConnection};
 
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     ON_THE_LEASE_TABLE,
 };
 
@@ -32,9 +32,7 @@ const SPEC: Spec = Spec {
                     while it reaches its own.",
     },
     // On the embedded cluster; on hosts of their own, two more: [`SEPARATE_HOSTS`].
-    checks: 3,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(3),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,
@@ -50,7 +48,10 @@ const SPEC: Spec = Spec {
 };
 
 /// The container backend's P0: the two checks of the network besides.
-const SEPARATE_HOSTS: Spec = Spec { checks: 5, ..SPEC };
+const SEPARATE_HOSTS: Spec = Spec {
+    checks: Checks::fixed(5),
+    ..SPEC
+};
 
 /// `separate_hosts`: the container backend's P0, with the two checks of the network.
 pub struct P0 {

@@ -26,7 +26,7 @@ use crate::chaos::regression::{self, GrantSeen, Kind};
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -45,9 +45,7 @@ const SPEC: Spec = Spec {
                     negative control); with the czxid as the token, B's is greater and A is \
                     rejected. A token-regression check judges both runs.",
     },
-    checks: 2 * PER_RUN,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(2 * PER_RUN),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

@@ -34,7 +34,7 @@ use crate::chaos::regression::{self, GrantSeen, Kind};
 use crate::paused_holder::{part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -53,9 +53,7 @@ const SPEC: Spec = Spec {
                     is greater and A is rejected. A third run shows the price: with the \
                     replica cut off, WAIT times out and A gets no token.",
     },
-    checks: NEGATIVE + POSITIVE + TIMED_OUT,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(NEGATIVE + POSITIVE + TIMED_OUT),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

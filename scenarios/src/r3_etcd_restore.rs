@@ -31,7 +31,7 @@ use crate::chaos::regression::{self, regressions, GrantSeen, Kind};
 use crate::paused_holder::{step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -50,9 +50,7 @@ const SPEC: Spec = Spec {
                     again, but with the revision raised past the old one before any client \
                     connects, B's revision is greater and its write is accepted.",
     },
-    checks: 12,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(12),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

@@ -34,7 +34,7 @@ use holder_protocol::{Event, Request};
 use crate::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -53,9 +53,7 @@ const SPEC: Spec = Spec {
                     antirez's check-and-set on the lock's random value, where a claim that \
                     arrives late lets the stale holder take the resource back.",
     },
-    checks: RUNS.len() * PER_RUN + INTERLEAVINGS + EXTENSION,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(RUNS.len() * PER_RUN + INTERLEAVINGS + EXTENSION),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

@@ -15,7 +15,7 @@ use harness::evidence::Recorder;
 use crate::redlock_majorities::{self, Fault, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER,
 };
 
@@ -35,9 +35,7 @@ const SPEC: Spec = Spec {
                     rejects A. Beside it, antirez's check-and-set rejects A's write once B has \
                     claimed the resource.",
     },
-    checks: RUNS.len() * FULL,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(RUNS.len() * FULL),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

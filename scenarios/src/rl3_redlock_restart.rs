@@ -16,7 +16,7 @@ use harness::evidence::Recorder;
 use crate::redlock_majorities::{self, Fault, DELAYED, FULL};
 use crate::rl1_redlock_paused_client::SERVERS;
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER,
 };
 
@@ -36,9 +36,7 @@ const SPEC: Spec = Spec {
                     kept unavailable for a TTL, holds: B cannot win a majority while A's lock \
                     is valid.",
     },
-    checks: 2 * FULL + DELAYED,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(2 * FULL + DELAYED),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

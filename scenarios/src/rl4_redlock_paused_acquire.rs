@@ -11,6 +11,8 @@
 //! 2. **Negative control** (`redlock-unchecked`, the validity check removed: a majority is a
 //!    grant however long the round took): A takes the lock and writes while B holds it — two
 //!    holders by the lab's clock.
+//! 3. **A bare majority**: with the two servers still stalled, the lab's own client takes, extends
+//!    and releases a lock on the three that answer — exactly a quorum acknowledges each.
 //!
 //! SPEC §10 RL4. RL1–RL3 freeze a client after it holds the lock; this is the one delay the
 //! validity exists for.
@@ -28,7 +30,7 @@ use crate::paused_holder::{lab_step, list, part_line, step, A_CONTENT, B_CONTENT
 use crate::rl1_redlock_paused_client::{redlock_client, SERVERS};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -44,11 +46,11 @@ const SPEC: Spec = Spec {
                     three when the lab freezes A, for longer than the lock's TTL; A's keys \
                     expire and B wins the lock. Thawed, A as published finds its validity \
                     spent and gives the lock up; with the validity check removed (the \
-                    negative control) A takes the lock anyway and writes while B holds it.",
+                    negative control) A takes the lock anyway and writes while B holds it. \
+                    Last, the three answering servers alone grant, extend and release a lock: \
+                    a bare majority is a quorum.",
     },
-    checks: RUNS.len() * PER_RUN,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(RUNS.len() * PER_RUN + BARE_MAJORITY),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,
@@ -71,6 +73,9 @@ const RUNS: [(&str, bool); 2] = [("redlock", true), ("redlock-unchecked", false)
 
 /// Checks of each run.
 const PER_RUN: usize = 6;
+
+/// The check of a round that a bare majority answers ([`bare_majority`]).
+const BARE_MAJORITY: usize = 1;
 
 /// The servers that answer (a majority); the others are stalled.
 const ANSWERING: usize = 3;
@@ -117,6 +122,8 @@ impl Scenario for RL4 {
                     bed.reset().await?;
                     one_run(bed, rec, &*servers, store, checked, n).await?;
                 }
+                bed.reset().await?;
+                bare_majority(bed, rec, &*servers).await?;
                 anyhow::Ok(())
             }
             .await;
@@ -215,6 +222,52 @@ async fn one_run(
         unchecked_writes(bed, rec, &mut a, &own, &lock, label, &ended, b_acquired_at).await?;
     }
     b_writes_last(bed, rec, &mut b, label).await
+}
+
+/// With two of the five servers stalled, exactly a majority answers: the lab's own client takes
+/// the lock, extends it a third of the TTL later, and releases it, each acknowledged by the three
+/// answering servers alone — a quorum is N/2 + 1 acknowledgements, not more. (Found by the lock
+/// services' own mutants: Redlock's extension and release counting `> quorum` passed RL1–RL4,
+/// whose every extension and release all five servers answered.)
+async fn bare_majority(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    servers: &dyn RedlockServers,
+) -> anyhow::Result<()> {
+    const LABEL: &str = "redlock, a bare majority";
+    let client = redlock_client(bed, "redlock", servers).await?;
+    let ttl = bed.case().ttl;
+    let lock = &format!("{LEASE}-rl4-bare");
+    let Some(mut a) = client.acquire(lock, HOLDER_A, ttl).await? else {
+        rec.check_that(
+            format!("[{LABEL}] three answering servers of five grant, extend and release the lock"),
+            false,
+            "A's acquire was refused by the three answering servers",
+        );
+        return Ok(());
+    };
+    // The timeline's own wait: A extends a third of the TTL after its grant, as a renewer does.
+    harness::wait::prescribed(ttl / 3).await;
+    let before = a.local_deadline();
+    let extended = client.renew(&mut a).await?;
+    let deadline = if a.local_deadline() > before {
+        "later"
+    } else {
+        "not moved"
+    };
+    let released = client.release(&a).await?;
+    let watch = Watch::new(bed, servers)?;
+    let left = watch.values(lock).await;
+    let free = left.iter().all(Option::is_none);
+    rec.check(
+        format!("[{LABEL}] with servers {ANSWERING}–{} stalled, the {ANSWERING} answering servers are a majority: A's grant, its extension (its local deadline moved forward) and its release (the lock free at once) are each acknowledged by them alone", SERVERS - 1),
+        "granted; EXTEND ok=true deadline=later; UNLOCK ok=true, free",
+        &format!(
+            "granted; EXTEND ok={extended} deadline={deadline}; UNLOCK ok={released}, {}",
+            if free { "free".to_owned() } else { values(&left) }
+        ),
+    );
+    Ok(())
 }
 
 /// B, given the go-line, writes, releases and exits; its content must be the last.

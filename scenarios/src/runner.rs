@@ -312,11 +312,7 @@ async fn run_case(
     let made = (after.passed + after.failed) - (before.passed + before.failed)
         + (rec.waived() - waived_before);
     let skipped = after.skipped > before.skipped;
-    let declared = if bed.case().again_with_fence {
-        spec.checks_again_on(bed.case().store)
-    } else {
-        spec.checks_on(bed.case().store)
-    };
+    let declared = spec.checks_in(bed.case().store, bed.case().again_with_fence);
     match outcome {
         Err(e) => rec.abort(&format!("{e:#}")),
         Ok(()) => check_the_count(rec, skipped, made, declared),
@@ -445,7 +441,7 @@ fn skip_reason(spec: &Spec, here: &Here) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{About, Applies, FaultPoint, LockServices, StoreChecks, StoreLanes, NO_HOLDER};
+    use crate::{About, Applies, Checks, FaultPoint, LockServices, StoreLanes, NO_HOLDER};
 
     /// An experiment that runs anywhere: each test takes away what it tests.
     const ANYWHERE: Spec = Spec {
@@ -456,9 +452,7 @@ mod tests {
             shows: "nothing",
             paragraph: "none",
         },
-        checks: 1,
-        checks_on_store: StoreChecks::Same,
-        checks_again: None,
+        checks: Checks::fixed(1),
         needs: Needs::Nothing,
         applies: Applies::Always,
         on_containers: true,

@@ -25,7 +25,7 @@ use holder_protocol::Event;
 use crate::paused_holder::{freeze_and_show, go_and_thaw, lab_step, step, A_CONTENT};
 use crate::session_locks;
 use crate::testbed::{lease_state, shown, HOLDER_A, HOLDER_B, LEASE};
-use crate::{About, Applies, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed};
+use crate::{About, Applies, Checks, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed};
 
 const SPEC: Spec = Spec {
     id: "S1",
@@ -45,9 +45,7 @@ const SPEC: Spec = Spec {
                     lock at once. The opposite trade of a lease: a lock with no expiry never \
                     lets a stale holder's write through, and never lets anyone else work.",
     },
-    checks: 7,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(7),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: false,

@@ -23,7 +23,7 @@ use crate::paused_holder::{
 };
 use crate::session_locks;
 use crate::testbed::{lease_state, shown, HOLDER_A, LEASE, SUMMARY};
-use crate::{About, Applies, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed};
+use crate::{About, Applies, Checks, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed};
 
 const SPEC: Spec = Spec {
     id: "S2",
@@ -43,9 +43,7 @@ const SPEC: Spec = Spec {
                     token; the unfenced one, the negative control, accepts it after B's. A \
                     learns that its lock is gone only at its next request on its session.",
     },
-    checks: 14,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(14),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: false,

@@ -27,7 +27,7 @@ use sqlx::PgPool;
 use crate::session_locks;
 use crate::testbed::{acquired, lease_state, shown, HOLDER_A, HOLDER_B, LEASE};
 use crate::{
-    About, Applies, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed, NO_HOLDER,
+    About, Applies, Checks, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed, NO_HOLDER,
 };
 
 const SPEC: Spec = Spec {
@@ -48,9 +48,7 @@ const SPEC: Spec = Spec {
                     --lease-store mariadb-getlock the same runs on a MariaDB primary and its \
                     replica (GTID replication): a GET_LOCK is not in the binary log either.",
     },
-    checks: 7,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(7),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: false,

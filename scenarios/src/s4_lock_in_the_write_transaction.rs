@@ -21,7 +21,7 @@ use crate::paused_holder::{A_CONTENT, B_CONTENT};
 use crate::session_locks;
 use crate::testbed::{shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
-    About, Applies, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed, NO_HOLDER,
+    About, Applies, Checks, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed, NO_HOLDER,
 };
 
 const SPEC: Spec = Spec {
@@ -41,9 +41,7 @@ const SPEC: Spec = Spec {
                     transaction, is accepted after B's — the lock guards only what is written \
                     inside it.",
     },
-    checks: 5,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(5),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: false,

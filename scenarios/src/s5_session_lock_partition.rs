@@ -45,7 +45,7 @@ use crate::session_locks;
 use crate::testbed::SUMMARY;
 use crate::testbed::{acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE};
 use crate::{
-    About, Applies, LockServices, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed,
+    About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
 
 const SPEC: Spec = Spec {
@@ -66,9 +66,7 @@ const SPEC: Spec = Spec {
                     it — the fenced resource rejects A's write, the unfenced one accepts it \
                     (the negative control).",
     },
-    checks: 15,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(15),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

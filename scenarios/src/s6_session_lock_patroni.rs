@@ -12,7 +12,7 @@
 //! failover — as a holder's does when the failover is quicker than its TTL. Needs the
 //! `containers` feature and a Docker engine; without them S6 says `skip` with the reason.
 
-use crate::{About, Applies, Needs, Outcome, Scenario, Spec, StoreChecks, StoreLanes, Testbed};
+use crate::{About, Applies, Checks, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed};
 
 const SPEC: Spec = Spec {
     id: "S6",
@@ -29,9 +29,7 @@ const SPEC: Spec = Spec {
                     A's, so the fenced resource rejects A's write after B's; the unfenced one \
                     accepts it (the negative control).",
     },
-    checks: 7,
-    checks_on_store: StoreChecks::Same,
-    checks_again: None,
+    checks: Checks::fixed(7),
     needs: Needs::Containers,
     applies: Applies::Always,
     on_containers: false,

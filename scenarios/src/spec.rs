@@ -1,5 +1,5 @@
 //! What an experiment is and what it needs, as data: the [`Spec`] every experiment file opens
-//! with, and the small types its fields are made of ([`Needs`], [`About`], [`StoreChecks`],
+//! with, and the small types its fields are made of ([`Needs`], [`About`], [`Checks`],
 //! [`Applies`], [`LockServices`], [`StoreLanes`]). The runner's skip decisions, `lab list`, the
 //! README's table, the interruption audit and the report read a spec, never the experiment's
 //! code; each spec is a `const`, so a reader sees all of it at a glance.
@@ -21,18 +21,11 @@ pub struct Spec {
     pub title: &'static str,
     /// The fault, what it shows and a paragraph, for the README's table and the experiments page.
     pub about: About,
-    /// How many checks a complete run makes. The runner fails a scenario that completes with
-    /// another number (a check that silently went missing), and the tests hold every scenario to
-    /// it.
-    pub checks: usize,
-    /// Where a lease store (`--lease-store`) makes a complete run make more or fewer checks than
-    /// [`Spec::checks`] ([`Spec::checks_on`]).
-    pub checks_on_store: StoreChecks,
-    /// How many checks it makes when run again with another fenced mode
-    /// ([`crate::Testbed::again_with_fence`]): fewer than [`Spec::checks`] where a part does not
-    /// use the fenced mode under test (F6's check-then-write, F7's row-level fence), judged once
-    /// in the first case. `None`: as many as [`Spec::checks`].
-    pub checks_again: Option<usize>,
+    /// How many checks a complete run makes, as data: the checks every case makes, and the parts
+    /// only some cases make, each under the condition ([`Part`]) that the experiment's code reads
+    /// too ([`crate::Testbed::makes`]). The runner fails a scenario that completes with another
+    /// number (a check that silently went missing), and the tests hold every scenario to it.
+    pub checks: Checks,
     /// What it needs beyond the embedded PostgreSQL.
     pub needs: Needs,
     /// Whether it applies to the system under test (`lab run --sut`); one that does not says
@@ -69,32 +62,10 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// How many checks a complete run makes on the lease store `store` (`--lease-store`): more
-    /// than [`Spec::checks`] where a store has more to show (a ZooKeeper session expired by the
-    /// server, and what its client heard on waking), fewer where a part needs the lease table.
-    pub fn checks_on(&self, store: &str) -> usize {
-        match self.checks_on_store {
-            StoreChecks::Same => self.checks,
-            StoreChecks::FewerOnLockServices(n) if store != fencing::lease::sql::KIND.name => {
-                self.checks - n
-            }
-            StoreChecks::FewerOnLockServices(_) => self.checks,
-            StoreChecks::MoreOnSessions(n) if holds_by_session(store) => self.checks + n,
-            StoreChecks::MoreOnSessions(_) => self.checks,
-        }
-    }
-
-    /// How many checks it makes when run again with another fenced mode ([`Spec::checks_again`]'s
-    /// number, or [`Spec::checks`]), on the lab's own lease table.
-    pub fn checks_again(&self) -> usize {
-        self.checks_again.unwrap_or(self.checks)
-    }
-
-    /// [`Spec::checks_again`] on the lease store `store`: the store's own difference
-    /// ([`Spec::checks_on`]) holds in every fenced mode — ZooKeeper's two checks of its session,
-    /// a table-only part missing on a lock service — not only in the first.
-    pub fn checks_again_on(&self, store: &str) -> usize {
-        (self.checks_again() + self.checks_on(store)).saturating_sub(self.checks)
+    /// How many checks a complete run makes in a case on the lease store `store`, run again with
+    /// another fenced mode or not ([`Checks::in_case`]).
+    pub fn checks_in(&self, store: &str, again_with_fence: bool) -> usize {
+        self.checks.in_case(store, again_with_fence)
     }
 
     /// The lanes of its timeline picture: the holders (whoever acts, in name order), the lease
@@ -142,22 +113,76 @@ pub struct About {
     pub paragraph: &'static str,
 }
 
-/// Where a lease store changes how many checks a complete run makes ([`Spec::checks_on`]).
+/// How many checks an experiment makes ([`Spec::checks`]): `always`, in every case, and each
+/// part's, in the cases its [`Part`] holds in. The code that runs a part asks the same question
+/// ([`crate::Testbed::makes`]), so that no case can run a part its count leaves out — the trap a
+/// count per store was (`./run.sh --lease-store zookeeper --only F4` made 19 checks, held to 17).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreChecks {
-    /// As many on every store.
-    Same,
-    /// This many fewer on any store but the lease table (a lock service, the advisory locks): a
-    /// part that needs the lease table is not run there.
-    FewerOnLockServices(usize),
-    /// This many more on a store that holds by session (`StoreKind::session_holdings`: every
-    /// ZooKeeper store): the server's log expiring a session, and what its client heard of it.
-    /// The store's kind says it, never a list of names here: the same datum decides whether the
-    /// run makes those checks.
-    MoreOnSessions(usize),
+pub struct Checks {
+    /// The checks every case makes.
+    pub always: usize,
+    /// The parts only some cases make: each one's condition, and its checks.
+    pub parts: &'static [(Part, usize)],
 }
 
-/// Whether the store named `store` holds by session ([`StoreChecks::MoreOnSessions`]).
+impl Checks {
+    /// As many checks in every case.
+    pub const fn fixed(always: usize) -> Checks {
+        Checks { always, parts: &[] }
+    }
+
+    /// `always`, and the checks of `parts` where each holds.
+    pub const fn with(always: usize, parts: &'static [(Part, usize)]) -> Checks {
+        Checks { always, parts }
+    }
+
+    /// How many checks a case on the lease store `store` makes, run again with another fenced
+    /// mode (`again_with_fence`) or not.
+    pub fn in_case(&self, store: &str, again_with_fence: bool) -> usize {
+        self.always
+            + self
+                .parts
+                .iter()
+                .filter(|(part, _)| part.holds(store, again_with_fence))
+                .map(|(_, n)| n)
+                .sum::<usize>()
+    }
+}
+
+/// A part of an experiment that only some cases make — the one condition both its code and its
+/// count read ([`Part::holds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// On the lab's lease table alone (`--lease-store postgres`): a part that acts on its rows
+    /// (F3's round in the lease's last moments, judged by the table's own `now()`).
+    OnTheTable,
+    /// Where no lock service is the lease store — the lease table, batched or not, the advisory
+    /// locks: the database ends a lease when it is asked, at the TTL by its clock, which F13's
+    /// row just below the boundary needs (a lock service ends it in its own time after).
+    NoLockService,
+    /// On a store that holds its leases by session (`StoreKind::session_holdings`: every
+    /// ZooKeeper store): the server's log expiring A's session, and what its client heard.
+    OnSessions,
+    /// In a case's first fenced mode, not when the experiment runs again with another: a part
+    /// that does not use the fenced mode under test, judged once (F6's check-then-write, F7's
+    /// row-level fence).
+    FirstFenceOnly,
+}
+
+impl Part {
+    /// Whether a case on the lease store `store`, run again with another fenced mode
+    /// (`again_with_fence`) or not, makes this part.
+    pub fn holds(self, store: &str, again_with_fence: bool) -> bool {
+        match self {
+            Part::OnTheTable => store == fencing::lease::sql::KIND.name,
+            Part::NoLockService => fencing::stores::service_of(store).is_none(),
+            Part::OnSessions => holds_by_session(store),
+            Part::FirstFenceOnly => !again_with_fence,
+        }
+    }
+}
+
+/// Whether the store `store`'s kind holds its leases by session.
 fn holds_by_session(store: &str) -> bool {
     fencing::stores::store_kind(store).is_some_and(|k| k.session_holdings)
 }
@@ -237,48 +262,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checks_on_a_store_and_again_follow_the_spec() {
-        let spec = |checks_on_store, checks_again| Spec {
-            checks: 10,
-            checks_on_store,
-            checks_again,
-            ..*crate::ALL[0].spec()
-        };
-        let same = spec(StoreChecks::Same, None);
-        assert_eq!(
-            ["postgres", "redis", "zookeeper"].map(|s| same.checks_on(s)),
-            [10; 3]
+    fn a_count_adds_each_part_where_it_holds() {
+        let fixed = Checks::fixed(10);
+        for (store, again) in [("postgres", false), ("redis", true), ("zookeeper", false)] {
+            assert_eq!(fixed.in_case(store, again), 10);
+        }
+        let parts = Checks::with(
+            5,
+            &[
+                (Part::OnTheTable, 1),
+                (Part::NoLockService, 2),
+                (Part::FirstFenceOnly, 4),
+            ],
         );
-        assert_eq!(same.checks_again(), 10);
-        assert_eq!(same.checks_again_on("zookeeper"), 10);
-        let fewer = spec(StoreChecks::FewerOnLockServices(2), Some(7));
-        assert_eq!(
-            ["postgres", "redis", "zookeeper-suffix"].map(|s| fewer.checks_on(s)),
-            [10, 8, 8]
-        );
-        assert_eq!(fewer.checks_again(), 7);
-        assert_eq!(
-            ["postgres", "redis"].map(|s| fewer.checks_again_on(s)),
-            [7, 5]
-        );
-        let more = spec(StoreChecks::MoreOnSessions(2), None);
-        // Every store this build has: two more exactly where its kind holds by session.
+        assert_eq!(parts.in_case("postgres", false), 12);
+        assert_eq!(parts.in_case("postgres", true), 8);
+        // The batched lease table and the advisory locks: no lock service, not the table.
+        assert_eq!(parts.in_case("postgres-batched", false), 11);
+        assert_eq!(parts.in_case("pg-advisory-fenced", true), 7);
+        assert_eq!(parts.in_case("redis", false), 9);
+        assert_eq!(parts.in_case("zookeeper-suffix", true), 5);
+        // Every store this build has: the session part exactly where its kind holds by session,
+        // in every fenced mode.
+        let sessions = Checks::with(10, &[(Part::OnSessions, 2)]);
         for kind in fencing::stores::built() {
             let extra = if kind.session_holdings { 2 } else { 0 };
-            assert_eq!(more.checks_on(kind.name), 10 + extra, "{}", kind.name);
+            for again in [false, true] {
+                assert_eq!(
+                    sessions.in_case(kind.name, again),
+                    10 + extra,
+                    "{}",
+                    kind.name
+                );
+            }
         }
-        // Found by `./run.sh --lease-store zookeeper --only F4`: its fenced-single and
-        // fenced-shared cases made 19 checks and were held to 17.
-        // (ZooKeeper's count where this build has its client.)
-        let zookeeper = if holds_by_session("zookeeper") {
-            12
-        } else {
-            10
-        };
-        assert_eq!(
-            ["postgres", "zookeeper"].map(|s| more.checks_again_on(s)),
-            [10, zookeeper]
-        );
     }
 
     #[test]

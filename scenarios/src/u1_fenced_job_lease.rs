@@ -43,7 +43,7 @@ const SPEC: Spec = Spec {
                     and run. Last, probes aimed at the millisecond a lease ends find that it \
                     belongs to the next holder.",
     },
-    checks: 35,
+    checks: crate::Checks::fixed(35),
     ..u_common::SERIES
 };
 

@@ -31,7 +31,7 @@ const SPEC: Spec = Spec {
                     Unfrozen, the same completion succeeds; one that checks only the run id lets \
                     A's stale \"finished\" through.",
     },
-    checks: 10,
+    checks: crate::Checks::fixed(10),
     ..u_common::SERIES
 };
 

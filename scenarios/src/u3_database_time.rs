@@ -24,7 +24,7 @@ const SPEC: Spec = Spec {
                     the expired lease, the negative control. Expiry must be judged by the one \
                     clock that decides.",
     },
-    checks: 4,
+    checks: crate::Checks::fixed(4),
     ..u_common::SERIES
 };
 

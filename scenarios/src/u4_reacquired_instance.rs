@@ -28,7 +28,7 @@ const SPEC: Spec = Spec {
                     only the lease name or only the owner token let the old execution finish: an \
                     owner check cannot tell one generation from the next.",
     },
-    checks: 11,
+    checks: crate::Checks::fixed(11),
     ..u_common::SERIES
 };
 

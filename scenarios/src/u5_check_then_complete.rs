@@ -28,7 +28,7 @@ const SPEC: Spec = Spec {
                     which re-checks lease, owner and fence in the statement that writes, no row \
                     changes and A's run stays running.",
     },
-    checks: 7,
+    checks: crate::Checks::fixed(7),
     ..u_common::SERIES
 };
 

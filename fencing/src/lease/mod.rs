@@ -292,7 +292,7 @@ pub struct StoreKind {
     /// ephemeral nodes): the store shows it as `while session 0x… lives`, and the paused holder's
     /// timeline adds the server's own log line expiring it and what the frozen client heard on
     /// waking. One datum decides both those checks and how many a run declares
-    /// (`scenarios::spec::StoreChecks::MoreOnSessions`).
+    /// (`scenarios::Part::OnSessions`).
     pub session_holdings: bool,
     /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
     /// `zookeeper`) or — `mariadb`, for the named locks — a local MariaDB server the lab starts

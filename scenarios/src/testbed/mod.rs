@@ -501,6 +501,13 @@ impl Testbed {
         }
     }
 
+    /// Whether this case makes the part `part` of its experiment: the one question its code asks
+    /// before running the part and its declared count asks before counting it
+    /// ([`crate::Checks`]).
+    pub fn makes(&self, part: crate::Part) -> bool {
+        part.holds(self.case.store, self.case.again_with_fence)
+    }
+
     /// Whether the lease store is the lease table (the SQL profile's), not a lock service or
     /// the database's advisory locks: what acts on the table (its SQL, its server's crash or
     /// replication) acts on the lease only then.

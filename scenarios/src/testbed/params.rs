@@ -66,7 +66,7 @@ pub struct Case {
     pub sut: Arc<Profile>,
     /// This case runs a fence-dependent experiment again with another fenced mode
     /// (`F6-fenced-single`…): parts that do not use the fenced mode under test were judged in
-    /// the first case and are not run (nor counted) again ([`crate::Spec::checks_again`]).
+    /// the first case and are not run (nor counted) again ([`crate::Part::FirstFenceOnly`]).
     pub again_with_fence: bool,
 }
 
