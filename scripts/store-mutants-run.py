@@ -14,6 +14,11 @@ looked up in scripts/equivalent-mutants.txt (`argued`, with the reason); the res
 Before any mutant, each (store, experiments) pair runs unmutated and must pass (the baseline), or
 its mutants are not judged.
 
+What a killing run keeps — a failing lab keeps its servers for a look — is removed after it is
+recorded: the labs run with a TMPDIR of the script's own (target/store-mutants/tmp), where `lab
+clean` then removes their cluster directories, and with them the containers of labs no longer
+running (any lab's: run it where no kept container matters).
+
 Writes as it goes, so that a run cut short resumes with --resume:
   evidence/store-mutants.md          one row per mutant, between the markers below
   evidence/store-mutant-checks.tsv   every check a killing run failed: mutant, case, check (digits
@@ -119,6 +124,22 @@ def build(tree, work):
     return r.returncode == 0, first
 
 
+def lab_env(work):
+    """The environment of a lab run here: a container that cannot start is a failure, and what a
+    failing run keeps goes to a TMPDIR of this script's own (removed by `clean_kept`)."""
+    tmp = work / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return dict(os.environ, LAB_REQUIRE="docker", TMPDIR=str(tmp))
+
+
+def clean_kept(work):
+    """What a killing run kept, once recorded: `lab clean` in this script's TMPDIR."""
+    r = run([str(work / "target/debug/lab"), "clean"], cwd=work, env=lab_env(work), timeout=300)
+    said = (r.stdout or "").strip().replace("\n", "; ")
+    print(f"    {said}" if r.returncode == 0 else f"    lab clean failed: {r.stderr[-200:]}",
+          flush=True)
+
+
 def run_experiment(tree, work, store, exp, evidence):
     """`lab run --only EXP` on `store`: (passed, failed checks as (case, masked description))."""
     # The holder is found beside the lab (target/debug/holder of the same build).
@@ -127,12 +148,14 @@ def run_experiment(tree, work, store, exp, evidence):
         args += ["--lease-store", store]
     if evidence.exists():
         shutil.rmtree(evidence)
-    env = dict(os.environ, LAB_REQUIRE="docker")
     try:
-        r = run(args, cwd=tree, env=env, timeout=RUN_TIMEOUT)
+        r = run(args, cwd=tree, env=lab_env(work), timeout=RUN_TIMEOUT)
         code = r.returncode
     except subprocess.TimeoutExpired:
+        clean_kept(work)
         return False, [(exp, f"the run did not end in {RUN_TIMEOUT} s")]
+    if code != 0:
+        clean_kept(work)
     failed = []
     log = evidence / "events.jsonl"
     if log.exists():
@@ -155,11 +178,13 @@ def run_chaos(tree, work, store, evidence):
     if evidence.exists():
         shutil.rmtree(evidence)
     try:
-        r = run(args, cwd=tree, env=dict(os.environ, LAB_REQUIRE="docker"), timeout=RUN_TIMEOUT)
+        r = run(args, cwd=tree, env=lab_env(work), timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
+        clean_kept(work)
         return False, [("chaos", f"the run did not end in {RUN_TIMEOUT} s")]
     if r.returncode == 0:
         return True, []
+    clean_kept(work)
     said = [l.strip() for l in r.stdout.splitlines() if "FAIL" in l or "violation" in l]
     return False, [("chaos", re.sub(r"\d+", "N", l)) for l in said[:5]] or \
         [("chaos", f"exit {r.returncode}: {(r.stderr or r.stdout)[-200:].strip()}")]
