@@ -193,7 +193,6 @@ def run_chaos(tree, work, store, evidence):
 def write(results, head, catalogue_ids=()):
     rows = []
     for m, verdict, by, checks in results:
-        shown = lambda t: t.replace("|", "/")
         first = checks[0][1] if checks else ""
         rows.append(f"| `{m['id']}` | `{shown(m['frm'])}` → `{shown(m['to'])}` | {verdict} | "
                     f"{by} | {shown(first)[:160]} |")
@@ -244,18 +243,34 @@ first experiment that fails on it; argued ones are in scripts/equivalent-mutants
 """
 
 
-def previous():
-    done = {}
+def shown(text):
+    """A line as the record's table shows it (no `|`)."""
+    return text.replace("|", "/")
+
+
+def unnumbered(mid):
+    """A mutant's id without its line number (and occurrence): what stays when lines above it move."""
+    return re.sub(r"\.\d+(\.\d+)?$", "", mid)
+
+
+def previous(mutants):
+    """The recorded verdicts and killing checks, keyed by the catalogue's ids now: a record whose
+    line moved (an edit above it renumbered the id) is the mutant with the same id but for the
+    number, the same line and the same replacement."""
+    now = {(unnumbered(m["id"]), shown(m["frm"]), shown(m["to"])): m["id"] for m in mutants}
+    done, renamed = {}, {}
     if OUT_MD.exists():
         for line in OUT_MD.read_text().splitlines():
-            m = re.match(r"\| `([^`]+)` \| .* \| (killed|argued|SURVIVED|unviable|gone) \| ([^|]*) \|", line)
+            m = re.match(r"\| `([^`]+)` \| `(.*)` → `(.*)` \| (killed|argued|SURVIVED|unviable|gone) \| ([^|]*) \|", line)
             if m:
-                done[m.group(1)] = (m.group(2), m.group(3).strip())
+                mid = now.get((unnumbered(m.group(1)), m.group(2), m.group(3)), m.group(1))
+                renamed[m.group(1)] = mid
+                done[mid] = (m.group(4), m.group(5).strip())
     checks = {}
     if OUT_TSV.exists():
         for line in OUT_TSV.read_text().splitlines()[1:]:
             mid, case, desc = line.split("\t", 2)
-            checks.setdefault(mid, []).append((case, desc))
+            checks.setdefault(renamed.get(mid, mid), []).append((case, desc))
     return done, checks
 
 
@@ -281,7 +296,7 @@ def main():
         mutants = [m for m in mutants if m["id"] in wanted]
     if a.store:
         mutants = [m for m in mutants if m["store"] == a.store]
-    done, done_checks = previous() if a.resume else ({}, {})
+    done, done_checks = previous(catalogue()) if a.resume else ({}, {})
     if a.again_survivors:
         done = {k: v for k, v in done.items() if v[0] not in ("SURVIVED", "argued")}
     by_id = {m["id"]: m for m in catalogue()}
