@@ -298,7 +298,10 @@ def main():
         mutants = [m for m in mutants if m["store"] == a.store]
     done, done_checks = previous(catalogue()) if a.resume else ({}, {})
     if a.again_survivors:
-        done = {k: v for k, v in done.items() if v[0] not in ("SURVIVED", "argued")}
+        # (With --only, only those: the other survivors' records stay.)
+        again = {m["id"] for m in mutants}
+        done = {k: v for k, v in done.items()
+                if v[0] not in ("SURVIVED", "argued") or k not in again}
     by_id = {m["id"]: m for m in catalogue()}
     why = equivalents()
     # A survivor recorded before its argument was written is argued now (the argument is about

@@ -160,6 +160,11 @@ pub enum Part {
     /// locks: the database ends a lease when it is asked, at the TTL by its clock, which F13's
     /// row just below the boundary needs (a lock service ends it in its own time after).
     NoLockService,
+    /// Where a holding its client stops renewing ends at its TTL while the client lives: not a
+    /// session lock, which lives as long as its connection (`StoreKind::freed_on_disconnect`:
+    /// the advisory locks), nor a holding by session, whose client's heartbeat keeps it
+    /// (`StoreKind::session_holdings`: ZooKeeper) — F1's holding left to expire and taken over.
+    ExpiresUnrenewed,
     /// On a store that holds its leases by session (`StoreKind::session_holdings`: every
     /// ZooKeeper store): the server's log expiring A's session, and what its client heard.
     OnSessions,
@@ -176,6 +181,8 @@ impl Part {
         match self {
             Part::OnTheTable => store == fencing::lease::sql::KIND.name,
             Part::NoLockService => fencing::stores::service_of(store).is_none(),
+            Part::ExpiresUnrenewed => fencing::stores::store_kind(store)
+                .is_some_and(|k| !k.freed_on_disconnect && !k.session_holdings),
             Part::OnSessions => holds_by_session(store),
             Part::FirstFenceOnly => !again_with_fence,
         }
@@ -282,6 +289,20 @@ mod tests {
         assert_eq!(parts.in_case("pg-advisory-fenced", true), 7);
         assert_eq!(parts.in_case("redis", false), 9);
         assert_eq!(parts.in_case("zookeeper-suffix", true), 5);
+        // A holding left unrenewed expires on a table and a lock service's lease, never on a
+        // session lock (nor, where this build has them, on ZooKeeper's sessions).
+        let expiring = Checks::with(0, &[(Part::ExpiresUnrenewed, 1)]);
+        for kind in fencing::stores::built() {
+            let expires = !kind.freed_on_disconnect && !kind.session_holdings;
+            assert_eq!(
+                expiring.in_case(kind.name, false),
+                usize::from(expires),
+                "{}",
+                kind.name
+            );
+        }
+        assert_eq!(expiring.in_case("postgres", true), 1);
+        assert_eq!(expiring.in_case("pg-advisory-fenced", false), 0);
         // Every store this build has: the session part exactly where its kind holds by session,
         // in every fenced mode.
         let sessions = Checks::with(10, &[(Part::OnSessions, 2)]);
