@@ -641,6 +641,14 @@ fn zookeeper_session_passes_the_experiments_with_its_own_token() -> anyhow::Resu
     )
 }
 
+/// etcd's recipe as `concurrency.Session` runs it (issue 55): every lock of a holder on one
+/// session lease. The same experiments as a lease per lock, the same outcome.
+#[cfg(feature = "lock-services")]
+#[test]
+fn etcd_session_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
+    passes_the_experiments_with_its_own_token("etcd-session", "create revision of the lock key")
+}
+
 /// PostgreSQL's advisory lock partitioned from its holder, and failed over by Patroni (issue 53):
 /// S6 (the new leader grants B the lock A still believes it holds; the counter fences A), F16 on
 /// `pg-advisory-fenced` (B takes the same lock A held, on the lease host) and S5 (with the
