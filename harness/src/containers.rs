@@ -61,7 +61,7 @@ pub use hold::{remove_held_rules, tcp_state, Hold};
 pub use image::{
     patroni_image, postgres_image, remove_images, remove_killed_builds, suite_for, Image, LabImage,
 };
-pub use leftovers::{remove_labelled, remove_this_process};
+pub use leftovers::{prune_kept_runs, remove_labelled, remove_this_process};
 pub use network::Network;
 use pg::{tcp_options, STARTUP_TIMEOUT};
 pub use pg::{until_logged, PgContainer};

@@ -237,6 +237,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
                     "of the failing run's servers",
                     &crate::clean_command()
                 )
+                .await
             );
         }
     }

@@ -105,13 +105,19 @@ pub(crate) fn clean_command() -> String {
 /// (`LAB_KEEP_RUNS` sets another): what failing runs keep stays within a bound.
 const KEEP_EARLIER_RUNS: usize = 2;
 
-/// Removes the directories kept by runs older than the [`KEEP_EARLIER_RUNS`] newest (labs no
-/// longer running; this run's are never touched), saying which went, and how much that freed.
-pub(crate) fn prune_kept() {
+/// Removes the directories — and, built with the feature `containers`, the stopped containers —
+/// kept by runs older than the [`KEEP_EARLIER_RUNS`] newest (labs no longer running; this run's
+/// are never touched), saying which went, and how much that freed.
+pub(crate) async fn prune_kept() {
     let keep = std::env::var("LAB_KEEP_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(KEEP_EARLIER_RUNS);
+    // No engine answering: no containers of the lab's to bound here.
+    #[cfg(feature = "containers")]
+    if harness::containers::engine().await.is_ok() {
+        prune_kept_containers(keep).await;
+    }
     let tmp = std::env::temp_dir();
     let before: u64 = kept_dirs_size(&tmp);
     let removed = harness::server::prune_kept(&tmp, keep);
@@ -133,6 +139,21 @@ pub(crate) fn prune_kept() {
     );
 }
 
+/// The containers part of [`prune_kept`]: what failing runs kept beyond the last `keep`.
+#[cfg(feature = "containers")]
+async fn prune_kept_containers(keep: usize) {
+    match harness::containers::prune_kept_runs(keep).await {
+        Ok(runs) if !runs.is_empty() => eprintln!(
+            "lab: removed {} container(s) kept by {} failing run(s) before the last {keep} (runs {}): a run keeps its own and the last {keep} runs' (LAB_KEEP_RUNS={keep})",
+            runs.iter().map(|(_, n)| n).sum::<usize>(),
+            runs.len(),
+            runs.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("lab: could not bound the containers failing runs kept: {e}"),
+    }
+}
+
 /// The bytes of every lab server directory in `tmp`.
 fn kept_dirs_size(tmp: &std::path::Path) -> u64 {
     std::fs::read_dir(tmp)
@@ -152,8 +173,8 @@ const KEPT_WARN_MB: u64 = 1024;
 /// bound are removed ([`prune_kept`]): how many directories, their size, and what removes them — and a warning when every lab's kept clusters in the temp dir pass
 /// `LAB_KEPT_WARN_MB` (default 1024). `kept` are the lines [`scenarios::Testbed::keep`] said, each
 /// naming a directory under the temp dir; `whose` says why they were kept.
-pub(crate) fn kept_size_line(kept: &[String], whose: &str, clean: &str) -> String {
-    prune_kept();
+pub(crate) async fn kept_size_line(kept: &[String], whose: &str, clean: &str) -> String {
+    prune_kept().await;
     let tmp = std::env::temp_dir();
     let mut dirs: Vec<std::path::PathBuf> = kept
         .iter()

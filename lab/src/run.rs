@@ -343,7 +343,7 @@ pub async fn run_lab(cfg: &Config, backend: Backend, dir: &Path) -> Run {
         } else {
             "of the failing experiments' servers"
         };
-        eprintln!("{}", crate::kept_size_line(&kept, whose, &clean));
+        eprintln!("{}", crate::kept_size_line(&kept, whose, &clean).await);
     }
     eprintln!("lab: evidence in {}; {:.1} s", dir.display(), secs);
     let ended = match interrupted {

@@ -3,7 +3,8 @@
 //! next run, a lab's shutdown), and everything this process's labs made
 //! ([`remove_this_process`]: a test process a signal is stopping). It never removes what a
 //! running lab owns (its pid is alive) unless asked for that run's mark, nor a kept container
-//! unless `lab clean` asks.
+//! unless `lab clean` asks or it is past the bound on what failing runs keep
+//! ([`prune_kept_runs`]).
 
 use std::collections::HashMap;
 
@@ -82,6 +83,55 @@ pub async fn remove_labelled(
         }
     }
     Ok((containers.len(), removed_networks))
+}
+
+/// Removes the containers kept by failing runs ([`KEPT_PREFIX`]) of labs not running any more,
+/// but those of the `keep_runs` newest such runs (by their newest container's creation) and this
+/// process's own: what failing runs keep stays within a bound, as their cluster directories do.
+/// Each run's networks go with its containers. Returns each removed run's mark and how many
+/// containers it had.
+pub async fn prune_kept_runs(keep_runs: usize) -> Result<Vec<(String, usize)>, ContainerError> {
+    let docker = docker().await?;
+    let listed = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&label_filter(None))
+                .build(),
+        ))
+        .await
+        .map_err(|source| ContainerError::engine("list the lab's containers", source))?;
+    let own = format!("{}-", std::process::id());
+    // (mark, newest creation, containers)
+    let mut runs: Vec<(String, i64, usize)> = Vec::new();
+    for c in listed {
+        let kept = c
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .is_some_and(|n| n.trim_start_matches('/').starts_with(KEPT_PREFIX));
+        let Some(mark) = c.labels.as_ref().and_then(|l| l.get(LABEL)).cloned() else {
+            continue;
+        };
+        if !kept || mark.starts_with(&own) || lab_alive(&mark) {
+            continue;
+        }
+        let created = c.created.unwrap_or(0);
+        match runs.iter_mut().find(|(m, ..)| *m == mark) {
+            Some((_, newest, n)) => {
+                *newest = (*newest).max(created);
+                *n += 1;
+            }
+            None => runs.push((mark, created, 1)),
+        }
+    }
+    runs.sort_by_key(|run| std::cmp::Reverse(run.1));
+    let mut removed = Vec::new();
+    for (mark, _, n) in runs.into_iter().skip(keep_runs) {
+        remove_labelled(Some(&mark), true).await?;
+        removed.push((mark, n));
+    }
+    Ok(removed)
 }
 
 /// The engine's filter for what carries [`LABEL`] — with the value `mark`, or any.
