@@ -280,7 +280,7 @@ pub(crate) async fn run(
         ),
     ];
     let overlap = (
-        a_again_at > b_at && a_still_valid,
+        held_at_once(a_again_at, b_at, a_still_valid),
         format!(
             "B granted at {:.0} ms, A wrote again at {:.0} ms, A's validity then: {}",
             ms(b_at),
@@ -453,4 +453,31 @@ async fn jump_clock(
         ),
     );
     Ok(())
+}
+
+/// Two holders at once, by the lab's clock: A wrote again after B's grant was acknowledged
+/// (`b_at`), while A's own validity still said it held the lock. Equal instants are not after.
+fn held_at_once(
+    a_again_at: std::time::Instant,
+    b_at: std::time::Instant,
+    a_still_valid: bool,
+) -> bool {
+    a_again_at > b_at && a_still_valid
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    /// The planted runs of issue 54 item 3: the judgment flips with the instants, never a
+    /// constant — A's write before B's grant, or after its own validity, is one holder at a time.
+    #[test]
+    fn two_holders_at_once_only_when_a_writes_after_b_s_grant_still_valid() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert!(super::held_at_once(at(30), at(20), true));
+        assert!(!super::held_at_once(at(10), at(20), true));
+        assert!(!super::held_at_once(at(20), at(20), true));
+        assert!(!super::held_at_once(at(30), at(20), false));
+    }
 }

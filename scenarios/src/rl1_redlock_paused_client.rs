@@ -626,3 +626,28 @@ async fn stale_write(
 /// How long RL3 holds their locks: long enough for two rounds, a fault and the servers'
 /// state read in between (the published example's 10 s).
 pub(crate) const LONG_TTL: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::Held;
+
+    /// The planted runs of issue 54 item 3: the overlap is judged on the intervals themselves,
+    /// never a constant — grants one after the other (A's write before B's grant, or the instant
+    /// of it) are not two holders at once.
+    #[test]
+    fn two_holders_overlap_only_when_their_intervals_intersect() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let held = |a: (u64, u64), b: (u64, u64)| Held {
+            a: (at(a.0), at(a.1)),
+            b: (at(b.0), at(b.1)),
+        };
+        assert!(!held((0, 10), (20, 30)).overlap());
+        assert!(!held((0, 20), (20, 30)).overlap());
+        assert!(held((0, 25), (20, 30)).overlap());
+        assert!(held((0, 50), (20, 30)).overlap());
+        assert!(!held((40, 50), (20, 30)).overlap());
+    }
+}
