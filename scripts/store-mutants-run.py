@@ -28,6 +28,7 @@ About 2–3 minutes a mutant here (a build of the mutated crate upwards, then th
 Exit status: 1 when a mutant survived (or a baseline failed), else 0.
 """
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -290,6 +291,13 @@ def main():
     signal.signal(signal.SIGINT, stop_child_and_exit)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
+    # One runner at a time on a scratch worktree: a second one would check out and build its own
+    # mutant under the first one's experiments (seen: two runs of --resume at once).
+    lock = open(work / "runner.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"store-mutants: another runner is working in {work}; wait for it, or stop it")
     mutants = catalogue()
     if a.only:
         wanted = set(a.only.split(","))
