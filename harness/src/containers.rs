@@ -71,6 +71,9 @@ pub use service::{services_image, ServiceContainer};
 
 /// The label on every container and network the lab makes; its value is the run's mark.
 pub const LABEL: &str = "fencing-lab.run";
+/// The label naming the temp dir of the lab that made a container: what failing runs keep is
+/// bounded per temp dir, its containers as its cluster directories ([`prune_kept_runs`]).
+pub const TMP_LABEL: &str = "fencing-lab.tmp";
 /// The name prefix of a container a kept or failing run left for inspection: the next run leaves
 /// it alone, `lab clean` removes it.
 pub const KEPT_PREFIX: &str = "fencing-lab-kept-";

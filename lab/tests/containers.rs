@@ -720,6 +720,52 @@ fn redlocks_validity_stops_a_client_frozen_inside_its_acquire_round() -> anyhow:
     Ok(())
 }
 
+/// What failing runs keep stays within a bound, their containers as their cluster directories
+/// (issue 54 item 14: 24 failing runs left 94 stopped containers): four failing runs in one temp
+/// dir, each keeping its lock service's container, and the fourth removes the first run's — the
+/// runs before the last two — saying so; the second's and third's stay, and its own.
+#[cfg(feature = "lock-services")]
+#[test]
+fn failing_runs_keep_their_containers_within_a_bound() -> anyhow::Result<()> {
+    let Some(sandbox) = sandbox()? else {
+        return Ok(());
+    };
+    let mut pids = Vec::new();
+    let mut last = String::new();
+    for run in 1..=4 {
+        // redis-plain has no token: F1's stale write is accepted, a FAIL, and the run keeps
+        // its servers, the Redis container among them.
+        let child = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["run", "--lease-store", "redis-plain", "--only", "F1"])
+            .arg("--evidence-dir")
+            .arg(sandbox.path().join(format!("ev-{run}")))
+            .env("TMPDIR", sandbox.path())
+            .env_remove("LAB_KEEP_RUNS")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        // A lab's run mark starts with its pid.
+        pids.push(child.id());
+        let out = child.wait_with_output()?;
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "run {run} must fail:\n{last}");
+    }
+    let kept: Vec<usize> = pids.iter().map(|&p| kept_by(p).len()).collect();
+    for &pid in &pids {
+        remove_marked_by(pid);
+    }
+    assert_eq!(
+        kept,
+        [0, 1, 1, 1],
+        "the first run's container goes, the last three stay:\n{last}"
+    );
+    assert!(
+        last.contains("lab: removed 1 container(s) kept by 1 failing run(s) before the last 2"),
+        "the fourth run says what it removed:\n{last}"
+    );
+    Ok(())
+}
+
 /// The token-less Redis lock is the negative result: F4's fenced resource accepts A's stale
 /// write (a FAIL, never a pass) and F5's control exposes it.
 #[cfg(feature = "lock-services")]

@@ -19,7 +19,7 @@ use bollard::query_parameters::{
 use bollard::{ClientVersion, Docker};
 use futures_util::StreamExt as _;
 
-use super::{ContainerError, LABEL};
+use super::{ContainerError, LABEL, TMP_LABEL};
 
 /// How long one request to the engine may take (an image's import has its own deadline).
 pub(crate) const ENGINE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -127,7 +127,13 @@ impl Container {
             cmd: Some(spec.cmd.clone()),
             user: spec.user.clone(),
             hostname: spec.name.clone(),
-            labels: Some(HashMap::from([(LABEL.to_owned(), spec.mark.clone())])),
+            labels: Some(HashMap::from([
+                (LABEL.to_owned(), spec.mark.clone()),
+                (
+                    TMP_LABEL.to_owned(),
+                    std::env::temp_dir().display().to_string(),
+                ),
+            ])),
             host_config: Some(HostConfig {
                 network_mode: spec.network.clone(),
                 cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),

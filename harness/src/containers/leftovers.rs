@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use bollard::query_parameters::{ListContainersOptionsBuilder, ListNetworksOptionsBuilder};
 
-use super::{container, docker, remove_held_rules, ContainerError, KEPT_PREFIX, LABEL};
+use super::{container, docker, remove_held_rules, ContainerError, KEPT_PREFIX, LABEL, TMP_LABEL};
 
 /// Whether the lab whose run mark is `mark` (`<pid>-<ms>`) is still running.
 pub(super) fn lab_alive(mark: &str) -> bool {
@@ -85,9 +85,10 @@ pub async fn remove_labelled(
     Ok((containers.len(), removed_networks))
 }
 
-/// Removes the containers kept by failing runs ([`KEPT_PREFIX`]) of labs not running any more,
-/// but those of the `keep_runs` newest such runs (by their newest container's creation) and this
-/// process's own: what failing runs keep stays within a bound, as their cluster directories do.
+/// Removes the containers kept by failing runs ([`KEPT_PREFIX`]) of labs not running any more in
+/// this temp dir ([`TMP_LABEL`]), but those of the `keep_runs` newest such runs (by their newest
+/// container's creation) and this process's own: what failing runs keep stays within a bound, as
+/// their cluster directories in the temp dir do.
 /// Each run's networks go with its containers. Returns each removed run's mark and how many
 /// containers it had.
 pub async fn prune_kept_runs(keep_runs: usize) -> Result<Vec<(String, usize)>, ContainerError> {
@@ -102,6 +103,7 @@ pub async fn prune_kept_runs(keep_runs: usize) -> Result<Vec<(String, usize)>, C
         .await
         .map_err(|source| ContainerError::engine("list the lab's containers", source))?;
     let own = format!("{}-", std::process::id());
+    let tmp = std::env::temp_dir().display().to_string();
     // (mark, newest creation, containers)
     let mut runs: Vec<(String, i64, usize)> = Vec::new();
     for c in listed {
@@ -113,7 +115,8 @@ pub async fn prune_kept_runs(keep_runs: usize) -> Result<Vec<(String, usize)>, C
         let Some(mark) = c.labels.as_ref().and_then(|l| l.get(LABEL)).cloned() else {
             continue;
         };
-        if !kept || mark.starts_with(&own) || lab_alive(&mark) {
+        let here = c.labels.as_ref().and_then(|l| l.get(TMP_LABEL)) == Some(&tmp);
+        if !kept || !here || mark.starts_with(&own) || lab_alive(&mark) {
             continue;
         }
         let created = c.created.unwrap_or(0);
