@@ -118,6 +118,18 @@ pub trait LockService: Send + Sync {
     fn remove(self: Box<Self>) -> Answer<'static, ()>;
     /// Stops it and leaves its container for inspection: the line that says where.
     fn stop_and_keep(self: Box<Self>) -> Answer<'static, String>;
+    /// Pauses the server (its container's cgroup freezer): it neither answers nor acts, and what
+    /// clients send waits in its sockets until [`LockService::unpause`]. Removing or keeping it
+    /// unpauses it first. `Err` from a service that cannot be paused.
+    fn pause(&self) -> Answer<'_, anyhow::Result<()>> {
+        let service = self.service().to_owned();
+        Box::pin(async move { anyhow::bail!("the lock service {service} cannot be paused here") })
+    }
+    /// Lets a paused server run on.
+    fn unpause(&self) -> Answer<'_, anyhow::Result<()>> {
+        let service = self.service().to_owned();
+        Box::pin(async move { anyhow::bail!("the lock service {service} cannot be paused here") })
+    }
     /// Crashes the server (SIGKILL: no shutdown) and starts it again on the same address;
     /// returns once it accepts connections. Offered by the named locks' local MariaDB (S2);
     /// `Err` from a service in a container, whose experiments restart it their own way.

@@ -230,15 +230,9 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
             eprintln!("lab chaos: {line}");
         }
         if !kept.is_empty() {
-            eprintln!(
-                "{}",
-                crate::kept_size_line(
-                    &kept,
-                    "of the failing run's servers",
-                    &crate::clean_command()
-                )
-                .await
-            );
+            let whose = "of the failing run's servers";
+            let line = crate::kept_size_line(&kept, whose, &crate::clean_command()).await;
+            eprintln!("{line}");
         }
     }
     bed.shutdown().await;

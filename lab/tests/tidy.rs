@@ -890,7 +890,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "lab/src/chaos.rs",
         "run_inner",
-        187,
+        182,
         "a chaos run's life in one place: servers up, the schedule, shutdown on every path",
     ),
     (
@@ -1025,7 +1025,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/f3_concurrent_acquire.rs",
         "run",
-        164,
+        148,
         TIMELINE,
     ),
     (

@@ -32,6 +32,10 @@
 //! the server may still run them one after the other (seen: peak 1), and the race for the row is
 //! no less real for it. A lock service has no such lock:
 //! there the tasks' barrier releases the contenders, and the check is on the requests in flight.
+//!
+//! On a store that holds by session (ZooKeeper), one more contention: a create whose answer is
+//! lost while another client holds the lock (`lost_create`) — the contender that looks for its
+//! own node afterwards must find its own, never the holder's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,7 +68,13 @@ const SPEC: Spec = Spec {
                     slightly early fails the last-moments round.",
     },
     // The last-moments round only on the lease table.
-    checks: Checks::with(11, &[(Part::OnTheTable, 1)]),
+    checks: Checks::with(
+        11,
+        &[
+            (Part::OnTheTable, 1),
+            (Part::OnSessions, crate::lost_create::CHECKS),
+        ],
+    ),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,
@@ -247,25 +257,34 @@ impl Scenario for F3 {
             rec.note(format!(
                 "{total} attempts in rounds 1–3 (3 rounds × {n} contenders)"
             ));
-            let row = bed.lease.inspect(LEASE).await?;
-            let holdings = usize::from(row.is_some());
-            bed.check_token(rec, "the final token", 2, row.map(|r| r.token));
-            if on_service {
-                rec.check(
-                    "holdings of the lease on the lock service (the round-3 winner's)",
-                    &1,
-                    &holdings,
-                );
-            } else {
-                rec.check(
-                    "rows in the lease table",
-                    &1,
-                    &bed.lease_table.row_count().await?,
-                );
-            }
-            Ok(())
+            the_end(bed, rec, on_service).await
         })
     }
+}
+
+/// After the rounds: the final token, and one holding (or row) of the lease; then, on a store
+/// that holds by session, a create whose answer is lost ([`crate::lost_create`]).
+async fn the_end(bed: &Testbed, rec: &mut Recorder, on_service: bool) -> anyhow::Result<()> {
+    let row = bed.lease.inspect(LEASE).await?;
+    let holdings = usize::from(row.is_some());
+    bed.check_token(rec, "the final token", 2, row.map(|r| r.token));
+    if on_service {
+        rec.check(
+            "holdings of the lease on the lock service (the round-3 winner's)",
+            &1,
+            &holdings,
+        );
+    } else {
+        rec.check(
+            "rows in the lease table",
+            &1,
+            &bed.lease_table.row_count().await?,
+        );
+    }
+    if bed.makes(Part::OnSessions) {
+        crate::lost_create::probe(bed, rec).await?;
+    }
+    Ok(())
 }
 
 /// The last-moments round: once the lease has a quarter of its TTL or less left by the database

@@ -36,6 +36,7 @@ mod latch;
 /// The lock libraries people ship, frozen as they ship: the library card (feature `lock-services`).
 #[cfg(feature = "lock-services")]
 pub mod library;
+mod lost_create;
 mod maria;
 mod paused_holder;
 mod preflight;

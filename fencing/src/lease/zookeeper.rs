@@ -57,7 +57,15 @@ pub struct ZkLeaseStore {
     /// recipe as a process runs it: one `CuratorFramework`, one session, many locks), once
     /// opened and until ZooKeeper expires it. `None`: a session per lock (`zookeeper`).
     shared: Option<tokio::sync::Mutex<Option<zk::Client>>>,
+    /// The lab's fault at this client's next create of a lock's node ([`BeforeCreate`]).
+    before_create: Mutex<Option<BeforeCreate>>,
 }
+
+/// A fault the lab runs right before this client's next create of a lock's node, taken by that
+/// create alone: F3's probe of a create whose answer is lost holds the create there while it
+/// pauses the server (`ZkLeaseStore::before_next_create`).
+pub type BeforeCreate =
+    Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
 
 impl std::fmt::Debug for ZkLeaseStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -245,7 +253,24 @@ impl ZkLeaseStore {
             own,
             sessions: Mutex::default(),
             shared: None,
+            before_create: Mutex::default(),
         })
+    }
+
+    /// The client of the ZooKeeper store `name` (`zookeeper`, `zookeeper-suffix`,
+    /// `zookeeper-session`) at `endpoint`, as the registry opens it — for a probe that needs
+    /// this store's own methods ([`ZkLeaseStore::before_next_create`]).
+    pub async fn open_named(name: &str, endpoint: &str, margin: Duration) -> Result<Self> {
+        match name {
+            "zookeeper-session" => ZkLeaseStore::connect_shared(endpoint, margin).await,
+            "zookeeper-suffix" => ZkLeaseStore::connect(endpoint, margin, TokenOf::Suffix).await,
+            _ => ZkLeaseStore::connect(endpoint, margin, TokenOf::Czxid).await,
+        }
+    }
+
+    /// Runs `fault` right before this client's next create of a lock's node (lab only).
+    pub fn before_next_create(&self, fault: BeforeCreate) {
+        *self.before_create.lock().expect("before_create") = Some(fault);
     }
 
     /// `zookeeper-session`: every lock this client takes is an ephemeral node of one session of
@@ -357,6 +382,10 @@ impl ZkLeaseStore {
         let (stat, node) = loop {
             self.ensure(&parent(name), zk::CreateMode::Container)
                 .await?;
+            let fault = self.before_create.lock().expect("before_create").take();
+            if let Some(fault) = fault {
+                fault().await;
+            }
             match mine
                 .create(
                     &format!("{}/lock-", parent(name)),

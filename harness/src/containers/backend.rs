@@ -201,6 +201,12 @@ impl docker::LockService for Started<(String, ServiceContainer)> {
     fn stop_and_keep(self: Box<Self>) -> Answer<'static, String> {
         Box::pin(self.handle.1.stop_and_keep())
     }
+    fn pause(&self) -> Answer<'_, anyhow::Result<()>> {
+        Box::pin(async { Ok(self.handle.1.pause().await?) })
+    }
+    fn unpause(&self) -> Answer<'_, anyhow::Result<()>> {
+        Box::pin(async { Ok(self.handle.1.unpause().await?) })
+    }
 }
 
 impl docker::RedisFailover for Started<SentinelGroup> {

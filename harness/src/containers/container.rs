@@ -181,6 +181,30 @@ impl Container {
             })
     }
 
+    /// Pauses every process of it (the engine's cgroup freezer): the server neither answers nor
+    /// acts, and what clients send waits in its sockets. Returns once the engine says paused.
+    /// Removing or keeping it unpauses it first, so that no path leaves it frozen.
+    pub async fn pause(&self) -> Result<(), ContainerError> {
+        docker()
+            .await?
+            .pause_container(&self.id)
+            .await
+            .map_err(|source| {
+                ContainerError::engine(format!("pause container {}", self.id), source)
+            })
+    }
+
+    /// Lets a paused container run on.
+    pub async fn unpause(&self) -> Result<(), ContainerError> {
+        docker()
+            .await?
+            .unpause_container(&self.id)
+            .await
+            .map_err(|source| {
+                ContainerError::engine(format!("unpause container {}", self.id), source)
+            })
+    }
+
     /// Whether its first process runs, and its exit code once it has exited.
     pub async fn state(&self) -> Result<(bool, Option<i64>), ContainerError> {
         let inspected = docker()
@@ -290,6 +314,8 @@ impl Container {
     pub async fn keep(mut self, name: &str, grace: Duration) -> Result<(), ContainerError> {
         self.removed = true;
         let docker = docker().await?;
+        // A paused container is let run first: a stop would wait on its frozen processes.
+        let _ = docker.unpause_container(&self.id).await;
         let stop = StopContainerOptionsBuilder::new()
             .t(i32::try_from(grace.as_secs()).unwrap_or(i32::MAX))
             .build();
@@ -322,6 +348,9 @@ pub(crate) async fn remove(id: &str) -> Result<(), ContainerError> {
         .v(true)
         .build();
     let engine = docker().await?;
+    // A paused container (a probe's fault, cut short) is let run first, so that the forced
+    // removal's kill reaches it; not paused, the engine refuses this at once.
+    let _ = engine.unpause_container(id).await;
     let engine_error = |source| ContainerError::engine(format!("remove container {id}"), source);
     match engine.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),

@@ -192,6 +192,16 @@ impl ServiceContainer {
         format!("{}:{}", self.ip, self.port)
     }
 
+    /// Pauses the server's container ([`Container::pause`]): it neither answers nor acts.
+    pub async fn pause(&self) -> Result<(), ContainerError> {
+        self.container.pause().await
+    }
+
+    /// Lets the paused server run on.
+    pub async fn unpause(&self) -> Result<(), ContainerError> {
+        self.container.unpause().await
+    }
+
     /// The container's first process on this host (`None` once it is gone).
     pub async fn pid(&self) -> Option<u32> {
         self.container.pid().await
