@@ -1015,7 +1015,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         376,
         TIMELINE,
     ),
-    ("scenarios/src/f1_normal_path.rs", "run", 293, TIMELINE),
+    ("scenarios/src/f1_normal_path.rs", "run", 272, TIMELINE),
     (
         "scenarios/src/f2_now_in_long_transaction.rs",
         "run",
