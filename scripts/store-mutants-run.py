@@ -7,7 +7,9 @@ compile again).
 Per mutant: the line replaced (exactly as generated; `gone` when the line is no longer there), the
 lab and the holder built (`unviable` when that fails), then each of its experiments in turn with
 its --lease-store and LAB_REQUIRE=docker (a container that cannot start is a failure, not a skip)
-until one fails: `killed` by it, with the checks that failed. What passes every experiment on a
+until one fails: `killed` by it, with the checks that failed. A mutant of the token-regression
+check that passes R1–R3 meets the check's unit tests next (`killed unit tests`): their planted
+histories hold the small and the lost regressions the runs' own never show. What passes every experiment on a
 lock service then meets the seeded chaos run on it (`lab chaos --lease-store S --seed 4 --time
 30s`: holders that renew for the whole run), as a surviving SQL mutant does. What passes is
 looked up in scripts/equivalent-mutants.txt (`argued`, with the reason); the rest `SURVIVED`.
@@ -168,6 +170,20 @@ def run_experiment(tree, work, store, exp, evidence):
     if code != 0 and not failed:
         failed.append((exp, f"exit {code}: {(r.stderr or r.stdout)[-200:].strip()}"))
     return code == 0, failed
+
+
+def run_unit_tests(tree, work, module):
+    """The unit tests of the lab's own judge `module` (the token-regression check): histories
+    planted in the tests, which the R-series' runs, every regression in them large, cannot
+    plant. (passed, the failing tests as ("unit", name))."""
+    env = dict(os.environ, CARGO_TARGET_DIR=str(work / "target"), CARGO_INCREMENTAL="1")
+    r = run(["cargo", "test", "-q", "--locked", "-p", "scenarios", "--lib", module], cwd=tree,
+            env=env, timeout=RUN_TIMEOUT)
+    failing = re.findall(r"^test (\S+) \.\.\. FAILED$", r.stdout, re.M)
+    if r.returncode == 0:
+        return True, []
+    return False, [("unit", name) for name in failing] or \
+        [("unit", f"exit {r.returncode}: {(r.stderr or r.stdout)[-200:].strip()}")]
 
 
 def run_chaos(tree, work, store, evidence):
@@ -388,6 +404,10 @@ def main():
                     if not passed:
                         verdict, by, checks = "killed", exp, failed
                         break
+                if verdict == "SURVIVED" and m["path"].endswith("chaos/regression.rs"):
+                    passed, failed = run_unit_tests(tree, work, "chaos::regression")
+                    if not passed:
+                        verdict, by, checks = "killed", "unit tests", failed
                 if verdict == "SURVIVED" and m["store"] != "-" and chaos_ok(m["store"]):
                     passed, failed = run_chaos(tree, work, m["store"], work / "chaos")
                     if not passed:
