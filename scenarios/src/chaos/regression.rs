@@ -360,4 +360,22 @@ mod tests {
         assert_eq!(regressions(&grants), Vec::new());
         assert_eq!(finds_the_smallest(&[grant(1, "a", 0.0, None, true)]), None);
     }
+
+    #[test]
+    fn the_planted_regression_is_quoted_even_beside_a_runs_own() {
+        // A run that shows a regression of its own (R1's suffix back to 0): the control must
+        // quote the planted grant's finding, not the first harm it meets — else a check blind to
+        // the planted one would pass on the run's own regression.
+        let grants = [
+            grant(5, "a", 0.0, Some(1.0), true),
+            grant(0, "b", 5.0, Some(6.0), true),
+        ];
+        assert_eq!(regressions(&grants).len(), 1);
+        let (caught, shown) = finds_the_smallest(&grants).expect("a completed grant");
+        assert!(caught, "{shown}");
+        assert!(
+            shown.contains("token 4 was granted to planted after token 5"),
+            "{shown}"
+        );
+    }
 }
