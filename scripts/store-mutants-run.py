@@ -18,8 +18,8 @@ its mutants are not judged.
 
 What a killing run keeps — a failing lab keeps its servers for a look — is removed after it is
 recorded: the labs run with a TMPDIR of the script's own (target/store-mutants/tmp), where `lab
-clean` then removes their cluster directories, and with them the containers of labs no longer
-running (any lab's: run it where no kept container matters).
+clean` then removes their cluster directories and the containers they kept (a kept container
+carries its lab's temp dir; another temp dir's are left alone).
 
 Writes as it goes, so that a run cut short resumes with --resume:
   evidence/store-mutants.md          one row per mutant, between the markers below

@@ -2,7 +2,9 @@
 //! kept (`--keep`, a failing run) or left by a lab killed outright, stopping a server still
 //! running from one, and, built with the feature `containers`, their containers, networks and
 //! network holds (with `--images`, the images the lab built); a build without it says plainly
-//! that it cannot see them, and which build can. What belongs to a running lab is left alone.
+//! that it cannot see them, and which build can. What belongs to a running lab is left alone,
+//! and so is what a lab of another temp dir that still exists kept for a look (its cluster
+//! directories are not this clean's either).
 
 use crate::args::CleanArgs;
 use crate::{print_or_fail, Ended};

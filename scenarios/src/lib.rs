@@ -69,6 +69,7 @@ mod u4_reacquired_instance;
 mod u5_check_then_complete;
 mod u_common;
 
+pub use preflight::P0;
 pub use runner::{join_all, run_all, run_all_on, Images};
 pub use spec::{
     About, Applies, Checks, LockServices, Needs, Part, Spec, StoreLanes, NO_HOLDER,

@@ -22,8 +22,10 @@ pub(super) fn lab_alive(mark: &str) -> bool {
 
 /// Removes every container and network labelled [`LABEL`] with `mark`, or, when `None`, those
 /// of every lab that is not running any more (what a lab killed outright left; with
-/// `kept_too`, also what a kept or failing run left on purpose: `lab clean`). A network that
-/// still has a container is left. Returns how many of each.
+/// `kept_too`, also what a kept or failing run left on purpose: `lab clean` — those of this
+/// temp dir, or of one that is gone, never what a lab of another temp dir still there kept for
+/// a look, as its cluster directories are never touched either). A network that still has a
+/// container is left. Returns how many of each.
 pub async fn remove_labelled(
     mark: Option<&str>,
     kept_too: bool,
@@ -39,26 +41,35 @@ pub async fn remove_labelled(
         ))
         .await
         .map_err(|source| ContainerError::engine("list the lab's containers", source))?;
-    // (id, name without the engine's leading `/`, the run's mark)
-    let listed: Vec<(String, String, String)> = listed
+    // (id, name without the engine's leading `/`, the run's mark, whether its temp dir is
+    // another that still exists)
+    let here = std::env::temp_dir().display().to_string();
+    let listed: Vec<(String, String, String, bool)> = listed
         .into_iter()
         .filter_map(|c| {
             let name = c.names?.first()?.trim_start_matches('/').to_owned();
-            let mark = c.labels?.get(LABEL)?.clone();
-            Some((c.id?, name, mark))
+            let labels = c.labels?;
+            let elsewhere = labels
+                .get(TMP_LABEL)
+                .is_some_and(|t| *t != here && std::path::Path::new(t).is_dir());
+            Some((c.id?, name, labels.get(LABEL)?.clone(), elsewhere))
         })
         .collect();
-    let is_kept = |name: &str| !kept_too && mark.is_none() && name.starts_with(KEPT_PREFIX);
+    let is_kept = |name: &str, elsewhere: bool| {
+        mark.is_none() && name.starts_with(KEPT_PREFIX) && (!kept_too || elsewhere)
+    };
     // The runs whose kept containers stay: their networks stay too.
     let kept_marks: Vec<&str> = listed
         .iter()
-        .filter(|(_, name, _)| is_kept(name))
-        .map(|(_, _, m)| m.as_str())
+        .filter(|(_, name, _, elsewhere)| is_kept(name, *elsewhere))
+        .map(|(_, _, m, _)| m.as_str())
         .collect();
     let containers: Vec<&str> = listed
         .iter()
-        .filter(|(_, name, m)| mark.is_some() || (!lab_alive(m) && !is_kept(name)))
-        .map(|(id, _, _)| id.as_str())
+        .filter(|(_, name, m, elsewhere)| {
+            mark.is_some() || (!lab_alive(m) && !is_kept(name, *elsewhere))
+        })
+        .map(|(id, ..)| id.as_str())
         .collect();
     for id in &containers {
         container::remove(id).await?;
