@@ -383,6 +383,25 @@ fn verdicts(
     }
 }
 
+/// A's grant extended a third of its TTL after it was granted, as a renewer does (the timeline's
+/// own wait): whether the store extended it, and how its local deadline moved (`later`, `not
+/// moved`). RL1's extension and RL4's bare majority both extend so.
+pub(crate) async fn extend_a_third_later(
+    client: &dyn LeaseStore,
+    a: &mut fencing::lease::Grant,
+    ttl: std::time::Duration,
+) -> anyhow::Result<(bool, &'static str)> {
+    harness::wait::prescribed(ttl / 3).await;
+    let before = a.local_deadline();
+    let extended = client.renew(a).await?;
+    let deadline = if a.local_deadline() > before {
+        "later"
+    } else {
+        "not moved"
+    };
+    Ok((extended, deadline))
+}
+
 /// Redlock's extension as published (the value compared and the expiry reset on every server, kept
 /// when a majority extended it within the validity left), and what it must refuse: A extends its
 /// fresh lock — granted, its local deadline moved forward, B's acquire meanwhile refused; once its
@@ -402,15 +421,7 @@ async fn extension(
         .acquire(lock, HOLDER_A, ttl)
         .await?
         .context("A's Redlock grant was refused")?;
-    // The timeline's own wait: A extends a third of the TTL after its grant, as a renewer does.
-    harness::wait::prescribed(ttl / 3).await;
-    let before = a.local_deadline();
-    let extended = client.renew(&mut a).await?;
-    let deadline = if a.local_deadline() > before {
-        "later"
-    } else {
-        "not moved"
-    };
+    let (extended, deadline) = extend_a_third_later(client, &mut a, ttl).await?;
     // Each server that holds A's value shows its expiry reset: a PTTL above what was left of the
     // TTL before the extension (two thirds of it).
     let left = pttls(client.inspect(lock).await?.as_ref());

@@ -27,7 +27,7 @@ use harness::holder::{describe, Holder, EVENT_TIMEOUT};
 use holder_protocol::{exit, Event, Request};
 
 use crate::paused_holder::{lab_step, list, part_line, step, A_CONTENT, B_CONTENT};
-use crate::rl1_redlock_paused_client::{redlock_client, SERVERS};
+use crate::rl1_redlock_paused_client::{extend_a_third_later, redlock_client, SERVERS};
 use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
     About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
@@ -246,15 +246,7 @@ async fn bare_majority(
         );
         return Ok(());
     };
-    // The timeline's own wait: A extends a third of the TTL after its grant, as a renewer does.
-    harness::wait::prescribed(ttl / 3).await;
-    let before = a.local_deadline();
-    let extended = client.renew(&mut a).await?;
-    let deadline = if a.local_deadline() > before {
-        "later"
-    } else {
-        "not moved"
-    };
+    let (extended, deadline) = extend_a_third_later(client.as_ref(), &mut a, ttl).await?;
     let released = client.release(&a).await?;
     let watch = Watch::new(bed, servers)?;
     let left = watch.values(lock).await;
