@@ -47,6 +47,15 @@ pub async fn activity(admin: &PgPool, pid: i32) -> sqlx::Result<Option<Activity>
     }))
 }
 
+/// The backends waiting for a lock that backend `pid` holds (`pg_blocking_pids`). `admin` must
+/// connect as a superuser.
+pub async fn blocked_by(admin: &PgPool, pid: i32) -> sqlx::Result<Vec<i32>> {
+    sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))")
+        .bind(pid)
+        .fetch_all(admin)
+        .await
+}
+
 /// The server's version and the settings named in `names`, as `(name, value)` pairs, version
 /// first. `admin` may be any connection.
 pub async fn settings(admin: &PgPool, names: &[&str]) -> sqlx::Result<Vec<(String, String)>> {

@@ -1,7 +1,7 @@
 //! `lab holder check --cmd CMD`: a holder of the user's against the holder protocol, each
 //! finding in one line. First the protocol's plain paths on a lab of its own
 //! ([`scenarios::conformance`]: the handshake, one holding as the resource recorded it, a holder
-//! orphaned at its write point), then the fault points it has, then the experiments that judge a
+//! orphaned at its write point, an acquire answered past the local deadline), then the fault points it has, then the experiments that judge a
 //! holder — F4 (its write carries the token the resource checks), F10 (its own local deadline
 //! stops it), F12 (killed mid-write and after it) — through the ordinary run, their evidence in
 //! `--evidence-dir`. An experiment's line is its first failed check, worded as the run words it.
@@ -41,6 +41,9 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
     };
     let mut lines: Vec<(Verdict, String)> = Vec::new();
     let mut handshake = false;
+    // Experiments whose property a protocol probe judged another way (the late acquire judges
+    // the local deadline, F10's, for a holder that refuses F10's fault point).
+    let mut judged_by_probe: Vec<(&'static str, bool)> = Vec::new();
     let probed = runtime.block_on(async {
         let mut signals = Signals::install()?;
         let start = Testbed::start_on(
@@ -82,20 +85,10 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
         Ok(Ok(Err(e))) => lines.push((Verdict::Fail, format!("the protocol probes stopped: {e}"))),
         Ok(Ok(Ok((found, refused)))) => {
             handshake = found.first().is_some_and(|f| f.ok);
+            judged_by_probe.extend(found.iter().filter_map(|f| f.judges_for.map(|e| (e, f.ok))));
             lines.extend(found.into_iter().map(|f| (Verdict::of(f.ok), f.line)));
             if handshake {
-                for point in scenarios::FaultPoint::ASKED {
-                    let line = match refused.iter().find(|(p, _)| *p == point) {
-                        Some((_, words)) => format!(
-                            "{} refused ({words}): the experiments that stop a holder there say skip",
-                            point.name()
-                        ),
-                        None => format!("{}: has it (answered the handshake with its flag)", point.name()),
-                    };
-                    // A refused point is not a fault: a holder may leave it out. What it leaves
-                    // unchecked is named by the experiments' skip lines.
-                    lines.push((Verdict::Ok, line));
-                }
+                lines.extend(fault_point_lines(&refused));
             }
         }
     }
@@ -117,21 +110,49 @@ pub fn run(cmd: &str, evidence_dir: PathBuf) -> Ended {
         ));
         Ended::Failed
     };
-    verdict(&lines, ended)
+    verdict(&lines, &judged_by_probe, ended)
+}
+
+/// One line per fault point the lab asks for: has it, or refused it (quoted). A refused point is
+/// not a fault — a holder may leave it out; what it leaves unchecked is named by the
+/// experiments' skip lines.
+fn fault_point_lines(
+    refused: &[(scenarios::FaultPoint, String)],
+) -> impl Iterator<Item = (Verdict, String)> + '_ {
+    scenarios::FaultPoint::ASKED.into_iter().map(|point| {
+        let line = match refused.iter().find(|(p, _)| *p == point) {
+            Some((_, words)) => format!(
+                "{} refused ({words}): the experiments that stop a holder there say skip",
+                point.name()
+            ),
+            None => format!(
+                "{}: has it (answered the handshake with its flag)",
+                point.name()
+            ),
+        };
+        (Verdict::Ok, line)
+    })
 }
 
 /// Prints the lines and the verdict; how the check ended: a finding, or an experiment not
-/// checked, fails a run that passed.
-fn verdict(lines: &[(Verdict, String)], mut ended: Ended) -> Ended {
+/// checked, fails a run that passed. An experiment that said skip counts as judged only where
+/// a protocol probe judged its property instead and passed (`judged_by_probe`); the verdict
+/// names it.
+fn verdict(
+    lines: &[(Verdict, String)],
+    judged_by_probe: &[(&str, bool)],
+    mut ended: Ended,
+) -> Ended {
     for (verdict, line) in lines {
         println!("{} {line}", verdict.word());
     }
     let failed = lines.iter().filter(|(v, _)| *v == Verdict::Fail).count();
-    let unchecked: Vec<&str> = lines
+    let skipped = lines
         .iter()
         .filter(|(v, _)| *v == Verdict::Skip)
-        .map(|(_, line)| line.split(' ').next().unwrap_or(""))
-        .collect();
+        .map(|(_, line)| line.split(' ').next().unwrap_or(""));
+    let (instead, unchecked): (Vec<&str>, Vec<&str>) =
+        skipped.partition(|id| judged_by_probe.contains(&(*id, true)));
     // A skip is not a pass: a holder conforms only when every experiment judged it.
     if (failed > 0 || !unchecked.is_empty()) && ended == Ended::Passed {
         ended = Ended::Failed;
@@ -145,8 +166,17 @@ fn verdict(lines: &[(Verdict, String)], mut ended: Ended) -> Ended {
         ),
         _ => "does not conform".to_owned(),
     };
+    let instead = if instead.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " ({} said skip; what it judges, the local deadline, was judged by the late \
+             acquire above)",
+            instead.join(", ")
+        )
+    };
     println!(
-        "HOLDER CHECK {verdict}: {failed} finding(s) of {} line(s)",
+        "HOLDER CHECK {verdict}: {failed} finding(s) of {} line(s){instead}",
         lines.len()
     );
     ended

@@ -110,26 +110,15 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
             String::from_utf8_lossy(&out.stdout).into_owned(),
         ))
     };
-    // `lab holder check`: the protocol's plain paths, the fault points, F4, F10 and F12.
-    let check = |cmd: &Path| -> anyhow::Result<(Option<i32>, String)> {
-        let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(["holder", "check", "--cmd"])
-            .arg(cmd)
-            .arg("--evidence-dir")
-            .arg(sb.path(&format!("hc-{}", cmd.display()).replace('/', "_")))
-            .env("TMPDIR", sb.path("tmp"))
-            .output()?;
-        Ok((
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        ))
-    };
+    let check = |cmd: &Path| holder_check(&sb, cmd);
     let (code, out) = check(&holder)?;
     assert_eq!(code, Some(0), "{out}");
     for line in [
         "ok   the handshake: HELLO version=5 pid=",
         "ok   the resource logged its write: one write_attempt, accepted, token=",
         "ok   its stdin closed at the write point: exit 6 (orphaned)",
+        "ok   an acquire answered late (",
+        "its local deadline had passed — ACQUIRED token=1; DEADLINE_PASSED token=1 overdue_ms=",
         "ok   BEFORE_COMMIT (--wait-before-commit): has it",
         "ok   F4: ",
         "ok   F10: ",
@@ -165,18 +154,7 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
         "an experiment that starts no holder says so rather than pass on the lab's client:\n{out}"
     );
 
-    let text = fs::read_to_string(&holder)?;
-    let broken_at = |name: &str, edits: &[(&str, &str)]| -> anyhow::Result<PathBuf> {
-        let mut copy = text.clone();
-        for (from, to) in edits {
-            assert_eq!(copy.matches(from).count(), 1, "{from:?} once in holder.py");
-            copy = copy.replace(from, to);
-        }
-        let path = sb.path(name);
-        fs::write(&path, copy)?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
-        Ok(path)
-    };
+    let broken_at = |name: &str, edits: &[(&str, &str)]| broken_copy(&sb, name, edits);
     let broken = |name: &str, from: &str, to: &str| broken_at(name, &[(from, to)]);
     let no_check = broken(
         "skips-its-deadline.py",
@@ -185,10 +163,12 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
     )?;
     let (code, out) = check(&no_check)?;
     assert_eq!(code, Some(1), "{out}");
-    assert!(
-        out.contains("FAIL F10: A, resumed, finds its local deadline passed by its monotonic clock and will not write"),
-        "{out}"
-    );
+    for line in [
+        "FAIL F10: A, resumed, finds its local deadline passed by its monotonic clock and will not write",
+        "FAIL an acquire answered late (",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
     let unfenced = broken(
         "writes-unfenced.py",
         "    if f.mode == \"unfenced\":\n        resource.execute(PART, w)",
@@ -273,5 +253,100 @@ fn a_holder_that_never_answers_is_refused_at_its_handshake_alone() -> anyhow::Re
         !text.contains("BEFORE_CHECK"),
         "asked about its fault points:\n{text}"
     );
+    sb.assert_nothing_left()
+}
+
+/// `lab holder check --cmd CMD` in `sb`: its exit code and stdout.
+fn holder_check(sb: &Sandbox, cmd: &Path) -> anyhow::Result<(Option<i32>, String)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["holder", "check", "--cmd"])
+        .arg(cmd)
+        .arg("--evidence-dir")
+        .arg(sb.path(&format!("hc-{}", cmd.display()).replace('/', "_")))
+        .env("TMPDIR", sb.path("tmp"))
+        .output()?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+/// A copy of the example Python holder named `name` in `sb`, each `(from, to)` of `edits`
+/// made (each `from` found once).
+fn broken_copy(sb: &Sandbox, name: &str, edits: &[(&str, &str)]) -> anyhow::Result<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut copy = fs::read_to_string(root.join("examples/holders/python/holder.py"))?;
+    for (from, to) in edits {
+        assert_eq!(copy.matches(from).count(), 1, "{from:?} once in holder.py");
+        copy = copy.replace(from, to);
+    }
+    let path = sb.path(name);
+    fs::write(&path, copy)?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+    Ok(path)
+}
+
+/// The local deadline judged without a fault point (issue 54 item 2): `lab holder check`'s late
+/// acquire — the lease table locked while the holder's acquire is sent, let go the TTL later —
+/// judges a holder that refuses `--wait-before-check`, where F10 says skip. With its deadline
+/// check it conforms, F10's skip named in the verdict; without it, it does not (it conformed
+/// before, F10's skip an `ok`). A deadline read from the acquire's answer passes F10's freeze
+/// past the TTL and fails the late acquire.
+#[test]
+fn a_holder_without_a_stop_before_its_check_is_judged_by_a_late_acquire() -> anyhow::Result<()> {
+    if !common::python_holder_ready()? {
+        return Ok(());
+    }
+    let sb = Sandbox::new()?;
+    let check = |cmd: &Path| holder_check(&sb, cmd);
+    let broken_at = |name: &str, edits: &[(&str, &str)]| broken_copy(&sb, name, edits);
+    let broken = |name: &str, from: &str, to: &str| broken_at(name, &[(from, to)]);
+    // Without --wait-before-check, with its deadline check: conforms.
+    let no_check_point = [
+        (
+            "    p.add_argument(\"--wait-before-check\", action=\"store_true\")\n",
+            "",
+        ),
+        ("    if f.wait_before_check:", "    if False:"),
+    ];
+    let (code, out) = check(&broken_at("no-check-point.py", &no_check_point)?)?;
+    for line in [
+        "skip F10 not checked: F10 stops its holder at BEFORE_CHECK (--wait-before-check), which your holder refused",
+        "ok   an acquire answered late (",
+        "HOLDER CHECK conforms: 0 finding(s) of 20 line(s) (F10 said skip; what it judges, the local deadline, was judged by the late acquire above)",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
+    assert_eq!(code, Some(0), "{out}");
+    let mut edits = no_check_point.to_vec();
+    edits.push(("    if now >= deadline[0]:", "    if False:"));
+    let (code, out) = check(&broken_at("no-check-point-nor-check.py", &edits)?)?;
+    for line in [
+        "skip F10 not checked:",
+        "FAIL an acquire answered late (1",
+        "it went on to its write point; it said ACQUIRED token=1; AT_WRITE_POINT token=1",
+        "1 write_attempt row(s) of check-late",
+        "HOLDER CHECK does not conform: 1 finding(s)",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
+    assert_eq!(code, Some(1), "{out}");
+    // A local deadline read from the acquire's answer: F10's freeze past the TTL still stops it,
+    // the late acquire does not.
+    let (code, out) = check(&broken(
+        "deadline-after-the-answer.py",
+        "    deadline = [sent + span]",
+        "    deadline = [time.monotonic() + span]",
+    )?)?;
+    for line in [
+        "ok   F10: ",
+        "FAIL an acquire answered late (",
+        "HOLDER CHECK does not conform: 1 finding(s)",
+    ] {
+        assert!(out.contains(line), "{line}:\n{out}");
+    }
+    assert_eq!(code, Some(1), "{out}");
+    // The failing runs kept their clusters for a look inside.
+    let _ = sb.clean()?;
     sb.assert_nothing_left()
 }

@@ -9,7 +9,14 @@
 //!   token — as the resource recorded it, not only as the holder said — the renew after it, the
 //!   release, exit 0;
 //! - **orphaned at the write point**: stdin closed before `GO` → exit 6 within 5 s, nothing
-//!   written.
+//!   written;
+//! - **an acquire answered late**: the lab locks the lease table before the holder starts, so
+//!   that its acquire waits (seen in `pg_blocking_pids`), and lets it go the lease's TTL later.
+//!   The lease is granted, but the holder's local deadline — read from its monotonic clock
+//!   *before* it sent the acquire, `ttl − margin` on — has passed: `DEADLINE_PASSED`, exit 8,
+//!   nothing written, as the resource's `write_attempt` shows. This judges the local deadline
+//!   without a fault point of the holder's: F10 needs `--wait-before-check`, and a holder that
+//!   refuses it is judged here instead (the verdict says so).
 
 use std::time::Duration;
 
@@ -29,12 +36,20 @@ const ORPHAN_EXIT: Duration = Duration::from_secs(5);
 pub struct Finding {
     pub ok: bool,
     pub line: String,
+    /// The experiment whose property this finding judges too, by other means: when that
+    /// experiment says skip for this holder, the property was still judged here.
+    pub judges_for: Option<&'static str>,
 }
+
+/// The experiment that judges a holder's local deadline with a fault point of its own
+/// (`--wait-before-check`), and which the late-acquire probe stands in for.
+pub const LOCAL_DEADLINE_EXPERIMENT: &str = "F10";
 
 fn ok(line: impl Into<String>) -> Finding {
     Finding {
         ok: true,
         line: line.into(),
+        judges_for: None,
     }
 }
 
@@ -42,6 +57,7 @@ fn fail(line: impl Into<String>) -> Finding {
     Finding {
         ok: false,
         line: line.into(),
+        judges_for: None,
     }
 }
 
@@ -52,6 +68,9 @@ pub async fn probe(bed: &mut Testbed) -> anyhow::Result<Vec<Finding>> {
     let mut found = Vec::new();
     if one_holding(bed, &mut found).await? {
         orphaned(bed, &mut found).await?;
+        // The orphan left its lease held until its TTL: a lab of the first state again.
+        bed.reset().await?;
+        late_answer(bed, &mut found).await?;
     }
     Ok(found)
 }
@@ -268,4 +287,126 @@ async fn orphaned(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<()>
         )));
     }
     Ok(())
+}
+
+/// The lease table locked while a holder's acquire is sent, and let go the lease's TTL later:
+/// granted, but past the local deadline that ran from before the acquire was sent — the holder
+/// must stop (`DEADLINE_PASSED`, exit 8) and write nothing.
+async fn late_answer(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<()> {
+    let judged = |f: Finding| Finding {
+        judges_for: Some(LOCAL_DEADLINE_EXPERIMENT),
+        ..f
+    };
+    let ttl = bed.case().ttl;
+    let table = bed.lease_table.sql().table.clone();
+    let admin = bed.admin_pool(fencing::schema::Database::Lease).await?;
+    let mut lock = bed.lease_table.hold_writes().await?;
+    let locker = harness::observe::backend_pid(&mut lock).await?;
+    let spec = bed.holder_spec(LATE, "written by a late grant", WriteMode::Fenced, false);
+    let mut h = match Holder::spawn_within(&spec, HANDSHAKE).await {
+        Ok(h) => h,
+        Err(e) => {
+            found.push(fail(format!("{LATE_WHAT}: the handshake: {e}")));
+            return Ok(());
+        }
+    };
+    let waiting = harness::wait::until(
+        &format!("{LATE}'s acquire waits on the lease table's lock"),
+        bed.params().wait_timeout,
+        || async {
+            Ok::<_, sqlx::Error>(
+                !harness::observe::blocked_by(&admin, locker)
+                    .await?
+                    .is_empty(),
+            )
+        },
+    )
+    .await;
+    if let Err(e) = waiting {
+        found.push(judged(fail(format!(
+            "{LATE_WHAT}: not judged — {e}: acquire on the lab's lease table ({table}), which the \
+             lab locked before starting the holder"
+        ))));
+        h.crash().await;
+        return Ok(());
+    }
+    // The timeline's own duration: the lease's TTL, past the local deadline by the margin.
+    let held = std::time::Instant::now();
+    harness::wait::prescribed(ttl).await;
+    lock.rollback().await?;
+    let held_ms = held.elapsed().as_millis();
+    let (verdict, said) = after_a_late_grant(&mut h).await?;
+    let code = match verdict {
+        Ok(()) => h.exit_code(EVENT_TIMEOUT).await.ok(),
+        Err(_) => {
+            h.crash().await;
+            None
+        }
+    };
+    let written = harness::observe::attempts(bed.resource.pool())
+        .await?
+        .iter()
+        .filter(|a| a.writer == LATE)
+        .count();
+    let finding = match (verdict, code, written) {
+        (Ok(()), Some(exit::DEADLINE_PASSED), 0) => ok(format!(
+            "{LATE_WHAT} ({held_ms} ms behind the lease table's lock, the TTL {} ms): its local \
+             deadline had passed — {said}, {}, nothing written",
+            ttl.as_millis(),
+            describe(Some(exit::DEADLINE_PASSED))
+        )),
+        (verdict, code, written) => fail(format!(
+            "{LATE_WHAT} ({held_ms} ms behind the lease table's lock, the TTL {} ms): {}; it \
+             said {said}; {}; {written} write_attempt row(s) of {LATE}: its local deadline must \
+             run from the monotonic clock read before the acquire was sent, ttl − margin on, and \
+             stop it (DEADLINE_PASSED, exit {}) without a write",
+            ttl.as_millis(),
+            verdict.err().unwrap_or("exit or write where none was due"),
+            code.map_or_else(
+                || "no exit of its own (killed)".to_owned(),
+                |c| describe(Some(c))
+            ),
+            exit::DEADLINE_PASSED
+        )),
+    };
+    found.push(judged(finding));
+    Ok(())
+}
+
+/// The late-acquire probe's holder.
+const LATE: &str = "check-late";
+/// How its lines begin.
+const LATE_WHAT: &str = "an acquire answered late";
+
+/// What a holder granted past its local deadline said, up to `DEADLINE_PASSED` (`Ok`) or what
+/// came instead (`Err`, why). A holder that goes on to its write point is sent `GO`: what it
+/// writes is what the resource judges.
+async fn after_a_late_grant(h: &mut Holder) -> anyhow::Result<(Result<(), &'static str>, String)> {
+    let mut said = Vec::new();
+    let verdict = loop {
+        match h.next("DEADLINE_PASSED", EVENT_TIMEOUT).await {
+            Ok((_, Event::Acquired { token })) => said.push(format!("ACQUIRED token={token}")),
+            Ok((_, e @ Event::DeadlinePassed { .. })) => {
+                said.push(e.to_string());
+                break Ok(());
+            }
+            Ok((_, e @ Event::AtWritePoint { .. })) => {
+                said.push(e.to_string());
+                h.send(Request::Go).await?;
+                if let Ok((_, e)) = h.next("WRITE", EVENT_TIMEOUT).await {
+                    said.push(e.to_string());
+                }
+                break Err("it went on to its write point");
+            }
+            Ok((_, e)) => {
+                said.push(e.to_string());
+                break Err("an answer where DEADLINE_PASSED was due");
+            }
+            Err(e) => {
+                said.push(e.to_string());
+                break Err("no DEADLINE_PASSED");
+            }
+        }
+    };
+    Ok((verdict, said.join("; ")))
 }

@@ -82,6 +82,21 @@ impl SqlLeaseStore {
         &self.profile.name
     }
 
+    /// The lab's hook: a transaction that holds the lease table against every write — each
+    /// acquire, renew and release waits (`LOCK TABLE … IN EXCLUSIVE MODE`; reads go on) — until
+    /// it ends. Taken as the store's own role, whose search path finds the table.
+    pub async fn hold_writes(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        let mut tx = self.pool.begin().await.map_err(Error::from_sqlx("begin"))?;
+        sqlx::query(&format!(
+            "LOCK TABLE {} IN EXCLUSIVE MODE",
+            self.sql().table
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::from_sqlx("LOCK TABLE"))?;
+        Ok(tx)
+    }
+
     /// What is subtracted from every TTL to form the local deadline.
     pub fn margin(&self) -> Duration {
         self.margin
