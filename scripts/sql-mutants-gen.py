@@ -11,6 +11,12 @@ systematic one (issue 30). Each SQL line of a profile's statements gets, where i
                  that refuses every caller — what a liveness check must catch; the profiles'
                  conditions have no top-level OR, so `FALSE AND` refuses the whole of it)
   refuse-insert  each INSERT's `VALUES (…)` made `SELECT … WHERE FALSE`: it inserts nothing
+  no-gap         each fence `X <= :token` made `X <= :token AND :token <= X + 1`: a token more
+                 than one above the floor refused — a design that counts on consecutive tokens,
+                 which fencing does not promise (a token is greater after a takeover, gaps
+                 allowed). It accepts a fresh scope's first write and a current holder's writes at
+                 its own token, and refuses a later, greater one: what the checks of a current
+                 holder's write after the experiment's first must catch (issue 54 item 9)
 
 Prints the mutants in the catalogue's format (id | file | the exact text | what it becomes | what
 it breaks), which scripts/mutants.sh reads with --catalogue FILE. A line whose text is not unique
@@ -158,6 +164,13 @@ def mutate(line, region, dialect="postgres"):
     if w and not code[: w.start()].count("'") % 2:
         new = code[: w.end()] + "FALSE AND " + code[w.end() :]
         out.append(("refuse", new, "the WHERE condition made `FALSE AND …`: the statement never matches"))
+    # no-gap: a fence's `X <= :token` also bounded above by X + 1.
+    for gm in re.finditer(r"([a-z_.]+)\s*<=\s*:token\b", code):
+        if code[: gm.start()].count("'") % 2:
+            continue
+        floor = gm.group(1)
+        new = code[: gm.end()] + f" AND :token <= {floor} + 1" + code[gm.end() :]
+        out.append(("no-gap", new, f"`{gm.group(0)}` made `{gm.group(0)} AND :token <= {floor} + 1`: a token more than one above the floor refused (a gap)"))
     # flip: comparisons outside the SET list.
     for cm in COMPARISON.finditer(code):
         op = cm.group(0)
@@ -208,7 +221,7 @@ def main(argv):
         text = path.read_text()
         dialect = tomllib.loads(text).get("dialect", "postgres")
         for key, sql in statements(path):
-            n, apart = 0, {"refuse": 0, "refuse-insert": 0}
+            n, apart = 0, {"refuse": 0, "refuse-insert": 0, "no-gap": 0}
             lines = sql.splitlines()
             for i, (line, region) in enumerate(zip(lines, assignment_regions(lines))):
                 if not line.strip() or line.strip().startswith("--"):
@@ -228,7 +241,7 @@ def main(argv):
                         continue
                     from_text = before.replace("\n", "\\n")
                     to_text = after.replace("\n", "\\n")
-                    # The refuse operators' mutants are numbered apart: the ids of the others
+                    # The refuse and no-gap operators' mutants are numbered apart: the ids of the others
                     # stay what they were before those were added (verdicts and arguments name
                     # them).
                     if op in apart:

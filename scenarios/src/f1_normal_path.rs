@@ -37,7 +37,7 @@ const SPEC: Spec = Spec {
                     release the holding that replaced it. Run it first: if F1 fails, no \
                     other verdict means anything.",
     },
-    checks: Checks::with(16, &[(Part::ExpiresUnrenewed, 1)]),
+    checks: Checks::with(16, &[(Part::ExpiresUnrenewed, 1), (Part::OneSession, 1)]),
     needs: Needs::Nothing,
     applies: Applies::Always,
     on_containers: true,
@@ -322,6 +322,14 @@ impl Scenario for F1 {
                 &format!("RELEASE ok={released} {}", acquired(again.as_ref())),
             );
             let again = again.context("holder-b could not acquire its released lease again")?;
+            if bed.makes(Part::OneSession) {
+                // The lab's one client took every holding so far, holder-a's renewed among them.
+                rec.check(
+                    "holder-b's new holding, taken after holder-a's renewal, lives by the client's one session, as holder-a's first did",
+                    &a.handle,
+                    &again.handle,
+                );
+            }
             first_holding_cannot_reach_the_new(bed, rec, b).await?;
             if bed.makes(Part::ExpiresUnrenewed) {
                 expired_and_taken_over(bed, rec, again).await

@@ -168,6 +168,10 @@ pub enum Part {
     /// On a store that holds its leases by session (`StoreKind::session_holdings`: every
     /// ZooKeeper store): the server's log expiring A's session, and what its client heard.
     OnSessions,
+    /// On a store that keeps every holding of a client on one session, named by the holding's
+    /// handle (`StoreKind::one_session`: etcd-session): F1's holding taken after a renewal
+    /// joins the session the client's first holding lives by.
+    OneSession,
     /// In a case's first fenced mode, not when the experiment runs again with another: a part
     /// that does not use the fenced mode under test, judged once (F6's check-then-write, F7's
     /// row-level fence).
@@ -184,6 +188,7 @@ impl Part {
             Part::ExpiresUnrenewed => fencing::stores::store_kind(store)
                 .is_some_and(|k| !k.freed_on_disconnect && !k.session_holdings),
             Part::OnSessions => holds_by_session(store),
+            Part::OneSession => fencing::stores::store_kind(store).is_some_and(|k| k.one_session),
             Part::FirstFenceOnly => !again_with_fence,
         }
     }

@@ -338,6 +338,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: Some("etcd"),
     open: Some(|at| Box::pin(open(at))),
 };
@@ -577,6 +578,7 @@ pub const SESSION: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: true,
     service: Some("etcd"),
     open: Some(|at| Box::pin(open_session(at))),
 };

@@ -18,6 +18,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: None,
     open: None,
 };

@@ -469,6 +469,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: false,
     freed_on_disconnect: true,
     session_holdings: false,
+    one_session: false,
     service: Some("mariadb"),
     open: Some(|at| Box::pin(open(at, false))),
 };
@@ -482,6 +483,7 @@ pub const FENCED: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: true,
     session_holdings: false,
+    one_session: false,
     service: Some("mariadb"),
     open: Some(|at| Box::pin(open(at, true))),
 };

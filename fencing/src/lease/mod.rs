@@ -294,6 +294,11 @@ pub struct StoreKind {
     /// waking. One datum decides both those checks and how many a run declares
     /// (`scenarios::Part::OnSessions`).
     pub session_holdings: bool,
+    /// Whether every holding of one client lives by one session of the store's, which its
+    /// handle names (etcd's session lease as `concurrency.Session` keeps it: `lease=ID`): one
+    /// keep-alive renews them all, and a holding taken after a renewal joins the same session
+    /// (`scenarios::Part::OneSession`: F1 compares the handles).
+    pub one_session: bool,
     /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
     /// `zookeeper`) or — `mariadb`, for the named locks — a local MariaDB server the lab starts
     /// (no Docker); `None`: it runs on the lab's lease database.

@@ -468,6 +468,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: false,
     freed_on_disconnect: true,
     session_holdings: false,
+    one_session: false,
     service: None,
     open: Some(|at| Box::pin(open(at, false))),
 };
@@ -481,6 +482,7 @@ pub const FENCED: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: true,
     session_holdings: false,
+    one_session: false,
     service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };

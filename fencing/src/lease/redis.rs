@@ -346,6 +346,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, true, None))),
 };
@@ -361,6 +362,7 @@ pub const WAIT: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     // Not a lock service of `--lease-store`: it needs a primary with a replica, which R2 starts.
     service: None,
     open: Some(|at| Box::pin(open(at, true, Some(WAIT_FOR_REPLICA)))),
@@ -375,6 +377,7 @@ pub const PLAIN: StoreKind = StoreKind {
     sound: false,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: Some("redis"),
     open: Some(|at| Box::pin(open(at, false, None))),
 };

@@ -482,6 +482,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: false,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: None,
     open: Some(|at| Box::pin(open(at, false))),
 };
@@ -495,6 +496,7 @@ pub const FENCED: StoreKind = StoreKind {
     sound: false,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };
@@ -509,6 +511,7 @@ pub const UNCHECKED: StoreKind = StoreKind {
     sound: false,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: None,
     open: Some(|at| {
         Box::pin(async move {

@@ -260,6 +260,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: false,
+    one_session: false,
     service: None,
     open: Some(|at| Box::pin(async move { Ok(Arc::new(at.table.clone()) as Arc<dyn LeaseStore>) })),
 };

@@ -682,6 +682,7 @@ pub const SESSION: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: true,
+    one_session: false,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open_shared(at))),
 };
@@ -702,6 +703,7 @@ pub const KIND: StoreKind = StoreKind {
     sound: true,
     freed_on_disconnect: false,
     session_holdings: true,
+    one_session: false,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Czxid))),
 };
@@ -716,6 +718,7 @@ pub const SUFFIX: StoreKind = StoreKind {
     sound: false,
     freed_on_disconnect: false,
     session_holdings: true,
+    one_session: false,
     service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Suffix))),
 };
