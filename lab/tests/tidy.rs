@@ -1009,7 +1009,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         376,
         TIMELINE,
     ),
-    ("scenarios/src/f1_normal_path.rs", "run", 272, TIMELINE),
+    ("scenarios/src/f1_normal_path.rs", "run", 249, TIMELINE),
     (
         "scenarios/src/f2_now_in_long_transaction.rs",
         "run",
@@ -1025,16 +1025,16 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/f6_interleavings.rs",
         "fenced_scope",
-        197,
+        193,
         TIMELINE,
     ),
     (
         "scenarios/src/f7_fence_granularity.rs",
         "timeline",
-        115,
+        111,
         TIMELINE,
     ),
-    ("scenarios/src/f8_database_crash.rs", "run", 274, TIMELINE),
+    ("scenarios/src/f8_database_crash.rs", "run", 259, TIMELINE),
     ("scenarios/src/paused_holder.rs", "run", 199, TIMELINE),
     (
         "scenarios/src/r1_zookeeper_suffix.rs",

@@ -97,7 +97,10 @@ impl Scenario for F12 {
                 "",
                 None,
             );
-            inside_the_transaction(bed, rec, &admin).await?;
+            // A case that stops early does not hide the next one's checks: (b) runs whatever
+            // became of (a), and (a)'s error is the scenario's after it (a fence that refuses A's
+            // write stops (a) at once, and (b)'s check of A's committed write must show it).
+            let first = inside_the_transaction(bed, rec, &admin).await;
             bed.reset().await?;
             rec.restart_tokens();
             rec.note("(b) A is killed right after its write committed");
@@ -109,9 +112,13 @@ impl Scenario for F12 {
                 "",
                 None,
             );
-            after_the_commit(bed, rec, &admin).await?;
+            let second = after_the_commit(bed, rec, &admin).await;
             admin.close().await;
-            Ok(())
+            match (first, second) {
+                (Err(a), Err(b)) => Err(a.context(format!("and (b) stopped too: {b:#}"))),
+                (Err(a), Ok(())) => Err(a.context("(a) stopped; (b) ran to its end")),
+                (Ok(()), second) => second,
+            }
         })
     }
 }

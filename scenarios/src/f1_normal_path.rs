@@ -298,38 +298,7 @@ impl Scenario for F1 {
             bed.lease.release(&other).await?;
 
             // The same holder, a new holding: the first one's handle must not reach it.
-            let released = bed.lease.release(&b).await?;
-            rec.step(
-                Mark::Released,
-                "holder-b",
-                "release",
-                Some(b.token),
-                format!("ok={released}"),
-                bed.lease.clock().await?,
-            );
-            let again = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
-            rec.step(
-                acquire_mark(again.as_ref()),
-                "holder-b",
-                "acquire again",
-                again.as_ref().map(|g| g.token),
-                acquired(again.as_ref()),
-                None,
-            );
-            rec.check(
-                "holder-b releases and acquires again: a new holding, token=3",
-                "RELEASE ok=true ACQUIRED token=3",
-                &format!("RELEASE ok={released} {}", acquired(again.as_ref())),
-            );
-            let again = again.context("holder-b could not acquire its released lease again")?;
-            if bed.makes(Part::OneSession) {
-                // The lab's one client took every holding so far, holder-a's renewed among them.
-                rec.check(
-                    "holder-b's new holding, taken after holder-a's renewal, lives by the client's one session, as holder-a's first did",
-                    &a.handle,
-                    &again.handle,
-                );
-            }
+            let again = released_and_acquired_again(bed, rec, &b, &a.handle).await?;
             first_holding_cannot_reach_the_new(bed, rec, b).await?;
             if bed.makes(Part::ExpiresUnrenewed) {
                 expired_and_taken_over(bed, rec, again).await
@@ -413,6 +382,51 @@ async fn other_lease_unmoved(
         );
     }
     Ok(())
+}
+
+/// holder-b releases its holding `b` and acquires again: a new holding, token 3. On a store that
+/// keeps a client's holdings on one session, the new one lives by the session holder-a's first
+/// (`a_handle`) did — the lab's one client took every holding so far, holder-a's renewed among
+/// them.
+async fn released_and_acquired_again(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    b: &fencing::lease::Grant,
+    a_handle: &str,
+) -> anyhow::Result<fencing::lease::Grant> {
+    let ttl = bed.case().ttl;
+    let released = bed.lease.release(b).await?;
+    rec.step(
+        Mark::Released,
+        "holder-b",
+        "release",
+        Some(b.token),
+        format!("ok={released}"),
+        bed.lease.clock().await?,
+    );
+    let again = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+    rec.step(
+        acquire_mark(again.as_ref()),
+        "holder-b",
+        "acquire again",
+        again.as_ref().map(|g| g.token),
+        acquired(again.as_ref()),
+        None,
+    );
+    rec.check(
+        "holder-b releases and acquires again: a new holding, token=3",
+        "RELEASE ok=true ACQUIRED token=3",
+        &format!("RELEASE ok={released} {}", acquired(again.as_ref())),
+    );
+    let again = again.context("holder-b could not acquire its released lease again")?;
+    if bed.makes(Part::OneSession) {
+        rec.check(
+            "holder-b's new holding, taken after holder-a's renewal, lives by the client's one session, as holder-a's first did",
+            a_handle,
+            again.handle.as_str(),
+        );
+    }
+    Ok(again)
 }
 
 /// holder-b's first holding (token 2), released, and its new one (token 3) current: the first

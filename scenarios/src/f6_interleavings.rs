@@ -1,33 +1,37 @@
 //! F6 — interleavings at the resource, made deterministic with latches in the resource's test
 //! hook (the `gap` between check and write), never with sleeps.
 //!
+//! B's token is 3, not 2: a token is greater after a takeover, and gaps are allowed (a lock
+//! service's tokens have them), so a fence that counted on the floor's successor — `:token <=
+//! floor + 1` — refuses B's current write here, and the checks of it fail (issue 54 item 9).
+//!
 //! (a) check-then-write, the fault: A (token 1) checks the floor (0), passes and pauses; B (token
-//!     2) checks, writes floor 2 and new(B); A resumes and writes floor 1 and old(A). Negative
-//!     control: the floor regresses 2 → 1 and the old content wins. The floor A's check read is
+//!     3) checks, writes floor 3 and new(B); A resumes and writes floor 1 and old(A). Negative
+//!     control: the floor regresses 3 → 1 and the old content wins. The floor A's check read is
 //!     reported by the resource's hook (`Checked`), not assumed.
 //! (b) fenced-scope, A first: A's conditional UPDATE advances the floor to 1 and pauses inside its
 //!     open transaction; B's UPDATE blocks on the floor row's lock — observed in
 //!     `pg_stat_activity` and `pg_blocking_pids` — until A commits; then B is accepted. What (b)
 //!     shows is the wait (the two writes are serialised on the floor row, none lost); its
 //!     verdict cannot show Read Committed's re-evaluation, since B's token passes the floor A
-//!     committed (`1 <= 2`) and the one B's snapshot saw (`0 <= 2`) alike — a floor that only
+//!     committed (`1 <= 3`) and the one B's snapshot saw (`0 <= 3`) alike — a floor that only
 //!     rises cannot make them differ in this order.
-//! (c) fenced-scope, B first: B holds the floor at 2; A's UPDATE blocks, then re-evaluates
-//!     `2 <= 1` and is rejected. This is the order that depends on the re-evaluation: A's
+//! (c) fenced-scope, B first: B holds the floor at 3; A's UPDATE blocks, then re-evaluates
+//!     `3 <= 1` and is rejected. This is the order that depends on the re-evaluation: A's
 //!     snapshot saw the floor at 0, and `0 <= 1` would have accepted it.
 //! (d) A first, the floor already at A's token (A wrote the summary before): A's write of the
 //!     detail, with the *current* token, pauses inside its open transaction; B's advance (to the
 //!     summary: no part row in common) must still wait for it,
-//!     so that A's token-1 commit precedes B's token-2 commit. (The shared fence lets writers of
+//!     so that A's token-1 commit precedes B's token-3 commit. (The shared fence lets writers of
 //!     the current token through together; this is the case its `FOR SHARE` is for.)
-//! (e) Two writes of A's *new* token (its summary and its detail, in parallel), the floor below it:
-//!     the first advances the floor to 1 and pauses in its open transaction; the second — whose
-//!     snapshot saw the floor at 0 — waits on the floor row, then re-evaluates on the committed
-//!     floor, `1 <= 1`, and is accepted. This is the order where Read Committed's re-evaluation
+//! (e) Two writes of A's *new* token, 3 (its summary and its detail, in parallel), the floor below
+//!     it: the first advances the floor to 3 and pauses in its open transaction; the second —
+//!     whose snapshot saw the floor at 0 — waits on the floor row, then re-evaluates on the
+//!     committed floor, `3 <= 3`, and is accepted. This is the order where Read Committed's re-evaluation
 //!     decides for an equal token: a fence that let only a greater token advance (`<`) would
 //!     reject a holder's own second part here, though each alone passes.
-//! Property (I3): in (b)–(d) the final content is B's, token 2, floor 2; in (e) both parts are
-//! A's at floor 1.
+//! Property (I3): in (b)–(d) the final content is B's, token 3, floor 3; in (e) both parts are
+//! A's at floor 3.
 //!
 //! Run again with another fenced mode (`F6-fenced-single`, `F6-fenced-shared`), only (b)–(d)
 //! run: (a) uses no fenced mode, and was judged in the first case.
@@ -57,8 +61,8 @@ const SPEC: Spec = Spec {
         paragraph: "The lab pauses writers inside the resource's own write path with latches, \
                     so each interleaving happens exactly, never by luck of timing. (a) With \
                     check-then-write, A (token 1) reads the floor, passes and pauses; B (token \
-                    2) writes; A resumes and writes: the floor falls back from 2 to 1 and A's \
-                    old content wins, the negative control. (b) to (e) use the fenced write: \
+                    3: tokens may have gaps) writes; A resumes and writes: the floor falls \
+                    back from 3 to 1 and A's old content wins, the negative control. (b) to (e) use the fenced write: \
                     the first writer pauses inside its open transaction, and the checks see \
                     the second wait on the floor row's lock (pg_stat_activity, \
                     pg_blocking_pids), then be judged on the committed floor. B's content is \
@@ -89,6 +93,12 @@ pub struct F6;
 const OLD_A: &str = "old(A)";
 const NEW_B: &str = "new(B)";
 
+/// A's token, and B's: greater after the takeover, with a gap (tokens need not be consecutive).
+const TOKEN_A: i64 = 1;
+const TOKEN_B: i64 = 3;
+/// A's new token in (e): above the floor by more than one.
+const TOKEN_A_NEW: i64 = 3;
+
 fn write(writer: &'static str) -> Write<'static> {
     match writer {
         HOLDER_A => Write {
@@ -96,14 +106,14 @@ fn write(writer: &'static str) -> Write<'static> {
             part: SUMMARY,
             content: OLD_A,
             writer: HOLDER_A,
-            token: 1,
+            token: TOKEN_A,
         },
         _ => Write {
             scope: SCOPE,
             part: SUMMARY,
             content: NEW_B,
             writer: HOLDER_B,
-            token: 2,
+            token: TOKEN_B,
         },
     }
 }
@@ -119,16 +129,16 @@ impl Scenario for F6 {
                 check_then_write(bed, rec).await?;
                 bed.reset().await?;
             }
-            // A first: B (token 2) re-evaluates `1 <= 2` and is accepted.
+            // A first: B (token 3) re-evaluates `1 <= 3` and is accepted.
             fenced_scope(bed, rec, Order::AFirst).await?;
             bed.reset().await?;
-            // B first: A (token 1) re-evaluates `2 <= 1` and is rejected.
+            // B first: A (token 1) re-evaluates `3 <= 1` and is rejected.
             fenced_scope(bed, rec, Order::BFirst).await?;
             bed.reset().await?;
             // A first with the floor already at 1: B's advance still waits for A's commit.
             fenced_scope(bed, rec, Order::AtCurrent).await?;
             bed.reset().await?;
-            // A's two writes of its new token: the second re-evaluates `1 <= 1`, accepted.
+            // A's two writes of its new token: the second re-evaluates `3 <= 3`, accepted.
             fenced_scope(bed, rec, Order::SameToken).await?;
             Ok(())
         })
@@ -156,7 +166,7 @@ async fn check_then_write(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Resu
         Mark::Info,
         "A",
         &format!("read floor {}, check passed, paused", shown(a_read)),
-        Some(1),
+        Some(TOKEN_A),
         "",
         None,
     );
@@ -168,8 +178,8 @@ async fn check_then_write(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Resu
         Mark::Write { accepted: b_ok },
         "B",
         "check-then-write",
-        Some(2),
-        wrote(b_ok, 2),
+        Some(TOKEN_B),
+        wrote(b_ok, TOKEN_B),
         None,
     );
     let _ = release.send(());
@@ -178,8 +188,8 @@ async fn check_then_write(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Resu
         Mark::Write { accepted: a_ok },
         "A",
         "resumed, wrote",
-        Some(1),
-        wrote(a_ok, 1),
+        Some(TOKEN_A),
+        wrote(a_ok, TOKEN_A),
         None,
     );
     let floor = bed.resource.floor(SCOPE).await?;
@@ -192,10 +202,18 @@ async fn check_then_write(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Resu
     ));
     let old_won = part
         .as_ref()
-        .is_some_and(|p| p.writer == HOLDER_A && p.token == 1);
+        .is_some_and(|p| p.writer == HOLDER_A && p.token == TOKEN_A);
     rec.expose(
-        "A's check was stale when it wrote: the old token overwrote the new result and fence_floor regressed 2 → 1",
-        a_read == Some(0) && a_ok && b_ok && floor_after_b == Some(2) && floor == Some(1) && old_won,
+        format!(
+            "A's check was stale when it wrote: the old token overwrote the new result and \
+             fence_floor regressed {TOKEN_B} → {TOKEN_A}"
+        ),
+        a_read == Some(0)
+            && a_ok
+            && b_ok
+            && floor_after_b == Some(TOKEN_B)
+            && floor == Some(TOKEN_A)
+            && old_won,
         format_args!(
             "fence_floor {} (read by A's check) → {} (B) → {} (A); final summary = {}",
             shown(a_read),
@@ -219,6 +237,30 @@ enum Order {
     SameToken,
 }
 
+impl Order {
+    /// `writer`'s write in this order: in (e), of A's new token.
+    fn write_of(self, writer: &'static str) -> Write<'static> {
+        match self {
+            Order::SameToken => Write {
+                token: TOKEN_A_NEW,
+                ..write(writer)
+            },
+            _ => write(writer),
+        }
+    }
+
+    /// The second writer's write: in (e), A's detail at its new token, not B's at all.
+    fn second_write(self, second: &'static str) -> Write<'static> {
+        match self {
+            Order::SameToken => Write {
+                part: crate::testbed::DETAIL,
+                ..self.write_of(HOLDER_A)
+            },
+            _ => write(second),
+        }
+    }
+}
+
 async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> anyhow::Result<()> {
     let (first, second, second_accepted, at_current) = match case {
         Order::AFirst => (HOLDER_A, HOLDER_B, true, false),
@@ -238,15 +280,8 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
             "(e) two writes of A's new token, the first advancing the floor",
         ),
     };
-    // (e): A's second write is of the detail, with the same token, and not B's at all.
-    let second_write = if case == Order::SameToken {
-        Write {
-            part: crate::testbed::DETAIL,
-            ..write(HOLDER_A)
-        }
-    } else {
-        write(second)
-    };
+    let first_of = |writer| case.write_of(writer);
+    let second_write = case.second_write(second);
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let mode = WriteMode::Fenced;
     let mode_label = bed.case().fence_label();
@@ -254,14 +289,14 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     // token, and the write it pauses in is of another part than B's, so that only the floor row
     // can make B wait.
     let first_write = if at_current {
-        let ok = bed.resource.write(&write(first), mode).await?;
+        let ok = bed.resource.write(&first_of(first), mode).await?;
         anyhow::ensure!(ok, "{first}'s earlier write was rejected");
         Write {
             part: crate::testbed::DETAIL,
-            ..write(first)
+            ..first_of(first)
         }
     } else {
-        write(first)
+        first_of(first)
     };
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = match case {
@@ -300,7 +335,7 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
         }
     });
     reached(&format!("{f}'s fenced write"), at_gap).await?;
-    let floor_token = write(first).token;
+    let floor_token = first_of(first).token;
     rec.step(
         Mark::Info,
         name(first),
@@ -363,8 +398,8 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
         Mark::Write { accepted: first_ok },
         name(first),
         "committed",
-        Some(write(first).token),
-        wrote(first_ok, write(first).token),
+        Some(first_of(first).token),
+        wrote(first_ok, first_of(first).token),
         None,
     );
     rec.step(
@@ -379,8 +414,8 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     );
     rec.check(
         format!("{mode_label}, {order}: {f}'s write"),
-        &wrote(true, write(first).token),
-        &wrote(first_ok, write(first).token),
+        &wrote(true, first_of(first).token),
+        &wrote(first_ok, first_of(first).token),
     );
     rec.check(
         format!("{mode_label}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
@@ -394,7 +429,10 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
         let detail = bed.resource.part(SCOPE, crate::testbed::DETAIL).await?;
         rec.check(
             format!("{mode_label}, {order}: the summary and the detail, and fence_floor"),
-            &format!("{OLD_A} by holder-a token=1; {OLD_A} by holder-a token=1; floor 1"),
+            &format!(
+                "{OLD_A} by holder-a token={TOKEN_A_NEW}; {OLD_A} by holder-a \
+                 token={TOKEN_A_NEW}; floor {TOKEN_A_NEW}"
+            ),
             &format!(
                 "{}; {}; floor {}",
                 part_line(&part),
@@ -406,12 +444,12 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     }
     rec.check(
         format!("{mode_label}, {order}: the final summary"),
-        &format!("{NEW_B} by holder-b token=2"),
+        &format!("{NEW_B} by holder-b token={TOKEN_B}"),
         &part_line(&part),
     );
     rec.check(
         format!("{mode_label}, {order}: fence_floor"),
-        "2",
+        &TOKEN_B.to_string(),
         &shown(floor),
     );
     Ok(())

@@ -1,4 +1,5 @@
-//! F7 — fence granularity. The fault: after B (token 2) rewrote `summary`, the old holder A
+//! F7 — fence granularity. The fault: after B (token 3: another holding came and went after A's,
+//! and tokens may have gaps) rewrote `summary`, the old holder A
 //! (token 1) writes `detail`, a part B never touched. A row-level fence compares only the row
 //! being written, and a new row has nothing to compare against: the negative control (fenced-row)
 //! must accept A's write. The scope-level fence keeps one floor for everything the lease protects
@@ -15,7 +16,7 @@ use anyhow::{ensure, Context as _};
 use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 
-use crate::testbed::{wrote, DETAIL, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::testbed::{wrote, DETAIL, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY};
 use crate::{
     About, Applies, Checks, LockServices, Needs, Outcome, Part, Scenario, Spec, StoreLanes,
     Testbed, NO_HOLDER, ON_THE_LEASE_TABLE,
@@ -27,8 +28,9 @@ const SPEC: Spec = Spec {
     about: About {
         fault: "the old holder writes a part the new one never touched",
         shows: "a row-level fence misses new rows; one floor per scope rejects an old token wherever it writes",
-        paragraph: "A writes the summary with token 1, its lease expires, and B acquires token \
-                    2 and rewrites the summary. Then A, with its old token, writes the detail, \
+        paragraph: "A writes the summary with token 1, its lease expires, another holding \
+                    comes and goes, and B acquires token 3 (tokens may have gaps) and rewrites \
+                    the summary. Then A, with its old token, writes the detail, \
                     a part B never touched, and tries the summary again. A fence that compares \
                     tokens row by row has nothing to compare for a new row, so it accepts A's \
                     detail: the negative control. The scope-level fence keeps one floor for \
@@ -74,15 +76,15 @@ impl Scenario for F7 {
             for &mode in modes {
                 let mode_label = bed.case().mode_label(mode);
                 bed.reset().await?;
-                let (b_ok, a_detail_ok, a_summary_ok) = timeline(bed, rec, mode).await?;
+                let (b_token, b_ok, a_detail_ok, a_summary_ok) = timeline(bed, rec, mode).await?;
                 let label = mode_label.to_uppercase().replace('-', "_");
                 rec.note(format!(
                     "{label}: B summary accepted={b_ok}, A(token=1) detail accepted={a_detail_ok}"
                 ));
                 rec.check(
-                    format!("{mode_label}: B's summary write with token=2"),
-                    &wrote(true, 2),
-                    &wrote(b_ok, 2),
+                    format!("{mode_label}: B's summary write with token={b_token}"),
+                    &wrote(true, b_token),
+                    &wrote(b_ok, b_token),
                 );
                 match mode {
                     WriteMode::FencedRow => rec.expose(
@@ -109,17 +111,44 @@ impl Scenario for F7 {
     }
 }
 
-/// A writes summary with token 1; the lease expires; B acquires token 2 and rewrites summary; A
-/// then writes detail with token 1, and summary again. Returns (B's summary accepted, A's detail
-/// accepted, A's summary accepted).
+/// holder-b's grant, after another holding came and went: B's token is greater than A's by more
+/// than one, as tokens may be (gaps allowed) — a fence that counted on the floor's successor
+/// refuses B's write.
+async fn b_after_another_holding(
+    bed: &Testbed,
+    rec: &mut Recorder,
+) -> anyhow::Result<fencing::lease::Grant> {
+    let between = bed
+        .lease
+        .acquire(LEASE, HOLDER_C, bed.case().ttl)
+        .await?
+        .context("holder-c could not acquire the expired lease")?;
+    bed.lease.release(&between).await?;
+    rec.step(
+        Mark::Info,
+        "C",
+        "acquire, release",
+        Some(between.token),
+        format!("ACQUIRED token={}; released", between.token),
+        None,
+    );
+    bed.lease
+        .acquire(LEASE, HOLDER_B, bed.case().ttl)
+        .await?
+        .context("holder-b could not acquire")
+}
+
+/// A writes summary with token 1; the lease expires; C takes it and releases it; B acquires
+/// token 3 and rewrites summary; A then writes detail with token 1, and summary again. Returns
+/// (B's token, B's summary accepted, A's detail accepted, A's summary accepted).
 async fn timeline(
     bed: &mut Testbed,
     rec: &mut Recorder,
     mode: WriteMode,
-) -> anyhow::Result<(bool, bool, bool)> {
+) -> anyhow::Result<(i64, bool, bool, bool)> {
     let mode_label = bed.case().mode_label(mode);
     rec.step(Mark::Info, "lab", mode_label, None, "", None);
-    let (p, c) = (bed.params().clone(), bed.case().clone());
+    let p = bed.params().clone();
     let a = bed
         .lease
         .acquire(LEASE, HOLDER_A, p.short_ttl)
@@ -166,11 +195,7 @@ async fn timeline(
         "",
         None,
     );
-    let b = bed
-        .lease
-        .acquire(LEASE, HOLDER_B, c.ttl)
-        .await?
-        .context("holder-b could not acquire")?;
+    let b = b_after_another_holding(bed, rec).await?;
     rec.step(
         Mark::Acquired,
         "B",
@@ -225,5 +250,5 @@ async fn timeline(
         wrote(a_summary_ok, a.token),
         None,
     );
-    Ok((b_ok, a_detail_ok, a_summary_ok))
+    Ok((b.token, b_ok, a_detail_ok, a_summary_ok))
 }

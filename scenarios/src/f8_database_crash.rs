@@ -20,7 +20,9 @@ use anyhow::{ensure, Context as _};
 use fencing::resource::Write;
 use harness::evidence::{Mark, Recorder};
 
-use crate::testbed::{acquired, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::testbed::{
+    acquired, shown, wrote, DETAIL, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
+};
 use crate::{
     About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
     NO_HOLDER, ON_THE_LEASE_TABLE,
@@ -32,13 +34,15 @@ const SPEC: Spec = Spec {
     about: About {
         fault: "the database crashes (immediate stop, WAL recovery)",
         shows: "the lease row and the floor survive a crash; no token is reused; the old holder stays fenced",
-        paragraph: "A holds the lease with token 2 and has written with it when the lab \
+        paragraph: "A holds the lease with token 2 (its first holding, token 1, wrote the \
+                    detail) and has written with it when the lab \
                     crashes the database: an immediate stop with no checkpoint, so the restart \
                     must replay the write-ahead log, and the server log must say so. The \
                     checks then find the lease row exactly as it was, A still holding it and \
                     able to renew, and the resource's floor still at 2. Once A's lease \
-                    expires, B is granted token 3, never a reused one; B's write is accepted \
-                    and A's token 2 is rejected. The lab also shows, without judging it, that \
+                    expires, the next grant is token 3, never a reused one; that holder lets \
+                    it go, and B, granted token 4 (tokens may have gaps), writes and is \
+                    accepted, and A's token 2 is rejected. The lab also shows, without judging it, that \
                     the downtime counts against the lease: nothing pauses its expiry while the \
                     server is down.",
     },
@@ -111,12 +115,13 @@ impl Scenario for F8 {
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
             let c = bed.case().clone();
-            // Two grants to holder-a: the second holding has token 2.
+            // Two grants to holder-a: the second holding has token 2; the first writes too.
             let first = bed
                 .lease
                 .acquire(LEASE, HOLDER_A, c.ttl)
                 .await?
                 .context("holder-a could not acquire")?;
+            the_first_holding_writes(bed, first.token).await?;
             ensure!(
                 bed.lease.release(&first).await?,
                 "holder-a could not release its first holding"
@@ -328,23 +333,7 @@ impl Scenario for F8 {
                 "",
                 None,
             );
-            let b = bed.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
-            if let Some(g) = &b {
-                rec.step(
-                    Mark::Acquired,
-                    "B",
-                    "acquire",
-                    Some(g.token),
-                    acquired(b.as_ref()),
-                    None,
-                );
-            }
-            rec.check(
-                "the next acquire after expiry gets token 3, never a reused one",
-                "ACQUIRED token=3",
-                &acquired(b.as_ref()),
-            );
-            let b = b.context("holder-b could not acquire the expired lease")?;
+            let b = next_grant_then_b(bed, rec).await?;
             let b_ok = bed
                 .resource
                 .write(&w(HOLDER_B, "rows=301(B)", b.token), WriteMode::Fenced)
@@ -358,8 +347,8 @@ impl Scenario for F8 {
                 None,
             );
             rec.check(
-                "holder-b's write with token 3 is accepted",
-                &wrote(true, 3),
+                format!("holder-b's write with token {} is accepted", b.token),
+                &wrote(true, b.token),
                 &wrote(b_ok, b.token),
             );
             let a_ok = bed
@@ -382,6 +371,66 @@ impl Scenario for F8 {
             Ok(())
         })
     }
+}
+
+/// holder-a's first holding writes the detail, so that the floor stands at its token before the
+/// second holding's write (whose token is then the floor's successor, and B's after the crash
+/// not: gaps allowed).
+async fn the_first_holding_writes(bed: &Testbed, token: i64) -> anyhow::Result<()> {
+    let detail = Write {
+        scope: SCOPE,
+        part: DETAIL,
+        content: "rows=299(A)",
+        writer: HOLDER_A,
+        token,
+    };
+    ensure!(
+        bed.resource.write(&detail, WriteMode::Fenced).await?,
+        "holder-a's first holding's write with token {token} was rejected"
+    );
+    Ok(())
+}
+
+/// After the crash and A's expiry: the next grant (holder-c's) gets token 3, never a reused one,
+/// and is let go; holder-b's grant then is greater than the floor by more than one, as tokens may
+/// be (gaps allowed) — a fence that counted on the floor's successor refuses B. B's grant.
+async fn next_grant_then_b(
+    bed: &Testbed,
+    rec: &mut Recorder,
+) -> anyhow::Result<fencing::lease::Grant> {
+    let ttl = bed.case().ttl;
+    let next = bed.lease.acquire(LEASE, HOLDER_C, ttl).await?;
+    if let Some(g) = &next {
+        rec.step(
+            Mark::Acquired,
+            "C",
+            "acquire",
+            Some(g.token),
+            acquired(next.as_ref()),
+            None,
+        );
+    }
+    rec.check(
+        "the next acquire after expiry gets token 3, never a reused one",
+        "ACQUIRED token=3",
+        &acquired(next.as_ref()),
+    );
+    let next = next.context("holder-c could not acquire the expired lease")?;
+    bed.lease.release(&next).await?;
+    let b = bed
+        .lease
+        .acquire(LEASE, HOLDER_B, ttl)
+        .await?
+        .context("holder-b could not acquire the released lease")?;
+    rec.step(
+        Mark::Acquired,
+        "B",
+        "acquire",
+        Some(b.token),
+        acquired(Some(&b)),
+        None,
+    );
+    Ok(b)
 }
 
 #[cfg(test)]
