@@ -2,7 +2,8 @@
 """Checks that rendered report pages are the whole report (render-report.sh runs it):
    png-check.py HEIGHT PAGE.png...   (pages in order)
 The pages' heights must add up to HEIGHT, the report's height as Chromium measured it, and the
-last page must show render-report.sh's end marker (a bar of #ff00ff).
+report's last content must be render-report.sh's end marker (a bar of #ff00ff): below it only
+rows of the background's one colour, on the last page or running onto it from the one before.
 Exit 0 and one line when whole; exit 1 naming what is missing. Reads PNG with the standard
 library only (8-bit RGB or RGBA, as Chromium writes it)."""
 import re
@@ -68,13 +69,20 @@ def main():
         total += read_png(p)[1]
     if total != height:
         sys.exit(f"png-check: the report is cut: its pages hold {total} px of its {height}")
-    width, h, channels, raw = read_png(pages[-1])
-    tail = rows(width, h, channels, raw, 0)
-    for line in tail:
-        for x in range(0, width * channels, channels):
-            if tuple(line[x:x + 3]) == MARKER:
-                print(f"png-check: whole: {len(pages)} page(s), {total} px, the end marker on the last")
+    # From the report's end upwards, past the rows of one colour (the page's background below
+    # its content, which may run onto a page of its own): the first row with anything on it must
+    # be the end marker's.
+    for n, page in enumerate(reversed(pages)):
+        width, h, channels, raw = read_png(page)
+        for line in reversed(rows(width, h, channels, raw, 0)):
+            pixels = {bytes(line[x:x + 3]) for x in range(0, len(line) - 2, channels)}
+            if len(pixels) == 1 and bytes(MARKER) not in pixels:
+                continue
+            if bytes(MARKER) in pixels:
+                on = "the last page" if n == 0 else f"page {len(pages) - n}, blank after it"
+                print(f"png-check: whole: {len(pages)} page(s), {total} px, the end marker on {on}")
                 return
+            sys.exit(f"png-check: the report is cut: its last content ({page}) is not its end marker")
     sys.exit(f"png-check: the report is cut: the last page ({pages[-1]}) does not show its end")
 
 

@@ -7,8 +7,10 @@ use std::path::Path;
 use std::process::Command;
 
 /// `scripts/render-report.sh` renders a report taller than one page whole, in pages, and checks
-/// it: the pages' heights add up to the report's and the last shows its end marker. Rendering one
-/// page fewer than the report needs (`RENDER_MAX_PAGES`, the old cut at a fixed height) fails.
+/// it: the pages' heights add up to the report's and its last content is its end marker (with only
+/// background after it, which may run onto a page of its own). Rendering one page fewer than the
+/// report needs (`RENDER_MAX_PAGES`, the old cut at a fixed height) fails, and so does a page
+/// that ends in content.
 #[test]
 fn a_rendered_report_is_whole_and_a_cut_one_fails() -> anyhow::Result<()> {
     use harness::require::{skip, this_test, Dependency::Chromium};
@@ -50,6 +52,37 @@ fn a_rendered_report_is_whole_and_a_cut_one_fails() -> anyhow::Result<()> {
     let err = String::from_utf8_lossy(&cut.stderr);
     assert!(!cut.status.success(), "one page of two must fail: {err}");
     assert!(err.contains("the report is cut"), "{err}");
+    // The first page alone, taken for a whole report of its height: what ends it is not the
+    // marker, and png-check says so.
+    let first = ev.path().join("report-1.png");
+    let only = Command::new("python3")
+        .arg(root.join("scripts/png-check.py"))
+        .arg("8000")
+        .arg(&first)
+        .output()?;
+    let err = String::from_utf8_lossy(&only.stderr);
+    assert!(!only.status.success(), "a page that ends in content: {err}");
+    assert!(err.contains("is not its end marker"), "{err}");
+    // The end marker on the first page and only the background after it, running onto a second
+    // page (seen in a run of 2026-12-06: 34 px of white on an eighth page): whole.
+    fs::write(
+        ev.path().join("report.html"),
+        "<!doctype html><html><head><title>tail</title></head>\
+         <body style=\"padding-bottom:600px\"><div style=\"height:7700px;background:#eef\">F1</div>\
+         </body></html>",
+    )?;
+    let tail = render(None)?;
+    let out = String::from_utf8_lossy(&tail.stdout);
+    assert!(
+        tail.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    assert!(
+        out.contains("png-check: whole: 2 page(s)")
+            && out.contains("the end marker on page 1, blank after it"),
+        "{out}"
+    );
     Ok(())
 }
 
