@@ -1,8 +1,8 @@
 //! `lab holder check --cmd CMD`: a holder of the user's against the holder protocol, each
 //! finding in one line. First the protocol's plain paths on a lab of its own
 //! ([`scenarios::conformance`]: the handshake, one holding as the resource recorded it, a holder
-//! orphaned at its write point, an acquire answered past the local deadline), then the fault points it has, then the experiments that judge a
-//! holder — F4 (its write carries the token the resource checks), F10 (its own local deadline
+//! orphaned at its write point, an acquire answered past the local deadline), then the fault
+//! points it has, then the experiments that judge a holder — F4 (its write carries the token the resource checks), F10 (its own local deadline
 //! stops it), F12 (killed mid-write and after it) — through the ordinary run, their evidence in
 //! `--evidence-dir`. An experiment's line is its first failed check, worded as the run words it.
 

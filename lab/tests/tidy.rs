@@ -1025,7 +1025,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/f6_interleavings.rs",
         "fenced_scope",
-        193,
+        192,
         TIMELINE,
     ),
     (

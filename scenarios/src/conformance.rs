@@ -385,7 +385,7 @@ async fn after_a_late_grant(h: &mut Holder) -> anyhow::Result<(Result<(), &'stat
     let mut said = Vec::new();
     let verdict = loop {
         match h.next("DEADLINE_PASSED", EVENT_TIMEOUT).await {
-            Ok((_, Event::Acquired { token })) => said.push(format!("ACQUIRED token={token}")),
+            Ok((_, e @ Event::Acquired { .. })) => said.push(e.to_string()),
             Ok((_, e @ Event::DeadlinePassed { .. })) => {
                 said.push(e.to_string());
                 break Ok(());

@@ -27,9 +27,9 @@
 //! (e) Two writes of A's *new* token, 3 (its summary and its detail, in parallel), the floor below
 //!     it: the first advances the floor to 3 and pauses in its open transaction; the second —
 //!     whose snapshot saw the floor at 0 — waits on the floor row, then re-evaluates on the
-//!     committed floor, `3 <= 3`, and is accepted. This is the order where Read Committed's re-evaluation
-//!     decides for an equal token: a fence that let only a greater token advance (`<`) would
-//!     reject a holder's own second part here, though each alone passes.
+//!     committed floor, `3 <= 3`, and is accepted. This is the order where Read Committed's
+//!     re-evaluation decides for an equal token: a fence that let only a greater token advance
+//!     (`<`) would reject a holder's own second part here, though each alone passes.
 //! Property (I3): in (b)–(d) the final content is B's, token 3, floor 3; in (e) both parts are
 //! A's at floor 3.
 //!
@@ -62,8 +62,9 @@ const SPEC: Spec = Spec {
                     so each interleaving happens exactly, never by luck of timing. (a) With \
                     check-then-write, A (token 1) reads the floor, passes and pauses; B (token \
                     3: tokens may have gaps) writes; A resumes and writes: the floor falls \
-                    back from 3 to 1 and A's old content wins, the negative control. (b) to (e) use the fenced write: \
-                    the first writer pauses inside its open transaction, and the checks see \
+                    back from 3 to 1 and A's old content wins, the negative control. (b) to \
+                    (e) use the fenced write: the first writer pauses inside its open \
+                    transaction, and the checks see \
                     the second wait on the floor row's lock (pg_stat_activity, \
                     pg_blocking_pids), then be judged on the committed floor. B's content is \
                     kept whichever writes first, and A's two parts under one new token are \
@@ -280,7 +281,6 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
             "(e) two writes of A's new token, the first advancing the floor",
         ),
     };
-    let first_of = |writer| case.write_of(writer);
     let second_write = case.second_write(second);
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let mode = WriteMode::Fenced;
@@ -289,14 +289,14 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     // token, and the write it pauses in is of another part than B's, so that only the floor row
     // can make B wait.
     let first_write = if at_current {
-        let ok = bed.resource.write(&first_of(first), mode).await?;
+        let ok = bed.resource.write(&case.write_of(first), mode).await?;
         anyhow::ensure!(ok, "{first}'s earlier write was rejected");
         Write {
             part: crate::testbed::DETAIL,
-            ..first_of(first)
+            ..case.write_of(first)
         }
     } else {
-        first_of(first)
+        case.write_of(first)
     };
     let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = match case {
@@ -335,7 +335,7 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
         }
     });
     reached(&format!("{f}'s fenced write"), at_gap).await?;
-    let floor_token = first_of(first).token;
+    let floor_token = case.write_of(first).token;
     rec.step(
         Mark::Info,
         name(first),
@@ -398,8 +398,8 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
         Mark::Write { accepted: first_ok },
         name(first),
         "committed",
-        Some(first_of(first).token),
-        wrote(first_ok, first_of(first).token),
+        Some(case.write_of(first).token),
+        wrote(first_ok, case.write_of(first).token),
         None,
     );
     rec.step(
@@ -414,8 +414,8 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     );
     rec.check(
         format!("{mode_label}, {order}: {f}'s write"),
-        &wrote(true, first_of(first).token),
-        &wrote(first_ok, first_of(first).token),
+        &wrote(true, case.write_of(first).token),
+        &wrote(first_ok, case.write_of(first).token),
     );
     rec.check(
         format!("{mode_label}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),

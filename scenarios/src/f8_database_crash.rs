@@ -42,8 +42,8 @@ const SPEC: Spec = Spec {
                     able to renew, and the resource's floor still at 2. Once A's lease \
                     expires, the next grant is token 3, never a reused one; that holder lets \
                     it go, and B, granted token 4 (tokens may have gaps), writes and is \
-                    accepted, and A's token 2 is rejected. The lab also shows, without judging it, that \
-                    the downtime counts against the lease: nothing pauses its expiry while the \
+                    accepted, and A's token 2 is rejected. The lab also shows, without \
+                    judging it, that the downtime counts against the lease: nothing pauses its expiry while the \
                     server is down.",
     },
     checks: Checks::fixed(10),
