@@ -28,7 +28,7 @@ use holder_protocol::{exit, Event, Request};
 
 use crate::paused_holder::{lab_step, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::rl1_redlock_paused_client::{extend_a_third_later, redlock_client, SERVERS};
-use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::testbed::{HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
     About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
@@ -87,6 +87,10 @@ const WATCH_EVERY: Duration = Duration::from_millis(1);
 /// How many rounds the lab starts before it gives up catching one: a round the lab could not
 /// freeze in time (it ended first) is started again.
 const ATTEMPTS: usize = 5;
+
+/// How long the lab's look at the answering servers waits for each to answer (asking again after
+/// the client's per-server timeout): they are not stalled, only a loaded machine delays them.
+const LOOK_PATIENCE: Duration = Duration::from_secs(5);
 
 impl Scenario for RL4 {
     fn spec(&self) -> &Spec {
@@ -153,7 +157,6 @@ async fn one_run(
         spec.flags.lease = lock.into();
         spec
     };
-    let own = redlock_client(bed, "redlock", servers).await?;
     let watch = Watch::new(bed, servers)?;
     // A lock of its own per attempt: a void attempt leaves nothing in the next one's way.
     let mut a_spec =
@@ -171,10 +174,10 @@ async fn one_run(
         list(&frozen),
     )
     .await;
-    let answered = watch.values(&lock).await;
+    let answered = watch.values(&lock).await?;
     rec.check_that(
         format!("[{label}] A is frozen inside its acquire round: the {ANSWERING} answering servers hold A's value (a majority answered), A has reported nothing, /proc shows state T"),
-        answered.iter().all(|v| v.as_deref().is_some_and(|v| v.starts_with(HOLDER_A)))
+        holds(&answered, HOLDER_A)
             && frozen.iter().all(|t| t.state == 'T'),
         format_args!("{}; frozen on attempt {tries} of {ATTEMPTS}; pid {}: {}", values(&answered), a.pid(), list(&frozen)),
     );
@@ -184,9 +187,7 @@ async fn one_run(
         "A's keys expired on the answering servers",
         ttl * 4,
         || async {
-            Ok::<bool, std::convert::Infallible>(
-                watch.values(&lock).await.iter().all(Option::is_none),
-            )
+            Ok::<bool, std::io::Error>(watch.values(&lock).await?.iter().all(Option::is_none))
         },
     )
     .await?;
@@ -194,11 +195,11 @@ async fn one_run(
     let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
     let b_acquired_at = at;
     step(bed, rec, at, "B", "acquire (Redlock)", &acquired).await;
-    let held = own.inspect(&lock).await?;
+    let (b_holds, held) = watch.held_by(&lock, HOLDER_B).await?;
     rec.check_that(
         format!("[{label}] A's keys expired while A was frozen ({} ms, TTL {} ms); B wins the lock on the answering servers", frozen_at.elapsed().as_millis(), ttl.as_millis()),
-        matches!(acquired, Event::Acquired { .. }) && held.as_ref().is_some_and(|h| h.holder == HOLDER_B),
-        format_args!("{acquired}; the servers: {}", shown(held.map(|h| h.holder))),
+        matches!(acquired, Event::Acquired { .. }) && b_holds,
+        format_args!("{acquired}; the servers: {held}"),
     );
     let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
     if !matches!(ready, Event::AtWritePoint { .. }) {
@@ -217,9 +218,19 @@ async fn one_run(
     let (at, ended) = a.next("the end of A's round", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "its round ends", &ended).await;
     if checked {
-        validity_spent(bed, rec, &mut a, &own, &lock, label, &ended, frozen_at).await?;
+        validity_spent(bed, rec, &mut a, &watch, &lock, label, &ended, frozen_at).await?;
     } else {
-        unchecked_writes(bed, rec, &mut a, &own, &lock, label, &ended, b_acquired_at).await?;
+        unchecked_writes(
+            bed,
+            rec,
+            &mut a,
+            &watch,
+            &lock,
+            label,
+            &ended,
+            b_acquired_at,
+        )
+        .await?;
     }
     b_writes_last(bed, rec, &mut b, label).await
 }
@@ -249,7 +260,7 @@ async fn bare_majority(
     let (extended, deadline) = extend_a_third_later(client.as_ref(), &mut a, ttl).await?;
     let released = client.release(&a).await?;
     let watch = Watch::new(bed, servers)?;
-    let left = watch.values(lock).await;
+    let left = watch.values(lock).await?;
     let free = left.iter().all(Option::is_none);
     rec.check(
         format!("[{LABEL}] with servers {ANSWERING}–{} stalled, the {ANSWERING} answering servers are a majority: A's grant, its extension (its local deadline moved forward) and its release (the lock free at once) are each acknowledged by them alone", SERVERS - 1),
@@ -301,7 +312,7 @@ async fn a_frozen_in_its_round(
             "A's value on the answering servers",
             EVENT_TIMEOUT,
             WATCH_EVERY,
-            || async { Ok::<bool, std::convert::Infallible>(watch.all_hold(lock, HOLDER_A).await) },
+            || async { Ok::<bool, std::io::Error>(holds(&watch.values(lock).await?, HOLDER_A)) },
         )
         .await?;
         a.freeze().await?;
@@ -330,7 +341,7 @@ async fn validity_spent(
     bed: &Testbed,
     rec: &mut Recorder,
     a: &mut Holder,
-    own: &std::sync::Arc<dyn fencing::lease::LeaseStore>,
+    watch: &Watch,
     lock: &str,
     label: &str,
     ended: &Event,
@@ -342,11 +353,11 @@ async fn validity_spent(
         matches!(ended, Event::Refused) && code == exit::NOT_ACQUIRED,
         format_args!("{ended}; A exits: {}", describe(Some(code))),
     );
-    let held = own.inspect(lock).await?;
+    let (b_holds, held) = watch.held_by(lock, HOLDER_B).await?;
     rec.check_that(
         format!("[{label}] B still holds the lock: A's undo of its round took only its own keys"),
-        held.as_ref().is_some_and(|h| h.holder == HOLDER_B),
-        shown(held.map(|h| h.holder)),
+        b_holds,
+        held,
     );
     let attempts = bed.resource.attempts(SCOPE).await?;
     rec.check_that(
@@ -366,7 +377,7 @@ async fn unchecked_writes(
     bed: &Testbed,
     rec: &mut Recorder,
     a: &mut Holder,
-    own: &std::sync::Arc<dyn fencing::lease::LeaseStore>,
+    watch: &Watch,
     lock: &str,
     label: &str,
     ended: &Event,
@@ -384,11 +395,11 @@ async fn unchecked_writes(
     a.send(Request::Go).await?;
     let (at, wrote) = a.next("A's write", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "write", &wrote).await;
-    let held = own.inspect(lock).await?;
+    let (b_holds, held) = watch.held_by(lock, HOLDER_B).await?;
     rec.expose(
         format!("[{label}] A writes while B holds the lock (by the lab's clock, {} ms after B's grant, B not released)", at.duration_since(b_acquired_at).as_millis()),
-        matches!(wrote, Event::Write { accepted: true, .. }) && held.as_ref().is_some_and(|h| h.holder == HOLDER_B),
-        format_args!("{wrote}; the servers after A's write: {}", shown(held.map(|h| h.holder))),
+        matches!(wrote, Event::Write { accepted: true, .. }) && b_holds,
+        format_args!("{wrote}; the servers after A's write: {held}"),
     );
     let code = a.exit_code(EVENT_TIMEOUT).await?;
     rec.note(format!("[{label}] A exits: {}", describe(Some(code))));
@@ -432,31 +443,60 @@ impl Watch {
         }
     }
 
-    /// What each answering server holds for `lock` now (`None`: nothing, or no answer).
-    async fn values(&self, lock: &str) -> Vec<Option<String>> {
+    /// What each answering server holds for `lock` now (`None`: nothing). The lab's look is not
+    /// the algorithm's round: a server silent past the client's per-server timeout (a loaded
+    /// machine, not a stall: these servers answer) is asked again until [`LOOK_PATIENCE`], never
+    /// read as "nothing" — once it was, and RL4 said B's keys were gone while B still held them
+    /// (CI: "B still holds the lock … (none)").
+    async fn values(&self, lock: &str) -> std::io::Result<Vec<Option<String>>> {
         #[cfg(feature = "lock-services")]
-        return self
-            .store
-            .per_server(lock)
-            .await
-            .into_iter()
-            .map(|(_, held)| held.and_then(|(value, _)| value))
-            .collect();
+        {
+            let began = Instant::now();
+            loop {
+                let seen = self.store.per_server(lock).await;
+                if seen.iter().all(|(_, answer)| answer.is_some()) {
+                    return Ok(seen
+                        .into_iter()
+                        .map(|(_, held)| held.and_then(|(value, _)| value))
+                        .collect());
+                }
+                if began.elapsed() > LOOK_PATIENCE {
+                    let silent: Vec<String> = seen
+                        .into_iter()
+                        .filter(|(_, answer)| answer.is_none())
+                        .map(|(server, _)| server)
+                        .collect();
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "an answering server did not answer the lab's look at {lock} within {} ms: {}",
+                            LOOK_PATIENCE.as_millis(),
+                            silent.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
         #[cfg(not(feature = "lock-services"))]
         {
             let _ = lock;
-            Vec::new()
+            Ok(Vec::new())
         }
     }
 
-    /// Whether every answering server holds a value of `holder`'s.
-    async fn all_hold(&self, lock: &str, holder: &str) -> bool {
-        let values = self.values(lock).await;
-        !values.is_empty()
-            && values
-                .iter()
-                .all(|v| v.as_deref().is_some_and(|v| v.starts_with(holder)))
+    /// Whether every answering server holds a value of `holder`'s; and what they hold.
+    async fn held_by(&self, lock: &str, holder: &str) -> anyhow::Result<(bool, String)> {
+        let held = self.values(lock).await?;
+        Ok((holds(&held, holder), values(&held)))
     }
+}
+
+/// Whether every one of `held` is a value of `holder`'s (a majority: the answering servers).
+fn holds(held: &[Option<String>], holder: &str) -> bool {
+    !held.is_empty()
+        && held
+            .iter()
+            .all(|v| v.as_deref().is_some_and(|v| v.starts_with(holder)))
 }
 
 /// The answering servers' values, for the evidence.
