@@ -153,10 +153,7 @@ impl Scenario for F3 {
                 ("round 2 (lease still valid)", 0, None),
                 ("round 3 (after expiry by the database clock)", 1, Some(2)),
             ];
-            let mut total = 0;
-            // Grants of last-moments rounds the machine began too late, void ([`last_moments`]):
-            // each a takeover after the expiry, so the tokens after them are that much greater.
-            let mut void_grants = 0;
+            let (mut total, mut void_grants) = (0, 0); // void: see [`last_moments`]
             for (round, (label, want_winners, want_token)) in rounds.into_iter().enumerate() {
                 if round == 1 {
                     let row = bed.lease.inspect(LEASE).await?;
@@ -196,7 +193,7 @@ impl Scenario for F3 {
                     bed.check_token(
                         rec,
                         format!("{label}: the winner's token"),
-                        token + if round == 2 { void_grants } else { 0 },
+                        token + void_grants,
                         winners.first().copied(),
                     );
                 }

@@ -90,6 +90,7 @@ const ATTEMPTS: usize = 5;
 
 /// How long the lab's look at the answering servers waits for each to answer (asking again after
 /// the client's per-server timeout): they are not stalled, only a loaded machine delays them.
+#[cfg(feature = "lock-services")]
 const LOOK_PATIENCE: Duration = Duration::from_secs(5);
 
 impl Scenario for RL4 {
