@@ -1034,7 +1034,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         111,
         TIMELINE,
     ),
-    ("scenarios/src/f8_database_crash.rs", "run", 259, TIMELINE),
+    ("scenarios/src/f8_database_crash.rs", "run", 250, TIMELINE),
     ("scenarios/src/paused_holder.rs", "run", 199, TIMELINE),
     (
         "scenarios/src/r1_zookeeper_suffix.rs",

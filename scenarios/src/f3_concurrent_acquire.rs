@@ -374,7 +374,14 @@ async fn last_moments(
         rec.check_that(
             format!("{label}: no contender judged before expires_at wins"),
             !judged_before.is_empty() && early_winners.is_empty(),
-            format_args!("{figures}; attempt {attempt} of {LAST_MOMENTS_ATTEMPTS}"),
+            format_args!(
+                "{figures}{}",
+                if attempt > 1 {
+                    format!("; attempt {attempt} of {LAST_MOMENTS_ATTEMPTS}, the earlier void")
+                } else {
+                    String::new()
+                }
+            ),
         );
         rec.step(
             Mark::Info,

@@ -116,16 +116,7 @@ impl Scenario for F8 {
         Box::pin(async move {
             let c = bed.case().clone();
             // Two grants to holder-a: the second holding has token 2; the first writes too.
-            let first = bed
-                .lease
-                .acquire(LEASE, HOLDER_A, c.ttl)
-                .await?
-                .context("holder-a could not acquire")?;
-            the_first_holding_writes(bed, first.token).await?;
-            ensure!(
-                bed.lease.release(&first).await?,
-                "holder-a could not release its first holding"
-            );
+            let first = the_first_holding(bed, rec).await?;
             let hold_ttl = holding_ttl(c.ttl);
             let grant_sent = Instant::now();
             let mut a = bed
@@ -373,10 +364,29 @@ impl Scenario for F8 {
     }
 }
 
-/// holder-a's first holding writes the detail, so that the floor stands at its token before the
-/// second holding's write (whose token is then the floor's successor, and B's after the crash
-/// not: gaps allowed).
-async fn the_first_holding_writes(bed: &Testbed, token: i64) -> anyhow::Result<()> {
+/// holder-a's first holding: granted, it writes the detail, so that the floor stands at its
+/// token before the second holding's write (whose token is then the floor's successor, and B's
+/// after the crash not: gaps allowed), and is released. Drawn on the timeline, so that the floor
+/// the second holding's write meets is not a fresh one. The grant.
+async fn the_first_holding(
+    bed: &Testbed,
+    rec: &mut Recorder,
+) -> anyhow::Result<fencing::lease::Grant> {
+    let first = bed
+        .lease
+        .acquire(LEASE, HOLDER_A, bed.case().ttl)
+        .await?
+        .context("holder-a could not acquire")?;
+    let token = first.token;
+    let at = |what: &str| format!("{what} (first grant)");
+    rec.step(
+        Mark::Acquired,
+        "A",
+        &at("acquire"),
+        Some(token),
+        acquired(Some(&first)),
+        None,
+    );
     let detail = Write {
         scope: SCOPE,
         part: DETAIL,
@@ -384,11 +394,30 @@ async fn the_first_holding_writes(bed: &Testbed, token: i64) -> anyhow::Result<(
         writer: HOLDER_A,
         token,
     };
+    let ok = bed.resource.write(&detail, WriteMode::Fenced).await?;
+    rec.step(
+        Mark::Write { accepted: ok },
+        "A",
+        &at("write the detail"),
+        Some(token),
+        wrote(ok, token),
+        None,
+    );
     ensure!(
-        bed.resource.write(&detail, WriteMode::Fenced).await?,
+        ok,
         "holder-a's first holding's write with token {token} was rejected"
     );
-    Ok(())
+    let released = bed.lease.release(&first).await?;
+    rec.step(
+        Mark::Released,
+        "A",
+        &at("release"),
+        Some(token),
+        format!("ok={released}"),
+        None,
+    );
+    ensure!(released, "holder-a could not release its first holding");
+    Ok(first)
 }
 
 /// After the crash and A's expiry: the next grant (holder-c's) gets token 3, never a reused one,
