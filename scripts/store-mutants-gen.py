@@ -40,7 +40,7 @@ TARGETS = [
      ["sequence", "node_of", "own_node", "acquire_now", "holds", "renew_now", "asked_by_its_session",
       "release_now", "inspect_now"], []),
     ("fencing/src/lease/zookeeper.rs", "zookeeper-session", F_SERIES, ["renew_shared"], []),
-    ("scenarios/src/chaos/regression.rs", "-", "R1,R2,R3",
+    ("scenarios/src/kit/regression.rs", "-", "R1,R2,R3",
      ["acknowledged", "harms", "regressions", "finds_the_smallest"], []),
 ]
 

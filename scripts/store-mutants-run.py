@@ -408,7 +408,7 @@ def main():
                     if not passed:
                         verdict, by, checks = "killed", exp, failed
                         break
-                if verdict == "SURVIVED" and m["path"].endswith("chaos/regression.rs"):
+                if verdict == "SURVIVED" and m["path"].endswith("kit/regression.rs"):
                     passed, failed = run_unit_tests(tree, work, "chaos::regression")
                     if not passed:
                         verdict, by, checks = "killed", "unit tests", failed

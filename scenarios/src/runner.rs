@@ -10,8 +10,9 @@ use std::pin::Pin;
 use fencing::profile::Dialect;
 use harness::evidence::Recorder;
 
+use crate::experiments::preflight;
 use crate::testbed::UserHolder;
-use crate::{preflight, Backend, Case, Needs, Params, Scenario, Spec, Testbed};
+use crate::{Backend, Case, Needs, Params, Scenario, Spec, Testbed};
 
 /// Runs the preflight and then each scenario on freshly emptied tables; a fence-dependent one
 /// that ran (not skipped) runs again with each mode of [`Params::again_with`], as a case of its

@@ -20,7 +20,6 @@
 pub mod checker;
 pub mod history;
 mod nemesis;
-pub mod regression;
 pub mod schedule;
 pub mod sweep;
 mod verdict;

@@ -34,7 +34,7 @@ use holder_protocol::{exit, Event, Request, Token};
 
 use docs::Docs;
 
-use crate::paused_holder::{go_and_thaw, lab_step, list, states, step};
+use crate::kit::paused_holder::{go_and_thaw, lab_step, list, states, step};
 use crate::testbed::{HOLDER_A, HOLDER_B, SCOPE};
 use crate::Testbed;
 

@@ -27,7 +27,7 @@ use super::{
     b_takes_over, release, says_held, shown, truth, until_ended, up_to_the_write_point, Cell,
     Installed, Library,
 };
-use crate::paused_holder::{lab_step, step};
+use crate::kit::paused_holder::{lab_step, step};
 use crate::testbed::{HOLDER_A, SCOPE};
 use crate::Testbed;
 

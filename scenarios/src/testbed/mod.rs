@@ -26,6 +26,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 mod holders;
+pub(crate) mod maria;
 mod stepped;
 pub use holders::UserHolder;
 pub use stepped::{SteppedResource, SteppedStore};
@@ -68,7 +69,7 @@ pub struct Testbed {
     pub run_mark: String,
     /// The MariaDB server of the U-series, started by the first U scenario that runs, and the
     /// command line that connects to it.
-    pub maria: crate::maria::MariaSlot,
+    pub maria: crate::testbed::maria::MariaSlot,
     /// The holder binary the multi-process scenarios start.
     pub holder_bin: PathBuf,
     /// The arguments before the holder's flags: a holder of the user's (`--holder-cmd`), e.g.
@@ -208,7 +209,7 @@ impl Testbed {
             keep_all: false,
             adopted: Vec::new(),
             run_mark,
-            maria: crate::maria::MariaSlot::default(),
+            maria: crate::testbed::maria::MariaSlot::default(),
             holder_bin,
             holder_prefix: Vec::new(),
             user_holder: None,

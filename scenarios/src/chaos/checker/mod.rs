@@ -3,7 +3,7 @@
 //! commit time, every version of the lease row, the final parts) and says which invariant broke
 //! where, each violation with the smallest excerpt that shows it.
 //!
-//! - **I2** (token regression, [`regression`](super::regression)): no token acknowledged to two
+//! - **I2** (token regression, [`regression`](crate::kit::regression)): no token acknowledged to two
 //!   holdings; a grant that completed before another was invoked has the smaller token (real-time
 //!   order). An acquire with no answer (`info`) is resolved from the lease store's record where it
 //!   names that holder; the record itself is checked too (a token written for two holders, or a
@@ -147,7 +147,7 @@ pub struct FaultRow {
 pub struct Verdict {
     pub i2: Vec<Violation>,
     /// Grants nobody acknowledged that a later grant reused or undercut
-    /// ([`regression::Kind::LostUnacknowledged`](super::regression::Kind::LostUnacknowledged)):
+    /// ([`regression::Kind::LostUnacknowledged`](crate::kit::regression::Kind::LostUnacknowledged)):
     /// reported apart from I2.
     pub lost_grants: Vec<Violation>,
     /// Per scope.

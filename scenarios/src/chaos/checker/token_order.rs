@@ -6,7 +6,7 @@
 use holder_protocol::OpKind;
 
 use super::{mark, Observed, Op, Outcome, Verdict, Violation};
-use crate::chaos::regression::{self, regressions, GrantSeen};
+use crate::kit::regression::{self, regressions, GrantSeen};
 
 pub(super) fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
     // The grants the holders acknowledged, and the `info` acquires (no answer reached the lab:
