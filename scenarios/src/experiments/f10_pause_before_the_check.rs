@@ -14,19 +14,18 @@
 
 use std::convert::Infallible;
 
-use anyhow::{bail, Context as _};
-use fencing::resource::{Write, WriteMode};
-use harness::evidence::{Mark, Recorder};
-use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-use holder_protocol::{exit, Event, Request};
+use anyhow::bail;
+use fencing::resource::WriteMode;
+use harness::evidence::Recorder;
+use harness::holder::{describe, Holder};
+use holder_protocol::{exit, Event};
 
 use crate::kit::paused_holder::{
-    exit_after_check, freeze_and_show, lab_step, list, part_line, record_renewals, renewal_count,
-    renewed_every_time, step, until_expired_while_frozen, A_CONTENT, B_CONTENT,
+    exit_after_check, part_line, record_renewals, renewal_count, renewed_every_time,
+    until_expired_while_frozen,
 };
-use crate::testbed::{
-    acquire_mark, acquired, lease_state, shown, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY,
-};
+use crate::kit::steps::{Steps, Who, Wrote};
+use crate::testbed::{lease_state, shown, HOLDER_A, LEASE, SCOPE, SUMMARY};
 use crate::{
     About, Applies, Checks, FaultPoint, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes,
     Testbed,
@@ -70,203 +69,161 @@ impl Scenario for F10 {
     }
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
-        Box::pin(async move {
-            let (p, c) = (bed.params().clone(), bed.case().clone());
-            let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, WriteMode::Unfenced, false);
-            spec.flags.wait_before_check = true;
-            let mut a = Holder::spawn(&spec).await?;
-            let (at, event) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-            step(bed, rec, at, "A", "acquire", &event).await;
-            rec.check(
-                format!("A (pid {}) acquires the lease, token=1", a.pid()),
-                "ACQUIRED token=1",
-                &event.to_string(),
-            );
-            let (at, before) = a.next("A before its check", EVENT_TIMEOUT).await?;
-            step(
-                bed,
-                rec,
-                at,
-                "A",
-                "stops before its local-deadline check",
-                &before,
-            )
-            .await;
-            let Event::BeforeCheck {
-                token,
-                deadline_left_ms,
-            } = before
-            else {
-                bail!(a.unexpected("BEFORE_CHECK token=1", &before));
-            };
-            if token != bed.token(rec, 1) {
-                bail!(a.unexpected("BEFORE_CHECK token=1", &before));
-            }
-            rec.check_that(
-                "A stops before its local-deadline check, its deadline still ahead",
-                deadline_left_ms > 0,
-                &before,
-            );
-            rec.note(
-                "A's write mode is unfenced: the resource would accept whatever A sent, so only \
-                 A's own check can keep B's part",
-            );
-
-            // A state, polled: the renewer has reported at least once while A waits.
-            harness::wait::until("A's renewer has renewed", p.wait_timeout, || {
-                let seen = !a.drain_renewals().is_empty();
-                async move { Ok::<bool, Infallible>(seen) }
-            })
-            .await?;
-            let renewals = record_renewals(rec, &mut a, "A", 1);
-            rec.check_that(
-                "A's background renewer renewed while A waited before its check, every time with success",
-                renewed_every_time(&renewals),
-                renewal_count(&renewals),
-            );
-            let row = bed.lease.inspect(LEASE).await?;
-            rec.check(
-                "just before the freeze the lease is A's and unexpired (database clock)",
-                "holder-a token=1 unexpired",
-                &shown(row.as_ref().map(lease_state)),
-            );
-
-            let frozen_at = freeze_and_show(
-                bed,
-                rec,
-                &mut a,
-                " before its check",
-                "A's renewer thread is frozen with it: nothing moves A's local deadline",
-            )
-            .await?;
-            until_expired_while_frozen(bed, rec, frozen_at).await?;
-
-            let b = bed.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
-            let clock = bed.lease.clock().await.ok().flatten();
-            rec.step(
-                acquire_mark(b.as_ref()),
-                "B",
-                "acquire",
-                b.as_ref().map(|g| g.token),
-                acquired(b.as_ref()),
-                clock,
-            );
-            rec.check(
-                "B (the lab's lease client) acquires the lease, token=2",
-                "ACQUIRED token=2",
-                &acquired(b.as_ref()),
-            );
-            let b = b.context("B could not acquire the expired lease")?;
-            let write = Write {
-                scope: SCOPE,
-                part: SUMMARY,
-                content: B_CONTENT,
-                writer: HOLDER_B,
-                token: b.token,
-            };
-            let ok = bed.resource.write(&write, WriteMode::Fenced).await?;
-            let clock = bed.lease.clock().await.ok().flatten();
-            rec.step(
-                Mark::Write { accepted: ok },
-                "B",
-                "write",
-                Some(b.token),
-                wrote(ok, b.token),
-                clock,
-            );
-            rec.check(
-                format!("B's write is accepted (mode={})", c.fence_label()),
-                &wrote(true, 2),
-                &wrote(ok, b.token),
-            );
-
-            // The go-line waits in the pipe; on SIGCONT, A goes straight on to its check.
-            a.send(Request::Go).await?;
-            let thawed = a.thaw().await?;
-            let frozen_for = frozen_at.elapsed();
-            lab_step(
-                bed,
-                rec,
-                Mark::Thawed,
-                "A",
-                "go-line, SIGCONT",
-                list(&thawed),
-            )
-            .await;
-            let (at, verdict) = a.next("A's local-deadline check", EVENT_TIMEOUT).await?;
-            step(
-                bed,
-                rec,
-                at,
-                "A",
-                "local-deadline check (after resuming)",
-                &verdict,
-            )
-            .await;
-            // How far past is the holder's own measurement: in the note, not the verdict.
-            let (seen, overdue) = match &verdict {
-                Event::DeadlinePassed { token, overdue_ms } => {
-                    (format!("DEADLINE_PASSED token={token}"), Some(*overdue_ms))
-                }
-                other => (other.to_string(), None),
-            };
-            rec.check(
-                "A, resumed, finds its local deadline passed by its monotonic clock and will not write",
-                "DEADLINE_PASSED token=1",
-                &seen,
-            );
-            if let Some(overdue_ms) = overdue {
-                rec.note(format!(
-                    "A was frozen for {} ms; its check found the local deadline passed by {overdue_ms} ms",
-                    frozen_for.as_millis()
-                ));
-            }
-            let code = exit_after_check(bed, rec, &mut a, &verdict).await?;
-            rec.check(
-                "A exits by itself with its deadline-passed status: nothing written",
-                &describe(Some(exit::DEADLINE_PASSED)),
-                &describe(Some(code)),
-            );
-
-            let attempts = bed.resource.attempts(SCOPE).await?;
-            rec.note(format!(
-                "write_attempt: {}",
-                attempts
-                    .iter()
-                    .map(|x| format!(
-                        "{} token={} {} accepted={}",
-                        x.writer, x.token, x.mode, x.accepted
-                    ))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
-            rec.check(
-                "write_attempt has no row of A: the resource never saw it",
-                &0,
-                &attempts.iter().filter(|x| x.writer == HOLDER_A).count(),
-            );
-            rec.check(
-                "B's part stays: the final summary is B's",
-                &format!("{B_CONTENT} by holder-b token=2"),
-                &part_line(&bed.resource.part(SCOPE, SUMMARY).await?),
-            );
-            // Shown, not judged: A writes unfenced, which never touches the floor.
-            rec.note(format!(
-                "fence_floor: {} (B's token; A's unfenced write mode never touches it)",
-                bed.floor_shown(bed.resource.floor(SCOPE).await?)
-            ));
-            let row = bed.lease.inspect(LEASE).await?;
-            rec.check(
-                "the lease row is still B's holding: A, resumed, did not touch it",
-                "holder-b token=2",
-                &shown(row.map(|r| format!("{} token={}", r.holder, r.token))),
-            );
-            rec.note(
-                "A gave up by itself: a pause before the check is one the local deadline covers. \
-                 F4 freezes A after its check, where no client-side check can help and only the \
-                 resource's fence does",
-            );
-            Ok(())
-        })
+        Box::pin(timeline(Steps::new(bed, rec)))
     }
+}
+
+/// A stops before its check, renewing; frozen, its lease expires; B takes over and writes; A,
+/// thawed, must give up by its own clock, and the resource must never hear of it.
+async fn timeline(mut t: Steps<'_>) -> anyhow::Result<()> {
+    let mut spec = t
+        .bed
+        .holder_spec(HOLDER_A, Who::A.content(), WriteMode::Unfenced, false);
+    spec.flags.wait_before_check = true;
+    let mut a = Holder::spawn(&spec).await?;
+    let acquires = format!("A (pid {}) acquires the lease, token=1", a.pid());
+    t.expect(&mut a, Who::A, "acquire", acquires, "ACQUIRED token=1")
+        .await?;
+    let (_, before) = t
+        .heard(&mut a, Who::A, "stops before its local-deadline check")
+        .await?;
+    let Event::BeforeCheck {
+        token,
+        deadline_left_ms,
+    } = before
+    else {
+        bail!(a.unexpected("BEFORE_CHECK token=1", &before));
+    };
+    if token != t.bed.token(t.rec, 1) {
+        bail!(a.unexpected("BEFORE_CHECK token=1", &before));
+    }
+    let ahead = "A stops before its local-deadline check, its deadline still ahead";
+    t.rec.check_that(ahead, deadline_left_ms > 0, &before);
+    t.rec.note("A's write mode is unfenced: the resource would accept whatever A sent, so only A's own check can keep B's part");
+    renewing_while_it_waits(&mut t, &mut a).await?;
+
+    let frozen = "A's renewer thread is frozen with it: nothing moves A's local deadline";
+    let frozen_at = t.freeze(&mut a, " before its check", frozen).await?;
+    until_expired_while_frozen(t.bed, t.rec, frozen_at).await?;
+    let b = t
+        .must_acquire(
+            Who::B,
+            "B (the lab's lease client) acquires the lease, token=2",
+            "ACQUIRED token=2",
+        )
+        .await?;
+    let b_writes = format!(
+        "B's write is accepted (mode={})",
+        t.bed.case().fence_label()
+    );
+    t.write(Who::B, &b, WriteMode::Fenced, b_writes, Wrote::accepted(2))
+        .await?;
+
+    gives_up_by_its_own_clock(&mut t, &mut a, frozen_at).await?;
+    the_resource_never_saw_a(&mut t).await
+}
+
+/// A, sent its go-line and thawed, finds its local deadline passed by its monotonic clock, and
+/// exits with its deadline-passed status without writing.
+async fn gives_up_by_its_own_clock(
+    t: &mut Steps<'_>,
+    a: &mut Holder,
+    frozen_at: std::time::Instant,
+) -> anyhow::Result<()> {
+    t.thaw(a).await?;
+    let frozen_for = frozen_at.elapsed();
+    let (_, verdict) = t
+        .heard(a, Who::A, "local-deadline check (after resuming)")
+        .await?;
+    let (seen, overdue) = match &verdict {
+        Event::DeadlinePassed { token, overdue_ms } => {
+            (format!("DEADLINE_PASSED token={token}"), Some(*overdue_ms))
+        }
+        other => (other.to_string(), None),
+    };
+    t.rec.check(
+        "A, resumed, finds its local deadline passed by its monotonic clock and will not write",
+        "DEADLINE_PASSED token=1",
+        &seen,
+    );
+    if let Some(overdue_ms) = overdue {
+        let ms = frozen_for.as_millis();
+        t.rec.note(format!("A was frozen for {ms} ms; its check found the local deadline passed by {overdue_ms} ms"));
+    }
+    let code = exit_after_check(t.bed, t.rec, a, &verdict).await?;
+    let exits = "A exits by itself with its deadline-passed status: nothing written";
+    t.rec.check(
+        exits,
+        &describe(Some(exit::DEADLINE_PASSED)),
+        &describe(Some(code)),
+    );
+    Ok(())
+}
+
+/// While A waits before its check, its renewer renews (polled: at least once), every time with
+/// success, and the lease is A's and unexpired just before the freeze.
+async fn renewing_while_it_waits(t: &mut Steps<'_>, a: &mut Holder) -> anyhow::Result<()> {
+    harness::wait::until(
+        "A's renewer has renewed",
+        t.bed.params().wait_timeout,
+        || {
+            let seen = !a.drain_renewals().is_empty();
+            async move { Ok::<bool, Infallible>(seen) }
+        },
+    )
+    .await?;
+    let renewals = record_renewals(t.rec, a, Who::A.name(), 1);
+    t.rec.check_that(
+        "A's background renewer renewed while A waited before its check, every time with success",
+        renewed_every_time(&renewals),
+        renewal_count(&renewals),
+    );
+    let row = t.bed.lease.inspect(LEASE).await?;
+    t.rec.check(
+        "just before the freeze the lease is A's and unexpired (database clock)",
+        "holder-a token=1 unexpired",
+        &shown(row.as_ref().map(lease_state)),
+    );
+    Ok(())
+}
+
+/// What A's giving up left: no attempt of A's at the resource, B's summary, B's lease.
+async fn the_resource_never_saw_a(t: &mut Steps<'_>) -> anyhow::Result<()> {
+    let attempts = t.bed.resource.attempts(SCOPE).await?;
+    let listed: Vec<String> = attempts
+        .iter()
+        .map(|x| {
+            format!(
+                "{} token={} {} accepted={}",
+                x.writer, x.token, x.mode, x.accepted
+            )
+        })
+        .collect();
+    t.rec.note(format!("write_attempt: {}", listed.join("; ")));
+    let of_a = attempts.iter().filter(|x| x.writer == Who::A.id()).count();
+    t.rec.check(
+        "write_attempt has no row of A: the resource never saw it",
+        &0,
+        &of_a,
+    );
+    let summary = part_line(&t.bed.resource.part(SCOPE, SUMMARY).await?);
+    let b_summary = format!("{} by holder-b token=2", Who::B.content());
+    t.rec.check(
+        "B's part stays: the final summary is B's",
+        &b_summary,
+        &summary,
+    );
+    // Shown, not judged: A writes unfenced, which never touches the floor.
+    let floor = t.bed.floor_shown(t.bed.resource.floor(SCOPE).await?);
+    t.rec.note(format!(
+        "fence_floor: {floor} (B's token; A's unfenced write mode never touches it)"
+    ));
+    let row = t.bed.lease.inspect(LEASE).await?;
+    t.rec.check(
+        "the lease row is still B's holding: A, resumed, did not touch it",
+        "holder-b token=2",
+        &shown(row.map(|r| format!("{} token={}", r.holder, r.token))),
+    );
+    t.rec.note("A gave up by itself: a pause before the check is one the local deadline covers. F4 freezes A after its check, where no client-side check can help and only the resource's fence does");
+    Ok(())
 }

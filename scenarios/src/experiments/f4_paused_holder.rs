@@ -8,6 +8,7 @@ use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 
 use crate::kit::paused_holder::{self, part_line, B_CONTENT};
+use crate::kit::steps::Wrote;
 use crate::testbed::wrote;
 use crate::{
     About, Applies, Checks, FaultPoint, LockServices, Needs, Outcome, Part, Scenario, Spec,
@@ -56,7 +57,7 @@ impl Scenario for F4 {
             let r = paused_holder::run(bed, rec, WriteMode::Fenced).await?;
             rec.check(
                 "A's stale write is rejected by the resource",
-                "WRITE accepted=false token=1",
+                &Wrote::rejected(1).line(),
                 &wrote(r.a_accepted, r.a_token),
             );
             rec.check(

@@ -48,9 +48,8 @@ mod imp {
     use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
     use holder_protocol::{exit, Event, HolderFlags, Request};
 
-    use crate::kit::paused_holder::{
-        list, record_renewals, renewal_count, renewed_every_time, states,
-    };
+    use crate::kit::paused_holder::{record_renewals, renewal_count, renewed_every_time};
+    use crate::kit::steps::{list, states};
     use crate::kit::u_common::{on_lane, owner_token, JOB_LEASE};
     use crate::testbed::maria::MariaEnv;
     use crate::Testbed;

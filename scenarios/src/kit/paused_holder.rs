@@ -1,4 +1,4 @@
-//! The timeline F4 and F5 share (SPEC §5 F4): two independent holder processes; A is frozen with
+//! The timeline F4 and F5 share (seed 004's F4): two independent holder processes; A is frozen with
 //! SIGSTOP between its local check and its write while its lease expires by the database clock;
 //! B takes over, writes, renews, releases and exits; then A is given the go-line and continued.
 //!
@@ -11,15 +11,14 @@ use anyhow::bail;
 use fencing::resource::{Part, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
-use harness::process::ThreadState;
 use holder_protocol::{exit, Event, Request, LOST_PREFIX};
 
 use crate::testbed::{lease_state, shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::Testbed;
 
-/// What A's content and B's content are.
-pub const A_CONTENT: &str = "rows=200(A)";
-pub const B_CONTENT: &str = "rows=201(B)";
+pub(crate) use super::steps::{
+    freeze_and_show, go_and_thaw, lab_step, list, step, A_CONTENT, B_CONTENT,
+};
 
 /// What the resource made of the timeline.
 pub struct Resumed {
@@ -42,50 +41,6 @@ pub fn part_line(part: &Option<Part>) -> String {
         part.as_ref()
             .map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)),
     )
-}
-
-/// Records a holder's event as a timeline step, with the database clock read when it arrived.
-pub(crate) async fn step(
-    bed: &Testbed,
-    rec: &mut Recorder,
-    at: Instant,
-    actor: &str,
-    action: &str,
-    event: &Event,
-) {
-    let token = match event {
-        Event::Acquired { token }
-        | Event::BeforeCheck { token, .. }
-        | Event::AtWritePoint { token, .. }
-        | Event::DeadlinePassed { token, .. }
-        | Event::Write { token, .. } => token.value(),
-        _ => None,
-    };
-    let mark = match event {
-        Event::Acquired { .. } => Mark::Acquired,
-        Event::Refused => Mark::Refused,
-        Event::Write { accepted, .. } => Mark::Write {
-            accepted: *accepted,
-        },
-        Event::RenewAfterWrite { ok: true } | Event::Renewed { ok: true, .. } => Mark::Renewed,
-        Event::Released { ok: true } | Event::ReleaseEnded { ok: true, .. } => Mark::Released,
-        _ => Mark::Info,
-    };
-    let clock = bed.lease.clock().await.ok().flatten();
-    rec.step_at(at, mark, actor, action, token, event.to_string(), clock);
-}
-
-/// Records something the lab did to `actor` (or saw happen to its lease) as a timeline step.
-pub(crate) async fn lab_step(
-    bed: &Testbed,
-    rec: &mut Recorder,
-    mark: Mark,
-    actor: &str,
-    action: &str,
-    outcome: impl Into<String>,
-) {
-    let clock = bed.lease.clock().await.ok().flatten();
-    rec.step(mark, actor, action, None, outcome, clock);
 }
 
 /// Records the background renewals `holder` reported so far as timeline steps of `actor` (with
@@ -141,55 +96,6 @@ pub(crate) async fn exit_after_check(
         step(bed, rec, at, "A", what, &wrote).await;
     }
     Ok(a.exit_code(EVENT_TIMEOUT).await?)
-}
-
-/// Sends A, frozen at a stop, its go-line — it waits in the pipe — and thaws it (SIGCONT): on
-/// waking, A goes straight on. A timeline step with A's threads as `/proc` showed them.
-pub(crate) async fn go_and_thaw(
-    bed: &Testbed,
-    rec: &mut Recorder,
-    a: &mut Holder,
-) -> anyhow::Result<()> {
-    a.send(Request::Go).await?;
-    let thawed = a.thaw().await?;
-    lab_step(
-        bed,
-        rec,
-        Mark::Thawed,
-        "A",
-        "go-line, SIGCONT",
-        list(&thawed),
-    )
-    .await;
-    Ok(())
-}
-
-/// Freezes A (SIGSTOP) and checks what `/proc`, read again apart from `freeze`'s own
-/// post-condition, shows: state T for A and every thread, the renewer among them. `when` follows
-/// "after SIGSTOP" in the first check line, `renewer` is the second check. Returns the instant
-/// A was frozen.
-pub(crate) async fn freeze_and_show(
-    bed: &Testbed,
-    rec: &mut Recorder,
-    a: &mut Holder,
-    when: &str,
-    renewer: &str,
-) -> anyhow::Result<Instant> {
-    a.freeze().await?;
-    let frozen_at = Instant::now();
-    let frozen = a.threads()?;
-    lab_step(bed, rec, Mark::Frozen, "A", "SIGSTOP", list(&frozen)).await;
-    rec.check(
-        format!("after SIGSTOP{when}, /proc shows state T for A and every thread of A"),
-        "T",
-        &states(&frozen),
-    );
-    rec.check_that(
-        renewer,
-        frozen.iter().any(|t| t.name == "renewer" && t.state == 'T'),
-        format_args!("pid {}: {}", a.pid(), list(&frozen)),
-    );
-    Ok(frozen_at)
 }
 
 /// Marks A's lease expired on A's timeline (under `--step`, the pause is here).
@@ -355,23 +261,6 @@ pub(crate) async fn lab_client_takes_over(
         clock,
     );
     Ok((Some(grant), Some(ok)))
-}
-
-/// The distinct states of the threads, e.g. `T`.
-pub(crate) fn states(threads: &[ThreadState]) -> String {
-    let mut letters: Vec<String> = threads.iter().map(|t| t.state.to_string()).collect();
-    letters.sort();
-    letters.dedup();
-    letters.join(",")
-}
-
-/// Every thread with its state, as `/proc` shows them.
-pub(crate) fn list(threads: &[ThreadState]) -> String {
-    threads
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Runs the shared timeline with both holders writing in `mode`.

@@ -1,4 +1,4 @@
-//! The lock libraries people ship, frozen as they ship (SPEC §10): each library holder — a real
+//! The lock libraries people ship, frozen as they ship: each library holder — a real
 //! package from PyPI, used as its own README shows, in `holder/libraries/` — through the
 //! experiments that apply to a library's lock, on the lab's lock service in a container:
 //!
@@ -34,7 +34,7 @@ use holder_protocol::{exit, Event, Request, Token};
 
 use docs::Docs;
 
-use crate::kit::paused_holder::{go_and_thaw, lab_step, list, states, step};
+use crate::kit::steps::{go_and_thaw, lab_step, list, states, step};
 use crate::testbed::{HOLDER_A, HOLDER_B, SCOPE};
 use crate::Testbed;
 
