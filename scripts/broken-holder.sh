@@ -47,7 +47,7 @@ if [ "$status" != 1 ]; then
   exit 2
 fi
 # A failed check is not enough: the checks that guard the local deadline must be the ones that
-# failed (issue 54 item 8) — each experiment's "… finds its (local) deadline passed …" check,
+# failed — each experiment's "… finds its (local) deadline passed …" check,
 # which a holder that never stops itself cannot pass. An abort or another experiment's failure
 # elsewhere in the run shows nothing about this flaw.
 python3 - "$out/holder-skips-its-deadline-check/events.jsonl" "${only[*]}" <<'PY' || exit 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The check-level mutation map (issue 30): for every check of a default run, which planted flaws
+"""The check-level mutation map: for every check of a default run, which planted flaws
 have been seen failing it — and, for each check never seen failing, why (a line of
 scripts/check-map-argued.txt), or UNEXPLAINED.
 

@@ -15,7 +15,7 @@
 #    `lab run` and the seeded chaos run). → evidence/cargo-mutants.md.
 #
 # 3. --generated: the SQL mutants scripts/sql-mutants-gen.py generates by operator from every
-#    statement of the built-in profiles (141 at d518f51, 175 with the refuse operators), each run as the system under test —
+#    statement of the built-in profiles (141 without the refuse operators, 175 with them), each run as the system under test —
 #    `lab run --sut MUTANT`, then `lab chaos --sut MUTANT` — by scripts/sql-mutants-run.py on the
 #    lab built once: a profile needs no build. → the generated section of evidence/mutants.md,
 #    evidence/mutant-checks.tsv (every check each mutant failed). About 40 s a mutant here.
@@ -29,7 +29,7 @@
 #                     (`scripts/sql-mutants-gen.py > gen.txt; scripts/mutants.sh --sql-only
 #                     --catalogue gen.txt`); a literal \n in a text stands for a newline.
 #   --cargo-out DIR  reuse (or keep) pass one's output in DIR instead of running it again.
-# On 2 cores: about 3 minutes per SQL mutant; pass one about 30 s per mutant (184 at 6a1d2c4),
+# On 2 cores: about 3 minutes per SQL mutant; pass one about 30 s per mutant (184 mutants),
 # pass two about 2 minutes per mutant it takes (seconds for one of the U-series' store, which
 # only the U-series runs).
 set -euo pipefail

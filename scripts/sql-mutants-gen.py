@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates SQL mutants by operator from every statement of the built-in profiles, as
 cargo-mutants does for Rust: the catalogue scripts/sql-mutants.txt is hand-picked; this is the
-systematic one (issue 30). Each SQL line of a profile's statements gets, where it applies:
+systematic one. Each SQL line of a profile's statements gets, where it applies:
 
   drop-conjunct  each conjunct of a WHERE / ON / AND chain dropped
   flip           each comparison flipped: <= <-> <, >= <-> >, = -> >=, <> -> =
@@ -16,7 +16,7 @@ systematic one (issue 30). Each SQL line of a profile's statements gets, where i
                  which fencing does not promise (a token is greater after a takeover, gaps
                  allowed). It accepts a fresh scope's first write and a current holder's writes at
                  its own token, and refuses a later, greater one: what the checks of a current
-                 holder's write after the experiment's first must catch (issue 54 item 9)
+                 holder's write after the experiment's first must catch
 
 Prints the mutants in the catalogue's format (id | file | the exact text | what it becomes | what
 it breaks), which scripts/mutants.sh reads with --catalogue FILE. A line whose text is not unique

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates the mutants of the lock services' own code (issue 54 item 10), by operator, the way
+"""Generates the mutants of the lock services' own code, by operator, the way
 scripts/sql-mutants-gen.py does for the lease table's SQL: over each store's Lua scripts (Redis,
 Redlock) and over the Rust lines that decide a lease — the functions that take, renew, release
 and judge a holding (etcd, ZooKeeper, Redis, Redlock), and the token-regression check of R1–R3.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the lock services' own mutants (scripts/store-mutants-gen.py; issue 54 item 10) through
+"""Runs the lock services' own mutants (scripts/store-mutants-gen.py) through
 the experiments on that store, one at a time, each on a scratch worktree of this checkout's HEAD
 with a target directory of its own (incremental builds: only the mutated crate and those above it
 compile again).

@@ -1,5 +1,5 @@
 //! The system under test: a lease store that issues fencing tokens, a resource that checks them,
-//! and a downstream side effect that cannot take one (SPEC §3).
+//! and a downstream side effect that cannot take one: seed 004's design (docs/sources.md).
 //!
 //! This crate is the fencing implementation a reader would copy into a service. It knows nothing
 //! of clusters, processes, scenarios or evidence: it takes connection pools and answers with
@@ -7,10 +7,10 @@
 //! profiles (`profiles/*.toml`), the rest one module per store.
 //!
 //! - [`lease`]: `acquire` / `renew` / `release`, each one autocommit statement judged by the
-//!   database clock, plus the client's local deadline (SPEC §3.1, invariants I1 and I2).
+//!   database clock, plus the client's local deadline (invariants I1 and I2).
 //! - [`resource`]: the protected report table with its five write modes, the scope's fence floor
-//!   and the `write_attempt` log (SPEC §3.2, invariant I3).
-//! - [`publish`]: the business-key publish stand-in and its versioned variant (SPEC §3.3).
+//!   and the `write_attempt` log (invariant I3).
+//! - [`publish`]: the business-key publish stand-in and its versioned variant (F9).
 //! - `fenced_job` (`--features mariadb`): the second source system, a fenced job lease with a
 //!   completion fenced by a join on the lease, on MariaDB.
 //! - [`profile`]: the system under test as data — lease table and statements, the resource's

@@ -1,4 +1,4 @@
-//! A side effect that cannot take a fencing token (SPEC §3.3, experiment F9): a downstream
+//! A side effect that cannot take a fencing token (experiment F9): a downstream
 //! "report published" record keyed by business key.
 //!
 //! [`Publisher::publish`] is business-key idempotency only (`ON CONFLICT DO NOTHING`): it keeps

@@ -1,4 +1,4 @@
-//! The protected resource (SPEC §3.2): who may still *finish*. Invariant I3: within a scope the
+//! The protected resource: who may still *finish*. Invariant I3: within a scope the
 //! resource accepts writes with non-decreasing tokens; once it accepted token n, every later write
 //! with a token < n is rejected, whichever part it targets.
 //!

@@ -3,7 +3,7 @@
 //! The lease store lives in `lease26`, owned by [`LEASE_ROLE`]; the resource and the publish
 //! stand-in live in `res26`, owned by [`RESOURCE_ROLE`]. `CONNECT` on each database is revoked
 //! from `PUBLIC`, so the resource role *cannot connect* to the lease database: the rule "the
-//! resource never reads the lease" (SPEC §3.2) is enforced by PostgreSQL, not by convention.
+//! resource never reads the lease" is enforced by PostgreSQL, not by convention.
 //!
 //! This module must not decide *where* the server runs; it takes connections to it.
 
@@ -144,7 +144,7 @@ pub async fn migrate_for(profile: &Profile, db: Database, pool: &PgPool) -> Resu
 }
 
 /// Empties every table of the database `pool` connects to (identity counters too) but the
-/// migrator's, so that a scenario starts from empty tables (SPEC §5) whichever profile made
+/// migrator's, so that a scenario starts from empty tables whichever profile made
 /// them. Token numbering therefore restarts at 1 in each scenario.
 pub async fn reset(pool: &PgPool) -> Result<()> {
     let tables: Option<String> = sqlx::query_scalar(

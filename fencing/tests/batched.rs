@@ -1,4 +1,4 @@
-//! The lease table renewed in batches (`postgres-batched`, issue 55) against a real PostgreSQL:
+//! The lease table renewed in batches (`postgres-batched`) against a real PostgreSQL:
 //! one statement renews every lease a holder names, each only if its holding is still the
 //! current one — a lease of the batch taken over meanwhile answers `false` and stays its new
 //! holder's, the others are renewed (their expiry moved by the database's clock) — and a design

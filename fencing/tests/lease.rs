@@ -1,4 +1,4 @@
-//! The lease store's edge cases against a real PostgreSQL (SPEC §3.1): held vs expired vs
+//! The lease store's edge cases against a real PostgreSQL: held vs expired vs
 //! released, renew after expiry refused, tokens never reused, the local deadline.
 
 mod common;

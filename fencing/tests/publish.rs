@@ -1,4 +1,4 @@
-//! The publish stand-in against a real PostgreSQL (SPEC §3.3).
+//! The publish stand-in (F9's side effect that cannot take a token) against a real PostgreSQL.
 
 mod common;
 

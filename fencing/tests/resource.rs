@@ -1,5 +1,5 @@
 //! The resource's writes — the three fenced modes (each the fence of its built-in profile) and
-//! the three negative controls — against a real PostgreSQL (SPEC §3.2): what each accepts,
+//! the three negative controls — against a real PostgreSQL: what each accepts,
 //! what each rejects, and the `write_attempt` log; and the shared fence's lock at work — writers
 //! of the current token in parallel, an advance ordered after them, and without the lock, I3
 //! broken.

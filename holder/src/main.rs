@@ -1,4 +1,4 @@
-//! The holder: one lease holder as its own OS process (SPEC §4 "Holder process").
+//! The holder: one lease holder as its own OS process (docs/holder-protocol.md).
 //!
 //! It acquires the lease, starts a background renewer on its own thread (named `renewer`),
 //! checks its local deadline, reports that it is at the write point, and waits for the go-line on
@@ -12,8 +12,8 @@
 //! `--wait-after-write` right after the write: places where the lab kills it (F12). With
 //! `--renew-ms 0` it has no renewer: it acquires once and relies on the TTL (F13).
 //!
-//! The lease lives in one of two stores (`--store`): `postgres`, the lease store and fenced
-//! resource of SPEC §3 (the write is a part of a report scope), or `mariadb`, seed 000's fenced
+//! The lease lives in one of two stores (`--store`): `postgres`, seed 004's lease table and
+//! fenced resource (the write is a part of a report scope), or `mariadb`, seed 000's fenced
 //! job lease (the holder starts its run after acquiring, and the write is that run's completion;
 //! feature `mariadb`). Both go through [`Side`]: the same timeline, the same protocol.
 //!
@@ -307,7 +307,7 @@ where
     })
 }
 
-/// The lease store and the fenced resource of SPEC §3, on PostgreSQL.
+/// Seed 004's lease table and fenced resource, on PostgreSQL.
 struct PgSide {
     /// The lease store, reached through the trait every store implements.
     lease: Arc<dyn LeaseStore>,

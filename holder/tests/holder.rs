@@ -185,7 +185,8 @@ async fn a_holder_whose_deadline_passed_before_its_check_gives_up_without_writin
         }
     );
     h.next("before the check", EVENT_TIMEOUT).await?;
-    // The local deadline comes before the expiry by the database clock (SPEC §3.1).
+    // The local deadline comes before the expiry by the database clock: it is counted
+    // from before the acquire was sent, with the margin taken off the TTL.
     let lease = PgPoolOptions::new()
         .max_connections(1)
         .connect_with(

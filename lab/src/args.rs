@@ -68,7 +68,7 @@ pub enum LeaseStoreArg {
     /// the lock is held: the token.
     MariadbGetlockFenced,
     /// The lease table (seed 004's rows) renewed in batches: one statement per holder per
-    /// period, every lease it holds in it (issue 55's design beside one statement per lease).
+    /// period, every lease it holds in it, as schedulers renew theirs.
     PostgresBatched,
 }
 

@@ -1,4 +1,4 @@
-//! `lab library`: the published lock libraries, frozen as they ship (SPEC §10). Each library
+//! `lab library`: the published lock libraries, frozen as they ship. Each library
 //! holder (`holder/libraries/`, its package pinned and installed into a virtual environment by
 //! `scripts/ensure-library-holders.sh`) runs F1, F5, F4 and F12 on the lab's lock service in a
 //! container (`scenarios::library`); the evidence goes to `<evidence-dir>/library/output.txt`

@@ -1,4 +1,4 @@
-//! The databases' own locks as the lease store (issue 53): `--lease-store pg-advisory-fenced` and
+//! The databases' own locks as the lease store: `--lease-store pg-advisory-fenced` and
 //! `pg-advisory`, PostgreSQL's session-level advisory lock on the embedded cluster, and
 //! `mariadb-getlock-fenced` and `mariadb-getlock`, MariaDB's GET_LOCK on a local MariaDB the lab
 //! starts (feature `mariadb`) — no Docker. The experiments that act on a holder (F1, F3, F4, F5,
@@ -57,9 +57,9 @@ fn the_fenced_getlock_passes_the_holder_experiments_and_a_kill_frees_it_at_once(
 }
 
 /// The lease table renewed in batches (`postgres-batched`): the experiments every lease store
-/// runs pass, the fence-dependent ones in every fenced mode. F13 once failed its count here
-/// (issue 54 item 11: its row below the boundary ran wherever no lock service was the store, and
-/// was counted only on the lease table), in a run no test made.
+/// runs pass, the fence-dependent ones in every fenced mode. F13 is among them: its row below
+/// the boundary runs on every store that is not a lock service, so its count must hold on this
+/// store as on the lease table.
 #[test]
 fn the_batched_lease_table_passes_the_store_experiments_in_every_fenced_mode() -> anyhow::Result<()>
 {

@@ -42,7 +42,7 @@ fn bench_with_a_closed_stdout_still_writes_its_files_and_stops_its_cluster() -> 
     sb.assert_nothing_left()
 }
 
-/// `lab bench --leases` (issue 34): every cell measured on the real lease table, and the knee
+/// `lab bench --leases`: every cell measured on the real lease table, and the knee
 /// named where the store stops keeping up — 10 leases renewed every 150 ms by one holder are
 /// easy; 3000 by the same one holder (20000 renewals/s from one connection, the leases taken
 /// slower than their 450 ms TTL) cannot be, and the table and the knee line say so.
@@ -105,7 +105,7 @@ fn lease_scaling_measures_each_cell_and_names_the_knee() -> anyhow::Result<()> {
     sb.assert_nothing_left()
 }
 
-/// `lab bench --fence-cost` (issue 55 item 5): pgbench on the five statements at 16 and 64
+/// `lab bench --fence-cost`: pgbench on the five statements at 16 and 64
 /// writers, every cell's server CPU and WAL per transaction read, the floor line written — one
 /// round of 2 s cells, the test alone on the machine (a fresh-clone CI saw it starve its
 /// neighbours, and a 1 s cell of 64 clients beside them complete nothing). What a

@@ -86,7 +86,7 @@ fn a_seeded_run_passes_fenced_replays_its_schedule_and_fails_unfenced() -> anyho
 
     // The same seed, unfenced: the same schedule (its first line names the run, the rest are
     // the faults), and the unfenced resource breaks I3. As long as the fenced run: at 12 s (one
-    // crash of the schedule) a CI run under the suite's load once saw no violation there; at
+    // crash of the schedule) a run under the suite's load can show no violation there; at
     // 30 s the control showed 6-16 (measured).
     let (code, out) = chaos(
         tmp,
@@ -225,7 +225,7 @@ fn network_faults_without_a_network_are_refused_before_anything_runs() -> anyhow
     Ok(())
 }
 
-/// `lab chaos --holder-cmd` (issue 32): the example Python holder's looping form, under seed 4's
+/// `lab chaos --holder-cmd`: the example Python holder's looping form, under seed 4's
 /// schedule, passes every check of the fenced scopes with the unfenced control exposing a
 /// violation; a copy of it that writes its fenced scope without the fence fails I3 there.
 #[test]

@@ -428,7 +428,7 @@ fn chaos_on_containers_delays_and_partitions_holders_and_leaves_nothing() -> any
     Ok(())
 }
 
-/// `--lease-store patroni` (issue 18): F1 and F4 pass with the lease database on a Patroni
+/// `--lease-store patroni`: F1 and F4 pass with the lease database on a Patroni
 /// cluster's leader, and the run leaves nothing; SIGINT while F17 fails such a cluster over
 /// exits 130 within 10 s and leaves nothing either.
 #[test]
@@ -471,7 +471,7 @@ fn the_lease_store_on_patroni_runs_f1_and_f4_and_an_interrupted_failover_leaves_
     Ok(())
 }
 
-/// `lab chaos --faults failover` on a Patroni lease store (issue 18): the leader is cut off
+/// `lab chaos --faults failover` on a Patroni lease store: the leader is cut off
 /// from its peers, Patroni elects another, the holders follow it, and the fence at the resource
 /// holds whatever the lease store lost (I3 and durability pass; I2 is the lease store's verdict,
 /// measured, not assumed: the run may fail it). Each node's log is in the evidence; nothing is
@@ -544,9 +544,9 @@ fn chaos_fails_a_patroni_lease_store_over_and_the_fence_holds() -> anyhow::Resul
     Ok(())
 }
 
-/// `--lease-store redis|etcd|zookeeper` (issue 28): each lock service, in a container of its own,
+/// `--lease-store redis|etcd|zookeeper`: each lock service, in a container of its own,
 /// runs F1, F3, F4, F5, F10, F12, F13 and F16 — F4 and F16 in every fenced mode the lab offers
-/// (issue 54 item 11: a store's own run once failed only in the modes no test ran) — with its
+/// (a store's own run can fail in one mode and pass in the others) — with its
 /// own token and passes — every experiment
 /// ran, none failed; the only skip is F13 on ZooKeeper, with why — and leaves nothing (no rule
 /// either: F16 holds A by owner). One test per service, so that the test runner runs them side
@@ -629,7 +629,7 @@ fn zookeeper_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
     )
 }
 
-/// Curator's recipe as a process runs it (issue 55): every lock of a holder in one session. The
+/// Curator's recipe as a process runs it: every lock of a holder in one session. The
 /// same experiments as one session per lock, the same outcome: A's session, frozen past its
 /// timeout, expires with every lock in it.
 #[cfg(feature = "lock-services")]
@@ -641,7 +641,7 @@ fn zookeeper_session_passes_the_experiments_with_its_own_token() -> anyhow::Resu
     )
 }
 
-/// etcd's recipe as `concurrency.Session` runs it (issue 55): every lock of a holder on one
+/// etcd's recipe as `concurrency.Session` runs it: every lock of a holder on one
 /// session lease. The same experiments as a lease per lock, the same outcome.
 #[cfg(feature = "lock-services")]
 #[test]
@@ -649,7 +649,7 @@ fn etcd_session_passes_the_experiments_with_its_own_token() -> anyhow::Result<()
     passes_the_experiments_with_its_own_token("etcd-session", "create revision of the lock key")
 }
 
-/// PostgreSQL's advisory lock partitioned from its holder, and failed over by Patroni (issue 53):
+/// PostgreSQL's advisory lock partitioned from its holder, and failed over by Patroni:
 /// S6 (the new leader grants B the lock A still believes it holds; the counter fences A), F16 on
 /// `pg-advisory-fenced` (B takes the same lock A held, on the lease host) and S5 (with the
 /// system's TCP keepalives the server keeps the partitioned session, B refused; with keepalives
@@ -694,7 +694,7 @@ fn the_advisory_lock_partitioned_from_its_holder_keeps_it_until_the_servers_tcp_
     Ok(())
 }
 
-/// RL4 (issue 54 item 13): Redlock's validity, exercised — A frozen inside its acquire round
+/// RL4: Redlock's validity, exercised — A frozen inside its acquire round
 /// after a majority answered, past the TTL: as published A gives the lock up; with the
 /// validity check removed (the negative control) A writes while B holds the lock. Nothing is
 /// left behind.
@@ -721,9 +721,9 @@ fn redlocks_validity_stops_a_client_frozen_inside_its_acquire_round() -> anyhow:
 }
 
 /// What failing runs keep stays within a bound, their containers as their cluster directories
-/// (issue 54 item 14: 24 failing runs left 94 stopped containers): four failing runs in one temp
-/// dir, each keeping its lock service's container, and the fourth removes the first run's — the
-/// runs before the last two — saying so; the second's and third's stay, and its own.
+/// (unbounded, the stopped containers of every failing run would pile up): four failing runs in
+/// one temp dir, each keeping its lock service's container, and the fourth removes the first
+/// run's — the runs before the last two — saying so; the second's and third's stay, and its own.
 #[cfg(feature = "lock-services")]
 #[test]
 fn failing_runs_keep_their_containers_within_a_bound() -> anyhow::Result<()> {
@@ -804,7 +804,7 @@ fn redis_plain_without_a_token_fails_f4_and_f5_exposes_it() -> anyhow::Result<()
     Ok(())
 }
 
-/// `lab chaos --lease-store redis|etcd|zookeeper` (issue 28): the seeded run passes on each lock
+/// `lab chaos --lease-store redis|etcd|zookeeper`: the seeded run passes on each lock
 /// service — every check of the fenced scope holds — with its unfenced control exposing a
 /// violation under the same schedule, and leaves nothing behind. 60 s a store, as CI's own chaos
 /// run: at 20 s seed 4's schedule was too gentle for ZooKeeper's control, and at 30 s for etcd's
@@ -893,7 +893,7 @@ fn library_sandbox(
     Ok(Some((sb, root, python)))
 }
 
-/// `lab bench --leases … --library` (issue 55 item 3): a published library's own client takes and
+/// `lab bench --leases … --library`: a published library's own client takes and
 /// renews the leases beside the lab's client on the same service — redis-py on Redis (a call per
 /// lock) and kazoo on ZooKeeper (one session per process) — each row measured in the window with
 /// none expired and the clients' CPU read; a library the bench leaves out is refused with why.
@@ -962,7 +962,7 @@ fn the_lease_bench_holds_leases_through_the_libraries_own_clients() -> anyhow::R
     Ok(())
 }
 
-/// The library card (issue 52): one published library per service, as it ships from PyPI — kazoo
+/// The library card: one published library per service, as it ships from PyPI — kazoo
 /// on ZooKeeper, redis-py on Redis, etcd3gw on etcd — through F1, F5, F4 and F12. Each run's own
 /// checks must hold (exit 0), and the card must say what the runs showed: the paused holder's
 /// stale write accepted unfenced on all three (F5's control exposing it), rejected when fenced

@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The example Java holder (issue 32), shaped like seed 004's client, conforms: `lab holder
+/// The example Java holder, shaped like seed 004's client, conforms: `lab holder
 /// check` passes it whole — the protocol's plain paths, every fault point, F4, F10 and F12 —,
 /// F4's freeze shows every thread of the JVM in state T, its renewer among them, and `lab chaos`
 /// passes with its looping form, the control exposing a violation.
@@ -286,7 +286,7 @@ fn broken_copy(sb: &Sandbox, name: &str, edits: &[(&str, &str)]) -> anyhow::Resu
     Ok(path)
 }
 
-/// The local deadline judged without a fault point (issue 54 item 2): `lab holder check`'s late
+/// The local deadline judged without a fault point: `lab holder check`'s late
 /// acquire — the lease table locked while the holder's acquire is sent, let go the TTL later —
 /// judges a holder that refuses `--wait-before-check`, where F10 says skip. With its deadline
 /// check it conforms, F10's skip named in the verdict; without it, it does not (it conformed

@@ -47,7 +47,7 @@ Exit status:
     after_help = AFTER_HELP
 )]
 pub struct HolderFlags {
-    /// Where the lease lives: `postgres` (the lease store and the fenced resource, SPEC §3),
+    /// Where the lease lives: `postgres` (seed 004's lease table and fenced resource),
     /// `mariadb` (seed 000's fenced job lease and its runs; needs a holder built with the
     /// feature `mariadb`), or a lock service — `redis`, `redis-plain`, `etcd`, `zookeeper` — at
     /// `--store-endpoint` (the feature `lock-services`), the resource still on PostgreSQL.

@@ -1,4 +1,4 @@
--- The lab's tables of the protected resource (SPEC §3.2) and the publish stand-in (SPEC §3.3), in
+-- The lab's tables of the protected resource and the publish stand-in (F9's side effect), in
 -- database res26. The fence's own state (seed004's fence_floor) is the system under test's: its
 -- profile's resource.schema creates it beside these (fencing/profiles/).
 
@@ -25,7 +25,7 @@ CREATE TABLE write_attempt (
   at        timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
--- A downstream system that cannot take a fencing token (SPEC §3.3). `source_token` is only read
+-- A downstream system that cannot take a fencing token (F9). `source_token` is only read
 -- by the versioned variant, which rebuilds the fence at the business layer.
 CREATE TABLE publication (
   business_key  text PRIMARY KEY,

@@ -1,4 +1,4 @@
-//! The lease table with a **batched renewal** (issue 55): the lab's own lease rows (seed 004's
+//! The lease table with a **batched renewal**: the lab's own lease rows (seed 004's
 //! table and its acquire, release and inspect), renewed as real schedulers renew them — one
 //! statement per holder per period, every lease the holder holds in it — instead of one statement
 //! per lease.

@@ -3,9 +3,9 @@
 //! (`create_revision == 0`). The token is the key's **create revision**, what etcd's own docs name
 //! as its fencing token ("revision number in the case of etcd"): every write to the store raises
 //! the revision, so a later grant's is greater, with gaps. Renewal is one keep-alive of the lease
-//! on a keep-alive stream the store keeps open per lease — as etcd's own clients renew (one
-//! request on a long-lived stream, not a key read and a new stream per renewal: the bench's etcd
-//! fell behind at 1,000 leases that way). The lease is the holding: the key lives and dies with
+//! on a keep-alive stream the store keeps open per lease — as etcd's own clients renew: one
+//! request on a long-lived stream, where a key read and a new stream per renewal fall behind at
+//! 1,000 leases in the bench. The lease is the holding: the key lives and dies with
 //! it, and a lease etcd expired or revoked answers TTL 0, never renewed. Release revokes it.
 //!
 //! etcd rounds a lease's TTL up to whole seconds and never below its minimum (1.5 × the election
@@ -343,7 +343,7 @@ pub const KIND: StoreKind = StoreKind {
     open: Some(|at| Box::pin(open(at))),
 };
 
-/// etcd's lock recipe as its own clients run it (`concurrency.Session`, issue 55): every lock of
+/// etcd's lock recipe as its own clients run it (`concurrency.Session`): every lock of
 /// a client is attached to **one session lease** of that client, granted at its first lock and
 /// kept alive on one stream — a holder with 10,000 locks renews one lease, once per period. The
 /// token is the key's create revision, as [`EtcdLeaseStore`]'s. What it changes for fencing: the

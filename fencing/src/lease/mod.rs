@@ -1,4 +1,4 @@
-//! Lease stores: who may *start* work (SPEC §3.1, §9). A lease store grants a lease with an
+//! Lease stores: who may *start* work. A lease store grants a lease with an
 //! expiry by its own clock and, if its design has one, a token; it is anything that answers the
 //! four questions of [`LeaseStore`] — a SQL profile's table ([`sql`]), seed 000's job lease on
 //! MariaDB (`job_lease.rs`, feature `mariadb`), a lock service (an etcd lease, a ZooKeeper node, a

@@ -1,4 +1,4 @@
-//! The SQL lease store (SPEC §3.1): a lease table run by a profile's statements on PostgreSQL —
+//! The SQL lease store: a lease table run by a profile's statements on PostgreSQL —
 //! seed 004's own design unless `--sut` names another. Invariants I1 (at most one unexpired
 //! holder, by the database clock) and I2 (tokens strictly increase and are never reused).
 //!

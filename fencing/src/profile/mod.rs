@@ -1,5 +1,5 @@
 //! Profiles: a system under test described as data — its lease table with the four statements on
-//! it, and the resource's fence with its write — in a TOML file (issue 17). The lab's own design
+//! it, and the resource's fence with its write — in a TOML file. The lab's own design
 //! ships as the built-in profiles `seed004`, `seed004-single` and `seed004-shared` (the files in
 //! `fencing/profiles/`, compiled in): the SQL lease store and the resource run their
 //! statements, so the SQL of the lab's fence lives in those

@@ -1,4 +1,4 @@
-//! A lease store as production runs one (issue 18): three PostgreSQL servers managed by Patroni,
+//! A lease store as production runs one: three PostgreSQL servers managed by Patroni,
 //! with a three-member etcd cluster as Patroni's configuration store, each node one container on
 //! a private network of the run (an etcd member and a Patroni-managed server side by side, as
 //! small deployments put them). Patroni — not the lab — elects the leader and fails over when the

@@ -5,7 +5,7 @@
 //! starts); the two servers are not on a common network, so the resource's host has no route to
 //! the lease store's: a stronger separation than the role check of the embedded cluster, and P0
 //! shows it. With `--lease-store patroni` the lease store is a Patroni-managed cluster of three
-//! nodes on etcd (issue 18) on the lease's network, and the lab talks to its leader — after a
+//! nodes on etcd on the lease's network, and the lab talks to its leader — after a
 //! failover (`lab chaos`'s failover fault: the leader cut off from its peers, then let back), to
 //! the new one; the holders are given every node's address and find the leader themselves.
 

@@ -1,7 +1,7 @@
 //! Evidence: scenarios emit typed [`Event`]s into a [`Recorder`]; separate [`Reporter`]s turn the
 //! one stream into the terminal output and the files of the evidence directory.
 //!
-//! The text format (SPEC §4 "Evidence"):
+//! The text format (docs/guide.md, "What you will see"):
 //! ```text
 //! CASE F4 :: the paused old holder: …
 //!   ok   B acquired the lease, token=2 (expected=ACQUIRED token=2, actual=ACQUIRED token=2)

@@ -1,4 +1,4 @@
-//! The text output: [`render_text`] turns an event into the lines people read (SPEC §4), with a
+//! The text output: [`render_text`] turns an event into the lines people read, with a
 //! plain-text diff for a failed multi-line check, and [`TextReporter`] sends them to the terminal
 //! as they happen and to `output.txt` at the end. Also the sink (a terminal copy that a closed
 //! pipe ends quietly, and a file written whole) the JSON-lines and JUnit reporters share.

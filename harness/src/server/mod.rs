@@ -2,7 +2,7 @@
 //! keep) over one private directory type ([`dir::ServerDir`]: owner mark, `KEPT` mark, leftover
 //! removal), with one error type ([`ServerError`]).
 //!
-//! - [`postgres`]: the embedded PostgreSQL cluster (SPEC §4), the default lease store and
+//! - [`postgres`]: the embedded PostgreSQL cluster, the default lease store and
 //!   resource.
 //! - [`standby`]: a streaming standby of an embedded cluster, with the faults of a failover —
 //!   the link cut, the primary's host lost, the standby promoted (F14).

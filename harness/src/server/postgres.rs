@@ -1,4 +1,4 @@
-//! A throwaway PostgreSQL cluster made from the local server binaries (SPEC §4).
+//! A throwaway PostgreSQL cluster made from the local server binaries.
 //!
 //! The cluster lives in a [`ServerDir`] (`fencing-lab-*` under the system temp dir): `data/`
 //! (the data directory), `sock/` (the Unix socket, mode 0700) and `server.log`. It listens on

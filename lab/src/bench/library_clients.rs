@@ -1,5 +1,5 @@
 //! `lab bench --leases … --library ID,…`: the lease bench's holders through a published lock
-//! library's own client instead of the lab's Rust one (issue 55 item 3). Each holder is a Python
+//! library's own client instead of the lab's Rust one. Each holder is a Python
 //! process, `holder/libraries/libbench.py`, in the library holders' virtual environment
 //! (`scripts/ensure-library-holders.sh`): it takes its leases and renews them with the library's
 //! own calls on the lab's schedule, against the same lock service container, so that a row of

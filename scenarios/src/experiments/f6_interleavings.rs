@@ -3,7 +3,7 @@
 //!
 //! B's token is 3, not 2: a token is greater after a takeover, and gaps are allowed (a lock
 //! service's tokens have them), so a fence that counted on the floor's successor — `:token <=
-//! floor + 1` — refuses B's current write here, and the checks of it fail (issue 54 item 9).
+//! floor + 1` — refuses B's current write here, and the checks of it fail.
 //!
 //! (a) check-then-write, the fault: A (token 1) checks the floor (0), passes and pauses; B (token
 //!     3) checks, writes floor 3 and new(B); A resumes and writes floor 1 and old(A). Negative

@@ -1,4 +1,4 @@
-//! R1 — a token that goes back: ZooKeeper's sequence suffix (SPEC §9). Curator's lock makes its
+//! R1 — a token that goes back: ZooKeeper's sequence suffix. Curator's lock makes its
 //! parent a **container node**, which ZooKeeper deletes once its last child is gone
 //! (CURATOR-222); the sequential suffix is a counter of that parent, so when the parent is made
 //! anew it starts again at 0. A fence fed by the suffix sees the same token twice.

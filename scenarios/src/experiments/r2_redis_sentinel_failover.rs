@@ -1,5 +1,5 @@
-//! R2 — a token that goes back: Redis's `INCR` on a primary that Sentinel replaces (SPEC §9;
-//! Redisson #2669). Redis replicates asynchronously: the primary acknowledges a write before any
+//! R2 — a token that goes back: Redis's `INCR` on a primary that Sentinel replaces
+//! (Redisson #2669). Redis replicates asynchronously: the primary acknowledges a write before any
 //! replica has it. A fenced Redis lock (`redis`: `SET NX PX` and `INCR` of a counter in one
 //! script) whose primary is lost before the grant reached the replica hands the same token out
 //! again once Sentinel promotes the replica.

@@ -1,4 +1,4 @@
-//! R3 — a token that goes back: etcd restored from a snapshot (SPEC §9; etcd #16028). The etcd
+//! R3 — a token that goes back: etcd restored from a snapshot (etcd #16028). The etcd
 //! lock's token is the lock key's create revision — greater for every later write while the
 //! cluster keeps its history. An operator who restores a cluster from a snapshot taken before the
 //! last grants (the etcd 3.4 way: every member stopped, each data directory restored from the

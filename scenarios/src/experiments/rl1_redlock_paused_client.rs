@@ -602,7 +602,7 @@ mod tests {
 
     use super::Held;
 
-    /// The planted runs of issue 54 item 3: the overlap is judged on the intervals themselves,
+    /// Planted runs, instants set by hand: the overlap is judged on the intervals themselves,
     /// never a constant — grants one after the other (A's write before B's grant, or the instant
     /// of it) are not two holders at once.
     #[test]

@@ -14,7 +14,7 @@
 //! 3. **A bare majority**: with the two servers still stalled, the lab's own client takes, extends
 //!    and releases a lock on the three that answer — exactly a quorum acknowledges each.
 //!
-//! SPEC §10 RL4. RL1–RL3 freeze a client after it holds the lock; this is the one delay the
+//! RL1–RL3 freeze a client after it holds the lock; this is the one delay the
 //! validity exists for.
 
 use std::time::{Duration, Instant};

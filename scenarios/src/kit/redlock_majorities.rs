@@ -469,7 +469,7 @@ fn held_at_once(
 mod tests {
     use std::time::{Duration, Instant};
 
-    /// The planted runs of issue 54 item 3: the judgment flips with the instants, never a
+    /// Planted runs, instants set by hand: the judgment flips with the instants, never a
     /// constant — A's write before B's grant, or after its own validity, is one holder at a time.
     #[test]
     fn two_holders_at_once_only_when_a_writes_after_b_s_grant_still_valid() {

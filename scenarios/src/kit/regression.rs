@@ -1,4 +1,4 @@
-//! Token regression (SPEC §9): over a run's grants in real-time order, a grant made after
+//! Token regression: over a run's grants in real-time order, a grant made after
 //! another has a greater token. A fence is only as good as its token; this is the property the
 //! R-series breaks on purpose (a ZooKeeper suffix that starts again, a Redis counter lost in a
 //! failover, an etcd revision restored from an older snapshot) and chaos checks on every run.

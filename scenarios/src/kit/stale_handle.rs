@@ -1,4 +1,4 @@
-//! The probe of a handle whose token the lease store granted again (issue 54 item 9). Where a
+//! The probe of a handle whose token the lease store granted again. Where a
 //! store hands one token to two holdings of one lease — F11's reset reissues token 1, F14's
 //! asynchronous failover grants an acknowledged token again — the old holding's handle and the
 //! new holding carry the same lease and token, and only the holder's name tells them apart. A

@@ -1,4 +1,4 @@
-//! The library card (`evidence/library-card.md`, SPEC §10): one row per library@version ×
+//! The library card (`evidence/library-card.md`): one row per library@version ×
 //! service, every cell read off a run ([`super::Row`]) with the evidence line it came from, and
 //! one or two sentences per row that a user can act on — made from the same cells, never typed
 //! in by hand.

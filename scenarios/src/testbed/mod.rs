@@ -218,7 +218,7 @@ impl Testbed {
         })
     }
 
-    /// The run's settings (SPEC §5 defaults unless the command line set them): fixed for the
+    /// The run's settings (the defaults unless the command line set them): fixed for the
     /// whole run. What the open case runs with is [`Testbed::case`].
     pub fn params(&self) -> &Params {
         &self.params

@@ -1,7 +1,7 @@
-//! The run's parameters (SPEC §5 defaults, validated before anything starts), the system under
-//! test they resolve to (one profile, the fence the run gates), and the names of what every
-//! scenario contends for (the lease, the scope, its parts, the holders). Nothing here starts or
-//! reads anything.
+//! The run's parameters (docs/guide.md lists the defaults; validated before anything starts),
+//! the system under test they resolve to (one profile, the fence the run gates), and the names of
+//! what every scenario contends for (the lease, the scope, its parts, the holders). Nothing here
+//! starts or reads anything.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +9,9 @@ use std::time::Duration;
 use fencing::profile::{Dialect, JobProfile, Profile};
 use fencing::resource::{fenced_mode_profile, WriteMode, FENCED_MODES};
 
-/// The run's parameters (SPEC §5 defaults). Validated before anything starts, and fixed for the
-/// whole run: what changes from one case to the next (the lease store, the TTL it grants, the
-/// fence under test) is the case's ([`Case`]), which the runner sets.
+/// The run's parameters (docs/guide.md lists the defaults). Validated before anything starts,
+/// and fixed for the whole run: what changes from one case to the next (the lease store, the TTL
+/// it grants, the fence under test) is the case's ([`Case`]), which the runner sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Params {
     /// The case the run asks for: its lease store (`--lease-store`), TTL (`--ttl-ms`) and
