@@ -181,30 +181,27 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
          docstring (or, without one, its source) says the question answers, read from the \
          installed package.\n\n",
     );
-    out.push_str(
-        "| library | package@version | service | fence it exposes | F1 | F3 (one winner at a time) | stale write unfenced (F5) | stale write fenced (F4) | what it tells the application after the pause | its check, paused before it (F10) | release after the loss | after kill -9 (F12) | cut off from its service (F16) | its docs or source, against the run |\n",
-    );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| library | package@version | service | fence it exposes |");
+    for c in COLUMNS {
+        let _ = write!(out, " {} |", c.name);
+    }
+    out.push_str("\n|---|---|---|---|");
+    out.push_str(&"---|".repeat(COLUMNS.len()));
+    out.push('\n');
     for r in rows {
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "| {} | {}@{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}@{} | {} | {} |",
             r.library.id,
             r.library.package,
             r.version,
             markdown_cell(&r.service),
             r.library.fence.unwrap_or("none (`token=none`)"),
-            cell(&r.row.f1),
-            cell(&r.row.f3),
-            cell(&r.row.unfenced),
-            cell(&r.row.fenced),
-            cell(&r.row.told),
-            cell(&r.row.f10),
-            cell(&r.row.release),
-            cell(&r.row.killed),
-            cell(&r.row.partitioned),
-            markdown_cell(&against_docs(r)),
         );
+        for c in COLUMNS {
+            let _ = write!(out, " {} |", (c.markdown)(r));
+        }
+        out.push('\n');
     }
     out.push_str("\n## What to do, per library\n\n");
     for r in rows {
@@ -219,29 +216,49 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
     out
 }
 
-/// The columns of the card, each with how its cell is read off a row.
-type Column = (&'static str, fn(&CardRow<'_>) -> (String, String));
+/// A column of the card, in the Markdown card and the HTML one alike: its header, its cell's
+/// words with the evidence line they were read off (the HTML cell, its colour and its hover),
+/// and its Markdown cell.
+struct Column {
+    name: &'static str,
+    read: fn(&CardRow<'_>) -> (String, String),
+    markdown: fn(&CardRow<'_>) -> String,
+}
 
 /// The column of the library's answer after the pause.
 const TOLD: &str = "what it tells the application after the pause";
 
+/// A column read off one cell of the row.
+macro_rules! of_cell {
+    ($name:expr, $field:ident) => {
+        Column {
+            name: $name,
+            read: |r| said(&r.row.$field),
+            markdown: |r| cell(&r.row.$field),
+        }
+    };
+}
+
+/// The card's columns after the library's own (its name, package, service and fence), in order.
 const COLUMNS: &[Column] = &[
-    ("F1", |r| said(&r.row.f1)),
-    ("F3", |r| said(&r.row.f3)),
-    ("stale write unfenced (F5)", |r| said(&r.row.unfenced)),
-    ("stale write fenced (F4)", |r| said(&r.row.fenced)),
-    (TOLD, |r| said(&r.row.told)),
-    ("its check, paused before it (F10)", |r| said(&r.row.f10)),
-    ("release after the loss", |r| said(&r.row.release)),
-    ("after kill -9 (F12)", |r| said(&r.row.killed)),
-    ("cut off from its service (F16)", |r| {
-        said(&r.row.partitioned)
-    }),
-    ("its docs, against the run", |r| {
-        let all = against_docs(r);
-        let verdict = all.split(" — ").next().unwrap_or(&all).to_owned();
-        (verdict, all)
-    }),
+    of_cell!("F1", f1),
+    of_cell!("F3 (one winner at a time)", f3),
+    of_cell!("stale write unfenced (F5)", unfenced),
+    of_cell!("stale write fenced (F4)", fenced),
+    of_cell!(TOLD, told),
+    of_cell!("its check, paused before it (F10)", f10),
+    of_cell!("release after the loss", release),
+    of_cell!("after kill -9 (F12)", killed),
+    of_cell!("cut off from its service (F16)", partitioned),
+    Column {
+        name: "its docs or source, against the run",
+        read: |r| {
+            let all = against_docs(r);
+            let verdict = all.split(" — ").next().unwrap_or(&all).to_owned();
+            (verdict, all)
+        },
+        markdown: |r| markdown_cell(&against_docs(r)),
+    },
 ];
 
 fn said(c: &Cell) -> (String, String) {
@@ -300,8 +317,8 @@ pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
         esc(runs)
     );
     out.push_str("<table>\n<tr><th>library</th><th>service</th><th>fence it exposes</th>");
-    for (name, _) in COLUMNS {
-        let _ = write!(out, "<th>{}</th>", esc(name));
+    for c in COLUMNS {
+        let _ = write!(out, "<th>{}</th>", esc(c.name));
     }
     out.push_str("</tr>\n");
     for r in rows {
@@ -315,14 +332,14 @@ pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
             esc(r.service.split(" (").next().unwrap_or(&r.service)),
             esc(r.library.fence.unwrap_or("none")),
         );
-        for (name, read) in COLUMNS {
-            let (said, evidence) = read(r);
+        for c in COLUMNS {
+            let (said, evidence) = (c.read)(r);
             let short: String = said.chars().take(100).collect();
             let cut = if short.len() < said.len() { "…" } else { "" };
             let _ = write!(
                 out,
                 "<td class=\"{}\" title=\"{}\">{}{cut}</td>",
-                tone(name, &said, &r.row),
+                tone(c.name, &said, &r.row),
                 esc(&evidence),
                 esc(&short)
             );
@@ -341,4 +358,38 @@ pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
     }
     out.push_str("</ul>\n</section>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Markdown card and the HTML card head the same columns, from the one list: the
+    /// Markdown header and its rule have as many cells as the list and the library's own four,
+    /// and every name of the list heads an HTML column.
+    #[test]
+    fn both_cards_head_the_columns_of_the_one_list() {
+        let md = markdown(&[]);
+        let header = md
+            .lines()
+            .find(|l| l.starts_with("| library |"))
+            .expect("the Markdown header");
+        let rule = md
+            .lines()
+            .find(|l| l.starts_with("|---|"))
+            .expect("the rule");
+        let cells = |line: &str| line.matches('|').count() - 1;
+        assert_eq!(cells(header), COLUMNS.len() + 4, "{header}");
+        assert_eq!(cells(rule), cells(header), "{rule}");
+        let page = html(&[], "runs/");
+        for c in COLUMNS {
+            assert!(header.contains(&format!(" {} |", c.name)), "{}", c.name);
+            assert!(
+                page.contains(&format!("<th>{}</th>", esc(c.name))),
+                "{}",
+                c.name
+            );
+        }
+        assert!(header.ends_with("| its docs or source, against the run |"));
+    }
 }
