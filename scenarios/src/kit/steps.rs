@@ -1,8 +1,8 @@
 //! The step vocabulary: verbs that act, record their step on the timeline and check the outcome,
 //! in one call, with the holders as typed names ([`Who`]). An experiment written with them reads
-//! as its timeline: `expect` a holder's line, `acquire` and `write` as the lab's own client,
-//! `lab` for what the lab did to a holder. Each verb records its step with the store's clock
-//! read when it happened, and each check's words stay the experiment's own.
+//! as its timeline: `expect` a holder's line, `freeze` and `thaw` a holder, `acquire` and `write`
+//! as the lab's own client. Each verb records its step with the store's clock read when it
+//! happened, and each check's words stay the experiment's own.
 //!
 //! ```text
 //! let mut t = Steps::new(bed, rec);
