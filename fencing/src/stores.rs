@@ -11,18 +11,14 @@
 use std::sync::Arc;
 
 use crate::lease::{self, LeaseStore, StoreAt, StoreKind};
+pub use crate::lease::{Service, StoreId};
 use crate::{Error, Result};
 
 /// One lease store of the lab, built into this build or not.
 #[derive(Debug)]
 pub struct Store {
-    /// Its name: a holder's `--store`, `lab run --lease-store`.
-    pub name: &'static str,
-    /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
-    /// `zookeeper`) or — `mariadb`, for the named locks — a local MariaDB server the lab starts
-    /// (no Docker); `None`: it runs on the lab's lease database, or on servers an experiment
-    /// starts for itself (R2's `redis-wait`, the RL-series' Redlock).
-    pub service: Option<&'static str>,
+    /// Which store: its name and its service ([`StoreId`]).
+    pub id: StoreId,
     /// The cargo feature of `fencing` that builds its client; `None`: always built.
     pub feature: Option<&'static str>,
     /// What it is and how to open one, when this build has its client.
@@ -46,123 +42,120 @@ macro_rules! built {
 /// Every lease store the lab knows, one entry each.
 pub const STORES: &[Store] = &[
     Store {
-        name: "postgres",
-        service: None,
+        id: StoreId::Postgres,
         feature: None,
         kind: Some(lease::sql::KIND),
     },
     Store {
-        name: "postgres-batched",
-        service: None,
+        id: StoreId::PostgresBatched,
         feature: None,
         kind: Some(lease::batched::KIND),
     },
     Store {
-        name: "pg-advisory",
-        service: None,
+        id: StoreId::PgAdvisory,
         feature: None,
         kind: Some(lease::pg_advisory::KIND),
     },
     Store {
-        name: "pg-advisory-fenced",
-        service: None,
+        id: StoreId::PgAdvisoryFenced,
         feature: None,
         kind: Some(lease::pg_advisory::FENCED),
     },
     Store {
-        name: "mariadb",
-        service: None,
+        id: StoreId::Mariadb,
         feature: Some("mariadb"),
         kind: built!("mariadb", lease::job_lease::KIND),
     },
     Store {
-        name: "mariadb-getlock",
-        service: Some("mariadb"),
+        id: StoreId::MariadbGetlock,
         feature: Some("mariadb"),
         kind: built!("mariadb", lease::mariadb_getlock::KIND),
     },
     Store {
-        name: "mariadb-getlock-fenced",
-        service: Some("mariadb"),
+        id: StoreId::MariadbGetlockFenced,
         feature: Some("mariadb"),
         kind: built!("mariadb", lease::mariadb_getlock::FENCED),
     },
     Store {
-        name: "redis",
-        service: Some("redis"),
+        id: StoreId::Redis,
         feature: Some("redis"),
         kind: built!("redis", lease::redis::KIND),
     },
     Store {
-        name: "redis-plain",
-        service: Some("redis"),
+        id: StoreId::RedisPlain,
         feature: Some("redis"),
         kind: built!("redis", lease::redis::PLAIN),
     },
     Store {
-        name: "redis-wait",
-        service: None,
+        id: StoreId::RedisWait,
         feature: Some("redis"),
         kind: built!("redis", lease::redis::WAIT),
     },
     Store {
-        name: "redlock",
-        service: None,
+        id: StoreId::Redlock,
         feature: Some("redis"),
         kind: built!("redis", lease::redlock::KIND),
     },
     Store {
-        name: "redlock-fenced",
-        service: None,
+        id: StoreId::RedlockFenced,
         feature: Some("redis"),
         kind: built!("redis", lease::redlock::FENCED),
     },
     Store {
-        name: "redlock-unchecked",
-        service: None,
+        id: StoreId::RedlockUnchecked,
         feature: Some("redis"),
         kind: built!("redis", lease::redlock::UNCHECKED),
     },
     Store {
-        name: "etcd",
-        service: Some("etcd"),
+        id: StoreId::Etcd,
         feature: Some("etcd"),
         kind: built!("etcd", lease::etcd::KIND),
     },
     Store {
-        name: "etcd-session",
-        service: Some("etcd"),
+        id: StoreId::EtcdSession,
         feature: Some("etcd"),
         kind: built!("etcd", lease::etcd::SESSION),
     },
     Store {
-        name: "zookeeper",
-        service: Some("zookeeper"),
+        id: StoreId::Zookeeper,
         feature: Some("zookeeper"),
         kind: built!("zookeeper", lease::zookeeper::KIND),
     },
     Store {
-        name: "zookeeper-session",
-        service: Some("zookeeper"),
+        id: StoreId::ZookeeperSession,
         feature: Some("zookeeper"),
         kind: built!("zookeeper", lease::zookeeper::SESSION),
     },
     Store {
-        name: "zookeeper-suffix",
-        service: Some("zookeeper"),
+        id: StoreId::ZookeeperSuffix,
         feature: Some("zookeeper"),
         kind: built!("zookeeper", lease::zookeeper::SUFFIX),
     },
 ];
 
-/// The store named `name`, built or not.
-pub fn known(name: &str) -> Option<&'static Store> {
-    STORES.iter().find(|s| s.name == name)
+impl Store {
+    /// Its name ([`StoreId::name`]).
+    pub fn name(&self) -> &'static str {
+        self.id.name()
+    }
+
+    /// The lock service it runs on ([`StoreId::service`]).
+    pub fn service(&self) -> Option<Service> {
+        self.id.service()
+    }
 }
 
-/// The kind of the store named `name` when this build has its client.
-pub fn store_kind(name: &str) -> Option<&'static StoreKind> {
-    known(name)?.kind.as_ref()
+/// The entry of the store `id`.
+pub fn entry(id: StoreId) -> &'static Store {
+    STORES
+        .iter()
+        .find(|s| s.id == id)
+        .expect("every store has its entry (a test walks StoreId::ALL)")
+}
+
+/// The kind of the store `id` when this build has its client.
+pub fn store_kind(id: StoreId) -> Option<&'static StoreKind> {
+    entry(id).kind.as_ref()
 }
 
 /// The kinds of every store this build has, in the table's order.
@@ -170,43 +163,32 @@ pub fn built() -> impl Iterator<Item = &'static StoreKind> {
     STORES.iter().filter_map(|s| s.kind.as_ref())
 }
 
-/// The lock service the store named `name` runs on (`redis`, `etcd`, `zookeeper`), whether or
-/// not this build has its client; `None` for a store on the lab's databases.
-pub fn service_of(name: &str) -> Option<&'static str> {
-    known(name)?.service
-}
-
-/// Opens the store named `name` at `at`: the one place a lease store is chosen, for the lab and
-/// for every holder process. Returns once it is connected.
-pub async fn open(name: &str, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
-    let known_names = || built().map(|k| k.name).collect::<Vec<_>>().join(", ");
-    let kind = match known(name) {
-        Some(Store {
+/// Opens the store `id` at `at`: the one place a lease store is chosen, for the lab and for
+/// every holder process. Returns once it is connected.
+pub async fn open(id: StoreId, at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
+    let known_names = || built().map(|k| k.name()).collect::<Vec<_>>().join(", ");
+    let kind = match entry(id) {
+        Store {
             kind: Some(kind), ..
-        }) => kind,
-        Some(Store {
+        } => kind,
+        Store {
             feature: Some(feature),
             ..
-        }) => {
+        } => {
             return Err(Error::UnknownStore {
                 name: format!(
-                "{name} (this build left its client out: build with --features fencing/{feature})"
-            ),
+                    "{id} (this build left its client out: build with --features fencing/{feature})"
+                ),
                 known: known_names(),
             })
         }
-        _ => {
-            return Err(Error::UnknownStore {
-                name: name.to_owned(),
-                known: known_names(),
-            })
-        }
+        Store { feature: None, .. } => unreachable!("a store always built has its kind"),
     };
     let open = kind.open.ok_or_else(|| Error::UnknownStore {
-        name: format!("{name} (opened by the U-series itself)"),
+        name: format!("{id} (opened by the U-series itself)"),
         known: built()
             .filter(|k| k.open.is_some())
-            .map(|k| k.name)
+            .map(|k| k.name())
             .collect::<Vec<_>>()
             .join(", "),
     })?;
@@ -225,40 +207,27 @@ mod tests {
             if let Some(kind) = &store.kind {
                 assert_eq!(
                     kind.session_holdings,
-                    store.service == Some("zookeeper"),
+                    store.service() == Some(Service::Zookeeper),
                     "{}",
-                    store.name
+                    store.name()
                 );
             }
         }
     }
 
     #[test]
-    fn every_store_has_a_unique_name_and_its_kind_agrees_with_its_entry() {
-        let mut names: Vec<&str> = STORES.iter().map(|s| s.name).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(
-            names.len(),
-            STORES.len(),
-            "a name used twice in {STORES:#?}"
-        );
-        for s in STORES {
+    fn every_store_has_one_entry_and_its_kind_is_its_own() {
+        assert_eq!(STORES.len(), StoreId::ALL.len(), "{STORES:#?}");
+        for &id in StoreId::ALL {
+            let s = entry(id);
             if let Some(k) = &s.kind {
-                assert_eq!((k.name, k.service), (s.name, s.service), "{s:?}");
+                assert_eq!(k.id, id, "{s:?}");
                 assert!(!k.token.is_empty() && !k.about.is_empty(), "{k:?}");
-                let found = store_kind(s.name).expect("built");
-                assert_eq!((found.name, found.token), (k.name, k.token), "{s:?}");
-            } else {
-                assert!(store_kind(s.name).is_none(), "{s:?}");
             }
             assert!(
                 s.kind.is_some() || s.feature.is_some(),
                 "{s:?}: always built"
             );
         }
-        assert_eq!(known("no-such-store").map(|s| s.name), None);
-        assert_eq!(service_of("redis-plain"), Some("redis"));
-        assert_eq!(service_of("postgres"), None);
     }
 }

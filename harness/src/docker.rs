@@ -48,11 +48,11 @@ pub trait Docker: Send + Sync {
         mark: &'a str,
         n: usize,
     ) -> Answer<'a, Result<anyhow::Result<Box<dyn OwnServers>>, String>>;
-    /// The lock service `service` (`redis`, `etcd`, `zookeeper`) in a container of its own;
-    /// returns once it answers on its port.
+    /// The lock service `service` in a container of its own; returns once it answers on its
+    /// port.
     fn lock_service<'a>(
         &'a self,
-        service: &'a str,
+        service: ContainedService,
         mark: &'a str,
     ) -> HostsFuture<'a, Box<dyn LockService>>;
     /// A Redis primary, its replica and three Sentinels; returns once the replica has
@@ -369,8 +369,37 @@ pub async fn own_servers(
     }
 }
 
+/// A lock service the container backend starts in a container of its own (the lab's lease
+/// stores on Redis, etcd and ZooKeeper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainedService {
+    Redis,
+    Etcd,
+    Zookeeper,
+}
+
+impl ContainedService {
+    /// Its name, as the evidence and the containers' labels spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ContainedService::Redis => "redis",
+            ContainedService::Etcd => "etcd",
+            ContainedService::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+impl std::fmt::Display for ContainedService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Starts the lock service `service` (see [`Docker::lock_service`]).
-pub async fn lock_service(service: &str, mark: &str) -> anyhow::Result<Box<dyn LockService>> {
+pub async fn lock_service(
+    service: ContainedService,
+    mark: &str,
+) -> anyhow::Result<Box<dyn LockService>> {
     backend(&format!("--lease-store {service}"))?
         .lock_service(service, mark)
         .await

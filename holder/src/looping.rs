@@ -74,7 +74,7 @@ async fn open_lease(flags: &HolderFlags, margin: Duration) -> Result<Arc<dyn Lea
         endpoints: flags.store_endpoint.iter().cloned().collect(),
     };
     loop {
-        match fencing::stores::open(&flags.store, &at).await {
+        match fencing::stores::open(crate::store_of(flags), &at).await {
             Ok(lease) => return Ok(lease),
             Err(e @ fencing::Error::UnknownStore { .. }) => return Err(e.to_string()),
             // Polling the service's state (does it answer?), as `connect` polls the server's.

@@ -30,7 +30,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory as _, FromArgMatches as _};
-use fencing::lease::{Grant, LeaseStore, SqlLeaseStore};
+use fencing::lease::{Grant, LeaseStore, SqlLeaseStore, StoreId};
 use fencing::profile::Profile;
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::Database;
@@ -75,12 +75,32 @@ fn read_request() -> Result<Option<Request>, String> {
     }
 }
 
+/// The lease store `--store` names, parsed where the holder starts (exit 2 for a name the lab
+/// does not know): from here on the holder decides on the [`StoreId`], not on its spelling.
+fn store_of(flags: &HolderFlags) -> StoreId {
+    flags.store.parse().unwrap_or_else(|_| {
+        usage(format!(
+            "invalid value for '--store <STORE>': {:?}; expected one of: {}",
+            flags.store,
+            built_stores()
+        ))
+    })
+}
+
+/// The stores this build opens, each with a line about it.
+fn built_stores() -> String {
+    fencing::stores::built()
+        .map(|k| format!("{} ({})", k.name(), k.about))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn main() -> ExitCode {
     let flags = parse_flags();
-    let outcome = match flags.store.as_str() {
+    let outcome = match store_of(&flags) {
         // A lease store the lab opens on its lease database (stores::STORES), the resource
         // fenced by the profile's floor.
-        name if fencing::stores::store_kind(name).is_some_and(|k| k.open.is_some()) => {
+        id if fencing::stores::store_kind(id).is_some_and(|k| k.open.is_some()) => {
             let mode = flags
                 .mode
                 .parse::<WriteMode>()
@@ -119,7 +139,7 @@ fn main() -> ExitCode {
             run::<PgSide>(&flags, mode)
         }
         #[cfg(feature = "mariadb")]
-        "mariadb" => {
+        StoreId::Mariadb => {
             if flags.wait_before_commit {
                 usage("--wait-before-commit: only --store postgres has a write transaction".into());
             }
@@ -134,17 +154,16 @@ fn main() -> ExitCode {
             run::<job::JobSide>(&flags, completion)
         }
         #[cfg(not(feature = "mariadb"))]
-        "mariadb" => usage(
+        StoreId::Mariadb => usage(
             "--store mariadb: this holder was built without MariaDB support \
              (cargo build -p holder --features holder/mariadb)"
                 .into(),
         ),
         other => usage(format!(
-            "invalid value for '--store <STORE>': {other:?}; expected one of: {}",
-            fencing::stores::built()
-                .map(|k| format!("{} ({})", k.name, k.about))
-                .collect::<Vec<_>>()
-                .join("; ")
+            "invalid value for '--store <STORE>': {:?}: this holder was built without its \
+             client; expected one of: {}",
+            other.name(),
+            built_stores()
         )),
     };
     ExitCode::from(match outcome {
@@ -343,7 +362,7 @@ impl Side for PgSide {
             ),
             endpoints: flags.store_endpoint.iter().cloned().collect(),
         };
-        let lease: Arc<dyn LeaseStore> = fencing::stores::open(&flags.store, &at)
+        let lease: Arc<dyn LeaseStore> = fencing::stores::open(store_of(flags), &at)
             .await
             .map_err(|e| with_causes(&e))?;
         let resource = if for_renewer {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use fencing::lease::StoreId;
 
 /// Where the lease store and the resource run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -84,22 +85,25 @@ impl LeaseStoreArg {
         }
     }
 
-    /// The lease store's name (`fencing::stores::STORES`, a holder's `--store`).
-    pub fn store(self) -> &'static str {
+    /// The lease store it names.
+    pub fn store(self) -> StoreId {
         match self {
-            LeaseStoreArg::Redis => "redis",
-            LeaseStoreArg::RedisPlain => "redis-plain",
-            LeaseStoreArg::Etcd => "etcd",
-            LeaseStoreArg::EtcdSession => "etcd-session",
-            LeaseStoreArg::Zookeeper => "zookeeper",
-            LeaseStoreArg::ZookeeperSession => "zookeeper-session",
-            LeaseStoreArg::ZookeeperSuffix => "zookeeper-suffix",
-            LeaseStoreArg::PgAdvisory => "pg-advisory",
-            LeaseStoreArg::PgAdvisoryFenced => "pg-advisory-fenced",
-            LeaseStoreArg::MariadbGetlock => "mariadb-getlock",
-            LeaseStoreArg::MariadbGetlockFenced => "mariadb-getlock-fenced",
-            LeaseStoreArg::PostgresBatched => "postgres-batched",
-            _ => "postgres",
+            LeaseStoreArg::Redis => StoreId::Redis,
+            LeaseStoreArg::RedisPlain => StoreId::RedisPlain,
+            LeaseStoreArg::Etcd => StoreId::Etcd,
+            LeaseStoreArg::EtcdSession => StoreId::EtcdSession,
+            LeaseStoreArg::Zookeeper => StoreId::Zookeeper,
+            LeaseStoreArg::ZookeeperSession => StoreId::ZookeeperSession,
+            LeaseStoreArg::ZookeeperSuffix => StoreId::ZookeeperSuffix,
+            LeaseStoreArg::PgAdvisory => StoreId::PgAdvisory,
+            LeaseStoreArg::PgAdvisoryFenced => StoreId::PgAdvisoryFenced,
+            LeaseStoreArg::MariadbGetlock => StoreId::MariadbGetlock,
+            LeaseStoreArg::MariadbGetlockFenced => StoreId::MariadbGetlockFenced,
+            LeaseStoreArg::PostgresBatched => StoreId::PostgresBatched,
+            LeaseStoreArg::Single
+            | LeaseStoreArg::Patroni
+            | LeaseStoreArg::PatroniSync
+            | LeaseStoreArg::PatroniStrict => StoreId::Postgres,
         }
     }
 }
@@ -256,7 +260,7 @@ pub enum Command {
         /// --sut or --lease-store the card grades every built-in design and every lock service
         /// of the build (in containers: a Docker engine must answer).
         #[arg(long, value_name = "STORE")]
-        lease_store: Vec<String>,
+        lease_store: Vec<StoreId>,
         /// Grade your own holder (docs/holder-protocol.md): one row, the experiments that start
         /// a holder run with this command (its write is its own fence), the others n/a with why;
         /// repeatable. E.g. `--holder-cmd examples/holders/python/holder.py`

@@ -3,6 +3,7 @@
 //! `lab run` write its evidence, plus the schedule, the history and the verdict.
 
 use anyhow::{anyhow, Context as _};
+use fencing::lease::StoreId;
 use fencing::resource::WriteMode;
 use harness::evidence::junit::JunitReporter;
 use harness::evidence::timeline::TimelineReporter;
@@ -108,11 +109,11 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<Ended> {
     // A lock service (not ZooKeeper, whose client reconnects at once on a new connection) is
     // a host of its own: its holders can be partitioned from it on the embedded backend too.
     let store = args.lease_store.store();
-    let service_to_cut = fencing::stores::service_of(store).is_some() && store != "zookeeper";
+    let service_to_cut = store.service().is_some() && store != StoreId::Zookeeper;
     if let Some(kind) = args.faults.iter().flatten().find(|k| {
         k.needs_containers() && !containers && !(service_to_cut && **k == FaultKind::Partition)
     }) {
-        if store == "zookeeper" && *kind == FaultKind::Partition {
+        if store == StoreId::Zookeeper && *kind == FaultKind::Partition {
             anyhow::bail!(
                 "--faults partition on ZooKeeper: its client reconnects at once on a new \
                  connection and re-attaches its session, which holding the connections it has \

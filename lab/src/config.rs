@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use fencing::lease::StoreId;
 use fencing::profile::{Dialect, Profile, Sut};
 use fencing::resource::{self, WriteMode};
 use harness::server::{ClusterConfig, PgBinaries};
@@ -67,21 +68,22 @@ fn again_with(named: bool, args: &RunArgs) -> Vec<Arc<Profile>> {
 /// The lock services F4 and F5 run again on (`--again-on`): every one of the build with a
 /// token by default — and the database's fenced advisory lock, on the lab's own server —, none
 /// when a store was named.
-fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
+fn again_on(args: &RunArgs) -> anyhow::Result<Vec<StoreId>> {
     // A second design on a service already repeated (etcd-session beside etcd,
     // zookeeper-session beside zookeeper) is repeated only when asked (--again-on etcd-session).
     let offered = || {
         fencing::stores::built()
-            .filter(|k| k.sound && (k.service.is_some() || k.freed_on_disconnect))
+            .filter(|k| k.sound && (k.service().is_some() || k.freed_on_disconnect))
     };
-    let by_default =
-        |k: &&fencing::lease::StoreKind| !matches!(k.name, "etcd-session" | "zookeeper-session");
+    let by_default = |k: &&fencing::lease::StoreKind| {
+        !matches!(k.id, StoreId::EtcdSession | StoreId::ZookeeperSession)
+    };
     match args.again_on.as_deref() {
         // A holder of the user's runs its own lease client: F4 and F5 are not repeated on the
         // lab's lock services unless asked.
         None if args.holder_cmd.is_some() => Ok(Vec::new()),
         None if args.lease_store == LeaseStoreArg::Single => {
-            Ok(offered().filter(by_default).map(|k| k.name).collect())
+            Ok(offered().filter(by_default).map(|k| k.id).collect())
         }
         None | Some("none") => Ok(Vec::new()),
         Some(_) if args.lease_store != LeaseStoreArg::Single => {
@@ -90,14 +92,15 @@ fn again_on(args: &RunArgs) -> anyhow::Result<Vec<&'static str>> {
         Some(list) => list
             .split(',')
             .map(|name| {
+                let id = name.trim().parse::<StoreId>().ok();
                 offered()
-                    .find(|k| k.name == name.trim())
-                    .map(|k| k.name)
+                    .find(|k| Some(k.id) == id)
+                    .map(|k| k.id)
                     .ok_or_else(|| {
                         anyhow::anyhow!(
                             "--again-on {name}: not a lock of this build whose token holds; pass \
                          some of {} (or none){}",
-                            offered().map(|k| k.name).collect::<Vec<_>>().join(", "),
+                            offered().map(|k| k.name()).collect::<Vec<_>>().join(", "),
                             if offered().next().is_none() {
                                 " — this build has none: build with --features lab/lock-services"
                             } else {
@@ -431,7 +434,7 @@ impl Config {
                 "again_on".to_owned(),
                 format!(
                     "F4 and F5 again on the locks {} (a lock service each in a container of its own, started on first use; an advisory lock on the lab's own server; each one's version and settings in each case's first note)",
-                    p.again_on.join(", ")
+                    p.again_on.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
                 ),
             ));
         }

@@ -13,6 +13,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use fencing::lease::{Service, StoreId};
 use harness::evidence::{render_text, Event};
 use scenarios::Backend;
 
@@ -111,9 +112,9 @@ fn token_of(case: &scenarios::Case, holder: bool) -> String {
 }
 
 /// How to build the lab with the client of the store `store`, for the line that refuses it.
-fn build_hint(store: &str) -> &'static str {
-    match fencing::stores::service_of(store) {
-        Some("mariadb") => {
+fn build_hint(store: StoreId) -> &'static str {
+    match store.service() {
+        Some(Service::Mariadb) => {
             " (build with --features lab/mariadb,holder/mariadb: ./run.sh does when MariaDB is installed)"
         }
         Some(_) => {
@@ -128,14 +129,14 @@ fn build_hint(store: &str) -> &'static str {
 /// their session's connection closes). Each must be a value of `--lease-store` (checked where it
 /// is graded).
 fn gradable(kind: &fencing::lease::StoreKind) -> bool {
-    kind.service.is_some() || kind.freed_on_disconnect
+    kind.service().is_some() || kind.freed_on_disconnect
 }
 
 /// The lease stores the card grades as designs of their own ([`gradable`]): into `designs`, or
 /// into `not_graded` with why (a lock service where no Docker engine answers). `Err`: the card
 /// cannot run.
 fn lease_store_designs(
-    stores: &[String],
+    stores: &[StoreId],
     every: bool,
     designs: &mut Vec<(String, String, bool, Graded)>,
     not_graded: &mut Vec<(String, String)>,
@@ -154,41 +155,45 @@ fn lease_store_designs(
             && if every {
                 k.sound || !k.has_token
             } else {
-                stores.iter().any(|s| s == k.name)
+                stores.contains(&k.id)
             }
     });
     let engine = crate::runtime()
         .map_err(|e| e.to_string())
         .and_then(|rt| rt.block_on(harness::docker::engine()));
     for kind in services {
-        let design = if kind.name == "redis" {
+        let design = if kind.id == StoreId::Redis {
             "redis-fenced"
         } else {
-            kind.name
+            kind.name()
         };
-        let store = <LeaseStoreArg as clap::ValueEnum>::from_str(kind.name, false);
+        let store = <LeaseStoreArg as clap::ValueEnum>::value_variants()
+            .iter()
+            .find(|v| v.store() == kind.id)
+            .copied()
+            .ok_or("no value of --lease-store names it");
         // A store on the lab's own lease database needs no engine.
         // Nor does the named locks' MariaDB, a local server the lab starts.
-        let ready: Result<(), String> = match kind.service {
-            None | Some("mariadb") => Ok(()),
+        let ready: Result<(), String> = match kind.service() {
+            None | Some(Service::Mariadb) => Ok(()),
             Some(_) => engine.as_ref().map(|_| ()).map_err(|e| e.to_string()),
         };
         match (ready, store) {
             (Ok(_), Ok(store)) => designs.push((
                 design.into(),
-                format!("--lease-store {}: {}", kind.name, kind.about),
+                format!("--lease-store {}: {}", kind.name(), kind.about),
                 kind.sound,
                 Graded::LeaseStore(store),
             )),
             (Ok(_), Err(e)) => {
                 // A store of the registry that `lab run --lease-store` does not offer: a
                 // store added without its value there. The card cannot run it.
-                eprintln!("lab grade: {design}: --lease-store {}: {e}", kind.name);
+                eprintln!("lab grade: {design}: --lease-store {}: {e}", kind.name());
                 return Err(Ended::CouldNotRun);
             }
             (Err(why), _) => not_graded.push((
                 design.into(),
-                format!("the lock service {} in a container — {why}", kind.name),
+                format!("the lock service {} in a container — {why}", kind.name()),
             )),
         }
     }
@@ -196,15 +201,15 @@ fn lease_store_designs(
 }
 
 /// The first `--lease-store` this build does not grade, said in one line: `CouldNotRun`.
-fn unknown_store(stores: &[String]) -> Option<Ended> {
-    for store in stores {
-        let known = fencing::stores::built().any(|k| gradable(k) && k.name == store);
+fn unknown_store(stores: &[StoreId]) -> Option<Ended> {
+    for &store in stores {
+        let known = fencing::stores::built().any(|k| gradable(k) && k.id == store);
         if !known {
             eprintln!(
                 "lab grade: --lease-store {store}: not a lease store of this build the card grades; pass one of: {}{}",
                 fencing::stores::built()
                     .filter(|k| gradable(k))
-                    .map(|k| k.name)
+                    .map(|k| k.name())
                     .collect::<Vec<_>>()
                     .join(", "),
                 build_hint(store)
@@ -217,7 +222,7 @@ fn unknown_store(stores: &[String]) -> Option<Ended> {
 
 pub fn run(
     suts: Vec<String>,
-    stores: Vec<String>,
+    stores: Vec<StoreId>,
     holders: Vec<String>,
     evidence_dir: PathBuf,
 ) -> Ended {

@@ -35,6 +35,7 @@ pub fn run(args: LibraryArgs) -> Ended {
 #[cfg(feature = "lock-services")]
 mod on_services {
     use anyhow::Context as _;
+    use fencing::lease::StoreId;
     use std::path::Path;
     use std::sync::{Arc, Mutex};
 
@@ -143,7 +144,7 @@ mod on_services {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("failed to create {}", dir.display()))?;
         let mut params = Params::default();
-        params.case.store = fencing::lease::sql::KIND.name;
+        params.case.store = StoreId::Postgres;
         // A JVM library holder writes over JDBC, which cannot use the Unix socket: TCP too, on a
         // free port.
         let cluster = ClusterConfig {
@@ -239,10 +240,10 @@ mod on_services {
     ) -> Vec<card::CardRow<'a>> {
         let mut rows = Vec::new();
         for (lib, version) in libs {
-            let (row, service) = if lib.store == "redlock" {
+            let (row, service) = if lib.store == StoreId::Redlock {
                 on_redlock_servers(bed, rec, lib, installed).await
             } else {
-                let row = match bed.use_store(store_of(lib)).await {
+                let row = match bed.use_store(lib.store).await {
                     Ok(()) => library::run(bed, rec, lib, installed).await,
                     Err(e) => could_not_start(rec, lib, &e),
                 };
@@ -254,7 +255,7 @@ mod on_services {
                     None
                 };
                 let service = service.or_else(|| bed.describe_service()).map_or_else(
-                    || lib.store.to_owned(),
+                    || lib.store.name().to_owned(),
                     // (Redis's own version line goes on with its build: cut at its sha.)
                     |d| {
                         let d = d.split(" at ").next().unwrap_or(&d);
@@ -309,20 +310,11 @@ mod on_services {
             Err(e) => return (could_not_start(rec, lib, &e), service),
         };
         let on_them = Installed {
-            servers: Some(("redlock", servers.endpoints().join(","))),
+            servers: Some((StoreId::Redlock, servers.endpoints().join(","))),
             ..installed.clone()
         };
         let row = library::run(bed, rec, lib, &on_them).await;
         servers.remove().await;
         (row, service)
-    }
-
-    /// The lab's store on `lib`'s service (a `&'static` name the lab knows).
-    fn store_of(lib: &Library) -> &'static str {
-        fencing::stores::STORES
-            .iter()
-            .map(|k| k.name)
-            .find(|name| *name == lib.store)
-            .unwrap_or("postgres")
     }
 }

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use fencing::lease::{Service, StoreId};
 use harness::evidence::escape::markdown_cell;
 use scenarios::{Needs, Scenario, Spec};
 
@@ -51,11 +52,11 @@ pub fn runs_on(s: &Spec) -> String {
         fencing::stores::STORES
             .iter()
             .filter(|store| {
-                store.service == Some(store.name)
-                    || matches!(store.name, "pg-advisory" | "mariadb-getlock")
+                store.service().map(Service::first_store) == Some(store.id)
+                    || store.id == StoreId::PgAdvisory
             })
-            .map(|store| store.name)
-            .filter(|store| s.lock_services.on(store).is_ok()),
+            .filter(|store| s.lock_services.on(store.id).is_ok())
+            .map(|store| store.name()),
     );
     if !also.is_empty() {
         let _ = write!(on, "; also {}", also.join(", "));

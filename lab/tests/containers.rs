@@ -20,6 +20,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::poll;
+use fencing::lease::StoreId;
+#[cfg(feature = "lock-services")]
 use harness::require::{self, Dependency};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -552,10 +554,11 @@ fn chaos_fails_a_patroni_lease_store_over_and_the_fence_holds() -> anyhow::Resul
 /// either: F16 holds A by owner). One test per service, so that the test runner runs them side
 /// by side with the other tests.
 #[cfg(feature = "lock-services")]
-fn passes_the_experiments_with_its_own_token(store: &str, token: &str) -> anyhow::Result<()> {
+fn passes_the_experiments_with_its_own_token(id: StoreId, token: &str) -> anyhow::Result<()> {
     let Some(sandbox) = sandbox()? else {
         return Ok(());
     };
+    let store = id.name();
     let only = "F1,F3,F4,F5,F10,F12,F13,F16";
     let (pid, code, out) = lab_run(
         sandbox.path(),
@@ -571,7 +574,7 @@ fn passes_the_experiments_with_its_own_token(store: &str, token: &str) -> anyhow
         );
     }
     let skips: Vec<&str> = out.lines().filter(|l| l.starts_with("  skip")).collect();
-    let zookeeper = store.starts_with("zookeeper");
+    let zookeeper = id.service() == Some(fencing::lease::Service::Zookeeper);
     let expected_skips = if zookeeper { 2 } else { 1 };
     assert_eq!(
         skips.len(),
@@ -611,20 +614,20 @@ fn passes_the_experiments_with_its_own_token(store: &str, token: &str) -> anyhow
 #[cfg(feature = "lock-services")]
 #[test]
 fn redis_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
-    passes_the_experiments_with_its_own_token("redis", "INCR of the lock's counter key")
+    passes_the_experiments_with_its_own_token(StoreId::Redis, "INCR of the lock's counter key")
 }
 
 #[cfg(feature = "lock-services")]
 #[test]
 fn etcd_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
-    passes_the_experiments_with_its_own_token("etcd", "create revision of the lock key")
+    passes_the_experiments_with_its_own_token(StoreId::Etcd, "create revision of the lock key")
 }
 
 #[cfg(feature = "lock-services")]
 #[test]
 fn zookeeper_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
     passes_the_experiments_with_its_own_token(
-        "zookeeper",
+        StoreId::Zookeeper,
         "czxid of the lock's ephemeral sequential node",
     )
 }
@@ -636,7 +639,7 @@ fn zookeeper_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
 #[test]
 fn zookeeper_session_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
     passes_the_experiments_with_its_own_token(
-        "zookeeper-session",
+        StoreId::ZookeeperSession,
         "czxid of the lock's ephemeral sequential node, every lock of a client in one session",
     )
 }
@@ -646,7 +649,10 @@ fn zookeeper_session_passes_the_experiments_with_its_own_token() -> anyhow::Resu
 #[cfg(feature = "lock-services")]
 #[test]
 fn etcd_session_passes_the_experiments_with_its_own_token() -> anyhow::Result<()> {
-    passes_the_experiments_with_its_own_token("etcd-session", "create revision of the lock key")
+    passes_the_experiments_with_its_own_token(
+        StoreId::EtcdSession,
+        "create revision of the lock key",
+    )
 }
 
 /// PostgreSQL's advisory lock partitioned from its holder, and failed over by Patroni:
@@ -810,10 +816,11 @@ fn redis_plain_without_a_token_fails_f4_and_f5_exposes_it() -> anyhow::Result<()
 /// run: at 20 s seed 4's schedule was too gentle for ZooKeeper's control, and at 30 s for etcd's
 /// when the machine was loaded (0 violations each time; measured). One test per service.
 #[cfg(feature = "lock-services")]
-fn chaos_passes_and_its_control_exposes_a_violation(store: &str) -> anyhow::Result<()> {
+fn chaos_passes_and_its_control_exposes_a_violation(id: StoreId) -> anyhow::Result<()> {
     let Some(sandbox) = sandbox()? else {
         return Ok(());
     };
+    let store = id.name();
     // etcd's leases live whole seconds (2 s for 1.5 s asked): fewer takeovers. At 60 s its
     // control saw no violation with 4 holders once in CI, nor with 6 (more holders: a pause
     // hits the one holding less often). Three holders and pauses only: 17 and 21
@@ -828,7 +835,7 @@ fn chaos_passes_and_its_control_exposes_a_violation(store: &str) -> anyhow::Resu
         "60s",
         "--holders",
     ];
-    if store == "etcd" {
+    if id == StoreId::Etcd {
         args.extend(["3", "--faults", "pause"]);
     } else {
         args.push("4");
@@ -855,19 +862,19 @@ fn chaos_passes_and_its_control_exposes_a_violation(store: &str) -> anyhow::Resu
 #[cfg(feature = "lock-services")]
 #[test]
 fn chaos_on_redis_passes_and_its_control_exposes_a_violation() -> anyhow::Result<()> {
-    chaos_passes_and_its_control_exposes_a_violation("redis")
+    chaos_passes_and_its_control_exposes_a_violation(StoreId::Redis)
 }
 
 #[cfg(feature = "lock-services")]
 #[test]
 fn chaos_on_etcd_passes_and_its_control_exposes_a_violation() -> anyhow::Result<()> {
-    chaos_passes_and_its_control_exposes_a_violation("etcd")
+    chaos_passes_and_its_control_exposes_a_violation(StoreId::Etcd)
 }
 
 #[cfg(feature = "lock-services")]
 #[test]
 fn chaos_on_zookeeper_passes_and_its_control_exposes_a_violation() -> anyhow::Result<()> {
-    chaos_passes_and_its_control_exposes_a_violation("zookeeper")
+    chaos_passes_and_its_control_exposes_a_violation(StoreId::Zookeeper)
 }
 
 /// [`sandbox`] for the library card's tests, with the checkout's root and the library

@@ -140,7 +140,8 @@ fn only_f1_passes() -> String {
         .iter()
         .find(|s| s.spec().id == "F1")
         .expect("F1 is in the registry");
-    let declared = [p0.spec(), f1.spec()].map(|spec| spec.checks_in("postgres", false));
+    let declared =
+        [p0.spec(), f1.spec()].map(|spec| spec.checks_in(fencing::lease::StoreId::Postgres, false));
     format!(
         "SUMMARY passed={} failed=0\n",
         declared.iter().sum::<usize>()

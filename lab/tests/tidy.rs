@@ -43,6 +43,11 @@ const SQL: &str = "SQL in a scenario (it belongs in fencing)";
 const PROCESS: &str = "a signal, a sleep or a spawn outside harness::{process, wait}";
 const SIGNAL_TOOL: &str = "a signal sent by a tool (docker kill, pkill) outside harness::process";
 const DOCKER_CLI: &str = "the docker command run (the harness uses the engine's API)";
+const NAME_DECIDED: &str =
+    "a decision on a store's or a lock service's name (parse it once; decide on the StoreId)";
+/// Where the stores' and the services' names are written, and parsed: the one file that may
+/// compare them.
+const NAMES_HOME: &str = "fencing/src/lease/id.rs";
 
 /// The directories whose Rust sources follow the rules (relative to the repository root).
 const ROOTS: &[&str] = &[
@@ -382,6 +387,40 @@ fn check_command_lines(file: &str, lexed: &Lexed) -> Vec<Offence> {
         .collect()
 }
 
+/// Every name of a lease store or a lock service the lab knows, from its one table.
+fn store_and_service_names() -> Vec<&'static str> {
+    let stores = fencing::lease::StoreId::ALL.iter().map(|s| s.name());
+    let services = fencing::lease::Service::ALL.into_iter().map(|s| s.name());
+    stores.chain(services).collect()
+}
+
+/// Rule (f): no code decides on a store's or a lock service's name once it is parsed — no
+/// `== "redis"`, `starts_with("mariadb-getlock")`, `"etcd" =>` — anywhere but where the names
+/// are written ([`NAMES_HOME`]), tests included. A name in a message, an argument or a table of
+/// its own is no decision.
+fn check_name_decisions(file: &str, lexed: &Lexed) -> Vec<Offence> {
+    let names = store_and_service_names().join("|");
+    let decision = Regex::new(&format!(
+        r#"(?:[=!]=\s*|\b(?:starts_with|ends_with|strip_prefix|strip_suffix|contains|matches!)\(\s*(?:[^,()"]*,\s*)?)"(?:{names})"|"(?:{names})"\s*(?:=>|\||[=!]=)|\|\s*"(?:{names})"\s*(?:=>|\|)"#
+    ))
+    .expect("regex");
+    let text = lexed.with_strings.join("\n");
+    let mut lines: Vec<usize> = decision
+        .find_iter(&text)
+        .map(|m| text[..m.start()].matches('\n').count() + 1)
+        .collect();
+    lines.dedup();
+    lines
+        .into_iter()
+        .map(|line| Offence {
+            file: file.into(),
+            line,
+            rule: NAME_DECIDED,
+            text: lexed.quote(line),
+        })
+        .collect()
+}
+
 /// Every rule that applies to the file at `rel` (relative to the repository root, `/`-separated).
 fn check_file(rel: &str, text: &str) -> Vec<Offence> {
     let in_dir = |dir: &str| rel.split('/').any(|part| part == dir);
@@ -400,6 +439,10 @@ fn check_file(rel: &str, text: &str) -> Vec<Offence> {
     }
     if lab_source {
         found.extend(check_command_lines(rel, &lexed));
+    }
+    // This file plants the decisions its test catches.
+    if rel != NAMES_HOME && rel != "lab/tests/tidy.rs" {
+        found.extend(check_name_decisions(rel, &lexed));
     }
     found.sort_by_key(|o| o.line);
     found
@@ -622,6 +665,41 @@ mod tests {
         .any(|o| o.rule == SIGNAL_TOOL));
     assert!(check_file("lab/tests/x.rs", text).is_empty());
     assert!(check_file("holder/src/main.rs", text).is_empty());
+}
+
+#[test]
+fn a_decision_on_a_store_name_is_caught_and_a_name_in_a_message_is_not() {
+    let text = r#"//! A scenario.
+fn f(store: &str, id: StoreId) {
+    if store == "redis" { a() }
+    if bed.case().store.starts_with("mariadb-getlock") { b() }
+    let cut = service.is_some() && store != "zookeeper";
+    match store {
+        "etcd" => c(),
+        "redis-plain" | "redis" => d(),
+        _ => e(),
+    }
+    if matches!(name, "pg-advisory" | "mariadb-getlock") { g() }
+    println!("the lock service redis at {endpoint}");
+    run(&["--lease-store", "etcd", "--only", "F4"]);
+    let ok = id == StoreId::Redis && label == "redis, no token";
+}
+"#;
+    assert_eq!(
+        rules(&check_file("scenarios/src/x.rs", text)),
+        [
+            (3, NAME_DECIDED),
+            (4, NAME_DECIDED),
+            (5, NAME_DECIDED),
+            (7, NAME_DECIDED),
+            (8, NAME_DECIDED),
+            (11, NAME_DECIDED),
+        ]
+    );
+    // Tests and the holder are held to it too; the table of names is not.
+    assert!(!check_file("lab/tests/x.rs", text).is_empty());
+    assert!(!check_file("holder/src/main.rs", text).is_empty());
+    assert!(check_file(NAMES_HOME, text).is_empty());
 }
 
 #[test]

@@ -7,6 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use fencing::lease::StoreId;
 use fencing::profile::Dialect;
 use harness::evidence::Recorder;
 
@@ -210,7 +211,7 @@ async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scen
     if ran && spec.again_on_stores && bed.lease_is_the_table() {
         for store in bed.params().again_on.clone() {
             let id = format!("{}-{store}", spec.id);
-            let what = match fencing::stores::service_of(store) {
+            let what = match store.service() {
                 Some(_) => "the lock service",
                 None => "the lease store",
             };
@@ -229,7 +230,7 @@ async fn run_scenario(bed: &mut Testbed, rec: &mut Recorder, scenario: &dyn Scen
                 }
             }
         }
-        if let Err(e) = bed.use_store(fencing::lease::sql::KIND.name).await {
+        if let Err(e) = bed.use_store(StoreId::Postgres).await {
             rec.abort(&format!("{e:#}"));
         }
     }
@@ -263,7 +264,7 @@ async fn run_case(
     if bed.service.is_some() && lanes.lease == harness::evidence::Lanes::default().lease {
         // The lease lives on the lock service, not in lease26.
         let store = bed.case().store;
-        lanes.lease = harness::evidence::Lane::new(store, format!("{store} (lease)"));
+        lanes.lease = harness::evidence::Lane::new(store.name(), format!("{store} (lease)"));
     }
     // The U-series runs the job-lease design (MariaDB), every other experiment the PostgreSQL one.
     let on_mariadb = matches!(spec.needs, Needs::MariaDb);
@@ -423,7 +424,7 @@ fn skip_reason(spec: &Spec, here: &Here) -> Option<String> {
     }
     if here.lock_service {
         if let Err(why) = spec.lock_services.on(case.store) {
-            let what = match fencing::stores::service_of(case.store) {
+            let what = match case.store.service() {
                 Some(_) => "the lock service",
                 None => "the lease store",
             };
@@ -480,7 +481,7 @@ mod tests {
     }
 
     /// The run's parameters with the lease store `store` (`--lease-store`).
-    fn on_store(store: &'static str) -> Params {
+    fn on_store(store: StoreId) -> Params {
         Params {
             case: Case {
                 store,
@@ -492,7 +493,7 @@ mod tests {
 
     #[test]
     fn an_experiment_that_runs_anywhere_is_never_skipped() {
-        let params = on_store("zookeeper");
+        let params = on_store(StoreId::Zookeeper);
         let yours = UserHolder {
             refused: vec![(FaultPoint::BeforeCheck, "no such flag".into())],
         };
@@ -546,13 +547,13 @@ mod tests {
             )
         );
 
-        let (on_zookeeper, on_redis) = (on_store("zookeeper"), on_store("redis"));
+        let (on_zookeeper, on_redis) = (on_store(StoreId::Zookeeper), on_store(StoreId::Redis));
         let service = |params| Here {
             lock_service: true,
             ..embedded(params)
         };
         let but_zookeeper = Spec {
-            lock_services: LockServices::AllBut(&[("zookeeper", "its sessions live on")]),
+            lock_services: LockServices::AllBut(&[(StoreId::Zookeeper, "its sessions live on")]),
             ..ANYWHERE
         };
         assert_eq!(skip_reason(&but_zookeeper, &service(&on_redis)), None);
@@ -666,10 +667,10 @@ mod tests {
 
     #[test]
     fn the_first_reason_is_the_one_given() {
-        let plain = on_store("redis");
+        let plain = on_store(StoreId::Redis);
         let other_series = Params {
             sut_dialect: Some(Dialect::Mariadb),
-            ..on_store("redis")
+            ..on_store(StoreId::Redis)
         };
         let yours = UserHolder { refused: vec![] };
         let everywhere = |params| Here {
@@ -745,7 +746,7 @@ mod tests {
             all,
             "no build: the registry's order"
         );
-        params.again_on = vec!["redis"];
+        params.again_on = vec![StoreId::Redis];
         assert_eq!(execution_order(crate::ALL, &params, images), all);
 
         images = Images::Building;

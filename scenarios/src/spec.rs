@@ -4,6 +4,7 @@
 //! README's table, the interruption audit and the report read a spec, never the experiment's
 //! code; each spec is a `const`, so a reader sees all of it at a glance.
 
+use fencing::lease::StoreId;
 use fencing::profile::Profile;
 
 use crate::FaultPoint;
@@ -64,7 +65,7 @@ pub struct Spec {
 impl Spec {
     /// How many checks a complete run makes in a case on the lease store `store`, run again with
     /// another fenced mode or not ([`Checks::in_case`]).
-    pub fn checks_in(&self, store: &str, again_with_fence: bool) -> usize {
+    pub fn checks_in(&self, store: StoreId, again_with_fence: bool) -> usize {
         self.checks.in_case(store, again_with_fence)
     }
 
@@ -138,7 +139,7 @@ impl Checks {
 
     /// How many checks a case on the lease store `store` makes, run again with another fenced
     /// mode (`again_with_fence`) or not.
-    pub fn in_case(&self, store: &str, again_with_fence: bool) -> usize {
+    pub fn in_case(&self, store: StoreId, again_with_fence: bool) -> usize {
         self.always
             + self
                 .parts
@@ -181,10 +182,10 @@ pub enum Part {
 impl Part {
     /// Whether a case on the lease store `store`, run again with another fenced mode
     /// (`again_with_fence`) or not, makes this part.
-    pub fn holds(self, store: &str, again_with_fence: bool) -> bool {
+    pub fn holds(self, store: StoreId, again_with_fence: bool) -> bool {
         match self {
-            Part::OnTheTable => store == fencing::lease::sql::KIND.name,
-            Part::NoLockService => fencing::stores::service_of(store).is_none(),
+            Part::OnTheTable => store == StoreId::Postgres,
+            Part::NoLockService => store.service().is_none(),
             Part::ExpiresUnrenewed => fencing::stores::store_kind(store)
                 .is_some_and(|k| !k.freed_on_disconnect && !k.session_holdings),
             Part::OnSessions => holds_by_session(store),
@@ -195,7 +196,7 @@ impl Part {
 }
 
 /// Whether the store `store`'s kind holds its leases by session.
-fn holds_by_session(store: &str) -> bool {
+fn holds_by_session(store: StoreId) -> bool {
     fencing::stores::store_kind(store).is_some_and(|k| k.session_holdings)
 }
 
@@ -229,7 +230,7 @@ pub enum LockServices {
     /// F4, F5, F10, F12, F16).
     All,
     /// Every one but these stores, each with why not, for the `skip` line.
-    AllBut(&'static [(&'static str, &'static str)]),
+    AllBut(&'static [(StoreId, &'static str)]),
     /// None, and why — what it acts on that a lock service does not have — for the `skip` line
     /// (most often [`ON_THE_LEASE_TABLE`]).
     None(&'static str),
@@ -237,12 +238,12 @@ pub enum LockServices {
 
 impl LockServices {
     /// Whether it runs on the lock service `store`; `Err` says why not.
-    pub fn on(&self, store: &str) -> Result<(), &'static str> {
+    pub fn on(&self, store: StoreId) -> Result<(), &'static str> {
         match *self {
             LockServices::All => Ok(()),
             LockServices::AllBut(not) => not
                 .iter()
-                .find(|(name, _)| *name == store)
+                .find(|(id, _)| *id == store)
                 .map_or(Ok(()), |(_, why)| Err(why)),
             LockServices::None(why) => Err(why),
         }
@@ -276,7 +277,11 @@ mod tests {
     #[test]
     fn a_count_adds_each_part_where_it_holds() {
         let fixed = Checks::fixed(10);
-        for (store, again) in [("postgres", false), ("redis", true), ("zookeeper", false)] {
+        for (store, again) in [
+            (StoreId::Postgres, false),
+            (StoreId::Redis, true),
+            (StoreId::Zookeeper, false),
+        ] {
             assert_eq!(fixed.in_case(store, again), 10);
         }
         let parts = Checks::with(
@@ -287,51 +292,46 @@ mod tests {
                 (Part::FirstFenceOnly, 4),
             ],
         );
-        assert_eq!(parts.in_case("postgres", false), 12);
-        assert_eq!(parts.in_case("postgres", true), 8);
+        assert_eq!(parts.in_case(StoreId::Postgres, false), 12);
+        assert_eq!(parts.in_case(StoreId::Postgres, true), 8);
         // The batched lease table and the advisory locks: no lock service, not the table.
-        assert_eq!(parts.in_case("postgres-batched", false), 11);
-        assert_eq!(parts.in_case("pg-advisory-fenced", true), 7);
-        assert_eq!(parts.in_case("redis", false), 9);
-        assert_eq!(parts.in_case("zookeeper-suffix", true), 5);
+        assert_eq!(parts.in_case(StoreId::PostgresBatched, false), 11);
+        assert_eq!(parts.in_case(StoreId::PgAdvisoryFenced, true), 7);
+        assert_eq!(parts.in_case(StoreId::Redis, false), 9);
+        assert_eq!(parts.in_case(StoreId::ZookeeperSuffix, true), 5);
         // A holding left unrenewed expires on a table and a lock service's lease, never on a
         // session lock (nor, where this build has them, on ZooKeeper's sessions).
         let expiring = Checks::with(0, &[(Part::ExpiresUnrenewed, 1)]);
         for kind in fencing::stores::built() {
             let expires = !kind.freed_on_disconnect && !kind.session_holdings;
             assert_eq!(
-                expiring.in_case(kind.name, false),
+                expiring.in_case(kind.id, false),
                 usize::from(expires),
                 "{}",
-                kind.name
+                kind.id
             );
         }
-        assert_eq!(expiring.in_case("postgres", true), 1);
-        assert_eq!(expiring.in_case("pg-advisory-fenced", false), 0);
+        assert_eq!(expiring.in_case(StoreId::Postgres, true), 1);
+        assert_eq!(expiring.in_case(StoreId::PgAdvisoryFenced, false), 0);
         // Every store this build has: the session part exactly where its kind holds by session,
         // in every fenced mode.
         let sessions = Checks::with(10, &[(Part::OnSessions, 2)]);
         for kind in fencing::stores::built() {
             let extra = if kind.session_holdings { 2 } else { 0 };
             for again in [false, true] {
-                assert_eq!(
-                    sessions.in_case(kind.name, again),
-                    10 + extra,
-                    "{}",
-                    kind.name
-                );
+                assert_eq!(sessions.in_case(kind.id, again), 10 + extra, "{}", kind.id);
             }
         }
     }
 
     #[test]
     fn lock_services_say_why_not() {
-        assert_eq!(LockServices::All.on("redis"), Ok(()));
-        let but = LockServices::AllBut(&[("zookeeper", "sessions")]);
-        assert_eq!(but.on("redis"), Ok(()));
-        assert_eq!(but.on("zookeeper-suffix"), Ok(()));
-        assert_eq!(but.on("zookeeper"), Err("sessions"));
-        assert_eq!(LockServices::None("why").on("etcd"), Err("why"));
+        assert_eq!(LockServices::All.on(StoreId::Redis), Ok(()));
+        let but = LockServices::AllBut(&[(StoreId::Zookeeper, "sessions")]);
+        assert_eq!(but.on(StoreId::Redis), Ok(()));
+        assert_eq!(but.on(StoreId::ZookeeperSuffix), Ok(()));
+        assert_eq!(but.on(StoreId::Zookeeper), Err("sessions"));
+        assert_eq!(LockServices::None("why").on(StoreId::Etcd), Err("why"));
     }
 
     #[test]

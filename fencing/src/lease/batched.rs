@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Grant, Holding, LeaseStore, SqlLeaseStore, StoreAt, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, SqlLeaseStore, StoreAt, StoreFuture, StoreId, StoreKind};
 use crate::{DbContext as _, Error, Result};
 
 /// Every lease of the batch at once: extended where the holding named is still current and
@@ -128,7 +128,7 @@ async fn open(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
 
 /// The lease table renewed in batches, in the registry.
 pub const KIND: StoreKind = StoreKind {
-    name: "postgres-batched",
+    id: StoreId::PostgresBatched,
     token: "token column",
     about: "the lease table (seed 004's rows) renewed in batches: one statement per holder per period, every lease it holds in it",
     has_token: true,
@@ -136,6 +136,5 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: Some(|at| Box::pin(open(at))),
 };

@@ -25,7 +25,7 @@ use etcd_client::{
     TxnOp,
 };
 
-use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreId, StoreKind};
 use crate::{Error, Result};
 
 /// How long one request may wait for its answer (a partitioned holder's renewal fails).
@@ -60,6 +60,16 @@ fn failed(what: &str, e: etcd_client::Error) -> Error {
         what: what.to_owned(),
         detail: e.to_string(),
     }
+}
+
+/// A grant's handle: the lease its holding hangs on ([`lease_in`] reads it back).
+fn handle(lease: i64) -> String {
+    format!("lease={lease}")
+}
+
+/// The lease a grant's handle names ([`handle`]), if it names one.
+fn lease_in(grant: &Grant) -> Option<i64> {
+    grant.handle.strip_prefix("lease=")?.parse().ok()
 }
 
 fn key(name: &str) -> String {
@@ -128,6 +138,21 @@ impl EtcdLeaseStore {
             .await
             .map_err(|e| failed("grant a lease", e))?
             .id();
+        let Some(token) = self.put_if_absent(name, holder, lease).await? else {
+            // Someone holds it: the lease granted for nothing goes at once.
+            let _ = client.lease_revoke(lease).await;
+            return Ok(None);
+        };
+        Ok(Some(
+            Grant::new(name, holder, token, ttl, sent + (ttl - self.margin))
+                .with_handle(handle(lease)),
+        ))
+    }
+
+    /// The lock key put on `lease`, holding `holder`, if it does not exist (one transaction on
+    /// its create revision): the key's create revision, the token — `None` when someone holds
+    /// it.
+    async fn put_if_absent(&self, name: &str, holder: &str, lease: i64) -> Result<Option<i64>> {
         let txn = Txn::new()
             .when([Compare::create_revision(key(name), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
@@ -135,32 +160,22 @@ impl EtcdLeaseStore {
                 holder,
                 Some(PutOptions::new().with_lease(lease)),
             )]);
-        let done = client.txn(txn).await.map_err(|e| {
+        let done = self.client.clone().txn(txn).await.map_err(|e| {
             failed(
                 "take the lock key (a transaction on create_revision = 0)",
                 e,
             )
         })?;
         if !done.succeeded() {
-            // Someone holds it: the lease granted for nothing goes at once.
-            let _ = client.lease_revoke(lease).await;
             return Ok(None);
         }
         // The put is the transaction's one write: its revision is the key's create revision.
-        let token = done.header().map_or(0, |h| h.revision());
-        Ok(Some(
-            Grant::new(name, holder, token, ttl, sent + (ttl - self.margin))
-                .with_handle(format!("lease={lease}")),
-        ))
+        Ok(Some(done.header().map_or(0, |h| h.revision())))
     }
 
     /// The lease a grant of this store was given (its handle), else the key's now.
     async fn lease_for(&self, grant: &Grant) -> Result<Option<i64>> {
-        match grant
-            .handle
-            .strip_prefix("lease=")
-            .and_then(|id| id.parse().ok())
-        {
+        match lease_in(grant) {
             Some(lease) => Ok(Some(lease)),
             None => self.lease_of(grant).await,
         }
@@ -288,33 +303,10 @@ impl EtcdLeaseStore {
 }
 
 impl LeaseStore for EtcdLeaseStore {
+    super::forward_to_now!(acquire, renew, release, inspect, reset);
+
     fn token_name(&self) -> String {
         "create revision of the lock key (etcd's fencing token)".into()
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(self.acquire_now(name, holder, ttl))
-    }
-
-    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.renew_now(grant))
-    }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_now(grant))
-    }
-
-    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
-        Box::pin(self.inspect_now(name))
-    }
-
-    fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.reset_now())
     }
 
     fn granted_ttl(&self, ttl: Duration) -> Duration {
@@ -331,7 +323,7 @@ async fn open(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
 
 /// The etcd lock in the registry.
 pub const KIND: StoreKind = StoreKind {
-    name: "etcd",
+    id: StoreId::Etcd,
     token: "create revision of the lock key",
     about: "an etcd lease on the lock key, taken by a transaction on create_revision = 0; the token is the key's create revision",
     has_token: true,
@@ -339,7 +331,6 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: Some("etcd"),
     open: Some(|at| Box::pin(open(at))),
 };
 
@@ -402,7 +393,7 @@ impl EtcdSessionStore {
         };
         Ok(taken.map(|(lease, token)| {
             Grant::new(name, holder, token, ttl, sent + (ttl - self.locks.margin))
-                .with_handle(format!("lease={lease}"))
+                .with_handle(handle(lease))
         }))
     }
 
@@ -410,22 +401,8 @@ impl EtcdSessionStore {
     /// create revision, or `None` when someone holds it.
     async fn take(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<(i64, i64)>> {
         let lease = self.session(ttl).await?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(key(name), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key(name),
-                holder,
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        let done = self.locks.client.clone().txn(txn).await.map_err(|e| {
-            failed(
-                "take the lock key (a transaction on create_revision = 0)",
-                e,
-            )
-        })?;
-        Ok(done
-            .succeeded()
-            .then(|| (lease, done.header().map_or(0, |h| h.revision()))))
+        let token = self.locks.put_if_absent(name, holder, lease).await?;
+        Ok(token.map(|token| (lease, token)))
     }
 
     /// One keep-alive per session lease the grants of `grants` hang on (a holder's: one), on
@@ -436,11 +413,7 @@ impl EtcdSessionStore {
         let sent = Instant::now();
         let mut alive: HashMap<i64, bool> = HashMap::new();
         for grant in grants.iter() {
-            let Some(lease) = grant
-                .handle
-                .strip_prefix("lease=")
-                .and_then(|id| id.parse::<i64>().ok())
-            else {
+            let Some(lease) = lease_in(grant) else {
                 continue;
             };
             if let std::collections::hash_map::Entry::Vacant(seen) = alive.entry(lease) {
@@ -459,11 +432,7 @@ impl EtcdSessionStore {
         Ok(grants
             .iter_mut()
             .map(|g| {
-                let lease = g
-                    .handle
-                    .strip_prefix("lease=")
-                    .and_then(|id| id.parse::<i64>().ok());
-                let renewed = lease.is_some_and(|l| alive.get(&l) == Some(&true))
+                let renewed = lease_in(g).is_some_and(|l| alive.get(&l) == Some(&true))
                     && !released.contains(&(g.name.clone(), g.token));
                 if renewed {
                     let ttl = g.ttl;
@@ -517,18 +486,11 @@ impl EtcdSessionStore {
 }
 
 impl LeaseStore for EtcdSessionStore {
+    super::forward_to_now!(acquire, release);
+
     fn token_name(&self) -> String {
         "create revision of the lock key (etcd's fencing token), every lock on one session lease"
             .into()
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(self.acquire_now(name, holder, ttl))
     }
 
     /// One grant: its key checked, its session lease kept alive (two requests).
@@ -540,10 +502,6 @@ impl LeaseStore for EtcdSessionStore {
     /// trusts the client's own record of the locks it gave up and reads no key.
     fn renew_all<'a>(&'a self, grants: &'a mut [Grant]) -> StoreFuture<'a, Vec<bool>> {
         Box::pin(self.renew_session(grants))
-    }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_now(grant))
     }
 
     fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
@@ -571,7 +529,7 @@ async fn open_session(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
 
 /// etcd's session-lease recipe in the registry.
 pub const SESSION: StoreKind = StoreKind {
-    name: "etcd-session",
+    id: StoreId::EtcdSession,
     token: "create revision of the lock key",
     about: "etcd's lock recipe as concurrency.Session runs it: every lock of a client on one session lease, kept alive once per period; the token is the key's create revision",
     has_token: true,
@@ -579,6 +537,5 @@ pub const SESSION: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: true,
-    service: Some("etcd"),
     open: Some(|at| Box::pin(open_session(at))),
 };

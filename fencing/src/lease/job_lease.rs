@@ -5,13 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Grant, Holding, LeaseStore, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, StoreFuture, StoreId, StoreKind};
 use crate::fenced_job::{JobLease, JobLeaseStore};
 use crate::{DbContext, Result};
 
 /// The job lease store in the registry (`crate::stores::STORES`).
 pub const KIND: StoreKind = StoreKind {
-    name: "mariadb",
+    id: StoreId::Mariadb,
     token: "fence token",
     about: "seed 000's fenced job lease on MariaDB, run by a job profile's statements (seed000's unless --sut names another)",
     has_token: true,
@@ -19,7 +19,6 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: None,
 };
 

@@ -32,7 +32,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, MySqlConnection, Row as _};
 
 use super::sessions::{on_runtime, on_runtime_for, Sessions};
-use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreId, StoreKind};
 use crate::{Error, Result};
 
 /// The database the store's record lives in.
@@ -405,33 +405,14 @@ impl GetLockStore {
 }
 
 impl LeaseStore for GetLockStore {
+    super::forward_to_now!(acquire, renew, release, inspect, reset);
+
     fn token_name(&self) -> String {
         if self.fenced {
             "the lock row's counter, bumped on the locking connection".into()
         } else {
             "none (a GET_LOCK lock has no token)".into()
         }
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(self.acquire_now(name, holder, ttl))
-    }
-
-    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.renew_now(grant))
-    }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_now(grant))
-    }
-
-    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
-        Box::pin(self.inspect_now(name))
     }
 
     fn clock(&self) -> StoreFuture<'_, Option<String>> {
@@ -447,10 +428,6 @@ impl LeaseStore for GetLockStore {
     fn granted_ttl(&self, ttl: Duration) -> Duration {
         whole_seconds(ttl)
     }
-
-    fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.reset_now())
-    }
 }
 
 async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
@@ -462,7 +439,7 @@ async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
 
 /// The named lock alone, as it is used: no token.
 pub const KIND: StoreKind = StoreKind {
-    name: "mariadb-getlock",
+    id: StoreId::MariadbGetlock,
     token: "none",
     about: "MariaDB's named lock (GET_LOCK) on a connection whose wait_timeout is the TTL (whole seconds); no token",
     has_token: false,
@@ -470,13 +447,12 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: true,
     session_holdings: false,
     one_session: false,
-    service: Some("mariadb"),
     open: Some(|at| Box::pin(open(at, false))),
 };
 
 /// The named lock with a counter bumped on the locking connection once the lock is held.
 pub const FENCED: StoreKind = StoreKind {
-    name: "mariadb-getlock-fenced",
+    id: StoreId::MariadbGetlockFenced,
     token: "the lock row's counter, bumped on the locking connection",
     about: "MariaDB's GET_LOCK, and a counter of its row bumped and committed on the locking connection once the lock is held: the token",
     has_token: true,
@@ -484,6 +460,5 @@ pub const FENCED: StoreKind = StoreKind {
     freed_on_disconnect: true,
     session_holdings: false,
     one_session: false,
-    service: Some("mariadb"),
     open: Some(|at| Box::pin(open(at, true))),
 };

@@ -17,9 +17,10 @@
 //! device only: safety comes from the resource's fence, which never reads the lease.
 //!
 //! Adding a store: one file here implementing [`LeaseStore`] (its `//!` names the store, its
-//! token and what decides expiry), and one entry in `crate::stores::STORES`, the registry. What
-//! this module must not hold: any store's SQL or client calls (they live in the store's own
-//! file), nor the registry (it lists the stores, so it sits above them).
+//! token and what decides expiry), its name in `id.rs` ([`StoreId`]), and one entry in
+//! `crate::stores::STORES`, the registry. What this module must not hold: any store's SQL or
+//! client calls (they live in the store's own file), nor the registry (it lists the stores, so
+//! it sits above them).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,6 +34,7 @@ pub mod batched;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod for_experiments;
+mod id;
 #[cfg(feature = "mariadb")]
 pub mod job_lease;
 #[cfg(feature = "mariadb")]
@@ -48,6 +50,7 @@ pub mod sql;
 pub mod zookeeper;
 
 pub use for_experiments::operator_mistake;
+pub use id::{Service, StoreId};
 pub use sql::{stmt, SqlLeaseStore};
 
 /// One continuous holding of a lease: the token identifies it for ever (I2).
@@ -196,6 +199,61 @@ impl TtlInForce {
 /// A store's answer, boxed so that a store can be chosen at run time (`dyn LeaseStore`).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
+/// A store's answers to [`LeaseStore`]'s questions, each forwarded to the store's inherent
+/// `async fn` of the same name and `_now` (`acquire_now`, `renew_now`, …): the forwarding
+/// written once. Named in the store's `impl LeaseStore` block, with the questions it answers
+/// that way: `forward_to_now!(acquire, renew, release, inspect, reset);`.
+macro_rules! forward_to_now {
+    ($($question:ident),+ $(,)?) => {
+        $($crate::lease::forward_to_now!(@ $question);)+
+    };
+    (@ acquire) => {
+        fn acquire<'a>(
+            &'a self,
+            name: &'a str,
+            holder: &'a str,
+            ttl: std::time::Duration,
+        ) -> $crate::lease::StoreFuture<'a, Option<$crate::lease::Grant>> {
+            Box::pin(self.acquire_now(name, holder, ttl))
+        }
+    };
+    (@ renew) => {
+        fn renew<'a>(
+            &'a self,
+            grant: &'a mut $crate::lease::Grant,
+        ) -> $crate::lease::StoreFuture<'a, bool> {
+            Box::pin(self.renew_now(grant))
+        }
+    };
+    (@ release) => {
+        fn release<'a>(
+            &'a self,
+            grant: &'a $crate::lease::Grant,
+        ) -> $crate::lease::StoreFuture<'a, bool> {
+            Box::pin(self.release_now(grant))
+        }
+    };
+    (@ inspect) => {
+        fn inspect<'a>(
+            &'a self,
+            name: &'a str,
+        ) -> $crate::lease::StoreFuture<'a, Option<$crate::lease::Holding>> {
+            Box::pin(self.inspect_now(name))
+        }
+    };
+    (@ clock) => {
+        fn clock(&self) -> $crate::lease::StoreFuture<'_, Option<String>> {
+            Box::pin(self.clock_now())
+        }
+    };
+    (@ reset) => {
+        fn reset(&self) -> $crate::lease::StoreFuture<'_, ()> {
+            Box::pin(self.reset_now())
+        }
+    };
+}
+pub(crate) use forward_to_now;
+
 /// A lease store: the four questions every experiment and every holder asks, whatever the
 /// store. Each call is one request to the store, judged by the store's clock; a refused lease is
 /// an answer (`None`, `false`), never an error. What is true when each returns is on the method.
@@ -272,7 +330,8 @@ pub type OpenStore = for<'a> fn(&'a StoreAt) -> StoreFuture<'a, Arc<dyn LeaseSto
 /// token, one line about it, and how to open one where the lab's servers are.
 #[derive(Clone, Copy)]
 pub struct StoreKind {
-    pub name: &'static str,
+    /// Which store it is: its name and its service ([`StoreId`]).
+    pub id: StoreId,
     pub token: &'static str,
     pub about: &'static str,
     /// Whether its grants carry a token (`false`: every grant answers 0; a fence fed by it has
@@ -299,10 +358,6 @@ pub struct StoreKind {
     /// keep-alive renews them all, and a holding taken after a renewal joins the same session
     /// (`scenarios::Part::OneSession`: F1 compares the handles).
     pub one_session: bool,
-    /// The lock service it runs on, in a container the lab starts (`redis`, `etcd`,
-    /// `zookeeper`) or — `mariadb`, for the named locks — a local MariaDB server the lab starts
-    /// (no Docker); `None`: it runs on the lab's lease database.
-    pub service: Option<&'static str>,
     /// Opens the store at `at` (`None`: the lab opens it its own way — the job lease, which the
     /// U-series runs beside its runs on MariaDB).
     pub open: Option<OpenStore>,
@@ -311,7 +366,7 @@ pub struct StoreKind {
 impl std::fmt::Debug for StoreKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreKind")
-            .field("name", &self.name)
+            .field("id", &self.id)
             .field("token", &self.token)
             .finish_non_exhaustive()
     }
@@ -319,7 +374,19 @@ impl std::fmt::Debug for StoreKind {
 
 impl PartialEq for StoreKind {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
+        self.id == other.id
+    }
+}
+
+impl StoreKind {
+    /// Its name ([`StoreId::name`]).
+    pub const fn name(&self) -> &'static str {
+        self.id.name()
+    }
+
+    /// The lock service it runs on ([`StoreId::service`]).
+    pub const fn service(&self) -> Option<Service> {
+        self.id.service()
     }
 }
 

@@ -33,7 +33,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _, PgConnection, PgPool, Row as _};
 
 use super::sessions::{on_runtime, on_runtime_for, Sessions};
-use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreId, StoreKind};
 use crate::{Error, Result};
 
 /// The first key of every advisory lock the store takes (the second is `hashtext(name)`): the
@@ -409,33 +409,14 @@ impl AdvisoryLeaseStore {
 }
 
 impl LeaseStore for AdvisoryLeaseStore {
+    super::forward_to_now!(acquire, renew, release, inspect, reset);
+
     fn token_name(&self) -> String {
         if self.fenced {
             "the lock row's counter, bumped in the locking session".into()
         } else {
             "none (an advisory lock has no token)".into()
         }
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(self.acquire_now(name, holder, ttl))
-    }
-
-    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.renew_now(grant))
-    }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_now(grant))
-    }
-
-    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
-        Box::pin(self.inspect_now(name))
     }
 
     fn clock(&self) -> StoreFuture<'_, Option<String>> {
@@ -447,10 +428,6 @@ impl LeaseStore for AdvisoryLeaseStore {
             Ok(Some(now))
         })
     }
-
-    fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.reset_now())
-    }
 }
 
 async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
@@ -461,7 +438,7 @@ async fn open(at: &StoreAt, fenced: bool) -> Result<Arc<dyn LeaseStore>> {
 
 /// The advisory lock alone, as it is used: no token.
 pub const KIND: StoreKind = StoreKind {
-    name: "pg-advisory",
+    id: StoreId::PgAdvisory,
     token: "none",
     about: "PostgreSQL's session-level advisory lock (pg_try_advisory_lock) on a session whose idle_session_timeout is the TTL; no token",
     has_token: false,
@@ -469,13 +446,12 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: true,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: Some(|at| Box::pin(open(at, false))),
 };
 
 /// The advisory lock with a counter bumped in the locking session once the lock is held.
 pub const FENCED: StoreKind = StoreKind {
-    name: "pg-advisory-fenced",
+    id: StoreId::PgAdvisoryFenced,
     token: "the lock row's counter, bumped in the locking session",
     about: "the advisory lock, and a counter of its row bumped and committed in the locking session once the lock is held: the token",
     has_token: true,
@@ -483,7 +459,6 @@ pub const FENCED: StoreKind = StoreKind {
     freed_on_disconnect: true,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };
 

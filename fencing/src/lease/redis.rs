@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 
-use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, StoreAt, StoreId, StoreKind};
 use crate::{Error, Result};
 
 /// How long one request may wait for its answer: a partitioned holder's renewal is a failure,
@@ -283,6 +283,8 @@ impl RedisLeaseStore {
 }
 
 impl LeaseStore for RedisLeaseStore {
+    super::forward_to_now!(acquire, renew, release, inspect, clock, reset);
+
     fn token_name(&self) -> String {
         if let Some(wait) = self.wait {
             format!(
@@ -294,35 +296,6 @@ impl LeaseStore for RedisLeaseStore {
         } else {
             "none (SET NX PX with a unique value; every grant answers 0)".into()
         }
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(self.acquire_now(name, holder, ttl))
-    }
-
-    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.renew_now(grant))
-    }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_now(grant))
-    }
-
-    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
-        Box::pin(self.inspect_now(name))
-    }
-
-    fn clock(&self) -> StoreFuture<'_, Option<String>> {
-        Box::pin(self.clock_now())
-    }
-
-    fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.reset_now())
     }
 }
 
@@ -339,7 +312,7 @@ pub const WAIT_FOR_REPLICA: Duration = Duration::from_millis(500);
 
 /// The Redis lock with a token (`INCR`), in the registry.
 pub const KIND: StoreKind = StoreKind {
-    name: "redis",
+    id: StoreId::Redis,
     token: "INCR of a counter key taken with the grant",
     about: "a Redis key set with SET NX PX and a unique value, a token from INCR (Redisson's fenced lock)",
     has_token: true,
@@ -347,7 +320,6 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: Some("redis"),
     open: Some(|at| Box::pin(open(at, true, None))),
 };
 
@@ -355,7 +327,7 @@ pub const KIND: StoreKind = StoreKind {
 /// remedy, opened on the primary R2 starts (holders get `--store-endpoint`). On a server without
 /// replicas every grant fails.
 pub const WAIT: StoreKind = StoreKind {
-    name: "redis-wait",
+    id: StoreId::RedisWait,
     token: "INCR of a counter key taken with the grant, acknowledged by a replica (WAIT 1 500)",
     about: "the Redis fenced lock, its grant acknowledged by a replica before the token is used (WAIT 1 500): R2's remedy for a failover",
     has_token: true,
@@ -364,13 +336,12 @@ pub const WAIT: StoreKind = StoreKind {
     session_holdings: false,
     one_session: false,
     // Not a lock service of `--lease-store`: it needs a primary with a replica, which R2 starts.
-    service: None,
     open: Some(|at| Box::pin(open(at, true, Some(WAIT_FOR_REPLICA)))),
 };
 
 /// The Redis lock without a token, in the registry.
 pub const PLAIN: StoreKind = StoreKind {
-    name: "redis-plain",
+    id: StoreId::RedisPlain,
     token: "none",
     about: "a Redis key set with SET NX PX and a unique value, no token (most Redis locks)",
     has_token: false,
@@ -378,6 +349,5 @@ pub const PLAIN: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: Some("redis"),
     open: Some(|at| Box::pin(open(at, false, None))),
 };

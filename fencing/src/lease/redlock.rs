@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 
-use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, StoreAt, StoreId, StoreKind};
 use crate::{Error, Result};
 
 /// One server's request timeout: small beside the lab's 1.5 s TTL (the published advice: 5–50 ms
@@ -411,6 +411,8 @@ async fn futures_join_all<F: std::future::Future>(
 }
 
 impl LeaseStore for RedlockStore {
+    super::forward_to_now!(acquire, renew, release, inspect, reset);
+
     fn token_name(&self) -> String {
         if self.fenced {
             "the greatest INCR of a counter kept on each server, taken with the SET on the majority"
@@ -418,31 +420,6 @@ impl LeaseStore for RedlockStore {
         } else {
             "none (Redlock's value is random; every grant answers 0)".into()
         }
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(self.acquire_now(name, holder, ttl))
-    }
-
-    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.renew_now(grant))
-    }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_now(grant))
-    }
-
-    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
-        Box::pin(self.inspect_now(name))
-    }
-
-    fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.reset_now())
     }
 }
 
@@ -475,7 +452,7 @@ fn open_servers(at: &StoreAt, fenced: bool) -> Result<RedlockStore> {
 
 /// Redlock without a token, in the registry (the RL-series starts its servers).
 pub const KIND: StoreKind = StoreKind {
-    name: "redlock",
+    id: StoreId::Redlock,
     token: "none",
     about: "Redlock over independent Redis servers (a majority of SET NX PX within the validity), no token: the RL-series",
     has_token: false,
@@ -483,13 +460,12 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: Some(|at| Box::pin(open(at, false))),
 };
 
 /// Redlock with a counter token, in the registry.
 pub const FENCED: StoreKind = StoreKind {
-    name: "redlock-fenced",
+    id: StoreId::RedlockFenced,
     token: "the greatest of the majority's INCR of a per-server counter",
     about: "Redlock with a token: each server that grants INCRs a counter in the same script, the token is the greatest of the majority's — monotonic while no server forgets it (RL3)",
     has_token: true,
@@ -497,14 +473,13 @@ pub const FENCED: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: Some(|at| Box::pin(open(at, true))),
 };
 
 /// Redlock with the validity check removed, in the registry: RL4's negative control, a client
 /// that takes a majority as a grant however long its round took. Never a design to use.
 pub const UNCHECKED: StoreKind = StoreKind {
-    name: "redlock-unchecked",
+    id: StoreId::RedlockUnchecked,
     token: "none",
     about: "Redlock with its validity check removed (a majority is a grant however long the round took), no token: RL4's negative control",
     has_token: false,
@@ -512,7 +487,6 @@ pub const UNCHECKED: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: Some(|at| {
         Box::pin(async move {
             Ok(Arc::new(open_servers(at, false)?.without_validity_check()) as Arc<dyn LeaseStore>)

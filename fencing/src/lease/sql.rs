@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{PgExecutor, PgPool, Row};
 
-use super::{Grant, Holding, JudgedBy, LeaseStore, StoreFuture, StoreKind, TtlInForce};
+use super::{Grant, Holding, JudgedBy, LeaseStore, StoreFuture, StoreId, StoreKind, TtlInForce};
 use crate::profile::{Args, LeaseSql, Profile};
 use crate::{DbContext, Error, Result};
 
@@ -253,7 +253,7 @@ impl SqlLeaseStore {
 
 /// The SQL lease store in the registry (`crate::stores::STORES`).
 pub const KIND: StoreKind = StoreKind {
-    name: "postgres",
+    id: StoreId::Postgres,
     token: "token column",
     about: "a lease table on PostgreSQL, run by a profile's statements (seed 004's unless --sut names another)",
     has_token: true,
@@ -261,7 +261,6 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: false,
     one_session: false,
-    service: None,
     open: Some(|at| Box::pin(async move { Ok(Arc::new(at.table.clone()) as Arc<dyn LeaseStore>) })),
 };
 

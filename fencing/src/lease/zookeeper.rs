@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreKind};
+use super::{Grant, Holding, LeaseStore, StoreAt, StoreFuture, StoreId, StoreKind};
 use crate::{Error, Result};
 
 /// How long connecting may take.
@@ -257,13 +257,15 @@ impl ZkLeaseStore {
         })
     }
 
-    /// The client of the ZooKeeper store `name` (`zookeeper`, `zookeeper-suffix`,
+    /// The client of the ZooKeeper store `id` (`zookeeper`, `zookeeper-suffix`,
     /// `zookeeper-session`) at `endpoint`, as the registry opens it — for a probe that needs
     /// this store's own methods ([`ZkLeaseStore::before_next_create`]).
-    pub async fn open_named(name: &str, endpoint: &str, margin: Duration) -> Result<Self> {
-        match name {
-            "zookeeper-session" => ZkLeaseStore::connect_shared(endpoint, margin).await,
-            "zookeeper-suffix" => ZkLeaseStore::connect(endpoint, margin, TokenOf::Suffix).await,
+    pub async fn open_named(id: StoreId, endpoint: &str, margin: Duration) -> Result<Self> {
+        match id {
+            StoreId::ZookeeperSession => ZkLeaseStore::connect_shared(endpoint, margin).await,
+            StoreId::ZookeeperSuffix => {
+                ZkLeaseStore::connect(endpoint, margin, TokenOf::Suffix).await
+            }
             _ => ZkLeaseStore::connect(endpoint, margin, TokenOf::Czxid).await,
         }
     }
@@ -609,6 +611,8 @@ impl ZkLeaseStore {
 }
 
 impl LeaseStore for ZkLeaseStore {
+    super::forward_to_now!(acquire, renew, release, inspect, reset);
+
     fn token_name(&self) -> String {
         if self.shared.is_some() {
             return "czxid of the lock's ephemeral sequential node, every lock of a client in one session".into();
@@ -622,19 +626,6 @@ impl LeaseStore for ZkLeaseStore {
             }
         }
         .into()
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        name: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> StoreFuture<'a, Option<Grant>> {
-        Box::pin(self.acquire_now(name, holder, ttl))
-    }
-
-    fn renew<'a>(&'a self, grant: &'a mut Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.renew_now(grant))
     }
 
     /// `zookeeper-session`: one request for all of a holder's grants ([`Self::renew_shared`]);
@@ -651,18 +642,6 @@ impl LeaseStore for ZkLeaseStore {
             Ok(renewed)
         })
     }
-
-    fn release<'a>(&'a self, grant: &'a Grant) -> StoreFuture<'a, bool> {
-        Box::pin(self.release_now(grant))
-    }
-
-    fn inspect<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Holding>> {
-        Box::pin(self.inspect_now(name))
-    }
-
-    fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.reset_now())
-    }
 }
 
 async fn open_shared(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
@@ -675,7 +654,7 @@ async fn open_shared(at: &StoreAt) -> Result<Arc<dyn LeaseStore>> {
 /// Curator's lock recipe as a process runs it, in the registry: every lock of a client in one
 /// session, whose heartbeat renews them all.
 pub const SESSION: StoreKind = StoreKind {
-    name: "zookeeper-session",
+    id: StoreId::ZookeeperSession,
     token: "czxid of the lock's ephemeral node",
     about: "the ZooKeeper lock as a Curator process runs it: every lock of a client an ephemeral sequential node of one session, whose heartbeat renews them all; the token is the node's czxid",
     has_token: true,
@@ -683,7 +662,6 @@ pub const SESSION: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: true,
     one_session: false,
-    service: Some("zookeeper"),
     open: Some(|at| Box::pin(open_shared(at))),
 };
 
@@ -696,7 +674,7 @@ async fn open(at: &StoreAt, token_of: TokenOf) -> Result<Arc<dyn LeaseStore>> {
 
 /// The ZooKeeper lock in the registry.
 pub const KIND: StoreKind = StoreKind {
-    name: "zookeeper",
+    id: StoreId::Zookeeper,
     token: "czxid of the lock's ephemeral node",
     about: "a ZooKeeper ephemeral sequential node (Curator's lock recipe), the session timeout as the TTL; the token is the node's czxid",
     has_token: true,
@@ -704,14 +682,13 @@ pub const KIND: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: true,
     one_session: false,
-    service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Czxid))),
 };
 
 /// The same lock with the sequence suffix as its token (R1): sound while the parent lives, and
 /// back to 0 once ZooKeeper deletes the empty container.
 pub const SUFFIX: StoreKind = StoreKind {
-    name: "zookeeper-suffix",
+    id: StoreId::ZookeeperSuffix,
     token: "sequence suffix of the lock's ephemeral node",
     about: "the ZooKeeper lock with its node's sequence suffix as the token — a counter of the container parent, which starts again at 0 when ZooKeeper deletes the empty parent (R1)",
     has_token: true,
@@ -719,6 +696,5 @@ pub const SUFFIX: StoreKind = StoreKind {
     freed_on_disconnect: false,
     session_holdings: true,
     one_session: false,
-    service: Some("zookeeper"),
     open: Some(|at| Box::pin(open(at, TokenOf::Suffix))),
 };

@@ -68,7 +68,7 @@ impl Docker for Engine {
 
     fn lock_service<'a>(
         &'a self,
-        service: &'a str,
+        service: docker::ContainedService,
         mark: &'a str,
     ) -> HostsFuture<'a, Box<dyn docker::LockService>> {
         Box::pin(async move {
@@ -76,7 +76,7 @@ impl Docker for Engine {
             let server = ServiceContainer::start(service, &image, mark).await?;
             Ok(Box::new(Started {
                 image_note: image_note(&image),
-                handle: (service.to_owned(), server),
+                handle: (service.name().to_owned(), server),
             }) as Box<dyn docker::LockService>)
         })
     }

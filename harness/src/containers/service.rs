@@ -16,6 +16,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::docker::ContainedService;
+
 use super::{until_logged, Container, ContainerError, Image, LabImage, Network, Spec, KEPT_PREFIX};
 
 /// How long a service may take to start (ZooKeeper's JVM takes a few seconds on 2 cores).
@@ -48,10 +50,10 @@ struct Recipe {
     settings: Vec<(String, String)>,
 }
 
-fn recipe(service: &str) -> Option<Recipe> {
+fn recipe(service: ContainedService) -> Recipe {
     let s = |k: &str, v: &str| (k.to_owned(), v.to_owned());
-    Some(match service {
-        "redis" => Recipe {
+    match service {
+        ContainedService::Redis => Recipe {
             port: 6379,
             script: "redis-server --version >&2; exec redis-server --bind 0.0.0.0 --port 6379 \
                      --protected-mode no --save '' --appendonly no --logfile '' 1>&2"
@@ -63,7 +65,7 @@ fn recipe(service: &str) -> Option<Recipe> {
                 s("expiry", "a key's PX, by the server's clock"),
             ],
         },
-        "etcd" => Recipe {
+        ContainedService::Etcd => Recipe {
             port: 2379,
             script: "etcd --version >&2; exec etcd --name lab --data-dir /tmp/etcd \
                      --listen-client-urls http://0.0.0.0:2379 \
@@ -85,7 +87,7 @@ fn recipe(service: &str) -> Option<Recipe> {
                 s("expiry", "a lease's TTL, by the leader's clock"),
             ],
         },
-        "zookeeper" => Recipe {
+        ContainedService::Zookeeper => Recipe {
             port: 2181,
             script:
                 "mkdir -p /tmp/zk && printf 'tickTime=250\\ndataDir=/tmp/zk\\nclientPort=2181\\n\
@@ -123,22 +125,18 @@ fn recipe(service: &str) -> Option<Recipe> {
                 ),
             ],
         },
-        _ => return None,
-    })
+    }
 }
 
 impl ServiceContainer {
-    /// Starts `service` (`redis`, `etcd`, `zookeeper`) from `image` on a network of its own,
-    /// labelled `mark`; returns once it logged that it is ready. On error nothing is left.
+    /// Starts `service` from `image` on a network of its own, labelled `mark`; returns once it
+    /// logged that it is ready. On error nothing is left.
     pub async fn start(
-        service: &str,
+        service: ContainedService,
         image: &Image,
         mark: &str,
     ) -> Result<ServiceContainer, ContainerError> {
-        let recipe = recipe(service).ok_or_else(|| ContainerError::Cli {
-            what: format!("start the lock service {service}"),
-            detail: "the lab runs redis, etcd and zookeeper".into(),
-        })?;
+        let recipe = recipe(service);
         let network = Network::create(mark).await?;
         let container = match Container::start(&Spec {
             image: image.reference.clone(),

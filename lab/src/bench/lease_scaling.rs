@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fencing::lease::{Grant, LeaseStore};
+use fencing::lease::{Grant, LeaseStore, StoreId};
 use scenarios::Testbed;
 use serde_json::json;
 
@@ -196,10 +196,10 @@ pub(super) struct Seen {
 /// The designs that renew per holder, not per lease: the batched lease table (one statement
 /// per holder per period), etcd's session lease (one keep-alive per holder per period) and
 /// ZooKeeper's session per holder (one request through it).
-fn batched(store: &str) -> bool {
+fn batched(store: StoreId) -> bool {
     matches!(
         store,
-        "postgres-batched" | "etcd-session" | "zookeeper-session"
+        StoreId::PostgresBatched | StoreId::EtcdSession | StoreId::ZookeeperSession
     )
 }
 
@@ -326,7 +326,7 @@ pub(super) fn names_of(n: usize, i: usize, leases: usize, holders: usize) -> Vec
 
 pub(super) async fn one_cell(
     bed: &Testbed,
-    store: &str,
+    store: StoreId,
     n: usize,
     leases: usize,
     holders: usize,
@@ -346,6 +346,7 @@ pub(super) async fn one_cell(
     let (window_tx, window) = tokio::sync::watch::channel(None);
     let (acquired_tx, acquired) = tokio::sync::mpsc::unbounded_channel();
     let batched = batched(store);
+    let store = store.name();
     let holding = scenarios::join_all(clients.iter().enumerate().map(|(i, client)| {
         let names = names_of(n, i, leases, holders);
         let t = Timing {

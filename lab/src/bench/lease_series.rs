@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
+use fencing::lease::StoreId;
 use scenarios::Testbed;
 
 use super::lease_scaling::{one_cell, Cell};
@@ -16,7 +17,7 @@ const RESET_TIMEOUT: Duration = Duration::from_secs(30);
 /// Waits until the store answers its reset (a store the cell before overloaded — ZooKeeper
 /// expiring thousands of sessions — may not answer at once); `Err` says why it never did, for
 /// the cells it cannot measure.
-async fn store_answers(bed: &Testbed, store: &str) -> Result<(), String> {
+async fn store_answers(bed: &Testbed, store: StoreId) -> Result<(), String> {
     harness::wait::until(
         &format!("{store} answers the reset before the next cell"),
         RESET_TIMEOUT,
@@ -34,7 +35,7 @@ pub struct Series {
     /// The table's name for it: the store, or `redis-py (redis)`.
     pub label: String,
     /// The lease store the testbed runs (the library's lock service).
-    pub store: &'static str,
+    pub store: StoreId,
     /// The library whose client holds the leases, if not the lab's.
     pub library: Option<&'static str>,
 }
@@ -102,6 +103,6 @@ pub async fn measure(
             }
         }
     }
-    bed.use_store(fencing::lease::sql::KIND.name).await?;
+    bed.use_store(StoreId::Postgres).await?;
     Ok(cells)
 }

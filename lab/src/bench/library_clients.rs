@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use fencing::lease::StoreId;
 use harness::process::{ChildProcess, Spawn, Stream};
 use scenarios::Testbed;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
@@ -22,15 +23,50 @@ use tokio::process::{ChildStdin, ChildStdout};
 
 use super::lease_scaling::{cell_of, Cell, Opened, Seen, ACQUIRE_LIMIT};
 
-/// The libraries the bench drives, each with the lock service it runs on: those with a renewal
-/// of their own (an extend, a lease refresh, a session, a heartbeat).
-pub const BENCHED: &[(&str, &str)] = &[
-    ("redis-py", "redis"),
-    ("python-redis-lock", "redis"),
-    ("pottery", "redis"),
-    ("tooz-redis", "redis"),
-    ("etcd3gw", "etcd"),
-    ("kazoo", "zookeeper"),
+/// One library the bench drives: one with a renewal of its own (an extend, a lease refresh, a
+/// session, a heartbeat).
+#[derive(Debug)]
+pub struct Benched {
+    /// Its name, as `--library` and the card name it.
+    pub id: &'static str,
+    /// The lock service it runs on, by the lab's store there.
+    pub store: StoreId,
+    /// Whether it renews a process's locks in one call per period (a session, a heartbeat).
+    pub batched: bool,
+}
+
+/// The libraries the bench drives.
+pub const BENCHED: &[Benched] = &[
+    Benched {
+        id: "redis-py",
+        store: StoreId::Redis,
+        batched: false,
+    },
+    Benched {
+        id: "python-redis-lock",
+        store: StoreId::Redis,
+        batched: false,
+    },
+    Benched {
+        id: "pottery",
+        store: StoreId::Redis,
+        batched: false,
+    },
+    Benched {
+        id: "tooz-redis",
+        store: StoreId::Redis,
+        batched: true,
+    },
+    Benched {
+        id: "etcd3gw",
+        store: StoreId::Etcd,
+        batched: false,
+    },
+    Benched {
+        id: "kazoo",
+        store: StoreId::Zookeeper,
+        batched: true,
+    },
 ];
 
 /// The library card's libraries the bench leaves out, and why.
@@ -68,19 +104,15 @@ impl Clients {
     }
 }
 
-/// The lock service library `id` runs on in the bench, or an error naming the ones it drives.
-pub fn service_of(id: &str) -> anyhow::Result<&'static str> {
+/// The library `id` the bench drives, or an error naming the ones it drives.
+pub fn benched(id: &str) -> anyhow::Result<&'static Benched> {
     if let Some((_, why)) = NOT_BENCHED.iter().find(|(l, _)| *l == id) {
         bail!("--library {id}: not in the lease bench: {why}");
     }
-    BENCHED
-        .iter()
-        .find(|(l, _)| *l == id)
-        .map(|(_, store)| *store)
-        .with_context(|| {
-            let ids: Vec<&str> = BENCHED.iter().map(|(l, _)| *l).collect();
-            format!("--library {id}: the bench drives {}", ids.join(", "))
-        })
+    BENCHED.iter().find(|b| b.id == id).with_context(|| {
+        let ids: Vec<&str> = BENCHED.iter().map(|b| b.id).collect();
+        format!("--library {id}: the bench drives {}", ids.join(", "))
+    })
 }
 
 /// One running holder: the process, its stdin and its stdout's lines.
@@ -170,16 +202,11 @@ pub async fn one_cell(
         holders,
         renew,
         duration,
-        true_if_batched(lib),
+        BENCHED.iter().any(|b| b.id == lib && b.batched),
         seen,
         &opened,
         after,
     ))
-}
-
-/// Whether `lib` renews a process's locks in one call per period (a session, a heartbeat).
-fn true_if_batched(lib: &str) -> bool {
-    matches!(lib, "kazoo" | "tooz-redis")
 }
 
 type Measured = (Vec<Seen>, Opened, (Option<f64>, Option<f64>));

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use fencing::lease::StoreId;
 use fencing::resource::{self, Write};
 use harness::evidence::write_atomically;
 use harness::process::Spawn;
@@ -374,30 +375,28 @@ fn series_of(
     let mut series: Vec<lease_series::Series> = Vec::new();
     for name in &args.lease_store {
         // `single`: the lease table, as `lab run --lease-store single` names it.
-        let name = if name == "single" {
-            fencing::lease::sql::KIND.name
-        } else {
-            name.as_str()
+        let id = match name.as_str() {
+            "single" => Ok(StoreId::Postgres),
+            other => other.parse::<StoreId>(),
         };
         let kind = fencing::stores::built()
             .find(|k| {
-                k.name == name
-                    && (k.service.is_some()
-                        || k.name == fencing::lease::sql::KIND.name
-                        || k.name == fencing::lease::batched::KIND.name)
+                id == Ok(k.id)
+                    && (k.service().is_some()
+                        || matches!(k.id, StoreId::Postgres | StoreId::PostgresBatched))
             })
             .with_context(|| {
                 format!(
                     "--lease-store {name}: not a lease store of this build; pass single, postgres-batched{}",
                     fencing::stores::built()
-                        .filter(|k| k.service.is_some())
-                        .map(|k| format!(", {}", k.name))
+                        .filter(|k| k.service().is_some())
+                        .map(|k| format!(", {}", k.name()))
                         .collect::<String>()
                 )
             })?;
         series.push(lease_series::Series {
-            label: kind.name.to_owned(),
-            store: kind.name,
+            label: kind.name().to_owned(),
+            store: kind.id,
             library: None,
         });
     }
@@ -410,20 +409,16 @@ fn series_of(
         )?)
     };
     for id in &args.library {
-        let service = library_clients::service_of(id)?;
+        let benched = library_clients::benched(id)?;
+        let (lib, service) = (benched.id, benched.store);
         let store = fencing::stores::built()
-            .find(|k| k.name == service && k.service.is_some())
+            .find(|k| k.id == service)
             .with_context(|| {
                 format!("--library {id} runs on {service}, which this build leaves out (the lock-services feature)")
             })?;
-        let lib = library_clients::BENCHED
-            .iter()
-            .find(|(l, _)| l == id)
-            .map(|(l, _)| *l)
-            .context("a benched library")?;
         series.push(lease_series::Series {
             label: format!("{lib} ({service}, Python)"),
-            store: store.name,
+            store: store.id,
             library: Some(lib),
         });
     }

@@ -30,6 +30,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use fencing::lease::StoreId;
 use fencing::resource::WriteMode;
 use harness::evidence::{Lane, Lanes, Recorder};
 
@@ -201,7 +202,7 @@ impl Topology {
         Topology {
             own_hosts: bed.backend() != crate::Backend::Embedded,
             patroni: bed.lease_on_patroni(),
-            service_to_cut: bed.service.is_some() && bed.case().store != "zookeeper",
+            service_to_cut: bed.service.is_some() && bed.case().store != StoreId::Zookeeper,
         }
     }
 }

@@ -30,6 +30,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use fencing::lease::StoreId;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 use harness::faketime::Faketime;
@@ -73,8 +74,8 @@ const SPEC: Spec = Spec {
     // its own clock: 225 ms, 560 ms at rate 0.4, against the server's 1.5 s), so its lease does
     // not expire for the drift to outrun.
     lock_services: LockServices::AllBut(&[
-        ("zookeeper", ZK_SESSIONS_LIVE),
-        ("zookeeper-session", ZK_SESSIONS_LIVE),
+        (StoreId::Zookeeper, ZK_SESSIONS_LIVE),
+        (StoreId::ZookeeperSession, ZK_SESSIONS_LIVE),
     ]),
     fence_dependent: false,
     again_on_stores: false,
@@ -507,14 +508,15 @@ async fn uncovered_row(
 }
 
 /// How the lock service `store` ends a lease later than its TTL, for F13's note.
-fn in_its_own_time(store: &str) -> &'static str {
-    match fencing::stores::service_of(store) {
-        Some("mariadb") => {
+fn in_its_own_time(store: StoreId) -> &'static str {
+    use fencing::lease::Service;
+    match store.service() {
+        Some(Service::Mariadb) => {
             "MariaDB ends a connection once its wait_timeout, whole seconds, passed without a \
              request, by the server's own read timeout"
         }
-        Some("etcd") => "etcd revokes expired leases in a sweep",
-        Some("zookeeper") => "ZooKeeper expires sessions by ticks",
-        _ => "Redis expires keys when touched or by its periodic sweep",
+        Some(Service::Etcd) => "etcd revokes expired leases in a sweep",
+        Some(Service::Zookeeper) => "ZooKeeper expires sessions by ticks",
+        Some(Service::Redis) | None => "Redis expires keys when touched or by its periodic sweep",
     }
 }

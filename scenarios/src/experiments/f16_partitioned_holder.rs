@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use fencing::lease::{LeaseStore, SqlLeaseStore};
+use fencing::lease::{LeaseStore, SqlLeaseStore, StoreId};
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::{self, Database};
 use harness::docker::{Holds, OwnServers, PG_PORT};
@@ -62,8 +62,8 @@ const SPEC: Spec = Spec {
     on_containers: false,
     on_patroni: false,
     lock_services: LockServices::AllBut(&[
-        ("mariadb-getlock", GETLOCK_SOCKET),
-        ("mariadb-getlock-fenced", GETLOCK_SOCKET),
+        (StoreId::MariadbGetlock, GETLOCK_SOCKET),
+        (StoreId::MariadbGetlockFenced, GETLOCK_SOCKET),
     ]),
     fence_dependent: true,
     again_on_stores: false,

@@ -8,6 +8,7 @@
 //! a holding is its token, not its holder's name.
 
 use anyhow::Context as _;
+use fencing::lease::StoreId;
 use fencing::resource::Write;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
@@ -316,7 +317,7 @@ impl Scenario for F1 {
 /// a few milliseconds (seen 2 ms). A renew of the lease would reset its idle time and move its
 /// expiry by all of it (tens of milliseconds in F1).
 fn expiry_slack_s(bed: &Testbed) -> f64 {
-    if bed.case().store.starts_with("mariadb-getlock") {
+    if bed.case().store.service() == Some(fencing::lease::Service::Mariadb) {
         0.005
     } else if bed.service.is_some() {
         0.001
@@ -329,10 +330,10 @@ fn expiry_slack_s(bed: &Testbed) -> f64 {
 /// lease's time left in whole seconds; etcd-session renews every lock of a holder at once.
 fn why_other_expiry_unjudged(bed: &Testbed, other_expires: &str) -> Option<String> {
     match bed.case().store {
-        "etcd" => Some(format!(
+        StoreId::Etcd => Some(format!(
             "etcd tells a lease's time left in whole seconds ({other_expires}), and a renew moves it by milliseconds"
         )),
-        "etcd-session" => Some(
+        StoreId::EtcdSession => Some(
             "etcd-session hangs every lock of a holder on one session lease: renewing one \
              extends them all, by design — they share one fate"
                 .into(),

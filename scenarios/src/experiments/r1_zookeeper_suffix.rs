@@ -17,6 +17,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use fencing::lease::StoreId;
 use fencing::resource::WriteMode;
 use harness::evidence::Recorder;
 use harness::holder::{describe, Holder, EVENT_TIMEOUT};
@@ -67,14 +68,14 @@ pub struct R1;
 
 /// The two stores R1 runs, the flawed one first: (store, what its token is, whether a fence fed
 /// by it must hold).
-const RUNS: [(&str, &str, bool); 2] = [
-    ("zookeeper-suffix", "the sequence suffix", false),
-    ("zookeeper", "the czxid", true),
+const RUNS: [(StoreId, &str, bool); 2] = [
+    (StoreId::ZookeeperSuffix, "the sequence suffix", false),
+    (StoreId::Zookeeper, "the czxid", true),
 ];
 
 /// The lock of each run, a parent of its own: the first run's parent, deleted once B released,
 /// must not be the second's.
-fn lock_of(store: &str) -> String {
+fn lock_of(store: StoreId) -> String {
     format!("{LEASE}-{store}")
 }
 
@@ -93,7 +94,7 @@ impl Scenario for R1 {
         Box::pin(async move {
             if RUNS
                 .iter()
-                .any(|(store, ..)| fencing::stores::store_kind(store).is_none())
+                .any(|(store, ..)| fencing::stores::store_kind(*store).is_none())
             {
                 crate::testbed::skip_unless_required(rec, "R1 needs the ZooKeeper client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
@@ -122,7 +123,7 @@ impl Scenario for R1 {
             }
             .await;
             // Every path: the lease table is the store again for the experiments after this one.
-            let back = bed.use_store(fencing::lease::sql::KIND.name).await;
+            let back = bed.use_store(StoreId::Postgres).await;
             outcome?;
             back
         })
@@ -134,7 +135,7 @@ impl Scenario for R1 {
 async fn one_run(
     bed: &mut Testbed,
     rec: &mut Recorder,
-    store: &str,
+    store: StoreId,
     sound: bool,
 ) -> anyhow::Result<()> {
     let started = Instant::now();

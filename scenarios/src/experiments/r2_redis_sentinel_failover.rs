@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use fencing::lease::{LeaseStore, StoreAt};
+use fencing::lease::{LeaseStore, StoreAt, StoreId};
 use fencing::resource::WriteMode;
 use harness::docker::RedisFailover;
 use harness::evidence::Recorder;
@@ -85,7 +85,7 @@ impl Scenario for R2 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if let Err(e) = fencing::stores::store_kind("redis-wait").context(
+            if let Err(e) = fencing::stores::store_kind(StoreId::RedisWait).context(
                 "this build left the Redis client out (build with --features lab/lock-services)",
             ) {
                 crate::testbed::skip_unless_required(
@@ -134,7 +134,11 @@ impl Run {
 }
 
 /// A lease client of store `store` on the Redis server at `endpoint`, for the lab's own reads.
-async fn client(bed: &Testbed, store: &str, endpoint: &str) -> anyhow::Result<Arc<dyn LeaseStore>> {
+async fn client(
+    bed: &Testbed,
+    store: StoreId,
+    endpoint: &str,
+) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let at = StoreAt {
         table: bed.lease_table.clone(),
         endpoints: vec![endpoint.to_owned()],
@@ -180,7 +184,7 @@ async fn one_run(
     } else {
         "redis-wait"
     };
-    let on_primary = client(bed, "redis", &group.primary_endpoint()).await?;
+    let on_primary = client(bed, StoreId::Redis, &group.primary_endpoint()).await?;
     // A first holding, taken and released: the counter at 1 on both servers.
     let first = on_primary
         .acquire(LEASE, "holder-c", bed.case().ttl)
@@ -297,7 +301,7 @@ async fn one_run(
             log.join(" · ")
         ),
     );
-    let on_new = client(bed, "redis", &group.replica_endpoint()).await?;
+    let on_new = client(bed, StoreId::Redis, &group.replica_endpoint()).await?;
     if run == Run::Positive {
         // The replica has A's key too: B waits for it to expire by the new primary's clock.
         let waited = harness::wait::until(

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
-use fencing::lease::{LeaseStore, StoreAt};
+use fencing::lease::{LeaseStore, StoreAt, StoreId};
 use fencing::resource::WriteMode;
 use harness::docker::EtcdMembers;
 use harness::evidence::Recorder;
@@ -74,7 +74,7 @@ impl Scenario for R3 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::stores::store_kind("etcd").is_none() {
+            if fencing::stores::store_kind(StoreId::Etcd).is_none() {
                 crate::testbed::skip_unless_required(rec, "R3 needs the etcd client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
@@ -160,7 +160,7 @@ async fn timeline(
         cluster.image_note()
     ));
     let own: Arc<dyn LeaseStore> = fencing::stores::open(
-        "etcd",
+        StoreId::Etcd,
         &StoreAt {
             table: bed.lease_table.clone(),
             endpoints: vec![cluster.endpoints()],

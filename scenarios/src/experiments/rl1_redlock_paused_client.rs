@@ -20,6 +20,7 @@
 //!    from then on — while the fence rejects it by its smaller token.
 
 use anyhow::{bail, Context as _};
+use fencing::lease::StoreId;
 use fencing::resource::{Write, WriteMode};
 use fencing::value_cas::ValueCas;
 use harness::docker::RedlockServers;
@@ -68,11 +69,11 @@ const SPEC: Spec = Spec {
 pub struct RL1;
 
 /// The runs: (store, whether A's stale write comes after B's write, label).
-const RUNS: [(&str, bool, &str); 3] = [
-    ("redlock", true, "redlock, no token"),
-    ("redlock-fenced", true, "redlock-fenced"),
+const RUNS: [(StoreId, bool, &str); 3] = [
+    (StoreId::Redlock, true, "redlock, no token"),
+    (StoreId::RedlockFenced, true, "redlock-fenced"),
     (
-        "redlock-fenced",
+        StoreId::RedlockFenced,
         false,
         "redlock-fenced, A's write before B's first",
     ),
@@ -92,7 +93,7 @@ impl Scenario for RL1 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::stores::store_kind("redlock").is_none() {
+            if fencing::stores::store_kind(StoreId::Redlock).is_none() {
                 crate::testbed::skip_unless_required(rec, "RL1 needs the Redis client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
@@ -132,7 +133,7 @@ async fn one_run(
     bed: &mut Testbed,
     rec: &mut Recorder,
     servers: &dyn RedlockServers,
-    store: &str,
+    store: StoreId,
     after: bool,
     label: &str,
     n: usize,
@@ -141,7 +142,7 @@ async fn one_run(
     let own = redlock_client(bed, store, servers).await?;
     let spec = |holder: &str, content: &str, release: bool| {
         let mut spec = bed.holder_spec(holder, content, WriteMode::Fenced, release);
-        spec.flags.store = store.into();
+        spec.flags.store = store.name().into();
         spec.flags.store_endpoint = Some(servers.endpoints().join(","));
         spec.flags.lease.clone_from(&lock);
         spec
@@ -290,7 +291,7 @@ impl Held {
 #[allow(clippy::too_many_arguments)]
 fn verdicts(
     rec: &mut Recorder,
-    store: &str,
+    store: StoreId,
     after: bool,
     label: &str,
     (a_token, b_token): (holder_protocol::Token, holder_protocol::Token),
@@ -302,7 +303,7 @@ fn verdicts(
         .as_ref()
         .is_some_and(|p| p.writer == HOLDER_B && p.content == B_CONTENT);
     match (store, after) {
-        ("redlock", _) => {
+        (StoreId::Redlock, _) => {
             // No token tells the two grants apart: the harm is the overlap itself, judged
             // by the lab's clock (not by the tokens, which are 0 for every grant).
             rec.check_that(
@@ -375,7 +376,7 @@ async fn extension(
     servers: &dyn RedlockServers,
 ) -> anyhow::Result<()> {
     const LABEL: &str = "redlock, extension";
-    let client = redlock_client(bed, "redlock-fenced", servers).await?;
+    let client = redlock_client(bed, StoreId::RedlockFenced, servers).await?;
     let client = client.as_ref();
     let (ttl, wait) = (bed.case().ttl, bed.params().wait_timeout);
     let lock = &format!("{LEASE}-rl1-extend");
@@ -467,7 +468,7 @@ async fn interleavings(
     servers: &dyn RedlockServers,
 ) -> anyhow::Result<()> {
     const LABEL: &str = "check-and-set beside the fence";
-    let client = redlock_client(bed, "redlock-fenced", servers).await?;
+    let client = redlock_client(bed, StoreId::RedlockFenced, servers).await?;
     let cas = ValueCas::new(bed.resource.pool().clone()).await?;
     let ttl = bed.case().ttl;
     let fence = |writer, content, token| Write {

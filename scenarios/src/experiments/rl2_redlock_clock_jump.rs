@@ -10,6 +10,7 @@
 //!   the server forgets the counter too.)
 
 use anyhow::Context as _;
+use fencing::lease::StoreId;
 use harness::evidence::Recorder;
 
 use crate::kit::redlock_client::SERVERS;
@@ -55,7 +56,7 @@ pub struct RL2;
 /// The server whose clock jumps.
 const SHIFTED: usize = redlock_majorities::FAULTY;
 
-const RUNS: [&str; 2] = ["redlock", "redlock-fenced"];
+const RUNS: [StoreId; 2] = [StoreId::Redlock, StoreId::RedlockFenced];
 
 impl Scenario for RL2 {
     fn spec(&self) -> &Spec {
@@ -64,7 +65,7 @@ impl Scenario for RL2 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::stores::store_kind("redlock").is_none() {
+            if fencing::stores::store_kind(StoreId::Redlock).is_none() {
                 crate::testbed::skip_unless_required(rec, "RL2 needs the Redis client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
@@ -95,7 +96,7 @@ impl Scenario for RL2 {
                         &*servers,
                         store,
                         Fault::ClockJump,
-                        store,
+                        store.name(),
                         &lock,
                     )
                     .await?;

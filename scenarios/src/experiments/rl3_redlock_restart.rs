@@ -11,6 +11,7 @@
 //!   lock is valid.
 
 use anyhow::Context as _;
+use fencing::lease::StoreId;
 use harness::evidence::Recorder;
 
 use crate::kit::redlock_client::SERVERS;
@@ -53,10 +54,14 @@ const SPEC: Spec = Spec {
 
 pub struct RL3;
 
-const RUNS: [(&str, Fault, &str); 3] = [
-    ("redlock", Fault::Restart, "redlock"),
-    ("redlock-fenced", Fault::Restart, "redlock-fenced"),
-    ("redlock", Fault::DelayedRestart, "redlock, delayed restart"),
+const RUNS: [(StoreId, Fault, &str); 3] = [
+    (StoreId::Redlock, Fault::Restart, "redlock"),
+    (StoreId::RedlockFenced, Fault::Restart, "redlock-fenced"),
+    (
+        StoreId::Redlock,
+        Fault::DelayedRestart,
+        "redlock, delayed restart",
+    ),
 ];
 
 impl Scenario for RL3 {
@@ -66,7 +71,7 @@ impl Scenario for RL3 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::stores::store_kind("redlock").is_none() {
+            if fencing::stores::store_kind(StoreId::Redlock).is_none() {
                 crate::testbed::skip_unless_required(rec, "RL3 needs the Redis client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }

@@ -20,6 +20,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use fencing::lease::StoreId;
 use fencing::resource::WriteMode;
 use harness::docker::RedlockServers;
 use harness::evidence::{Mark, Recorder};
@@ -69,7 +70,7 @@ const SPEC: Spec = Spec {
 pub struct RL4;
 
 /// The runs: the store, and whether it checks the validity.
-const RUNS: [(&str, bool); 2] = [("redlock", true), ("redlock-unchecked", false)];
+const RUNS: [(StoreId, bool); 2] = [(StoreId::Redlock, true), (StoreId::RedlockUnchecked, false)];
 
 /// Checks of each run.
 const PER_RUN: usize = 6;
@@ -100,7 +101,7 @@ impl Scenario for RL4 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            if fencing::stores::store_kind("redlock-unchecked").is_none() {
+            if fencing::stores::store_kind(StoreId::RedlockUnchecked).is_none() {
                 crate::testbed::skip_unless_required(rec, "RL4 needs the Redis client: this build left it out (build with --features lab/lock-services)".into())?;
                 return Ok(());
             }
@@ -142,7 +143,7 @@ async fn one_run(
     bed: &mut Testbed,
     rec: &mut Recorder,
     servers: &dyn RedlockServers,
-    store: &str,
+    store: StoreId,
     checked: bool,
     n: usize,
 ) -> anyhow::Result<()> {
@@ -153,7 +154,7 @@ async fn one_run(
     };
     let spec = |holder: &str, content: &str, lock: &str| {
         let mut spec = bed.holder_spec(holder, content, WriteMode::Unfenced, true);
-        spec.flags.store = store.into();
+        spec.flags.store = store.name().into();
         spec.flags.store_endpoint = Some(servers.endpoints().join(","));
         spec.flags.lease = lock.into();
         spec
@@ -247,7 +248,7 @@ async fn bare_majority(
     servers: &dyn RedlockServers,
 ) -> anyhow::Result<()> {
     const LABEL: &str = "redlock, a bare majority";
-    let client = redlock_client(bed, "redlock", servers).await?;
+    let client = redlock_client(bed, StoreId::Redlock, servers).await?;
     let ttl = bed.case().ttl;
     let lock = &format!("{LEASE}-rl4-bare");
     let Some(mut a) = client.acquire(lock, HOLDER_A, ttl).await? else {

@@ -77,7 +77,7 @@ impl Scenario for S3 {
         Box::pin(async move {
             // MariaDB's named lock fails over on a replica of its own.
             #[cfg(feature = "mariadb")]
-            if bed.case().store.starts_with("mariadb-getlock") {
+            if bed.case().store.service() == Some(fencing::lease::Service::Mariadb) {
                 return crate::experiments::s3_getlock_replica::run(bed, rec).await;
             }
             let primary = Cluster::create(bed.cluster()?.config().clone())

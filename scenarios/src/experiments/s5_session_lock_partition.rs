@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use fencing::lease::pg_advisory::AdvisoryLeaseStore;
-use fencing::lease::{Grant, LeaseStore};
+use fencing::lease::{Grant, LeaseStore, StoreId};
 use fencing::resource::{Resource, Write, WriteMode};
 use fencing::schema::{self, Database};
 use harness::docker::{Holds, OwnServers, PG_PORT};
@@ -72,13 +72,13 @@ const SPEC: Spec = Spec {
     on_containers: false,
     on_patroni: false,
     lock_services: LockServices::AllBut(&[
-        ("redis", NOT_ADVISORY),
-        ("redis-plain", NOT_ADVISORY),
-        ("etcd", NOT_ADVISORY),
-        ("zookeeper", NOT_ADVISORY),
-        ("zookeeper-suffix", NOT_ADVISORY),
-        ("mariadb-getlock", GETLOCK_SOCKET),
-        ("mariadb-getlock-fenced", GETLOCK_SOCKET),
+        (StoreId::Redis, NOT_ADVISORY),
+        (StoreId::RedisPlain, NOT_ADVISORY),
+        (StoreId::Etcd, NOT_ADVISORY),
+        (StoreId::Zookeeper, NOT_ADVISORY),
+        (StoreId::ZookeeperSuffix, NOT_ADVISORY),
+        (StoreId::MariadbGetlock, GETLOCK_SOCKET),
+        (StoreId::MariadbGetlockFenced, GETLOCK_SOCKET),
     ]),
     fence_dependent: false,
     again_on_stores: false,

@@ -13,6 +13,7 @@
 //! `containers` feature and a Docker engine; without them S6 says `skip` with the reason.
 
 use crate::{About, Applies, Checks, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed};
+use fencing::lease::StoreId;
 
 const SPEC: Spec = Spec {
     id: "S6",
@@ -35,13 +36,13 @@ const SPEC: Spec = Spec {
     on_containers: false,
     on_patroni: false,
     lock_services: crate::LockServices::AllBut(&[
-        ("redis", NOT_ADVISORY),
-        ("redis-plain", NOT_ADVISORY),
-        ("etcd", NOT_ADVISORY),
-        ("zookeeper", NOT_ADVISORY),
-        ("zookeeper-suffix", NOT_ADVISORY),
-        ("mariadb-getlock", NOT_ADVISORY),
-        ("mariadb-getlock-fenced", NOT_ADVISORY),
+        (StoreId::Redis, NOT_ADVISORY),
+        (StoreId::RedisPlain, NOT_ADVISORY),
+        (StoreId::Etcd, NOT_ADVISORY),
+        (StoreId::Zookeeper, NOT_ADVISORY),
+        (StoreId::ZookeeperSuffix, NOT_ADVISORY),
+        (StoreId::MariadbGetlock, NOT_ADVISORY),
+        (StoreId::MariadbGetlockFenced, NOT_ADVISORY),
     ]),
     fence_dependent: false,
     again_on_stores: false,

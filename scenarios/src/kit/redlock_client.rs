@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::lease::{LeaseStore, StoreAt};
+use fencing::lease::{LeaseStore, StoreAt, StoreId};
 use harness::docker::RedlockServers;
 
 use crate::Testbed;
@@ -20,7 +20,7 @@ pub(crate) const LONG_TTL: Duration = Duration::from_secs(10);
 /// A client of Redlock store `store` over `servers`, for the lab's own reads.
 pub(crate) async fn redlock_client(
     bed: &Testbed,
-    store: &str,
+    store: StoreId,
     servers: &dyn RedlockServers,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let at = StoreAt {

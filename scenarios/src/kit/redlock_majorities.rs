@@ -11,6 +11,7 @@
 //! the fault and the reads fit in A's validity.
 
 use anyhow::Context as _;
+use fencing::lease::StoreId;
 use fencing::resource::{Write, WriteMode};
 use fencing::value_cas::ValueCas;
 use harness::docker::RedlockServers;
@@ -84,7 +85,7 @@ pub(crate) async fn run(
     bed: &mut Testbed,
     rec: &mut Recorder,
     servers: &dyn RedlockServers,
-    store: &str,
+    store: StoreId,
     fault: Fault,
     label: &str,
     lock: &str,
@@ -305,7 +306,7 @@ pub(crate) async fn run(
 fn judge(
     rec: &mut Recorder,
     label: &str,
-    store: &str,
+    store: StoreId,
     fault: Fault,
     (a_token, b_token): (i64, i64),
     a_again: bool,
@@ -315,7 +316,7 @@ fn judge(
 ) {
     let found = regressions(grants);
     let shown_found = regression::shown(grants, &found);
-    if fault == Fault::ClockJump && store == "redlock-fenced" {
+    if fault == Fault::ClockJump && store == StoreId::RedlockFenced {
         // The counter has no TTL: a clock jump does not touch it.
         rec.check_that(
             format!("[{label}] positive control: the counter outlived the jump, B's token is greater than A's and the fence rejects A's write after B's"),
@@ -334,7 +335,7 @@ fn judge(
         rec.check_that(
             format!(
                 "[{label}] negative control exposes: A's write after B's is accepted{}",
-                if store == "redlock-fenced" {
+                if store == StoreId::RedlockFenced {
                     " — the restarted server forgot its counter, B's token is A's"
                 } else {
                     " — no token to tell them apart"
@@ -346,7 +347,7 @@ fn judge(
                 a_token, b_token
             ),
         );
-        if store == "redlock" {
+        if store == StoreId::Redlock {
             // Every grant answers token 0, so the regression check flags any two grants,
             // overlapping or not: the overlap itself is judged instead, by the lab's clock.
             rec.check_that(

@@ -4,6 +4,7 @@
 //! the experiment needs); otherwise on PostgreSQL's advisory lock, on the lab's own server — and
 //! gives the run's store back on every path.
 
+use fencing::lease::StoreId;
 use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 
@@ -19,32 +20,27 @@ const NOT_A_SESSION_LOCK: &str = "it runs on a lock its session keeps: pg-adviso
 
 /// The lock services an S experiment runs on: none in a container.
 pub(crate) const LOCK_SERVICES: LockServices = LockServices::AllBut(&[
-    ("redis", NOT_A_SESSION_LOCK),
-    ("redis-plain", NOT_A_SESSION_LOCK),
-    ("etcd", NOT_A_SESSION_LOCK),
-    ("zookeeper", NOT_A_SESSION_LOCK),
-    ("zookeeper-suffix", NOT_A_SESSION_LOCK),
+    (StoreId::Redis, NOT_A_SESSION_LOCK),
+    (StoreId::RedisPlain, NOT_A_SESSION_LOCK),
+    (StoreId::Etcd, NOT_A_SESSION_LOCK),
+    (StoreId::Zookeeper, NOT_A_SESSION_LOCK),
+    (StoreId::ZookeeperSuffix, NOT_A_SESSION_LOCK),
 ]);
 
 /// The store an S experiment runs on when the run's is `run_store`: the run's own session lock
 /// in the form asked (`fenced`: with the lock row's counter as the token), else PostgreSQL's.
-pub(crate) fn store_for(run_store: &'static str, fenced: bool) -> &'static str {
+pub(crate) fn store_for(run_store: StoreId, fenced: bool) -> StoreId {
     let session_lock =
         fencing::stores::store_kind(run_store).is_some_and(|k| k.freed_on_disconnect);
-    let base = match run_store.strip_suffix("-fenced") {
-        Some(base) if session_lock => base,
-        _ if session_lock => run_store,
-        _ => fencing::lease::pg_advisory::KIND.name,
-    };
-    let wanted = if fenced {
-        format!("{base}-fenced")
+    let (plain, with_token) = run_store
+        .named_lock_forms()
+        .filter(|_| session_lock)
+        .unwrap_or((StoreId::PgAdvisory, StoreId::PgAdvisoryFenced));
+    if fenced {
+        with_token
     } else {
-        base.to_owned()
-    };
-    fencing::stores::STORES
-        .iter()
-        .find(|s| s.name == wanted)
-        .map_or(fencing::lease::pg_advisory::KIND.name, |s| s.name)
+        plain
+    }
 }
 
 /// Runs `body` on [`store_for`]'s store (noted when it is not the run's), and makes the run's
@@ -177,22 +173,27 @@ pub(crate) fn b_took_the_lock_after_failover(
 #[cfg(test)]
 mod tests {
     use super::store_for;
+    use fencing::lease::StoreId;
 
     #[test]
     fn each_run_store_maps_to_its_own_session_lock_in_the_form_asked() {
         for (run, fenced, expected) in [
-            ("postgres", false, "pg-advisory"),
-            ("postgres", true, "pg-advisory-fenced"),
-            ("pg-advisory", true, "pg-advisory-fenced"),
-            ("pg-advisory-fenced", false, "pg-advisory"),
-            ("pg-advisory-fenced", true, "pg-advisory-fenced"),
+            (StoreId::Postgres, false, StoreId::PgAdvisory),
+            (StoreId::Postgres, true, StoreId::PgAdvisoryFenced),
+            (StoreId::PgAdvisory, true, StoreId::PgAdvisoryFenced),
+            (StoreId::PgAdvisoryFenced, false, StoreId::PgAdvisory),
+            (StoreId::PgAdvisoryFenced, true, StoreId::PgAdvisoryFenced),
         ] {
             assert_eq!(store_for(run, fenced), expected, "{run} fenced={fenced}");
         }
         #[cfg(feature = "mariadb")]
         for (run, fenced, expected) in [
-            ("mariadb-getlock", true, "mariadb-getlock-fenced"),
-            ("mariadb-getlock-fenced", false, "mariadb-getlock"),
+            (StoreId::MariadbGetlock, true, StoreId::MariadbGetlockFenced),
+            (
+                StoreId::MariadbGetlockFenced,
+                false,
+                StoreId::MariadbGetlock,
+            ),
         ] {
             assert_eq!(store_for(run, fenced), expected, "{run} fenced={fenced}");
         }

@@ -352,7 +352,7 @@ pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
             out,
             "<li><b>{}</b> ({}): {}</li>",
             esc(r.library.id),
-            esc(r.library.store),
+            esc(r.library.store.name()),
             esc(&advice(r))
         );
     }

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use fencing::lease::StoreId;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
@@ -47,8 +48,8 @@ pub struct Library {
     pub package: &'static str,
     /// The holder file in `holder/libraries/`.
     pub file: &'static str,
-    /// The lock service it runs on (`--store`).
-    pub store: &'static str,
+    /// The lease store it runs on (`--store`).
+    pub store: StoreId,
     /// What it exposes to fence with, in words; `None`: nothing ordered (`token=none`).
     pub fence: Option<&'static str>,
     /// The library's own ownership question, as its holder asks it.
@@ -66,7 +67,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "kazoo",
         package: "kazoo",
         file: "kazoo_lock.py",
-        store: "zookeeper",
+        store: StoreId::Zookeeper,
         fence: Some("the lock node's czxid (ordered: the ensemble's zxid)"),
         question: "lock.is_acquired",
         docs: Docs::Python("kazoo.recipe.lock:Lock.is_acquired"),
@@ -76,7 +77,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "curator",
         package: "curator-recipes",
         file: "curator_mutex.sh",
-        store: "zookeeper",
+        store: StoreId::Zookeeper,
         fence: Some("the lock node's czxid (ordered: the ensemble's zxid)"),
         question: "mutex.isOwnedByCurrentThread()",
         docs: Docs::Quoted {
@@ -89,7 +90,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "tooz-zookeeper",
         package: "tooz",
         file: "tooz_lock.py",
-        store: "zookeeper",
+        store: StoreId::Zookeeper,
         fence: None,
         question: "lock.is_still_owner()",
         docs: Docs::Python("tooz.drivers.zookeeper:ZooKeeperLock.is_still_owner"),
@@ -99,7 +100,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "redis-py",
         package: "redis",
         file: "redis_py_lock.py",
-        store: "redis",
+        store: StoreId::Redis,
         fence: None,
         question: "lock.owned()",
         docs: Docs::Python("redis.lock:Lock.owned"),
@@ -109,7 +110,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "python-redis-lock",
         package: "python-redis-lock",
         file: "python_redis_lock.py",
-        store: "redis",
+        store: StoreId::Redis,
         fence: None,
         question: "lock.get_owner_id()==lock.id",
         docs: Docs::Python("redis_lock:Lock.get_owner_id"),
@@ -119,7 +120,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "tooz-redis",
         package: "tooz",
         file: "tooz_lock.py",
-        store: "redis",
+        store: StoreId::Redis,
         fence: None,
         question: "lock.is_still_owner()",
         docs: Docs::Python("tooz.drivers.redis:RedisLock.is_still_owner"),
@@ -129,7 +130,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "pottery",
         package: "pottery",
         file: "pottery_redlock.py",
-        store: "redlock",
+        store: StoreId::Redlock,
         fence: None,
         question: "lock.locked()>0",
         docs: Docs::Python("pottery:Redlock.locked"),
@@ -139,7 +140,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "etcd3gw",
         package: "etcd3gw",
         file: "etcd3gw_lock.py",
-        store: "etcd",
+        store: StoreId::Etcd,
         fence: Some("the lock key's create_revision (ordered: etcd's revision)"),
         question: "lock.is_acquired()",
         docs: Docs::Python("etcd3gw.lock:Lock.is_acquired"),
@@ -149,7 +150,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "tooz-etcd3gw",
         package: "tooz",
         file: "tooz_lock.py",
-        store: "etcd",
+        store: StoreId::Etcd,
         fence: None,
         question: "lock.is_still_owner()",
         docs: Docs::Python("tooz.drivers.etcd3gw:Etcd3Lock.is_still_owner"),
@@ -159,7 +160,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "psycopg-advisory",
         package: "psycopg",
         file: "psycopg_advisory.py",
-        store: "pg-advisory",
+        store: StoreId::PgAdvisory,
         fence: None,
         question: "pg_locks.granted",
         docs: Docs::Quoted {
@@ -172,7 +173,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "tooz-postgresql",
         package: "tooz",
         file: "tooz_database.py",
-        store: "pg-advisory",
+        store: StoreId::PgAdvisory,
         fence: None,
         question: "lock.is_still_owner()",
         docs: Docs::Python("tooz.drivers.pgsql:PostgresLock.is_still_owner"),
@@ -182,7 +183,7 @@ pub const LIBRARIES: &[Library] = &[
         id: "tooz-mysql",
         package: "tooz",
         file: "tooz_database.py",
-        store: "mariadb-getlock",
+        store: StoreId::MariadbGetlock,
         fence: None,
         question: "lock.is_still_owner()",
         docs: Docs::Python("tooz.drivers.mysql:MySQLLock.is_still_owner"),
@@ -195,7 +196,7 @@ pub const LIBRARIES: &[Library] = &[
 fn over_a_socket(lib: &Library) -> Option<&'static str> {
     if on_the_lab_database(lib) {
         Some("its embedded PostgreSQL")
-    } else if fencing::stores::service_of(lib.store) == Some("mariadb") {
+    } else if lib.store.service() == Some(fencing::lease::Service::Mariadb) {
         Some("the named locks' local MariaDB")
     } else {
         None
@@ -204,7 +205,7 @@ fn over_a_socket(lib: &Library) -> Option<&'static str> {
 
 /// Whether `lib` runs on the lab's own PostgreSQL (an advisory lock), not on a lock service.
 pub fn on_the_lab_database(lib: &Library) -> bool {
-    fencing::stores::service_of(lib.store).is_none() && lib.store != "redlock"
+    lib.store.service().is_none() && !lib.store.is_redlock()
 }
 
 /// The library `id`, or an error listing them.
@@ -227,7 +228,7 @@ pub struct Installed {
     pub dir: PathBuf,
     /// The servers a library runs on when they are not the testbed's lock service: Redlock's
     /// (`redlock`: pottery over N Redis servers), their endpoints comma-separated.
-    pub servers: Option<(&'static str, String)>,
+    pub servers: Option<(StoreId, String)>,
 }
 
 impl Installed {
@@ -250,7 +251,7 @@ impl Installed {
             spec.prefix = vec![self.dir.join(lib.file).into_os_string()];
         }
         if let Some((store, endpoints)) = &self.servers {
-            spec.flags.store = (*store).to_owned();
+            spec.flags.store = store.name().to_owned();
             spec.flags.store_endpoint = Some(endpoints.clone());
         }
         if on_the_lab_database(lib) {
@@ -399,7 +400,7 @@ async fn holding(
 /// Who holds `key` at the library's service now, by the service's own record.
 async fn truth(bed: &Testbed, installed: &Installed, key: &str) -> anyhow::Result<Option<String>> {
     if let Some((store, endpoints)) = &installed.servers {
-        return truth::owner(store, endpoints, key).await;
+        return truth::owner(*store, endpoints, key).await;
     }
     if bed.service.is_none() && !bed.lease_is_the_table() {
         return truth::advisory_owner(bed.lease_table.pool(), key).await;

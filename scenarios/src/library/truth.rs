@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use etcd_client::Client as Etcd;
+use fencing::lease::StoreId;
 use zookeeper_client as zk;
 
 /// How long one reading may take before it is an error.
@@ -26,15 +27,15 @@ pub fn shown_value(raw: &[u8]) -> String {
 /// Who holds the lock at `key` on the service `store` (`redis`, `etcd`, `zookeeper`, or
 /// `redlock`: N Redis servers, `endpoint` comma-separated) at `endpoint`: what the library stored there for the holding in force, `None` when nobody
 /// holds it.
-pub async fn owner(store: &str, endpoint: &str, key: &str) -> anyhow::Result<Option<String>> {
+pub async fn owner(store: StoreId, endpoint: &str, key: &str) -> anyhow::Result<Option<String>> {
     let read = async {
         match store {
-            "redis" | "redis-plain" => redis_owner(endpoint, key).await,
-            "redlock" => redlock_owner(endpoint, key).await,
-            "etcd" => etcd_owner(endpoint, key).await,
-            "zookeeper" => zk_owner(endpoint, key).await,
+            StoreId::Redis | StoreId::RedisPlain => redis_owner(endpoint, key).await,
+            StoreId::Redlock => redlock_owner(endpoint, key).await,
+            StoreId::Etcd => etcd_owner(endpoint, key).await,
+            StoreId::Zookeeper => zk_owner(endpoint, key).await,
             #[cfg(feature = "mariadb")]
-            "mariadb-getlock" => {
+            StoreId::MariadbGetlock => {
                 let held = fencing::lease::mariadb_getlock::connection_holding(endpoint, key);
                 Ok(held.await?.map(|id| format!("connection={id}")))
             }

@@ -89,7 +89,7 @@ impl Testbed {
             bin: self.holder_bin.clone(),
             prefix: self.holder_prefix.clone(),
             flags: HolderFlags {
-                store: self.case.store.into(),
+                store: self.case.store.name().into(),
                 socket_dir: self.servers.socket().0,
                 port: self.servers.socket().1,
                 lease: LEASE.into(),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use fencing::lease::{LeaseStore, SqlLeaseStore};
+use fencing::lease::{LeaseStore, Service, SqlLeaseStore, StoreId};
 use fencing::profile::Profile;
 use fencing::publish::Publisher;
 use fencing::resource::Resource;
@@ -54,7 +54,7 @@ pub struct Testbed {
     pub service: Option<Box<dyn LockService>>,
     /// Lock services started for a store the lab no longer uses ([`Testbed::use_store`]), kept for
     /// the next case that does.
-    idle_services: Vec<Box<dyn LockService>>,
+    idle_services: Vec<(Service, Box<dyn LockService>)>,
     /// `--keep` or a failing run: the servers stay after [`Testbed::shutdown`] (stopped).
     kept: bool,
     /// A case run on this lab failed: a failing run keeps this lab's servers, not every lab's.
@@ -168,7 +168,7 @@ impl Testbed {
         let lease_table = SqlLeaseStore::with_profile(lease_pool, params.margin, asked.sut.clone())
             .with_ttl_in_force(asked.ttl);
         // A lock service as the lease store: a container of its own, started here.
-        let service = match fencing::stores::service_of(asked.store) {
+        let service = match asked.store.service() {
             None => None,
             Some(name) => match start_service(name, &run_mark).await {
                 Ok(service) => Some(service),
@@ -300,7 +300,7 @@ impl Testbed {
                 self.params.case.ttl.as_millis()
             )
         };
-        let own = if service.service() == "mariadb" {
+        let own = if self.case.store.service() == Some(Service::Mariadb) {
             "a local server of its own"
         } else {
             "a container of its own"
@@ -355,7 +355,11 @@ impl Testbed {
             kept.extend(other.keep());
         }
         kept.extend(self.maria.keep());
-        for service in self.service.iter().chain(&self.idle_services) {
+        for service in self
+            .service
+            .iter()
+            .chain(self.idle_services.iter().map(|(_, s)| s))
+        {
             kept.push(format!(
                 "the lock service {}'s container is kept, stopped, as fencing-lab-kept-…",
                 service.service()
@@ -379,7 +383,7 @@ impl Testbed {
             .service
             .take()
             .into_iter()
-            .chain(self.idle_services.drain(..))
+            .chain(self.idle_services.drain(..).map(|(_, s)| s))
         {
             if self.kept {
                 service.stop_and_keep().await;
@@ -468,23 +472,28 @@ impl Testbed {
     /// Makes the store named `store` the lab's lease store (`fencing::stores::STORES`): the lease
     /// table, or a lock service — started on first use, kept (idle) for the next. Returns once
     /// it is open; on an error the lease table is the store.
-    pub async fn use_store(&mut self, store: &'static str) -> anyhow::Result<()> {
+    pub async fn use_store(&mut self, store: StoreId) -> anyhow::Result<()> {
         if let Some(service) = self.service.take() {
-            self.idle_services.push(service);
+            let running = self
+                .case
+                .store
+                .service()
+                .expect("a lock service serves its store");
+            self.idle_services.push((running, service));
         }
         self.lease = SteppedStore::wrap(Arc::new(self.lease_table.clone()));
-        self.case.store = fencing::lease::sql::KIND.name;
+        self.case.store = StoreId::Postgres;
         self.case.ttl = self.params.case.ttl;
-        let Some(name) = fencing::stores::service_of(store) else {
-            if store != fencing::lease::sql::KIND.name {
+        let Some(name) = store.service() else {
+            if store != StoreId::Postgres {
                 // A store on the lab's lease database (the advisory locks): opened on its pool.
                 self.lease = SteppedStore::wrap(open_store(store, &self.lease_table, None).await?);
                 self.case.store = store;
             }
             return Ok(());
         };
-        let service = match self.idle_services.iter().position(|s| s.service() == name) {
-            Some(i) => self.idle_services.remove(i),
+        let service = match self.idle_services.iter().position(|(s, _)| *s == name) {
+            Some(i) => self.idle_services.remove(i).1,
             None => start_service(name, &self.run_mark).await?,
         };
         match open_store(store, &self.lease_table, Some(&*service)).await {
@@ -496,7 +505,7 @@ impl Testbed {
                 Ok(())
             }
             Err(e) => {
-                self.idle_services.push(service);
+                self.idle_services.push((name, service));
                 Err(e)
             }
         }
@@ -513,7 +522,7 @@ impl Testbed {
     /// the database's advisory locks: what acts on the table (its SQL, its server's crash or
     /// replication) acts on the lease only then.
     pub fn lease_is_the_table(&self) -> bool {
-        self.case.store == fencing::lease::sql::KIND.name
+        self.case.store == StoreId::Postgres
     }
 
     /// Whether `row` shows the lease given up: released in the lease table, or — on a lock
@@ -535,28 +544,33 @@ impl Testbed {
     }
 }
 
-/// Starts the lock service `name`: a container of its own, or — `mariadb`, the named locks'
+/// Starts the lock service `service`: a container of its own, or — MariaDB, the named locks'
 /// server — a local MariaDB from the host's binaries, which needs no engine.
 async fn start_service(
-    name: &str,
+    service: Service,
     mark: &str,
 ) -> anyhow::Result<Box<dyn harness::docker::LockService>> {
-    if name == "mariadb" {
-        #[cfg(feature = "mariadb")]
-        return harness::server::mariadb::lock_service().await;
-        #[cfg(not(feature = "mariadb"))]
-        anyhow::bail!(
-            "the named locks need MariaDB's client, which this build lacks: build with \
-             --features lab/mariadb,holder/mariadb (./run.sh does when MariaDB is installed)"
-        );
-    }
-    harness::docker::lock_service(name, mark).await
+    use harness::docker::ContainedService;
+    let contained = match service {
+        Service::Mariadb => {
+            #[cfg(feature = "mariadb")]
+            return harness::server::mariadb::lock_service().await;
+            #[cfg(not(feature = "mariadb"))]
+            anyhow::bail!(
+                "the named locks need MariaDB's client, which this build lacks: build with \
+                 --features lab/mariadb,holder/mariadb (./run.sh does when MariaDB is installed)"
+            );
+        }
+        Service::Redis => ContainedService::Redis,
+        Service::Etcd => ContainedService::Etcd,
+        Service::Zookeeper => ContainedService::Zookeeper,
+    };
+    harness::docker::lock_service(contained, mark).await
 }
 
-/// The lease store `name` (`fencing::stores::STORES`): on the lab's lease table, or on the lock
-/// service the lab started for it.
+/// The lease store `id`: on the lab's lease table, or on the lock service the lab started for it.
 pub(super) async fn open_store(
-    name: &str,
+    id: StoreId,
     table: &SqlLeaseStore,
     service: Option<&dyn LockService>,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
@@ -564,7 +578,7 @@ pub(super) async fn open_store(
         table: table.clone(),
         endpoints: service.iter().map(|s| s.endpoint()).collect(),
     };
-    Ok(fencing::stores::open(name, &at).await?)
+    Ok(fencing::stores::open(id, &at).await?)
 }
 
 #[cfg(test)]

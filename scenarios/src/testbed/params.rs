@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencing::lease::StoreId;
 use fencing::profile::{Dialect, JobProfile, Profile};
 use fencing::resource::{fenced_mode_profile, WriteMode, FENCED_MODES};
 
@@ -43,7 +44,7 @@ pub struct Params {
     /// ([`crate::Spec::again_on_stores`]: F4, F5) runs again, as a case of its own
     /// (`F4-redis`), when the run's store is the lease table: every store of this build with a
     /// token, unless `--lease-store` named one.
-    pub again_on: Vec<&'static str>,
+    pub again_on: Vec<StoreId>,
 }
 
 /// What one case runs with: the lease store every experiment and every holder asks, the TTL it
@@ -53,9 +54,9 @@ pub struct Params {
 /// case at a time, through [`crate::Testbed::use_store`] and [`crate::Testbed::use_sut`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Case {
-    /// The lease store, by its name in `fencing::stores::STORES`: `postgres`, the profile's
-    /// lease table, unless `--lease-store` named a lock service.
-    pub store: &'static str,
+    /// The lease store: `postgres`, the profile's lease table, unless `--lease-store` named a
+    /// lock service.
+    pub store: StoreId,
     /// The TTL of a holder that must stay valid while it renews (F1, F3, F4, F5): 1500 ms — as
     /// the store grants it (etcd: whole seconds).
     pub ttl: Duration,
@@ -73,7 +74,7 @@ pub struct Case {
 impl Default for Case {
     fn default() -> Self {
         Case {
-            store: "postgres",
+            store: StoreId::Postgres,
             ttl: Duration::from_millis(1500),
             sut: Arc::new(Profile::seed004().clone()),
             again_with_fence: false,

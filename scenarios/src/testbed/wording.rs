@@ -23,12 +23,13 @@ impl Testbed {
     /// The clock that decides expiry, as the evidence names it: `the database clock` for the
     /// lease table, the lock service's own otherwise.
     pub fn expiry_clock(&self) -> &'static str {
-        match fencing::stores::service_of(self.case.store) {
+        use fencing::lease::Service;
+        match self.case.store.service() {
             None => "the database clock",
-            Some("redis") => "Redis's clock",
-            Some("etcd") => "etcd's leader",
-            Some("mariadb") => "the MariaDB server",
-            Some(_) => "the ZooKeeper server",
+            Some(Service::Redis) => "Redis's clock",
+            Some(Service::Etcd) => "etcd's leader",
+            Some(Service::Mariadb) => "the MariaDB server",
+            Some(Service::Zookeeper) => "the ZooKeeper server",
         }
     }
 
