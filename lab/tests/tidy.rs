@@ -883,9 +883,9 @@ fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
 /// which only come down (a rewrite with the step vocabulary lowers them, and must lower these
 /// with it), as does the number of listed exceptions. The aim: at most 6 over 150, at most 40
 /// over 70, at most 10 listed.
-const MOST_OVER_150: usize = 23;
-const MOST_OVER_70: usize = 111;
-const MOST_LISTED: usize = 48;
+const MOST_OVER_150: usize = 17;
+const MOST_OVER_70: usize = 108;
+const MOST_LISTED: usize = 43;
 
 /// How `measured` stands against the most allowed over 150 lines (`most_150`) and over 70
 /// (`most_70`): more is an offence, fewer too (the bound comes down to the count).
@@ -1140,12 +1140,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         TIMELINE,
     ),
     (
-        "scenarios/src/experiments/f14_lease_store_failover.rs",
-        "timeline",
-        189,
-        TIMELINE,
-    ),
-    (
         "scenarios/src/experiments/f15_delayed_write.rs",
         "row",
         221,
@@ -1164,18 +1158,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         TIMELINE,
     ),
     (
-        "scenarios/src/experiments/f1_normal_path.rs",
-        "run",
-        249,
-        TIMELINE,
-    ),
-    (
-        "scenarios/src/experiments/f2_now_in_long_transaction.rs",
-        "run",
-        237,
-        TIMELINE,
-    ),
-    (
         "scenarios/src/experiments/f3_concurrent_acquire.rs",
         "run",
         148,
@@ -1184,7 +1166,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "scenarios/src/experiments/f6_interleavings.rs",
         "fenced_scope",
-        192,
+        124,
         TIMELINE,
     ),
     (
@@ -1193,13 +1175,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         111,
         TIMELINE,
     ),
-    (
-        "scenarios/src/experiments/f8_database_crash.rs",
-        "run",
-        250,
-        TIMELINE,
-    ),
-    ("scenarios/src/kit/paused_holder.rs", "run", 199, TIMELINE),
     (
         "scenarios/src/experiments/r1_zookeeper_suffix.rs",
         "one_run",

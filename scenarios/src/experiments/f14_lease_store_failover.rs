@@ -17,12 +17,11 @@
 //! A, Z (an earlier holding that shows replication working) and B are the lab's own lease clients:
 //! the subject is the lease store, not a holder process.
 
-use fencing::resource::WriteMode;
 use std::time::Instant;
 
 use anyhow::Context as _;
 use fencing::lease::{Grant, SqlLeaseStore};
-use fencing::resource::Write;
+use fencing::resource::{Write, WriteMode};
 use fencing::schema::Database;
 use harness::evidence::{Mark, Recorder};
 use harness::server::standby::{self, Lsn, Replicated, Standby};
@@ -225,6 +224,52 @@ async fn timeline(
             .join(", ")
     ));
 
+    let (z, received_at_cut) = replicated_then_cut(bed, rec, pair, &on_primary).await?;
+
+    let (a, before_a) =
+        a_acquires_on_the_primary(bed, rec, mode, pair, &on_primary, &z, received_at_cut).await?;
+
+    drop(on_primary);
+    let (received, replayed) = lose_and_promote(rec, pair).await?;
+    rec.note(format!(
+        "LSNs: A's commit in the primary's WAL ({before_a}, …]; the standby had received {} and replayed {} when it was promoted",
+        shown(received),
+        shown(replayed)
+    ));
+
+    let on_standby = SqlLeaseStore::with_profile(
+        Testbed::pool(&pair.hosts, Database::Lease).await?,
+        p.margin,
+        c.sut.clone(),
+    )
+    .with_ttl_in_force(c.ttl);
+    if mode != Replication::Asynchronous {
+        // A's holding survived: B waits for it to expire by the new primary's clock.
+        let store = &on_standby;
+        harness::wait::until(
+            "A's lease expired on the promoted standby",
+            p.wait_timeout,
+            || store.is_free(LEASE),
+        )
+        .await?;
+    }
+    let b = b_acquires_on_the_standby(rec, mode, &on_standby, &a, c.ttl).await?;
+
+    writes_after_failover(bed, rec, mode, &a, &b).await?;
+
+    on_standby.pool().close().await;
+    Ok(())
+}
+
+/// An earlier holding (Z's), replicated and replayed — the link works — and then the standby's
+/// link cut: Z's grant, and what the standby had received at the cut.
+async fn replicated_then_cut(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    pair: &mut Pair,
+    on_primary: &SqlLeaseStore,
+) -> anyhow::Result<(Grant, Option<Lsn>)> {
+    let (p, c) = (bed.params().clone(), bed.case().clone());
     // An earlier holding, replicated and replayed: the link works before the cut.
     let z = on_primary
         .acquire(LEASE, HOLDER_Z, c.ttl)
@@ -270,7 +315,22 @@ async fn timeline(
         "0 senders",
         &format!("{} senders", senders.len()),
     );
+    Ok((z, received_at_cut))
+}
 
+/// A acquires on the primary, the standby cut off (asynchronous: acknowledged although its WAL
+/// never reached the standby; synchronous: see [`synchronous_acquire`]): A's grant, and the
+/// primary's WAL position before it.
+async fn a_acquires_on_the_primary(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    mode: Replication,
+    pair: &mut Pair,
+    on_primary: &SqlLeaseStore,
+    z: &Grant,
+    received_at_cut: Option<Lsn>,
+) -> anyhow::Result<(Grant, Lsn)> {
+    let c = bed.case().clone();
     let before_a = standby::flush_lsn(&pair.primary_admin).await?;
     let a = match mode {
         Replication::Asynchronous => {
@@ -301,36 +361,23 @@ async fn timeline(
             a
         }
         Replication::Synchronous { .. } => {
-            synchronous_acquire(bed, rec, pair, &on_primary, before_a, z.token).await?
+            synchronous_acquire(bed, rec, pair, on_primary, before_a, z.token).await?
         }
     };
     let a = a.context("A was not granted the lease")?;
+    Ok((a, before_a))
+}
 
-    drop(on_primary);
-    let (received, replayed) = lose_and_promote(rec, pair).await?;
-    rec.note(format!(
-        "LSNs: A's commit in the primary's WAL ({before_a}, …]; the standby had received {} and replayed {} when it was promoted",
-        shown(received),
-        shown(replayed)
-    ));
-
-    let on_standby = SqlLeaseStore::with_profile(
-        Testbed::pool(&pair.hosts, Database::Lease).await?,
-        p.margin,
-        c.sut.clone(),
-    )
-    .with_ttl_in_force(c.ttl);
-    if mode != Replication::Asynchronous {
-        // A's holding survived: B waits for it to expire by the new primary's clock.
-        let store = &on_standby;
-        harness::wait::until(
-            "A's lease expired on the promoted standby",
-            p.wait_timeout,
-            || store.is_free(LEASE),
-        )
-        .await?;
-    }
-    let b = on_standby.acquire(LEASE, HOLDER_B, c.ttl).await?;
+/// B acquires on the promoted standby: token A's again (asynchronous, the negative control) or
+/// above it.
+async fn b_acquires_on_the_standby(
+    rec: &mut Recorder,
+    mode: Replication,
+    on_standby: &SqlLeaseStore,
+    a: &Grant,
+    ttl: std::time::Duration,
+) -> anyhow::Result<Grant> {
+    let b = on_standby.acquire(LEASE, HOLDER_B, ttl).await?;
     rec.step(
         crate::testbed::acquire_mark(b.as_ref()),
         "B",
@@ -357,16 +404,29 @@ async fn timeline(
     }
     let b = b.context("B could not acquire on the promoted standby")?;
     if mode == Replication::Asynchronous {
-        crate::kit::stale_handle::probe(rec, "A", &on_standby, a.clone(), &b, BEFORE_FAILOVER)
+        crate::kit::stale_handle::probe(rec, "A", on_standby, a.clone(), &b, BEFORE_FAILOVER)
             .await?;
     }
-    let b_ok = write(bed, rec, "B", HOLDER_B, B_CONTENT, &b).await?;
+    Ok(b)
+}
+
+/// B writes, then A with its token from before the failover: rejected, or (asynchronous)
+/// accepted — the floor cannot tell two holders of one token apart.
+async fn writes_after_failover(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    mode: Replication,
+    a: &Grant,
+    b: &Grant,
+) -> anyhow::Result<()> {
+    let c = bed.case().clone();
+    let b_ok = write(bed, rec, "B", HOLDER_B, B_CONTENT, b).await?;
     rec.check(
         format!("B's write is accepted (mode={})", c.fence_label()),
         &wrote(true, b.token),
         &wrote(b_ok, b.token),
     );
-    let a_ok = write(bed, rec, "A", HOLDER_A, A_CONTENT, &a).await?;
+    let a_ok = write(bed, rec, "A", HOLDER_A, A_CONTENT, a).await?;
     match mode {
         Replication::Asynchronous => {
             rec.expose(
@@ -386,7 +446,6 @@ async fn timeline(
             );
         }
     }
-    on_standby.pool().close().await;
     Ok(())
 }
 

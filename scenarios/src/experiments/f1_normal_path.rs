@@ -8,7 +8,7 @@
 //! a holding is its token, not its holder's name.
 
 use anyhow::Context as _;
-use fencing::lease::StoreId;
+use fencing::lease::{Grant, Holding, StoreId};
 use fencing::resource::Write;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
@@ -61,243 +61,11 @@ impl Scenario for F1 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let ttl = bed.case().ttl;
-            let a = bed.lease.acquire(LEASE, HOLDER_A, ttl).await?;
-            rec.step(
-                acquire_mark(a.as_ref()),
-                "holder-a",
-                "acquire",
-                a.as_ref().map(|g| g.token),
-                acquired(a.as_ref()),
-                None,
-            );
-            rec.check(
-                "holder-a acquires the lease, token=1",
-                "ACQUIRED token=1",
-                &acquired(a.as_ref()),
-            );
-            let mut a = a.context("holder-a could not acquire a fresh lease")?;
-            // A second lease of the same holder, as a service holds several (on a table, its
-            // token is 1 too): what holder-a does to the first must not reach it.
-            let other = bed
-                .lease
-                .acquire(OTHER, HOLDER_A, ttl)
-                .await?
-                .context("holder-a could not acquire a second, fresh lease")?;
-            bed.resource.setup_scope(OTHER_SCOPE).await?;
-            let other_before = bed
-                .lease
-                .inspect(OTHER)
-                .await?
-                .context("the second lease vanished")?;
-
-            let write = |writer, content, token| Write {
-                scope: SCOPE,
-                part: SUMMARY,
-                content,
-                writer,
-                token,
-            };
-            let ok = bed
-                .resource
-                .write(&write(HOLDER_A, "rows=100(A)", a.token), WriteMode::Fenced)
-                .await?;
-            rec.step(
-                Mark::Write { accepted: ok },
-                "holder-a",
-                "write",
-                Some(a.token),
-                wrote(ok, a.token),
-                None,
-            );
-            rec.check(
-                "holder-a's write with token=1 is accepted",
-                "WRITE accepted=true token=1",
-                &wrote(ok, a.token),
-            );
-
-            let before = bed
-                .lease
-                .inspect(LEASE)
-                .await?
-                .context("the lease row vanished")?;
-            let (renewed, moved) = renew_watching_deadline(bed, &mut a).await?;
-            let after = bed
-                .lease
-                .inspect(LEASE)
-                .await?
-                .context("the lease row vanished")?;
-            rec.step(
-                Mark::Renewed,
-                "holder-a",
-                "renew",
-                Some(a.token),
-                format!("ok={renewed}"),
-                Some(after.db_now.clone()),
-            );
-            rec.check(
-                "holder-a renews: ok, the token is unchanged, and its local deadline moved forward",
-                "RENEW ok=true token=1 deadline=later",
-                &format!("RENEW ok={renewed} token={} deadline={moved}", after.token),
-            );
-            if before.expires_epoch.is_infinite() && after.expires_epoch.is_infinite() {
-                // ZooKeeper: no expiry per holding to move — its session lives while the
-                // client's heartbeats arrive, and the renew asked that it still does.
-                rec.waive(
-                    "the renew moved expires_at forward",
-                    format_args!(
-                        "the store keeps no expiry per holding ({})",
-                        after.expires_at
-                    ),
-                );
-            } else {
-                rec.check_that(
-                    "the renew moved expires_at forward",
-                    after.expires_epoch > before.expires_epoch,
-                    format_args!("{} → {}", before.expires_at, after.expires_at),
-                );
-            }
-
-            other_lease_unmoved(bed, rec, &other_before).await?;
-
-            let released = bed.lease.release(&a).await?;
-            let row = bed.lease.inspect(LEASE).await?;
-            rec.step(
-                Mark::Released,
-                "holder-a",
-                "release",
-                Some(a.token),
-                format!("ok={released}"),
-                match &row {
-                    Some(row) => Some(row.db_now.clone()),
-                    None => bed.lease.clock().await?,
-                },
-            );
-            match row {
-                // A lock service keeps nothing of a holding that ended: the lock is gone.
-                None if bed.service.is_some() => rec.check(
-                    "holder-a releases: ok, and the lock service keeps no holding (the lock is gone)",
-                    "RELEASE ok=true holding=none",
-                    &format!("RELEASE ok={released} holding=none"),
-                ),
-                row => {
-                    let row = row.context("the lease row vanished")?;
-                    rec.check(
-                        "holder-a releases: ok, expires_at = -infinity, the token not moved back",
-                        "RELEASE ok=true expires_at=-infinity token≥1",
-                        &format!(
-                            "RELEASE ok={released} expires_at={} token={}",
-                            row.expires_at, row.token
-                        ),
-                    )
-                }
-            };
-
-            let other_after = bed.lease.inspect(OTHER).await?;
-            rec.check(
-                "holder-a's release left its other lease held",
-                &format!("{OTHER}: holder={HOLDER_A} expired=false released=false"),
-                &match other_after {
-                    Some(h) => format!(
-                        "{OTHER}: holder={} expired={} released={}",
-                        h.holder, h.expired, h.released
-                    ),
-                    None => format!("{OTHER}: no holding"),
-                },
-            );
-
-            let b = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
-            rec.step(
-                acquire_mark(b.as_ref()),
-                "holder-b",
-                "acquire",
-                b.as_ref().map(|g| g.token),
-                acquired(b.as_ref()),
-                None,
-            );
-            rec.check(
-                "holder-b acquires at once after the release, token=2",
-                "ACQUIRED token=2",
-                &acquired(b.as_ref()),
-            );
-            let b = b.context("holder-b could not acquire a released lease")?;
-            let ok = bed
-                .resource
-                .write(&write(HOLDER_B, "rows=101(B)", b.token), WriteMode::Fenced)
-                .await?;
-            rec.step(
-                Mark::Write { accepted: ok },
-                "holder-b",
-                "write",
-                Some(b.token),
-                wrote(ok, b.token),
-                None,
-            );
-            rec.check(
-                "holder-b's write with token=2 is accepted",
-                "WRITE accepted=true token=2",
-                &wrote(ok, b.token),
-            );
-
-            bed.check_floor(rec, "the resource's fence_floor", 2)
-                .await?;
-
-            // holder-a's other lease guards a scope of its own: B's token there is nothing to
-            // it (a fence that raised every scope's floor would refuse it now).
-            let ok = bed
-                .resource
-                .write(
-                    &Write {
-                        scope: OTHER_SCOPE,
-                        part: SUMMARY,
-                        content: "rows=1(A, other)",
-                        writer: HOLDER_A,
-                        token: other.token,
-                    },
-                    WriteMode::Fenced,
-                )
-                .await?;
-            rec.check_that(
-                format!(
-                    "holder-a's write to {OTHER_SCOPE}, under its other lease's token, is accepted: each scope keeps its own floor"
-                ),
-                ok,
-                wrote(ok, other.token),
-            );
-            // And the other way: what report-other accepted counts only there. holder-a's first
-            // holding is superseded: its token is stale at the first scope.
-            let stale = bed
-                .resource
-                .write(
-                    &write(HOLDER_A, "rows=102(A, stale)", a.token),
-                    WriteMode::Fenced,
-                )
-                .await?;
-            rec.step(
-                Mark::Write { accepted: stale },
-                "holder-a",
-                "stale write",
-                Some(a.token),
-                wrote(stale, a.token),
-                None,
-            );
-            let what = format!(
-                "holder-a's stale write with token=1, after B's token=2, is rejected: the floor of {OTHER_SCOPE} counts only there"
-            );
-            if bed.case().sut.claims.token_at_resource {
-                rec.check(what, "WRITE accepted=false token=1", &wrote(stale, a.token));
-            } else {
-                // F4 judges a resource without a fence; here it is about floors per scope.
-                rec.waive(
-                    what,
-                    format_args!(
-                        "{} checks no token at the resource: no floor to keep per scope",
-                        bed.case().sut.name
-                    ),
-                );
-            }
-            bed.lease.release(&other).await?;
-
+            let (mut a, other, other_before) = a_holds_two_leases_and_writes(bed, rec).await?;
+            a_renews(bed, rec, &mut a, &other_before).await?;
+            a_releases(bed, rec, &a).await?;
+            let b = b_takes_over_and_writes(bed, rec).await?;
+            each_scope_keeps_its_floor(bed, rec, &a, &other).await?;
             // The same holder, a new holding: the first one's handle must not reach it.
             let again = released_and_acquired_again(bed, rec, &b, &a.handle).await?;
             first_holding_cannot_reach_the_new(bed, rec, b).await?;
@@ -308,6 +76,290 @@ impl Scenario for F1 {
             }
         })
     }
+}
+
+/// A write of `content` to the summary part of the scope under test.
+fn summary<'w>(writer: &'w str, content: &'w str, token: i64) -> Write<'w> {
+    Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer,
+        token,
+    }
+}
+
+/// holder-a acquires the lease and a second one (as a service holds several; on a table, its
+/// token is 1 too), and writes under the first: the grants, and the second lease as it stood.
+async fn a_holds_two_leases_and_writes(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+) -> anyhow::Result<(Grant, Grant, Holding)> {
+    let ttl = bed.case().ttl;
+    let a = bed.lease.acquire(LEASE, HOLDER_A, ttl).await?;
+    rec.step(
+        acquire_mark(a.as_ref()),
+        "holder-a",
+        "acquire",
+        a.as_ref().map(|g| g.token),
+        acquired(a.as_ref()),
+        None,
+    );
+    rec.check(
+        "holder-a acquires the lease, token=1",
+        "ACQUIRED token=1",
+        &acquired(a.as_ref()),
+    );
+    let a = a.context("holder-a could not acquire a fresh lease")?;
+    // A second lease of the same holder, as a service holds several (on a table, its
+    // token is 1 too): what holder-a does to the first must not reach it.
+    let other = bed
+        .lease
+        .acquire(OTHER, HOLDER_A, ttl)
+        .await?
+        .context("holder-a could not acquire a second, fresh lease")?;
+    bed.resource.setup_scope(OTHER_SCOPE).await?;
+    let other_before = bed
+        .lease
+        .inspect(OTHER)
+        .await?
+        .context("the second lease vanished")?;
+
+    let ok = bed
+        .resource
+        .write(
+            &summary(HOLDER_A, "rows=100(A)", a.token),
+            WriteMode::Fenced,
+        )
+        .await?;
+    rec.step(
+        Mark::Write { accepted: ok },
+        "holder-a",
+        "write",
+        Some(a.token),
+        wrote(ok, a.token),
+        None,
+    );
+    rec.check(
+        "holder-a's write with token=1 is accepted",
+        "WRITE accepted=true token=1",
+        &wrote(ok, a.token),
+    );
+    Ok((a, other, other_before))
+}
+
+/// holder-a renews: the token unchanged, its local deadline and the store's expiry moved
+/// forward, its other lease not moved.
+async fn a_renews(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &mut Grant,
+    other_before: &Holding,
+) -> anyhow::Result<()> {
+    let before = bed
+        .lease
+        .inspect(LEASE)
+        .await?
+        .context("the lease row vanished")?;
+    let (renewed, moved) = renew_watching_deadline(bed, a).await?;
+    let after = bed
+        .lease
+        .inspect(LEASE)
+        .await?
+        .context("the lease row vanished")?;
+    rec.step(
+        Mark::Renewed,
+        "holder-a",
+        "renew",
+        Some(a.token),
+        format!("ok={renewed}"),
+        Some(after.db_now.clone()),
+    );
+    rec.check(
+        "holder-a renews: ok, the token is unchanged, and its local deadline moved forward",
+        "RENEW ok=true token=1 deadline=later",
+        &format!("RENEW ok={renewed} token={} deadline={moved}", after.token),
+    );
+    if before.expires_epoch.is_infinite() && after.expires_epoch.is_infinite() {
+        // ZooKeeper: no expiry per holding to move — its session lives while the
+        // client's heartbeats arrive, and the renew asked that it still does.
+        rec.waive(
+            "the renew moved expires_at forward",
+            format_args!(
+                "the store keeps no expiry per holding ({})",
+                after.expires_at
+            ),
+        );
+    } else {
+        rec.check_that(
+            "the renew moved expires_at forward",
+            after.expires_epoch > before.expires_epoch,
+            format_args!("{} → {}", before.expires_at, after.expires_at),
+        );
+    }
+
+    other_lease_unmoved(bed, rec, other_before).await?;
+    Ok(())
+}
+
+/// holder-a releases: the lease free, its token not moved back, its other lease still held.
+async fn a_releases(bed: &mut Testbed, rec: &mut Recorder, a: &Grant) -> anyhow::Result<()> {
+    let released = bed.lease.release(a).await?;
+    let row = bed.lease.inspect(LEASE).await?;
+    rec.step(
+        Mark::Released,
+        "holder-a",
+        "release",
+        Some(a.token),
+        format!("ok={released}"),
+        match &row {
+            Some(row) => Some(row.db_now.clone()),
+            None => bed.lease.clock().await?,
+        },
+    );
+    match row {
+        // A lock service keeps nothing of a holding that ended: the lock is gone.
+        None if bed.service.is_some() => rec.check(
+            "holder-a releases: ok, and the lock service keeps no holding (the lock is gone)",
+            "RELEASE ok=true holding=none",
+            &format!("RELEASE ok={released} holding=none"),
+        ),
+        row => {
+            let row = row.context("the lease row vanished")?;
+            rec.check(
+                "holder-a releases: ok, expires_at = -infinity, the token not moved back",
+                "RELEASE ok=true expires_at=-infinity token≥1",
+                &format!(
+                    "RELEASE ok={released} expires_at={} token={}",
+                    row.expires_at, row.token
+                ),
+            )
+        }
+    };
+
+    let other_after = bed.lease.inspect(OTHER).await?;
+    rec.check(
+        "holder-a's release left its other lease held",
+        &format!("{OTHER}: holder={HOLDER_A} expired=false released=false"),
+        &match other_after {
+            Some(h) => format!(
+                "{OTHER}: holder={} expired={} released={}",
+                h.holder, h.expired, h.released
+            ),
+            None => format!("{OTHER}: no holding"),
+        },
+    );
+    Ok(())
+}
+
+/// holder-b acquires at once with a greater token and writes: the floor follows it.
+async fn b_takes_over_and_writes(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<Grant> {
+    let ttl = bed.case().ttl;
+    let b = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+    rec.step(
+        acquire_mark(b.as_ref()),
+        "holder-b",
+        "acquire",
+        b.as_ref().map(|g| g.token),
+        acquired(b.as_ref()),
+        None,
+    );
+    rec.check(
+        "holder-b acquires at once after the release, token=2",
+        "ACQUIRED token=2",
+        &acquired(b.as_ref()),
+    );
+    let b = b.context("holder-b could not acquire a released lease")?;
+    let ok = bed
+        .resource
+        .write(
+            &summary(HOLDER_B, "rows=101(B)", b.token),
+            WriteMode::Fenced,
+        )
+        .await?;
+    rec.step(
+        Mark::Write { accepted: ok },
+        "holder-b",
+        "write",
+        Some(b.token),
+        wrote(ok, b.token),
+        None,
+    );
+    rec.check(
+        "holder-b's write with token=2 is accepted",
+        "WRITE accepted=true token=2",
+        &wrote(ok, b.token),
+    );
+
+    bed.check_floor(rec, "the resource's fence_floor", 2)
+        .await?;
+    Ok(b)
+}
+
+/// Each scope keeps a floor of its own: holder-a's other lease writes to its scope after B's
+/// token, and its first, superseded holding is stale at the first scope.
+async fn each_scope_keeps_its_floor(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &Grant,
+    other: &Grant,
+) -> anyhow::Result<()> {
+    // holder-a's other lease guards a scope of its own: B's token there is nothing to
+    // it (a fence that raised every scope's floor would refuse it now).
+    let ok = bed
+        .resource
+        .write(
+            &Write {
+                scope: OTHER_SCOPE,
+                part: SUMMARY,
+                content: "rows=1(A, other)",
+                writer: HOLDER_A,
+                token: other.token,
+            },
+            WriteMode::Fenced,
+        )
+        .await?;
+    rec.check_that(
+        format!(
+            "holder-a's write to {OTHER_SCOPE}, under its other lease's token, is accepted: each scope keeps its own floor"
+        ),
+        ok,
+        wrote(ok, other.token),
+    );
+    // And the other way: what report-other accepted counts only there. holder-a's first
+    // holding is superseded: its token is stale at the first scope.
+    let stale = bed
+        .resource
+        .write(
+            &summary(HOLDER_A, "rows=102(A, stale)", a.token),
+            WriteMode::Fenced,
+        )
+        .await?;
+    rec.step(
+        Mark::Write { accepted: stale },
+        "holder-a",
+        "stale write",
+        Some(a.token),
+        wrote(stale, a.token),
+        None,
+    );
+    let what = format!(
+        "holder-a's stale write with token=1, after B's token=2, is rejected: the floor of {OTHER_SCOPE} counts only there"
+    );
+    if bed.case().sut.claims.token_at_resource {
+        rec.check(what, "WRITE accepted=false token=1", &wrote(stale, a.token));
+    } else {
+        // F4 judges a resource without a fence; here it is about floors per scope.
+        rec.waive(
+            what,
+            format_args!(
+                "{} checks no token at the resource: no floor to keep per scope",
+                bed.case().sut.name
+            ),
+        );
+    }
+    bed.lease.release(other).await?;
+    Ok(())
 }
 
 /// How far a lease's expiry, read twice with nothing between, may move by the reading alone, in

@@ -20,12 +20,11 @@
 //! diagram: expired → expired, renew refused): holder-a's renew in autocommit is refused and the
 //! row stays as it was — an expired lease is re-acquired, with a new token, never revived.
 
-use fencing::resource::WriteMode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fencing::lease::{for_experiments, stmt, JudgedBy};
-use fencing::resource::Write;
+use fencing::lease::{for_experiments, stmt, Grant, JudgedBy};
+use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use sqlx::Connection;
 
@@ -117,85 +116,9 @@ impl Scenario for F2 {
                 format_args!("T's now() = {}", t_start.now),
             );
 
-            // Part one: two writes with the same token, while T is open.
-            for n in 1..=2 {
-                let w = Write {
-                    scope: SCOPE,
-                    part: SUMMARY,
-                    content: "rows=100(A)",
-                    writer: HOLDER_A,
-                    token: a.token,
-                };
-                let ok = bed.resource.write(&w, WriteMode::Fenced).await?;
-                rec.check(
-                    format!("holder-a's write #{n} with token=1 is accepted (equal token, same holding)"),
-                    "WRITE accepted=true token=1",
-                    &wrote(ok, a.token),
-                );
-            }
-            bed.check_floor(
-                rec,
-                "fence_floor stays at 1 after two writes with token 1",
-                1,
-            )
-            .await?;
+            equal_tokens_are_accepted(bed, rec, &a).await?;
 
-            // Wait until an autocommit statement judges the lease expired.
-            let waited = bed.until_lease_expired("the lease").await?;
-            let clock = bed.lease_table.db_clock().await?;
-            rec.step(
-                Mark::LeaseExpired,
-                "holder-a",
-                "lease expired (autocommit)",
-                Some(1),
-                format!("after {} ms", waited.as_millis()),
-                Some(clock),
-            );
-            rec.note(format!(
-                "an autocommit connection sees the lease expired after {} ms",
-                waited.as_millis()
-            ));
-
-            // Expired, and nobody took over: holder-a's renew in autocommit is refused, and the
-            // row (holder, token, expires_at) stays as it was.
-            let before = bed.lease.inspect(LEASE).await?;
-            let renewed = bed.lease.renew(&mut a).await?;
-            let after = bed.lease.inspect(LEASE).await?;
-            let row_line = |row: Option<fencing::lease::Holding>| {
-                shown(row.map(|r| {
-                    let state = if r.expired { "expired" } else { "unexpired" };
-                    format!("{} token={} {state}", r.holder, r.token)
-                }))
-            };
-            rec.check(
-                "holder-a renews in autocommit after its lease expired with nobody taking over: refused",
-                "lease holder-a token=1 expired; RENEW ok=false",
-                &format!("lease {}; RENEW ok={renewed}", row_line(before.clone())),
-            );
-            rec.step(
-                if renewed {
-                    Mark::Renewed
-                } else {
-                    Mark::Refused
-                },
-                "holder-a",
-                "renew after expiry (autocommit)",
-                Some(a.token),
-                format!("RENEW ok={renewed}"),
-                None,
-            );
-            rec.check(
-                "the refused renew left the row as it was: token not advanced, expires_at not moved",
-                &format!(
-                    "holder-a token=1 expired expires_at={}",
-                    shown(before.map(|r| r.expires_at))
-                ),
-                &format!(
-                    "{} expires_at={}",
-                    row_line(after.clone()),
-                    shown(after.map(|r| r.expires_at))
-                ),
-            );
+            renew_after_expiry_is_refused(bed, rec, &mut a).await?;
 
             let before_later_read = Instant::now();
             let t_later = stmt::clocks(&mut *t).await?;
@@ -231,92 +154,214 @@ impl Scenario for F2 {
             t.rollback().await?;
             drop(t_conn);
 
-            let b = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
-            rec.check(
-                "the same acquire in autocommit succeeds, token=2",
-                "ACQUIRED token=2",
-                &acquired(b.as_ref()),
-            );
-            let Some(b) = b else {
-                // Say what the lease is, not what it was expected to be (a design whose renew
-                // revives an expired lease has an unexpired one here).
-                let row = bed.lease.inspect(LEASE).await?;
-                anyhow::bail!(
-                    "holder-b's acquire was refused: the lease is {}",
-                    shown(row.as_ref().map(lease_state))
-                );
-            };
+            let b = b_acquires_in_autocommit(bed, rec, ttl).await?;
 
-            // The opposite direction: a renew inside a transaction opened before expiry.
-            let mut t2_conn = bed.lease_table.pool().acquire().await?;
-            let mut t2 = t2_conn.begin().await?;
-            let t2_start = stmt::clocks(&mut *t2).await?;
-            let valid_at_t2 =
-                stmt::expired_by_now(&bed.lease_table, &mut *t2, LEASE).await? == Some(false);
-            rec.check_that(
-                "transaction T2 began while holder-b's lease was valid",
-                valid_at_t2,
-                format_args!("T2's now() = {}", t2_start.now),
-            );
-            bed.until_lease_expired("holder-b's lease").await?;
-            let by_clock = stmt::renew(
-                bed.lease_table.sql(),
-                &mut *t2,
-                &b,
-                JudgedBy::ClockTimestamp,
-            )
-            .await?;
-            rec.check(
-                "inside T2 the renew written with clock_timestamp() is refused",
-                "RENEW ok=false",
-                &format!("RENEW ok={by_clock}"),
-            );
-            let by_now = stmt::renew(bed.lease_table.sql(), &mut *t2, &b, JudgedBy::Now).await?;
-            let revived = stmt::clocks(&mut *t2).await?;
-            rec.expose(
-                "a renew judged by now() inside T2 revives a lease that expired by the clock",
-                by_now,
-                format_args!(
-                    "RENEW ok={by_now} at clock_timestamp() {}",
-                    revived.clock_timestamp
-                ),
-            );
-            t2.rollback().await?;
+            renew_inside_an_older_transaction(bed, rec, &b).await?;
 
-            // Part three: an acquire judges expiry at the instant it runs, to the statement.
-            // holder-b takes its expired lease again; from then on holder-c sends an acquire at
-            // every poll. Each must be refused while the statement's now() is before holder-b's
-            // expires_at, and the first grant must come at or after it — a takeover even a few
-            // hundred milliseconds early is a lease store that breaks I1 by its own clock.
-            let again = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
-            rec.check(
-                "holder-b takes its expired lease again in autocommit, token=3",
-                "ACQUIRED token=3",
-                &acquired(again.as_ref()),
-            );
-            let row = bed
-                .lease
-                .inspect(LEASE)
-                .await?
-                .context("the lease row is missing")?;
-            let expires_us = (row.expires_epoch * 1e6).round() as i64;
-            let (refused, granted) = poll_acquire(bed, HOLDER_C, ttl).await?;
-            // Judged by the statement's now(): what its WHERE compares expires_at with.
-            let last_refused = refused.iter().map(|s| s.judged_us).max();
-            rec.check_that(
-                "holder-c's acquire, sent at every poll from then on, is refused while the \
-                 statement's now() is before holder-b's expires_at and granted only at or after it",
-                last_refused.is_some_and(|t| t < expires_us) && granted.judged_us >= expires_us,
-                format_args!(
-                    "{} refused, the last at expires_at {} ms; granted at expires_at {} ms",
-                    refused.len(),
-                    last_refused.map_or("-".into(), |t| us_as_ms(t - expires_us)),
-                    us_as_ms(granted.judged_us - expires_us),
-                ),
-            );
-            Ok(())
+            acquire_is_judged_to_the_statement(bed, rec, ttl).await
         })
     }
+}
+
+/// Part one: two writes with the same token, while T is open: both accepted, the floor at 1.
+async fn equal_tokens_are_accepted(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &Grant,
+) -> anyhow::Result<()> {
+    // Part one: two writes with the same token, while T is open.
+    for n in 1..=2 {
+        let w = Write {
+            scope: SCOPE,
+            part: SUMMARY,
+            content: "rows=100(A)",
+            writer: HOLDER_A,
+            token: a.token,
+        };
+        let ok = bed.resource.write(&w, WriteMode::Fenced).await?;
+        rec.check(
+            format!("holder-a's write #{n} with token=1 is accepted (equal token, same holding)"),
+            "WRITE accepted=true token=1",
+            &wrote(ok, a.token),
+        );
+    }
+    bed.check_floor(
+        rec,
+        "fence_floor stays at 1 after two writes with token 1",
+        1,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The lease expires (by an autocommit statement) with nobody taking over: holder-a's renew in
+/// autocommit is refused, and the row stays as it was.
+async fn renew_after_expiry_is_refused(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &mut Grant,
+) -> anyhow::Result<()> {
+    // Wait until an autocommit statement judges the lease expired.
+    let waited = bed.until_lease_expired("the lease").await?;
+    let clock = bed.lease_table.db_clock().await?;
+    rec.step(
+        Mark::LeaseExpired,
+        "holder-a",
+        "lease expired (autocommit)",
+        Some(1),
+        format!("after {} ms", waited.as_millis()),
+        Some(clock),
+    );
+    rec.note(format!(
+        "an autocommit connection sees the lease expired after {} ms",
+        waited.as_millis()
+    ));
+
+    // Expired, and nobody took over: holder-a's renew in autocommit is refused, and the
+    // row (holder, token, expires_at) stays as it was.
+    let before = bed.lease.inspect(LEASE).await?;
+    let renewed = bed.lease.renew(a).await?;
+    let after = bed.lease.inspect(LEASE).await?;
+    let row_line = |row: Option<fencing::lease::Holding>| {
+        shown(row.map(|r| {
+            let state = if r.expired { "expired" } else { "unexpired" };
+            format!("{} token={} {state}", r.holder, r.token)
+        }))
+    };
+    rec.check(
+        "holder-a renews in autocommit after its lease expired with nobody taking over: refused",
+        "lease holder-a token=1 expired; RENEW ok=false",
+        &format!("lease {}; RENEW ok={renewed}", row_line(before.clone())),
+    );
+    rec.step(
+        if renewed {
+            Mark::Renewed
+        } else {
+            Mark::Refused
+        },
+        "holder-a",
+        "renew after expiry (autocommit)",
+        Some(a.token),
+        format!("RENEW ok={renewed}"),
+        None,
+    );
+    rec.check(
+        "the refused renew left the row as it was: token not advanced, expires_at not moved",
+        &format!(
+            "holder-a token=1 expired expires_at={}",
+            shown(before.map(|r| r.expires_at))
+        ),
+        &format!(
+            "{} expires_at={}",
+            row_line(after.clone()),
+            shown(after.map(|r| r.expires_at))
+        ),
+    );
+    Ok(())
+}
+
+/// The same acquire in autocommit succeeds, token 2.
+async fn b_acquires_in_autocommit(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    ttl: Duration,
+) -> anyhow::Result<Grant> {
+    let b = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+    rec.check(
+        "the same acquire in autocommit succeeds, token=2",
+        "ACQUIRED token=2",
+        &acquired(b.as_ref()),
+    );
+    let Some(b) = b else {
+        // Say what the lease is, not what it was expected to be (a design whose renew
+        // revives an expired lease has an unexpired one here).
+        let row = bed.lease.inspect(LEASE).await?;
+        anyhow::bail!(
+            "holder-b's acquire was refused: the lease is {}",
+            shown(row.as_ref().map(lease_state))
+        );
+    };
+    Ok(b)
+}
+
+/// The opposite direction: a renew inside a transaction opened before expiry — refused when
+/// written with clock_timestamp(), and (the negative control) reviving the lease when judged by
+/// now().
+async fn renew_inside_an_older_transaction(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    b: &Grant,
+) -> anyhow::Result<()> {
+    // The opposite direction: a renew inside a transaction opened before expiry.
+    let mut t2_conn = bed.lease_table.pool().acquire().await?;
+    let mut t2 = t2_conn.begin().await?;
+    let t2_start = stmt::clocks(&mut *t2).await?;
+    let valid_at_t2 = stmt::expired_by_now(&bed.lease_table, &mut *t2, LEASE).await? == Some(false);
+    rec.check_that(
+        "transaction T2 began while holder-b's lease was valid",
+        valid_at_t2,
+        format_args!("T2's now() = {}", t2_start.now),
+    );
+    bed.until_lease_expired("holder-b's lease").await?;
+    let by_clock =
+        stmt::renew(bed.lease_table.sql(), &mut *t2, b, JudgedBy::ClockTimestamp).await?;
+    rec.check(
+        "inside T2 the renew written with clock_timestamp() is refused",
+        "RENEW ok=false",
+        &format!("RENEW ok={by_clock}"),
+    );
+    let by_now = stmt::renew(bed.lease_table.sql(), &mut *t2, b, JudgedBy::Now).await?;
+    let revived = stmt::clocks(&mut *t2).await?;
+    rec.expose(
+        "a renew judged by now() inside T2 revives a lease that expired by the clock",
+        by_now,
+        format_args!(
+            "RENEW ok={by_now} at clock_timestamp() {}",
+            revived.clock_timestamp
+        ),
+    );
+    t2.rollback().await?;
+    Ok(())
+}
+
+/// Part three: an acquire judges expiry at the instant it runs, to the statement.
+async fn acquire_is_judged_to_the_statement(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    ttl: Duration,
+) -> anyhow::Result<()> {
+    // Part three: an acquire judges expiry at the instant it runs, to the statement.
+    // holder-b takes its expired lease again; from then on holder-c sends an acquire at
+    // every poll. Each must be refused while the statement's now() is before holder-b's
+    // expires_at, and the first grant must come at or after it — a takeover even a few
+    // hundred milliseconds early is a lease store that breaks I1 by its own clock.
+    let again = bed.lease.acquire(LEASE, HOLDER_B, ttl).await?;
+    rec.check(
+        "holder-b takes its expired lease again in autocommit, token=3",
+        "ACQUIRED token=3",
+        &acquired(again.as_ref()),
+    );
+    let row = bed
+        .lease
+        .inspect(LEASE)
+        .await?
+        .context("the lease row is missing")?;
+    let expires_us = (row.expires_epoch * 1e6).round() as i64;
+    let (refused, granted) = poll_acquire(bed, HOLDER_C, ttl).await?;
+    // Judged by the statement's now(): what its WHERE compares expires_at with.
+    let last_refused = refused.iter().map(|s| s.judged_us).max();
+    rec.check_that(
+        "holder-c's acquire, sent at every poll from then on, is refused while the \
+         statement's now() is before holder-b's expires_at and granted only at or after it",
+        last_refused.is_some_and(|t| t < expires_us) && granted.judged_us >= expires_us,
+        format_args!(
+            "{} refused, the last at expires_at {} ms; granted at expires_at {} ms",
+            refused.len(),
+            last_refused.map_or("-".into(), |t| us_as_ms(t - expires_us)),
+            us_as_ms(granted.judged_us - expires_us),
+        ),
+    );
+    Ok(())
 }
 
 /// Sends `holder`'s acquire at every poll until one is granted: the server spans of the refused

@@ -41,7 +41,7 @@ use fencing::profile::WriteSql;
 use fencing::resource::{self, Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 use harness::observe;
-use sqlx::Connection as _;
+use sqlx::{Connection as _, PgPool};
 use tokio::sync::oneshot;
 
 use crate::kit::latch::{finishes, latch, reached};
@@ -239,6 +239,33 @@ enum Order {
 }
 
 impl Order {
+    /// Who writes first and second, whether the second write is accepted, and whether the
+    /// floor already stands at the first writer's token.
+    fn roles(self) -> (&'static str, &'static str, bool, bool) {
+        match self {
+            Order::AFirst => (HOLDER_A, HOLDER_B, true, false),
+            Order::BFirst => (HOLDER_B, HOLDER_A, false, false),
+            Order::AtCurrent => (HOLDER_A, HOLDER_B, true, true),
+            Order::SameToken => (HOLDER_A, HOLDER_A, true, false),
+        }
+    }
+
+    /// The order, as the checks name it, and the phase, as the timeline does.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Order::AFirst => ("A first", "(b) fenced-scope, A first"),
+            Order::BFirst => ("B first", "(c) fenced-scope, B first"),
+            Order::AtCurrent => (
+                "A first at the current token",
+                "(d) A first, the floor already at A's token",
+            ),
+            Order::SameToken => (
+                "A's two parts at its new token",
+                "(e) two writes of A's new token, the first advancing the floor",
+            ),
+        }
+    }
+
     /// `writer`'s write in this order: in (e), of A's new token.
     fn write_of(self, writer: &'static str) -> Write<'static> {
         match self {
@@ -262,25 +289,123 @@ impl Order {
     }
 }
 
+/// The second writer's fence UPDATE waits on a lock that the first writer's open transaction
+/// holds (pg_stat_activity, pg_blocking_pids).
+async fn second_waits_on_the_first(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    said: &Said<'_>,
+    admin: &PgPool,
+    second_task: &tokio::task::JoinHandle<fencing::Result<bool>>,
+    (first_pid, second_pid): (i32, i32),
+) -> anyhow::Result<()> {
+    let Said {
+        mode_label,
+        order,
+        f,
+        s,
+    } = *said;
+    // Until it waits — or, where nothing holds it, has already finished (then the check fails).
+    let blocked = harness::wait::until(
+        &format!("{s}'s UPDATE waits on a lock"),
+        bed.params().wait_timeout,
+        || async {
+            let act = observe::activity(admin, second_pid).await?;
+            Ok::<_, sqlx::Error>(
+                second_task.is_finished()
+                    || act.is_some_and(|a| a.wait_event_type.as_deref() == Some("Lock")),
+            )
+        },
+    )
+    .await;
+    let act = observe::activity(admin, second_pid).await?;
+    let waiting_on = shown(act.as_ref().and_then(|a| a.wait_event_type.clone()));
+    rec.check(
+        format!("{mode_label}, {order}: {s}'s fence UPDATE waits on a lock (pg_stat_activity.wait_event_type)"),
+        "Lock",
+        &waiting_on,
+    );
+    blocked?;
+    let act = act.context("the second writer's backend vanished")?;
+    rec.note(format!(
+        "{s} (backend {second_pid}) waits: wait_event_type={waiting_on} wait_event={} query={:?}",
+        shown(act.wait_event.clone()),
+        act.query
+    ));
+    rec.check_that(
+        format!("{mode_label}, {order}: pg_blocking_pids({s}) names {f}'s backend"),
+        act.blocked_by.contains(&first_pid),
+        format_args!(
+            "pg_blocking_pids({second_pid}) = {:?}; {f}'s backend = {first_pid}",
+            act.blocked_by
+        ),
+    );
+    // Implied by the lock wait just seen: shown, not judged again.
+    rec.note(format!(
+        "{s}'s write has not returned while {f}'s transaction is open: finished={}",
+        second_task.is_finished()
+    ));
+    Ok(())
+}
+
+/// The final summary (and, for A's two parts, the detail) and the floor.
+async fn what_the_resource_kept(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    case: Order,
+    said: &Said<'_>,
+) -> anyhow::Result<()> {
+    let Said {
+        mode_label, order, ..
+    } = *said;
+    let part = bed.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
+    if case == Order::SameToken {
+        // Both parts are A's, and the floor stands at A's token.
+        let detail = bed.resource.part(SCOPE, crate::testbed::DETAIL).await?;
+        rec.check(
+            format!("{mode_label}, {order}: the summary and the detail, and fence_floor"),
+            &format!(
+                "{OLD_A} by holder-a token={TOKEN_A_NEW}; {OLD_A} by holder-a \
+                 token={TOKEN_A_NEW}; floor {TOKEN_A_NEW}"
+            ),
+            &format!(
+                "{}; {}; floor {}",
+                part_line(&part),
+                part_line(&detail),
+                shown(floor)
+            ),
+        );
+        return Ok(());
+    }
+    rec.check(
+        format!("{mode_label}, {order}: the final summary"),
+        &format!("{NEW_B} by holder-b token={TOKEN_B}"),
+        &part_line(&part),
+    );
+    rec.check(
+        format!("{mode_label}, {order}: fence_floor"),
+        &TOKEN_B.to_string(),
+        &shown(floor),
+    );
+    Ok(())
+}
+
+/// How a fenced-scope case's checks name what they judge.
+#[derive(Clone, Copy)]
+struct Said<'a> {
+    /// The fence under test.
+    mode_label: &'a str,
+    /// The order of the two writes.
+    order: &'a str,
+    /// The first writer, and the second.
+    f: &'a str,
+    s: &'a str,
+}
+
 async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> anyhow::Result<()> {
-    let (first, second, second_accepted, at_current) = match case {
-        Order::AFirst => (HOLDER_A, HOLDER_B, true, false),
-        Order::BFirst => (HOLDER_B, HOLDER_A, false, false),
-        Order::AtCurrent => (HOLDER_A, HOLDER_B, true, true),
-        Order::SameToken => (HOLDER_A, HOLDER_A, true, false),
-    };
-    let (order, phase) = match case {
-        Order::AFirst => ("A first", "(b) fenced-scope, A first"),
-        Order::BFirst => ("B first", "(c) fenced-scope, B first"),
-        Order::AtCurrent => (
-            "A first at the current token",
-            "(d) A first, the floor already at A's token",
-        ),
-        Order::SameToken => (
-            "A's two parts at its new token",
-            "(e) two writes of A's new token, the first advancing the floor",
-        ),
-    };
+    let (first, second, second_accepted, at_current) = case.roles();
+    let (order, phase) = case.names();
     let second_write = case.second_write(second);
     rec.step(Mark::Info, "lab", phase, None, "", None);
     let mode = WriteMode::Fenced;
@@ -351,46 +476,22 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     let second_task = tokio::spawn(async move {
         resource::write_on(&mut conn_second, &sut, &second_write, mode, async {}).await
     });
-    // Until it waits — or, where nothing holds it, has already finished (then the check fails).
-    let blocked = harness::wait::until(
-        &format!("{s}'s UPDATE waits on a lock"),
-        bed.params().wait_timeout,
-        || async {
-            let act = observe::activity(&admin, second_pid).await?;
-            Ok::<_, sqlx::Error>(
-                second_task.is_finished()
-                    || act.is_some_and(|a| a.wait_event_type.as_deref() == Some("Lock")),
-            )
-        },
+    let said = Said {
+        mode_label,
+        order,
+        f,
+        s,
+    };
+    second_waits_on_the_first(
+        bed,
+        rec,
+        &said,
+        &admin,
+        &second_task,
+        (first_pid, second_pid),
     )
-    .await;
-    let act = observe::activity(&admin, second_pid).await?;
-    let waiting_on = shown(act.as_ref().and_then(|a| a.wait_event_type.clone()));
-    rec.check(
-        format!("{mode_label}, {order}: {s}'s fence UPDATE waits on a lock (pg_stat_activity.wait_event_type)"),
-        "Lock",
-        &waiting_on,
-    );
-    blocked?;
-    let act = act.context("the second writer's backend vanished")?;
-    rec.note(format!(
-        "{s} (backend {second_pid}) waits: wait_event_type={waiting_on} wait_event={} query={:?}",
-        shown(act.wait_event.clone()),
-        act.query
-    ));
-    rec.check_that(
-        format!("{mode_label}, {order}: pg_blocking_pids({s}) names {f}'s backend"),
-        act.blocked_by.contains(&first_pid),
-        format_args!(
-            "pg_blocking_pids({second_pid}) = {:?}; {f}'s backend = {first_pid}",
-            act.blocked_by
-        ),
-    );
-    // Implied by the lock wait just seen: shown, not judged again.
-    rec.note(format!(
-        "{s}'s write has not returned while {f}'s transaction is open: finished={}",
-        second_task.is_finished()
-    ));
+    .await?;
+
     let _ = release.send(());
     let first_ok = finishes(&format!("{f}'s write"), first_task).await???;
     let second_ok = finishes(&format!("{s}'s write"), second_task).await???;
@@ -422,35 +523,7 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
         &wrote(second_accepted, second_write.token),
         &wrote(second_ok, second_write.token),
     );
-    let part = bed.resource.part(SCOPE, SUMMARY).await?;
-    let floor = bed.resource.floor(SCOPE).await?;
-    if case == Order::SameToken {
-        // Both parts are A's, and the floor stands at A's token.
-        let detail = bed.resource.part(SCOPE, crate::testbed::DETAIL).await?;
-        rec.check(
-            format!("{mode_label}, {order}: the summary and the detail, and fence_floor"),
-            &format!(
-                "{OLD_A} by holder-a token={TOKEN_A_NEW}; {OLD_A} by holder-a \
-                 token={TOKEN_A_NEW}; floor {TOKEN_A_NEW}"
-            ),
-            &format!(
-                "{}; {}; floor {}",
-                part_line(&part),
-                part_line(&detail),
-                shown(floor)
-            ),
-        );
-        return Ok(());
-    }
-    rec.check(
-        format!("{mode_label}, {order}: the final summary"),
-        &format!("{NEW_B} by holder-b token={TOKEN_B}"),
-        &part_line(&part),
-    );
-    rec.check(
-        format!("{mode_label}, {order}: fence_floor"),
-        &TOKEN_B.to_string(),
-        &shown(floor),
-    );
+    what_the_resource_kept(bed, rec, case, &said).await?;
+
     Ok(())
 }

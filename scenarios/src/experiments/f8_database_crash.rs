@@ -13,11 +13,11 @@
 //! remaining validity before the crash and after recovery (database clock) is compared with the
 //! downtime (the lab's monotonic clock).
 
-use fencing::resource::WriteMode;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _};
-use fencing::resource::Write;
+use fencing::lease::{Grant, Holding};
+use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
 
 use crate::testbed::{
@@ -118,250 +118,327 @@ impl Scenario for F8 {
             // Two grants to holder-a: the second holding has token 2; the first writes too.
             let first = the_first_holding(bed, rec).await?;
             let hold_ttl = holding_ttl(c.ttl);
-            let grant_sent = Instant::now();
-            let mut a = bed
-                .lease
-                .acquire(LEASE, HOLDER_A, hold_ttl)
-                .await?
-                .context("holder-a could not re-acquire")?;
-            let granted = Instant::now();
-            // A greater token, gaps allowed: the checks below name it token 2 (a design that
-            // issues no token answers 0 each time: its checks are waived, not this one run).
-            ensure!(
-                !c.sut.claims.token_at_lease || a.token > first.token,
-                "holder-a's second grant has token {}, not above its first, {}",
-                a.token,
-                first.token
-            );
-            let w = |writer, content, token| Write {
-                scope: SCOPE,
-                part: SUMMARY,
-                content,
-                writer,
-                token,
-            };
-            let ok = bed
-                .resource
-                .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
-                .await?;
-            ensure!(
-                ok,
-                "holder-a's write with token 2 was rejected before the crash"
-            );
-            rec.step(
-                Mark::Acquired,
-                "A",
-                "acquire (second grant)",
-                Some(2),
-                "ACQUIRED token=2",
-                None,
-            );
-            rec.step(
-                Mark::Write { accepted: ok },
-                "A",
-                "write",
-                Some(2),
-                wrote(ok, 2),
-                None,
-            );
-            bed.check_floor(
-                rec,
-                "before the crash, fence_floor = 2: holder-a's write with token 2 advanced it",
-                2,
-            )
-            .await?;
-            let inspect_sent = Instant::now();
-            let before = bed
-                .lease
-                .inspect(LEASE)
-                .await?
-                .context("the lease row is missing before the crash")?;
-            let read = Instant::now();
-            // The validity the database reports, against the lab's own clock: the grant's
-            // statement ran between sending and answering, the read's likewise, so what is left
-            // lies between TTL minus (read answered − grant sent) and TTL minus (read sent −
-            // grant answered).
-            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-            let ttl_ms = ms(hold_ttl);
-            let (low, high) = (
-                ttl_ms - ms(read - grant_sent),
-                ttl_ms - ms(inspect_sent - granted),
-            );
-            rec.check_that(
-                format!(
-                    "before the crash, the validity left by the database clock is the TTL minus \
-                     the time since the grant by the lab's monotonic clock (±{TOLERANCE_MS} ms)"
-                ),
-                before.remaining_ms() >= low - TOLERANCE_MS
-                    && before.remaining_ms() <= high + TOLERANCE_MS,
-                format_args!(
-                    "expected {low:.1} to {high:.1} ms, actual {:.1} ms",
-                    before.remaining_ms()
-                ),
-            );
-            rec.note(format!(
-                "holder-a holds the lease with token 2 (its second grant, TTL {} ms) and wrote with it; \
-                 {:.0} ms of validity left by the database clock as the database is crashed",
-                hold_ttl.as_millis(),
-                before.remaining_ms()
-            ));
+            let (mut a, grant_sent, granted) =
+                a_holds_and_writes_again(bed, rec, &first, hold_ttl).await?;
 
-            let down_from = Instant::now();
-            let restarted = bed.crash_and_restart().await?;
-            bed.reopen().await?;
-            // From before the crash until the server answered again: the downtime as the lease's
-            // holder lives it (no statement, so no renewal, could have run in between).
-            let downtime = down_from.elapsed();
-            let after = bed.lease.inspect(LEASE).await?;
-            rec.step(
-                Mark::Restart,
-                "lab",
-                "restart-immediate",
-                None,
-                format!(
-                    "server back, pools reopened after {} ms",
-                    downtime.as_millis()
-                ),
-                after.as_ref().map(|r| r.db_now.clone()),
-            );
-            // Every server of the lab crashed (one cluster, or a host per database): each must
-            // have gone through crash recovery.
-            let classified: Vec<_> = restarted.iter().map(|r| classify(&r.log)).collect();
-            let kind = classified
-                .iter()
-                .map(|(kind, _)| *kind)
-                .find(|kind| *kind != "crash recovery")
-                .unwrap_or("crash recovery");
-            rec.check(
-                "the restart went through crash recovery (server log)",
-                "crash recovery",
-                kind,
-            );
-            let told: Vec<String> = restarted
-                .iter()
-                .zip(&classified)
-                .map(|(r, (_, lines))| {
-                    let said = format!(
-                        "postmaster {} → {}; server log: {}",
-                        shown(r.old_pid),
-                        shown(r.new_pid),
-                        lines.join(" | ")
-                    );
-                    if restarted.len() == 1 {
-                        said
-                    } else {
-                        format!("{}: {said}", r.server)
-                    }
-                })
-                .collect();
-            rec.note(told.join(" — "));
+            let before = validity_before_the_crash(bed, rec, hold_ttl, grant_sent, granted).await?;
 
-            rec.check(
-                "the lease row survived as it was: holder-a, token 2, the same expires_at (a lease does not end with the database connection)",
-                // The grant's own token, whatever the design numbers it (gaps allowed).
-                &format!("holder-a/{} expires_at={}", a.token, before.expires_at),
-                &shown(
-                    after
-                        .as_ref()
-                        .map(|r| format!("{}/{} expires_at={}", r.holder, r.token, r.expires_at)),
-                ),
-            );
-            let after = after.context("the lease row is missing after recovery")?;
-            rec.check_that(
-                "holder-a still holds it: unexpired by the database clock right after recovery",
-                !after.expired,
-                format_args!(
-                    "{:.0} ms of validity left at {}",
-                    after.remaining_ms(),
-                    after.db_now
-                ),
-            );
-            let lost = before.remaining_ms() - after.remaining_ms();
-            let down_ms = downtime.as_secs_f64() * 1000.0;
-            // Shown, not judged: with `expires_at` unchanged (checked above), the validity lost
-            // is the database clock's time between the two reads, which bracket the downtime by
-            // construction — no fault of the store could make it differ.
-            rec.note(format!(
-                "the downtime counted against the lease: validity {:.0} ms before the crash → \
-                 {:.0} ms after recovery: {lost:.0} ms lost by the database clock; downtime \
-                 {down_ms:.0} ms by the lab's monotonic clock (the lease's time runs on while \
-                 the database is down)",
-                before.remaining_ms(),
-                after.remaining_ms()
-            ));
-            // As soon as the database is back, holder-a renews — from now on for the run's TTL.
-            a.ttl = c.ttl;
-            let renewed = bed.lease.renew(&mut a).await?;
-            rec.step(
-                if renewed {
-                    Mark::Renewed
-                } else {
-                    Mark::Refused
-                },
-                "A",
-                "renew after recovery",
-                Some(a.token),
-                format!("RENEW ok={renewed}"),
-                None,
-            );
-            rec.check(
-                format!(
-                    "holder-a's renew right after recovery succeeds (for {} ms): the database \
-                     clock still counts its holding as alive",
-                    c.ttl.as_millis()
-                ),
-                "RENEW ok=true token=2",
-                &format!("RENEW ok={renewed} token={}", a.token),
-            );
-            bed.check_floor(rec, "fence_floor survived", 2).await?;
+            crash_and_recover(bed, rec, &a, &before).await?;
 
-            bed.until_lease_expired("holder-a's lease").await?;
-            rec.step(
-                Mark::LeaseExpired,
-                "A",
-                "lease expired (database clock)",
-                Some(2),
-                "",
-                None,
-            );
-            let b = next_grant_then_b(bed, rec).await?;
-            let b_ok = bed
-                .resource
-                .write(&w(HOLDER_B, "rows=301(B)", b.token), WriteMode::Fenced)
-                .await?;
-            rec.step(
-                Mark::Write { accepted: b_ok },
-                "B",
-                "write",
-                Some(b.token),
-                wrote(b_ok, b.token),
-                None,
-            );
-            rec.check(
-                format!("holder-b's write with token {} is accepted", b.token),
-                &wrote(true, b.token),
-                &wrote(b_ok, b.token),
-            );
-            let a_ok = bed
-                .resource
-                .write(&w(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
-                .await?;
-            rec.step(
-                Mark::Write { accepted: a_ok },
-                "A",
-                "write",
-                Some(a.token),
-                wrote(a_ok, a.token),
-                None,
-            );
-            rec.check(
-                "holder-a's write with token 2 is rejected",
-                &wrote(false, 2),
-                &wrote(a_ok, a.token),
-            );
-            Ok(())
+            a_renews_after_recovery(bed, rec, &mut a, c.ttl).await?;
+
+            b_takes_over_and_a_is_rejected(bed, rec, &a).await
         })
     }
+}
+
+/// holder-a's second holding (a greater token, gaps allowed: the checks name it token 2) and
+/// its write, which raises the floor to it: the grant, and when it was sent and answered.
+async fn a_holds_and_writes_again(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    first: &Grant,
+    hold_ttl: Duration,
+) -> anyhow::Result<(Grant, Instant, Instant)> {
+    let c = bed.case().clone();
+    let grant_sent = Instant::now();
+    let a = bed
+        .lease
+        .acquire(LEASE, HOLDER_A, hold_ttl)
+        .await?
+        .context("holder-a could not re-acquire")?;
+    let granted = Instant::now();
+    // A greater token, gaps allowed: the checks below name it token 2 (a design that
+    // issues no token answers 0 each time: its checks are waived, not this one run).
+    ensure!(
+        !c.sut.claims.token_at_lease || a.token > first.token,
+        "holder-a's second grant has token {}, not above its first, {}",
+        a.token,
+        first.token
+    );
+    let ok = bed
+        .resource
+        .write(
+            &summary(HOLDER_A, "rows=300(A)", a.token),
+            WriteMode::Fenced,
+        )
+        .await?;
+    ensure!(
+        ok,
+        "holder-a's write with token 2 was rejected before the crash"
+    );
+    rec.step(
+        Mark::Acquired,
+        "A",
+        "acquire (second grant)",
+        Some(2),
+        "ACQUIRED token=2",
+        None,
+    );
+    rec.step(
+        Mark::Write { accepted: ok },
+        "A",
+        "write",
+        Some(2),
+        wrote(ok, 2),
+        None,
+    );
+    bed.check_floor(
+        rec,
+        "before the crash, fence_floor = 2: holder-a's write with token 2 advanced it",
+        2,
+    )
+    .await?;
+    Ok((a, grant_sent, granted))
+}
+
+/// The validity the database reports before the crash, against the lab's own clock: the lease
+/// row as it stood.
+async fn validity_before_the_crash(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    hold_ttl: Duration,
+    grant_sent: Instant,
+    granted: Instant,
+) -> anyhow::Result<Holding> {
+    let inspect_sent = Instant::now();
+    let before = bed
+        .lease
+        .inspect(LEASE)
+        .await?
+        .context("the lease row is missing before the crash")?;
+    let read = Instant::now();
+    // The validity the database reports, against the lab's own clock: the grant's
+    // statement ran between sending and answering, the read's likewise, so what is left
+    // lies between TTL minus (read answered − grant sent) and TTL minus (read sent −
+    // grant answered).
+    let ttl_ms = ms(hold_ttl);
+    let (low, high) = (
+        ttl_ms - ms(read - grant_sent),
+        ttl_ms - ms(inspect_sent - granted),
+    );
+    rec.check_that(
+        format!(
+            "before the crash, the validity left by the database clock is the TTL minus \
+             the time since the grant by the lab's monotonic clock (±{TOLERANCE_MS} ms)"
+        ),
+        before.remaining_ms() >= low - TOLERANCE_MS && before.remaining_ms() <= high + TOLERANCE_MS,
+        format_args!(
+            "expected {low:.1} to {high:.1} ms, actual {:.1} ms",
+            before.remaining_ms()
+        ),
+    );
+    rec.note(format!(
+        "holder-a holds the lease with token 2 (its second grant, TTL {} ms) and wrote with it; \
+         {:.0} ms of validity left by the database clock as the database is crashed",
+        hold_ttl.as_millis(),
+        before.remaining_ms()
+    ));
+    Ok(before)
+}
+
+/// The database crashed (immediate stop) and restarted: crash recovery, the lease row as it
+/// was, still unexpired, the downtime counted against it.
+async fn crash_and_recover(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &Grant,
+    before: &Holding,
+) -> anyhow::Result<()> {
+    let down_from = Instant::now();
+    let restarted = bed.crash_and_restart().await?;
+    bed.reopen().await?;
+    // From before the crash until the server answered again: the downtime as the lease's
+    // holder lives it (no statement, so no renewal, could have run in between).
+    let downtime = down_from.elapsed();
+    let after = bed.lease.inspect(LEASE).await?;
+    rec.step(
+        Mark::Restart,
+        "lab",
+        "restart-immediate",
+        None,
+        format!(
+            "server back, pools reopened after {} ms",
+            downtime.as_millis()
+        ),
+        after.as_ref().map(|r| r.db_now.clone()),
+    );
+    // Every server of the lab crashed (one cluster, or a host per database): each must
+    // have gone through crash recovery.
+    let classified: Vec<_> = restarted.iter().map(|r| classify(&r.log)).collect();
+    let kind = classified
+        .iter()
+        .map(|(kind, _)| *kind)
+        .find(|kind| *kind != "crash recovery")
+        .unwrap_or("crash recovery");
+    rec.check(
+        "the restart went through crash recovery (server log)",
+        "crash recovery",
+        kind,
+    );
+    let told: Vec<String> = restarted
+        .iter()
+        .zip(&classified)
+        .map(|(r, (_, lines))| {
+            let said = format!(
+                "postmaster {} → {}; server log: {}",
+                shown(r.old_pid),
+                shown(r.new_pid),
+                lines.join(" | ")
+            );
+            if restarted.len() == 1 {
+                said
+            } else {
+                format!("{}: {said}", r.server)
+            }
+        })
+        .collect();
+    rec.note(told.join(" — "));
+
+    rec.check(
+        "the lease row survived as it was: holder-a, token 2, the same expires_at (a lease does not end with the database connection)",
+        // The grant's own token, whatever the design numbers it (gaps allowed).
+        &format!("holder-a/{} expires_at={}", a.token, before.expires_at),
+        &shown(
+            after
+                .as_ref()
+                .map(|r| format!("{}/{} expires_at={}", r.holder, r.token, r.expires_at)),
+        ),
+    );
+    let after = after.context("the lease row is missing after recovery")?;
+    rec.check_that(
+        "holder-a still holds it: unexpired by the database clock right after recovery",
+        !after.expired,
+        format_args!(
+            "{:.0} ms of validity left at {}",
+            after.remaining_ms(),
+            after.db_now
+        ),
+    );
+    let lost = before.remaining_ms() - after.remaining_ms();
+    let down_ms = downtime.as_secs_f64() * 1000.0;
+    // Shown, not judged: with `expires_at` unchanged (checked above), the validity lost
+    // is the database clock's time between the two reads, which bracket the downtime by
+    // construction — no fault of the store could make it differ.
+    rec.note(format!(
+        "the downtime counted against the lease: validity {:.0} ms before the crash → \
+         {:.0} ms after recovery: {lost:.0} ms lost by the database clock; downtime \
+         {down_ms:.0} ms by the lab's monotonic clock (the lease's time runs on while \
+         the database is down)",
+        before.remaining_ms(),
+        after.remaining_ms()
+    ));
+    Ok(())
+}
+
+/// As soon as the database is back, holder-a renews — from now on for the run's TTL.
+async fn a_renews_after_recovery(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &mut Grant,
+    ttl: Duration,
+) -> anyhow::Result<()> {
+    // As soon as the database is back, holder-a renews — from now on for the run's TTL.
+    a.ttl = ttl;
+    let renewed = bed.lease.renew(a).await?;
+    rec.step(
+        if renewed {
+            Mark::Renewed
+        } else {
+            Mark::Refused
+        },
+        "A",
+        "renew after recovery",
+        Some(a.token),
+        format!("RENEW ok={renewed}"),
+        None,
+    );
+    rec.check(
+        format!(
+            "holder-a's renew right after recovery succeeds (for {} ms): the database \
+             clock still counts its holding as alive",
+            ttl.as_millis()
+        ),
+        "RENEW ok=true token=2",
+        &format!("RENEW ok={renewed} token={}", a.token),
+    );
+    bed.check_floor(rec, "fence_floor survived", 2).await?;
+    Ok(())
+}
+
+/// holder-a's lease expires; B takes over and writes; A's write with token 2 is rejected.
+async fn b_takes_over_and_a_is_rejected(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &Grant,
+) -> anyhow::Result<()> {
+    bed.until_lease_expired("holder-a's lease").await?;
+    rec.step(
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (database clock)",
+        Some(2),
+        "",
+        None,
+    );
+    let b = next_grant_then_b(bed, rec).await?;
+    let b_ok = bed
+        .resource
+        .write(
+            &summary(HOLDER_B, "rows=301(B)", b.token),
+            WriteMode::Fenced,
+        )
+        .await?;
+    rec.step(
+        Mark::Write { accepted: b_ok },
+        "B",
+        "write",
+        Some(b.token),
+        wrote(b_ok, b.token),
+        None,
+    );
+    rec.check(
+        format!("holder-b's write with token {} is accepted", b.token),
+        &wrote(true, b.token),
+        &wrote(b_ok, b.token),
+    );
+    let a_ok = bed
+        .resource
+        .write(
+            &summary(HOLDER_A, "rows=300(A)", a.token),
+            WriteMode::Fenced,
+        )
+        .await?;
+    rec.step(
+        Mark::Write { accepted: a_ok },
+        "A",
+        "write",
+        Some(a.token),
+        wrote(a_ok, a.token),
+        None,
+    );
+    rec.check(
+        "holder-a's write with token 2 is rejected",
+        &wrote(false, 2),
+        &wrote(a_ok, a.token),
+    );
+    Ok(())
+}
+
+/// A write of `content` to the summary part of the scope under test.
+fn summary<'w>(writer: &'w str, content: &'w str, token: i64) -> Write<'w> {
+    Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer,
+        token,
+    }
+}
+
+/// Milliseconds, fractional.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// holder-a's first holding: granted, it writes the detail, so that the floor stands at its

@@ -263,14 +263,13 @@ pub(crate) async fn lab_client_takes_over(
     Ok((Some(grant), Some(ok)))
 }
 
-/// Runs the shared timeline with both holders writing in `mode`.
-pub async fn run(
+/// A starts, acquires (token 1), passes its local-deadline check and waits at its write point.
+async fn a_waits_at_its_write_point(
     bed: &mut Testbed,
     rec: &mut Recorder,
     mode: WriteMode,
-) -> anyhow::Result<Resumed> {
+) -> anyhow::Result<Holder> {
     let mode_label = bed.case().mode_label(mode);
-    let c = bed.case().clone();
     let mut a = Holder::spawn(&bed.holder_spec(HOLDER_A, A_CONTENT, mode, false)).await?;
     let (at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "acquire", &acquired).await;
@@ -302,12 +301,22 @@ pub async fn run(
     rec.note(format!(
         "A passed its local-deadline check ({deadline_left_ms} ms left) and waits at the write point, resource mode={mode_label}"
     ));
+    Ok(a)
+}
 
+/// A keeps its lease by renewing for 2×TTL, then is frozen (every thread, its renewer too) until
+/// its lease expired by the store's clock: the ZooKeeper session that held it, if one did.
+async fn a_renews_then_is_frozen_past_expiry(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+) -> anyhow::Result<Option<String>> {
+    let c = bed.case().clone();
     // The timeline prescribes this duration: 2×TTL of renewing in the background.
     let hold = c.ttl * 2;
     harness::wait::prescribed(hold).await;
     let row = bed.lease.inspect(LEASE).await?;
-    let renewals = record_renewals(rec, &mut a, "A", 1);
+    let renewals = record_renewals(rec, a, "A", 1);
     rec.check(
         format!(
             "A kept the lease by renewing while not paused (waited {} ms, TTL={} ms)",
@@ -325,12 +334,21 @@ pub async fn run(
 
     let session = held_by_session(bed, row.as_ref())?;
     let frozen_at =
-        freeze_and_show(bed, rec, &mut a, "", "A's renewer thread is frozen with it").await?;
+        freeze_and_show(bed, rec, a, "", "A's renewer thread is frozen with it").await?;
     until_expired_while_frozen(bed, rec, frozen_at).await?;
     if let Some(session) = &session {
         expired_by_the_server(bed, rec, session).await?;
     }
+    Ok(session)
+}
 
+/// B starts, acquires (token 2), writes, renews, releases and exits, A frozen all along.
+async fn b_takes_over_and_writes(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    mode: WriteMode,
+    a: &Holder,
+) -> anyhow::Result<()> {
     let mut b = Holder::spawn(&bed.holder_spec(HOLDER_B, B_CONTENT, mode, true)).await?;
     rec.note(format!(
         "A (pid {}) and B (pid {}) are two independent processes",
@@ -372,7 +390,68 @@ pub async fn run(
         &describe(Some(exit::WROTE)),
         &describe(Some(code)),
     );
+    Ok(())
+}
 
+/// On ZooKeeper: A's client, on waking, says that its session expired (a line on A's stderr).
+async fn a_hears_its_session_expired(rec: &mut Recorder, a: &Holder, session: &Option<String>) {
+    if let Some(session) = &session {
+        // A's stderr is read apart from its events: the line may come a moment after the
+        // renew's event. Polled with a deadline; a line that never comes fails the check below.
+        let _ = harness::wait::until("A's lease-lost line on stderr", EVENT_TIMEOUT, || {
+            let seen = a.stderr().lines().any(|l| l.starts_with(LOST_PREFIX));
+            async move { Ok::<bool, std::io::Error>(seen) }
+        })
+        .await;
+        let heard = a
+            .stderr()
+            .lines()
+            .find_map(|l| l.strip_prefix(LOST_PREFIX).map(str::to_owned));
+        rec.check_that(
+            format!("A's ZooKeeper client, on waking, learns that its session {session} expired"),
+            heard
+                .as_deref()
+                .is_some_and(|h| h.contains("SessionExpired") && h.contains(session.as_str())),
+            shown(heard),
+        );
+    }
+}
+
+/// What the resource kept: the summary, its floor, A's rejected attempts and every accepted
+/// token.
+async fn what_the_resource_kept(
+    bed: &Testbed,
+    rec: &mut Recorder,
+) -> anyhow::Result<(Option<Part>, Option<i64>, usize, Vec<i64>)> {
+    let summary = bed.resource.part(SCOPE, SUMMARY).await?;
+    let floor = bed.resource.floor(SCOPE).await?;
+    let attempts = bed.resource.attempts(SCOPE).await?;
+    rec.note(format!(
+        "final summary = {}; fence_floor={}",
+        part_line(&summary),
+        shown(floor)
+    ));
+    let a_rejections = attempts
+        .iter()
+        .filter(|x| x.writer == HOLDER_A && !x.accepted)
+        .count();
+    let accepted_tokens = attempts
+        .iter()
+        .filter(|x| x.accepted)
+        .map(|x| x.token)
+        .collect();
+    Ok((summary, floor, a_rejections, accepted_tokens))
+}
+
+/// Runs the shared timeline with both holders writing in `mode`.
+pub async fn run(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    mode: WriteMode,
+) -> anyhow::Result<Resumed> {
+    let mut a = a_waits_at_its_write_point(bed, rec, mode).await?;
+    let session = a_renews_then_is_frozen_past_expiry(bed, rec, &mut a).await?;
+    b_takes_over_and_writes(bed, rec, mode, &a).await?;
     let row = bed.lease.inspect(LEASE).await?;
     go_and_thaw(bed, rec, &mut a).await?;
     let (at, write) = a.next("A's write after it resumed", EVENT_TIMEOUT).await?;
@@ -395,26 +474,8 @@ pub async fn run(
         "RENEW_AFTER_WRITE ok=false",
         &renew.to_string(),
     );
-    if let Some(session) = &session {
-        // A's stderr is read apart from its events: the line may come a moment after the
-        // renew's event. Polled with a deadline; a line that never comes fails the check below.
-        let _ = harness::wait::until("A's lease-lost line on stderr", EVENT_TIMEOUT, || {
-            let seen = a.stderr().lines().any(|l| l.starts_with(LOST_PREFIX));
-            async move { Ok::<bool, std::io::Error>(seen) }
-        })
-        .await;
-        let heard = a
-            .stderr()
-            .lines()
-            .find_map(|l| l.strip_prefix(LOST_PREFIX).map(str::to_owned));
-        rec.check_that(
-            format!("A's ZooKeeper client, on waking, learns that its session {session} expired"),
-            heard
-                .as_deref()
-                .is_some_and(|h| h.contains("SessionExpired") && h.contains(session.as_str())),
-            shown(heard),
-        );
-    }
+    a_hears_its_session_expired(rec, &a, &session).await;
+
     let code = a.exit_code(EVENT_TIMEOUT).await?;
     rec.check(
         "A exits with its lease-lost status",
@@ -437,23 +498,8 @@ pub async fn run(
         ),
     );
 
-    let summary = bed.resource.part(SCOPE, SUMMARY).await?;
-    let floor = bed.resource.floor(SCOPE).await?;
-    let attempts = bed.resource.attempts(SCOPE).await?;
-    rec.note(format!(
-        "final summary = {}; fence_floor={}",
-        part_line(&summary),
-        shown(floor)
-    ));
-    let a_rejections = attempts
-        .iter()
-        .filter(|x| x.writer == HOLDER_A && !x.accepted)
-        .count();
-    let accepted_tokens = attempts
-        .iter()
-        .filter(|x| x.accepted)
-        .map(|x| x.token)
-        .collect();
+    let (summary, floor, a_rejections, accepted_tokens) = what_the_resource_kept(bed, rec).await?;
+
     Ok(Resumed {
         a_accepted,
         a_token: token,
