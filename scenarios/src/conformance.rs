@@ -76,6 +76,52 @@ pub async fn probe(bed: &mut Testbed) -> anyhow::Result<Vec<Finding>> {
 }
 
 /// The handshake and one holding from acquire to release; whether the handshake worked.
+/// The resource's word on a holding's write: one attempt logged, accepted, with the holding's
+/// token, and the part holding its content.
+async fn the_resource_logged_it(
+    bed: &Testbed,
+    found: &mut Vec<Finding>,
+    name: &str,
+    content: &str,
+    token: i64,
+) -> anyhow::Result<()> {
+    // The resource's word on it: one attempt logged, accepted, with the holding's token,
+    // and the part holding the content.
+    let logged: Vec<(i64, bool)> = harness::observe::attempts(bed.resource.pool())
+        .await?
+        .into_iter()
+        .filter(|a| a.writer == name)
+        .map(|a| (a.token, a.accepted))
+        .collect();
+    if logged == [(token, true)] {
+        found.push(ok(format!(
+            "the resource logged its write: one write_attempt, accepted, token={token}"
+        )));
+    } else {
+        found.push(fail(format!(
+            "the resource's write_attempt rows for writer={name} are {logged:?} (token, \
+             accepted), where one ({token}, true) was due: log each attempt after its \
+             transaction, with --holder as the writer"
+        )));
+    }
+    let part = harness::observe::final_parts(bed.resource.pool())
+        .await?
+        .into_iter()
+        .find(|(scope, part, _, _)| scope == SCOPE && part == SUMMARY)
+        .map(|(_, _, content, token)| (content, token));
+    if part == Some((content.to_owned(), token)) {
+        found.push(ok(format!(
+            "report_part {SCOPE}/{SUMMARY} holds its --content with token={token}"
+        )));
+    } else {
+        found.push(fail(format!(
+            "report_part {SCOPE}/{SUMMARY} is {part:?} (content, token), where \
+             ({content:?}, {token}) was due: write --content to --part of --scope with the token"
+        )));
+    }
+    Ok(())
+}
+
 async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<bool> {
     const NAME: &str = "check-a";
     const CONTENT: &str = "written by check-a";
@@ -170,40 +216,8 @@ async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<
                  where accepted=true token={token} was due"
             )));
         }
-        // The resource's word on it: one attempt logged, accepted, with the holding's token,
-        // and the part holding the content.
-        let logged: Vec<(i64, bool)> = harness::observe::attempts(bed.resource.pool())
-            .await?
-            .into_iter()
-            .filter(|a| a.writer == NAME)
-            .map(|a| (a.token, a.accepted))
-            .collect();
-        if logged == [(token, true)] {
-            found.push(ok(format!(
-                "the resource logged its write: one write_attempt, accepted, token={token}"
-            )));
-        } else {
-            found.push(fail(format!(
-                "the resource's write_attempt rows for writer={NAME} are {logged:?} (token, \
-                 accepted), where one ({token}, true) was due: log each attempt after its \
-                 transaction, with --holder as the writer"
-            )));
-        }
-        let part = harness::observe::final_parts(bed.resource.pool())
-            .await?
-            .into_iter()
-            .find(|(scope, part, _, _)| scope == SCOPE && part == SUMMARY)
-            .map(|(_, _, content, token)| (content, token));
-        if part == Some((CONTENT.to_owned(), token)) {
-            found.push(ok(format!(
-                "report_part {SCOPE}/{SUMMARY} holds its --content with token={token}"
-            )));
-        } else {
-            found.push(fail(format!(
-                "report_part {SCOPE}/{SUMMARY} is {part:?} (content, token), where \
-                 ({CONTENT:?}, {token}) was due: write --content to --part of --scope with the token"
-            )));
-        }
+        the_resource_logged_it(bed, found, NAME, CONTENT, token).await?;
+
         match h.next("RENEW_AFTER_WRITE", EVENT_TIMEOUT).await {
             Ok((_, Event::RenewAfterWrite { ok: true })) => {
                 found.push(ok("RENEW_AFTER_WRITE ok=true"))

@@ -201,6 +201,88 @@ impl<'c> Nemesis<'c> {
         Some(old.name().to_owned())
     }
 
+    /// Freezes slot `i`'s holder (SIGSTOP); one that ended by itself is said and replaced.
+    async fn freeze(
+        &mut self,
+        bed: &mut Testbed,
+        rec: &mut Recorder,
+        i: usize,
+    ) -> anyhow::Result<()> {
+        let Some(h) = self.slots[i].holder.as_mut() else {
+            return Ok(());
+        };
+        match h.freeze().await {
+            Ok(_) => {
+                self.slots[i].frozen_since = Some(self.now_ms());
+                rec.step(
+                    Mark::Frozen,
+                    &format!("h{i}"),
+                    "pause",
+                    None,
+                    "SIGSTOP",
+                    None,
+                );
+            }
+            // A holder that ended by itself is a finding, not the end of the run: it is
+            // said, and a new incarnation takes its place.
+            Err(e) => {
+                rec.note(format!("h{i}: {e}; {}", h.stderr().trim()));
+                self.collect();
+                self.respawn(bed, i, None).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Thaws slot `i`'s frozen holder (SIGCONT): the pause, injected from its freeze to now.
+    async fn thaw(&mut self, rec: &mut Recorder, i: usize) -> anyhow::Result<()> {
+        let slot = &mut self.slots[i];
+        if let (Some(h), Some(since)) = (slot.holder.as_mut(), slot.frozen_since.take()) {
+            let name = h.name().to_owned();
+            h.thaw().await?;
+            self.injected.push(Injected {
+                kind: FaultKind::Pause,
+                process: name,
+                start_ms: since,
+                end_ms: self.now_ms(),
+            });
+            rec.step(
+                Mark::Thawed,
+                &format!("h{i}"),
+                "resume",
+                None,
+                "SIGCONT",
+                None,
+            );
+        }
+        Ok(())
+    }
+
+    /// Lets slot `i`'s packets through again: the cut, injected from its start to now.
+    fn mend(&mut self, rec: &mut Recorder, i: usize, kind: FaultKind) {
+        if let Some((since, rules)) = self.slots[i].cut.take() {
+            drop(rules);
+            let process = self.slots[i]
+                .holder
+                .as_ref()
+                .map_or("-".to_owned(), |h| h.name().to_owned());
+            self.injected.push(Injected {
+                kind,
+                process,
+                start_ms: since,
+                end_ms: self.now_ms(),
+            });
+            rec.step(
+                Mark::Info,
+                &format!("h{i}"),
+                &format!("{kind} ends"),
+                None,
+                "packets let through",
+                None,
+            );
+        }
+    }
+
     async fn apply(
         &mut self,
         bed: &mut Testbed,
@@ -208,52 +290,8 @@ impl<'c> Nemesis<'c> {
         action: Action,
     ) -> anyhow::Result<()> {
         match action {
-            Action::Freeze(i) => {
-                let Some(h) = self.slots[i].holder.as_mut() else {
-                    return Ok(());
-                };
-                match h.freeze().await {
-                    Ok(_) => {
-                        self.slots[i].frozen_since = Some(self.now_ms());
-                        rec.step(
-                            Mark::Frozen,
-                            &format!("h{i}"),
-                            "pause",
-                            None,
-                            "SIGSTOP",
-                            None,
-                        );
-                    }
-                    // A holder that ended by itself is a finding, not the end of the run: it is
-                    // said, and a new incarnation takes its place.
-                    Err(e) => {
-                        rec.note(format!("h{i}: {e}; {}", h.stderr().trim()));
-                        self.collect();
-                        self.respawn(bed, i, None).await?;
-                    }
-                }
-            }
-            Action::Thaw(i) => {
-                let slot = &mut self.slots[i];
-                if let (Some(h), Some(since)) = (slot.holder.as_mut(), slot.frozen_since.take()) {
-                    let name = h.name().to_owned();
-                    h.thaw().await?;
-                    self.injected.push(Injected {
-                        kind: FaultKind::Pause,
-                        process: name,
-                        start_ms: since,
-                        end_ms: self.now_ms(),
-                    });
-                    rec.step(
-                        Mark::Thawed,
-                        &format!("h{i}"),
-                        "resume",
-                        None,
-                        "SIGCONT",
-                        None,
-                    );
-                }
-            }
+            Action::Freeze(i) => self.freeze(bed, rec, i).await?,
+            Action::Thaw(i) => self.thaw(rec, i).await?,
             Action::Kill(i) => {
                 if let Some(h) = self.slots[i].holder.as_mut() {
                     h.crash().await;
@@ -308,29 +346,7 @@ impl<'c> Nemesis<'c> {
                 self.respawn(bed, i, None).await?;
             }
             Action::Cut(i, kind) => self.cut(bed, rec, i, kind).await,
-            Action::Mend(i, kind) => {
-                if let Some((since, rules)) = self.slots[i].cut.take() {
-                    drop(rules);
-                    let process = self.slots[i]
-                        .holder
-                        .as_ref()
-                        .map_or("-".to_owned(), |h| h.name().to_owned());
-                    self.injected.push(Injected {
-                        kind,
-                        process,
-                        start_ms: since,
-                        end_ms: self.now_ms(),
-                    });
-                    rec.step(
-                        Mark::Info,
-                        &format!("h{i}"),
-                        &format!("{kind} ends"),
-                        None,
-                        "packets let through",
-                        None,
-                    );
-                }
-            }
+            Action::Mend(i, kind) => self.mend(rec, i, kind),
             Action::Isolate => self.isolate(bed, rec).await,
             Action::Rejoin => self.rejoin(bed, rec).await,
             Action::Crash => {

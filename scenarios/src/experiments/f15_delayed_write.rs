@@ -179,17 +179,15 @@ fn arrival(log: &str, who: &str, from: usize) -> Option<(String, String)> {
 const LATE: Duration = Duration::from_secs(8);
 
 #[allow(clippy::too_many_arguments)]
-async fn row(
+/// A (no renewer, its resource on host R) acquires once and passes its local-deadline check
+/// while its lease is valid by the database clock.
+async fn a_passes_its_check(
     bed: &Testbed,
     rec: &mut Recorder,
     r: &dyn OwnServers,
-    admin: &PgPool,
-    resource: &Resource,
     mode: WriteMode,
-    hold: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Holder> {
     let mode_label = bed.case().mode_label(mode);
-    let c = bed.case().clone();
     let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     spec.flags.renew_ms = 0;
     spec.flags.resource_host = Some(r.ips()[R].to_string());
@@ -217,28 +215,18 @@ async fn row(
             )))
         ),
     );
+    Ok(a)
+}
 
-    let ports = client_ports(admin, HOLDER_A).await?;
-    let port = *ports
-        .first()
-        .context("A has no connection to the resource")?;
-    let log_from = r.log(R).await.len();
-    let (held, rule) = if hold {
-        let held = Holds::start(r.ips()[R], &[port], &bed.run_mark).await?;
-        let rule = held.rules().join("; ");
-        (Some(held), rule)
-    } else {
-        (None, "no rule installed".to_owned())
-    };
-    rec.check_that(
-        format!("{mode_label}: A's connection to the resource (port {port}) is held in the network: its packets are dropped until the hold is lifted"),
-        rule.contains("DROP") && rule.contains(&port.to_string()),
-        format_args!("iptables OUTPUT: {rule}"),
-    );
-    lab_step(bed, rec, Mark::Info, "A", "request held in the network", "").await;
-    let sent = Instant::now();
-    a.send(Request::Go).await?;
-
+/// The lease expires while A's request is in flight; B acquires and writes.
+async fn b_takes_over_and_writes(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    resource: &Resource,
+    mode: WriteMode,
+) -> anyhow::Result<()> {
+    let mode_label = bed.case().mode_label(mode);
+    let c = bed.case().clone();
     bed.until_lease_expired("A's lease").await?;
     lab_step(
         bed,
@@ -295,46 +283,21 @@ async fn row(
             }
         ),
     );
+    Ok(())
+}
 
-    let lifted_at = Instant::now();
-    if let Some(held) = held {
-        let counted = held.listed().await;
-        let socket = tcp_state(r.ips()[R], port).await;
-        held.lift().await?;
-        rec.note(format!(
-            "hold lifted {} ms after A sent its write; the rule had counted: {counted}; A's connection as this host's kernel saw it: {}",
-            sent.elapsed().as_millis(),
-            shown(Some(socket).filter(|s| !s.is_empty()))
-        ));
-    }
-    let (at, write) = match a.next("A's write", LATE).await {
-        Err(HolderError::Silent { .. }) => {
-            // Later than TCP's backoff explains: say what the kernel holds, then wait on.
-            rec.note(format!(
-                "no answer to A's write {} ms after the hold was lifted; A's connection: {}",
-                lifted_at.elapsed().as_millis(),
-                shown(Some(tcp_state(r.ips()[R], port).await).filter(|s| !s.is_empty()))
-            ));
-            a.next("A's write", Duration::from_secs(30)).await?
-        }
-        answered => answered?,
-    };
-    step(bed, rec, at, "A", "write (arrived late)", &write).await;
-    rec.note(format!(
-        "A's write answered {} ms after it was sent, {} ms after the hold was lifted (TCP's next retransmission)",
-        sent.elapsed().as_millis(),
-        lifted_at.elapsed().as_millis()
-    ));
-    let code = a.exit_code(EVENT_TIMEOUT).await?;
-    rec.note(format!("A exits: {}", describe(Some(code))));
-    let Event::Write {
-        accepted: a_ok,
-        token: Token::Value(1),
-    } = write
-    else {
-        bail!(a.unexpected("WRITE … token=1", &write));
-    };
-
+/// A's late write judged: the resource's statement log shows it arriving after B's; the fence
+/// rejects it, or (unfenced, the negative control) it replaces B's part.
+async fn late_write_judged(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    r: &dyn OwnServers,
+    resource: &Resource,
+    mode: WriteMode,
+    log_from: usize,
+    a_ok: bool,
+) -> anyhow::Result<()> {
+    let mode_label = bed.case().mode_label(mode);
     // The server logs a statement as it runs it, but the engine copies the container's
     // stderr on its own time: A's line may reach the log a moment after A's answer.
     let _ = harness::wait::until_every(
@@ -398,5 +361,84 @@ async fn row(
             &summary,
         );
     }
+    Ok(())
+}
+
+async fn row(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    r: &dyn OwnServers,
+    admin: &PgPool,
+    resource: &Resource,
+    mode: WriteMode,
+    hold: bool,
+) -> anyhow::Result<()> {
+    let mode_label = bed.case().mode_label(mode);
+    let mut a = a_passes_its_check(bed, rec, r, mode).await?;
+
+    let ports = client_ports(admin, HOLDER_A).await?;
+    let port = *ports
+        .first()
+        .context("A has no connection to the resource")?;
+    let log_from = r.log(R).await.len();
+    let (held, rule) = if hold {
+        let held = Holds::start(r.ips()[R], &[port], &bed.run_mark).await?;
+        let rule = held.rules().join("; ");
+        (Some(held), rule)
+    } else {
+        (None, "no rule installed".to_owned())
+    };
+    rec.check_that(
+        format!("{mode_label}: A's connection to the resource (port {port}) is held in the network: its packets are dropped until the hold is lifted"),
+        rule.contains("DROP") && rule.contains(&port.to_string()),
+        format_args!("iptables OUTPUT: {rule}"),
+    );
+    lab_step(bed, rec, Mark::Info, "A", "request held in the network", "").await;
+    let sent = Instant::now();
+    a.send(Request::Go).await?;
+
+    b_takes_over_and_writes(bed, rec, resource, mode).await?;
+
+    let lifted_at = Instant::now();
+    if let Some(held) = held {
+        let counted = held.listed().await;
+        let socket = tcp_state(r.ips()[R], port).await;
+        held.lift().await?;
+        rec.note(format!(
+            "hold lifted {} ms after A sent its write; the rule had counted: {counted}; A's connection as this host's kernel saw it: {}",
+            sent.elapsed().as_millis(),
+            shown(Some(socket).filter(|s| !s.is_empty()))
+        ));
+    }
+    let (at, write) = match a.next("A's write", LATE).await {
+        Err(HolderError::Silent { .. }) => {
+            // Later than TCP's backoff explains: say what the kernel holds, then wait on.
+            rec.note(format!(
+                "no answer to A's write {} ms after the hold was lifted; A's connection: {}",
+                lifted_at.elapsed().as_millis(),
+                shown(Some(tcp_state(r.ips()[R], port).await).filter(|s| !s.is_empty()))
+            ));
+            a.next("A's write", Duration::from_secs(30)).await?
+        }
+        answered => answered?,
+    };
+    step(bed, rec, at, "A", "write (arrived late)", &write).await;
+    rec.note(format!(
+        "A's write answered {} ms after it was sent, {} ms after the hold was lifted (TCP's next retransmission)",
+        sent.elapsed().as_millis(),
+        lifted_at.elapsed().as_millis()
+    ));
+    let code = a.exit_code(EVENT_TIMEOUT).await?;
+    rec.note(format!("A exits: {}", describe(Some(code))));
+    let Event::Write {
+        accepted: a_ok,
+        token: Token::Value(1),
+    } = write
+    else {
+        bail!(a.unexpected("WRITE … token=1", &write));
+    };
+
+    late_write_judged(bed, rec, r, resource, mode, log_from, a_ok).await?;
+
     Ok(())
 }

@@ -229,6 +229,148 @@ async fn partitioned(
     Ok(())
 }
 
+/// A's renewals fail during the partition: the first renew sent after it began leaves within
+/// one renew interval and is given up one TTL later. Without it nothing later means anything:
+/// `Err` then.
+async fn renewals_fail_while_cut_off(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+    seen_before: usize,
+    partitioned_at: Instant,
+) -> anyhow::Result<()> {
+    let (p, c) = (bed.params().clone(), bed.case().clone());
+    // Its renewals fail: the first renew sent after the partition began leaves within one
+    // renew interval and is given up one TTL later, so a failure must come within their
+    // sum (plus a second for a loaded machine); a renewal that still succeeds fails the check.
+    let bound = p.renew + c.ttl + Duration::from_secs(1);
+    let failed = harness::wait::until("A reports a failed renewal", bound, || {
+        let failed = a.drain_renewals()[seen_before..].iter().any(|(_, ok)| !ok);
+        async move { Ok::<bool, Infallible>(failed) }
+    })
+    .await;
+    let after: Vec<bool> = a.renewals()[seen_before..]
+        .iter()
+        .map(|(_, ok)| *ok)
+        .collect();
+    // The renewer renews one at a time, so at most one renewal was in flight at the cut: sent
+    // before the rules, it may be answered after them (they drop A's outgoing packets, not the
+    // answers) — seen in CI under load as [true, false]. Every renewal after it must fail.
+    let in_flight = usize::from(after.first() == Some(&true));
+    let held = rec.check_that(
+        "A's renewals fail during the partition (a renew not answered within the TTL is a failure; the one in flight at the cut may succeed)",
+        failed.is_ok() && after.contains(&false) && !after[in_flight..].contains(&true),
+        format_args!(
+            "renewals after the partition began: {after:?}; {} ms after it (a failure expected within {} ms)",
+            partitioned_at.elapsed().as_millis(),
+            bound.as_millis()
+        ),
+    );
+    if !held {
+        // Nothing later in the timeline means anything without the partition (A is stopped
+        // as it is dropped).
+        bail!("A was not partitioned from the lease store");
+    }
+    Ok(())
+}
+
+/// A's lease expires by the lease store's clock; B acquires and writes.
+async fn b_takes_over_and_writes(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    h: &Stores<'_>,
+    mode: WriteMode,
+) -> anyhow::Result<()> {
+    let mode_label = bed.case().mode_label(mode);
+    let (p, c) = (bed.params().clone(), bed.case().clone());
+    let store = &h.lease;
+    harness::wait::until(
+        "A's lease expired on the lease store's host",
+        p.wait_timeout,
+        || store.is_free(LEASE),
+    )
+    .await?;
+    rec.step(
+        Mark::LeaseExpired,
+        "A",
+        "lease expired (lease store's clock)",
+        None,
+        "",
+        None,
+    );
+    let b = h.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
+    rec.step(
+        crate::testbed::acquire_mark(b.as_ref()),
+        "B",
+        "acquire",
+        b.as_ref().map(|g| g.token),
+        acquired(b.as_ref()),
+        None,
+    );
+    let b = b.context("B could not acquire the expired lease")?;
+    let w = Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content: B_CONTENT,
+        writer: HOLDER_B,
+        token: b.token,
+    };
+    let b_ok = h.resource.write(&w, mode).await?;
+    rec.step(
+        Mark::Write { accepted: b_ok },
+        "B",
+        "write",
+        Some(b.token),
+        wrote(b_ok, b.token),
+        None,
+    );
+    rec.check(
+        format!(
+            "{mode_label}: the lease expires by the lease store's clock; B acquires and writes"
+        ),
+        "ACQUIRED token=2, WRITE accepted=true token=2",
+        &format!("ACQUIRED token={}, {}", b.token, wrote(b_ok, b.token)),
+    );
+    Ok(())
+}
+
+/// A's write, past its check and cut off from the lease store only, judged: fenced at the
+/// resource, or (unfenced, the negative control) accepted after B's.
+async fn a_write_judged(
+    rec: &mut Recorder,
+    h: &Stores<'_>,
+    mode: WriteMode,
+    mode_label: &str,
+    a_ok: bool,
+    a_token: i64,
+) -> anyhow::Result<()> {
+    let summary = part_line(&h.resource.part(SCOPE, SUMMARY).await?);
+    if mode == WriteMode::Unfenced {
+        rec.expose(
+            "unfenced: the partitioned holder's write, past its check, is accepted after B's",
+            a_ok,
+            wrote(a_ok, a_token),
+        );
+        rec.expose(
+            "unfenced: A's stale content replaced B's",
+            summary.starts_with(A_CONTENT),
+            format_args!("final summary = {summary}"),
+        );
+    } else {
+        rec.check(
+            format!("{mode_label}: the partitioned holder's write, past its check, is fenced at the resource"),
+            &wrote(false, 1),
+            &wrote(a_ok, a_token),
+        );
+        rec.check(
+            format!("{mode_label}: B's part stays"),
+            &format!("{B_CONTENT} by holder-b token=2"),
+            &summary,
+        );
+    }
+    Ok(())
+}
+
 async fn row(
     bed: &Testbed,
     rec: &mut Recorder,
@@ -238,7 +380,7 @@ async fn row(
     cut: bool,
 ) -> anyhow::Result<()> {
     let mode_label = bed.case().mode_label(mode);
-    let (p, c) = (bed.params().clone(), bed.case().clone());
+    let p = bed.params().clone();
     let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     if let Some(hosts) = h.hosts {
         spec.flags.lease_host = Some(hosts.ips()[L].to_string());
@@ -306,85 +448,9 @@ async fn row(
         format_args!("A's lease connections from ports {ports:?}; iptables OUTPUT: {}", rules.join(" | ")),
     );
 
-    // Its renewals fail: the first renew sent after the partition began leaves within one
-    // renew interval and is given up one TTL later, so a failure must come within their
-    // sum (plus a second for a loaded machine); a renewal that still succeeds fails the check.
-    let bound = p.renew + c.ttl + Duration::from_secs(1);
-    let failed = harness::wait::until("A reports a failed renewal", bound, || {
-        let failed = a.drain_renewals()[seen_before..].iter().any(|(_, ok)| !ok);
-        async move { Ok::<bool, Infallible>(failed) }
-    })
-    .await;
-    let after: Vec<bool> = a.renewals()[seen_before..]
-        .iter()
-        .map(|(_, ok)| *ok)
-        .collect();
-    // The renewer renews one at a time, so at most one renewal was in flight at the cut: sent
-    // before the rules, it may be answered after them (they drop A's outgoing packets, not the
-    // answers) — seen in CI under load as [true, false]. Every renewal after it must fail.
-    let in_flight = usize::from(after.first() == Some(&true));
-    let held = rec.check_that(
-        "A's renewals fail during the partition (a renew not answered within the TTL is a failure; the one in flight at the cut may succeed)",
-        failed.is_ok() && after.contains(&false) && !after[in_flight..].contains(&true),
-        format_args!(
-            "renewals after the partition began: {after:?}; {} ms after it (a failure expected within {} ms)",
-            partitioned_at.elapsed().as_millis(),
-            bound.as_millis()
-        ),
-    );
-    if !held {
-        // Nothing later in the timeline means anything without the partition (A is stopped
-        // as it is dropped).
-        bail!("A was not partitioned from the lease store");
-    }
-    let store = &h.lease;
-    harness::wait::until(
-        "A's lease expired on the lease store's host",
-        p.wait_timeout,
-        || store.is_free(LEASE),
-    )
-    .await?;
-    rec.step(
-        Mark::LeaseExpired,
-        "A",
-        "lease expired (lease store's clock)",
-        None,
-        "",
-        None,
-    );
-    let b = h.lease.acquire(LEASE, HOLDER_B, c.ttl).await?;
-    rec.step(
-        crate::testbed::acquire_mark(b.as_ref()),
-        "B",
-        "acquire",
-        b.as_ref().map(|g| g.token),
-        acquired(b.as_ref()),
-        None,
-    );
-    let b = b.context("B could not acquire the expired lease")?;
-    let w = Write {
-        scope: SCOPE,
-        part: SUMMARY,
-        content: B_CONTENT,
-        writer: HOLDER_B,
-        token: b.token,
-    };
-    let b_ok = h.resource.write(&w, mode).await?;
-    rec.step(
-        Mark::Write { accepted: b_ok },
-        "B",
-        "write",
-        Some(b.token),
-        wrote(b_ok, b.token),
-        None,
-    );
-    rec.check(
-        format!(
-            "{mode_label}: the lease expires by the lease store's clock; B acquires and writes"
-        ),
-        "ACQUIRED token=2, WRITE accepted=true token=2",
-        &format!("ACQUIRED token={}, {}", b.token, wrote(b_ok, b.token)),
-    );
+    renewals_fail_while_cut_off(bed, rec, &mut a, seen_before, partitioned_at).await?;
+
+    b_takes_over_and_writes(bed, rec, h, mode).await?;
 
     a.send(Request::Go).await?;
     if !past_check {
@@ -426,29 +492,7 @@ async fn row(
     if token != a_token {
         bail!(a.unexpected(&format!("WRITE … token={a_token}"), &write));
     }
-    let summary = part_line(&h.resource.part(SCOPE, SUMMARY).await?);
-    if mode == WriteMode::Unfenced {
-        rec.expose(
-            "unfenced: the partitioned holder's write, past its check, is accepted after B's",
-            a_ok,
-            wrote(a_ok, a_token),
-        );
-        rec.expose(
-            "unfenced: A's stale content replaced B's",
-            summary.starts_with(A_CONTENT),
-            format_args!("final summary = {summary}"),
-        );
-    } else {
-        rec.check(
-            format!("{mode_label}: the partitioned holder's write, past its check, is fenced at the resource"),
-            &wrote(false, 1),
-            &wrote(a_ok, a_token),
-        );
-        rec.check(
-            format!("{mode_label}: B's part stays"),
-            &format!("{B_CONTENT} by holder-b token=2"),
-            &summary,
-        );
-    }
+    a_write_judged(rec, h, mode, mode_label, a_ok, a_token).await?;
+
     Ok(())
 }

@@ -130,46 +130,15 @@ impl Scenario for R1 {
     }
 }
 
-/// One run of the timeline on the store `store` (the lab's lease store now); `sound`: whether a
-/// fence fed by its token must hold.
-async fn one_run(
+/// A frozen (its session's heartbeats stop) until ZooKeeper expires its session, deletes its
+/// node and then the lock's empty container parent.
+async fn a_frozen_until_the_parent_goes(
     bed: &mut Testbed,
     rec: &mut Recorder,
+    a: &mut Holder,
     store: StoreId,
-    sound: bool,
+    lock: &str,
 ) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
-    let mode = WriteMode::Fenced;
-
-    let lock = lock_of(store);
-    let spec = |holder: &str, content: &str, release: bool| {
-        let mut spec = bed.holder_spec(holder, content, mode, release);
-        spec.flags.lease.clone_from(&lock);
-        spec
-    };
-    let a_sent = Instant::now();
-    let mut a = Holder::spawn(&spec(HOLDER_A, A_CONTENT, false)).await?;
-    let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(bed, rec, a_at, "A", "acquire", &acquired).await;
-    let a_token = a.acquired_token(&acquired)?;
-    let holding = bed.lease.inspect(&lock).await?;
-    rec.check_that(
-        format!(
-            "[{store}] A (pid {}) acquires the lock: its node is the parent's first child",
-            a.pid()
-        ),
-        holding
-            .as_ref()
-            .is_some_and(|h| h.expires_at.contains("sequence 0;")),
-        format_args!(
-            "token={a_token}; {}",
-            shown(holding.as_ref().map(|h| h.expires_at.clone()))
-        ),
-    );
-    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    step(bed, rec, at, "A", "waits at the write point", &ready).await;
-
     // Counted while A's node keeps the parent alive: the server may delete the parent within
     // 200 ms of A's node going, before the lab has seen the node go.
     let parent = format!("Attempting to delete candidate container: /fencing-lab/{lock}");
@@ -181,7 +150,7 @@ async fn one_run(
     let frozen_at = freeze_and_show(
         bed,
         rec,
-        &mut a,
+        a,
         &format!(" [{store}]"),
         &format!("[{store}] A's renewer thread is frozen with it: its session's heartbeats stop"),
     )
@@ -190,7 +159,7 @@ async fn one_run(
     harness::wait::until(
         "A's node deleted by ZooKeeper (its session expired)",
         bed.params().wait_timeout,
-        || lease.is_free(&lock),
+        || lease.is_free(lock),
     )
     .await?;
     rec.note(format!(
@@ -215,9 +184,19 @@ async fn one_run(
             Err(e) => e.to_string(),
         },
     );
+    Ok(())
+}
 
+/// B acquires the lock made anew, writes (accepted), renews, releases and exits: when its
+/// acquire was sent and answered, and its token.
+async fn b_writes(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    store: StoreId,
+    lock: &str,
+) -> anyhow::Result<(Instant, Instant, i64)> {
     let b_sent = Instant::now();
-    let mut b = Holder::spawn(&spec(HOLDER_B, B_CONTENT, true)).await?;
+    let mut b = Holder::spawn(&spec_on(bed, lock, HOLDER_B, B_CONTENT, true)).await?;
     let (b_at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, b_at, "B", "acquire", &acquired).await;
     let b_token = b.acquired_token(&acquired)?;
@@ -243,6 +222,122 @@ async fn one_run(
         &describe(Some(exit::WROTE)),
         &describe(Some(code)),
     );
+    Ok((b_sent, b_at, b_token))
+}
+
+/// The run's verdicts: on the czxid, B's token greater and A's stale write rejected; on the
+/// suffix (the negative control), A's token granted again and the stale write accepted — and
+/// the token-regression check catching it.
+fn judge(
+    rec: &mut Recorder,
+    store: StoreId,
+    sound: bool,
+    grants: &[GrantSeen],
+    (a_token, b_token): (i64, i64),
+    accepted: bool,
+    summary: &Option<fencing::resource::Part>,
+) {
+    let found = regression::regressions_with_control(rec, grants);
+    let shown_found = regression::shown(grants, &found);
+    let stale_kept = summary
+        .as_ref()
+        .is_some_and(|p| p.writer == HOLDER_A && p.content == A_CONTENT);
+    if sound {
+        rec.check_that(
+            format!("[{store}] B's token is greater than A's: the czxid counts every write to ZooKeeper, not the parent's children"),
+            b_token > a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] A's stale write is rejected by the resource's fence"),
+            !accepted,
+            format_args!("WRITE accepted={accepted} token={a_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] the final summary is B's"),
+            !stale_kept,
+            part_line(summary),
+        );
+        rec.check_that(
+            format!("[{store}] the token-regression check finds no token gone back"),
+            found.is_empty(),
+            shown_found,
+        );
+    } else {
+        rec.check_that(
+            format!("[{store}] negative control exposes: the parent made anew, B is granted A's suffix again"),
+            b_token <= a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] negative control exposes: the fence cannot tell A from B, A's stale write is accepted"),
+            accepted,
+            format_args!("WRITE accepted={accepted} token={a_token}"),
+        );
+        rec.check_that(
+            format!("[{store}] negative control exposes: A's stale result overwrote B's"),
+            stale_kept,
+            part_line(summary),
+        );
+        rec.check_that(
+            format!("[{store}] the token-regression check catches it"),
+            found
+                .iter()
+                .any(|r| matches!(r.kind, Kind::AcknowledgedTwice | Kind::Backwards)),
+            shown_found,
+        );
+    }
+}
+
+/// A holder of `lock`, fenced.
+fn spec_on(
+    bed: &Testbed,
+    lock: &str,
+    holder: &str,
+    content: &str,
+    release: bool,
+) -> harness::holder::HolderSpec {
+    let mut spec = bed.holder_spec(holder, content, WriteMode::Fenced, release);
+    spec.flags.lease = lock.to_owned();
+    spec
+}
+
+/// One run of the timeline on the store `store` (the lab's lease store now); `sound`: whether a
+/// fence fed by its token must hold.
+async fn one_run(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    store: StoreId,
+    sound: bool,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
+    let lock = lock_of(store);
+    let a_sent = Instant::now();
+    let mut a = Holder::spawn(&spec_on(bed, &lock, HOLDER_A, A_CONTENT, false)).await?;
+    let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(bed, rec, a_at, "A", "acquire", &acquired).await;
+    let a_token = a.acquired_token(&acquired)?;
+    let holding = bed.lease.inspect(&lock).await?;
+    rec.check_that(
+        format!(
+            "[{store}] A (pid {}) acquires the lock: its node is the parent's first child",
+            a.pid()
+        ),
+        holding
+            .as_ref()
+            .is_some_and(|h| h.expires_at.contains("sequence 0;")),
+        format_args!(
+            "token={a_token}; {}",
+            shown(holding.as_ref().map(|h| h.expires_at.clone()))
+        ),
+    );
+    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    step(bed, rec, at, "A", "waits at the write point", &ready).await;
+
+    a_frozen_until_the_parent_goes(bed, rec, &mut a, store, &lock).await?;
+
+    let (b_sent, b_at, b_token) = b_writes(bed, rec, store, &lock).await?;
 
     a.send(Request::Go).await?;
     let thawed = a.thaw().await?;
@@ -288,55 +383,15 @@ async fn one_run(
             format!("{HOLDER_B} ACQUIRED token={b_token} at {:.0} ms", ms(b_at)),
         ),
     ];
-    let found = regression::regressions_with_control(rec, &grants);
-    let shown_found = regression::shown(&grants, &found);
-    let stale_kept = summary
-        .as_ref()
-        .is_some_and(|p| p.writer == HOLDER_A && p.content == A_CONTENT);
-    if sound {
-        rec.check_that(
-            format!("[{store}] B's token is greater than A's: the czxid counts every write to ZooKeeper, not the parent's children"),
-            b_token > a_token,
-            format_args!("A {a_token}, B {b_token}"),
-        );
-        rec.check_that(
-            format!("[{store}] A's stale write is rejected by the resource's fence"),
-            !accepted,
-            format_args!("WRITE accepted={accepted} token={a_token}"),
-        );
-        rec.check_that(
-            format!("[{store}] the final summary is B's"),
-            !stale_kept,
-            part_line(&summary),
-        );
-        rec.check_that(
-            format!("[{store}] the token-regression check finds no token gone back"),
-            found.is_empty(),
-            shown_found,
-        );
-    } else {
-        rec.check_that(
-            format!("[{store}] negative control exposes: the parent made anew, B is granted A's suffix again"),
-            b_token <= a_token,
-            format_args!("A {a_token}, B {b_token}"),
-        );
-        rec.check_that(
-            format!("[{store}] negative control exposes: the fence cannot tell A from B, A's stale write is accepted"),
-            accepted,
-            format_args!("WRITE accepted={accepted} token={a_token}"),
-        );
-        rec.check_that(
-            format!("[{store}] negative control exposes: A's stale result overwrote B's"),
-            stale_kept,
-            part_line(&summary),
-        );
-        rec.check_that(
-            format!("[{store}] the token-regression check catches it"),
-            found
-                .iter()
-                .any(|r| matches!(r.kind, Kind::AcknowledgedTwice | Kind::Backwards)),
-            shown_found,
-        );
-    }
+    judge(
+        rec,
+        store,
+        sound,
+        &grants,
+        (a_token, b_token),
+        accepted,
+        &summary,
+    );
+
     Ok(())
 }

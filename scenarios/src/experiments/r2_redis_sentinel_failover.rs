@@ -154,123 +154,54 @@ async fn counter(group: &dyn RedisFailover, host: std::net::IpAddr) -> String {
         .map_or_else(|e| format!("(no answer: {e:#})"), |v| v.trim().to_owned())
 }
 
-async fn one_run(
-    bed: &mut Testbed,
+/// WAIT timed out (the replica cut off): A's acquire answers an error, A exits without
+/// writing, and the lock's key is deleted again on the primary.
+async fn wait_timed_out(
+    rec: &mut Recorder,
+    a: &mut Holder,
+    group: &mut dyn RedisFailover,
+    acquired: &Event,
+    label: &str,
+) -> anyhow::Result<()> {
+    let (primary_ip, replica_ip) = group.ips();
+    let said = acquired.to_string();
+    rec.check_that(
+        format!("[{label}] WAIT times out: A's acquire answers an error, never the token"),
+        matches!(acquired, Event::Error { message } if message.contains("WAIT 1 500 answered 0")),
+        &said,
+    );
+    let code = a.exit_code(EVENT_TIMEOUT).await?;
+    rec.check(
+        format!("[{label}] A exits without having written"),
+        &describe(Some(exit::FAILURE)),
+        &describe(Some(code)),
+    );
+    let key = group
+        .cli(&format!("-h {primary_ip} EXISTS fencing-lab:lock:{LEASE}"))
+        .await?;
+    let moved = counter(group, primary_ip).await;
+    rec.check_that(
+    format!("[{label}] the lock's key is deleted again on the primary: nobody holds a grant no replica acknowledged"),
+    key.trim() == "0",
+    format_args!(
+        "EXISTS = {}; the primary's counter moved to {moved}, the replica's {} (a gap, allowed)",
+        key.trim(),
+        counter(group, replica_ip).await
+    ),
+);
+    Ok(())
+}
+
+/// The primary lost (its container removed, as a crashed host) and the replica promoted by the
+/// Sentinels; on the positive run, A's replicated lock waited out on the new primary's clock.
+async fn lose_the_primary(
+    bed: &Testbed,
     rec: &mut Recorder,
     group: &mut dyn RedisFailover,
     run: Run,
 ) -> anyhow::Result<()> {
     let label = run.label();
     let (primary_ip, replica_ip) = group.ips();
-    let whole = harness::wait::until_every(
-        "the replica linked and every Sentinel knowing the group",
-        GROUP_TIMEOUT,
-        Duration::from_millis(200),
-        || async { group.whole().await.map_err(std::io::Error::other) },
-    )
-    .await;
-    if let Err(e) = whole {
-        bail!("[{label}] the Sentinel group did not form: {e}");
-    }
-    rec.note(format!(
-        "[{label}] {} — primary {}, replica {}, three Sentinels (down-after-milliseconds 500, quorum 2); {}",
-        group.version(),
-        group.primary_endpoint(),
-        group.replica_endpoint(),
-        group.image_note()
-    ));
-    let a_store = if run == Run::Negative {
-        "redis"
-    } else {
-        "redis-wait"
-    };
-    let on_primary = client(bed, StoreId::Redis, &group.primary_endpoint()).await?;
-    // A first holding, taken and released: the counter at 1 on both servers.
-    let first = on_primary
-        .acquire(LEASE, "holder-c", bed.case().ttl)
-        .await?
-        .context("the first lock on a fresh primary was refused")?;
-    on_primary.release(&first).await?;
-    harness::wait::until("the replica having the counter", GROUP_TIMEOUT, || async {
-        Ok::<_, std::io::Error>(counter(group, replica_ip).await == first.token.to_string())
-    })
-    .await?;
-    if run != Run::Positive {
-        let rule = group.cut_replica().await?;
-        rec.note(format!(
-            "[{label}] the replica is cut off from the primary (in its network namespace: {rule})"
-        ));
-    }
-
-    let spec = |holder: &str, content: &str, store: &str, endpoint: String, release: bool| {
-        let mut spec = bed.holder_spec(holder, content, WriteMode::Fenced, release);
-        spec.flags.store = store.into();
-        spec.flags.store_endpoint = Some(endpoint);
-        spec
-    };
-    let started = Instant::now();
-    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
-    let mut a = Holder::spawn(&spec(
-        HOLDER_A,
-        A_CONTENT,
-        a_store,
-        group.primary_endpoint(),
-        false,
-    ))
-    .await?;
-    let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
-    step(bed, rec, a_at, "A", "acquire", &acquired).await;
-    if run == Run::TimedOut {
-        let said = acquired.to_string();
-        rec.check_that(
-            format!("[{label}] WAIT times out: A's acquire answers an error, never the token"),
-            matches!(&acquired, Event::Error { message } if message.contains("WAIT 1 500 answered 0")),
-            &said,
-        );
-        let code = a.exit_code(EVENT_TIMEOUT).await?;
-        rec.check(
-            format!("[{label}] A exits without having written"),
-            &describe(Some(exit::FAILURE)),
-            &describe(Some(code)),
-        );
-        let key = group
-            .cli(&format!("-h {primary_ip} EXISTS fencing-lab:lock:{LEASE}"))
-            .await?;
-        let moved = counter(group, primary_ip).await;
-        rec.check_that(
-            format!("[{label}] the lock's key is deleted again on the primary: nobody holds a grant no replica acknowledged"),
-            key.trim() == "0",
-            format_args!(
-                "EXISTS = {}; the primary's counter moved to {moved}, the replica's {} (a gap, allowed)",
-                key.trim(),
-                counter(group, replica_ip).await
-            ),
-        );
-        return Ok(());
-    }
-    let a_token = a.acquired_token(&acquired)?;
-    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    step(bed, rec, at, "A", "waits at the write point", &ready).await;
-    let (on_p, on_r) = (
-        counter(group, primary_ip).await,
-        counter(group, replica_ip).await,
-    );
-    if run == Run::Negative {
-        rec.check_that(
-            format!("[{label}] A's token {a_token} is acknowledged by the primary alone"),
-            on_p == a_token.to_string() && on_r != a_token.to_string(),
-            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
-        );
-    } else {
-        rec.check_that(
-            format!(
-                "[{label}] A's token {a_token} is on the replica before A may use it (WAIT 1 500)"
-            ),
-            on_r == a_token.to_string(),
-            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
-        );
-    }
-
     group.lose_primary().await?;
     let lost_at = Instant::now();
     rec.step(
@@ -315,12 +246,23 @@ async fn one_run(
             waited.as_millis()
         ));
     }
+    Ok(())
+}
 
+/// B acquires on the promoted replica, writes (accepted), renews, releases and exits: when its
+/// acquire was sent and answered, and its token.
+async fn b_writes_on_the_promoted_replica(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    group: &mut dyn RedisFailover,
+    label: &str,
+) -> anyhow::Result<(Instant, Instant, i64)> {
     let b_sent = Instant::now();
-    let mut b = Holder::spawn(&spec(
+    let mut b = Holder::spawn(&spec_at(
+        bed,
         HOLDER_B,
         B_CONTENT,
-        "redis",
+        StoreId::Redis,
         group.replica_endpoint(),
         true,
     ))
@@ -358,6 +300,175 @@ async fn one_run(
         &describe(Some(exit::WROTE)),
         &describe(Some(code)),
     );
+    Ok((b_sent, b_at, b_token))
+}
+
+/// The run's verdicts: with WAIT, B's token greater and A's stale write rejected; without (the
+/// negative control), A's token granted again and the stale write accepted — and the
+/// token-regression check catching it.
+fn judge(
+    rec: &mut Recorder,
+    run: Run,
+    grants: &[GrantSeen],
+    (a_token, b_token): (i64, i64),
+    accepted: bool,
+    summary: &Option<fencing::resource::Part>,
+) {
+    let label = run.label();
+    let found = regression::regressions_with_control(rec, grants);
+    let shown_found = regression::shown(grants, &found);
+    let stale_kept = summary
+        .as_ref()
+        .is_some_and(|p| p.writer == HOLDER_A && p.content == A_CONTENT);
+    if run == Run::Negative {
+        rec.check_that(
+            format!(
+                "[{label}] negative control exposes: the promoted replica grants A's token again"
+            ),
+            b_token == a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{label}] negative control exposes: A's stale write is accepted after B's"),
+            accepted && stale_kept,
+            format_args!(
+                "WRITE accepted={accepted} token={a_token}; final summary {}",
+                part_line(summary)
+            ),
+        );
+        rec.check_that(
+            format!("[{label}] the token-regression check catches it"),
+            found.iter().any(|r| r.kind == Kind::AcknowledgedTwice),
+            shown_found,
+        );
+    } else {
+        rec.check_that(
+            format!("[{label}] B's token is greater than A's: A's grant survived the failover"),
+            b_token > a_token,
+            format_args!("A {a_token}, B {b_token}"),
+        );
+        rec.check_that(
+            format!("[{label}] A's stale write is rejected by the resource's fence"),
+            !accepted && !stale_kept,
+            format_args!(
+                "WRITE accepted={accepted} token={a_token}; final summary {}",
+                part_line(summary)
+            ),
+        );
+        rec.check_that(
+            format!("[{label}] the token-regression check finds no token gone back"),
+            found.is_empty(),
+            shown_found,
+        );
+    }
+}
+
+/// A holder of the store `store` at `endpoint`, fenced.
+fn spec_at(
+    bed: &Testbed,
+    holder: &str,
+    content: &str,
+    store: StoreId,
+    endpoint: String,
+    release: bool,
+) -> harness::holder::HolderSpec {
+    let mut spec = bed.holder_spec(holder, content, WriteMode::Fenced, release);
+    spec.flags.store = store.name().into();
+    spec.flags.store_endpoint = Some(endpoint);
+    spec
+}
+
+async fn one_run(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    group: &mut dyn RedisFailover,
+    run: Run,
+) -> anyhow::Result<()> {
+    let label = run.label();
+    let (primary_ip, replica_ip) = group.ips();
+    let whole = harness::wait::until_every(
+        "the replica linked and every Sentinel knowing the group",
+        GROUP_TIMEOUT,
+        Duration::from_millis(200),
+        || async { group.whole().await.map_err(std::io::Error::other) },
+    )
+    .await;
+    if let Err(e) = whole {
+        bail!("[{label}] the Sentinel group did not form: {e}");
+    }
+    rec.note(format!(
+        "[{label}] {} — primary {}, replica {}, three Sentinels (down-after-milliseconds 500, quorum 2); {}",
+        group.version(),
+        group.primary_endpoint(),
+        group.replica_endpoint(),
+        group.image_note()
+    ));
+    let a_store = if run == Run::Negative {
+        StoreId::Redis
+    } else {
+        StoreId::RedisWait
+    };
+    let on_primary = client(bed, StoreId::Redis, &group.primary_endpoint()).await?;
+    // A first holding, taken and released: the counter at 1 on both servers.
+    let first = on_primary
+        .acquire(LEASE, "holder-c", bed.case().ttl)
+        .await?
+        .context("the first lock on a fresh primary was refused")?;
+    on_primary.release(&first).await?;
+    harness::wait::until("the replica having the counter", GROUP_TIMEOUT, || async {
+        Ok::<_, std::io::Error>(counter(group, replica_ip).await == first.token.to_string())
+    })
+    .await?;
+    if run != Run::Positive {
+        let rule = group.cut_replica().await?;
+        rec.note(format!(
+            "[{label}] the replica is cut off from the primary (in its network namespace: {rule})"
+        ));
+    }
+
+    let started = Instant::now();
+    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
+    let mut a = Holder::spawn(&spec_at(
+        bed,
+        HOLDER_A,
+        A_CONTENT,
+        a_store,
+        group.primary_endpoint(),
+        false,
+    ))
+    .await?;
+    let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
+    step(bed, rec, a_at, "A", "acquire", &acquired).await;
+    if run == Run::TimedOut {
+        return wait_timed_out(rec, &mut a, group, &acquired, label).await;
+    }
+
+    let a_token = a.acquired_token(&acquired)?;
+    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    step(bed, rec, at, "A", "waits at the write point", &ready).await;
+    let (on_p, on_r) = (
+        counter(group, primary_ip).await,
+        counter(group, replica_ip).await,
+    );
+    if run == Run::Negative {
+        rec.check_that(
+            format!("[{label}] A's token {a_token} is acknowledged by the primary alone"),
+            on_p == a_token.to_string() && on_r != a_token.to_string(),
+            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
+        );
+    } else {
+        rec.check_that(
+            format!(
+                "[{label}] A's token {a_token} is on the replica before A may use it (WAIT 1 500)"
+            ),
+            on_r == a_token.to_string(),
+            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
+        );
+    }
+
+    lose_the_primary(bed, rec, group, run).await?;
+
+    let (b_sent, b_at, b_token) = b_writes_on_the_promoted_replica(bed, rec, group, label).await?;
 
     a.send(Request::Go).await?;
     let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
@@ -397,51 +508,7 @@ async fn one_run(
             ),
         ),
     ];
-    let found = regression::regressions_with_control(rec, &grants);
-    let shown_found = regression::shown(&grants, &found);
-    let stale_kept = summary
-        .as_ref()
-        .is_some_and(|p| p.writer == HOLDER_A && p.content == A_CONTENT);
-    if run == Run::Negative {
-        rec.check_that(
-            format!(
-                "[{label}] negative control exposes: the promoted replica grants A's token again"
-            ),
-            b_token == a_token,
-            format_args!("A {a_token}, B {b_token}"),
-        );
-        rec.check_that(
-            format!("[{label}] negative control exposes: A's stale write is accepted after B's"),
-            accepted && stale_kept,
-            format_args!(
-                "WRITE accepted={accepted} token={a_token}; final summary {}",
-                part_line(&summary)
-            ),
-        );
-        rec.check_that(
-            format!("[{label}] the token-regression check catches it"),
-            found.iter().any(|r| r.kind == Kind::AcknowledgedTwice),
-            shown_found,
-        );
-    } else {
-        rec.check_that(
-            format!("[{label}] B's token is greater than A's: A's grant survived the failover"),
-            b_token > a_token,
-            format_args!("A {a_token}, B {b_token}"),
-        );
-        rec.check_that(
-            format!("[{label}] A's stale write is rejected by the resource's fence"),
-            !accepted && !stale_kept,
-            format_args!(
-                "WRITE accepted={accepted} token={a_token}; final summary {}",
-                part_line(&summary)
-            ),
-        );
-        rec.check_that(
-            format!("[{label}] the token-regression check finds no token gone back"),
-            found.is_empty(),
-            shown_found,
-        );
-    }
+    judge(rec, run, &grants, (a_token, b_token), accepted, &summary);
+
     Ok(())
 }

@@ -52,11 +52,14 @@ crate::kit::u_common::u_scenario!(U1);
 
 #[cfg(feature = "mariadb")]
 mod imp {
+    use std::time::Duration;
+
     use anyhow::Context as _;
     use fencing::fenced_job::{operator_mistake, JobLease, JobLeaseStore};
     use harness::evidence::{Mark, Recorder};
 
     use crate::kit::u_common::{on_lane, owner_token, JOB_LEASE};
+    use crate::testbed::maria::MariaEnv;
     use crate::Testbed;
 
     /// The day's reconciliation run: its id names the job, not the holder.
@@ -82,6 +85,28 @@ mod imp {
         let Some(env) = bed.maria_or_skip(rec).await? else {
             return Ok(());
         };
+        let jobs = &env.jobs;
+        let a = a_holds_until_expired(env, rec, short, timeout).await?;
+
+        b_takes_over(jobs, rec, &a, long).await?;
+
+        the_same_owner_again(jobs, rec, &a, long).await?;
+
+        the_row_lost(jobs, rec, &a, long).await?;
+
+        the_row_lost_again(jobs, rec, &a, long).await?;
+
+        several_leases(jobs, short, long, rec).await
+    }
+
+    /// A acquires (fence 1) and starts the day's run; B is refused while A holds; A's lease
+    /// expires by database time, and its release then fails though nobody took over.
+    async fn a_holds_until_expired(
+        env: &MariaEnv,
+        rec: &mut Recorder,
+        short: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<JobLease> {
         let jobs = &env.jobs;
         let a = jobs
             .acquire(JOB_LEASE, &owner_token("A"), short)
@@ -119,10 +144,21 @@ mod imp {
         );
         // Nobody has taken it yet: a release now would tell A it held the lease to the end.
         rec.check(
-            "A's release once its lease expired by database time fails, though nobody took it over yet: the holding had ended",
-            &false,
-            &jobs.release(&a).await?,
-        );
+        "A's release once its lease expired by database time fails, though nobody took it over yet: the holding had ended",
+        &false,
+        &jobs.release(&a).await?,
+    );
+        Ok(a)
+    }
+
+    /// B takes the expired lease over with fence+1: A's release, renew and is_held fail, B's
+    /// holding cannot complete the run A started, B renews and releases.
+    async fn b_takes_over(
+        jobs: &JobLeaseStore,
+        rec: &mut Recorder,
+        a: &JobLease,
+        long: Duration,
+    ) -> anyhow::Result<()> {
         let b = jobs.acquire(JOB_LEASE, &owner_token("B"), long).await?;
         rec.check(
             "B takes the expired lease over with fence+1",
@@ -133,9 +169,9 @@ mod imp {
         );
         let b = b.context("B could not take over an expired lease")?;
         on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
-        rec.check("A's release fails", &false, &jobs.release(&a).await?);
-        rec.check("A's renew fails", &false, &jobs.renew(&a).await?);
-        rec.check("A's is_held", &false, &jobs.is_held(&a).await?);
+        rec.check("A's release fails", &false, &jobs.release(a).await?);
+        rec.check("A's renew fails", &false, &jobs.renew(a).await?);
+        rec.check("A's is_held", &false, &jobs.is_held(a).await?);
         rec.check("B's renew still succeeds", &true, &jobs.renew(&b).await?);
         rec.check(
             "B's holding cannot complete the run A started (the run's fence is 1, B's is 2)",
@@ -145,7 +181,16 @@ mod imp {
         let released = jobs.release(&b).await?;
         on_lane(rec, Mark::Released, "B", "release", b.fence_token);
         rec.check("B's release still succeeds", &true, &released);
+        Ok(())
+    }
 
+    /// The same owner again: only the fence tells its two holdings apart.
+    async fn the_same_owner_again(
+        jobs: &JobLeaseStore,
+        rec: &mut Recorder,
+        a: &JobLease,
+        long: Duration,
+    ) -> anyhow::Result<()> {
         // The same owner again: only the fence tells its two holdings apart.
         let again = jobs
             .acquire(JOB_LEASE, &a.owner_token, long)
@@ -161,34 +206,44 @@ mod imp {
         rec.check(
             "A's first holding's renew fails once the same owner holds again with a new fence",
             &false,
-            &jobs.renew(&a).await?,
+            &jobs.renew(a).await?,
         );
         rec.check(
             "A's first holding's is_held is false (same owner, old fence)",
             &false,
-            &jobs.is_held(&a).await?,
+            &jobs.is_held(a).await?,
         );
         rec.check(
             "A's first holding's release fails (same owner, old fence)",
             &false,
-            &jobs.release(&a).await?,
+            &jobs.release(a).await?,
         );
         rec.check(
-            "A's new holding (same owner, a new fence) cannot complete the run started under its first: the fence join refuses it",
-            "completed=false status=running",
-            &completion(jobs, RUN, &again).await?,
-        );
+        "A's new holding (same owner, a new fence) cannot complete the run started under its first: the fence join refuses it",
+        "completed=false status=running",
+        &completion(jobs, RUN, &again).await?,
+    );
         // And the other way: the first holding cannot complete a run the new one started — the
         // run's fence and the lease's agree, only the caller's own token is old.
         jobs.start_run(NEXT_RUN, &again).await?;
         rec.check(
-            "A's first holding cannot complete the run its new holding started: the lease's fence must be the caller's",
-            "completed=false status=running",
-            &completion(jobs, NEXT_RUN, &a).await?,
-        );
+        "A's first holding cannot complete the run its new holding started: the lease's fence must be the caller's",
+        "completed=false status=running",
+        &completion(jobs, NEXT_RUN, a).await?,
+    );
         jobs.release(&again).await?;
         on_lane(rec, Mark::Released, "A", "release", again.fence_token);
+        Ok(())
+    }
 
+    /// The row is lost: the fence restarts, and C's holding carries A's old fence again; only
+    /// the owner token refuses A's first holding.
+    async fn the_row_lost(
+        jobs: &JobLeaseStore,
+        rec: &mut Recorder,
+        a: &JobLease,
+        long: Duration,
+    ) -> anyhow::Result<()> {
         // The row is lost: the fence restarts, and C's holding carries A's old fence again.
         operator_mistake::delete_the_job_lease(jobs.pool(), JOB_LEASE).await?;
         let c = jobs
@@ -208,30 +263,40 @@ mod imp {
             &c.fence_token,
         );
         rec.check(
-            "C's holding cannot complete the run A started under the same fence: the owner join refuses it",
-            "completed=false status=running",
-            &completion(jobs, RUN, &c).await?,
-        );
+        "C's holding cannot complete the run A started under the same fence: the owner join refuses it",
+        "completed=false status=running",
+        &completion(jobs, RUN, &c).await?,
+    );
         // A's first holding carries C's fence now: only the owner token refuses it.
         rec.check(
-            "A's first holding's renew fails though its fence is C's again: the owner token refuses it",
-            &false,
-            &jobs.renew(&a).await?,
-        );
+        "A's first holding's renew fails though its fence is C's again: the owner token refuses it",
+        &false,
+        &jobs.renew(a).await?,
+    );
         rec.check(
-            "A's first holding's release fails though its fence is C's again: the owner token refuses it",
-            &false,
-            &jobs.release(&a).await?,
-        );
+        "A's first holding's release fails though its fence is C's again: the owner token refuses it",
+        &false,
+        &jobs.release(a).await?,
+    );
         jobs.start_run(C_RUN, &c).await?;
         rec.check(
-            "A's first holding cannot complete the run C started under the same fence: the lease's owner must be the caller",
-            "completed=false status=running",
-            &completion(jobs, C_RUN, &a).await?,
-        );
+        "A's first holding cannot complete the run C started under the same fence: the lease's owner must be the caller",
+        "completed=false status=running",
+        &completion(jobs, C_RUN, a).await?,
+    );
         jobs.release(&c).await?;
         on_lane(rec, Mark::Released, "C", "release", c.fence_token);
+        Ok(())
+    }
 
+    /// The row is lost again, and A's owner is first this time: its holding has fence 1, below
+    /// its runs'.
+    async fn the_row_lost_again(
+        jobs: &JobLeaseStore,
+        rec: &mut Recorder,
+        a: &JobLease,
+        long: Duration,
+    ) -> anyhow::Result<()> {
         // The row is lost again, and A's owner is first this time: its holding has fence 1.
         operator_mistake::delete_the_job_lease(jobs.pool(), JOB_LEASE).await?;
         let reset = jobs
@@ -246,19 +311,18 @@ mod imp {
             reset.fence_token,
         );
         rec.check(
-            "after a second reset, A's owner holds the lease with a fence below its run's: the run its fence-3 holding started stays running",
-            "completed=false status=running",
-            &completion(jobs, NEXT_RUN, &reset).await?,
-        );
+        "after a second reset, A's owner holds the lease with a fence below its run's: the run its fence-3 holding started stays running",
+        "completed=false status=running",
+        &completion(jobs, NEXT_RUN, &reset).await?,
+    );
         rec.check(
-            "after a second reset, A's owner (fence 1) cannot complete the run C started under fence 1: the run's owner must be the lease's",
-            "completed=false status=running",
-            &completion(jobs, C_RUN, &reset).await?,
-        );
+        "after a second reset, A's owner (fence 1) cannot complete the run C started under fence 1: the run's owner must be the lease's",
+        "completed=false status=running",
+        &completion(jobs, C_RUN, &reset).await?,
+    );
         jobs.release(&reset).await?;
         on_lane(rec, Mark::Released, "A", "release", reset.fence_token);
-
-        several_leases(jobs, short, long, rec).await
+        Ok(())
     }
 
     /// One owner holding several leases at once, beside another owner's: each statement must

@@ -38,11 +38,109 @@ crate::kit::u_common::u_scenario!(U4);
 #[cfg(feature = "mariadb")]
 mod imp {
     use anyhow::Context as _;
-    use fencing::fenced_job::NaiveCompletion;
+    use fencing::fenced_job::{JobLease, JobLeaseStore, NaiveCompletion};
     use harness::evidence::{Mark, Recorder};
 
     use crate::kit::u_common::{instance_token, on_lane, JOB_LEASE};
     use crate::Testbed;
+
+    /// The old execution completes each of its runs: the fenced completion affects nothing, a
+    /// completion checking the lease's name or the owner token alone lets it finish.
+    async fn old_execution_completes(
+        jobs: &JobLeaseStore,
+        rec: &mut Recorder,
+        old: &JobLease,
+        forms: &[(&str, Option<NaiveCompletion>)],
+    ) -> anyhow::Result<()> {
+        for &(run, form) in forms {
+            let completed = match form {
+                None => jobs.complete_run(run, old).await?,
+                Some(how) => jobs.complete_run_naive(run, old, how).await?,
+            };
+            let status = jobs.run_status(run).await?.unwrap_or_default();
+            rec.step(
+                Mark::Write {
+                    accepted: completed,
+                },
+                "A",
+                &format!("old execution completes {run}"),
+                Some(old.fence_token),
+                status.clone(),
+                None,
+            );
+            match form {
+                None => {
+                    rec.check(
+                        "the old execution's fenced completion affects 0 rows",
+                        &false,
+                        &completed,
+                    );
+                    rec.check("its run stays running", "running", &status);
+                }
+                Some(how) => {
+                    rec.expose(
+                        format!(
+                            "a completion checking {} lets the old execution finish its run",
+                            how.as_str()
+                        ),
+                        completed && status == "completed",
+                        format_args!(
+                            "{run}: rows changed={}, status={status}",
+                            u8::from(completed)
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An instance that hands its current holding to every execution: the old run completed
+    /// with the new fence affects nothing, the new run completes, the old release fails.
+    async fn new_execution_completes(
+        jobs: &JobLeaseStore,
+        rec: &mut Recorder,
+        old: &JobLease,
+        new: &JobLease,
+    ) -> anyhow::Result<()> {
+        // An instance that hands its *current* holding to every execution: the old run's
+        // completion now carries the new fence. The run was started under fence 1.
+        let with_new = jobs.complete_run("run-old-fenced", new).await?;
+        rec.check(
+        "the old run completed with the new holding's fence affects 0 rows: the run's own fence is joined to the lease's",
+        "completed=false status=running",
+        &format!(
+            "completed={with_new} status={}",
+            jobs.run_status("run-old-fenced").await?.unwrap_or_default()
+        ),
+    );
+        let completed = jobs.complete_run("run-new", new).await?;
+        rec.step(
+            Mark::Write {
+                accepted: completed,
+            },
+            "A",
+            "new execution completes run-new",
+            Some(new.fence_token),
+            "",
+            None,
+        );
+        rec.check(
+        "the new execution's fenced completion changes its run (the join is no blanket refusal)",
+        &true,
+        &completed,
+    );
+        let released = jobs.release(old).await?;
+        rec.check(
+            "the old holding's release fails and leaves the new holding alone",
+            "release=false, new holding held=true",
+            &format!(
+                "release={released}, new holding held={}",
+                jobs.is_held(new).await?
+            ),
+        );
+        Ok(())
+    }
 
     pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
         let (short, long, timeout) = (
@@ -123,82 +221,10 @@ mod imp {
             &false,
             &jobs.renew(&old).await?,
         );
-        for (run, form) in forms {
-            let completed = match form {
-                None => jobs.complete_run(run, &old).await?,
-                Some(how) => jobs.complete_run_naive(run, &old, how).await?,
-            };
-            let status = jobs.run_status(run).await?.unwrap_or_default();
-            rec.step(
-                Mark::Write {
-                    accepted: completed,
-                },
-                "A",
-                &format!("old execution completes {run}"),
-                Some(old.fence_token),
-                status.clone(),
-                None,
-            );
-            match form {
-                None => {
-                    rec.check(
-                        "the old execution's fenced completion affects 0 rows",
-                        &false,
-                        &completed,
-                    );
-                    rec.check("its run stays running", "running", &status);
-                }
-                Some(how) => {
-                    rec.expose(
-                        format!(
-                            "a completion checking {} lets the old execution finish its run",
-                            how.as_str()
-                        ),
-                        completed && status == "completed",
-                        format_args!(
-                            "{run}: rows changed={}, status={status}",
-                            u8::from(completed)
-                        ),
-                    );
-                }
-            }
-        }
-        // An instance that hands its *current* holding to every execution: the old run's
-        // completion now carries the new fence. The run was started under fence 1.
-        let with_new = jobs.complete_run("run-old-fenced", &new).await?;
-        rec.check(
-            "the old run completed with the new holding's fence affects 0 rows: the run's own fence is joined to the lease's",
-            "completed=false status=running",
-            &format!(
-                "completed={with_new} status={}",
-                jobs.run_status("run-old-fenced").await?.unwrap_or_default()
-            ),
-        );
-        let completed = jobs.complete_run("run-new", &new).await?;
-        rec.step(
-            Mark::Write {
-                accepted: completed,
-            },
-            "A",
-            "new execution completes run-new",
-            Some(new.fence_token),
-            "",
-            None,
-        );
-        rec.check(
-            "the new execution's fenced completion changes its run (the join is no blanket refusal)",
-            &true,
-            &completed,
-        );
-        let released = jobs.release(&old).await?;
-        rec.check(
-            "the old holding's release fails and leaves the new holding alone",
-            "release=false, new holding held=true",
-            &format!(
-                "release={released}, new holding held={}",
-                jobs.is_held(&new).await?
-            ),
-        );
+        old_execution_completes(jobs, rec, &old, &forms).await?;
+
+        new_execution_completes(jobs, rec, &old, &new).await?;
+
         Ok(())
     }
 }

@@ -10,8 +10,10 @@
 //! faults are the servers'. The lock lives 10 s, the published example's TTL, so that both rounds,
 //! the fault and the reads fit in A's validity.
 
+use std::time::Instant;
+
 use anyhow::Context as _;
-use fencing::lease::StoreId;
+use fencing::lease::{Grant, LeaseStore, StoreId};
 use fencing::resource::{Write, WriteMode};
 use fencing::value_cas::ValueCas;
 use harness::docker::RedlockServers;
@@ -100,51 +102,10 @@ pub(crate) async fn run(
         // A run starts with server 2's clock on the host's (a previous run left it ahead).
         servers.shift_clock(2, 0).await?;
     }
-    // A cannot reach 3 and 4.
-    servers.refuse(3).await?;
-    servers.refuse(4).await?;
-    let a_sent = std::time::Instant::now();
-    let granted_a = a.acquire(lock, HOLDER_A, LONG_TTL).await;
-    let a_at = std::time::Instant::now();
-    servers.admit(3).await?;
-    servers.admit(4).await?;
-    let ga = granted_a?;
-    rec.step(
-        acquire_mark(ga.as_ref()),
-        "A",
-        "acquire (3 and 4 refuse it)",
-        ga.as_ref().map(|g| g.token),
-        acquired(ga.as_ref()),
-        None,
-    );
-    let seen = state(servers, &key).await;
-    rec.check_that(
-        format!(
-            "[{label}] A wins the lock on servers 0, 1, 2 — a majority — while 3 and 4 refuse it"
-        ),
-        ga.is_some() && holding(&seen, HOLDER_A) == [0, 1, 2],
-        seen.join(" · "),
-    );
+    let (ga, a_sent, a_at) = a_wins_0_1_2(rec, servers, a.as_ref(), lock, &key, label).await?;
+
     let ga = ga.context("A's lock was refused")?;
-    let write = |writer, content, token| Write {
-        scope: SCOPE,
-        part: SUMMARY,
-        content,
-        writer,
-        token,
-    };
-    let ok = bed
-        .resource
-        .write(&write(HOLDER_A, "rows=300(A)", ga.token), WriteMode::Fenced)
-        .await?;
-    rec.step(
-        Mark::Write { accepted: ok },
-        "A",
-        "write",
-        Some(ga.token),
-        wrote(ok, ga.token),
-        None,
-    );
+    let ok = write(bed, rec, HOLDER_A, "rows=300(A)", &ga, "write").await?;
     rec.check_that(
         format!("[{label}] A writes with token {}", ga.token),
         ok,
@@ -162,26 +123,8 @@ pub(crate) async fn run(
         restart(rec, servers, &key, label, fault).await?;
     }
 
-    // B cannot reach 0 and 1.
-    servers.refuse(0).await?;
-    servers.refuse(1).await?;
-    let b_sent = std::time::Instant::now();
-    let granted_b = b.acquire(lock, HOLDER_B, LONG_TTL).await;
-    let b_at = std::time::Instant::now();
-    servers.admit(0).await?;
-    servers.admit(1).await?;
-    if fault == Fault::DelayedRestart {
-        servers.admit(2).await?;
-    }
-    let gb = granted_b?;
-    rec.step(
-        acquire_mark(gb.as_ref()),
-        "B",
-        "acquire (0 and 1 refuse it)",
-        gb.as_ref().map(|g| g.token),
-        acquired(gb.as_ref()),
-        None,
-    );
+    let (gb, b_sent, b_at) = b_acquires_from_2_3_4(rec, servers, b.as_ref(), lock, fault).await?;
+
     let seen = state(servers, &key).await;
     if fault == Fault::DelayedRestart {
         rec.check_that(
@@ -204,18 +147,7 @@ pub(crate) async fn run(
         seen.join(" · "),
     );
     let gb = gb.context("B's lock was refused")?;
-    let ok = bed
-        .resource
-        .write(&write(HOLDER_B, "rows=301(B)", gb.token), WriteMode::Fenced)
-        .await?;
-    rec.step(
-        Mark::Write { accepted: ok },
-        "B",
-        "write",
-        Some(gb.token),
-        wrote(ok, gb.token),
-        None,
-    );
+    let ok = write(bed, rec, HOLDER_B, "rows=301(B)", &gb, "write").await?;
     rec.check_that(
         format!("[{label}] B writes with token {}", gb.token),
         ok,
@@ -225,18 +157,8 @@ pub(crate) async fn run(
     let b_cas = cas.write(lock, &gb.handle, "rows=301(B)", HOLDER_B).await?;
     // When A wrote again, and whether its own validity still said it held the lock then.
     let (a_again_at, a_still_valid) = (std::time::Instant::now(), ga.locally_valid());
-    let a_again = bed
-        .resource
-        .write(&write(HOLDER_A, "rows=302(A)", ga.token), WriteMode::Fenced)
-        .await?;
-    rec.step(
-        Mark::Write { accepted: a_again },
-        "A",
-        "write again (still valid by its clock)",
-        Some(ga.token),
-        wrote(a_again, ga.token),
-        None,
-    );
+    let action = "write again (still valid by its clock)";
+    let a_again = write(bed, rec, HOLDER_A, "rows=302(A)", &ga, action).await?;
     let a_cas_again = cas.write(lock, &ga.handle, "rows=302(A)", HOLDER_A).await?;
     let cas_row = cas.state(lock).await?;
     rec.check_that(
@@ -256,30 +178,15 @@ pub(crate) async fn run(
     );
     let summary = bed.resource.part(SCOPE, SUMMARY).await?;
     let part = shown(summary.map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)));
-    let grants = [
+    let grants = [(&ga, a_sent, a_at), (&gb, b_sent, b_at)].map(|(g, sent, at)| {
         GrantSeen::acknowledged(
-            HOLDER_A,
-            ga.token,
-            ms(a_sent),
-            ms(a_at),
-            format!(
-                "{HOLDER_A} granted token={} at {:.0} ms",
-                ga.token,
-                ms(a_at)
-            ),
-        ),
-        GrantSeen::acknowledged(
-            HOLDER_B,
-            gb.token,
-            ms(b_sent),
-            ms(b_at),
-            format!(
-                "{HOLDER_B} granted token={} at {:.0} ms",
-                gb.token,
-                ms(b_at)
-            ),
-        ),
-    ];
+            &g.holder,
+            g.token,
+            ms(sent),
+            ms(at),
+            format!("{} granted token={} at {:.0} ms", g.holder, g.token, ms(at)),
+        )
+    });
     let overlap = (
         held_at_once(a_again_at, b_at, a_still_valid),
         format!(
@@ -298,6 +205,106 @@ pub(crate) async fn run(
         rec, label, store, fault, tokens, a_again, &part, &grants, overlap,
     );
     Ok(())
+}
+
+/// A acquires while servers 3 and 4 refuse it: it must win 0, 1 and 2, a majority. Its grant,
+/// and when it was sent and answered.
+async fn a_wins_0_1_2(
+    rec: &mut Recorder,
+    servers: &dyn RedlockServers,
+    a: &dyn LeaseStore,
+    lock: &str,
+    key: &str,
+    label: &str,
+) -> anyhow::Result<(Option<Grant>, Instant, Instant)> {
+    // A cannot reach 3 and 4.
+    servers.refuse(3).await?;
+    servers.refuse(4).await?;
+    let a_sent = std::time::Instant::now();
+    let granted_a = a.acquire(lock, HOLDER_A, LONG_TTL).await;
+    let a_at = std::time::Instant::now();
+    servers.admit(3).await?;
+    servers.admit(4).await?;
+    let ga = granted_a?;
+    rec.step(
+        acquire_mark(ga.as_ref()),
+        "A",
+        "acquire (3 and 4 refuse it)",
+        ga.as_ref().map(|g| g.token),
+        acquired(ga.as_ref()),
+        None,
+    );
+    let seen = state(servers, key).await;
+    rec.check_that(
+        format!(
+            "[{label}] A wins the lock on servers 0, 1, 2 — a majority — while 3 and 4 refuse it"
+        ),
+        ga.is_some() && holding(&seen, HOLDER_A) == [0, 1, 2],
+        seen.join(" · "),
+    );
+    Ok((ga, a_sent, a_at))
+}
+
+/// B acquires while servers 0 and 1 refuse it (after a delayed restart, server 2 answers only
+/// now): its grant, if any, and when it was sent and answered.
+async fn b_acquires_from_2_3_4(
+    rec: &mut Recorder,
+    servers: &dyn RedlockServers,
+    b: &dyn LeaseStore,
+    lock: &str,
+    fault: Fault,
+) -> anyhow::Result<(Option<Grant>, Instant, Instant)> {
+    // B cannot reach 0 and 1.
+    servers.refuse(0).await?;
+    servers.refuse(1).await?;
+    let b_sent = std::time::Instant::now();
+    let granted_b = b.acquire(lock, HOLDER_B, LONG_TTL).await;
+    let b_at = std::time::Instant::now();
+    servers.admit(0).await?;
+    servers.admit(1).await?;
+    if fault == Fault::DelayedRestart {
+        servers.admit(2).await?;
+    }
+    let gb = granted_b?;
+    rec.step(
+        acquire_mark(gb.as_ref()),
+        "B",
+        "acquire (0 and 1 refuse it)",
+        gb.as_ref().map(|g| g.token),
+        acquired(gb.as_ref()),
+        None,
+    );
+    Ok((gb, b_sent, b_at))
+}
+
+/// `holder` writes `content` to the summary with `grant`'s token, fenced: its step `action`
+/// (A's or B's), and whether the resource accepted it.
+async fn write(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    holder: &str,
+    content: &str,
+    grant: &Grant,
+    action: &str,
+) -> anyhow::Result<bool> {
+    let write = Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer: holder,
+        token: grant.token,
+    };
+    let ok = bed.resource.write(&write, WriteMode::Fenced).await?;
+    let who = if holder == HOLDER_A { "A" } else { "B" };
+    rec.step(
+        Mark::Write { accepted: ok },
+        who,
+        action,
+        Some(grant.token),
+        wrote(ok, grant.token),
+        None,
+    );
+    Ok(ok)
 }
 
 /// The run's verdicts: the fence's answer where the store's token holds, the harm where it does
