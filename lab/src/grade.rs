@@ -220,6 +220,69 @@ fn unknown_store(stores: &[StoreId]) -> Option<Ended> {
     None
 }
 
+/// The flawed designs of the exercises, written as profiles under `evidence_dir` to be graded
+/// (expected unsafe), or — on MariaDB where it cannot run — into `not_graded` with why.
+fn flawed_designs(
+    evidence_dir: &Path,
+    designs: &mut Vec<(String, String, bool, Graded)>,
+    not_graded: &mut Vec<(String, String)>,
+) -> Result<(), Ended> {
+    let sut = |s: &str| Graded::Sut(s.to_owned());
+    let dir = evidence_dir.join("grade").join("designs");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("lab grade: cannot make {}: {e}", dir.display());
+        return Err(Ended::CouldNotRun);
+    }
+    let no_mariadb = no_mariadb();
+    for (name, text) in exercise::flawed(&dir) {
+        let on_mariadb = fencing::profile::Sut::parse(name, &text)
+            .is_ok_and(|p| p.dialect() == fencing::profile::Dialect::Mariadb);
+        if let (true, Some(why)) = (on_mariadb, &no_mariadb) {
+            not_graded.push((
+                name.to_owned(),
+                format!("a flawed design on MariaDB — {why}"),
+            ));
+            continue;
+        }
+        let path = dir.join(format!("{name}.toml"));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("lab grade: cannot write {}: {e}", path.display());
+            return Err(Ended::CouldNotRun);
+        }
+        let path = path.display().to_string();
+        designs.push((name.into(), path.clone(), false, sut(&path)));
+    }
+    Ok(())
+}
+
+/// The report card on stdout and in `evidence_dir` (Markdown and HTML).
+fn write_cards(
+    evidence_dir: &Path,
+    rows: &[Row],
+    not_graded: &[(String, String)],
+) -> Result<(), Ended> {
+    let card = render(rows, not_graded);
+    if let Err(e) = print_stdout(&card) {
+        eprintln!("lab grade: failed to write the card to stdout: {e}");
+    }
+    let path = evidence_dir.join("report-card.md");
+    if let Err(e) = std::fs::write(&path, &card) {
+        eprintln!("lab grade: failed to write {}: {e}", path.display());
+        return Err(Ended::CouldNotRun);
+    }
+    let html_path = evidence_dir.join("report-card.html");
+    if let Err(e) = std::fs::write(&html_path, render_html(rows, not_graded)) {
+        eprintln!("lab grade: failed to write {}: {e}", html_path.display());
+        return Err(Ended::CouldNotRun);
+    }
+    eprintln!(
+        "lab grade: the report card is in {} and {}",
+        path.display(),
+        html_path.display()
+    );
+    Ok(())
+}
+
 pub fn run(
     suts: Vec<String>,
     stores: Vec<StoreId>,
@@ -249,31 +312,11 @@ pub fn run(
         return ended;
     }
     if every {
-        let dir = evidence_dir.join("grade").join("designs");
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            eprintln!("lab grade: cannot make {}: {e}", dir.display());
-            return Ended::CouldNotRun;
-        }
-        let no_mariadb = no_mariadb();
-        for (name, text) in exercise::flawed(&dir) {
-            let on_mariadb = fencing::profile::Sut::parse(name, &text)
-                .is_ok_and(|p| p.dialect() == fencing::profile::Dialect::Mariadb);
-            if let (true, Some(why)) = (on_mariadb, &no_mariadb) {
-                not_graded.push((
-                    name.to_owned(),
-                    format!("a flawed design on MariaDB — {why}"),
-                ));
-                continue;
-            }
-            let path = dir.join(format!("{name}.toml"));
-            if let Err(e) = std::fs::write(&path, text) {
-                eprintln!("lab grade: cannot write {}: {e}", path.display());
-                return Ended::CouldNotRun;
-            }
-            let path = path.display().to_string();
-            designs.push((name.into(), path.clone(), false, sut(&path)));
+        if let Err(ended) = flawed_designs(&evidence_dir, &mut designs, &mut not_graded) {
+            return ended;
         }
     }
+
     // A holder of the user's: its write is its own fence, so it is expected to hold. The
     // experiments that start no holder say skip with --holder-cmd: n/a on its row.
     for (i, cmd) in holders.iter().enumerate() {
@@ -351,25 +394,10 @@ pub fn run(
     for (name, why) in &not_graded {
         eprintln!("lab grade: {name}: not graded here: {why}");
     }
-    let card = render(&rows, &not_graded);
-    if let Err(e) = print_stdout(&card) {
-        eprintln!("lab grade: failed to write the card to stdout: {e}");
+    if let Err(ended) = write_cards(&evidence_dir, &rows, &not_graded) {
+        return ended;
     }
-    let path = evidence_dir.join("report-card.md");
-    if let Err(e) = std::fs::write(&path, &card) {
-        eprintln!("lab grade: failed to write {}: {e}", path.display());
-        return Ended::CouldNotRun;
-    }
-    let html_path = evidence_dir.join("report-card.html");
-    if let Err(e) = std::fs::write(&html_path, render_html(&rows, &not_graded)) {
-        eprintln!("lab grade: failed to write {}: {e}", html_path.display());
-        return Ended::CouldNotRun;
-    }
-    eprintln!(
-        "lab grade: the report card is in {} and {}",
-        path.display(),
-        html_path.display()
-    );
+
     let (ended, why) = gate(&rows);
     for line in why {
         eprintln!("lab grade: {line}");

@@ -883,9 +883,9 @@ fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
 /// which only come down (a rewrite with the step vocabulary lowers them, and must lower these
 /// with it), as does the number of listed exceptions. The aim: at most 6 over 150, at most 40
 /// over 70, at most 10 listed.
-const MOST_OVER_150: usize = 8;
-const MOST_OVER_70: usize = 108;
-const MOST_LISTED: usize = 38;
+const MOST_OVER_150: usize = 6;
+const MOST_OVER_70: usize = 107;
+const MOST_LISTED: usize = 32;
 
 /// How `measured` stands against the most allowed over 150 lines (`most_150`) and over 70
 /// (`most_70`): more is an offence, fewer too (the bound comes down to the count).
@@ -1057,7 +1057,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     (
         "lab/src/grade.rs",
         "run",
-        156,
+        121,
         "the card's designs gathered, each run, the card written: one pass",
     ),
     (
@@ -1122,12 +1122,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
     ),
     ("scenarios/src/conformance.rs", "one_holding", 123, TIMELINE),
     (
-        "scenarios/src/experiments/f11_lease_table_reset.rs",
-        "run",
-        139,
-        TIMELINE,
-    ),
-    (
         "scenarios/src/experiments/f13_clock_drift.rs",
         "uncovered_row",
         102,
@@ -1143,12 +1137,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         "scenarios/src/experiments/f17_patroni_failover.rs",
         "timeline",
         376,
-        TIMELINE,
-    ),
-    (
-        "scenarios/src/experiments/f3_concurrent_acquire.rs",
-        "run",
-        148,
         TIMELINE,
     ),
     (
@@ -1170,12 +1158,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         TIMELINE,
     ),
     (
-        "scenarios/src/experiments/r3_etcd_restore.rs",
-        "timeline",
-        164,
-        TIMELINE,
-    ),
-    (
         "scenarios/src/kit/redlock_majorities.rs",
         "run",
         123,
@@ -1188,27 +1170,9 @@ const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[
         TIMELINE,
     ),
     (
-        "scenarios/src/experiments/rl1_redlock_paused_client.rs",
-        "one_run",
-        132,
-        TIMELINE,
-    ),
-    (
         "scenarios/src/experiments/u1_fenced_job_lease.rs",
         "at_the_expiry_millisecond",
         121,
-        TIMELINE,
-    ),
-    (
-        "scenarios/src/experiments/u2_stale_completion.rs",
-        "timeline",
-        121,
-        TIMELINE,
-    ),
-    (
-        "scenarios/src/experiments/u5_check_then_complete.rs",
-        "timeline",
-        119,
         TIMELINE,
     ),
 ];

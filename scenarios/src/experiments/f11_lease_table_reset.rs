@@ -60,6 +60,107 @@ const SPEC: Spec = Spec {
     lanes: StoreLanes::Default,
 };
 
+/// The grants before the reset, A's and B's in turn, each written and released: the first,
+/// and the resource's floor after them.
+async fn grants_before_the_reset(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+) -> anyhow::Result<(Option<Grant>, i64)> {
+    let mut before = Vec::new();
+    let mut first = None;
+    for n in 1..=GRANTS_BEFORE {
+        let who = if n % 2 == 1 { HOLDER_A } else { HOLDER_B };
+        let (g, ok) = grant_and_write(bed, rec, who, &format!("rows={n}00")).await?;
+        before.push(format!("token={} accepted={ok}", g.token));
+        first.get_or_insert_with(|| g.clone());
+        let released = bed.lease.release(&g).await?;
+        ensure!(released, "{who} could not release its holding");
+        rec.step(
+            Mark::Released,
+            who,
+            "release",
+            Some(g.token),
+            "RELEASED ok=true",
+            None,
+        );
+    }
+    rec.check(
+        format!("before the reset: {GRANTS_BEFORE} grants, each holder's write accepted"),
+        &(1..=GRANTS_BEFORE)
+            .map(|t| format!("token={t} accepted=true"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        &before.join(", "),
+    );
+    let floor = bed
+        .resource
+        .floor(SCOPE)
+        .await?
+        .context("the scope has no floor")?;
+    rec.check_token(
+        "the resource's floor before the reset",
+        GRANTS_BEFORE,
+        Some(floor),
+    );
+    Ok((first, floor))
+}
+
+/// holder-c's further grants, each its current holding and each write rejected while the
+/// reissued tokens stay below the floor; the floor and the summary unmoved.
+async fn holder_c_rejected_while_below_the_floor(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    g: Grant,
+    floor: i64,
+) -> anyhow::Result<()> {
+    let further = further_grants(bed, rec, g).await?;
+    rec.check(
+        format!("{FURTHER_GRANTS} further grants, each holder-c's current holding and each write rejected while the tokens stay below the floor"),
+        &(2..2 + FURTHER_GRANTS)
+            .map(|t| format!("token={t} current accepted=false"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        &further.join(", "),
+    );
+
+    rec.check_token(
+        "the resource's floor did not move",
+        GRANTS_BEFORE,
+        bed.resource.floor(SCOPE).await?,
+    );
+    let last = if GRANTS_BEFORE % 2 == 1 {
+        HOLDER_A
+    } else {
+        HOLDER_B
+    };
+    rec.check(
+        "the summary is still the last write before the reset",
+        &format!("rows={GRANTS_BEFORE}00 by {last} token={GRANTS_BEFORE}"),
+        &part_line(&bed.resource.part(SCOPE, SUMMARY).await?),
+    );
+    let attempts = bed.resource.attempts(SCOPE).await?;
+    let by_c = |accepted: bool| {
+        attempts
+            .iter()
+            .filter(|x| x.writer == HOLDER_C && x.accepted == accepted)
+            .count()
+    };
+    rec.check(
+        "write_attempt: holder-c's attempts (the resource logged each rejection)",
+        &format!("{} rejected, 0 accepted", 1 + FURTHER_GRANTS),
+        &format!("{} rejected, {} accepted", by_c(false), by_c(true)),
+    );
+    rec.note(format!(
+        "the rejection lasts while the reissued tokens stay below the floor: here {} grants, \
+         in a service as many as were made before the reset. From the floor on, reissued \
+         tokens equal old ones, and the floor takes an old holding and a new one with the \
+         same number for one (not run here). Never reset the lease table: \
+         evidence/LIMITS.md says what repairs it",
+        floor - 1
+    ));
+    Ok(())
+}
+
 pub struct F11;
 
 /// The grants before the reset: the resource's floor ends at this token. Four, so that after the
@@ -75,42 +176,7 @@ impl Scenario for F11 {
 
     fn run<'a>(&'a self, bed: &'a mut Testbed, rec: &'a mut Recorder) -> Outcome<'a> {
         Box::pin(async move {
-            let mut before = Vec::new();
-            let mut first = None;
-            for n in 1..=GRANTS_BEFORE {
-                let who = if n % 2 == 1 { HOLDER_A } else { HOLDER_B };
-                let (g, ok) = grant_and_write(bed, rec, who, &format!("rows={n}00")).await?;
-                before.push(format!("token={} accepted={ok}", g.token));
-                first.get_or_insert_with(|| g.clone());
-                let released = bed.lease.release(&g).await?;
-                ensure!(released, "{who} could not release its holding");
-                rec.step(
-                    Mark::Released,
-                    who,
-                    "release",
-                    Some(g.token),
-                    "RELEASED ok=true",
-                    None,
-                );
-            }
-            rec.check(
-                format!("before the reset: {GRANTS_BEFORE} grants, each holder's write accepted"),
-                &(1..=GRANTS_BEFORE)
-                    .map(|t| format!("token={t} accepted=true"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                &before.join(", "),
-            );
-            let floor = bed
-                .resource
-                .floor(SCOPE)
-                .await?
-                .context("the scope has no floor")?;
-            rec.check_token(
-                "the resource's floor before the reset",
-                GRANTS_BEFORE,
-                Some(floor),
-            );
+            let (first, floor) = grants_before_the_reset(bed, rec).await?;
 
             let rows = bed.lease_table.row_count().await?;
             operator_mistake::truncate_the_lease_table(
@@ -164,51 +230,8 @@ impl Scenario for F11 {
             )
             .await?;
 
-            let further = further_grants(bed, rec, g).await?;
-            rec.check(
-                format!("{FURTHER_GRANTS} further grants, each holder-c's current holding and each write rejected while the tokens stay below the floor"),
-                &(2..2 + FURTHER_GRANTS)
-                    .map(|t| format!("token={t} current accepted=false"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                &further.join(", "),
-            );
+            holder_c_rejected_while_below_the_floor(bed, rec, g, floor).await?;
 
-            rec.check_token(
-                "the resource's floor did not move",
-                GRANTS_BEFORE,
-                bed.resource.floor(SCOPE).await?,
-            );
-            let last = if GRANTS_BEFORE % 2 == 1 {
-                HOLDER_A
-            } else {
-                HOLDER_B
-            };
-            rec.check(
-                "the summary is still the last write before the reset",
-                &format!("rows={GRANTS_BEFORE}00 by {last} token={GRANTS_BEFORE}"),
-                &part_line(&bed.resource.part(SCOPE, SUMMARY).await?),
-            );
-            let attempts = bed.resource.attempts(SCOPE).await?;
-            let by_c = |accepted: bool| {
-                attempts
-                    .iter()
-                    .filter(|x| x.writer == HOLDER_C && x.accepted == accepted)
-                    .count()
-            };
-            rec.check(
-                "write_attempt: holder-c's attempts (the resource logged each rejection)",
-                &format!("{} rejected, 0 accepted", 1 + FURTHER_GRANTS),
-                &format!("{} rejected, {} accepted", by_c(false), by_c(true)),
-            );
-            rec.note(format!(
-                "the rejection lasts while the reissued tokens stay below the floor: here {} grants, \
-                 in a service as many as were made before the reset. From the floor on, reissued \
-                 tokens equal old ones, and the floor takes an old holding and a new one with the \
-                 same number for one (not run here). Never reset the lease table: \
-                 evidence/LIMITS.md says what repairs it",
-                floor - 1
-            ));
             Ok(())
         })
     }

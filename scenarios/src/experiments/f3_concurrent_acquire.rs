@@ -119,10 +119,11 @@ impl Scenario for F3 {
         Box::pin(async move {
             let n = bed.params().contenders;
             let ttl = bed.case().ttl;
-            let on_service = !bed.makes(Part::OnTheTable); // a lock service, or the advisory locks
-                                                           // The gate's own connection to the lease table, made before any round's clock
-                                                           // starts: made inside a round, it took the last-moments round's few hundred ms
-                                                           // under load (a CI saw every contender judged after the expiry).
+            // A lock service, or the advisory locks.
+            let on_service = !bed.makes(Part::OnTheTable);
+            // The gate's own connection to the lease table, made before any round's clock
+            // starts: made inside a round, it took the last-moments round's few hundred ms
+            // under load (a CI saw every contender judged after the expiry).
             let gate = if on_service {
                 None
             } else {
@@ -197,57 +198,8 @@ impl Scenario for F3 {
                         winners.first().copied(),
                     );
                 }
-                // On a lock service: the requests in flight. On the lease table: every
-                // contender's statement waiting at the server at once (`pg_stat_activity`), held there by
-                // the lab; with, as figures, how many of their transactions were then open at one
-                // instant (`now()`, before the wait in rounds 2 and 3; in round 1, each
-                // connection's first, the statement is prepared first, and its transaction begins
-                // after the gate opened) and how many executed at once (`statement_timestamp()` on).
-                let open: Vec<(i64, i64)> = attempts
-                    .iter()
-                    .map(|a| (a.span.judged_us, a.span.finished_us))
-                    .collect();
-                let (peak, spread_us) = overlap(&open);
-                match seen {
-                    None => {
-                        rec.check_that(
-                            format!(
-                                "{label}: at least 2 acquire requests were in flight at once \
-                                 (sent before another's answer came back, by this host's \
-                                 monotonic clock; a lock service tells no execution time)"
-                            ),
-                            peak >= 2,
-                            format_args!(
-                                "peak {peak} of {n} in flight at one instant; their starts \
-                                 spread over {spread_us} µs"
-                            ),
-                        );
-                    }
-                    Some(seen) => {
-                        let executing: Vec<(i64, i64)> = attempts
-                            .iter()
-                            .map(|a| (a.span.started_us, a.span.finished_us))
-                            .collect();
-                        let (peak_executing, executing_spread_us) = overlap(&executing);
-                        rec.check_that(
-                            format!(
-                                "{label}: all {n} acquire statements were at the server at once, \
-                                 waiting behind the lease table the lab held (pg_stat_activity), and were let \
-                                 go together"
-                            ),
-                            seen.waiting >= n,
-                            format_args!(
-                                "{} of {n} waiting at once after {} ms; once let go, {peak} \
-                                 transactions open at one instant (now() to the end of the \
-                                 INSERT, by the database clock; their starts spread over \
-                                 {spread_us} µs), {peak_executing} executing \
-                                 (statement_timestamp() on; spread over {executing_spread_us} µs)",
-                                seen.waiting,
-                                seen.after.as_millis()
-                            ),
-                        );
-                    }
-                }
+                judge_the_race(rec, label, n, &attempts, seen);
+
                 rec.step(
                     Mark::Info,
                     "contenders",
@@ -262,6 +214,69 @@ impl Scenario for F3 {
             ));
             the_end(bed, rec, on_service, 2 + void_grants).await
         })
+    }
+}
+
+/// Whether the round raced: on a lock service, at least two requests in flight at once; on
+/// the lease table, every contender's statement waiting at the server at once, let go
+/// together — with, as figures, how many transactions were then open and executing at once.
+fn judge_the_race(
+    rec: &mut Recorder,
+    label: &str,
+    n: usize,
+    attempts: &[Attempt],
+    seen: Option<GateSeen>,
+) {
+    // On a lock service: the requests in flight. On the lease table: every
+    // contender's statement waiting at the server at once (`pg_stat_activity`), held there by
+    // the lab; with, as figures, how many of their transactions were then open at one
+    // instant (`now()`, before the wait in rounds 2 and 3; in round 1, each
+    // connection's first, the statement is prepared first, and its transaction begins
+    // after the gate opened) and how many executed at once (`statement_timestamp()` on).
+    let open: Vec<(i64, i64)> = attempts
+        .iter()
+        .map(|a| (a.span.judged_us, a.span.finished_us))
+        .collect();
+    let (peak, spread_us) = overlap(&open);
+    match seen {
+        None => {
+            rec.check_that(
+                format!(
+                    "{label}: at least 2 acquire requests were in flight at once \
+                     (sent before another's answer came back, by this host's \
+                     monotonic clock; a lock service tells no execution time)"
+                ),
+                peak >= 2,
+                format_args!(
+                    "peak {peak} of {n} in flight at one instant; their starts \
+                     spread over {spread_us} µs"
+                ),
+            );
+        }
+        Some(seen) => {
+            let executing: Vec<(i64, i64)> = attempts
+                .iter()
+                .map(|a| (a.span.started_us, a.span.finished_us))
+                .collect();
+            let (peak_executing, executing_spread_us) = overlap(&executing);
+            rec.check_that(
+                format!(
+                    "{label}: all {n} acquire statements were at the server at once, \
+                     waiting behind the lease table the lab held (pg_stat_activity), and were let \
+                     go together"
+                ),
+                seen.waiting >= n,
+                format_args!(
+                    "{} of {n} waiting at once after {} ms; once let go, {peak} \
+                     transactions open at one instant (now() to the end of the \
+                     INSERT, by the database clock; their starts spread over \
+                     {spread_us} µs), {peak_executing} executing \
+                     (statement_timestamp() on; spread over {executing_spread_us} µs)",
+                    seen.waiting,
+                    seen.after.as_millis()
+                ),
+            );
+        }
     }
 }
 

@@ -148,17 +148,13 @@ async fn holder_run(
     })
 }
 
-async fn timeline(
-    bed: &mut Testbed,
+/// A first grant, the snapshot saved after it, and two grants after the snapshot: the history
+/// a restore will forget.
+async fn history_a_restore_forgets(
+    bed: &Testbed,
     rec: &mut Recorder,
     cluster: &dyn EtcdMembers,
 ) -> anyhow::Result<()> {
-    rec.note(format!(
-        "{} — three members (heartbeat 50 ms, election 500 ms) at {}; {}",
-        cluster.version(),
-        cluster.endpoints(),
-        cluster.image_note()
-    ));
     let own: Arc<dyn LeaseStore> = fencing::stores::open(
         StoreId::Etcd,
         &StoreAt {
@@ -186,9 +182,102 @@ async fn timeline(
             .context("a lock on a free cluster was refused")?;
         own.release(&later).await?;
     }
+    Ok(())
+}
+
+/// The second restore, the revision raised past the old one before any client: B's revision is
+/// greater than A's, its write accepted.
+async fn restored_and_raised(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    cluster: &dyn EtcdMembers,
+    a: &Ran,
+    before: i64,
+    started: Instant,
+) -> anyhow::Result<()> {
+    // 2. Restored again, the revision raised past the old one before any client.
+    let lines = cluster.restore().await?;
+    let restored = cluster.revision().await?;
+    let raise = before - restored + 1;
+    cluster.bump(raise).await?;
+    let raised = cluster.revision().await?;
+    rec.step(
+        harness::evidence::Mark::Info,
+        "lab",
+        "restore again, raise the revision",
+        None,
+        format!("revision {restored} → {raised}"),
+        None,
+    );
+    rec.check_that(
+        "the remedy: restored again, the revision raised past the one before the first restore, before any client",
+        raised > before,
+        format_args!(
+            "revision {restored} after the restore, {raised} after {raise} writes of a scratch key (before the first restore: {before}); etcdctl: {}",
+            lines.join(" · ")
+        ),
+    );
+    let b2 = holder_run(bed, rec, cluster, (HOLDER_B, "B"), B_CONTENT).await?;
+    rec.check_that(
+        format!("B's revision {} is greater than A's {}", b2.token, a.token),
+        b2.token > a.token,
+        format_args!("A {}, B {}", a.token, b2.token),
+    );
+    rec.check_that(
+        "B's write is accepted",
+        b2.accepted && b2.code == exit::WROTE,
+        format_args!(
+            "WRITE accepted={}; {}",
+            b2.accepted,
+            describe(Some(b2.code))
+        ),
+    );
+    let grants = [grant(a, HOLDER_A, started), grant(&b2, HOLDER_B, started)];
+    let found = regression::regressions_with_control(rec, &grants);
+    rec.check_that(
+        "the token-regression check finds no token gone back",
+        found.is_empty(),
+        regression::shown(&grants, &found),
+    );
+    let floor = bed.resource.floor(SCOPE).await?;
+    rec.check_that(
+        "the floor follows B's revision",
+        floor == Some(b2.token),
+        format_args!("fence_floor={}", shown(floor)),
+    );
+    Ok(())
+}
+
+/// `r`'s grant to `holder` as the token-regression check reads it, timed from `started`.
+fn grant(r: &Ran, holder: &str, started: Instant) -> GrantSeen {
+    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
+    GrantSeen::acknowledged(
+        holder,
+        r.token,
+        ms(r.sent),
+        ms(r.at),
+        format!(
+            "{holder} ACQUIRED revision={} at {:.0} ms",
+            r.token,
+            ms(r.at)
+        ),
+    )
+}
+
+async fn timeline(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    cluster: &dyn EtcdMembers,
+) -> anyhow::Result<()> {
+    rec.note(format!(
+        "{} — three members (heartbeat 50 ms, election 500 ms) at {}; {}",
+        cluster.version(),
+        cluster.endpoints(),
+        cluster.image_note()
+    ));
+    history_a_restore_forgets(bed, rec, cluster).await?;
 
     let started = Instant::now();
-    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
     let a = holder_run(bed, rec, cluster, (HOLDER_A, "A"), A_CONTENT).await?;
     rec.check_that(
         format!(
@@ -239,20 +328,7 @@ async fn timeline(
         !b.accepted && b.code == exit::REJECTED,
         format_args!("WRITE accepted={}; {}; fence_floor={}", b.accepted, describe(Some(b.code)), shown(bed.resource.floor(SCOPE).await?)),
     );
-    let grant = |r: &Ran, holder: &str| {
-        GrantSeen::acknowledged(
-            holder,
-            r.token,
-            ms(r.sent),
-            ms(r.at),
-            format!(
-                "{holder} ACQUIRED revision={} at {:.0} ms",
-                r.token,
-                ms(r.at)
-            ),
-        )
-    };
-    let grants = [grant(&a, HOLDER_A), grant(&b, HOLDER_B)];
+    let grants = [grant(&a, HOLDER_A, started), grant(&b, HOLDER_B, started)];
     let found = regressions(&grants);
     rec.check_that(
         "the token-regression check catches it",
@@ -260,55 +336,7 @@ async fn timeline(
         regression::shown(&grants, &found),
     );
 
-    // 2. Restored again, the revision raised past the old one before any client.
-    let lines = cluster.restore().await?;
-    let restored = cluster.revision().await?;
-    let raise = before - restored + 1;
-    cluster.bump(raise).await?;
-    let raised = cluster.revision().await?;
-    rec.step(
-        harness::evidence::Mark::Info,
-        "lab",
-        "restore again, raise the revision",
-        None,
-        format!("revision {restored} → {raised}"),
-        None,
-    );
-    rec.check_that(
-        "the remedy: restored again, the revision raised past the one before the first restore, before any client",
-        raised > before,
-        format_args!(
-            "revision {restored} after the restore, {raised} after {raise} writes of a scratch key (before the first restore: {before}); etcdctl: {}",
-            lines.join(" · ")
-        ),
-    );
-    let b2 = holder_run(bed, rec, cluster, (HOLDER_B, "B"), B_CONTENT).await?;
-    rec.check_that(
-        format!("B's revision {} is greater than A's {}", b2.token, a.token),
-        b2.token > a.token,
-        format_args!("A {}, B {}", a.token, b2.token),
-    );
-    rec.check_that(
-        "B's write is accepted",
-        b2.accepted && b2.code == exit::WROTE,
-        format_args!(
-            "WRITE accepted={}; {}",
-            b2.accepted,
-            describe(Some(b2.code))
-        ),
-    );
-    let grants = [grant(&a, HOLDER_A), grant(&b2, HOLDER_B)];
-    let found = regression::regressions_with_control(rec, &grants);
-    rec.check_that(
-        "the token-regression check finds no token gone back",
-        found.is_empty(),
-        regression::shown(&grants, &found),
-    );
-    let floor = bed.resource.floor(SCOPE).await?;
-    rec.check_that(
-        "the floor follows B's revision",
-        floor == Some(b2.token),
-        format_args!("fence_floor={}", shown(floor)),
-    );
+    restored_and_raised(bed, rec, cluster, &a, before, started).await?;
+
     Ok(())
 }

@@ -19,14 +19,16 @@
 //!    the resource back under check-and-set — its write accepted, the lock's real holder rejected
 //!    from then on — while the fence rejects it by its smaller token.
 
+use std::time::Instant;
+
 use anyhow::{bail, Context as _};
-use fencing::lease::StoreId;
+use fencing::lease::{LeaseStore, StoreId};
 use fencing::resource::{Write, WriteMode};
 use fencing::value_cas::ValueCas;
 use harness::docker::RedlockServers;
 use harness::evidence::Recorder;
-use harness::holder::{Holder, EVENT_TIMEOUT};
-use holder_protocol::{Event, Request};
+use harness::holder::{Holder, HolderSpec, EVENT_TIMEOUT};
+use holder_protocol::{Event, Request, Token};
 
 use crate::kit::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::kit::redlock_client::{extend_a_third_later, redlock_client, SERVERS};
@@ -129,6 +131,69 @@ impl Scenario for RL1 {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// A, at its write point, is frozen (its renewer too: nothing extends its keys) until its keys
+/// expired on a majority of the servers, by each server's clock.
+async fn a_frozen_until_its_keys_expire(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+    own: &dyn LeaseStore,
+    lock: &str,
+    label: &str,
+) -> anyhow::Result<()> {
+    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
+    step(bed, rec, at, "A", "waits at the write point", &ready).await;
+    let frozen_at = freeze_and_show(
+        bed,
+        rec,
+        a,
+        &format!(" [{label}]"),
+        &format!("[{label}] A's renewer is frozen with it: nothing extends its keys"),
+    )
+    .await?;
+    harness::wait::until(
+        "A's keys expired on a majority of the servers",
+        bed.params().wait_timeout,
+        || own.is_free(lock),
+    )
+    .await?;
+    rec.note(format!(
+        "[{label}] A's keys expired on a majority of the servers {} ms after A was frozen (each server's clock)",
+        frozen_at.elapsed().as_millis()
+    ));
+    Ok(())
+}
+
+/// B wins the lock on a majority while A is frozen and stands at its write point: B, when its
+/// grant came, and its token.
+async fn b_wins_while_a_is_frozen(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    b_spec: &HolderSpec,
+    own: &dyn LeaseStore,
+    lock: &str,
+    label: &str,
+) -> anyhow::Result<(Holder, Instant, Token)> {
+    let mut b = Holder::spawn(b_spec).await?;
+    let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
+    let b_acquired_at = at;
+    step(bed, rec, at, "B", "acquire (Redlock)", &acquired).await;
+    let Event::Acquired { token: b_token } = acquired else {
+        bail!(b.unexpected("ACQUIRED token=…", &acquired));
+    };
+    let held = own.inspect(lock).await?;
+    rec.check_that(
+        format!("[{label}] B wins the lock on a majority while A is frozen"),
+        held.as_ref().is_some_and(|h| h.holder == HOLDER_B),
+        shown(held.map(|h| format!("{}: {}", h.holder, h.expires_at))),
+    );
+    let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
+    if !matches!(ready, Event::AtWritePoint { .. }) {
+        bail!(b.unexpected("AT_WRITE_POINT", &ready));
+    }
+    Ok((b, b_acquired_at, b_token))
+}
+
 async fn one_run(
     bed: &mut Testbed,
     rec: &mut Recorder,
@@ -163,44 +228,11 @@ async fn one_run(
         held.as_ref().is_some_and(|h| h.holder == HOLDER_A),
         shown(held.map(|h| format!("{}: {}", h.holder, h.expires_at))),
     );
-    let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
-    step(bed, rec, at, "A", "waits at the write point", &ready).await;
-    let frozen_at = freeze_and_show(
-        bed,
-        rec,
-        &mut a,
-        &format!(" [{label}]"),
-        &format!("[{label}] A's renewer is frozen with it: nothing extends its keys"),
-    )
-    .await?;
-    harness::wait::until(
-        "A's keys expired on a majority of the servers",
-        bed.params().wait_timeout,
-        || own.is_free(&lock),
-    )
-    .await?;
-    rec.note(format!(
-        "[{label}] A's keys expired on a majority of the servers {} ms after A was frozen (each server's clock)",
-        frozen_at.elapsed().as_millis()
-    ));
+    a_frozen_until_its_keys_expire(bed, rec, &mut a, own.as_ref(), &lock, label).await?;
 
-    let mut b = Holder::spawn(&spec(HOLDER_B, B_CONTENT, true)).await?;
-    let (at, acquired) = b.next("B's acquire", EVENT_TIMEOUT).await?;
-    let b_acquired_at = at;
-    step(bed, rec, at, "B", "acquire (Redlock)", &acquired).await;
-    let Event::Acquired { token: b_token } = acquired else {
-        bail!(b.unexpected("ACQUIRED token=…", &acquired));
-    };
-    let held = own.inspect(&lock).await?;
-    rec.check_that(
-        format!("[{label}] B wins the lock on a majority while A is frozen"),
-        held.as_ref().is_some_and(|h| h.holder == HOLDER_B),
-        shown(held.map(|h| format!("{}: {}", h.holder, h.expires_at))),
-    );
-    let (_, ready) = b.next("B at its write point", EVENT_TIMEOUT).await?;
-    if !matches!(ready, Event::AtWritePoint { .. }) {
-        bail!(b.unexpected("AT_WRITE_POINT", &ready));
-    }
+    let b_spec = spec(HOLDER_B, B_CONTENT, true);
+    let (mut b, b_acquired_at, b_token) =
+        b_wins_while_a_is_frozen(bed, rec, &b_spec, own.as_ref(), &lock, label).await?;
 
     // A's stale write: after B's (runs 1, 2), or before B's first (run 3).
     let mut a_result = None;

@@ -43,7 +43,7 @@ mod imp {
     use std::time::Duration;
 
     use anyhow::{bail, Context as _};
-    use fencing::fenced_job::JobLease;
+    use fencing::fenced_job::{JobLease, JobLeaseStore};
     use harness::evidence::{Mark, Recorder};
     use harness::holder::{describe, Holder, HolderSpec, EVENT_TIMEOUT};
     use holder_protocol::{exit, Event, HolderFlags, Request};
@@ -194,6 +194,43 @@ mod imp {
         b_status: String,
     }
 
+    /// B takes over (A frozen, its lease expired by database time) with a greater fence and
+    /// completes its own run.
+    async fn b_takes_over_and_completes(
+        rec: &mut Recorder,
+        jobs: &JobLeaseStore,
+        a_lease: &JobLease,
+        long: Duration,
+        fenced: bool,
+    ) -> anyhow::Result<()> {
+        let b = jobs
+            .acquire(JOB_LEASE, &owner_token("B"), long)
+            .await?
+            .context("B could not take over")?;
+        on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
+        jobs.start_run("run-b", &b).await?;
+        let b_done = jobs.complete_run("run-b", &b).await?;
+        rec.step(
+            Mark::Write { accepted: b_done },
+            "B",
+            "complete run-b",
+            Some(b.fence_token),
+            "",
+            None,
+        );
+        if fenced {
+            rec.check_that(
+                "B takes over with a greater fence and completes its own run",
+                b.fence_token > a_lease.fence_token && b_done,
+                format_args!(
+                    "A's fence_token={}; B's fence_token={} completed={b_done}",
+                    a_lease.fence_token, b.fence_token
+                ),
+            );
+        }
+        Ok(())
+    }
+
     async fn timeline(
         bed: &mut Testbed,
         rec: &mut Recorder,
@@ -263,31 +300,7 @@ mod imp {
             "lease expired (database time)",
             a_lease.fence_token,
         );
-        let b = jobs
-            .acquire(JOB_LEASE, &owner_token("B"), long)
-            .await?
-            .context("B could not take over")?;
-        on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
-        jobs.start_run("run-b", &b).await?;
-        let b_done = jobs.complete_run("run-b", &b).await?;
-        rec.step(
-            Mark::Write { accepted: b_done },
-            "B",
-            "complete run-b",
-            Some(b.fence_token),
-            "",
-            None,
-        );
-        if fenced {
-            rec.check_that(
-                "B takes over with a greater fence and completes its own run",
-                b.fence_token > a_lease.fence_token && b_done,
-                format_args!(
-                    "A's fence_token={}; B's fence_token={} completed={b_done}",
-                    a_lease.fence_token, b.fence_token
-                ),
-            );
-        }
+        b_takes_over_and_completes(rec, jobs, &a_lease, long, fenced).await?;
 
         a.thaw().await?;
         rec.step(Mark::Thawed, "A", "SIGCONT + go", None, "", None);

@@ -37,8 +37,10 @@ crate::kit::u_common::u_scenario!(U5);
 
 #[cfg(feature = "mariadb")]
 mod imp {
+    use std::time::Duration;
+
     use anyhow::Context as _;
-    use fencing::fenced_job::CheckedWrite;
+    use fencing::fenced_job::{CheckedWrite, JobLeaseStore};
     use harness::evidence::{Mark, Recorder};
 
     use crate::kit::latch::{finishes, latch, reached};
@@ -55,6 +57,36 @@ mod imp {
     }
 
     /// One run of the timeline with A's completion written as `write`; `None` after a skip.
+    /// B takes the expired job lease over with fence+1 and completes its own run.
+    async fn b_takes_over_and_completes(
+        rec: &mut Recorder,
+        jobs: &JobLeaseStore,
+        long: Duration,
+        label: &str,
+    ) -> anyhow::Result<()> {
+        let b = jobs
+            .acquire(JOB_LEASE, &owner_token("B"), long)
+            .await?
+            .context("B could not take over the expired job lease")?;
+        jobs.start_run("run-b", &b).await?;
+        let b_done = jobs.complete_run("run-b", &b).await?;
+        on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
+        rec.step(
+            Mark::Write { accepted: b_done },
+            "B",
+            "complete run-b (fenced)",
+            Some(b.fence_token),
+            "",
+            None,
+        );
+        rec.check(
+            format!("{label}: B took over with fence+1 and completed its run"),
+            "fence_token=2 completed=true",
+            &format!("fence_token={} completed={b_done}", b.fence_token),
+        );
+        Ok(())
+    }
+
     async fn timeline(
         bed: &mut Testbed,
         rec: &mut Recorder,
@@ -111,26 +143,7 @@ mod imp {
             "lease expired (database time)",
             a.fence_token,
         );
-        let b = jobs
-            .acquire(JOB_LEASE, &owner_token("B"), long)
-            .await?
-            .context("B could not take over the expired job lease")?;
-        jobs.start_run("run-b", &b).await?;
-        let b_done = jobs.complete_run("run-b", &b).await?;
-        on_lane(rec, Mark::Acquired, "B", "acquire", b.fence_token);
-        rec.step(
-            Mark::Write { accepted: b_done },
-            "B",
-            "complete run-b (fenced)",
-            Some(b.fence_token),
-            "",
-            None,
-        );
-        rec.check(
-            format!("{label}: B took over with fence+1 and completed its run"),
-            "fence_token=2 completed=true",
-            &format!("fence_token={} completed={b_done}", b.fence_token),
-        );
+        b_takes_over_and_completes(rec, &jobs, long, label).await?;
 
         let _ = release.send(());
         let outcome = finishes("A's completion", a_completion).await???;
