@@ -122,6 +122,46 @@ async fn the_resource_logged_it(
     Ok(())
 }
 
+/// With a renewer asked for, the holder names its background renewer thread `renewer`, so
+/// that the freeze check can see it stopped.
+fn names_its_renewer(bed: &Testbed, found: &mut Vec<Finding>, h: &Holder) -> anyhow::Result<()> {
+    let threads = h.threads()?;
+    if bed.params().renew > Duration::ZERO {
+        if threads.iter().any(|t| t.name == "renewer") {
+            found.push(ok(format!(
+                "a thread named renewer among its {} thread(s)",
+                threads.len()
+            )));
+        } else {
+            let names: Vec<String> = threads.iter().map(ToString::to_string).collect();
+            found.push(fail(format!(
+                "no thread named `renewer` (threads: {}): name the background renewer so that \
+                 the freeze check can see it stopped (prctl PR_SET_NAME, Thread.setName)",
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// After its write, the holder renews (ok) and, with --release, releases (ok).
+async fn renews_and_releases(found: &mut Vec<Finding>, h: &mut Holder) {
+    match h.next("RENEW_AFTER_WRITE", EVENT_TIMEOUT).await {
+        Ok((_, Event::RenewAfterWrite { ok: true })) => found.push(ok("RENEW_AFTER_WRITE ok=true")),
+        Ok((_, other)) => found.push(fail(format!(
+            "after the write: sent `{other}`, where RENEW_AFTER_WRITE ok=true was due"
+        ))),
+        Err(e) => found.push(fail(format!("after the write: {e}"))),
+    }
+    match h.next("RELEASED (--release)", EVENT_TIMEOUT).await {
+        Ok((_, Event::Released { ok: true })) => found.push(ok("RELEASED ok=true")),
+        Ok((_, other)) => found.push(fail(format!(
+            "with --release: sent `{other}`, where RELEASED ok=true was due"
+        ))),
+        Err(e) => found.push(fail(format!("with --release: {e}"))),
+    }
+}
+
 async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<bool> {
     const NAME: &str = "check-a";
     const CONTENT: &str = "written by check-a";
@@ -177,22 +217,8 @@ async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<
             return Ok(true);
         }
     }
-    let threads = h.threads()?;
-    if bed.params().renew > Duration::ZERO {
-        if threads.iter().any(|t| t.name == "renewer") {
-            found.push(ok(format!(
-                "a thread named renewer among its {} thread(s)",
-                threads.len()
-            )));
-        } else {
-            let names: Vec<String> = threads.iter().map(ToString::to_string).collect();
-            found.push(fail(format!(
-                "no thread named `renewer` (threads: {}): name the background renewer so that \
-                 the freeze check can see it stopped (prctl PR_SET_NAME, Thread.setName)",
-                names.join(", ")
-            )));
-        }
-    }
+    names_its_renewer(bed, found, &h)?;
+
     h.send(Request::Go).await?;
     let said = match h.next("WRITE", EVENT_TIMEOUT).await {
         Ok((_, Event::Write { accepted, token: t })) => Some((accepted, t)),
@@ -217,23 +243,7 @@ async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<
             )));
         }
         the_resource_logged_it(bed, found, NAME, CONTENT, token).await?;
-
-        match h.next("RENEW_AFTER_WRITE", EVENT_TIMEOUT).await {
-            Ok((_, Event::RenewAfterWrite { ok: true })) => {
-                found.push(ok("RENEW_AFTER_WRITE ok=true"))
-            }
-            Ok((_, other)) => found.push(fail(format!(
-                "after the write: sent `{other}`, where RENEW_AFTER_WRITE ok=true was due"
-            ))),
-            Err(e) => found.push(fail(format!("after the write: {e}"))),
-        }
-        match h.next("RELEASED (--release)", EVENT_TIMEOUT).await {
-            Ok((_, Event::Released { ok: true })) => found.push(ok("RELEASED ok=true")),
-            Ok((_, other)) => found.push(fail(format!(
-                "with --release: sent `{other}`, where RELEASED ok=true was due"
-            ))),
-            Err(e) => found.push(fail(format!("with --release: {e}"))),
-        }
+        renews_and_releases(found, &mut h).await;
     }
     match h.exit_code(EVENT_TIMEOUT).await {
         Ok(0) => found.push(ok("exit 0 after a holding that wrote and kept its lease")),

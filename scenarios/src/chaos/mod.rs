@@ -241,6 +241,36 @@ pub fn lanes(holders: usize) -> Lanes {
 /// Runs the schedule against the lab (a fresh cluster with commit timestamps), records the
 /// checks in `rec` (its case must be open) and writes `schedule.txt`, `history.jsonl` and
 /// `verdict.md` into `dir`. Settings the lab cannot run are refused before anything else.
+/// The schedule in the evidence: how many faults of each kind, then each.
+fn note_the_schedule(rec: &mut Recorder, faults: &[Fault]) {
+    rec.note(format!(
+        "schedule (the same seed replays it; the holders' interleavings inside it may differ): {} faults — {}",
+        faults.len(),
+        count_by_kind(faults)
+    ));
+    for f in faults {
+        rec.note(format!("schedule: {f}"));
+    }
+}
+
+/// What Patroni logged since `wall_started`, node by node, as `patroni-<node>.log` in `dir`
+/// (none without Patroni).
+async fn write_patroni_logs(
+    bed: &Testbed,
+    dir: &Path,
+    wall_started: std::time::SystemTime,
+) -> anyhow::Result<()> {
+    for (node, log) in bed.lease_logs(wall_started).await {
+        let path = dir.join(format!(
+            "patroni-{}.log",
+            node.rsplit('-').next().unwrap_or(&node)
+        ));
+        harness::evidence::write_atomically(&path, log.as_bytes())
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
+    Ok(())
+}
+
 pub async fn run(
     bed: &mut Testbed,
     rec: &mut Recorder,
@@ -253,14 +283,7 @@ pub async fn run(
         actions,
     } = cfg.resolve(bed)?;
     write_schedule(dir, cfg, ttl, &faults)?;
-    rec.note(format!(
-        "schedule (the same seed replays it; the holders' interleavings inside it may differ): {} faults — {}",
-        faults.len(),
-        count_by_kind(&faults)
-    ));
-    for f in &faults {
-        rec.note(format!("schedule: {f}"));
-    }
+    note_the_schedule(rec, &faults);
     prepare(bed, rec, cfg.leases).await?;
 
     let started = Instant::now();
@@ -272,14 +295,7 @@ pub async fn run(
     let (events, injected) = nemesis.end().await;
     // What Patroni did, node by node, beside the history (on every path: a failed failover is
     // read there).
-    for (node, log) in bed.lease_logs(wall_started).await {
-        let path = dir.join(format!(
-            "patroni-{}.log",
-            node.rsplit('-').next().unwrap_or(&node)
-        ));
-        harness::evidence::write_atomically(&path, log.as_bytes())
-            .with_context(|| format!("failed to write {}", path.display()))?;
-    }
+    write_patroni_logs(bed, dir, wall_started).await?;
     outcome?;
     let ended_ms = started.elapsed().as_secs_f64() * 1000.0;
 

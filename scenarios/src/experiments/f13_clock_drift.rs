@@ -402,6 +402,42 @@ async fn at_expiry_row(
     })
 }
 
+/// A, its check passed on its slow clock, writes believing it holds the lease (its answer:
+/// accepted or not), or gave up (`None`).
+async fn a_writes_if_it_believes(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &mut Holder,
+    believes: bool,
+    a_token: i64,
+) -> anyhow::Result<Option<bool>> {
+    Ok(if believes {
+        a.send(Request::Go).await?;
+        let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
+        step(
+            bed,
+            rec,
+            at,
+            "A",
+            "write, believing it holds the lease",
+            &write,
+        )
+        .await;
+        let code = a.exit_code(EVENT_TIMEOUT).await?;
+        rec.note(format!(
+            "A exits: {} (its renew after the write finds the lease taken)",
+            describe(Some(code))
+        ));
+        match write {
+            Event::Write { accepted, token } if token == a_token => Some(accepted),
+            other => bail!(a.unexpected(&format!("WRITE … token={a_token}"), &other)),
+        }
+    } else {
+        let _ = a.exit_code(EVENT_TIMEOUT).await;
+        None
+    })
+}
+
 /// The drift the margin does not cover: the lease expires, B takes over and writes, then A's
 /// check — on its slow clock — still passes and A writes with token 1.
 async fn uncovered_row(
@@ -446,31 +482,7 @@ async fn uncovered_row(
         believes,
         &verdict,
     );
-    let write = if believes {
-        a.send(Request::Go).await?;
-        let (at, write) = a.next("A's write", EVENT_TIMEOUT).await?;
-        step(
-            bed,
-            rec,
-            at,
-            "A",
-            "write, believing it holds the lease",
-            &write,
-        )
-        .await;
-        let code = a.exit_code(EVENT_TIMEOUT).await?;
-        rec.note(format!(
-            "A exits: {} (its renew after the write finds the lease taken)",
-            describe(Some(code))
-        ));
-        match write {
-            Event::Write { accepted, token } if token == a_token => Some(accepted),
-            other => bail!(a.unexpected(&format!("WRITE … token={a_token}"), &other)),
-        }
-    } else {
-        let _ = a.exit_code(EVENT_TIMEOUT).await;
-        None
-    };
+    let write = a_writes_if_it_believes(bed, rec, &mut a, believes, a_token).await?;
     let a_wrote = write.map_or_else(|| "no write: A gave up".into(), |ok| wrote(ok, a_token));
     let summary = part_line(&bed.resource.part(SCOPE, SUMMARY).await?);
     if mode == WriteMode::Unfenced {

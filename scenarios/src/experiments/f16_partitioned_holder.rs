@@ -371,6 +371,54 @@ async fn a_write_judged(
     Ok(())
 }
 
+/// The partition: every lease connection of A held (by owner when A runs as a user of its
+/// own), its resource connection not. The holds, how many renewals A had reported, and when.
+async fn cut_off_from_the_lease_store(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    h: &Stores<'_>,
+    a: &Holder,
+    cut: bool,
+    owner: Option<harness::process::RunAs>,
+) -> anyhow::Result<(Holds, usize, Instant)> {
+    // The partition: every lease connection of A, held; its resource connection is not.
+    let (lease_ip, lease_port) = h.lease_at;
+    let ports = match &h.l_admin {
+        Some(admin) => client_ports(admin, HOLDER_A).await?,
+        None => harness::process::tcp_ports_to(a.pid(), lease_ip, lease_port)?,
+    };
+    let holds = match (cut, owner) {
+        (false, _) => Holds::default(),
+        (true, Some(user)) => {
+            Holds::start_for_owner(lease_ip, lease_port, user.uid, &bed.run_mark).await?
+        }
+        (true, None) => Holds::start(lease_ip, &ports, &bed.run_mark).await?,
+    };
+    let rules = holds.rules();
+    let every_port_held = match owner {
+        Some(user) => {
+            rules.len() == 1 && rules[0].contains(&format!("owner UID match {}", user.uid))
+        }
+        None => rules.len() == ports.len(),
+    };
+    let partitioned_at = Instant::now();
+    let seen_before = a.renewals().len();
+    rec.step(
+        Mark::Info,
+        "A",
+        "partitioned from the lease store",
+        None,
+        "",
+        None,
+    );
+    rec.check_that(
+        "A is cut off from the lease store (each of its lease connections held), not from the resource",
+        ports.len() >= 2 && every_port_held && rules.iter().all(|r| r.contains("DROP")),
+        format_args!("A's lease connections from ports {ports:?}; iptables OUTPUT: {}", rules.join(" | ")),
+    );
+    Ok((holds, seen_before, partitioned_at))
+}
+
 async fn row(
     bed: &Testbed,
     rec: &mut Recorder,
@@ -412,41 +460,8 @@ async fn row(
     })
     .await?;
 
-    // The partition: every lease connection of A, held; its resource connection is not.
-    let (lease_ip, lease_port) = h.lease_at;
-    let ports = match &h.l_admin {
-        Some(admin) => client_ports(admin, HOLDER_A).await?,
-        None => harness::process::tcp_ports_to(a.pid(), lease_ip, lease_port)?,
-    };
-    let holds = match (cut, owner) {
-        (false, _) => Holds::default(),
-        (true, Some(user)) => {
-            Holds::start_for_owner(lease_ip, lease_port, user.uid, &bed.run_mark).await?
-        }
-        (true, None) => Holds::start(lease_ip, &ports, &bed.run_mark).await?,
-    };
-    let rules = holds.rules();
-    let every_port_held = match owner {
-        Some(user) => {
-            rules.len() == 1 && rules[0].contains(&format!("owner UID match {}", user.uid))
-        }
-        None => rules.len() == ports.len(),
-    };
-    let partitioned_at = Instant::now();
-    let seen_before = a.renewals().len();
-    rec.step(
-        Mark::Info,
-        "A",
-        "partitioned from the lease store",
-        None,
-        "",
-        None,
-    );
-    rec.check_that(
-        "A is cut off from the lease store (each of its lease connections held), not from the resource",
-        ports.len() >= 2 && every_port_held && rules.iter().all(|r| r.contains("DROP")),
-        format_args!("A's lease connections from ports {ports:?}; iptables OUTPUT: {}", rules.join(" | ")),
-    );
+    let (holds, seen_before, partitioned_at) =
+        cut_off_from_the_lease_store(bed, rec, h, &a, cut, owner).await?;
 
     renewals_fail_while_cut_off(bed, rec, &mut a, seen_before, partitioned_at).await?;
 

@@ -391,6 +391,100 @@ async fn what_the_resource_kept(
     Ok(())
 }
 
+/// The first writer's fenced write on its own connection, paused inside its open transaction at
+/// `gap`: one statement cannot pause between its check and its write, so it runs inside an
+/// explicit transaction and pauses before the commit, holding the floor row's lock the same.
+fn first_writer(
+    mut conn_first: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    sut: std::sync::Arc<fencing::profile::Profile>,
+    first_write: Write<'static>,
+    mode: WriteMode,
+    gap: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<fencing::Result<bool>> {
+    let one_statement = matches!(sut.resource.write, WriteSql::OneStatement(_));
+    tokio::spawn(async move {
+        if one_statement {
+            // One statement cannot pause between its check and its write: it runs inside
+            // an explicit transaction and pauses before the commit, holding the floor row's
+            // lock just the same.
+            let mut tx = conn_first
+                .begin()
+                .await
+                .map_err(fencing::Error::from_sqlx("begin"))?;
+            let ok = resource::write_on(&mut tx, &sut, &first_write, mode, async {}).await?;
+            gap.await;
+            tx.commit()
+                .await
+                .map_err(fencing::Error::from_sqlx("commit"))?;
+            Ok(ok)
+        } else {
+            resource::write_on(&mut conn_first, &sut, &first_write, mode, gap).await
+        }
+    })
+}
+
+/// Holder `h` as the timeline names it.
+fn short_name(h: &str) -> &'static str {
+    if h == HOLDER_A {
+        "A"
+    } else {
+        "B"
+    }
+}
+
+/// Both writes commit once the first writer's transaction is let go: the first's is accepted,
+/// the second's — re-evaluated on the new row version — as `second_accepted` says.
+async fn both_commit(
+    rec: &mut Recorder,
+    said: &Said<'_>,
+    case: Order,
+    (first, second): (&'static str, &'static str),
+    second_write: Write<'_>,
+    second_accepted: bool,
+    (first_task, second_task): (
+        tokio::task::JoinHandle<fencing::Result<bool>>,
+        tokio::task::JoinHandle<fencing::Result<bool>>,
+    ),
+) -> anyhow::Result<()> {
+    let Said {
+        mode_label,
+        order,
+        f,
+        s,
+    } = *said;
+    let first_ok = finishes(&format!("{f}'s write"), first_task).await???;
+    let second_ok = finishes(&format!("{s}'s write"), second_task).await???;
+    rec.step(
+        Mark::Write { accepted: first_ok },
+        short_name(first),
+        "committed",
+        Some(case.write_of(first).token),
+        wrote(first_ok, case.write_of(first).token),
+        None,
+    );
+    rec.step(
+        Mark::Write {
+            accepted: second_ok,
+        },
+        short_name(second),
+        "re-evaluated on the new row version",
+        Some(second_write.token),
+        wrote(second_ok, second_write.token),
+        None,
+    );
+    rec.check(
+        format!("{mode_label}, {order}: {f}'s write"),
+        &wrote(true, case.write_of(first).token),
+        &wrote(first_ok, case.write_of(first).token),
+    );
+    rec.check(
+        format!("{mode_label}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
+        &wrote(second_accepted, second_write.token),
+        &wrote(second_ok, second_write.token),
+    );
+    Ok(())
+}
+
 /// How a fenced-scope case's checks name what they judge.
 #[derive(Clone, Copy)]
 struct Said<'a> {
@@ -423,10 +517,9 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     } else {
         case.write_of(first)
     };
-    let name = |h: &str| if h == HOLDER_A { "A" } else { "B" };
     let (f, s) = match case {
         Order::SameToken => ("A's summary", "A's detail"),
-        _ => (name(first), name(second)),
+        _ => (short_name(first), short_name(second)),
     };
     let admin = bed.admin_pool(fencing::schema::Database::Resource).await?;
     let mut conn_first = bed.resource.pool().acquire().await?;
@@ -436,34 +529,12 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
 
     let (gap, at_gap, release) = latch();
     let sut = bed.case().sut.clone();
-    let one_statement = matches!(sut.resource.write, WriteSql::OneStatement(_));
-    let first_task = tokio::spawn({
-        let sut = sut.clone();
-        async move {
-            if one_statement {
-                // One statement cannot pause between its check and its write: it runs inside
-                // an explicit transaction and pauses before the commit, holding the floor row's
-                // lock just the same.
-                let mut tx = conn_first
-                    .begin()
-                    .await
-                    .map_err(fencing::Error::from_sqlx("begin"))?;
-                let ok = resource::write_on(&mut tx, &sut, &first_write, mode, async {}).await?;
-                gap.await;
-                tx.commit()
-                    .await
-                    .map_err(fencing::Error::from_sqlx("commit"))?;
-                Ok(ok)
-            } else {
-                resource::write_on(&mut conn_first, &sut, &first_write, mode, gap).await
-            }
-        }
-    });
+    let first_task = first_writer(conn_first, sut.clone(), first_write, mode, gap);
     reached(&format!("{f}'s fenced write"), at_gap).await?;
     let floor_token = case.write_of(first).token;
     rec.step(
         Mark::Info,
-        name(first),
+        short_name(first),
         if at_current {
             "wrote at the current floor, paused in its open transaction"
         } else {
@@ -493,36 +564,17 @@ async fn fenced_scope(bed: &mut Testbed, rec: &mut Recorder, case: Order) -> any
     .await?;
 
     let _ = release.send(());
-    let first_ok = finishes(&format!("{f}'s write"), first_task).await???;
-    let second_ok = finishes(&format!("{s}'s write"), second_task).await???;
-    rec.step(
-        Mark::Write { accepted: first_ok },
-        name(first),
-        "committed",
-        Some(case.write_of(first).token),
-        wrote(first_ok, case.write_of(first).token),
-        None,
-    );
-    rec.step(
-        Mark::Write {
-            accepted: second_ok,
-        },
-        name(second),
-        "re-evaluated on the new row version",
-        Some(second_write.token),
-        wrote(second_ok, second_write.token),
-        None,
-    );
-    rec.check(
-        format!("{mode_label}, {order}: {f}'s write"),
-        &wrote(true, case.write_of(first).token),
-        &wrote(first_ok, case.write_of(first).token),
-    );
-    rec.check(
-        format!("{mode_label}, {order}: {s}'s write after re-evaluating on {f}'s committed floor"),
-        &wrote(second_accepted, second_write.token),
-        &wrote(second_ok, second_write.token),
-    );
+    let tasks = (first_task, second_task);
+    both_commit(
+        rec,
+        &said,
+        case,
+        (first, second),
+        second_write,
+        second_accepted,
+        tasks,
+    )
+    .await?;
     what_the_resource_kept(bed, rec, case, &said).await?;
 
     Ok(())

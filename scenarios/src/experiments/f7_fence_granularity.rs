@@ -141,6 +141,18 @@ async fn b_after_another_holding(
 /// A writes summary with token 1; the lease expires; C takes it and releases it; B acquires
 /// token 3 and rewrites summary; A then writes detail with token 1, and summary again. Returns
 /// (B's token, B's summary accepted, A's detail accepted, A's summary accepted).
+/// `who`'s write with `token` as a timeline step, `accepted` or not.
+fn stepped(rec: &mut Recorder, who: &str, action: &str, token: i64, accepted: bool) {
+    rec.step(
+        Mark::Write { accepted },
+        who,
+        action,
+        Some(token),
+        wrote(accepted, token),
+        None,
+    );
+}
+
 async fn timeline(
     bed: &mut Testbed,
     rec: &mut Recorder,
@@ -178,14 +190,7 @@ async fn timeline(
         format!("ACQUIRED token={}", a.token),
         None,
     );
-    rec.step(
-        Mark::Write { accepted: a_ok },
-        "A",
-        "write summary",
-        Some(a.token),
-        wrote(a_ok, a.token),
-        None,
-    );
+    stepped(rec, "A", "write summary", a.token, a_ok);
     bed.until_lease_expired("holder-a's lease").await?;
     rec.step(
         Mark::LeaseExpired,
@@ -210,45 +215,15 @@ async fn timeline(
         b.token,
         a.token
     );
-    let b_ok = bed
-        .resource
-        .write(&w(SUMMARY, HOLDER_B, "summary(B)", b.token), mode)
-        .await?;
-    rec.step(
-        Mark::Write { accepted: b_ok },
-        "B",
-        "write summary",
-        Some(b.token),
-        wrote(b_ok, b.token),
-        None,
-    );
-    let a_detail_ok = bed
-        .resource
-        .write(&w(DETAIL, HOLDER_A, "detail(A)", a.token), mode)
-        .await?;
-    rec.step(
-        Mark::Write {
-            accepted: a_detail_ok,
-        },
-        "A",
-        "write detail",
-        Some(a.token),
-        wrote(a_detail_ok, a.token),
-        None,
-    );
-    let a_summary_ok = bed
-        .resource
-        .write(&w(SUMMARY, HOLDER_A, "summary(A) again", a.token), mode)
-        .await?;
-    rec.step(
-        Mark::Write {
-            accepted: a_summary_ok,
-        },
-        "A",
-        "write summary again",
-        Some(a.token),
-        wrote(a_summary_ok, a.token),
-        None,
-    );
+    let resource = &bed.resource;
+    let write = async |part: &'static str, writer: &'static str, content: &'static str, token| {
+        resource.write(&w(part, writer, content, token), mode).await
+    };
+    let b_ok = write(SUMMARY, HOLDER_B, "summary(B)", b.token).await?;
+    stepped(rec, "B", "write summary", b.token, b_ok);
+    let a_detail_ok = write(DETAIL, HOLDER_A, "detail(A)", a.token).await?;
+    stepped(rec, "A", "write detail", a.token, a_detail_ok);
+    let a_summary_ok = write(SUMMARY, HOLDER_A, "summary(A) again", a.token).await?;
+    stepped(rec, "A", "write summary again", a.token, a_summary_ok);
     Ok((b.token, b_ok, a_detail_ok, a_summary_ok))
 }

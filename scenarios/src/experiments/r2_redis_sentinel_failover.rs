@@ -378,14 +378,12 @@ fn spec_at(
     spec
 }
 
-async fn one_run(
-    bed: &mut Testbed,
+/// Waits until the replica is linked and every Sentinel knows the group, and says what it is.
+async fn the_group_formed(
     rec: &mut Recorder,
     group: &mut dyn RedisFailover,
-    run: Run,
+    label: &str,
 ) -> anyhow::Result<()> {
-    let label = run.label();
-    let (primary_ip, replica_ip) = group.ips();
     let whole = harness::wait::until_every(
         "the replica linked and every Sentinel knowing the group",
         GROUP_TIMEOUT,
@@ -403,11 +401,19 @@ async fn one_run(
         group.replica_endpoint(),
         group.image_note()
     ));
-    let a_store = if run == Run::Negative {
-        StoreId::Redis
-    } else {
-        StoreId::RedisWait
-    };
+    Ok(())
+}
+
+/// A first holding on a fresh primary, taken and released, the counter at 1 on both servers;
+/// then, but for the positive run, the replica cut off from the primary.
+async fn a_first_holding_replicated(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    group: &mut dyn RedisFailover,
+    run: Run,
+) -> anyhow::Result<()> {
+    let label = run.label();
+    let (_, replica_ip) = group.ips();
     let on_primary = client(bed, StoreId::Redis, &group.primary_endpoint()).await?;
     // A first holding, taken and released: the counter at 1 on both servers.
     let first = on_primary
@@ -425,6 +431,55 @@ async fn one_run(
             "[{label}] the replica is cut off from the primary (in its network namespace: {rule})"
         ));
     }
+    Ok(())
+}
+
+/// Where A's token is once A stands at its write point: on the primary alone (without WAIT),
+/// or on the replica too before A may use it.
+async fn where_the_token_is(
+    rec: &mut Recorder,
+    group: &mut dyn RedisFailover,
+    run: Run,
+    a_token: i64,
+) {
+    let label = run.label();
+    let (primary_ip, replica_ip) = group.ips();
+    let (on_p, on_r) = (
+        counter(group, primary_ip).await,
+        counter(group, replica_ip).await,
+    );
+    if run == Run::Negative {
+        rec.check_that(
+            format!("[{label}] A's token {a_token} is acknowledged by the primary alone"),
+            on_p == a_token.to_string() && on_r != a_token.to_string(),
+            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
+        );
+    } else {
+        rec.check_that(
+            format!(
+                "[{label}] A's token {a_token} is on the replica before A may use it (WAIT 1 500)"
+            ),
+            on_r == a_token.to_string(),
+            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
+        );
+    }
+}
+
+async fn one_run(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    group: &mut dyn RedisFailover,
+    run: Run,
+) -> anyhow::Result<()> {
+    let label = run.label();
+    the_group_formed(rec, group, label).await?;
+
+    let a_store = if run == Run::Negative {
+        StoreId::Redis
+    } else {
+        StoreId::RedisWait
+    };
+    a_first_holding_replicated(bed, rec, group, run).await?;
 
     let started = Instant::now();
     let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
@@ -446,25 +501,7 @@ async fn one_run(
     let a_token = a.acquired_token(&acquired)?;
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "waits at the write point", &ready).await;
-    let (on_p, on_r) = (
-        counter(group, primary_ip).await,
-        counter(group, replica_ip).await,
-    );
-    if run == Run::Negative {
-        rec.check_that(
-            format!("[{label}] A's token {a_token} is acknowledged by the primary alone"),
-            on_p == a_token.to_string() && on_r != a_token.to_string(),
-            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
-        );
-    } else {
-        rec.check_that(
-            format!(
-                "[{label}] A's token {a_token} is on the replica before A may use it (WAIT 1 500)"
-            ),
-            on_r == a_token.to_string(),
-            format_args!("counter on the primary {on_p}, on the replica {on_r}"),
-        );
-    }
+    where_the_token_is(rec, group, run, a_token).await;
 
     lose_the_primary(bed, rec, group, run).await?;
 

@@ -22,7 +22,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
-use fencing::lease::{LeaseStore, StoreId};
+use fencing::lease::{Grant, LeaseStore, StoreId};
 use fencing::resource::{Write, WriteMode};
 use fencing::value_cas::ValueCas;
 use harness::docker::RedlockServers;
@@ -543,13 +543,7 @@ async fn interleavings(
             .resource
             .write(&fence(HOLDER_A, "rows=300(A)", a.token), WriteMode::Fenced)
             .await?;
-    let a_cas = cas
-        .write(&scope, &a.handle, "rows=302(A)", HOLDER_A)
-        .await?;
-    let a_fence = bed
-        .resource
-        .write(&fence(HOLDER_A, "rows=302(A)", a.token), WriteMode::Fenced)
-        .await?;
+    let (a_cas, a_fence) = write_both(bed, &cas, &scope, &a, "rows=302(A)").await?;
     rec.check_that(
         format!("[{LABEL}] A's stale write, arriving before B's first touch, is accepted by both: the resource has seen nothing newer"),
         a_first && a_cas && a_fence,
@@ -565,28 +559,10 @@ async fn interleavings(
     let scope = format!("{LEASE}-rl1-late");
     let (a, b) = grants(scope.clone()).await?;
     cas.claim(&scope, &b.handle).await?;
-    let b_cas = cas
-        .write(&scope, &b.handle, "rows=301(B)", HOLDER_B)
-        .await?;
-    let b_fence = bed
-        .resource
-        .write(&fence(HOLDER_B, "rows=301(B)", b.token), WriteMode::Fenced)
-        .await?;
+    let (b_cas, b_fence) = write_both(bed, &cas, &scope, &b, "rows=301(B)").await?;
     cas.claim(&scope, &a.handle).await?;
-    let a_cas = cas
-        .write(&scope, &a.handle, "rows=302(A)", HOLDER_A)
-        .await?;
-    let a_fence = bed
-        .resource
-        .write(&fence(HOLDER_A, "rows=302(A)", a.token), WriteMode::Fenced)
-        .await?;
-    let b_cas_again = cas
-        .write(&scope, &b.handle, "rows=303(B)", HOLDER_B)
-        .await?;
-    let b_fence_again = bed
-        .resource
-        .write(&fence(HOLDER_B, "rows=303(B)", b.token), WriteMode::Fenced)
-        .await?;
+    let (a_cas, a_fence) = write_both(bed, &cas, &scope, &a, "rows=302(A)").await?;
+    let (b_cas_again, b_fence_again) = write_both(bed, &cas, &scope, &b, "rows=303(B)").await?;
     let row = cas.state(&scope).await?;
     let row = shown(row.map(|r| {
         format!(
@@ -613,6 +589,29 @@ async fn interleavings(
         ),
     );
     Ok(())
+}
+
+/// `grant`'s holder writes `content` under check-and-set (its lock's value) and then through the
+/// fence (its token): what each answered.
+async fn write_both(
+    bed: &Testbed,
+    cas: &ValueCas,
+    scope: &str,
+    grant: &Grant,
+    content: &str,
+) -> anyhow::Result<(bool, bool)> {
+    let by_value = cas
+        .write(scope, &grant.handle, content, &grant.holder)
+        .await?;
+    let write = Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer: &grant.holder,
+        token: grant.token,
+    };
+    let by_token = bed.resource.write(&write, WriteMode::Fenced).await?;
+    Ok((by_value, by_token))
 }
 
 /// Gives the frozen A its go-line and thaws it; what `/proc` showed, and its write.

@@ -75,6 +75,8 @@ mod imp {
     const LEDGER_WEEKLY: &str = "admin:ledger-weekly";
     /// A lease taken again and again, each time probed in the millisecond it ends.
     const EXPIRY: &str = "admin:expiry";
+    /// The lease each probe of the expiry millisecond is taken for.
+    const PROBE_TTL: std::time::Duration = std::time::Duration::from_millis(120);
 
     pub async fn run(bed: &mut Testbed, rec: &mut Recorder) -> anyhow::Result<()> {
         let (short, long, timeout) = (
@@ -419,6 +421,44 @@ mod imp {
     /// Attempts at each probe below before it is waived as not reached.
     const ATTEMPTS: usize = 40;
 
+    /// The probe `k` of a holding at its lease's last millisecond — its holder renews it (0),
+    /// completes `run` under it (1), releases it (2), or the owner `p` takes it over (3) —
+    /// and its answer (`None`: refused); a takeover's holding, to release later.
+    async fn at_the_last_millisecond(
+        jobs: &JobLeaseStore,
+        k: usize,
+        held: &JobLease,
+        run: &str,
+        p: &str,
+    ) -> anyhow::Result<(Option<String>, Option<JobLease>)> {
+        Ok(match k {
+            0 => (jobs.renew(held).await?.then(|| "renewed".to_owned()), None),
+            1 => (
+                jobs.complete_run(run, held)
+                    .await?
+                    .then(|| "completed".to_owned()),
+                None,
+            ),
+            2 => (
+                jobs.release(held).await?.then(|| "released".to_owned()),
+                None,
+            ),
+            _ => {
+                let taken = jobs.acquire(&held.lease_name, p, PROBE_TTL).await?;
+                let answer = match &taken {
+                    Some(n) if n.fence_token > held.fence_token => {
+                        "granted with a greater fence".to_owned()
+                    }
+                    Some(n) => {
+                        format!("granted fence {} after {}", n.fence_token, held.fence_token)
+                    }
+                    None => "refused".to_owned(),
+                };
+                (Some(answer), taken)
+            }
+        })
+    }
+
     /// The instant a lease ends: `leased_until` is kept to the millisecond (`DATETIME(3)`), so
     /// for a whole millisecond the database's now equals it. Expiry is `<=` and holding `>`: that
     /// millisecond belongs to the next holder, never to the one whose lease ends there — a `>=` or
@@ -434,7 +474,6 @@ mod imp {
         p: &str,
         rec: &mut Recorder,
     ) -> anyhow::Result<()> {
-        const TTL: std::time::Duration = std::time::Duration::from_millis(120);
         let ms = |t: f64| (t * 1000.0).round() as i64;
         let probes = [
             ("renews it", "refused"),
@@ -453,7 +492,7 @@ mod imp {
             let mut release_later = None;
             for attempt in 1..=ATTEMPTS {
                 let held = jobs
-                    .acquire(lease, o, TTL)
+                    .acquire(lease, o, PROBE_TTL)
                     .await?
                     .with_context(|| format!("O could not take {lease} (attempt {attempt})"))?;
                 let run = format!("expiry-{k}-{attempt}");
@@ -475,31 +514,10 @@ mod imp {
                 if now != end {
                     continue;
                 }
-                let answer = match k {
-                    0 => jobs.renew(&held).await?.then(|| "renewed".to_owned()),
-                    1 => jobs
-                        .complete_run(&run, &held)
-                        .await?
-                        .then(|| "completed".to_owned()),
-                    2 => jobs.release(&held).await?.then(|| "released".to_owned()),
-                    _ => {
-                        let taken = jobs.acquire(lease, p, TTL).await?;
-                        let answer = match &taken {
-                            Some(n) if n.fence_token > held.fence_token => {
-                                "granted with a greater fence".to_owned()
-                            }
-                            Some(n) => format!(
-                                "granted fence {} after {}",
-                                n.fence_token, held.fence_token
-                            ),
-                            None => "refused".to_owned(),
-                        };
-                        if let Some(n) = taken {
-                            release_later = Some(n);
-                        }
-                        Some(answer)
-                    }
-                };
+                let (answer, taken) = at_the_last_millisecond(jobs, k, &held, &run, p).await?;
+                if taken.is_some() {
+                    release_later = taken;
+                }
                 // A statement that wrote is dated by what it wrote: a takeover's or a renew's
                 // leased_until is its now + TTL, a release's its now, a completion's finished_at
                 // its now. One that wrote nothing is bracketed by the clock, read again.
@@ -507,7 +525,7 @@ mod imp {
                 let now = ms(jobs.db_epoch().await?);
                 let until = jobs.leased_until(lease).await?.map_or(0, ms);
                 let ran_at = match (k, answer.is_some()) {
-                    (3, _) | (0, true) => until - TTL.as_millis() as i64,
+                    (3, _) | (0, true) => until - PROBE_TTL.as_millis() as i64,
                     (2, true) => until,
                     (1, true) => jobs.finished_at(&run).await?.map_or(0, ms),
                     _ => now,

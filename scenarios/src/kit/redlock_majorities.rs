@@ -96,7 +96,6 @@ pub(crate) async fn run(
     let a = redlock_client(bed, store, servers).await?;
     let b = redlock_client(bed, store, servers).await?;
     let started = std::time::Instant::now();
-    let ms = |at: std::time::Instant| at.duration_since(started).as_secs_f64() * 1000.0;
 
     if fault == Fault::ClockJump {
         // A run starts with server 2's clock on the host's (a previous run left it ahead).
@@ -161,24 +160,33 @@ pub(crate) async fn run(
     let a_again = write(bed, rec, HOLDER_A, "rows=302(A)", &ga, action).await?;
     let a_cas_again = cas.write(lock, &ga.handle, "rows=302(A)", HOLDER_A).await?;
     let cas_row = cas.state(lock).await?;
-    rec.check_that(
-        format!("[{label}] antirez's check-and-set beside it: A's write after B's claim is rejected — B's random value replaced A's"),
-        a_cas && b_cas && !a_cas_again && ga.handle != gb.handle,
-        format_args!(
-            "A's value {}, B's {}; A writes {a_cas}, B claims and writes {b_cas}, A again {a_cas_again}; the row: {}",
-            ga.handle,
-            gb.handle,
-            shown(cas_row.map(|r| format!(
-                "lock_value {} content {} by {}",
-                r.lock_value,
-                r.content.unwrap_or_default(),
-                r.writer.unwrap_or_default()
-            )))
-        ),
-    );
+    check_and_set_verdict(rec, label, (&ga, &gb), (a_cas, b_cas, a_cas_again), cas_row);
     let summary = bed.resource.part(SCOPE, SUMMARY).await?;
     let part = shown(summary.map(|p| format!("{} by {} token={}", p.content, p.writer, p.token)));
-    let grants = [(&ga, a_sent, a_at), (&gb, b_sent, b_at)].map(|(g, sent, at)| {
+    let (grants, overlap) = in_time(
+        started,
+        [(&ga, a_sent, a_at), (&gb, b_sent, b_at)],
+        a_again_at,
+        a_still_valid,
+    );
+    let tokens = (ga.token, gb.token);
+    judge(
+        rec, label, store, fault, tokens, a_again, &part, &grants, overlap,
+    );
+    Ok(())
+}
+
+/// The two grants as the token-regression check reads them, timed from `started`, and whether
+/// A wrote again while B held the lock and A's own validity said it still held it.
+fn in_time(
+    started: std::time::Instant,
+    granted: [(&Grant, std::time::Instant, std::time::Instant); 2],
+    a_again_at: std::time::Instant,
+    a_still_valid: bool,
+) -> ([GrantSeen; 2], (bool, String)) {
+    let ms = |at: std::time::Instant| at.duration_since(started).as_secs_f64() * 1000.0;
+    let b_at = granted[1].2;
+    let grants = granted.map(|(g, sent, at)| {
         GrantSeen::acknowledged(
             &g.holder,
             g.token,
@@ -200,11 +208,33 @@ pub(crate) async fn run(
             }
         ),
     );
-    let tokens = (ga.token, gb.token);
-    judge(
-        rec, label, store, fault, tokens, a_again, &part, &grants, overlap,
+    (grants, overlap)
+}
+
+/// antirez's check-and-set beside the fence: A's write after B's claim is rejected — B's
+/// random value replaced A's (`wrote`: A's first write, B's, A's again; `row`: the row after).
+fn check_and_set_verdict(
+    rec: &mut Recorder,
+    label: &str,
+    (ga, gb): (&Grant, &Grant),
+    (a_cas, b_cas, a_cas_again): (bool, bool, bool),
+    cas_row: Option<fencing::value_cas::CasState>,
+) {
+    rec.check_that(
+        format!("[{label}] antirez's check-and-set beside it: A's write after B's claim is rejected — B's random value replaced A's"),
+        a_cas && b_cas && !a_cas_again && ga.handle != gb.handle,
+        format_args!(
+            "A's value {}, B's {}; A writes {a_cas}, B claims and writes {b_cas}, A again {a_cas_again}; the row: {}",
+            ga.handle,
+            gb.handle,
+            shown(cas_row.map(|r| format!(
+                "lock_value {} content {} by {}",
+                r.lock_value,
+                r.content.unwrap_or_default(),
+                r.writer.unwrap_or_default()
+            )))
+        ),
     );
-    Ok(())
 }
 
 /// A acquires while servers 3 and 4 refuse it: it must win 0, 1 and 2, a majority. Its grant,
