@@ -283,6 +283,45 @@ fn write_cards(
     Ok(())
 }
 
+/// The designs the command line names: holders of the user's (expected to hold: the write is
+/// its own fence; the experiments that start no holder say skip, n/a on its row) and, when
+/// not every design is graded, the profiles named (the modelled ones expected flawed).
+fn named_designs(
+    holders: &[String],
+    suts: Vec<String>,
+    every: bool,
+    designs: &mut Vec<(String, String, bool, Graded)>,
+) {
+    // A holder of the user's: its write is its own fence, so it is expected to hold. The
+    // experiments that start no holder say skip with --holder-cmd: n/a on its row.
+    for (i, cmd) in holders.iter().enumerate() {
+        let name = std::path::Path::new(cmd.split_whitespace().last().unwrap_or(cmd))
+            .file_name()
+            .map_or_else(
+                || format!("holder-{}", i + 1),
+                |n| n.to_string_lossy().into_owned(),
+            );
+        designs.push((
+            format!("yours-{name}"),
+            format!("--holder-cmd {cmd}"),
+            true,
+            Graded::Holder(cmd.clone()),
+        ));
+    }
+    if !every {
+        for sut in suts {
+            // The modelled designs are known to be flawed; any other is expected to hold.
+            let expected_safe = !MODELLED.contains(&sut.as_str());
+            designs.push((
+                design_name(&sut),
+                sut.clone(),
+                expected_safe,
+                Graded::Sut(sut),
+            ));
+        }
+    }
+}
+
 pub fn run(
     suts: Vec<String>,
     stores: Vec<StoreId>,
@@ -317,34 +356,8 @@ pub fn run(
         }
     }
 
-    // A holder of the user's: its write is its own fence, so it is expected to hold. The
-    // experiments that start no holder say skip with --holder-cmd: n/a on its row.
-    for (i, cmd) in holders.iter().enumerate() {
-        let name = std::path::Path::new(cmd.split_whitespace().last().unwrap_or(cmd))
-            .file_name()
-            .map_or_else(
-                || format!("holder-{}", i + 1),
-                |n| n.to_string_lossy().into_owned(),
-            );
-        designs.push((
-            format!("yours-{name}"),
-            format!("--holder-cmd {cmd}"),
-            true,
-            Graded::Holder(cmd.clone()),
-        ));
-    }
-    if !every {
-        for sut in suts {
-            // The modelled designs are known to be flawed; any other is expected to hold.
-            let expected_safe = !MODELLED.contains(&sut.as_str());
-            designs.push((
-                design_name(&sut),
-                sut.clone(),
-                expected_safe,
-                Graded::Sut(sut),
-            ));
-        }
-    }
+    named_designs(&holders, suts, every, &mut designs);
+
     let runtime = match crate::runtime() {
         Ok(rt) => rt,
         Err(e) => {

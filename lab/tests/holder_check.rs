@@ -81,15 +81,11 @@ fn the_java_holder_conforms_and_its_whole_jvm_freezes() -> anyhow::Result<()> {
 }
 
 /// A holder of the user's, in Python (examples/holders/python/holder.py): `lab holder check`
-/// passes it (the protocol's plain paths, its fault points, F4, F10, F12), and `--holder-cmd`
-/// runs F5 with it while F1, which starts no holder, says skip. Broken copies fail, each at the
-/// line that shows its flaw: one that skips its local-deadline check (F10: A writes after the
-/// pause), one that writes without its token's fence (F4: A's stale write accepted), one whose
-/// handshake does not parse, one that outlives its stdin; one without
-/// `--wait-before-commit` is not fully checked (F12 says skip, its refusal quoted): exit 1.
+/// passes it (the protocol's plain paths, its fault points, F4, F10, F12), the report card
+/// grades it safe, and `--holder-cmd` runs F5 with it while F1, which starts no holder, says
+/// skip.
 #[test]
-fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the_flaw(
-) -> anyhow::Result<()> {
+fn the_python_holder_passes_the_check_the_card_and_its_runs() -> anyhow::Result<()> {
     if !common::python_holder_ready()? {
         return Ok(());
     }
@@ -153,7 +149,21 @@ fn a_python_holder_passes_and_its_broken_copies_fail_at_the_check_that_shows_the
         ),
         "an experiment that starts no holder says so rather than pass on the lab's client:\n{out}"
     );
+    sb.assert_nothing_left()
+}
 
+/// Broken copies of the Python holder fail, each at the line that shows its flaw: one that skips
+/// its local-deadline check (F10: A writes after the pause), one that writes without its token's
+/// fence (F4: A's stale write accepted), one whose handshake does not parse, one that outlives
+/// its stdin; one without `--wait-before-commit` is not fully checked (F12 says skip, its
+/// refusal quoted): exit 1.
+#[test]
+fn the_python_holders_broken_copies_fail_at_the_check_that_shows_the_flaw() -> anyhow::Result<()> {
+    if !common::python_holder_ready()? {
+        return Ok(());
+    }
+    let sb = Sandbox::new()?;
+    let check = |cmd: &Path| holder_check(&sb, cmd);
     let broken_at = |name: &str, edits: &[(&str, &str)]| broken_copy(&sb, name, edits);
     let broken = |name: &str, from: &str, to: &str| broken_at(name, &[(from, to)]);
     let no_check = broken(

@@ -18,17 +18,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()> {
-    let sb = Sandbox::new()?;
-    let ev = sb.path("ev");
-    let ev = ev.to_str().unwrap();
-    let a_file = sb.path("a-file");
-    fs::write(&a_file, "")?;
-    // A port in use, for --tcp.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let busy_port = listener.local_addr()?.port().to_string();
-    // Server binaries too old to support: a postgres that says it is 14.9.
+/// Server binaries too old to support, in a directory of `sb`'s: a postgres that says it is
+/// 14.9.
+fn too_old_postgres(sb: &Sandbox) -> anyhow::Result<std::path::PathBuf> {
     let old_bindir = sb.path("pg14");
     fs::create_dir(&old_bindir)?;
     fs::write(old_bindir.join("initdb"), "#!/bin/sh\nexit 1\n")?;
@@ -39,6 +31,42 @@ fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()>
     for bin in ["initdb", "postgres"] {
         fs::set_permissions(old_bindir.join(bin), fs::Permissions::from_mode(0o755))?;
     }
+    Ok(old_bindir)
+}
+
+#[test]
+fn a_missing_holder_binary_is_one_clear_line_exit_2() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    // The holder binary missing (pointed elsewhere), with otherwise good arguments.
+    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["run", "--evidence-dir", ev.to_str().unwrap()])
+        .env("TMPDIR", sb.path("tmp"))
+        .env("LAB_HOLDER_BIN", sb.path("no-such-holder"))
+        .output()?;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("LAB_HOLDER_BIN"), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).lines().count(),
+        1,
+        "one line: {}",
+        stderr(&out)
+    );
+    assert!(!ev.exists(), "the evidence dir was made");
+    sb.assert_nothing_left()
+}
+
+#[test]
+fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()> {
+    let sb = Sandbox::new()?;
+    let ev = sb.path("ev");
+    let ev = ev.to_str().unwrap();
+    let a_file = sb.path("a-file");
+    fs::write(&a_file, "")?;
+    // A port in use, for --tcp.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let busy_port = listener.local_addr()?.port().to_string();
+    let old_bindir = too_old_postgres(&sb)?;
     let cases: &[(&[&str], &str)] = &[
         (&["run", "--only", "F99"], "unknown scenario id \"F99\""),
         (&["run", "--only", ""], "at least one scenario id"),
@@ -92,20 +120,6 @@ fn bad_input_is_one_clear_line_exit_2_and_leaves_nothing() -> anyhow::Result<()>
             "--step runs on the embedded cluster",
         ),
     ];
-    // The holder binary missing (pointed elsewhere), with otherwise good arguments.
-    let out = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["run", "--evidence-dir", ev])
-        .env("TMPDIR", sb.path("tmp"))
-        .env("LAB_HOLDER_BIN", sb.path("no-such-holder"))
-        .output()?;
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("LAB_HOLDER_BIN"), "{}", stderr(&out));
-    assert_eq!(
-        stderr(&out).lines().count(),
-        1,
-        "one line: {}",
-        stderr(&out)
-    );
     for (args, expect) in cases {
         let mut args = args.to_vec();
         if !args.contains(&"--evidence-dir") {

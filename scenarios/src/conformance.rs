@@ -75,7 +75,6 @@ pub async fn probe(bed: &mut Testbed) -> anyhow::Result<Vec<Finding>> {
     Ok(found)
 }
 
-/// The handshake and one holding from acquire to release; whether the handshake worked.
 /// The resource's word on a holding's write: one attempt logged, accepted, with the holding's
 /// token, and the part holding its content.
 async fn the_resource_logged_it(
@@ -162,6 +161,7 @@ async fn renews_and_releases(found: &mut Vec<Finding>, h: &mut Holder) {
     }
 }
 
+/// The handshake and one holding from acquire to release; whether the handshake worked.
 async fn one_holding(bed: &Testbed, found: &mut Vec<Finding>) -> anyhow::Result<bool> {
     const NAME: &str = "check-a";
     const CONTENT: &str = "written by check-a";

@@ -291,6 +291,27 @@ impl Statement {
         Statement::compile_in(Dialect::Postgres, slot, text)
     }
 
+    /// MariaDB's form of a statement whose parameters are NUL-delimited markers: a `?` at each
+    /// place, bound in the order of the places (the markers alternate with the text; a NUL is
+    /// nowhere else).
+    fn placed_for_mariadb(slot: Slot, sql: &str) -> Statement {
+        let mut placed = String::with_capacity(sql.len());
+        let mut params = Vec::new();
+        for (k, piece) in sql.split('\0').enumerate() {
+            if k % 2 == 0 {
+                placed.push_str(piece);
+            } else {
+                placed.push('?');
+                params.extend(Param::ALL.iter().copied().find(|p| p.as_str() == piece));
+            }
+        }
+        Statement {
+            slot,
+            sql: placed,
+            params,
+        }
+    }
+
     /// [`Statement::compile`] for a server of `dialect`. What the server does not read as code
     /// is copied as it is, whatever it holds (a `:name`, a `$1`, a `?`): string literals and
     /// quoted identifiers, `--` and `/* … */` comments, and each dialect's own — on PostgreSQL
@@ -336,23 +357,7 @@ impl Statement {
                             break;
                         }
                     }
-                    let param = slot
-                        .params()
-                        .iter()
-                        .copied()
-                        .find(|p| p.as_str() == name)
-                        .ok_or_else(|| {
-                            let known = Param::ALL.iter().any(|p| p.as_str() == name);
-                            format!(
-                                "{} parameter :{name}: this statement may name {}",
-                                if known { "unavailable" } else { "unknown" },
-                                slot.params()
-                                    .iter()
-                                    .map(|p| format!(":{}", p.as_str()))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )
-                        })?;
+                    let param = param_named(slot, &name)?;
                     // A marker for now: the numbers are known once every name is.
                     if !params.contains(&param) {
                         params.push(param);
@@ -376,23 +381,7 @@ impl Statement {
             return Err("empty statement (nothing but comments)".into());
         }
         if dialect == Dialect::Mariadb {
-            // A `?` at each place, bound in the order of the places: the markers alternate with
-            // the text (a NUL is nowhere else).
-            let mut placed = String::with_capacity(sql.len());
-            let mut params = Vec::new();
-            for (k, piece) in sql.split('\0').enumerate() {
-                if k % 2 == 0 {
-                    placed.push_str(piece);
-                } else {
-                    placed.push('?');
-                    params.extend(Param::ALL.iter().copied().find(|p| p.as_str() == piece));
-                }
-            }
-            return Ok(Statement {
-                slot,
-                sql: placed,
-                params,
-            });
+            return Ok(Statement::placed_for_mariadb(slot, &sql));
         }
         // Numbered in the slot's order of parameters, among those the statement names: a
         // statement's `$n` means the same wherever it is read (pg_stat_activity, the evidence).
@@ -511,6 +500,26 @@ impl fmt::Display for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.key())
     }
+}
+
+/// The parameter `:name` of a statement in `slot`, or why it may not be named there.
+fn param_named(slot: Slot, name: &str) -> Result<Param, String> {
+    slot.params()
+        .iter()
+        .copied()
+        .find(|p| p.as_str() == name)
+        .ok_or_else(|| {
+            let known = Param::ALL.iter().any(|p| p.as_str() == name);
+            format!(
+                "{} parameter :{name}: this statement may name {}",
+                if known { "unavailable" } else { "unknown" },
+                slot.params()
+                    .iter()
+                    .map(|p| format!(":{}", p.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
 }
 
 #[cfg(test)]

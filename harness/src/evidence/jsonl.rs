@@ -101,11 +101,8 @@ mod tests {
             .collect()
     }
 
-    /// Every kind of event, as the event log has always spelled it (captured from the hand-built
-    /// `json!` before events serialized themselves): the log is an interface, its field names and
-    /// values do not change with the code behind them.
-    #[test]
-    fn every_kind_of_event_keeps_its_json_fields_and_values() -> io::Result<()> {
+    /// One event of each kind, and a step of each mark, in the order `expected` lists them.
+    fn one_of_each_kind() -> Vec<Event> {
         let step = |mark: Mark, at: Duration, token: Option<i64>, db_clock: Option<&str>| {
             Event::Step(Step {
                 case: "F4".into(),
@@ -192,6 +189,16 @@ mod tests {
         ] {
             events.push(step(mark, Duration::from_millis(3), None, None));
         }
+        events
+    }
+
+    /// Every kind of event, as the event log has always spelled it (captured from the hand-built
+    /// `json!` before events serialized themselves): the log is an interface, its field names and
+    /// values do not change with the code behind them.
+    #[test]
+    fn every_kind_of_event_keeps_its_json_fields_and_values() -> io::Result<()> {
+        let events = one_of_each_kind();
+
         let step_json = |mark: &str| {
             json!({"event": "step", "case": "F4", "mark": mark, "at_ms": 3.0, "actor": "B",
                    "action": "acquire", "token": null, "outcome": "ACQUIRED", "db_clock": null})

@@ -261,6 +261,55 @@ const STATES: &str = r#"for p in "$@"; do s=; for t in /proc/$p/task/*/stat; do
 read -r l < "$t" 2>/dev/null || continue; l=${l##*) }; s="$s${l%% *}"; done;
 [ -n "$s" ] && printf '%s %s\n' "$p" "$s"; done; true"#;
 
+/// Sends `signal` to the processes `pids` of container `id` with the shell's own `kill`: an
+/// image need not have procps.
+async fn kill_each(
+    docker: &Docker,
+    id: &str,
+    what: &str,
+    pids: &[String],
+    signal: Signal,
+) -> Result<(), ContainerProcessError> {
+    let root = Some("root");
+    let script = format!(
+        "kill -s {} \"$@\"",
+        signal.as_str().trim_start_matches("SIG")
+    );
+    let mut kill = vec!["sh", "-c", &script, "kill"];
+    kill.extend(pids.iter().map(String::as_str));
+    let sent = exec(docker, id, root, &kill, SIGNAL_TIMEOUT).await?;
+    if sent.code != 0 {
+        return Err(ContainerProcessError::Failed {
+            what: format!("{signal} to {what}"),
+            id: id.to_owned(),
+            code: sent.code,
+            output: sent.output,
+        });
+    }
+    Ok(())
+}
+
+/// The processes signalled, each with the states its threads were last seen in and its command
+/// line (from `listed`, the listing's "pid cmdline" lines).
+fn processes(listed: &str, seen: Vec<(String, String)>) -> Vec<ContainerProcess> {
+    let cmdlines: Vec<(&str, &str)> = listed.lines().filter_map(|l| l.split_once(' ')).collect();
+    seen.into_iter()
+        .filter_map(|(pid, states)| {
+            let cmdline = cmdlines
+                .iter()
+                .find(|(p, _)| *p == pid)?
+                .1
+                .trim()
+                .to_owned();
+            Some(ContainerProcess {
+                pid: pid.parse().ok()?,
+                states,
+                cmdline,
+            })
+        })
+        .collect()
+}
+
 /// Sends `signal` to every process inside the running container `id` whose command line
 /// (`/proc/<pid>/cmdline`, arguments joined by spaces) `matches`; `what` names them in
 /// errors ("a WAL sender"). The signal is sent by `kill` inside the container, as root
@@ -290,22 +339,7 @@ pub async fn signal_processes(
             id: id.to_owned(),
         });
     }
-    // The shell's own `kill`: an image need not have procps.
-    let script = format!(
-        "kill -s {} \"$@\"",
-        signal.as_str().trim_start_matches("SIG")
-    );
-    let mut kill = vec!["sh", "-c", &script, "kill"];
-    kill.extend(pids.iter().map(String::as_str));
-    let sent = exec(docker, id, root, &kill, SIGNAL_TIMEOUT).await?;
-    if sent.code != 0 {
-        return Err(ContainerProcessError::Failed {
-            what: format!("{signal} to {what}"),
-            id: id.to_owned(),
-            code: sent.code,
-            output: sent.output,
-        });
-    }
+    kill_each(docker, id, what, &pids, signal).await?;
     /// The state awaited, and whether a thread's state letter shows it.
     type Awaited = (&'static str, fn(char) -> bool);
     let wanted: Option<Awaited> = match signal {
@@ -357,25 +391,5 @@ pub async fn signal_processes(
         }
     }
     let seen = seen.into_inner().expect("not poisoned");
-    let cmdlines: Vec<(&str, &str)> = listed
-        .output
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .collect();
-    Ok(seen
-        .into_iter()
-        .filter_map(|(pid, states)| {
-            let cmdline = cmdlines
-                .iter()
-                .find(|(p, _)| *p == pid)?
-                .1
-                .trim()
-                .to_owned();
-            Some(ContainerProcess {
-                pid: pid.parse().ok()?,
-                states,
-                cmdline,
-            })
-        })
-        .collect())
+    Ok(processes(&listed.output, seen))
 }

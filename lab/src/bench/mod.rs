@@ -847,21 +847,8 @@ async fn run_pgbench(
         }
         _ => bail!("{name} printed no tps:\n{}", text.trim()),
     };
-    // Per-transaction logs: "client_id transaction_no latency_us script_no epoch epoch_us".
-    let mut lat = Vec::new();
-    for entry in std::fs::read_dir(work.path())?.flatten() {
-        if entry.file_name().to_string_lossy().starts_with("pgbench.") {
-            for line in std::fs::read_to_string(entry.path())?.lines() {
-                if let Some(us) = line
-                    .split_whitespace()
-                    .nth(2)
-                    .and_then(|v| v.parse::<f64>().ok())
-                {
-                    lat.push(us / 1000.0);
-                }
-            }
-        }
-    }
+    let lat = latencies_ms(work.path())?;
+
     let writes = lat.len();
     let lat = sorted(lat);
     Ok(Cell {
@@ -875,6 +862,27 @@ async fn run_pgbench(
         wal_per_tx: per_tx(Some(wal as f64), writes),
         cpu_us_per_tx: per_tx(cpu.map(|c| c * 1e6), writes),
     })
+}
+
+/// Every transaction's latency in ms, from pgbench's per-transaction logs in `dir`
+/// ("client_id transaction_no latency_us script_no epoch epoch_us").
+fn latencies_ms(dir: &std::path::Path) -> anyhow::Result<Vec<f64>> {
+    // Per-transaction logs: "client_id transaction_no latency_us script_no epoch epoch_us".
+    let mut lat = Vec::new();
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        if entry.file_name().to_string_lossy().starts_with("pgbench.") {
+            for line in std::fs::read_to_string(entry.path())?.lines() {
+                if let Some(us) = line
+                    .split_whitespace()
+                    .nth(2)
+                    .and_then(|v| v.parse::<f64>().ok())
+                {
+                    lat.push(us / 1000.0);
+                }
+            }
+        }
+    }
+    Ok(lat)
 }
 
 /// `total` over `writes` transactions; `None` when there were none or no total.

@@ -238,9 +238,6 @@ pub fn lanes(holders: usize) -> Lanes {
     }
 }
 
-/// Runs the schedule against the lab (a fresh cluster with commit timestamps), records the
-/// checks in `rec` (its case must be open) and writes `schedule.txt`, `history.jsonl` and
-/// `verdict.md` into `dir`. Settings the lab cannot run are refused before anything else.
 /// The schedule in the evidence: how many faults of each kind, then each.
 fn note_the_schedule(rec: &mut Recorder, faults: &[Fault]) {
     rec.note(format!(
@@ -271,6 +268,9 @@ async fn write_patroni_logs(
     Ok(())
 }
 
+/// Runs the schedule against the lab (a fresh cluster with commit timestamps), records the
+/// checks in `rec` (its case must be open) and writes `schedule.txt`, `history.jsonl` and
+/// `verdict.md` into `dir`. Settings the lab cannot run are refused before anything else.
 pub async fn run(
     bed: &mut Testbed,
     rec: &mut Recorder,

@@ -164,6 +164,12 @@ pub fn record(
         turned_away.is_empty(),
         format_args!("{} violations", turned_away.len()),
     );
+    the_controls(rec, v, &control_at);
+}
+
+/// The controls: the checker's own, and the unfenced control scope, which must show at least
+/// one I3 violation under the same schedule (else the schedule proved nothing).
+fn the_controls(rec: &mut Recorder, v: &Verdict, control_at: &str) {
     for control in &v.controls {
         rec.expose(
             format!("the checker's own control — {}", control.what),

@@ -138,9 +138,6 @@ async fn b_after_another_holding(
         .context("holder-b could not acquire")
 }
 
-/// A writes summary with token 1; the lease expires; C takes it and releases it; B acquires
-/// token 3 and rewrites summary; A then writes detail with token 1, and summary again. Returns
-/// (B's token, B's summary accepted, A's detail accepted, A's summary accepted).
 /// `who`'s write with `token` as a timeline step, `accepted` or not.
 fn stepped(rec: &mut Recorder, who: &str, action: &str, token: i64, accepted: bool) {
     rec.step(
@@ -153,6 +150,9 @@ fn stepped(rec: &mut Recorder, who: &str, action: &str, token: i64, accepted: bo
     );
 }
 
+/// A writes summary with token 1; the lease expires; C takes it and releases it; B acquires
+/// token 3 and rewrites summary; A then writes detail with token 1, and summary again. Returns
+/// (B's token, B's summary accepted, A's detail accepted, A's summary accepted).
 async fn timeline(
     bed: &mut Testbed,
     rec: &mut Recorder,

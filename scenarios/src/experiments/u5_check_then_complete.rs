@@ -56,7 +56,6 @@ mod imp {
         Ok(())
     }
 
-    /// One run of the timeline with A's completion written as `write`; `None` after a skip.
     /// B takes the expired job lease over with fence+1 and completes its own run.
     async fn b_takes_over_and_completes(
         rec: &mut Recorder,
@@ -87,6 +86,7 @@ mod imp {
         Ok(())
     }
 
+    /// One run of the timeline with A's completion written as `write`; `None` after a skip.
     async fn timeline(
         bed: &mut Testbed,
         rec: &mut Recorder,

@@ -27,21 +27,26 @@ fn mtext(text: &str) -> String {
     text.replace([';', '#'], ",").replace(['\n', '\r'], " ")
 }
 
-/// The Mermaid sequence diagram of one case.
-pub fn mermaid(case: &CaseTimeline) -> String {
-    let mut out = format!("%% {} :: {}\nsequenceDiagram\n", case.id, mtext(case.title));
+/// The diagram's participants: the actors, then the stores — L the lease, R the resource, or L
+/// alone when they are one store. Who a write goes to, and what a crash stops.
+fn participants(case: &CaseTimeline, out: &mut String) -> (&'static str, &'static str) {
     for actor in case.actors() {
         let _ = writeln!(out, "    participant {} as {}", pid(actor), mtext(actor));
     }
-    // The stores: L the lease, R the resource, or L alone when they are one store.
     let (lease, resource) = (&case.lanes.lease, &case.lanes.resource);
     let _ = writeln!(out, "    participant L as {}", mtext(&lease.name));
-    let (r, crash_over) = if case.lanes.one_store() {
+    if case.lanes.one_store() {
         ("L", "L")
     } else {
         let _ = writeln!(out, "    participant R as {}", mtext(&resource.name));
         ("R", "L,R")
-    };
+    }
+}
+
+/// The Mermaid sequence diagram of one case.
+pub fn mermaid(case: &CaseTimeline) -> String {
+    let mut out = format!("%% {} :: {}\nsequenceDiagram\n", case.id, mtext(case.title));
+    let (r, crash_over) = participants(case, &mut out);
     let mut i = 0;
     while i < case.steps.len() {
         let s = &case.steps[i];

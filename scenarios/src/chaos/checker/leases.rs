@@ -270,50 +270,55 @@ mod tests {
         assert!(!check(&o, "chaos-0").i2.is_empty());
     }
 
+    /// Lease `k`'s story ([`on_lease`]) with an info write and an info acquire the records
+    /// cannot resolve.
+    fn with_unresolved_info(k: usize) -> (Vec<Op>, Vec<PartVersion>, Vec<LeaseVersion>) {
+        let (mut ops, parts, lease) = on_lease(k, true);
+        let process = format!("h{k}.0");
+        for (id, f, token) in [(100, OpKind::Write, 2), (101, OpKind::Acquire, 9)] {
+            ops.push(Op {
+                process: process.clone(),
+                id,
+                f,
+                token,
+                scope: if f == OpKind::Write {
+                    crate::chaos::scope_of(k, 2)
+                } else {
+                    "-".into()
+                },
+                part: if f == OpKind::Write { "p1" } else { "-" }.into(),
+                invoke_ms: 3000.0,
+                complete_ms: None,
+                outcome: Outcome::Info,
+            });
+        }
+        (ops, parts, lease)
+    }
+
+    /// The last committed version of `scope`'s part, as a final part.
+    fn last_version(parts: &[PartVersion], scope: &str) -> (String, String, String, i64) {
+        let p = parts
+            .iter()
+            .filter(|p| p.scope == scope)
+            .max_by_key(|p| p.commit_us)
+            .expect("a version");
+        (
+            scope.to_owned(),
+            "p1".to_owned(),
+            p.content.clone(),
+            p.token,
+        )
+    }
+
     #[test]
     fn the_verdict_of_several_leases_is_the_sum_of_each_leases_own() {
         // Two leases with the same story, each with an info write and an info acquire the
         // records cannot resolve: every count of the merged verdict is the two leases' sum.
-        let lease_k = |k: usize| {
-            let (mut ops, parts, lease) = on_lease(k, true);
-            let process = format!("h{k}.0");
-            for (id, f, token) in [(100, OpKind::Write, 2), (101, OpKind::Acquire, 9)] {
-                ops.push(Op {
-                    process: process.clone(),
-                    id,
-                    f,
-                    token,
-                    scope: if f == OpKind::Write {
-                        crate::chaos::scope_of(k, 2)
-                    } else {
-                        "-".into()
-                    },
-                    part: if f == OpKind::Write { "p1" } else { "-" }.into(),
-                    invoke_ms: 3000.0,
-                    complete_ms: None,
-                    outcome: Outcome::Info,
-                });
-            }
-            (ops, parts, lease)
-        };
-        let (ops0, parts0, lease0) = lease_k(0);
-        let (ops1, parts1, lease1) = lease_k(1);
-        let last = |parts: &[PartVersion], scope: &str| {
-            let p = parts
-                .iter()
-                .filter(|p| p.scope == scope)
-                .max_by_key(|p| p.commit_us)
-                .expect("a version");
-            (
-                scope.to_owned(),
-                "p1".to_owned(),
-                p.content.clone(),
-                p.token,
-            )
-        };
+        let (ops0, parts0, lease0) = with_unresolved_info(0);
+        let (ops1, parts1, lease1) = with_unresolved_info(1);
         let (s0, s1) = (crate::chaos::scope_of(0, 2), crate::chaos::scope_of(1, 2));
         let single = |ops: &[Op], parts: &[PartVersion], lease: &[LeaseVersion], scope: &str| {
-            let finals = [last(parts, scope)];
+            let finals = [last_version(parts, scope)];
             check(
                 &Observed {
                     ops,
@@ -331,7 +336,7 @@ mod tests {
         let ops: Vec<Op> = ops0.iter().chain(&ops1).cloned().collect();
         let parts: Vec<PartVersion> = parts0.iter().chain(&parts1).cloned().collect();
         let lease: Vec<LeaseVersion> = lease0.iter().chain(&lease1).cloned().collect();
-        let finals = [last(&parts, &s0), last(&parts, &s1)];
+        let finals = [last_version(&parts, &s0), last_version(&parts, &s1)];
         let v = check_leases(
             &Observed {
                 ops: &ops,

@@ -8,7 +8,10 @@ use holder_protocol::OpKind;
 use super::{mark, Observed, Op, Outcome, Verdict, Violation};
 use crate::kit::regression::{self, regressions, GrantSeen};
 
-pub(super) fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
+/// The grants the holders acknowledged, and the `info` acquires (no answer reached the lab: the
+/// holder killed, or the run ended) that the lease store's record resolves — each with its
+/// token and whether it was heard of. Counts the info acquires resolved and not in `v`.
+fn grants_heard<'a>(o: &Observed<'a>, v: &mut Verdict) -> Vec<(&'a Op, i64, bool)> {
     // The grants the holders acknowledged, and the `info` acquires (no answer reached the lab:
     // the holder killed, or the run ended) that the lease store's record resolves: a version of
     // the lease row naming that holder process with a token none of its acknowledged grants
@@ -19,7 +22,7 @@ pub(super) fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
         .iter()
         .filter(|op| op.f == OpKind::Acquire && op.outcome == Outcome::Ok)
         .collect();
-    let mut grants: Vec<(&Op, i64, bool)> = acked.iter().map(|g| (*g, g.token, true)).collect();
+    let mut grants: Vec<(&'a Op, i64, bool)> = acked.iter().map(|g| (*g, g.token, true)).collect();
     for op in o
         .ops
         .iter()
@@ -46,6 +49,11 @@ pub(super) fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
             v.info_acquires.1 += 1;
         }
     }
+    grants
+}
+
+pub(super) fn check_i2(o: &Observed<'_>, v: &mut Verdict) {
+    let grants = grants_heard(o, v);
     let seen: Vec<GrantSeen> = grants
         .iter()
         .map(|(g, token, heard)| GrantSeen {
