@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use harness::evidence::escape::{html as esc, markdown_cell};
 
-use super::{Cell, Library, Row};
+use super::{Cell, Library, Row, Verdict};
 
 /// One library's row as the card shows it.
 pub struct CardRow<'a> {
@@ -24,7 +24,7 @@ pub struct CardRow<'a> {
 /// the question answers: where an answer said the lock was held while the service's record named
 /// another holder (or the reverse), the run disagrees with the docs, and the card says why, by the
 /// library's source.
-pub fn against_docs(r: &CardRow<'_>) -> String {
+pub fn against_docs(r: &CardRow<'_>) -> (Tone, String) {
     let row = &r.row;
     let asked = [
         ("after the pause", row.told_agrees, &row.told),
@@ -39,18 +39,19 @@ pub fn against_docs(r: &CardRow<'_>) -> String {
         .iter()
         .filter(|(_, agrees, _)| agrees.is_some())
         .count();
-    let verdict = if !wrong.is_empty() {
+    let (tone, verdict) = if !wrong.is_empty() {
         let why = if r.library.why.is_empty() {
             "the lab has no reading of its source that explains it: see output.txt".to_owned()
         } else {
             format!("why, by its source: {}", r.library.why)
         };
-        format!(
+        let said = format!(
             "DISAGREES: its answer {} did not match the service's record of who held the lock; {why}",
             wrong.join(" and ")
-        )
+        );
+        (Tone::Bad, said)
     } else if judged > 0 {
-        format!(
+        let said = format!(
             "agrees: its answer{} matched the service's record",
             asked
                 .iter()
@@ -58,16 +59,18 @@ pub fn against_docs(r: &CardRow<'_>) -> String {
                 .map(|(when, _, _)| format!(" {when}"))
                 .collect::<Vec<_>>()
                 .join(" and")
-        )
+        );
+        (Tone::Good, said)
     } else if row.told.said.contains("NotImplemented") && r.docs.contains("NotImplemented") {
-        "agrees: it raised NotImplemented, which its docs allow — the application cannot ask"
-            .to_owned()
-    } else if row.told.said.is_empty() {
-        "not run".to_owned()
+        let said =
+            "agrees: it raised NotImplemented, which its docs allow — the application cannot ask";
+        (Tone::Good, said.to_owned())
+    } else if row.told.verdict == Verdict::NotRun {
+        (Tone::Plain, "not run".to_owned())
     } else {
-        format!("not judged: {}", row.told.said)
+        (Tone::Plain, format!("not judged: {}", row.told.said))
     };
-    format!("{verdict} — {}", r.docs)
+    (tone, format!("{verdict} — {}", r.docs))
 }
 
 fn cell(c: &Cell) -> String {
@@ -90,12 +93,12 @@ pub fn advice(r: &CardRow<'_>) -> String {
     let lib = r.library;
     let row = &r.row;
     let mut said = Vec::new();
-    let stale = row.unfenced.said.starts_with("accepted");
-    if row.unfenced.said == "could not run" || row.unfenced.said.is_empty() {
+    let stale = row.unfenced.verdict == Verdict::StaleAccepted;
+    if matches!(row.unfenced.verdict, Verdict::CouldNotRun | Verdict::NotRun) {
         return "The paused run could not complete: its cells say why, output.txt has the whole run.".to_owned();
     }
-    match (lib.fence, stale, row.fenced.said.as_str()) {
-        (Some(fence), true, "rejected") => said.push(format!(
+    match (lib.fence, stale, row.fenced.verdict) {
+        (Some(fence), true, Verdict::StaleRejected) => said.push(format!(
             "A paused process still writes after losing the lock; fence with {fence}: the resource rejected the stale write with it."
         )),
         (Some(fence), true, _) => said.push(format!(
@@ -110,50 +113,53 @@ pub fn advice(r: &CardRow<'_>) -> String {
             row.unfenced.said
         )),
     }
-    let f10 = row.f10.said.as_str();
-    if f10.starts_with("MISSED") {
-        said.push(format!(
+    match row.f10.verdict {
+        Verdict::Missed => said.push(format!(
             "Its check, `{}`, called before the write as its docs advise, missed a pause that came before it: it still said the lock was held while another process held it, and the write went out. Do not trust it after a pause.",
             lib.question
-        ));
-    } else if f10.starts_with("caught") {
-        said.push(format!(
+        )),
+        Verdict::Caught => said.push(format!(
             "Its check, `{}`, caught a pause that came before it (F10); a pause after the check is F5's, which only a fence stops.",
             lib.question
-        ));
-    } else if f10.starts_with("no answer") && f10.contains("NotImplemented") {
-        said.push(format!(
+        )),
+        Verdict::Raised {
+            not_implemented: true,
+        } => said.push(format!(
             "Its check, `{}`, gives no answer here ({}): the application cannot ask.",
             lib.question, row.f10.evidence
-        ));
-    } else if f10.starts_with("no answer") {
+        )),
         // An error from the session itself (the server ended it): an answer in all but name.
-        said.push(format!(
+        Verdict::Raised {
+            not_implemented: false,
+        } => said.push(format!(
             "Its check, `{}`, raised instead of answering ({}): the error says the locking \
              session is gone, and with it the lock — an application that takes such an error \
              as \"not held\" stops; one that retries on a new connection asks a session that \
              never held the lock.",
             lib.question, row.f10.evidence
-        ));
+        )),
+        _ => {}
     }
-    let f16 = row.partitioned.said.as_str();
-    if f16.starts_with("cut off,") && f16.contains("no answer while cut off") {
-        said.push(format!(
+    match row.partitioned.verdict {
+        Verdict::CutOff {
+            answered_cut_off: false,
+            ..
+        } => said.push(format!(
             "Cut off from its service, `{}` had no answer for as long as the lab kept the partition (the TTL and 5 s more): it waits on the service it cannot reach, and the application learns nothing meanwhile (F16).",
             lib.question
-        ));
-    } else if f16.starts_with("cut off,")
-        && (f16.contains(" returned True") || f16.contains(" returned true"))
-    {
-        said.push(format!(
+        )),
+        Verdict::CutOff {
+            said_held: true, ..
+        } => said.push(format!(
             "Cut off from its service after the service had given the lock to another process, `{}` still said the lock was held (F16): it answers from the library's memory.",
             lib.question
-        ));
+        )),
+        _ => {}
     }
-    if against_docs(r).starts_with("DISAGREES") && !lib.why.is_empty() {
+    if against_docs(r).0 == Tone::Bad && !lib.why.is_empty() {
         said.push(format!("Its source explains the answer: {}.", lib.why));
     }
-    if row.release.said.starts_with("returned True") && stale {
+    if row.release.verdict == Verdict::ReleaseReturnedTrue && stale {
         said.push(
             "Its release after the loss returned True: it does not tell the application that the lock was lost.".to_owned(),
         );
@@ -222,6 +228,7 @@ pub fn markdown(rows: &[CardRow<'_>]) -> String {
 struct Column {
     name: &'static str,
     read: fn(&CardRow<'_>) -> (String, String),
+    tone: fn(&CardRow<'_>) -> Tone,
     markdown: fn(&CardRow<'_>) -> String,
 }
 
@@ -234,6 +241,7 @@ macro_rules! of_cell {
         Column {
             name: $name,
             read: |r| said(&r.row.$field),
+            tone: |r| tone(&r.row.$field),
             markdown: |r| cell(&r.row.$field),
         }
     };
@@ -245,7 +253,17 @@ const COLUMNS: &[Column] = &[
     of_cell!("F3 (one winner at a time)", f3),
     of_cell!("stale write unfenced (F5)", unfenced),
     of_cell!("stale write fenced (F4)", fenced),
-    of_cell!(TOLD, told),
+    // The answer after the pause: by its agreement with the service's record, not its words.
+    Column {
+        name: TOLD,
+        read: |r| said(&r.row.told),
+        tone: |r| match r.row.told_agrees {
+            Some(false) => Tone::Bad,
+            Some(true) => Tone::Good,
+            None => Tone::Plain,
+        },
+        markdown: |r| cell(&r.row.told),
+    },
     of_cell!("its check, paused before it (F10)", f10),
     of_cell!("release after the loss", release),
     of_cell!("after kill -9 (F12)", killed),
@@ -253,11 +271,12 @@ const COLUMNS: &[Column] = &[
     Column {
         name: "its docs or source, against the run",
         read: |r| {
-            let all = against_docs(r);
+            let (_, all) = against_docs(r);
             let verdict = all.split(" — ").next().unwrap_or(&all).to_owned();
             (verdict, all)
         },
-        markdown: |r| markdown_cell(&against_docs(r)),
+        tone: |r| against_docs(r).0,
+        markdown: |r| markdown_cell(&against_docs(r).1),
     },
 ];
 
@@ -269,32 +288,50 @@ fn said(c: &Cell) -> (String, String) {
     }
 }
 
-/// How a cell is coloured, by the words the card's own code writes into it (never a reader's
-/// guess): red where the lock did not protect the write or the library's answer was wrong, green
-/// where a fence, a check or an answer held, grey otherwise.
-fn tone(column: &str, said: &str, row: &Row) -> &'static str {
-    // The answer after the pause: by its agreement with the service's record, not its words.
-    if column == TOLD {
-        return match row.told_agrees {
-            Some(false) => "bad",
-            Some(true) => "good",
-            None => "plain",
-        };
+/// A cell's colour: red where the lock did not protect the write or the library's answer was
+/// wrong, green where a fence, a check or an answer held, grey otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Bad,
+    Good,
+    Plain,
+}
+
+impl Tone {
+    /// Its class in the HTML card.
+    fn class(self) -> &'static str {
+        match self {
+            Tone::Bad => "bad",
+            Tone::Good => "good",
+            Tone::Plain => "plain",
+        }
     }
-    let bad = said.starts_with("accepted")
-        || said.starts_with("MISSED")
-        || said.starts_with("DISAGREES")
-        || said.starts_with("could not run")
-        || (column.starts_with("cut off") && said.contains("stale write accepted"));
-    let good = said.starts_with("rejected")
-        || said.starts_with("caught")
-        || said.starts_with("agrees")
-        || said.starts_with("passes")
-        || said.starts_with("one winner");
-    match (bad, good) {
-        (true, _) => "bad",
-        (false, true) => "good",
-        _ => "plain",
+}
+
+/// How a cell is coloured, by what its run concluded ([`Verdict`]), never by its words.
+fn tone(cell: &Cell) -> Tone {
+    match cell.verdict {
+        Verdict::CouldNotRun
+        | Verdict::Fails
+        | Verdict::SeveralWinners
+        | Verdict::StaleAccepted
+        | Verdict::Missed
+        | Verdict::NotFreed
+        | Verdict::CutOff {
+            stale_accepted: true,
+            ..
+        } => Tone::Bad,
+        Verdict::Passes | Verdict::OneWinner | Verdict::StaleRejected | Verdict::Caught => {
+            Tone::Good
+        }
+        Verdict::NotRun
+        | Verdict::CannotFence
+        | Verdict::Raised { .. }
+        | Verdict::Wrote
+        | Verdict::Freed
+        | Verdict::CutOff { .. }
+        | Verdict::Answered
+        | Verdict::ReleaseReturnedTrue => Tone::Plain,
     }
 }
 
@@ -339,7 +376,7 @@ pub fn html(rows: &[CardRow<'_>], runs: &str) -> String {
             let _ = write!(
                 out,
                 "<td class=\"{}\" title=\"{}\">{}{cut}</td>",
-                tone(c.name, &said, &r.row),
+                (c.tone)(r).class(),
                 esc(&evidence),
                 esc(&short)
             );

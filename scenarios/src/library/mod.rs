@@ -316,17 +316,71 @@ impl Installed {
 /// One observation for the card: what it says and the evidence line it was read off.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cell {
+    /// What the run concluded: the cell's colour and the card's advice follow from it, never
+    /// from its words.
+    pub verdict: Verdict,
     pub said: String,
     pub evidence: String,
 }
 
 impl Cell {
-    fn new(said: impl Into<String>, evidence: impl Into<String>) -> Cell {
+    fn new(verdict: Verdict, said: impl Into<String>, evidence: impl Into<String>) -> Cell {
         Cell {
+            verdict,
             said: said.into(),
             evidence: evidence.into(),
         }
     }
+
+    /// A run that failed before it could judge: the error as its evidence.
+    fn could_not_run(e: &anyhow::Error) -> Cell {
+        Cell::new(Verdict::CouldNotRun, "could not run", format!("{e:#}"))
+    }
+}
+
+/// What a cell of the card concluded, set where the run judged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Verdict {
+    /// Not run (the column's experiment does not apply, or nothing ran).
+    #[default]
+    NotRun,
+    /// The run failed before it could judge.
+    CouldNotRun,
+    /// F1's one holding passed, or failed.
+    Passes,
+    Fails,
+    /// F3: one winner at a time in every round, or not.
+    OneWinner,
+    SeveralWinners,
+    /// A stale write (F5 unfenced, F4 fenced) accepted, or rejected.
+    StaleAccepted,
+    StaleRejected,
+    /// F4: the library exposes nothing ordered to fence with.
+    CannotFence,
+    /// F10: its check caught the pause (nothing written), missed it (wrote while another held
+    /// the lock), raised instead of answering (`not_implemented`: the library does not offer
+    /// the question), or it wrote with no other holder.
+    Caught,
+    Missed,
+    Raised {
+        not_implemented: bool,
+    },
+    Wrote,
+    /// F12: the service freed the killed holder's lock, or did not.
+    Freed,
+    NotFreed,
+    /// F16: asked while cut off — whether it answered before the partition was lifted, whether
+    /// it said the lock was held — and whether its stale write was accepted.
+    CutOff {
+        answered_cut_off: bool,
+        said_held: bool,
+        stale_accepted: bool,
+    },
+    /// An answer the card shows as said (the question after the pause, a release): judged
+    /// elsewhere, if at all.
+    Answered,
+    /// A release after the loss that returned True: the application is not told.
+    ReleaseReturnedTrue,
 }
 
 /// What the runs of one library showed: a row of the card.
@@ -520,6 +574,11 @@ pub async fn normal_path(
         && code == exit::WROTE
         && after.is_none();
     Ok(Cell::new(
+        if passed {
+            Verdict::Passes
+        } else {
+            Verdict::Fails
+        },
         if passed { "passes" } else { "FAILS" },
         format!("{write}; RELEASE_ENDED ok={ok} said={said}"),
     ))
@@ -720,11 +779,15 @@ async fn killed(
         freed.is_ok(),
         format_args!("{ms} ms after the kill (TTL {} ms)", ttl.as_millis()),
     );
-    let said = match freed {
-        Ok(_) => format!("freed after {ms} ms (TTL {} ms)", ttl.as_millis()),
-        Err(_) => format!("NOT freed within {ms} ms"),
+    let (verdict, said) = match freed {
+        Ok(_) => (
+            Verdict::Freed,
+            format!("freed after {ms} ms (TTL {} ms)", ttl.as_millis()),
+        ),
+        Err(_) => (Verdict::NotFreed, format!("NOT freed within {ms} ms")),
     };
     Ok(Cell::new(
+        verdict,
         said,
         format!("the service's record of {key}, polled from the kill"),
     ))
@@ -785,17 +848,26 @@ async fn checked(
         format_args!("said={}", b_release.1),
     );
     let _ = b.exit_code(EVENT_TIMEOUT).await?;
-    let a_holds = truth_now.as_deref() == Some(a_owner.as_str());
     let held_by_b = truth_now.as_deref() == Some(b_owner.as_str());
-    let said = match (wrote, held == a_holds) {
-        (false, _) if answer.starts_with("raised") => {
-            format!("no answer ({answer}): nothing written")
-        }
-        (false, _) => "caught the pause: nothing written".to_owned(),
-        (true, _) if held_by_b => "MISSED the pause: wrote while B held the lock".to_owned(),
-        (true, _) => "wrote".to_owned(),
+    let (verdict, said) = match wrote {
+        false if answer.starts_with("raised") => (
+            Verdict::Raised {
+                not_implemented: answer.contains("NotImplemented"),
+            },
+            format!("no answer ({answer}): nothing written"),
+        ),
+        false => (
+            Verdict::Caught,
+            "caught the pause: nothing written".to_owned(),
+        ),
+        true if held_by_b => (
+            Verdict::Missed,
+            "MISSED the pause: wrote while B held the lock".to_owned(),
+        ),
+        true => (Verdict::Wrote, "wrote".to_owned()),
     };
     Ok(Cell::new(
+        verdict,
         said,
         format!(
             "ASKED question={question} answer={answer}; the service's record: {}",
@@ -944,6 +1016,11 @@ async fn one_winner(
     }
     Ok(Cell::new(
         if all_ok {
+            Verdict::OneWinner
+        } else {
+            Verdict::SeveralWinners
+        },
+        if all_ok {
             "one winner at a time"
         } else {
             "NOT one winner at a time"
@@ -1008,7 +1085,11 @@ async fn fenced(
                 "{} exposes nothing ordered to fence with (token=none): cannot fence",
                 lib.id
             ));
-            Cell::new("cannot fence (no token)", "ACQUIRED token=none")
+            Cell::new(
+                Verdict::CannotFence,
+                "cannot fence (no token)",
+                "ACQUIRED token=none",
+            )
         }
         Some(_) => match paused(bed, rec, lib, installed, WriteMode::Fenced).await {
             Ok(p) => {
@@ -1017,11 +1098,15 @@ async fn fenced(
                     !p.accepted,
                     &p.write,
                 );
-                Cell::new(if p.accepted { "ACCEPTED" } else { "rejected" }, p.write)
+                if p.accepted {
+                    Cell::new(Verdict::StaleAccepted, "ACCEPTED", p.write)
+                } else {
+                    Cell::new(Verdict::StaleRejected, "rejected", p.write)
+                }
             }
             Err(e) => {
                 rec.abort(&e);
-                Cell::new("could not run", format!("{e:#}"))
+                Cell::could_not_run(&e)
             }
         },
     }
@@ -1058,6 +1143,11 @@ pub async fn run(
             );
             row.unfenced = Cell::new(
                 if p.accepted {
+                    Verdict::StaleAccepted
+                } else {
+                    Verdict::StaleRejected
+                },
+                if p.accepted {
                     "accepted (stale write)"
                 } else {
                     "rejected"
@@ -1068,7 +1158,7 @@ pub async fn run(
         }
         Err(e) => {
             rec.abort(&e);
-            row.unfenced = Cell::new("could not run", format!("{e:#}"));
+            row.unfenced = Cell::could_not_run(&e);
         }
     }
     rec.end_case();
@@ -1117,7 +1207,7 @@ pub async fn run(
         );
         rec.skip(&why);
         rec.end_case();
-        row.partitioned = Cell::new("not run (a Unix socket)", &why);
+        row.partitioned = Cell::new(Verdict::NotRun, "not run (a Unix socket)", &why);
         return row;
     }
     let f16 = partitioned::partitioned(bed, rec, lib, installed).await;
@@ -1154,12 +1244,24 @@ fn tell(row: &mut Row, p: &Paused) {
             "nobody"
         };
         row.told = Cell::new(
+            Verdict::Answered,
             format!("{question} {answer}; the service: held by {whose}"),
             format!("ASKED question={question} answer={answer}; the service's record: {truth}"),
         );
     }
     let (ok, said) = &p.release;
-    row.release = Cell::new(said.clone(), format!("RELEASE_ENDED ok={ok} said={said}"));
+    // Its words read once, as `says_held` reads the question's: True after the loss is no
+    // word of it.
+    let verdict = if said.starts_with("returned True") {
+        Verdict::ReleaseReturnedTrue
+    } else {
+        Verdict::Answered
+    };
+    row.release = Cell::new(
+        verdict,
+        said.clone(),
+        format!("RELEASE_ENDED ok={ok} said={said}"),
+    );
 }
 
 /// Opens the case `id` of `lib` (`kazoo/F4`), titled with what it does.
@@ -1182,7 +1284,7 @@ fn ended(rec: &mut Recorder, cell: anyhow::Result<Cell>) -> Cell {
         Ok(cell) => cell,
         Err(e) => {
             rec.abort(&e);
-            Cell::new("could not run", format!("{e:#}"))
+            Cell::could_not_run(&e)
         }
     }
 }

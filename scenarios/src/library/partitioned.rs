@@ -25,7 +25,7 @@ use holder_protocol::{Event, Request};
 
 use super::{
     b_takes_over, release, says_held, shown, truth, until_ended, up_to_the_write_point, Cell,
-    Installed, Library,
+    Installed, Library, Verdict,
 };
 use crate::kit::paused_holder::{lab_step, step};
 use crate::testbed::{HOLDER_A, SCOPE};
@@ -67,7 +67,7 @@ pub(super) async fn partitioned(
     let Some(user) = harness::server::Server::dir(bed.cluster()?).run_as() else {
         let why = "F16 runs A as a user of its own so that one rule by owner holds every connection it opens, and the lab does not run as root here";
         rec.skip(why);
-        return Ok((Cell::new("not run here", why), None));
+        return Ok((Cell::new(Verdict::NotRun, "not run here", why), None));
     };
     let mut spec = installed.spec(bed, lib, HOLDER_A, "rows=200(A)", WriteMode::Unfenced);
     spec.run_as = Some(user);
@@ -201,7 +201,13 @@ fn cell(
     } else {
         "stale write rejected"
     };
+    let verdict = Verdict::CutOff {
+        answered_cut_off: cut_off_ms.is_some(),
+        said_held: says_held(answer) == Some(true),
+        stale_accepted: accepted,
+    };
     Cell::new(
+        verdict,
         format!("cut off, {question} {answer} ({when}); {said_write}"),
         format!(
             "ASKED question={question} answer={answer} after {answered_ms} ms; the service's record: {}; {write}; RELEASE_ENDED ok={ok} said={said}",
