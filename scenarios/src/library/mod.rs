@@ -332,6 +332,15 @@ impl Cell {
         }
     }
 
+    /// A stale write's cell: accepted (in `accepted_words`), or rejected.
+    fn stale_write(accepted: bool, accepted_words: &str, write: impl Into<String>) -> Cell {
+        if accepted {
+            Cell::new(Verdict::StaleAccepted, accepted_words, write)
+        } else {
+            Cell::new(Verdict::StaleRejected, "rejected", write)
+        }
+    }
+
     /// A run that failed before it could judge: the error as its evidence.
     fn could_not_run(e: &anyhow::Error) -> Cell {
         Cell::new(Verdict::CouldNotRun, "could not run", format!("{e:#}"))
@@ -793,6 +802,41 @@ async fn killed(
     ))
 }
 
+/// F10's cell: what A did after its library's answer — caught the pause (nothing written),
+/// missed it (wrote while B held the lock), raised instead of answering, or wrote.
+fn f10_cell(
+    wrote: bool,
+    held_by_b: bool,
+    (question, answer): (&str, &str),
+    truth_now: &Option<String>,
+) -> Cell {
+    let (verdict, said) = match wrote {
+        false if answer.starts_with("raised") => (
+            Verdict::Raised {
+                not_implemented: answer.contains("NotImplemented"),
+            },
+            format!("no answer ({answer}): nothing written"),
+        ),
+        false => (
+            Verdict::Caught,
+            "caught the pause: nothing written".to_owned(),
+        ),
+        true if held_by_b => (
+            Verdict::Missed,
+            "MISSED the pause: wrote while B held the lock".to_owned(),
+        ),
+        true => (Verdict::Wrote, "wrote".to_owned()),
+    };
+    Cell::new(
+        verdict,
+        said,
+        format!(
+            "ASKED question={question} answer={answer}; the service's record: {}",
+            shown(truth_now)
+        ),
+    )
+}
+
 /// F10 for `lib`: the check its library offers — its ownership question, called before the
 /// write as the library's docs advise, the write only if it says the lock is still held — with
 /// A frozen right *before* it until the service ends A's holding, B holding the lock when A
@@ -849,31 +893,7 @@ async fn checked(
     );
     let _ = b.exit_code(EVENT_TIMEOUT).await?;
     let held_by_b = truth_now.as_deref() == Some(b_owner.as_str());
-    let (verdict, said) = match wrote {
-        false if answer.starts_with("raised") => (
-            Verdict::Raised {
-                not_implemented: answer.contains("NotImplemented"),
-            },
-            format!("no answer ({answer}): nothing written"),
-        ),
-        false => (
-            Verdict::Caught,
-            "caught the pause: nothing written".to_owned(),
-        ),
-        true if held_by_b => (
-            Verdict::Missed,
-            "MISSED the pause: wrote while B held the lock".to_owned(),
-        ),
-        true => (Verdict::Wrote, "wrote".to_owned()),
-    };
-    Ok(Cell::new(
-        verdict,
-        said,
-        format!(
-            "ASKED question={question} answer={answer}; the service's record: {}",
-            shown(&truth_now)
-        ),
-    ))
+    Ok(f10_cell(wrote, held_by_b, (question, answer), &truth_now))
 }
 
 /// What A does after its library's answer (F10): told the lock is held, it goes on to the write
@@ -1098,11 +1118,7 @@ async fn fenced(
                     !p.accepted,
                     &p.write,
                 );
-                if p.accepted {
-                    Cell::new(Verdict::StaleAccepted, "ACCEPTED", p.write)
-                } else {
-                    Cell::new(Verdict::StaleRejected, "rejected", p.write)
-                }
+                Cell::stale_write(p.accepted, "ACCEPTED", p.write)
             }
             Err(e) => {
                 rec.abort(&e);
@@ -1141,19 +1157,7 @@ pub async fn run(
                 p.accepted,
                 &p.write,
             );
-            row.unfenced = Cell::new(
-                if p.accepted {
-                    Verdict::StaleAccepted
-                } else {
-                    Verdict::StaleRejected
-                },
-                if p.accepted {
-                    "accepted (stale write)"
-                } else {
-                    "rejected"
-                },
-                p.write.clone(),
-            );
+            row.unfenced = Cell::stale_write(p.accepted, "accepted (stale write)", &p.write);
             tell(&mut row, &p);
         }
         Err(e) => {
