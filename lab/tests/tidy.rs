@@ -884,7 +884,7 @@ fn functions_stay_short_and_the_long_ones_only_shrink() -> anyhow::Result<()> {
 /// with it), as does the number of listed exceptions. The aim: at most 6 over 150, at most 40
 /// over 70, at most 10 listed.
 const MOST_OVER_150: usize = 6;
-const MOST_OVER_70: usize = 105;
+const MOST_OVER_70: usize = 100;
 const MOST_LISTED: usize = 10;
 
 /// How `measured` stands against the most allowed over 150 lines (`most_150`) and over 70

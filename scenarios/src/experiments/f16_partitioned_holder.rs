@@ -419,15 +419,15 @@ async fn cut_off_from_the_lease_store(
     Ok((holds, seen_before, partitioned_at))
 }
 
-async fn row(
+/// A (on a lock service: as a user of its own) acquires, stands before or past its check, and
+/// its renewer renews once: A, its token, and the user it runs as.
+async fn a_holds_and_renews(
     bed: &Testbed,
     rec: &mut Recorder,
     h: &Stores<'_>,
     past_check: bool,
     mode: WriteMode,
-    cut: bool,
-) -> anyhow::Result<()> {
-    let mode_label = bed.case().mode_label(mode);
+) -> anyhow::Result<(Holder, i64, Option<harness::process::RunAs>)> {
     let p = bed.params().clone();
     let mut spec = bed.holder_spec(HOLDER_A, A_CONTENT, mode, false);
     if let Some(hosts) = h.hosts {
@@ -459,6 +459,19 @@ async fn row(
         async move { Ok::<bool, Infallible>(seen) }
     })
     .await?;
+    Ok((a, a_token, owner))
+}
+
+async fn row(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    h: &Stores<'_>,
+    past_check: bool,
+    mode: WriteMode,
+    cut: bool,
+) -> anyhow::Result<()> {
+    let mode_label = bed.case().mode_label(mode);
+    let (mut a, a_token, owner) = a_holds_and_renews(bed, rec, h, past_check, mode).await?;
 
     let (holds, seen_before, partitioned_at) =
         cut_off_from_the_lease_store(bed, rec, h, &a, cut, owner).await?;

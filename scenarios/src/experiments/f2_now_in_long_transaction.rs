@@ -122,26 +122,8 @@ impl Scenario for F2 {
 
             let before_later_read = Instant::now();
             let t_later = stmt::clocks(&mut *t).await?;
-            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-            // T's age by the monotonic clock: at least from the first read's reply to this
-            // read's request, at most from before BEGIN to this read's reply.
-            let (low, high) = (
-                ms(before_later_read - after_first_read),
-                ms(before_begin.elapsed()),
-            );
-            rec.check("inside T, now() has not moved", &t_start.now, &t_later.now);
-            rec.check_that(
-                format!(
-                    "inside T, clock_timestamp() - now() is the time that passed since T began by \
-                     the lab's monotonic clock (±{TOLERANCE_MS} ms)"
-                ),
-                t_later.clock_minus_now_ms >= low - TOLERANCE_MS
-                    && t_later.clock_minus_now_ms <= high + TOLERANCE_MS,
-                format_args!(
-                    "expected {low:.1} to {high:.1} ms, actual {:.1} ms",
-                    t_later.clock_minus_now_ms
-                ),
-            );
+            let bracket = (before_begin, after_first_read, before_later_read);
+            t_has_not_moved(rec, &t_start, &t_later, bracket);
             let in_t = stmt::acquire(bed.lease_table.sql(), &mut *t, LEASE, HOLDER_B, ttl).await?;
             rec.check(
                 "inside T the acquire is refused: judged by T's start, the lease is still held",
@@ -161,6 +143,37 @@ impl Scenario for F2 {
             acquire_is_judged_to_the_statement(bed, rec, ttl).await
         })
     }
+}
+
+/// Inside T, now() has not moved, and clock_timestamp() - now() is T's age by the lab's
+/// monotonic clock: at least from the first read's reply to this read's request, at most from
+/// before BEGIN to this read's reply.
+fn t_has_not_moved(
+    rec: &mut Recorder,
+    t_start: &stmt::Clocks,
+    t_later: &stmt::Clocks,
+    (before_begin, after_first_read, before_later_read): (Instant, Instant, Instant),
+) {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    // T's age by the monotonic clock: at least from the first read's reply to this
+    // read's request, at most from before BEGIN to this read's reply.
+    let (low, high) = (
+        ms(before_later_read - after_first_read),
+        ms(before_begin.elapsed()),
+    );
+    rec.check("inside T, now() has not moved", &t_start.now, &t_later.now);
+    rec.check_that(
+        format!(
+            "inside T, clock_timestamp() - now() is the time that passed since T began by \
+             the lab's monotonic clock (±{TOLERANCE_MS} ms)"
+        ),
+        t_later.clock_minus_now_ms >= low - TOLERANCE_MS
+            && t_later.clock_minus_now_ms <= high + TOLERANCE_MS,
+        format_args!(
+            "expected {low:.1} to {high:.1} ms, actual {:.1} ms",
+            t_later.clock_minus_now_ms
+        ),
+    );
 }
 
 /// Part one: two writes with the same token, while T is open: both accepted, the floor at 1.

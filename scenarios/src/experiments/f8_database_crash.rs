@@ -19,6 +19,7 @@ use anyhow::{ensure, Context as _};
 use fencing::lease::{Grant, Holding};
 use fencing::resource::{Write, WriteMode};
 use harness::evidence::{Mark, Recorder};
+use harness::hosts::Restarted;
 
 use crate::testbed::{
     acquired, shown, wrote, DETAIL, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
@@ -237,32 +238,9 @@ async fn validity_before_the_crash(
     Ok(before)
 }
 
-/// The database crashed (immediate stop) and restarted: crash recovery, the lease row as it
-/// was, still unexpired, the downtime counted against it.
-async fn crash_and_recover(
-    bed: &mut Testbed,
-    rec: &mut Recorder,
-    a: &Grant,
-    before: &Holding,
-) -> anyhow::Result<()> {
-    let down_from = Instant::now();
-    let restarted = bed.crash_and_restart().await?;
-    bed.reopen().await?;
-    // From before the crash until the server answered again: the downtime as the lease's
-    // holder lives it (no statement, so no renewal, could have run in between).
-    let downtime = down_from.elapsed();
-    let after = bed.lease.inspect(LEASE).await?;
-    rec.step(
-        Mark::Restart,
-        "lab",
-        "restart-immediate",
-        None,
-        format!(
-            "server back, pools reopened after {} ms",
-            downtime.as_millis()
-        ),
-        after.as_ref().map(|r| r.db_now.clone()),
-    );
+/// Every server of the lab crashed (one cluster, or a host per database): each must have gone
+/// through crash recovery, by its log; what each said, as a note.
+fn went_through_crash_recovery(rec: &mut Recorder, restarted: &[Restarted]) {
     // Every server of the lab crashed (one cluster, or a host per database): each must
     // have gone through crash recovery.
     let classified: Vec<_> = restarted.iter().map(|r| classify(&r.log)).collect();
@@ -294,7 +272,35 @@ async fn crash_and_recover(
         })
         .collect();
     rec.note(told.join(" — "));
+}
 
+/// The database crashed (immediate stop) and restarted: crash recovery, the lease row as it
+/// was, still unexpired, the downtime counted against it.
+async fn crash_and_recover(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    a: &Grant,
+    before: &Holding,
+) -> anyhow::Result<()> {
+    let down_from = Instant::now();
+    let restarted = bed.crash_and_restart().await?;
+    bed.reopen().await?;
+    // From before the crash until the server answered again: the downtime as the lease's
+    // holder lives it (no statement, so no renewal, could have run in between).
+    let downtime = down_from.elapsed();
+    let after = bed.lease.inspect(LEASE).await?;
+    rec.step(
+        Mark::Restart,
+        "lab",
+        "restart-immediate",
+        None,
+        format!(
+            "server back, pools reopened after {} ms",
+            downtime.as_millis()
+        ),
+        after.as_ref().map(|r| r.db_now.clone()),
+    );
+    went_through_crash_recovery(rec, &restarted);
     rec.check(
         "the lease row survived as it was: holder-a, token 2, the same expires_at (a lease does not end with the database connection)",
         // The grant's own token, whatever the design numbers it (gaps allowed).

@@ -302,23 +302,20 @@ fn spec_on(
     spec
 }
 
-/// One run of the timeline on the store `store` (the lab's lease store now); `sound`: whether a
-/// fence fed by its token must hold.
-async fn one_run(
+/// A takes the lock: its node is the parent's first child; it waits at its write point. A,
+/// when its acquire was sent and answered, and its token.
+async fn a_takes_the_first_node(
     bed: &mut Testbed,
     rec: &mut Recorder,
     store: StoreId,
-    sound: bool,
-) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
-    let lock = lock_of(store);
+    lock: &str,
+) -> anyhow::Result<(Holder, Instant, Instant, i64)> {
     let a_sent = Instant::now();
-    let mut a = Holder::spawn(&spec_on(bed, &lock, HOLDER_A, A_CONTENT, false)).await?;
+    let mut a = Holder::spawn(&spec_on(bed, lock, HOLDER_A, A_CONTENT, false)).await?;
     let (a_at, acquired) = a.next("A's acquire", EVENT_TIMEOUT).await?;
     step(bed, rec, a_at, "A", "acquire", &acquired).await;
     let a_token = a.acquired_token(&acquired)?;
-    let holding = bed.lease.inspect(&lock).await?;
+    let holding = bed.lease.inspect(lock).await?;
     rec.check_that(
         format!(
             "[{store}] A (pid {}) acquires the lock: its node is the parent's first child",
@@ -334,6 +331,21 @@ async fn one_run(
     );
     let (at, ready) = a.next("A at its write point", EVENT_TIMEOUT).await?;
     step(bed, rec, at, "A", "waits at the write point", &ready).await;
+    Ok((a, a_sent, a_at, a_token))
+}
+
+/// One run of the timeline on the store `store` (the lab's lease store now); `sound`: whether a
+/// fence fed by its token must hold.
+async fn one_run(
+    bed: &mut Testbed,
+    rec: &mut Recorder,
+    store: StoreId,
+    sound: bool,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let ms = |at: Instant| at.duration_since(started).as_secs_f64() * 1000.0;
+    let lock = lock_of(store);
+    let (mut a, a_sent, a_at, a_token) = a_takes_the_first_node(bed, rec, store, &lock).await?;
 
     a_frozen_until_the_parent_goes(bed, rec, &mut a, store, &lock).await?;
 
@@ -392,6 +404,5 @@ async fn one_run(
         accepted,
         &summary,
     );
-
     Ok(())
 }

@@ -139,6 +139,37 @@ impl Scenario for RL4 {
     }
 }
 
+/// A, frozen inside its acquire round: the answering servers hold its value, it reported
+/// nothing, /proc shows state T. When it was frozen.
+async fn a_frozen_inside_its_round(
+    bed: &Testbed,
+    rec: &mut Recorder,
+    a: &Holder,
+    watch: &Watch,
+    lock: &str,
+    (label, tries): (&str, usize),
+) -> anyhow::Result<Instant> {
+    let frozen_at = Instant::now();
+    let frozen = a.threads()?;
+    lab_step(
+        bed,
+        rec,
+        Mark::Frozen,
+        "A",
+        "SIGSTOP inside its acquire round",
+        list(&frozen),
+    )
+    .await;
+    let answered = watch.values(lock).await?;
+    rec.check_that(
+        format!("[{label}] A is frozen inside its acquire round: the {ANSWERING} answering servers hold A's value (a majority answered), A has reported nothing, /proc shows state T"),
+        holds(&answered, HOLDER_A)
+            && frozen.iter().all(|t| t.state == 'T'),
+        format_args!("{}; frozen on attempt {tries} of {ATTEMPTS}; pid {}: {}", values(&answered), a.pid(), list(&frozen)),
+    );
+    Ok(frozen_at)
+}
+
 async fn one_run(
     bed: &mut Testbed,
     rec: &mut Recorder,
@@ -165,24 +196,8 @@ async fn one_run(
         |attempt: usize| spec(HOLDER_A, A_CONTENT, &format!("{LEASE}-rl4-{n}.{attempt}"));
     let (mut a, tries) = a_frozen_in_its_round(rec, &watch, &mut a_spec).await?;
     let lock = format!("{LEASE}-rl4-{n}.{tries}");
-    let frozen_at = Instant::now();
-    let frozen = a.threads()?;
-    lab_step(
-        bed,
-        rec,
-        Mark::Frozen,
-        "A",
-        "SIGSTOP inside its acquire round",
-        list(&frozen),
-    )
-    .await;
-    let answered = watch.values(&lock).await?;
-    rec.check_that(
-        format!("[{label}] A is frozen inside its acquire round: the {ANSWERING} answering servers hold A's value (a majority answered), A has reported nothing, /proc shows state T"),
-        holds(&answered, HOLDER_A)
-            && frozen.iter().all(|t| t.state == 'T'),
-        format_args!("{}; frozen on attempt {tries} of {ATTEMPTS}; pid {}: {}", values(&answered), a.pid(), list(&frozen)),
-    );
+    let frozen_at = a_frozen_inside_its_round(bed, rec, &a, &watch, &lock, (label, tries)).await?;
+
     // The timeline prescribes it: A stays frozen past the lock's TTL; then its keys are gone.
     let ttl = bed.case().ttl;
     harness::wait::until(

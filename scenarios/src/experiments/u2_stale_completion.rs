@@ -231,44 +231,22 @@ mod imp {
         Ok(())
     }
 
-    async fn timeline(
-        bed: &mut Testbed,
+    /// The run goes on for longer than the lease's TTL, A's renewer keeping the lease; then A
+    /// is frozen (its renewer too) until the lease expired by database time.
+    async fn a_renews_then_frozen_past_expiry(
+        bed: &Testbed,
         rec: &mut Recorder,
-        mode: &str,
-    ) -> anyhow::Result<Outcome> {
-        let fenced = mode == FENCED;
-        rec.step(Mark::Info, "lab", mode, None, "", None);
-        let (long, timeout) = (bed.case().ttl, bed.params().wait_timeout);
+        a: &mut Holder,
+        a_lease: &JobLease,
+        fenced: bool,
+    ) -> anyhow::Result<()> {
         let env = bed.maria.env.as_ref().context("MariaDB is not running")?;
-        let jobs = &env.jobs;
-        let (mut a, a_lease) = start_a(bed, env, "run-a", mode).await?;
-        on_lane(
-            rec,
-            Mark::Acquired,
-            "A",
-            "acquire, start run-a",
-            a_lease.fence_token,
-        );
-        if fenced {
-            rec.check(
-                format!(
-                    "holder A (pid {}) acquires the job lease and starts its run, fence_token=1",
-                    a.pid()
-                ),
-                &format!("fence_token=1 run-a={}", "running"),
-                &format!(
-                    "fence_token={} run-a={}",
-                    a_lease.fence_token,
-                    jobs.run_status("run-a").await?.unwrap_or_default()
-                ),
-            );
-        }
-
+        let (jobs, timeout) = (&env.jobs, bed.params().wait_timeout);
         // The run goes on for longer than the lease's TTL: A's renewer keeps the lease.
         let hold = bed.case().ttl + bed.params().renew;
         harness::wait::prescribed(hold).await;
-        let renewals = record_renewals(rec, &mut a, "A", a_lease.fence_token);
-        let still_held = jobs.is_held(&a_lease).await?;
+        let renewals = record_renewals(rec, a, "A", a_lease.fence_token);
+        let still_held = jobs.is_held(a_lease).await?;
         if fenced {
             rec.check_that(
                 format!(
@@ -300,6 +278,44 @@ mod imp {
             "lease expired (database time)",
             a_lease.fence_token,
         );
+        Ok(())
+    }
+
+    async fn timeline(
+        bed: &mut Testbed,
+        rec: &mut Recorder,
+        mode: &str,
+    ) -> anyhow::Result<Outcome> {
+        let fenced = mode == FENCED;
+        rec.step(Mark::Info, "lab", mode, None, "", None);
+        let long = bed.case().ttl;
+        let env = bed.maria.env.as_ref().context("MariaDB is not running")?;
+        let jobs = &env.jobs;
+        let (mut a, a_lease) = start_a(bed, env, "run-a", mode).await?;
+        on_lane(
+            rec,
+            Mark::Acquired,
+            "A",
+            "acquire, start run-a",
+            a_lease.fence_token,
+        );
+        if fenced {
+            rec.check(
+                format!(
+                    "holder A (pid {}) acquires the job lease and starts its run, fence_token=1",
+                    a.pid()
+                ),
+                &format!("fence_token=1 run-a={}", "running"),
+                &format!(
+                    "fence_token={} run-a={}",
+                    a_lease.fence_token,
+                    jobs.run_status("run-a").await?.unwrap_or_default()
+                ),
+            );
+        }
+
+        a_renews_then_frozen_past_expiry(bed, rec, &mut a, &a_lease, fenced).await?;
+
         b_takes_over_and_completes(rec, jobs, &a_lease, long, fenced).await?;
 
         a.thaw().await?;
