@@ -13,7 +13,9 @@ use fencing::resource::Write;
 use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
-use crate::testbed::{acquire_mark, acquired, wrote, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::testbed::{
+    acquire_mark, acquired, summary_write, wrote, HOLDER_A, HOLDER_B, LEASE, SUMMARY,
+};
 use crate::{
     About, Applies, Checks, LockServices, Needs, Outcome, Part, Scenario, Spec, StoreLanes,
     Testbed, NO_HOLDER,
@@ -78,17 +80,6 @@ impl Scenario for F1 {
     }
 }
 
-/// A write of `content` to the summary part of the scope under test.
-fn summary<'w>(writer: &'w str, content: &'w str, token: i64) -> Write<'w> {
-    Write {
-        scope: SCOPE,
-        part: SUMMARY,
-        content,
-        writer,
-        token,
-    }
-}
-
 /// holder-a acquires the lease and a second one (as a service holds several; on a table, its
 /// token is 1 too), and writes under the first: the grants, and the second lease as it stood.
 async fn a_holds_two_leases_and_writes(
@@ -128,7 +119,7 @@ async fn a_holds_two_leases_and_writes(
     let ok = bed
         .resource
         .write(
-            &summary(HOLDER_A, "rows=100(A)", a.token),
+            &summary_write(HOLDER_A, "rows=100(A)", a.token),
             WriteMode::Fenced,
         )
         .await?;
@@ -273,7 +264,7 @@ async fn b_takes_over_and_writes(bed: &mut Testbed, rec: &mut Recorder) -> anyho
     let ok = bed
         .resource
         .write(
-            &summary(HOLDER_B, "rows=101(B)", b.token),
+            &summary_write(HOLDER_B, "rows=101(B)", b.token),
             WriteMode::Fenced,
         )
         .await?;
@@ -331,7 +322,7 @@ async fn each_scope_keeps_its_floor(
     let stale = bed
         .resource
         .write(
-            &summary(HOLDER_A, "rows=102(A, stale)", a.token),
+            &summary_write(HOLDER_A, "rows=102(A, stale)", a.token),
             WriteMode::Fenced,
         )
         .await?;

@@ -22,7 +22,7 @@ use harness::evidence::{Mark, Recorder};
 use harness::hosts::Restarted;
 
 use crate::testbed::{
-    acquired, shown, wrote, DETAIL, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE, SUMMARY,
+    acquired, shown, summary_write, wrote, DETAIL, HOLDER_A, HOLDER_B, HOLDER_C, LEASE, SCOPE,
 };
 use crate::{
     About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
@@ -160,7 +160,7 @@ async fn a_holds_and_writes_again(
     let ok = bed
         .resource
         .write(
-            &summary(HOLDER_A, "rows=300(A)", a.token),
+            &summary_write(HOLDER_A, "rows=300(A)", a.token),
             WriteMode::Fenced,
         )
         .await?;
@@ -391,7 +391,7 @@ async fn b_takes_over_and_a_is_rejected(
     let b_ok = bed
         .resource
         .write(
-            &summary(HOLDER_B, "rows=301(B)", b.token),
+            &summary_write(HOLDER_B, "rows=301(B)", b.token),
             WriteMode::Fenced,
         )
         .await?;
@@ -411,7 +411,7 @@ async fn b_takes_over_and_a_is_rejected(
     let a_ok = bed
         .resource
         .write(
-            &summary(HOLDER_A, "rows=300(A)", a.token),
+            &summary_write(HOLDER_A, "rows=300(A)", a.token),
             WriteMode::Fenced,
         )
         .await?;
@@ -429,17 +429,6 @@ async fn b_takes_over_and_a_is_rejected(
         &wrote(a_ok, a.token),
     );
     Ok(())
-}
-
-/// A write of `content` to the summary part of the scope under test.
-fn summary<'w>(writer: &'w str, content: &'w str, token: i64) -> Write<'w> {
-    Write {
-        scope: SCOPE,
-        part: SUMMARY,
-        content,
-        writer,
-        token,
-    }
 }
 
 /// Milliseconds, fractional.

@@ -32,7 +32,7 @@ use holder_protocol::{Event, Request, Token};
 
 use crate::kit::paused_holder::{freeze_and_show, list, part_line, step, A_CONTENT, B_CONTENT};
 use crate::kit::redlock_client::{extend_a_third_later, redlock_client, SERVERS};
-use crate::testbed::{shown, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
+use crate::testbed::{shown, summary_write, HOLDER_A, HOLDER_B, LEASE, SCOPE, SUMMARY};
 use crate::{
     About, Applies, Checks, LockServices, Needs, Outcome, Scenario, Spec, StoreLanes, Testbed,
 };
@@ -603,13 +603,7 @@ async fn write_both(
     let by_value = cas
         .write(scope, &grant.handle, content, &grant.holder)
         .await?;
-    let write = Write {
-        scope: SCOPE,
-        part: SUMMARY,
-        content,
-        writer: &grant.holder,
-        token: grant.token,
-    };
+    let write = summary_write(&grant.holder, content, grant.token);
     let by_token = bed.resource.write(&write, WriteMode::Fenced).await?;
     Ok((by_value, by_token))
 }

@@ -14,14 +14,16 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use fencing::lease::{Grant, LeaseStore, StoreId};
-use fencing::resource::{Write, WriteMode};
+use fencing::resource::WriteMode;
 use fencing::value_cas::ValueCas;
 use harness::docker::RedlockServers;
 use harness::evidence::{Mark, Recorder};
 
 use crate::kit::redlock_client::{redlock_client, LONG_TTL};
 use crate::kit::regression::{self, regressions, GrantSeen, Kind};
-use crate::testbed::{acquire_mark, acquired, shown, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
+use crate::testbed::{
+    acquire_mark, acquired, shown, summary_write, wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY,
+};
 use crate::Testbed;
 
 /// What happens to server 2 between the two rounds.
@@ -317,13 +319,7 @@ async fn write(
     grant: &Grant,
     action: &str,
 ) -> anyhow::Result<bool> {
-    let write = Write {
-        scope: SCOPE,
-        part: SUMMARY,
-        content,
-        writer: holder,
-        token: grant.token,
-    };
+    let write = summary_write(holder, content, grant.token);
     let ok = bed.resource.write(&write, WriteMode::Fenced).await?;
     let who = if holder == HOLDER_A { "A" } else { "B" };
     rec.step(

@@ -5,11 +5,11 @@
 //! gives the run's store back on every path.
 
 use fencing::lease::StoreId;
-use fencing::resource::{Write, WriteMode};
+use fencing::resource::WriteMode;
 use harness::evidence::{Mark, Recorder};
 
 use crate::kit::paused_holder::{A_CONTENT, B_CONTENT};
-use crate::testbed::{wrote, HOLDER_A, HOLDER_B, SCOPE, SUMMARY};
+use crate::testbed::{summary_write, wrote, HOLDER_A, HOLDER_B};
 
 use crate::{LockServices, Outcome, Testbed};
 
@@ -90,13 +90,7 @@ pub(crate) async fn writes_after_failover(
 ) -> anyhow::Result<()> {
     for mode in [WriteMode::Fenced, WriteMode::Unfenced] {
         let label = bed.case().mode_label(mode);
-        let write = |writer, content, token| Write {
-            scope: SCOPE,
-            part: SUMMARY,
-            content,
-            writer,
-            token,
-        };
+        let write = summary_write;
         let b_ok = bed
             .resource
             .write(&write(HOLDER_B, B_CONTENT, b), mode)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fencing::lease::StoreId;
 use fencing::profile::{Dialect, JobProfile, Profile};
-use fencing::resource::{fenced_mode_profile, WriteMode, FENCED_MODES};
+use fencing::resource::{fenced_mode_profile, Write, WriteMode, FENCED_MODES};
 
 /// The run's parameters (docs/guide.md lists the defaults). Validated before anything starts,
 /// and fixed for the whole run: what changes from one case to the next (the lease store, the TTL
@@ -102,6 +102,17 @@ pub const LEASE: &str = "report-job";
 /// The scope every report part belongs to.
 pub const SCOPE: &str = "daily-report";
 pub const SUMMARY: &str = "summary";
+
+/// A write of `content` to the summary part of the scope every scenario writes to.
+pub fn summary_write<'w>(writer: &'w str, content: &'w str, token: i64) -> Write<'w> {
+    Write {
+        scope: SCOPE,
+        part: SUMMARY,
+        content,
+        writer,
+        token,
+    }
+}
 pub const DETAIL: &str = "detail";
 pub const HOLDER_A: &str = "holder-a";
 pub const HOLDER_B: &str = "holder-b";
